@@ -1,0 +1,240 @@
+"""`tapt index build`: corpus -> sentences -> segments -> embeddings -> FAISS + LMDB + manifest.
+
+Everything is written into a temporary sibling directory that is renamed into place only when the
+build has finished, so a failed or interrupted build never leaves a half-written index behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .encoder import Encoder
+from .errors import InputError
+from .faiss_index import FLAT_FACTORY, build_faiss_index
+from .manifest import INDEX_FORMAT, INDEX_FORMAT_VERSION, MANIFEST_NAME, library_versions, utc_now
+from .manifest import write_json_atomic
+from .npy import NpyAppender
+from .reader import Document, TextDocs, iter_documents, scan_inputs
+from .splitter import SentenceSplitter, segment_offsets
+from .store import TextStoreWriter
+
+log = logging.getLogger(__name__)
+
+EMBEDDINGS = "embeddings.npy"
+TOKENS = "tokens.npy"
+DOCS = "docs.npy"
+STORE = "text.lmdb"
+FAISS = "index.faiss"
+
+
+@dataclass
+class BuildConfig:
+    """Options of one index build, validated on creation."""
+
+    segment_size: int = 15
+    batch_size: int = 64
+    window: int = 4096
+    split: bool = True
+    text_field: str = "text"
+    doc_field: str | None = "doc"
+    text_docs: TextDocs = "auto"
+    overwrite: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.segment_size < 1:
+            raise InputError("--segment-size must be at least 1")
+        if self.batch_size < 1:
+            raise InputError("--batch-size must be at least 1")
+        if self.window < self.batch_size:
+            self.window = self.batch_size
+        if self.text_docs not in ("auto", "line", "block"):
+            raise InputError("--text-docs must be auto, line or block")
+
+
+@dataclass
+class _Pending:
+    """Sentences waiting for the next embedding window, with their store records."""
+
+    texts: list[str] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _sentences(doc: Document, doc_index: int, split: SentenceSplitter) -> Iterator[dict[str, Any]]:
+    pos = 0
+    for rec in doc.records:
+        for sentence in split(rec.text):
+            yield {"text": sentence, "doc": doc_index, "pos": pos, "doc_key": doc.key,
+                   "source": doc.source, "meta": rec.meta}
+            pos += 1
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def build_index(
+    inputs: list[str | Path], out: str | Path, encoder: Encoder, config: BuildConfig | None = None
+) -> dict[str, Any]:
+    """Build an index directory at `out` and return its manifest."""
+    config = config or BuildConfig()
+    out = Path(out)
+    if out.exists() and not config.overwrite:
+        raise InputError(f"{out} already exists (use --overwrite to replace it)")
+    parent = out.parent if str(out.parent) else Path(".")
+    parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"cannot write into {parent}")
+    scan = scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs)
+    tmp = parent / f".{out.name}.building-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        manifest = _build_into(tmp, scan, inputs, encoder, config)
+        if out.exists():
+            old = parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+        return manifest
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig) -> dict[str, Any]:
+    start = time.perf_counter()
+    splitter = SentenceSplitter(split=config.split)
+    store = TextStoreWriter(tmp / STORE)
+    doc_offsets = [0]
+    n_rows = 0
+    n_tokens = 0
+    truncated = 0
+    embed_seconds = 0.0
+    pending = _Pending()
+    total = scan.records if not config.split else None
+    bar = tqdm(total=total, unit="sent", desc="embedding", disable=not config.progress,
+               dynamic_ncols=True, smoothing=0.05)
+
+    emb_out = NpyAppender(tmp / EMBEDDINGS, np.float32, (encoder.dim,))
+    tok_out = NpyAppender(tmp / TOKENS, np.int32)
+
+    def flush() -> None:
+        nonlocal n_rows, n_tokens, truncated, embed_seconds
+        if not pending.texts:
+            return
+        counts = encoder.token_counts(pending.texts)
+        t0 = time.perf_counter()
+        emb = encoder.encode(pending.texts, batch_size=config.batch_size)
+        embed_seconds += time.perf_counter() - t0
+        emb_out.append(emb)
+        tok_out.append(counts)
+        store.put_many(n_rows, pending.records)
+        n_rows += len(pending.texts)
+        n_tokens += int(counts.sum())
+        truncated += int((counts > encoder.max_length).sum())
+        bar.update(len(pending.texts))
+        pending.texts.clear()
+        pending.records.clear()
+
+    try:
+        doc_index = 0
+        for doc in iter_documents(scan, config.text_field, config.doc_field):
+            added = 0
+            for record in _sentences(doc, doc_index, splitter):
+                pending.texts.append(record["text"])
+                pending.records.append(record)
+                added += 1
+            if added:
+                doc_offsets.append(doc_offsets[-1] + added)
+                doc_index += 1
+            if len(pending.texts) >= config.window:
+                flush()
+        flush()
+    finally:
+        bar.close()
+        emb_out.close()
+        tok_out.close()
+        store.close()
+    if n_rows == 0:
+        raise InputError("the corpus holds no sentences")
+    if truncated:
+        log.warning("%d of %d sentences are longer than the model's %d tokens and were truncated "
+                    "for embedding", truncated, n_rows, encoder.max_length)
+
+    docs = np.asarray(doc_offsets, dtype=np.int64)
+    np.save(tmp / DOCS, docs)
+    embeddings = np.load(tmp / EMBEDDINGS, mmap_mode="r")
+    t0 = time.perf_counter()
+    faiss_info = build_faiss_index(embeddings, tmp / FAISS, FLAT_FACTORY, progress=config.progress)
+    faiss_seconds = time.perf_counter() - t0
+    n_segments = len(segment_offsets(docs, config.segment_size)) - 1
+    seconds = time.perf_counter() - start
+    manifest = {
+        "format": INDEX_FORMAT,
+        "format_version": INDEX_FORMAT_VERSION,
+        "uuid": str(uuid.uuid4()),
+        "created": utc_now(),
+        "model": {
+            "name": encoder.name,
+            "source": encoder.spec,
+            "weights_sha256": encoder.weights_sha256,
+            "dim": encoder.dim,
+            "max_length": encoder.max_length,
+            "normalized": True,
+            "similarity": "cosine (inner product of L2-normalised embeddings)",
+        },
+        "segment_size": config.segment_size,
+        "ingest": {
+            "split_sentences": config.split,
+            "splitter": "pysbd" if config.split else "none (one record = one sentence)",
+            "text_field": config.text_field,
+            "doc_field": config.doc_field,
+            "text_docs": config.text_docs,
+            "sources": [str(p) for p in inputs],
+            "files": [str(f.path) for f in scan.files],
+        },
+        "counts": {
+            "files": len(scan.files),
+            "documents": len(doc_offsets) - 1,
+            "sentences": n_rows,
+            "segments": n_segments,
+            "tokens": n_tokens,
+            "truncated_sentences": truncated,
+            "skipped_blank_records": scan.skipped_blank,
+        },
+        "faiss": faiss_info,
+        "files": {
+            "embeddings": {"file": EMBEDDINGS, "dtype": "float32", "shape": [n_rows, encoder.dim]},
+            "tokens": TOKENS,
+            "documents": DOCS,
+            "store": STORE,
+            "faiss": FAISS,
+        },
+        "build": {
+            "seconds": round(seconds, 2),
+            "embed_seconds": round(embed_seconds, 2),
+            "faiss_seconds": round(faiss_seconds, 2),
+            "sentences_per_second": round(n_rows / embed_seconds, 1) if embed_seconds else None,
+            "peak_rss_mb": round(_peak_rss_mb(), 1),
+            "device": encoder.device,
+            "batch_size": config.batch_size,
+        },
+        "versions": library_versions(),
+    }
+    write_json_atomic(tmp / MANIFEST_NAME, manifest)
+    return manifest

