@@ -61,8 +61,9 @@ class SentenceTransformerEncoder:
         source = resolve_model(spec)
         try:
             self.model = SentenceTransformer(source, device=self.device)
-        except OSError as exc:
-            raise InputError(f"cannot load model {spec!r}: {str(exc).splitlines()[0]}") from exc
+        except (OSError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"cannot load model {spec!r}: {first}") from exc
         dim = self.model.get_embedding_dimension() if hasattr(
             self.model, "get_embedding_dimension"
         ) else self.model.get_sentence_embedding_dimension()
