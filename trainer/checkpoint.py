@@ -1,0 +1,118 @@
+"""Checkpoints `OUT/checkpoints/step-N/`: model and optimizer/scheduler state, the RNG states of python,
+numpy and torch, and the run state (step, data position, config hash, loss curve). Each is written to
+a temporary directory and renamed into place, so a checkpoint directory is always complete."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from indexer.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+STATE = "state.json"
+
+
+def checkpoint_dirs(out: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(out) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = []
+    for d in root.iterdir():
+        if d.is_dir() and d.name.startswith("step-") and d.name[5:].isdigit() and (d / STATE).is_file():
+            found.append((int(d.name[5:]), d))
+    return [d for _, d in sorted(found)]
+
+
+def _rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    py = random.getstate()
+    np_state = np.random.get_state()
+    plain = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]),
+                  float(np_state[4])],
+    }
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda{i}"] = s
+    return plain, tensors
+
+
+def _set_rng_state(plain: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
+    py = plain["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = plain["numpy"]
+    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
+    torch.set_rng_state(tensors["torch"])
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("cuda"))]
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def save_checkpoint(
+    out: str | Path, step: int, model: Any, optimizer: Any, scheduler: Any, state: dict[str, Any],
+    keep: int = 2,
+) -> Path:
+    """Write checkpoint `step-<step>` atomically, then keep only the `keep` newest."""
+    root = Path(out) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step}"
+    tmp = root / f".tmp-step-{step}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        plain, tensors = _rng_state()
+        torch.save(model.state_dict(), tmp / "model.pt")
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                   tmp / "optimizer.pt")
+        torch.save(tensors, tmp / "rng.pt")
+        (tmp / "rng.json").write_text(json.dumps(plain), encoding="utf-8")
+        (tmp / STATE).write_text(json.dumps(dict(state, step=step), indent=1), encoding="utf-8")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for old in checkpoint_dirs(out)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    logger.info("saved checkpoint %s", final)
+    return final
+
+
+def read_state(path: str | Path) -> dict[str, Any]:
+    """The run state (step, config hash, losses...) of a checkpoint."""
+    try:
+        return json.loads((Path(path) / STATE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"checkpoint {path} is damaged: {exc}") from exc
+
+
+def load_checkpoint(path: str | Path, model: Any, optimizer: Any, scheduler: Any, device: str) -> dict:
+    """Restore model, optimizer, scheduler and RNG states; returns the run state."""
+    path = Path(path)
+    state = read_state(path)
+    try:
+        model.load_state_dict(torch.load(path / "model.pt", map_location=device, weights_only=True))
+        opt = torch.load(path / "optimizer.pt", map_location=device, weights_only=True)
+        optimizer.load_state_dict(opt["optimizer"])
+        scheduler.load_state_dict(opt["scheduler"])
+        tensors = torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
+        plain = json.loads((path / "rng.json").read_text(encoding="utf-8"))
+    except (OSError, RuntimeError, KeyError, ValueError, json.JSONDecodeError) as exc:
+        raise InputError(f"checkpoint {path} cannot be loaded: {str(exc).splitlines()[0]}") from exc
+    _set_rng_state(plain, tensors)
+    return state

@@ -1,0 +1,103 @@
+"""Selected segments and task documents -> token-id examples of at most `max_length` tokens.
+
+Following TADPOLE (sec. 3.2), text is never joined across two segments: consecutive sentences of ONE
+segment (or one task document) are packed greedily up to `max_length` tokens, and a sentence that is
+longer than that on its own becomes its own, truncated, example.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from indexer.errors import InputError
+from retriever.selection_file import SelectedSegment
+
+from .model import quiet_transformers
+from .task_text import split_sentences
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training / evaluation sequence (with special tokens) and its loss weight."""
+
+    input_ids: tuple[int, ...]
+    weight: float = 1.0
+    source: str = "selection"
+
+
+def group_sentences(lengths: Sequence[int], capacity: int) -> list[tuple[int, int]]:
+    """Greedy packing of consecutive sentences: [start, end) index ranges whose token lengths sum to
+    at most `capacity`; a sentence longer than `capacity` forms a range of its own."""
+    groups: list[tuple[int, int]] = []
+    start, used = 0, 0
+    for i, n in enumerate(lengths):
+        if i > start and used + n > capacity:
+            groups.append((start, i))
+            start, used = i, 0
+        used += n
+    if start < len(lengths):
+        groups.append((start, len(lengths)))
+    return groups
+
+
+def pack_sentences(
+    units: Sequence[Sequence[str]], tokenizer: Any, max_length: int
+) -> list[list[tuple[int, ...]]]:
+    """For each unit (a segment's sentences), the packed examples' token ids, special tokens added.
+
+    Sentences are counted once to decide the groups; each group's text (sentences joined by a space) is
+    then tokenized as a whole, so subword tokenizers that depend on the preceding space (BPE) see
+    natural text. Truncation to `max_length` guards the rare case where joining adds tokens.
+    """
+    capacity = max_length - tokenizer.num_special_tokens_to_add(pair=False)
+    if capacity < 1:
+        raise InputError(f"--max-length {max_length} leaves no room for text after special tokens")
+    flat = [s for unit in units for s in unit if s.strip()]
+    with quiet_transformers():  # counting long sentences is not an error: they get truncated
+        counted = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
+    lengths = [len(ids) for ids in counted]
+    texts: list[str] = []
+    owners: list[int] = []
+    offset = 0
+    for u, unit in enumerate(units):
+        sentences = [s for s in unit if s.strip()]
+        unit_lengths = lengths[offset : offset + len(sentences)]
+        offset += len(sentences)
+        for start, end in group_sentences(unit_lengths, capacity):
+            texts.append(" ".join(sentences[start:end]))
+            owners.append(u)
+    out: list[list[tuple[int, ...]]] = [[] for _ in units]
+    if texts:
+        encoded = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+        for owner, ids in zip(owners, encoded):
+            out[owner].append(tuple(int(i) for i in ids))
+    return out
+
+
+def segment_examples(
+    segments: Sequence[SelectedSegment], tokenizer: Any, max_length: int
+) -> list[Example]:
+    """Examples of selected segments, each carrying its segment's weight (lambda)."""
+    for seg in segments:
+        if not (math.isfinite(seg.weight) and seg.weight > 0):
+            raise InputError(
+                f"segment {seg.id} has weight {seg.weight}; selection weights must be positive"
+            )
+    units = [seg.sentences if seg.sentences else [seg.text] for seg in segments]
+    packed = pack_sentences(units, tokenizer, max_length)
+    return [
+        Example(ids, float(seg.weight), "selection")
+        for seg, examples in zip(segments, packed)
+        for ids in examples
+    ]
+
+
+def document_examples(
+    documents: Iterable[Sequence[str] | str], tokenizer: Any, max_length: int, source: str = "task"
+) -> list[Example]:
+    """Examples of documents (lists of sentences, or strings to split), weight 1."""
+    units = [split_sentences(doc) if isinstance(doc, str) else list(doc) for doc in documents]
+    packed = pack_sentences(units, tokenizer, max_length)
+    return [Example(ids, 1.0, source) for examples in packed for ids in examples]

@@ -1,0 +1,141 @@
+"""Masked-LM loss and pseudo-perplexity on held-out text (`tapt eval-mlm`).
+
+The masks come from a generator seeded per batch from `seed`, so two models that share a tokenizer are
+scored on exactly the same masked positions (same text, --seed, --batch-size, --max-length).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from indexer.errors import InputError
+
+from .collate import IGNORE_INDEX, MaskingCollator, derived_seed
+from .data import Example
+from .device import autocast
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Mean loss (nats per scored token), exp(loss), scored tokens, examples, and the method."""
+
+    loss: float
+    perplexity: float
+    tokens: int
+    examples: int
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _perplexity(loss: float) -> float:
+    return math.exp(loss) if loss < 700 else float("inf")
+
+
+@torch.no_grad()
+def mlm_loss(
+    model: Any, collator: MaskingCollator, examples: Sequence[Example], *, batch_size: int = 32,
+    seed: int = 0, device: torch.device | str = "cpu",
+) -> EvalResult:
+    """Token-level mean cross-entropy over the masked targets of all examples (fixed masks)."""
+    if not examples:
+        raise InputError("no held-out examples to evaluate")
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        for k in range(0, len(examples), batch_size):
+            generator = torch.Generator().manual_seed(derived_seed(seed, k // batch_size, 7919))
+            batch = collator(examples[k : k + batch_size], generator)
+            labels = batch["labels"].to(device)
+            with autocast(device):
+                logits = model(input_ids=batch["input_ids"].to(device),
+                               attention_mask=batch["attention_mask"].to(device)).logits
+            loss = F.cross_entropy(logits.float().transpose(1, 2), labels,
+                                   ignore_index=IGNORE_INDEX, reduction="sum")
+            total += float(loss)
+            count += int((labels != IGNORE_INDEX).sum())
+    finally:
+        model.train(was_training)
+    mean = total / max(count, 1)
+    return EvalResult(mean, _perplexity(mean), count, len(examples), "mlm")
+
+
+@torch.no_grad()
+def pseudo_perplexity(
+    model: Any, collator: MaskingCollator, examples: Sequence[Example], *, batch_size: int = 32,
+    device: torch.device | str = "cpu",
+) -> EvalResult:
+    """Pseudo-log-likelihood scoring (Salazar et al., 2020): each maskable token is masked in turn and
+    scored given all the others; costs one forward pass per token, so keep inputs small."""
+    if not examples:
+        raise InputError("no held-out examples to evaluate")
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    copies: list[tuple[tuple[int, ...], int]] = []
+    for e in examples:
+        ids = torch.tensor(e.input_ids).unsqueeze(0)
+        maskable = collator.maskable(ids, torch.ones_like(ids))[0]
+        copies.extend((e.input_ids, int(i)) for i in torch.nonzero(maskable).flatten())
+    total = 0.0
+    try:
+        for k in range(0, len(copies), batch_size):
+            chunk = copies[k : k + batch_size]
+            ids, attention = collator.pad([Example(c[0]) for c in chunk])
+            rows = torch.arange(len(chunk))
+            cols = torch.tensor([c[1] for c in chunk])
+            targets = ids[rows, cols].clone()
+            ids[rows, cols] = collator.mask_id
+            with autocast(device):
+                logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
+            logp = torch.log_softmax(logits[rows.to(device), cols.to(device)].float(), dim=-1)
+            total -= float(logp.gather(1, targets.to(device).unsqueeze(1)).sum())
+    finally:
+        model.train(was_training)
+    mean = total / max(len(copies), 1)
+    return EvalResult(mean, _perplexity(mean), len(copies), len(examples), "pseudo-perplexity")
+
+
+def evaluate_text(
+    model_spec: str | None, paths: Sequence[str], *, max_length: int = 128, batch_size: int = 32,
+    seed: int = 0, mlm_probability: float = 0.15, pseudo: bool = False, device: str = "cpu",
+) -> dict[str, Any]:
+    """Load a model and score held-out text files; the dict is what `tapt eval-mlm --json` prints."""
+    from .data import document_examples
+    from .device import resolve_device
+    from .model import load_mlm
+    from .task_text import read_documents
+
+    if batch_size <= 0:
+        raise InputError(f"--batch-size must be positive, got {batch_size}")
+    if max_length < 8:
+        raise InputError(f"--max-length must be at least 8 tokens, got {max_length}")
+    dev = resolve_device(device)
+    documents = read_documents(paths)
+    torch.manual_seed(seed)
+    model, tokenizer, info = load_mlm(model_spec)
+    model.to(dev)
+    collator = MaskingCollator(tokenizer, mlm_probability, model.get_input_embeddings().weight.shape[0])
+    examples = document_examples(documents, tokenizer, max_length, source="eval")
+    if pseudo:
+        result = pseudo_perplexity(model, collator, examples, batch_size=batch_size, device=dev)
+    else:
+        result = mlm_loss(model, collator, examples, batch_size=batch_size, seed=seed, device=dev)
+    return {
+        "model": info["name"],
+        "head_initialised": info["head_initialised"],
+        "text": [str(p) for p in paths],
+        "max_length": max_length,
+        "batch_size": batch_size,
+        "seed": seed,
+        "mlm_probability": mlm_probability,
+        **result.to_dict(),
+    }

@@ -1,0 +1,64 @@
+"""Reading the selections a run trains on, with the checks that they belong together."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from indexer.errors import InputError
+from retriever.selection_file import SelectedSegment, file_sha256, manifest_path, read_selection
+
+logger = logging.getLogger(__name__)
+
+
+def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[dict[str, Any]]]:
+    """All segments of the selection files (in order) and a provenance record per file.
+
+    Refuses a selection without segments, and selections made from different indexes (their
+    `index.uuid` differ: the segment ids and rows would refer to different text stores).
+    """
+    segments: list[SelectedSegment] = []
+    records: list[dict[str, Any]] = []
+    uuids: dict[str, str] = {}
+    for path in paths:
+        manifest, segs = read_selection(path)
+        if not segs:
+            raise InputError(f"selection {path} has no segments; nothing to train on")
+        index = manifest.get("index") or {}
+        uuid = index.get("uuid") if isinstance(index, dict) else None
+        if uuid:
+            uuids.setdefault(uuid, str(path))
+            if len(uuids) > 1:
+                first = next(iter(uuids.items()))
+                raise InputError(
+                    f"selections {first[1]} and {path} come from different indexes "
+                    f"(uuid {first[0]} vs {uuid}); train on selections of one index"
+                )
+        segments.extend(segs)
+        records.append({
+            "path": str(path),
+            "selection_sha256": manifest.get("selection_sha256") or file_sha256(path),
+            "manifest_sha256": file_sha256(manifest_path(path)),
+            "method": manifest.get("method"),
+            "index": index if isinstance(index, dict) else None,
+            "task": manifest.get("task"),
+            "segments": len(segs),
+        })
+    return segments, records
+
+
+def check_task_matches(records: Sequence[dict[str, Any]], task_hashes: Sequence[str]) -> None:
+    """Warn when --task is not the task text the selections were made for (per their manifests)."""
+    if not task_hashes:
+        return
+    given = set(task_hashes)
+    for rec in records:
+        task = rec.get("task") or {}
+        recorded = task.get("sha256") if isinstance(task, dict) else None
+        if isinstance(recorded, str):
+            recorded = [recorded]
+        if recorded and not given & set(recorded):
+            logger.warning(
+                "--task differs from the task text selection %s was made for (sha256 mismatch)",
+                rec["path"],
+            )

@@ -1,0 +1,259 @@
+"""The training loop of `tapt train`.
+
+A plain torch loop rather than `transformers.Trainer`, on purpose: exact resume is simple here (the
+data position is a pure function of the step number, see `trainer.plan`, and the masking generator is
+re-seeded from (seed, step), so a checkpoint only needs model/optimizer/scheduler/RNG states and the
+step), and per-example loss weights (TADPOLE's lambda) are one multiplication (`trainer.loss`). With
+Trainer both need a custom sampler, collator and `compute_loss`, and its resume skips batches of a
+re-shuffled dataloader instead of restoring a position.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from indexer.errors import InputError
+
+from .config import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+StepCallback = Callable[[int, float], None]
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training: a checkpoint was saved at `step` in `checkpoint`."""
+
+    def __init__(self, step: int, checkpoint: Path):
+        super().__init__(f"interrupted at step {step}; checkpoint saved in {checkpoint}")
+        self.step = step
+        self.checkpoint = checkpoint
+
+
+class _StopOnSigint:
+    """First Ctrl-C asks the loop to stop after the current step (and save); a second one aborts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        logger.warning("interrupt: saving a checkpoint after this step (Ctrl-C again to abort now)")
+
+    def __enter__(self) -> "_StopOnSigint":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _model_identity(info: dict[str, Any]) -> dict[str, Any]:
+    from retriever.selection_file import file_sha256
+
+    config = Path(info["path"]) / "config.json"
+    return {"name": info["name"], "config_sha256": file_sha256(config) if config.is_file() else None}
+
+
+def _optimizer(model: Any, config: TrainConfig, total_steps: int) -> tuple[Any, Any]:
+    """AdamW (no decay on biases and LayerNorm weights); linear warmup then linear decay to 0."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+    )
+    warmup_steps = round(config.warmup * total_steps)
+    return optimizer, get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+
+
+def _final_loss(curve: list[float]) -> float | None:
+    tail = curve[-min(len(curve), 20):]
+    return sum(tail) / len(tail) if tail else None
+
+
+def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[str, Any]:
+    """Run (or resume) continued masked-LM pretraining; returns the training manifest.
+
+    `on_step(step, loss)` is called after every completed optimizer step (for tests and tooling).
+    Raises InputError for bad inputs (before anything is written), TrainingInterrupted after Ctrl-C.
+    """
+    import torch
+    from tqdm import tqdm
+
+    from .checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
+    from .collate import MaskingCollator, derived_seed
+    from .data import document_examples, segment_examples
+    from .device import autocast, resolve_device
+    from .evaluate import mlm_loss
+    from .inputs import check_task_matches, load_selections
+    from .loss import weighted_mlm_loss
+    from .manifest import TRAINING_FORMAT, TRAINING_FORMAT_VERSION, identity_hash, library_versions
+    from .model import load_mlm, max_positions
+    from .outdir import check_output, finished_manifest, prepare_output, write_final_model
+    from .plan import TrainingPlan
+    from .task_text import files_sha256, read_documents
+
+    out = Path(config.out)
+    check_output(out, None, config.resume)  # cheap refusals before the slow loading
+    device = resolve_device(config.device)
+    segments, selection_records = load_selections(config.selections)
+    task_docs = read_documents(config.task) if config.task else []
+    task_hashes = files_sha256(config.task)
+    check_task_matches(selection_records, task_hashes)
+    eval_docs = read_documents(config.eval_text) if config.eval_text else []
+
+    torch.manual_seed(config.seed)  # the head of a base encoder is initialised reproducibly
+    model, tokenizer, model_info = load_mlm(config.model)
+    limit = max_positions(model)
+    if limit is not None and config.max_length > limit:
+        raise InputError(f"--max-length {config.max_length} exceeds what {model_info['name']} accepts ({limit})")
+    selection_examples = segment_examples(segments, tokenizer, config.max_length)
+    task_examples = document_examples(task_docs, tokenizer, config.max_length, "task")
+    eval_examples = document_examples(eval_docs, tokenizer, config.max_length, "eval")
+    plan = TrainingPlan(selection_examples, task_examples, ratio=config.mix_ratio,
+                        weights=config.weights, seed=config.seed, batch_size=config.batch_size)
+    total_steps = config.steps or plan.steps_per_epoch * int(config.epochs or 0)
+    identity = {
+        **config.identity_fields(),
+        "model": _model_identity(model_info),
+        "selections": [r["selection_sha256"] for r in selection_records],
+        "task": task_hashes,
+        "data_sha256": plan.fingerprint(),
+    }
+
+    created = not out.exists()
+    resuming = prepare_output(out, identity, config.resume)
+    if resuming:
+        done = finished_manifest(out)
+        if done is not None and done.get("steps") == total_steps:
+            logger.info("%s already holds the finished run (%d steps); nothing to do", out, total_steps)
+            return done
+
+    model.to(device)
+    model.train()
+    optimizer, scheduler = _optimizer(model, config, total_steps)
+    collator = MaskingCollator(tokenizer, config.mlm_probability,
+                               model.get_input_embeddings().weight.shape[0])
+    state: dict[str, Any] = {"loss_curve": [], "evals": [], "seconds": 0.0, "resumed_at": []}
+    step = 0
+    checkpoints = checkpoint_dirs(out) if resuming else []
+    if checkpoints:
+        state = load_checkpoint(checkpoints[-1], model, optimizer, scheduler, str(device))
+        if state.get("identity_sha256") != identity_hash(identity):
+            raise InputError(f"checkpoint {checkpoints[-1]} belongs to another configuration")
+        step = int(state["step"])
+        state["resumed_at"] = list(state.get("resumed_at", [])) + [step]
+        logger.info("resuming from %s (step %d of %d)", checkpoints[-1], step, total_steps)
+
+    def evaluate(at: int) -> None:
+        if not eval_examples or any(e["step"] == at for e in state["evals"]):
+            return
+        result = mlm_loss(model, collator, eval_examples, batch_size=config.batch_size,
+                          seed=config.seed, device=device)
+        state["evals"].append({"step": at, "loss": result.loss, "perplexity": result.perplexity,
+                               "tokens": result.tokens})
+        logger.info("step %d: eval loss %.4f (perplexity %.2f, %d tokens)",
+                    at, result.loss, result.perplexity, result.tokens)
+
+    def checkpoint(at: int) -> Path:
+        epoch, position = plan.position(at)
+        return save_checkpoint(out, at, model, optimizer, scheduler, {
+            **state, "format": TRAINING_FORMAT, "epoch": epoch, "position": position,
+            "total_steps": total_steps, "identity_sha256": identity_hash(identity),
+        }, keep=config.keep_checkpoints)
+
+    started = time.monotonic()
+    seconds_before = float(state.get("seconds", 0.0))
+    use_weights = config.weights == "continuous"
+    bar = tqdm(total=total_steps, initial=step, unit="step", disable=not config.progress,
+               dynamic_ncols=True, desc="train")
+    try:
+        if step == 0:
+            evaluate(0)
+        with _StopOnSigint() as stop:
+            while step < total_steps:
+                batch = collator(plan.batch(step),
+                                 torch.Generator().manual_seed(derived_seed(config.seed, step)))
+                with autocast(device):
+                    logits = model(input_ids=batch["input_ids"].to(device),
+                                   attention_mask=batch["attention_mask"].to(device)).logits
+                loss = weighted_mlm_loss(logits, batch["labels"].to(device),
+                                         batch["weights"] if use_weights else None)
+                loss.backward()
+                if config.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                value = float(loss.detach())
+                state["loss_curve"].append(value)
+                state["seconds"] = seconds_before + time.monotonic() - started
+                bar.update(1)
+                bar.set_postfix(loss=f"{_final_loss(state['loss_curve'][-10:]):.4f}")
+                if config.eval_every and step % config.eval_every == 0:
+                    evaluate(step)
+                if on_step is not None:
+                    on_step(step, value)
+                if stop.requested and step < total_steps:
+                    raise TrainingInterrupted(step, checkpoint(step))
+                if step % config.save_every == 0 and step < total_steps:
+                    checkpoint(step)
+        evaluate(step)
+    except TrainingInterrupted:
+        raise
+    except BaseException:
+        if created and not checkpoint_dirs(out):
+            shutil.rmtree(out, ignore_errors=True)  # a failed fresh run leaves nothing behind
+        raise
+    finally:
+        bar.close()
+
+    manifest = {
+        "format": TRAINING_FORMAT,
+        "format_version": TRAINING_FORMAT_VERSION,
+        "model": {k: model_info[k] for k in ("name", "path", "architecture", "head_initialised")},
+        "arguments": config.to_dict(),
+        "selections": selection_records,
+        "task": [{"path": p, "sha256": h} for p, h in zip(config.task, task_hashes)],
+        "eval_text": [{"path": p, "sha256": h}
+                      for p, h in zip(config.eval_text, files_sha256(config.eval_text))],
+        "examples": {"selection": plan.n_selection, "task": plan.n_task, "eval": len(eval_examples),
+                     "per_epoch": plan.epoch_size, "steps_per_epoch": plan.steps_per_epoch},
+        "identity_sha256": identity_hash(identity),
+        "identity": identity,
+        "steps": step,
+        "epochs": step / plan.steps_per_epoch,
+        "train_loss": _final_loss(state["loss_curve"]),
+        "loss_curve": state["loss_curve"],
+        "evals": state["evals"],
+        "eval_loss": state["evals"][-1]["loss"] if state["evals"] else None,
+        "seconds": round(float(state["seconds"]), 3),
+        "resumed_at": state.get("resumed_at", []),
+        "device": str(device),
+        "versions": library_versions(),
+    }
+    write_final_model(out, model, tokenizer, manifest)
+    if config.delete_checkpoints:
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    logger.info("trained %d steps in %.1fs; model written to %s", step, state["seconds"], out)
+    return manifest

@@ -1,0 +1,142 @@
+"""The output directory of `tapt train`: marker file, refusal rules, atomic final model."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from indexer.errors import InputError
+
+from .manifest import (
+    TRAINING_FORMAT,
+    TRAINING_FORMAT_VERSION,
+    TRAINING_MANIFEST,
+    identity_differences,
+    identity_hash,
+    write_json_atomic,
+)
+
+logger = logging.getLogger(__name__)
+
+MARKER = ".tapt-training.json"
+
+
+def read_marker(out: Path) -> dict[str, Any] | None:
+    """The marker of a tapt training directory, or None when `out` is not one."""
+    try:
+        marker = json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return marker if isinstance(marker, dict) and marker.get("format") == TRAINING_FORMAT else None
+
+
+def _holds_run(out: Path) -> bool:
+    """True when a tapt training directory has checkpoints or a finished model."""
+    return (out / TRAINING_MANIFEST).exists() or (out / "checkpoints").is_dir()
+
+
+def check_output(out: str | Path, identity: dict[str, Any] | None, resume: bool) -> bool:
+    """Check `out` without writing anything; returns True when it holds this run to resume.
+
+    Refused: a file; a non-empty directory that is not a tapt training directory; a training
+    directory with checkpoints or a model but no --resume; --resume of a run with another identity
+    (checked only when `identity` is given); a parent that is not a directory.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} exists and is not a directory")
+    if not out.exists():
+        parent = out.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise InputError(f"cannot create --out {out}: {parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(f"cannot create --out {out}: {parent} is not writable")
+        return False
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise InputError(f"--out {out} is not writable")
+    if not any(out.iterdir()):
+        return False
+    marker = read_marker(out)
+    if marker is None:
+        raise InputError(
+            f"--out {out} is a non-empty directory that is not a tapt training directory; "
+            f"choose a new or empty directory"
+        )
+    if not _holds_run(out):
+        return False
+    if not resume:
+        raise InputError(
+            f"--out {out} already holds a training run; pass --resume to continue it, or choose "
+            f"another directory"
+        )
+    if identity is not None and marker.get("identity_sha256") != identity_hash(identity):
+        diffs = identity_differences(marker.get("identity", {}), identity)
+        raise InputError(
+            f"cannot resume {out}: the run was started with another configuration ("
+            + "; ".join(diffs or ["identity differs"]) + ")"
+        )
+    return True
+
+
+def prepare_output(out: str | Path, identity: dict[str, Any], resume: bool) -> bool:
+    """Check `out` (see `check_output`), create it and write its marker; True when resuming."""
+    out = Path(out)
+    resuming = check_output(out, identity, resume)
+    if resuming:
+        return True
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / MARKER, {
+            "format": TRAINING_FORMAT,
+            "format_version": TRAINING_FORMAT_VERSION,
+            "identity_sha256": identity_hash(identity),
+            "identity": identity,
+        })
+        probe = out / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(f"cannot write to --out {out}: {exc.strerror or exc}") from exc
+    if resume:
+        logger.info("--resume: %s holds no run yet; starting from step 0", out)
+    return False
+
+
+def finished_manifest(out: str | Path) -> dict[str, Any] | None:
+    """The training manifest of a completed run in `out`, if there is one."""
+    try:
+        return json.loads((Path(out) / TRAINING_MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_final_model(out: str | Path, model: Any, tokenizer: Any, manifest: dict[str, Any]) -> None:
+    """Save model and tokenizer into a temporary directory inside `out`, move the files into `out`,
+    and write the training manifest last: `out` holds a model exactly when the manifest exists."""
+    out = Path(out)
+    tmp = out / f".final-tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    from .model import quiet_transformers
+
+    try:
+        with quiet_transformers():
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+        for item in sorted(tmp.iterdir()):
+            target = out / item.name
+            if target.is_dir():
+                shutil.rmtree(target)
+            os.replace(item, target)
+        write_json_atomic(out / TRAINING_MANIFEST, manifest)
+    except OSError as exc:
+        raise InputError(f"cannot write the trained model to {out}: {exc.strerror or exc}") from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
