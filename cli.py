@@ -239,7 +239,12 @@ def select_knn(ctx, idx, out, segment_size, seed, model, device, task, k, budget
 @click.option("--candidates", default="10x", show_default=True,
               help="Candidates to rescore: 10x the budget, a segment count, or all.")
 @click.option("--prerank", default="centroid", show_default=True,
-              type=click.Choice(["centroid", "knn"]), help="How candidates are pre-ranked.")
+              type=click.Choice(["centroid", "knn", "density", "classifier"]),
+              help="How candidates are pre-ranked.")
+@click.option("--detector", default="iforest", show_default=True,
+              type=click.Choice(["iforest", "lof", "ocsvm", "robust-cov", "pca-recon", "knn-dist",
+                                 "auto"]),
+              help="Rescoring detector; auto = best held-out F1 (see `tapt detectors rank`).")
 @click.option("--k", "-k", default=50, show_default=True, type=int,
               help="Neighbours per task sentence for --prerank knn.")
 @click.option("--weights", default="discrete", show_default=True,
@@ -252,7 +257,7 @@ def select_knn(ctx, idx, out, segment_size, seed, model, device, task, k, budget
 @click.pass_context
 @_domain_errors
 def select_iforest(ctx, idx, out, segment_size, seed, model, device, task, budget, candidates,
-                   prerank, k, weights, C, alpha, pca) -> None:
+                   prerank, detector, k, weights, C, alpha, pca) -> None:
     """Rescore candidates with an Isolation Forest fitted on the task (TADPOLE).
 
     \b
@@ -268,7 +273,7 @@ def select_iforest(ctx, idx, out, segment_size, seed, model, device, task, budge
         raise click.UsageError("--C and --alpha only apply with --weights continuous")
     _run_select(ctx, idx, out, task, model, device, method="iforest", budget=budget,
                 candidates=candidates, prerank=prerank, k=k, weights=weights, C=C, alpha=alpha,
-                pca=pca, seed=seed, segment_size=segment_size)
+                pca=pca, seed=seed, segment_size=segment_size, detector=detector)
 
 
 @select.command("random", context_settings=CONTEXT)
@@ -285,6 +290,102 @@ def select_random(ctx, idx, out, segment_size, seed, model, device, budget) -> N
     """
     _run_select(ctx, idx, out, None, model, device, method="random", budget=budget, seed=seed,
                 segment_size=segment_size)
+
+
+@select.command("distance", context_settings=CONTEXT)
+@_select_options
+@_TASK
+@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
+@click.pass_context
+@_domain_errors
+def select_distance(ctx, idx, out, segment_size, seed, model, device, task, budget) -> None:
+    """Distance to a random-corpus centroid minus distance to the task centroid (Wang et al.).
+
+    \b
+    Example:
+      tapt select distance idx --task task.jsonl --budget 0.2 --out sel.jsonl
+    """
+    _run_select(ctx, idx, out, task, model, device, method="distance", budget=budget, seed=seed,
+                segment_size=segment_size)
+
+
+@select.command("density", context_settings=CONTEXT)
+@_select_options
+@_TASK
+@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
+@click.option("--m", "m", default=10, show_default=True, type=int,
+              help="Mean cosine to the m nearest task sentences (1 = best cosine to any).")
+@click.pass_context
+@_domain_errors
+def select_density(ctx, idx, out, segment_size, seed, model, device, task, budget, m) -> None:
+    """Rank every sentence by its mean cosine to its m nearest task sentences.
+
+    \b
+    Examples:
+      tapt select density idx --task task.jsonl --budget 20000sent --m 10 --out sel.jsonl
+      tapt select density idx --task task.jsonl --budget 0.2 --m 1 --out best-cosine.jsonl
+    """
+    _run_select(ctx, idx, out, task, model, device, method="density", budget=budget, m=m,
+                seed=seed, segment_size=segment_size)
+
+
+@select.command("classifier", context_settings=CONTEXT)
+@_select_options
+@_TASK
+@click.option("--budget", "-b", default=None,
+              help=_BUDGET_HELP + " [default: every segment with probability > 0.5]")
+@click.option("--rounds", default=2, show_default=True, type=int,
+              help="Self-training rounds (0 = positive only: trained on the task alone).")
+@click.pass_context
+@_domain_errors
+def select_classifier(ctx, idx, out, segment_size, seed, model, device, task, budget,
+                      rounds) -> None:
+    """Positive-unlabeled logistic regression on the stored embeddings, with self-training.
+
+    \b
+    Examples:
+      tapt select classifier idx --task task.jsonl --budget 20000sent --out sel.jsonl
+      tapt select classifier idx --task task.jsonl --rounds 0 --out probable.jsonl
+    """
+    _run_select(ctx, idx, out, task, model, device, method="classifier", budget=budget,
+                rounds=rounds, seed=seed, segment_size=segment_size)
+
+
+@select.command("moore-lewis", context_settings=CONTEXT)
+@_select_options
+@_TASK
+@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
+@click.pass_context
+@_domain_errors
+def select_moore_lewis(ctx, idx, out, segment_size, seed, model, device, task, budget) -> None:
+    """Bigram cross-entropy difference, task LM vs a random-pool LM (Moore & Lewis 2010).
+
+    \b
+    Example:
+      tapt select moore-lewis idx --task task.jsonl --budget 0.2 --out sel.jsonl
+    """
+    _run_select(ctx, idx, out, task, model, device, method="moore-lewis", budget=budget,
+                seed=seed, segment_size=segment_size)
+
+
+@select.command("auto", context_settings=CONTEXT)
+@_select_options
+@_TASK
+@click.option("--budget", "-b", default=None, help=_BUDGET_HELP)
+@click.option("--m", "m", default=10, show_default=True, type=int)
+@click.option("--rounds", default=2, show_default=True, type=int)
+@click.pass_context
+@_domain_errors
+def select_auto(ctx, idx, out, segment_size, seed, model, device, task, budget, m,
+                rounds) -> None:
+    """Pick the method with the best held-out F1 for the task (TADPOLE's protocol), run it.
+
+    \b
+    Example:
+      tapt select auto idx --task task.jsonl --budget 20000sent --out sel.jsonl
+    """
+    _run_select(ctx, idx, out, task, model, device, method="auto", budget=budget, m=m,
+                rounds=rounds, seed=seed, segment_size=segment_size)
 
 
 # ----------------------------------------------------------------------------- eval
@@ -318,6 +419,292 @@ def evaluate(selections, idx, label_field, label, as_json) -> None:
         click.echo(f"{Path(row['selection']).name:<28} {row['method']:<9} {row['segments']:>8,} "
                    f"{row['selected']:>9,} {row['precision']:>9.3f} {row['recall']:>7.3f} "
                    f"{row['f1']:>6.3f} {row['seconds']:>7.2f}")
+
+
+# --- trainer commands ---
+
+
+class _Interrupted(click.ClickException):
+    """Ctrl-C during training: the checkpoint is saved; exit 130 like an interrupted shell job."""
+
+    exit_code = 130
+
+
+@cli.command("train", context_settings=CONTEXT)
+@click.option("--model", default=None, help="Masked-LM model directory or hub name (BERT, RoBERTa, "
+              "DistilBERT...) [default: the packaged all-MiniLM-L6-v2, MLM head newly initialised].")
+@click.option("--selection", "selections", required=True, multiple=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="Selection JSONL from `tapt select` (repeatable; all from one index).")
+@click.option("--task", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Task text (.txt/.jsonl, .gz) mixed into training (repeatable).")
+@click.option("--mix", default=None, help="TASK:SELECTION examples ratio with --task [default: 1:1].")
+@click.option("--weights", default="discrete", show_default=True,
+              type=click.Choice(["discrete", "continuous", "sample"]),
+              help="discrete: ignore weights; continuous: scale each example's loss by its "
+                   "lambda; sample: draw examples with probability proportional to lambda.")
+@click.option("--steps", type=int, default=None, help="Optimizer steps (or give --epochs).")
+@click.option("--epochs", type=int, default=None, help="Passes over the (mixed) data.")
+@click.option("--batch-size", default=16, show_default=True, type=int)
+@click.option("--max-length", default=128, show_default=True, type=int,
+              help="Tokens per example; consecutive sentences of one segment are packed up to it.")
+@click.option("--lr", default=1e-4, show_default=True, type=float)
+@click.option("--warmup", default=0.06, show_default=True, type=float,
+              help="Fraction of steps of linear warmup (then linear decay to 0).")
+@click.option("--weight-decay", default=0.01, show_default=True, type=float)
+@click.option("--mlm-probability", default=0.15, show_default=True, type=float)
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
+              help="Model directory to write (checkpoints go to OUT/checkpoints).")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option("--eval-text", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Held-out text for the masked-LM loss during training (repeatable).")
+@click.option("--eval-every", default=0, show_default=True, type=int,
+              help="Evaluate every N steps (0: only at the start and the end).")
+@click.option("--save-every", default=200, show_default=True, type=int,
+              help="Checkpoint every N steps.")
+@click.option("--keep-checkpoints", default=2, show_default=True, type=int,
+              help="How many of the newest checkpoints to keep.")
+@click.option("--delete-checkpoints", is_flag=True,
+              help="Delete OUT/checkpoints once the run has finished.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
+              help="cuda trains with bf16 autocast where supported.")
+@click.pass_context
+@_domain_errors
+def train_command(ctx, model, selections, task, mix, weights, steps, epochs, batch_size, max_length,
+                  lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, eval_every,
+                  save_every, keep_checkpoints, delete_checkpoints, seed, device) -> None:
+    """Continue masked-LM pretraining of a model on selected segments (and task text).
+
+    \b
+    Examples:
+      tapt train --selection sel.jsonl --steps 1000 --out model-tapt
+      tapt train --model ./bert --selection knn.jsonl --task task.jsonl --mix 1:1 \\
+          --epochs 3 --eval-text heldout.txt --eval-every 200 --out model-knn
+      tapt train --selection weighted.jsonl --weights continuous --steps 2000 --out m --resume
+    """
+    from trainer.config import TrainConfig
+    from trainer.loop import TrainingInterrupted, train
+
+    config = TrainConfig(
+        model=model, selections=tuple(selections), task=tuple(task), mix=mix, weights=weights,
+        steps=steps, epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr,
+        warmup=warmup, weight_decay=weight_decay, mlm_probability=mlm_probability, out=out,
+        resume=resume, eval_text=tuple(eval_text), eval_every=eval_every, save_every=save_every,
+        keep_checkpoints=keep_checkpoints, delete_checkpoints=delete_checkpoints, seed=seed,
+        device=device, progress=ctx.obj["progress"],
+    )
+    try:
+        manifest = train(config)
+    except TrainingInterrupted as exc:
+        raise _Interrupted(f"{exc}; continue with the same arguments plus --resume") from exc
+    evals = manifest["evals"]
+    tail = (f", eval loss {evals[0]['loss']:.4f} -> {evals[-1]['loss']:.4f} "
+            f"(perplexity {evals[-1]['perplexity']:.2f})" if evals else "")
+    click.echo(f"trained {manifest['steps']:,} steps in {manifest['seconds']:.0f} s: "
+               f"train loss {manifest['train_loss']:.4f}{tail} -> {out}")
+
+
+@cli.command("eval-mlm", context_settings=CONTEXT)
+@click.option("--model", default=None, help="Masked-LM model directory or hub name "
+              "[default: the packaged all-MiniLM-L6-v2].")
+@click.option("--text", "texts", required=True, multiple=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="Held-out text (.txt/.jsonl, .gz; repeatable).")
+@click.option("--max-length", default=128, show_default=True, type=int)
+@click.option("--batch-size", default=32, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Masking seed: the same seed masks the same tokens for every model.")
+@click.option("--mlm-probability", default=0.15, show_default=True, type=float)
+@click.option("--pseudo-perplexity", "pseudo", is_flag=True,
+              help="Mask every token in turn (Salazar et al. 2020): one pass per token, small inputs.")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_domain_errors
+def eval_mlm_command(model, texts, max_length, batch_size, seed, mlm_probability, pseudo, device,
+                     as_json) -> None:
+    """Masked-LM loss and perplexity of a model on held-out text (fixed, seeded masks).
+
+    \b
+    Examples:
+      tapt eval-mlm --model model-knn --text heldout.txt
+      tapt eval-mlm --model model-knn --text small.txt --pseudo-perplexity --json
+    """
+    from trainer.evaluate import evaluate_text
+
+    if not 0 < mlm_probability < 1:
+        raise click.BadParameter("must be in (0, 1)", param_hint="--mlm-probability")
+    report = evaluate_text(model, list(texts), max_length=max_length, batch_size=batch_size,
+                           seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    kind = "pseudo-log-likelihood loss" if pseudo else "masked-LM loss"
+    click.echo(f"{report['model']}: {kind} {report['loss']:.4f}, perplexity "
+               f"{report['perplexity']:.2f} over {report['tokens']:,} scored tokens "
+               f"({report['examples']:,} sequences of <= {max_length} tokens)")
+
+
+# --- benchmark and detector commands ---
+
+
+def _ints(spec: str, option: str) -> list[int]:
+    try:
+        return [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"{spec!r}: use comma-separated integers", param_hint=option) from exc
+
+
+@cli.group(context_settings=CONTEXT)
+def bench() -> None:
+    """Benchmark selection methods against oracle labels."""
+
+
+@bench.command("recall", context_settings=CONTEXT)
+@click.option("--pool", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Labelled pool JSONL(.gz): text, domain, doc, pos (indexed if no --index).")
+@click.option("--seeds", "seeds_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="Directory of <domain>.jsonl.gz seed files.")
+@click.option("--index", "idx", type=click.Path(exists=True, file_okay=False), default=None,
+              help="An index of the pool (built with --no-split) to reuse.")
+@click.option("--methods", default="all", show_default=True,
+              help="Comma-separated methods, or all.")
+@click.option("--seed-sizes", default="100,500,2000", show_default=True)
+@click.option("--budgets", default="oracle,0.5x,2x", show_default=True,
+              help="Multiples of the oracle's size in sentences.")
+@click.option("--repeats", default=3, show_default=True, type=int,
+              help="Seed subsets per seed size smaller than the seed file.")
+@click.option("--segment-sizes", default="1,15", show_default=True,
+              help="Segment sizes for methods whose ranking ignores the budget (others: 1).")
+@click.option("--domains", default=None, help="Only these domains (comma-separated).")
+@click.option("--label-field", default="domain", show_default=True)
+@click.option("--cache", default=".cache/bench", show_default=True, type=click.Path(file_okay=False),
+              help="Seed embeddings, DSIR features and a built index are kept here.")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
+              help="Results directory: recall.json, recall.md, pr-<domain>.png.")
+@click.pass_context
+@_domain_errors
+def bench_recall_command(ctx, pool, seeds_dir, idx, methods, seed_sizes, budgets, repeats,
+                         segment_sizes, domains, label_field, cache, out) -> None:
+    """Precision, recall and F1 of every method against oracle selections, DSIR beside them.
+
+    \b
+    Example:
+      tapt bench recall --pool ../shared/data/multidomain/pool.jsonl.gz \\
+          --seeds ../shared/data/multidomain/seeds --index .cache/pool-index \\
+          --methods all --seed-sizes 100,500,2000 --budgets oracle,0.5x,2x --repeats 3 \\
+          --out benchmarks/results
+    """
+    from retriever.bench.run import bench_recall
+
+    report = bench_recall(
+        Path(pool) if pool else None, Path(seeds_dir), Path(idx) if idx else None,
+        [m.strip() for m in methods.split(",") if m.strip()], _ints(seed_sizes, "--seed-sizes"),
+        budgets, repeats, _ints(segment_sizes, "--segment-sizes"), Path(out), Path(cache),
+        label_field=label_field, domains=domains.split(",") if domains else None,
+        progress=ctx.obj["progress"])
+    best = max((r for r in report["aggregate"] if r["domain"] == "all" and r["segment_size"] == 1),
+               key=lambda r: r["f1"])
+    click.echo(f"{len(report['results']):,} results in {report['seconds']:.0f} s; best mean F1 "
+               f"{best['f1']:.3f} ({best['method']}, {best['seeds']} seeds, budget "
+               f"{best['budget']}) -> {out}/recall.md")
+
+
+@bench.command("clusters", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.option("--k", "ks", default="5,10,15", show_default=True, help="Numbers of clusters.")
+@click.option("--label-field", default="domain", show_default=True)
+@click.option("--sample", default=20000, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True)
+@_domain_errors
+def bench_clusters_command(idx, ks, label_field, sample, seed, as_json) -> None:
+    """GMM cluster purity of the embeddings against domain labels (Aharoni & Goldberg Table 1).
+
+    \b
+    Example:
+      tapt bench clusters .cache/pool-index --k 5,10,15
+    """
+    from retriever.bench.clusters import cluster_purity
+    from indexer.index import Index
+
+    rows = cluster_purity(Index(idx), _ints(ks, "--k"), label_field, sample=sample, seed=seed)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for row in rows:
+        click.echo(f"k={row['k']:<4} purity {row['purity']:.3f}  ({row['sentences']:,} sentences, "
+                   f"{row['labels']} labels)")
+
+
+@cli.group(context_settings=CONTEXT)
+def detectors() -> None:
+    """Novelty detectors for a task."""
+
+
+@detectors.command("rank", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@_TASK
+@click.option("--pca", default=0, show_default=True, type=int,
+              help="Fit every detector in a PCA projection of this many dimensions.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--model", default=None)
+@click.option("--device", default="auto", show_default=True,
+              type=click.Choice(["auto", "cpu", "cuda"]))
+@click.option("--json", "as_json", is_flag=True)
+@_domain_errors
+def detectors_rank_command(idx, task, pca, seed, model, device, as_json) -> None:
+    """Which detector separates this task from the corpus best (TADPOLE Table 1 protocol).
+
+    \b
+    Example:
+      tapt detectors rank idx --task task.jsonl
+    """
+    from indexer.index import Index
+    from retriever.choose_detector import rank_detectors
+    from retriever.task import load_task
+
+    ix = Index(idx)
+    sentences = load_task(list(task), split=ix.manifest["ingest"]["split_sentences"]).sentences
+    rows = rank_detectors(ix, ix.load_encoder(model, device).encode(sentences), seed=seed,
+                          pca_dims=pca)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    click.echo(f"{'detector':<12} {'F1':>6} {'AUC':>6}   (90/10 task split vs as many random "
+               "corpus sentences)")
+    for row in rows:
+        click.echo(f"{row['name']:<12} {row['f1']:>6.3f} {row['auc']:>6.3f}")
+
+
+@cli.group(context_settings=CONTEXT)
+def plot() -> None:
+    """Pictures of an index."""
+
+
+@plot.command("domains", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="PNG to write.")
+@click.option("--selection", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Overlay this selection's sentences.")
+@click.option("--label-field", default="domain", show_default=True)
+@click.option("--sample", default=8000, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@_domain_errors
+def plot_domains_command(idx, out, selection, label_field, sample, seed) -> None:
+    """2-D PCA map of the embeddings coloured by label, a selection overlaid.
+
+    \b
+    Example:
+      tapt plot domains idx --out map.png --selection sel.jsonl
+    """
+    from retriever.bench.plot_domains import plot_domains
+    from indexer.index import Index
+
+    info = plot_domains(Index(idx), Path(out), label_field, sample,
+                        Path(selection) if selection else None, seed)
+    click.echo(f"drew {info['sentences']:,} sentences"
+               + (f" and {info['selected_drawn']:,} selected" if selection else "") + f" -> {out}")
 
 
 def main() -> None:

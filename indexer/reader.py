@@ -10,7 +10,6 @@ split into sentences, one record each, keeps its documents); records without it 
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import zlib
@@ -102,25 +101,19 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
 
 def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, decoded line without newline); clear errors for binary, bad UTF-8 and bad gzip."""
-    raw = gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
     try:
-        with raw:
-            stream = io.BufferedReader(raw)  # type: ignore[arg-type]
-            for lineno, line in enumerate(stream, 1):
+        with (gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")) as fh:
+            for lineno, line in enumerate(fh, 1):
                 if b"\x00" in line:
                     raise InputError(f"{path}:{lineno}: contains NUL bytes (binary file?)")
                 try:
-                    text = line.decode("utf-8")
+                    text = line.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as exc:
                     raise InputError(
                         f"{path}:{lineno}: not valid UTF-8 (byte {exc.start}); re-encode the file"
                     ) from exc
-                yield lineno, text.rstrip("\r\n").lstrip("\ufeff") if lineno == 1 else text.rstrip(
-                    "\r\n"
-                )
+                yield lineno, text.lstrip("\ufeff") if lineno == 1 else text
     except (OSError, EOFError, zlib.error) as exc:
-        if isinstance(exc, InputError):
-            raise
         raise InputError(f"{path}: cannot read ({exc})") from exc
 
 

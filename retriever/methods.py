@@ -18,7 +18,8 @@ from indexer.index import Index
 
 from . import scoring
 from .budget import Budget, budget_target, cut
-from .detectors import fit_isolation_forest
+from .choose_detector import rank_detectors
+from .detector_registry import fit_detector
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +118,17 @@ def parse_candidates(spec: str) -> tuple[Literal["all", "times", "count"], float
 def iforest(index: Index, view: SegmentView, task: np.ndarray, budget: Budget, *,
             candidates: str = "10x", prerank: str = "centroid", k: int = 50,
             weights: str = "discrete", C: float = 4.0, alpha: float = 0.0, seed: int = 0,
-            pca_dims: int = 0, n_estimators: int = 200) -> Ranking:
-    """TADPOLE: Isolation Forest on the task, rescoring candidate segments by mean anomaly."""
+            pca_dims: int = 0, detector: str = "iforest", pre: Ranking | None = None) -> Ranking:
+    """TADPOLE: a detector (Isolation Forest by default) fitted on the task rescores candidate
+    segments by their mean anomaly. `pre` is a full pre-ranking (else centroid or knn);
+    `detector="auto"` picks the detector with the best held-out F1 for the task."""
     kind, value = parse_candidates(candidates)
     if kind == "all":
         pool = np.arange(len(view))
     else:
-        pre = (centroid(index, view, task, None) if prerank == "centroid"
-               else knn(index, view, task, None, k))
+        if pre is None:
+            pre = (centroid(index, view, task, None) if prerank == "centroid"
+                   else knn(index, view, task, None, k))
         if kind == "times":
             wanted = len(_take(view, np.arange(len(view)), np.zeros(len(view)), budget, {}).segments)
             size = int(math.ceil(value * wanted))
@@ -139,16 +143,21 @@ def iforest(index: Index, view: SegmentView, task: np.ndarray, budget: Budget, *
         bg_rows = np.sort(rng.choice(index.n_sentences, size=min(len(task), index.n_sentences),
                                      replace=False))
         background = np.asarray(index.embeddings[bg_rows])
-    anomaly_of = fit_isolation_forest(task, np.asarray(index.embeddings[sample_rows]), seed=seed,
-                                      n_estimators=n_estimators, pca_dims=pca_dims,
-                                      pca_background=background)
+    extra: dict[str, Any] = {}
+    if detector == "auto":
+        table = rank_detectors(index, task, seed=seed, pca_dims=pca_dims)
+        detector = table[0]["name"]
+        extra = {"detector_f1": {r["name"]: r["f1"] for r in table}}
+    anomaly_of = fit_detector(detector, task, np.asarray(index.embeddings[sample_rows]),
+                              seed=seed, pca_dims=pca_dims, background=background)
     rows = scoring.rows_of_segments(view.offsets, pool)
     seg_anomaly = scoring.segment_mean(anomaly_of(index.embeddings[rows]), view.lengths[pool])
     order_in_pool = scoring.rank(-seg_anomaly)
     scores = np.full(len(view), -np.inf, dtype=np.float32)
     scores[pool] = -seg_anomaly
     ranking = _take(view, pool[order_in_pool], scores, budget,
-                    {"candidate_segments": int(len(pool)), "corpus_sample": int(len(sample_rows))})
+                    {"candidate_segments": int(len(pool)), "corpus_sample": int(len(sample_rows)),
+                     "detector": detector, **extra})
     if weights == "continuous":
         lam = np.zeros(len(view), dtype=np.float32)
         lam[pool] = scoring.lambda_weights(seg_anomaly, C, alpha)

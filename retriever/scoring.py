@@ -90,3 +90,39 @@ def lambda_weights(anomaly: np.ndarray, C: float, alpha: float) -> np.ndarray:
     """TADPOLE's continuous weights: sigmoid(C * (alpha - z)), z the standardised anomaly score."""
     z = zscore(anomaly)
     return (1.0 / (1.0 + np.exp(-C * (alpha - z)))).astype(np.float32)
+
+
+def topm_mean_similarity(rows: np.ndarray, task_embeddings: np.ndarray, m: int,
+                         chunk: int = 4096) -> np.ndarray:
+    """For each row, the mean cosine to its `m` most similar task sentences (a density score).
+
+    m = 1 is the best similarity to any task sentence (kNN-TAPT's score, over every row).
+    """
+    t = np.asarray(task_embeddings, dtype=np.float32).T
+    m = max(1, min(int(m), t.shape[1]))
+    out = np.empty(len(rows), dtype=np.float32)
+    for start in range(0, len(rows), chunk):
+        sims = np.asarray(rows[start:start + chunk], dtype=np.float32) @ t
+        if m == 1:
+            out[start:start + len(sims)] = sims.max(axis=1)
+        else:
+            top = np.partition(sims, sims.shape[1] - m, axis=1)[:, -m:]
+            out[start:start + len(sims)] = top.mean(axis=1)
+    return out
+
+
+def distance_difference(rows: np.ndarray, task_mean: np.ndarray, corpus_mean: np.ndarray,
+                        chunk: int = CHUNK) -> np.ndarray:
+    """Wang et al. 2017: distance to a random-corpus centroid minus distance to the task centroid.
+
+    Euclidean distances to the (unnormalised) mean embeddings; higher = closer to the task.
+    """
+    t, c = np.asarray(task_mean, np.float64), np.asarray(corpus_mean, np.float64)
+    out = np.empty(len(rows), dtype=np.float32)
+    for start in range(0, len(rows), chunk):
+        block = np.asarray(rows[start:start + chunk], dtype=np.float64)
+        sq = (block * block).sum(axis=1)
+        d_task = np.sqrt(np.maximum(sq - 2 * block @ t + t @ t, 0))
+        d_corpus = np.sqrt(np.maximum(sq - 2 * block @ c + c @ c, 0))
+        out[start:start + len(block)] = d_corpus - d_task
+    return out

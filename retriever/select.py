@@ -22,7 +22,11 @@ from .task import Task, load_task
 
 log = logging.getLogger(__name__)
 
-Method = Literal["centroid", "knn", "iforest", "random"]
+Method = Literal["centroid", "knn", "iforest", "random", "distance", "density", "classifier",
+                 "moore-lewis", "auto"]
+METHODS = ("centroid", "knn", "iforest", "random", "distance", "density", "classifier",
+           "moore-lewis", "auto")
+NO_BUDGET = ("knn", "classifier", "auto")  # knn: the union; classifier/auto: probability > 0.5
 
 
 @dataclass
@@ -33,18 +37,23 @@ class SelectConfig:
     budget: str | None = None
     k: int = 50
     candidates: str = "10x"
-    prerank: Literal["centroid", "knn"] = "centroid"
+    prerank: Literal["centroid", "knn", "density", "classifier"] = "centroid"
     weights: Literal["discrete", "continuous"] = "discrete"
     C: float = 4.0
     alpha: float = 0.0
     pca: int = 0
     seed: int = 0
     segment_size: int | None = None
+    detector: str = "iforest"
+    m: int = 10
+    rounds: int = 2
 
     def __post_init__(self) -> None:
-        if self.method not in ("centroid", "knn", "iforest", "random"):
+        from .detector_registry import DETECTORS
+
+        if self.method not in METHODS:
             raise InputError(f"unknown method {self.method!r}")
-        if self.budget is None and self.method != "knn":
+        if self.budget is None and self.method not in NO_BUDGET:
             raise InputError(f"{self.method} needs a --budget")
         if self.budget is not None:
             parse_budget(self.budget)
@@ -56,25 +65,48 @@ class SelectConfig:
             raise InputError("--pca must be 0 (off) or a number of dimensions")
         if self.method == "iforest":
             methods.parse_candidates(self.candidates)
+        if self.detector not in DETECTORS + ("auto",):
+            raise InputError(f"unknown detector {self.detector!r}: use one of "
+                             f"{', '.join(DETECTORS)} or auto")
+        if self.prerank not in ("centroid", "knn", "density", "classifier"):
+            raise InputError(f"unknown --prerank {self.prerank!r}")
+        if self.m < 1:
+            raise InputError("--m must be at least 1")
+        if self.rounds < 0:
+            raise InputError("--rounds must be 0 or more")
 
 
-def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None
-         ) -> tuple[methods.Ranking, methods.SegmentView]:
-    """Run the configured method on embeddings already computed (no I/O beyond the index)."""
+def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
+         task_texts: list[str] | None = None) -> tuple[methods.Ranking, methods.SegmentView]:
+    """Run the configured method on embeddings already computed (no I/O beyond the index);
+    moore-lewis reads `task_texts` instead."""
+    from . import scored
+
     view = methods.SegmentView.of(index, config.segment_size)
     budget = parse_budget(config.budget) if config.budget is not None else None
     if config.method == "random":
         return methods.random(index, view, budget, config.seed), view
+    if config.method == "moore-lewis":
+        return scored.moore_lewis_method(index, view, task_texts or [], budget, config.seed), view
     if task_embeddings is None or len(task_embeddings) == 0:
         raise InputError(f"{config.method} needs task sentences")
     if config.method == "centroid":
         return methods.centroid(index, view, task_embeddings, budget), view
     if config.method == "knn":
         return methods.knn(index, view, task_embeddings, budget, config.k), view
+    extra = {"m": config.m, "rounds": config.rounds, "seed": config.seed}
+    if config.method in ("distance", "density", "classifier"):
+        return scored.embedding_method(config.method, index, view, task_embeddings, budget,
+                                       **extra), view
+    if config.method == "auto":
+        return scored.auto(index, view, task_embeddings, budget, **extra), view
+    pre = None
+    if config.prerank in ("density", "classifier"):
+        pre = scored.pre_ranking(config.prerank, index, view, task_embeddings, budget, **extra)
     return methods.iforest(
         index, view, task_embeddings, budget, candidates=config.candidates, prerank=config.prerank,
         k=config.k, weights=config.weights, C=config.C, alpha=config.alpha, seed=config.seed,
-        pca_dims=config.pca,
+        pca_dims=config.pca, detector=config.detector, pre=pre,
     ), view
 
 
@@ -98,7 +130,7 @@ def run_selection(index: Index, config: SelectConfig, out: str | Path,
         task_emb = encoder.encode(task.sentences, batch_size=batch_size)
         timings["embed_task_seconds"] = round(time.perf_counter() - t0, 3)
     t0 = time.perf_counter()
-    ranking, view = rank(index, config, task_emb)
+    ranking, view = rank(index, config, task_emb, task.sentences if task else None)
     timings["score_seconds"] = round(time.perf_counter() - t0, 3)
     t0 = time.perf_counter()
     segments = _materialise(index, view, ranking, config.method)

@@ -1,0 +1,134 @@
+"""Orchestration of `tapt bench recall`: open (or build) the index, embed seeds once, run, write."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexer.errors import InputError
+from indexer.index import Index
+from indexer.manifest import library_versions, utc_now
+from retriever.oracle import sentence_labels
+
+from . import recall, recall_report
+from .labelled_pool import read_seed_sets
+
+log = logging.getLogger(__name__)
+
+
+def open_or_build_index(pool: Path | None, index_path: Path | None, cache: Path,
+                        progress: bool) -> Index:
+    """`index_path` if given, else an index of the pool built once under `cache` (--no-split)."""
+    if index_path is not None:
+        return Index(index_path)
+    if pool is None:
+        raise InputError("give --pool (to index it) or --index")
+    from indexer.build import BuildConfig, build_index
+    from indexer.encoder import SentenceTransformerEncoder
+
+    digest = hashlib.sha256(str(pool.resolve()).encode()).hexdigest()[:12]
+    out = cache / f"index-{digest}"
+    if not (out / "manifest.json").exists():
+        build_index([pool], out, SentenceTransformerEncoder(None),
+                    BuildConfig(split=False, progress=progress))
+    return Index(out)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def seed_embeddings(index: Index, seed_sets, cache: Path, encoder=None) -> dict[str, np.ndarray]:
+    """Embeddings of every seed sentence with the index's model, cached per model and file."""
+    out = {}
+    model = index.manifest["model"]["weights_sha256"]
+    for s in seed_sets:
+        key = hashlib.sha256(("\n".join(s.texts) + model).encode()).hexdigest()[:16]
+        path = cache / f"seeds-{s.domain}-{key}.npy"
+        if not path.exists():
+            encoder = encoder or index.load_encoder()
+            tmp = path.with_name(f".{path.name}.tmp.npy")
+            np.save(tmp, encoder.encode(s.texts))
+            tmp.replace(path)
+        out[s.domain] = np.load(path)
+    return out
+
+
+def dsir_features(index: Index, texts: list[str], cache: Path, progress: bool):
+    from .dsir_baseline import PoolFeatures
+
+    path = cache / f"dsir-{index.uuid}.npz"
+    if path.exists():
+        return PoolFeatures.load(path)
+    features = PoolFeatures(texts, progress=progress)
+    tmp = path.with_name(f".{path.name}.tmp.npz")
+    features.save(tmp)
+    tmp.replace(path)
+    return features
+
+
+def dsir_library_check(shared: recall.Shared, seed_set) -> dict[str, Any]:
+    """Run the package end to end once; compare its weights with the cached path's."""
+    from .dsir_baseline import run_library
+
+    weights, seconds = run_library(shared.texts, seed_set.texts)
+    mine = shared.dsir.weights(seed_set.texts)
+    n = int((shared.labels == seed_set.domain).sum())
+    top_lib = set(np.argsort(-weights, kind="stable")[:n].tolist())
+    top_mine = set(np.argsort(-mine, kind="stable")[:n].tolist())
+    return {"domain": seed_set.domain, "seeds": len(seed_set.texts),
+            "library_seconds": round(seconds, 1),
+            "max_abs_weight_difference": float(np.max(np.abs(weights - mine))),
+            "top_k_overlap": round(len(top_lib & top_mine) / n, 4)}
+
+
+def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, methods: list[str],
+                 seed_sizes: list[int], budgets: str, repeats: int, segment_sizes: list[int],
+                 out_dir: Path, cache: Path, label_field: str = "domain",
+                 domains: list[str] | None = None, progress: bool = True,
+                 encoder=None) -> dict[str, Any]:
+    """Run the grid and write recall.json, recall.md and pr-<domain>.png into `out_dir`."""
+    budget_list = recall.parse_budgets(budgets)
+    if repeats < 1 or any(n < 2 for n in seed_sizes):
+        raise InputError("--repeats must be >= 1 and every seed size >= 2")
+    methods = list(recall.ALL_METHODS) if methods == ["all"] else methods
+    cache.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    index = open_or_build_index(pool, index_path, cache, progress)
+    seed_sets = read_seed_sets(seeds_dir, domains)
+    labels = sentence_labels(index, label_field, progress=progress)
+    shared = recall.Shared(index=index, labels=labels)
+    if {"moore-lewis", "dsir"} & set(methods):
+        shared.texts = index.store.texts(range(index.n_sentences))
+    extra: dict[str, Any] = {}
+    if "dsir" in methods:
+        shared.dsir = dsir_features(index, shared.texts, cache, progress)
+        extra["dsir_library_check"] = dsir_library_check(shared, seed_sets[0])
+    embeddings = seed_embeddings(index, seed_sets, cache, encoder)
+    results, curves = recall.run(shared, seed_sets, embeddings, methods, seed_sizes, budget_list,
+                                 repeats, segment_sizes, progress)
+    agg = recall_report.aggregate(results)
+    oracle = {s.domain: int((labels == s.domain).sum()) for s in seed_sets}
+    report = {
+        "created": utc_now(), "index": str(index.path), "index_uuid": index.uuid,
+        "index_counts": index.manifest["counts"], "model": index.manifest["model"]["name"],
+        "config": {"methods": methods, "seed_sizes": seed_sizes, "budgets": budgets,
+                   "repeats": repeats, "segment_sizes": segment_sizes, "label_field": label_field,
+                   "seeds_dir": str(seeds_dir), "pool": str(pool) if pool else None},
+        "oracle_sentences": oracle, **extra, "seconds": round(time.perf_counter() - t_start, 1),
+        "versions": library_versions(), "aggregate": agg, "results": results, "pr_curves": curves,
+    }
+    _atomic_write(out_dir / "recall.json", json.dumps(report, indent=1) + "\n")
+    _atomic_write(out_dir / "recall.md", recall_report.markdown(
+        agg, [b for b, _ in budget_list]) + "\n")
+    recall_report.plot_pr_curves(curves, out_dir, oracle)
+    return report

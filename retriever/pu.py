@@ -1,0 +1,95 @@
+"""Positive-unlabeled classification on stored embeddings (Aharoni & Goldberg's Domain-Finetune
+at CPU cost): logistic regression, task = positive, negatives from the bottom of a pre-ranking.
+
+Round 0 trains on the task sentences against corpus rows sampled from the bottom two-thirds of
+the pre-ranking (the centroid ranking: their "pre-ranking"), so few true positives are sampled
+as negatives. Each self-training round scores every corpus row, adds the top rows (a fraction of `n_positive`) as
+extra positives and samples new negatives from below the top `2 * n_positive`. With no
+`n_positive` (the "positive only" variant, no budget) the count is the number of rows the last
+model puts above probability 0.5. Only the top `positive_fraction` of the n_positive rows
+become pseudo-positives (the most confident), which keeps rounds from drifting.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from indexer.errors import InputError
+
+from . import scoring
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PUConfig:
+    """rounds: self-training rounds; negatives: negatives per training positive (sampled)."""
+
+    rounds: int = 2
+    positive_fraction: float = 0.5
+    negatives: float = 3.0
+    max_train: int = 60_000
+    C: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rounds < 0:
+            raise InputError("--rounds must be 0 or more")
+        if not 0 < self.positive_fraction <= 1:
+            raise InputError("PU classifier: positive_fraction must be in (0, 1]")
+        if self.negatives <= 0 or self.C <= 0 or self.max_train < 10:
+            raise InputError("PU classifier: negatives and C must be positive, max_train >= 10")
+
+
+def _fit(pos: np.ndarray, neg: np.ndarray, C: float, seed: int):
+    from sklearn.linear_model import LogisticRegression
+
+    x = np.vstack([pos, neg]).astype(np.float32)
+    y = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+    return LogisticRegression(C=C, class_weight="balanced", max_iter=500,
+                              random_state=seed).fit(x, y)
+
+
+def _probability(model, rows: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    out = np.empty(len(rows), dtype=np.float32)
+    for start in range(0, len(rows), chunk):
+        block = np.asarray(rows[start:start + chunk], dtype=np.float32)
+        out[start:start + len(block)] = model.decision_function(block)
+    return out
+
+
+def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
+                  n_positive: int | None, config: PUConfig
+                  ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray], dict]:
+    """Scores (log-odds) of every corpus row, the final scorer, and what each round used."""
+    rng = np.random.default_rng(config.seed)
+    n = len(corpus)
+    order = scoring.rank(prerank)
+    bottom = order[n // 3:]
+    pos_rows = np.empty(0, dtype=np.int64)
+    n_neg = min(len(bottom), int(config.negatives * len(task)), config.max_train)
+    neg_rows = np.sort(rng.choice(bottom, size=n_neg, replace=False))
+    info: dict = {"rounds": []}
+    for round_ in range(config.rounds + 1):
+        pos = task if not len(pos_rows) else np.vstack([task, np.asarray(corpus[pos_rows])])
+        model = _fit(pos, np.asarray(corpus[neg_rows]), config.C, config.seed)
+        scores = _probability(model, corpus)
+        info["rounds"].append({"positives": int(len(pos)), "negatives": int(len(neg_rows))})
+        if round_ == config.rounds:
+            break
+        k = int(n_positive) if n_positive else int((scores > 0).sum())
+        k = max(1, min(k, n - 1))
+        order = scoring.rank(scores)
+        top = order[: max(1, int(config.positive_fraction * k))]
+        take = min(len(top), config.max_train // 2)
+        pos_rows = np.sort(rng.choice(top, size=take, replace=False))
+        rest = order[min(2 * k, n - 1):]
+        n_neg = min(len(rest), int(config.negatives * (len(task) + take)), config.max_train)
+        neg_rows = np.sort(rng.choice(rest, size=n_neg, replace=False))
+        log.debug("PU round %d: %d pseudo-positives, %d negatives", round_ + 1, take, n_neg)
+    info["positive_estimate"] = int((scores > 0).sum())
+    return scores, lambda rows: _probability(model, rows), info

@@ -1,0 +1,102 @@
+"""The benchmark: metrics against hand-computed cases, and a small end-to-end run."""
+
+import gzip
+import json
+import random
+
+import numpy as np
+import pytest
+
+from retriever.bench import recall, recall_report
+from retriever.bench.run import bench_recall
+from retriever.bench.clusters import cluster_purity, purity
+from retriever.bench.labelled_pool import seed_subset
+from conftest import HashingEncoder, make_sentence
+from indexer.errors import InputError
+from indexer.index import Index
+from retriever.metrics import selection_scores
+
+
+def test_precision_recall_f1_by_hand():
+    relevant = np.array([1, 1, 1, 0, 0, 0, 0, 1], dtype=bool)   # 4 relevant
+    s = selection_scores(np.array([0, 1, 3, 3, 4]), relevant)    # duplicate 3 counts once
+    assert (s.selected, s.relevant, s.hits) == (4, 4, 2)
+    assert s.precision == 0.5 and s.recall == 0.5 and s.f1 == 0.5
+    s = selection_scores(np.array([0, 1, 2]), relevant)
+    assert s.precision == 1.0 and s.recall == 0.75
+    assert s.f1 == pytest.approx(2 * 0.75 / 1.75)
+
+
+def test_cut_pr_curve_and_budgets():
+    lengths = np.array([3, 1, 2, 4])
+    assert recall.cut_sentences(np.array([3, 0, 1, 2]), lengths, 5).tolist() == [3, 0]
+    assert recall.cut_sentences(np.array([1, 2]), lengths, 100).tolist() == [1, 2]
+    curve = recall.pr_curve(np.array([0, 3, 1, 2]), np.array([1, 1, 0, 0], dtype=bool), points=4)
+    assert curve["precision"] == [1.0, 0.5, 0.6667, 0.5] and curve["recall"] == [0.5, 0.5, 1, 1]
+    assert recall.parse_budgets("oracle,0.5x,2x") == [("oracle", 1.0), ("0.5x", 0.5), ("2x", 2.0)]
+    with pytest.raises(InputError):
+        recall.parse_budgets("lots")
+
+
+def test_purity_and_seed_subsets():
+    assert purity(np.array([0, 0, 1, 1, 1]), np.array(["a", "b", "b", "b", "a"])) == 0.6
+    a, b = seed_subset(100, 10, 0), seed_subset(100, 10, 1)
+    assert len(a) == 10 and not np.array_equal(a, b) and np.array_equal(a, seed_subset(100, 10, 0))
+    assert seed_subset(5, 10, 2).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_aggregate_means_over_repeats_then_domains():
+    base = {"method": "m", "seeds": 10, "budget": "oracle", "segment_size": 1, "seconds": 1.0}
+    rows = [dict(base, domain="a", precision=0.5, recall=0.5, f1=0.5),
+            dict(base, domain="a", precision=0.7, recall=0.7, f1=0.7),
+            dict(base, domain="b", precision=1.0, recall=1.0, f1=1.0)]
+    agg = {r["domain"]: r for r in recall_report.aggregate(rows)}
+    assert agg["a"]["precision"] == 0.6 and agg["a"]["runs"] == 2
+    assert agg["all"]["precision"] == 0.8
+
+
+@pytest.fixture(scope="module")
+def seeds_dir(tmp_path_factory):
+    base = tmp_path_factory.mktemp("seeds")
+    rng = random.Random(5)
+    for topic in ("medical", "legal"):
+        with gzip.open(base / f"{topic}.jsonl.gz", "wt") as fh:
+            for i in range(30):
+                fh.write(json.dumps({"text": make_sentence(rng, topic), "domain": topic,
+                                     "doc": f"s{i}", "pos": 0}) + "\n")
+    return base
+
+
+def test_bench_recall_end_to_end(fake_index, labelled_corpus, seeds_dir, tmp_path):
+    methods = ["random", "centroid", "distance", "knn", "maxsim", "density", "moore-lewis",
+               "classifier-0", "classifier", "iforest", "hybrid", "auto"]
+    report = bench_recall(labelled_corpus[0], seeds_dir, fake_index, methods, [10, 30],
+                          "oracle,2x", 2, [1, 4], tmp_path / "out", tmp_path / "cache",
+                          progress=False, encoder=HashingEncoder())
+    agg = [r for r in report["aggregate"] if r["domain"] == "all" and r["budget"] == "oracle"
+           and r["seeds"] == 30 and r["segment_size"] == 1]
+    by = {r["method"]: r for r in agg}
+    assert set(by) == set(methods)
+    assert by["centroid"]["precision"] > 0.85 > 0.6 > by["random"]["precision"]
+    assert by["classifier"]["precision"] > 0.85
+    assert {r["runs"] for r in report["aggregate"] if r["seeds"] == 10 and r["domain"] != "all"} == {2}
+    out = tmp_path / "out"
+    assert (out / "recall.json").exists() and (out / "pr-medical.png").exists()
+    md = (out / "recall.md").read_text()
+    assert "### 30 seeds, segment size 1" in md and "| centroid |" in md
+
+
+def test_bench_recall_with_dsir(fake_index, labelled_corpus, seeds_dir, tmp_path):
+    pytest.importorskip("data_selection")
+    report = bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["dsir"], [30], "oracle", 1,
+                          [1], tmp_path / "out", tmp_path / "cache", progress=False,
+                          encoder=HashingEncoder())
+    check = report["dsir_library_check"]
+    assert check["max_abs_weight_difference"] < 1e-6 and check["top_k_overlap"] == 1.0
+    rows = [r for r in report["aggregate"] if r["domain"] == "all"]
+    assert rows[0]["precision"] > 0.8
+
+
+def test_cluster_purity_on_fake_index(fake_index):
+    rows = cluster_purity(Index(fake_index), [1, 3], sample=500, pca_dims=8)
+    assert rows[0]["purity"] < 0.5 < rows[1]["purity"]

@@ -1,0 +1,148 @@
+"""Unit tests of the new scorers on small arrays, and of the new methods on the fake index."""
+
+import numpy as np
+import pytest
+
+from conftest import HashingEncoder
+from indexer.errors import InputError
+from indexer.index import Index
+from retriever import heldout, ngram_lm, scoring
+from retriever.detector_registry import DETECTORS, fit_detector
+from retriever.pu import PUConfig, pu_classifier
+from retriever.scored import moore_lewis_scores
+from retriever.select import SelectConfig, rank
+
+
+def unit(x):
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_topm_mean_similarity_by_hand():
+    task = unit([[1, 0], [0, 1], [1, 1]])
+    rows = unit([[1, 0], [0, 1]])
+    s = 1 / np.sqrt(2)
+    assert np.allclose(scoring.topm_mean_similarity(rows, task, 1), [1, 1])
+    assert np.allclose(scoring.topm_mean_similarity(rows, task, 2), [(1 + s) / 2] * 2)
+    assert np.allclose(scoring.topm_mean_similarity(rows, task, 9), [(1 + s) / 3] * 2)
+    assert np.allclose(scoring.topm_mean_similarity(rows, task, 1, chunk=1),
+                       scoring.max_similarity(rows, task))
+
+
+def test_distance_difference_by_hand():
+    rows = np.array([[0.0, 0.0], [3.0, 4.0]])
+    out = scoring.distance_difference(rows, np.array([0.0, 0.0]), np.array([3.0, 4.0]))
+    assert np.allclose(out, [5.0, -5.0])
+
+
+def test_bigram_lm_witten_bell_by_hand():
+    vocab = ngram_lm.Vocabulary()
+    ids, lengths = vocab.encode(["a b", "a a"])      # <s> a b </s> | <s> a a </s>
+    lm = ngram_lm.BigramLM.fit(ids, lengths, len(vocab))
+    # predicted tokens: a b </s> a a </s> -> N = 6; V = 4 (<s>, </s>, a, b)
+    a, b = vocab.ids["a"], vocab.ids["b"]
+    p1_b = (1 + 1) / (6 + 4 + 1)
+    # history a: followed by b, a, </s> -> c(a) = 3, T(a) = 3, c(a, b) = 1
+    expected = (1 + 3 * p1_b) / (3 + 3)
+    got = 2 ** lm.log2_probs(np.array([a]), np.array([b]))[0]
+    assert np.isclose(got, expected)
+    # an unknown word after an unknown history gets the add-one unknown slot
+    unk = 2 ** lm.log2_probs(np.array([99]), np.array([98]))[0]
+    assert np.isclose(unk, 1 / 11)
+    # probabilities over the vocabulary + unknown slot sum to one for a seen history
+    words = np.array([0, 1, a, b, 99])
+    total = (2 ** lm.log2_probs(np.full(5, a), words)).sum()
+    assert np.isclose(total, 1.0)
+    ce = lm.cross_entropy(ids, lengths)
+    assert ce.shape == (2,) and (ce > 0).all()
+
+
+def test_moore_lewis_prefers_in_domain_text():
+    pool = ["the patient has a fever", "the ship left the harbour", "fever and cough in the patient",
+            "the captain of the ship", "a storm at sea", "kidney disease of the patient"] * 3
+    task = ["the patient had fever", "kidney fever patient", "a patient with cough"]
+    scores = moore_lewis_scores(pool, task, seed=0)
+    medical = np.array(["patient" in t or "fever" in t for t in pool])
+    assert scores[medical].min() > scores[~medical].max()
+
+
+def blobs(seed=0, n=300, dim=16):
+    rng = np.random.default_rng(seed)
+    centres = unit(rng.normal(size=(3, dim)))
+    labels = np.repeat(np.arange(3), n // 3)
+    x = unit(centres[labels] + 0.2 * rng.normal(size=(len(labels), dim)))
+    return x, labels
+
+
+def test_pu_classifier_separates_blobs_and_self_trains():
+    x, labels = blobs()
+    task = x[labels == 0][:30]
+    prerank = scoring.centroid_scores(x, scoring.centroid(task))
+    scores, scorer, info = pu_classifier(x, task, prerank, 100, PUConfig(rounds=2, seed=0))
+    top = scoring.rank(scores)[:100]
+    assert (labels[top] == 0).mean() > 0.95
+    assert len(info["rounds"]) == 3 and info["rounds"][1]["positives"] > 30
+    assert np.allclose(scorer(x[:5]), scores[:5], atol=1e-4)
+    only, _, info0 = pu_classifier(x, task, prerank, None, PUConfig(rounds=0, seed=0))
+    assert abs(info0["positive_estimate"] - 100) < 40
+    with pytest.raises(InputError):
+        PUConfig(rounds=-1)
+
+
+@pytest.mark.parametrize("name", DETECTORS)
+def test_every_detector_ranks_the_task_blob_first(name):
+    x, labels = blobs(n=240)
+    task = x[labels == 0][:60]
+    anomaly = fit_detector(name, task, None, seed=0,
+                           background=x[::4])
+    a = anomaly(x)
+    assert a.shape == (len(x),) and np.isfinite(a).all()
+    inside = a[labels == 0][60:]
+    assert np.mean(inside[:, None] < a[labels != 0][None, :]) > 0.9
+
+
+def test_unknown_detector_is_refused():
+    with pytest.raises(InputError, match="unknown detector"):
+        fit_detector("magic", np.eye(4, dtype=np.float32))
+    with pytest.raises(InputError, match="unknown detector"):
+        SelectConfig(method="iforest", budget="0.1", detector="magic")
+
+
+def test_heldout_metrics_by_hand():
+    scores = np.array([0.9, 0.8, 0.7, 0.1])
+    is_task = np.array([True, False, True, False])
+    # top half = rows 0, 1: tp 1, precision 1/2, recall 1/2
+    assert heldout.break_even_f1(scores, is_task) == pytest.approx(0.5)
+    assert heldout.auc(scores, is_task) == pytest.approx(0.75)
+    train, test = heldout.split_task(50, seed=0)
+    assert len(test) == 5 and len(train) == 45 and not set(train) & set(test)
+    x, labels = blobs()
+    table = heldout.evaluate({"good": lambda t: (lambda r: r @ t.mean(0)),
+                              "bad": lambda t: (lambda r: -(r @ t.mean(0)))},
+                             x[labels == 0], x[labels != 0], seed=0)
+    assert [r["name"] for r in table] == ["good", "bad"] and table[0]["f1"] > 0.9
+
+
+@pytest.mark.parametrize("params", [
+    {"method": "distance"}, {"method": "density", "m": 5}, {"method": "density", "m": 1},
+    {"method": "classifier", "rounds": 1}, {"method": "moore-lewis"}, {"method": "auto"},
+    {"method": "iforest", "detector": "auto", "candidates": "3x"},
+    {"method": "iforest", "detector": "lof", "prerank": "density", "candidates": "2x"},
+])
+def test_new_methods_find_the_task_domain(fake_index, medical_task, params):
+    ix = Index(fake_index)
+    labels = np.array([r["meta"]["domain"] for r in ix.store.records(range(ix.n_sentences))])
+    relevant = labels == "medical"
+    texts = medical_task.read_text().splitlines()
+    task = HashingEncoder().encode(texts)
+    config = SelectConfig(budget=f"{int(relevant.sum())}sent", segment_size=1, **params)
+    ranking, _ = rank(ix, config, task, texts)
+    assert relevant[ranking.segments].mean() > 0.8, params
+
+
+def test_classifier_without_budget_keeps_probable_rows(fake_index, medical_task):
+    ix = Index(fake_index)
+    texts = medical_task.read_text().splitlines()
+    ranking, _ = rank(ix, SelectConfig(method="classifier", rounds=0, segment_size=1),
+                      HashingEncoder().encode(texts))
+    assert len(ranking.segments) > 0 and (ranking.scores > 0).all()
