@@ -80,11 +80,16 @@ def index() -> None:
               type=click.Choice(["auto", "line", "block"]),
               help="Plain text: one document per line, or per blank-line block.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index at --out.")
+@click.option("--restart", is_flag=True,
+              help="Discard an interrupted build of --out instead of resuming it.")
 @click.pass_context
 @_domain_errors
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, split, text_field,
-                doc_field, text_docs, overwrite) -> None:
+                doc_field, text_docs, overwrite, restart) -> None:
     """Embed CORPUS (files or directories of .txt/.jsonl, optionally .gz) into an index.
+
+    The work is committed every few thousand sentences: if a build is killed or runs out of
+    disk, the same command resumes it (no sentence lost, none embedded twice).
 
     \b
     Examples:
@@ -96,17 +101,21 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, split
 
     config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
                          text_field=text_field, doc_field=doc_field or None, text_docs=text_docs,
-                         overwrite=overwrite, progress=ctx.obj["progress"])
+                         overwrite=overwrite, restart=restart, progress=ctx.obj["progress"])
     if Path(out).exists() and not overwrite:
         raise click.UsageError(f"{out} already exists (use --overwrite to replace it)")
     encoder = SentenceTransformerEncoder(model, device=device)
-    manifest = build_index(list(corpus), out, encoder, config)
+    try:
+        manifest = build_index(list(corpus), out, encoder, config)
+    except KeyboardInterrupt as exc:
+        raise _Interrupted("interrupted: the committed part of the build is kept; run the same "
+                           "command again to resume") from exc
     counts, build = manifest["counts"], manifest["build"]
     click.echo(
         f"indexed {counts['sentences']:,} sentences ({counts['segments']:,} segments, "
         f"{counts['documents']:,} documents) in {build['seconds']:.0f} s "
-        f"({build['sentences_per_second']} sentences/s, peak RSS {build['peak_rss_mb']:.0f} MB) "
-        f"-> {out}"
+        f"({build['sentences_per_second']} sentences/s, peak RSS {build['peak_rss_mb']:.0f} MB"
+        f"{', resumed' if build.get('sessions', 1) > 1 else ''}) -> {out}"
     )
 
 

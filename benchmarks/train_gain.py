@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -176,6 +177,14 @@ def selection_counts(path: Path) -> dict[str, int]:
     return {"segments": counts.get("segments"), "sentences": counts.get("sentences")}
 
 
+def run_tag(args: argparse.Namespace) -> str:
+    """Settings that decide a run's result: runs scored with equal settings are reused."""
+    keys = ("index", "model", "warm_steps", "warm_sentences", "steps", "batch_size", "max_length",
+            "lr", "warmup", "budget_frac", "segment_size", "k", "eval_sentences", "eval_seed")
+    blob = json.dumps({k: str(getattr(args, k)) for k in keys}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
 def summarise(runs: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for domain in sorted({r["domain"] for r in runs}):
@@ -314,12 +323,18 @@ def main(argv: list[str] | None = None) -> None:
             for cond in args.conditions:
                 sel, weights = sels[cond]
                 out = dwork / "runs" / f"{cond}-seed{seed}"
+                done = dwork / f"results-{run_tag(args)}" / f"{cond}-seed{seed}.json"
+                if done.is_file():  # scored by an earlier invocation with the same settings
+                    runs.append(json.loads(done.read_text(encoding="utf-8")))
+                    continue
                 manifest = train(args, base_model, sel, out, seed, args.steps, weights)
                 score = eval_mlm(args, str(out), heldout)
                 runs.append({"domain": domain, "condition": cond, "seed": seed, "weights": weights,
                              "selection": {"path": str(sel), **selection_counts(sel)},
                              "train_loss": manifest["train_loss"], "train_seconds": manifest["seconds"],
                              "eval": {k: score[k] for k in ("loss", "perplexity", "tokens", "examples")}})
+                done.parent.mkdir(parents=True, exist_ok=True)
+                done.write_text(json.dumps(runs[-1]) + "\n", encoding="utf-8")
                 if not args.keep_models:
                     shutil.rmtree(out, ignore_errors=True)
 

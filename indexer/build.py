@@ -1,11 +1,15 @@
 """`tapt index build`: corpus -> sentences -> segments -> embeddings -> FAISS + LMDB + manifest.
 
-Everything is written into a temporary sibling directory that is renamed into place only when the
-build has finished, so a failed or interrupted build never leaves a half-written index behind.
+Everything is written into a hidden work directory beside the target that is renamed into place
+only when the build has finished, so no half-written index is ever visible under its name. The
+work is committed window by window (see `checkpoint`): a build that is killed, runs out of disk or
+is interrupted keeps its committed windows, and the same command resumes from them.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import logging
 import os
 import resource
@@ -19,8 +23,9 @@ from typing import Any, Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
+from . import checkpoint
 from .encoder import Encoder
-from .errors import InputError
+from .errors import InputError, StorageError
 from .faiss_index import FLAT_FACTORY, build_faiss_index
 from .manifest import INDEX_FORMAT, INDEX_FORMAT_VERSION, MANIFEST_NAME, library_versions, utc_now
 from .manifest import write_json_atomic
@@ -50,6 +55,7 @@ class BuildConfig:
     doc_field: str | None = "doc"
     text_docs: TextDocs = "auto"
     overwrite: bool = False
+    restart: bool = False
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -87,7 +93,7 @@ def _peak_rss_mb() -> float:
 def build_index(
     inputs: list[str | Path], out: str | Path, encoder: Encoder, config: BuildConfig | None = None
 ) -> dict[str, Any]:
-    """Build an index directory at `out` and return its manifest."""
+    """Build an index directory at `out` (resuming an interrupted build of it) and return its manifest."""
     config = config or BuildConfig()
     out = Path(out)
     if out.exists() and not config.overwrite:
@@ -97,87 +103,130 @@ def build_index(
     if not os.access(parent, os.W_OK):
         raise InputError(f"cannot write into {parent}")
     scan = scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs)
-    tmp = parent / f".{out.name}.building-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
-        manifest = _build_into(tmp, scan, inputs, encoder, config)
-        if out.exists():
-            old = parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-        return manifest
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    wanted = checkpoint.fingerprint({
+        "inputs": checkpoint.input_identity([f.path for f in scan.files]),
+        "model": [encoder.name, encoder.weights_sha256, encoder.dim, encoder.max_length],
+        "config": {k: v for k, v in vars(config).items()
+                   if k not in ("overwrite", "restart", "progress")},
+    })
+    with checkpoint.BuildLock(out):
+        work, resumed = checkpoint.prepare_work_dir(out, wanted, config.restart)
+        try:
+            manifest = _build_into(work, scan, inputs, encoder, config,
+                                   resumed or checkpoint.Progress(wanted))
+            if out.exists():
+                old = parent / f".{out.name}.old-{os.getpid()}"
+                os.replace(out, old)
+                os.replace(work, out)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(work, out)
+            (out / checkpoint.PROGRESS).unlink(missing_ok=True)
+            return manifest
+        except BaseException as exc:
+            committed = checkpoint.read_progress(work)
+            if committed is None or committed.rows == 0:
+                shutil.rmtree(work, ignore_errors=True)
+            else:
+                log.warning("kept %s sentences of this build in %s: run the same command again "
+                            "to resume", f"{committed.rows:,}", work)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                where = f"; {committed.rows:,} sentences are committed" if committed else ""
+                raise StorageError(f"disk full while building {out}{where}: free space and run "
+                                   "the same command again to resume") from exc
+            raise
 
 
-def _build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig) -> dict[str, Any]:
+def _sha256(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
+                progress: checkpoint.Progress) -> dict[str, Any]:
     start = time.perf_counter()
     splitter = SentenceSplitter(split=config.split)
     store = TextStoreWriter(tmp / STORE)
-    doc_offsets = [0]
-    n_rows = 0
-    n_tokens = 0
-    truncated = 0
-    embed_seconds = 0.0
+    resume = progress.rows > 0 or progress.docs_read > 0
+    if resume:
+        dropped = store.truncate(progress.rows)
+        progress.sessions += 1
+        log.info("resuming the build in %s: %s sentences of %s documents committed%s", tmp,
+                 f"{progress.rows:,}", f"{progress.docs:,}",
+                 f" ({dropped} uncommitted records dropped)" if dropped else "")
+    rows_at = progress.rows if resume else None
+    docs_at = progress.docs + 1 if resume else None
+    n_rows = progress.rows
     pending = _Pending()
     total = scan.records if not config.split else None
-    bar = tqdm(total=total, unit="sent", desc="embedding", disable=not config.progress,
-               dynamic_ncols=True, smoothing=0.05)
+    bar = tqdm(total=total, initial=n_rows if total else 0, unit="sent", desc="embedding",
+               disable=not config.progress, dynamic_ncols=True, smoothing=0.05)
 
-    emb_out = NpyAppender(tmp / EMBEDDINGS, np.float32, (encoder.dim,))
-    tok_out = NpyAppender(tmp / TOKENS, np.int32)
+    emb_out = NpyAppender(tmp / EMBEDDINGS, np.float32, (encoder.dim,), resume_rows=rows_at)
+    tok_out = NpyAppender(tmp / TOKENS, np.int32, resume_rows=rows_at)
+    doc_out = NpyAppender(tmp / DOCS, np.int64, resume_rows=docs_at)
+    if not resume:
+        doc_out.append(np.zeros(1, dtype=np.int64))
 
-    def flush() -> None:
-        nonlocal n_rows, n_tokens, truncated, embed_seconds
-        if not pending.texts:
-            return
-        counts = encoder.token_counts(pending.texts)
-        t0 = time.perf_counter()
-        emb = encoder.encode(pending.texts, batch_size=config.batch_size)
-        embed_seconds += time.perf_counter() - t0
-        emb_out.append(emb)
-        tok_out.append(counts)
-        store.put_many(n_rows, pending.records)
-        n_rows += len(pending.texts)
-        n_tokens += int(counts.sum())
-        truncated += int((counts > encoder.max_length).sum())
-        bar.update(len(pending.texts))
+    def flush(docs_read: int) -> None:
+        nonlocal n_rows
+        if pending.texts:
+            counts = encoder.token_counts(pending.texts)
+            t0 = time.perf_counter()
+            emb = encoder.encode(pending.texts, batch_size=config.batch_size)
+            progress.embed_seconds += time.perf_counter() - t0
+            emb_out.append(emb)
+            tok_out.append(counts)
+            ends = np.unique([r["doc"] for r in pending.records], return_counts=True)[1]
+            doc_out.append(n_rows + np.cumsum(ends))
+            for f in (emb_out, tok_out, doc_out):
+                f.sync()
+            store.put_many(n_rows, pending.records)
+            store.sync()
+            n_rows += len(pending.texts)
+            progress.tokens += int(counts.sum())
+            progress.truncated += int((counts > encoder.max_length).sum())
+            bar.update(len(pending.texts))
+        progress.rows = n_rows
+        progress.docs = doc_out.rows - 1
+        progress.docs_read = docs_read
+        checkpoint.commit(tmp, progress)
         pending.texts.clear()
         pending.records.clear()
 
     try:
-        doc_index = 0
-        for doc in iter_documents(scan, config.text_field, config.doc_field):
+        doc_index = progress.docs
+        docs_read = progress.docs_read
+        for doc in iter_documents(scan, config.text_field, config.doc_field,
+                                  skip=progress.docs_read):
+            docs_read += 1
             added = 0
             for record in _sentences(doc, doc_index, splitter):
                 pending.texts.append(record["text"])
                 pending.records.append(record)
                 added += 1
             if added:
-                doc_offsets.append(doc_offsets[-1] + added)
                 doc_index += 1
             if len(pending.texts) >= config.window:
-                flush()
-        flush()
+                flush(docs_read)
+        flush(docs_read)
     finally:
         bar.close()
         emb_out.close()
         tok_out.close()
+        doc_out.close()
         store.close()
+    n_tokens, truncated, embed_seconds = progress.tokens, progress.truncated, progress.embed_seconds
     if n_rows == 0:
         raise InputError("the corpus holds no sentences")
     if truncated:
         log.warning("%d of %d sentences are longer than the model's %d tokens and were truncated "
                     "for embedding", truncated, n_rows, encoder.max_length)
 
-    docs = np.asarray(doc_offsets, dtype=np.int64)
-    np.save(tmp / DOCS, docs)
+    docs = np.load(tmp / DOCS)
     embeddings = np.load(tmp / EMBEDDINGS, mmap_mode="r")
     t0 = time.perf_counter()
     faiss_info = build_faiss_index(embeddings, tmp / FAISS, FLAT_FACTORY, progress=config.progress)
@@ -210,7 +259,7 @@ def _build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig) 
         },
         "counts": {
             "files": len(scan.files),
-            "documents": len(doc_offsets) - 1,
+            "documents": len(docs) - 1,
             "sentences": n_rows,
             "segments": n_segments,
             "tokens": n_tokens,
@@ -233,7 +282,10 @@ def _build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig) 
             "peak_rss_mb": round(_peak_rss_mb(), 1),
             "device": encoder.device,
             "batch_size": config.batch_size,
+            "sessions": progress.sessions,
         },
+        "checksums": {name: _sha256(tmp / name) for name in
+                      (EMBEDDINGS, TOKENS, DOCS, FAISS, f"{STORE}/data.mdb")},
         "versions": library_versions(),
     }
     write_json_atomic(tmp / MANIFEST_NAME, manifest)

@@ -21,3 +21,7 @@ class ModelMismatchError(TaptError):
 
 class BudgetError(TaptError):
     """A selection budget that cannot be satisfied or parsed."""
+
+
+class StorageError(TaptError):
+    """The disk filled up or refused a write; committed work is kept for resuming."""

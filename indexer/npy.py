@@ -7,6 +7,7 @@ file is a plain `.npy` that `np.load(..., mmap_mode="r")` maps without copying.
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +30,25 @@ def _header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
 class NpyAppender:
     """Stream rows of a fixed trailing shape into `path`; `close()` finalises the header."""
 
-    def __init__(self, path: Path, dtype: np.dtype | type, row_shape: tuple[int, ...] = ()) -> None:
+    def __init__(self, path: Path, dtype: np.dtype | type, row_shape: tuple[int, ...] = (),
+                 resume_rows: int | None = None) -> None:
+        """Start a new file, or (`resume_rows`) keep its first rows and cut off anything after."""
         self.path = path
         self.dtype = np.dtype(dtype)
         self.row_shape = tuple(row_shape)
-        self.rows = 0
-        self._fh = open(path, "wb")
-        self._fh.write(_header(self.dtype, (0, *self.row_shape)))
+        self.row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
+        if resume_rows is None:
+            self.rows = 0
+            self._fh = open(path, "wb")
+            self._fh.write(_header(self.dtype, (0, *self.row_shape)))
+            return
+        committed = _HEADER_LEN + resume_rows * self.row_bytes
+        if not path.is_file() or path.stat().st_size < committed:
+            raise ValueError(f"{path} is shorter than its {resume_rows} committed rows")
+        self.rows = resume_rows
+        self._fh = open(path, "r+b")
+        self._fh.truncate(committed)
+        self._fh.seek(committed)
 
     def append(self, block: np.ndarray) -> None:
         block = np.ascontiguousarray(block, dtype=self.dtype)
@@ -43,6 +56,11 @@ class NpyAppender:
             raise ValueError(f"rows of shape {block.shape[1:]} given, {self.row_shape} expected")
         self._fh.write(block.tobytes())
         self.rows += block.shape[0]
+
+    def sync(self) -> None:
+        """Make every appended row durable (the header is only finalised by `close`)."""
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
 
     def close(self) -> None:
         if self._fh.closed:

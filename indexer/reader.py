@@ -220,13 +220,16 @@ def scan_inputs(
 
 
 def iter_documents(
-    scan: CorpusScan, text_field: str = "text", doc_field: str | None = "doc"
+    scan: CorpusScan, text_field: str = "text", doc_field: str | None = "doc", skip: int = 0
 ) -> Iterator[Document]:
-    """Stream the documents of a scanned corpus, in file order."""
+    """Stream the documents of a scanned corpus, in file order, after the first `skip` ones."""
+    seen = 0
     for inp in scan.files:
         for doc in _iter_file(inp, text_field, doc_field):
             if doc is not None:
-                yield doc
+                seen += 1
+                if seen > skip:
+                    yield doc
 
 
 def read_texts(

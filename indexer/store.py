@@ -31,6 +31,20 @@ class TextStoreWriter:
         self.env = lmdb.open(str(path), map_size=_MAP_SIZE, subdir=True, sync=False,
                              metasync=False, writemap=False, max_dbs=0)
 
+    def truncate(self, rows: int) -> int:
+        """Delete every record with id >= `rows` (an uncommitted tail); returns how many."""
+        removed = 0
+        with self.env.begin(write=True) as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(key(rows)):
+                while cursor.delete():
+                    removed += 1
+        self.env.sync(True)
+        return removed
+
+    def sync(self) -> None:
+        self.env.sync(True)
+
     def put_many(self, start_id: int, records: Iterable[dict[str, Any]]) -> None:
         with self.env.begin(write=True) as txn:
             for offset, record in enumerate(records):

@@ -19,6 +19,7 @@ from . import methods
 from .budget import parse_budget
 from .selection_file import SelectedSegment, write_selection
 from .task import Task, load_task
+from .task_cache import encode_cached
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +128,9 @@ def run_selection(index: Index, config: SelectConfig, out: str | Path,
         else:
             index.check_encoder(encoder)
         t0 = time.perf_counter()
-        task_emb = encoder.encode(task.sentences, batch_size=batch_size)
+        task_emb, cached = encode_cached(encoder, task.sentences, batch_size=batch_size)
         timings["embed_task_seconds"] = round(time.perf_counter() - t0, 3)
+        timings["task_embeddings_cached"] = cached
     t0 = time.perf_counter()
     ranking, view = rank(index, config, task_emb, task.sentences if task else None)
     timings["score_seconds"] = round(time.perf_counter() - t0, 3)

@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Task-embedding cache of this test session only (never the user's ~/.cache/tapt).
+os.environ["TAPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tapt-test-cache-")
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "data" / "sample"

@@ -1,0 +1,143 @@
+"""Committed chunks of an index build, so that a killed build resumes where it stopped.
+
+A build writes into a hidden work directory beside the target (`.NAME.building`). After each
+embedding window it appends the window's rows to the `.npy` files, fsyncs them, writes the window's
+records to LMDB in one synced transaction, and only then replaces `progress.json` (fsync + rename):
+that file is the commit record. Everything past what it names is an uncommitted tail, cut off on
+resume (file lengths truncated, LMDB keys past the committed row count deleted). Windows always end
+on a document boundary, so the documents already read are skipped on resume, none is split or
+embedded twice, and every later window holds the same sentences as in an uninterrupted build.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .manifest import write_json_atomic
+
+log = logging.getLogger(__name__)
+
+PROGRESS = "progress.json"
+_VERSION = 1
+
+
+@dataclass
+class Progress:
+    """What is committed: rows (sentences), documents kept and documents read from the input."""
+
+    fingerprint: str
+    rows: int = 0
+    docs: int = 0
+    docs_read: int = 0
+    tokens: int = 0
+    truncated: int = 0
+    embed_seconds: float = 0.0
+    sessions: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": _VERSION, **asdict(self)}
+
+
+def fingerprint(parts: dict[str, Any]) -> str:
+    """A stable hash of everything that decides a build's output (inputs, settings, model)."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def input_identity(paths: list[Path]) -> list[list[Any]]:
+    """Name, size and modification time of every input file: a changed file forbids resuming."""
+    out = []
+    for p in paths:
+        st = p.stat()
+        out.append([str(p.resolve()), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def work_dir_for(out: Path) -> Path:
+    return out.parent / f".{out.name}.building"
+
+
+class BuildLock:
+    """An exclusive lock beside the target (`.NAME.lock`): two builds of one index cannot interleave.
+
+    Removed when released: builds never wait for it, so a stale inode cannot be shared.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.path = out.parent / f".{out.name}.lock"
+        self._fh = None
+
+    def __enter__(self) -> "BuildLock":
+        self._fh = open(self.path, "a+")
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            self._fh.close()
+            raise InputError(f"another build of {self.path.name[1:-5]} is running "
+                             f"(lock {self.path})") from exc
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fh is not None:
+            self.path.unlink(missing_ok=True)
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+
+
+def read_progress(work: Path) -> Progress | None:
+    """The last commit of an interrupted build, or None when nothing was committed."""
+    path = work / PROGRESS
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if raw.pop("version", None) != _VERSION:
+            return None
+        return Progress(**raw)
+    except (ValueError, TypeError) as exc:
+        # Only written by rename, so a damaged file means outside tampering: start over.
+        log.warning("ignoring unreadable %s (%s); the build starts over", path, exc)
+        return None
+
+
+def commit(work: Path, progress: Progress) -> None:
+    write_json_atomic(work / PROGRESS, progress.to_json())
+
+
+def prepare_work_dir(out: Path, wanted: str, restart: bool) -> tuple[Path, Progress | None]:
+    """Create the work directory, or find a resumable one with the same fingerprint.
+
+    Returns the directory and the committed progress to resume from (None: start fresh).
+    """
+    work = work_dir_for(out)
+    if work.exists():
+        progress = read_progress(work)
+        if progress is not None and progress.fingerprint == wanted and not restart:
+            return work, progress
+        if progress is not None and not restart:
+            raise InputError(
+                f"an interrupted build of {out} with other inputs or settings is in {work} "
+                f"({progress.rows:,} sentences committed): rerun that build to finish it, or "
+                "add --restart to discard it")
+        if progress is not None:
+            log.info("discarding the interrupted build in %s (--restart)", work)
+        shutil.rmtree(work)
+    work.mkdir()
+    return work, None
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

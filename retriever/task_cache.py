@@ -1,0 +1,61 @@
+"""A cache of task embeddings, so repeated selections for one task skip re-embedding it.
+
+Keyed by the model's weight hash and the exact task sentences; stored as `.npy` under
+`$TAPT_CACHE_DIR` (default `$XDG_CACHE_HOME/tapt` or `~/.cache/tapt`), `TAPT_CACHE_DIR=off`
+turns it off. A cache that cannot be read or written is skipped, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from indexer.encoder import Encoder
+
+log = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path | None:
+    raw = os.environ.get("TAPT_CACHE_DIR")
+    if raw is not None:
+        return None if raw.strip().lower() in ("", "off", "0", "none") else Path(raw)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tapt"
+
+
+def _key(model_sha256: str, sentences: Sequence[str]) -> str:
+    h = hashlib.sha256(model_sha256.encode())
+    for s in sentences:
+        h.update(b"\x00")
+        h.update(s.encode("utf-8"))
+    return h.hexdigest()
+
+
+def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 64
+                  ) -> tuple[np.ndarray, bool]:
+    """Embeddings of `sentences` and whether they came from the cache."""
+    root = cache_dir()
+    path = None
+    if root is not None:
+        path = root / "task-embeddings" / f"{_key(encoder.weights_sha256, sentences)}.npy"
+        try:
+            emb = np.load(path)
+            if emb.shape == (len(sentences), encoder.dim) and emb.dtype == np.float32:
+                return emb, True
+        except (OSError, ValueError):
+            pass
+    emb = encoder.encode(list(sentences), batch_size=batch_size)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npy")
+            np.save(tmp, np.ascontiguousarray(emb, dtype=np.float32))
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.debug("task embedding cache not written (%s)", exc)
+    return emb, False

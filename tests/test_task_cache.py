@@ -1,0 +1,61 @@
+"""Task embeddings are cached per model and task text; the cache can be turned off."""
+
+import numpy as np
+
+from conftest import HashingEncoder
+from indexer.index import Index
+from retriever.select import SelectConfig, run_selection
+from retriever.selection_file import read_selection
+from retriever.task_cache import encode_cached
+
+
+class CountingEncoder(HashingEncoder):
+    embedded = 0
+
+    def encode(self, texts, batch_size=64):
+        self.embedded += len(texts)
+        return super().encode(texts, batch_size)
+
+
+class OtherModel(CountingEncoder):
+    @property
+    def weights_sha256(self) -> str:
+        return "another-model"
+
+
+def _select(fake_index, task, out, encoder):
+    return run_selection(Index(fake_index), SelectConfig(method="centroid", budget="5"), out,
+                         [str(task)], encoder)
+
+
+def test_second_selection_reuses_the_task_embeddings(fake_index, tmp_path, monkeypatch,
+                                                     medical_task):
+    monkeypatch.setenv("TAPT_CACHE_DIR", str(tmp_path / "cache"))
+    enc = CountingEncoder()
+    first = _select(fake_index, medical_task, tmp_path / "a.jsonl", enc)
+    embedded = enc.embedded
+    second = _select(fake_index, medical_task, tmp_path / "b.jsonl", enc)
+    assert embedded > 0 and enc.embedded == embedded
+    assert first["timings"]["task_embeddings_cached"] is False
+    assert second["timings"]["task_embeddings_cached"] is True
+    ids = [[s.id for s in read_selection(tmp_path / f"{n}.jsonl")[1]] for n in "ab"]
+    assert ids[0] == ids[1]
+    other = OtherModel()
+    emb, cached = encode_cached(other, ["A sentence."])
+    assert not cached and other.embedded == 1    # another model never reads this cache
+
+
+def test_cache_off_and_unwritable_cache_are_not_errors(fake_index, tmp_path, monkeypatch,
+                                                       medical_task):
+    monkeypatch.setenv("TAPT_CACHE_DIR", "off")
+    enc = CountingEncoder()
+    _select(fake_index, medical_task, tmp_path / "a.jsonl", enc)
+    once = enc.embedded
+    _select(fake_index, medical_task, tmp_path / "b.jsonl", enc)
+    assert once > 0 and enc.embedded == 2 * once
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("TAPT_CACHE_DIR", str(blocker / "cache"))
+    manifest = _select(fake_index, medical_task, tmp_path / "c.jsonl", CountingEncoder())
+    assert manifest["timings"]["task_embeddings_cached"] is False
+    assert np.isfinite(manifest["timings"]["embed_task_seconds"])
