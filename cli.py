@@ -119,6 +119,44 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, split
     )
 
 
+@index.command("add", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.argument("corpus", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--model", default=None, help="The index's model directory, if it moved.")
+@click.option("--batch-size", default=None, type=int, help="[default: the build's]")
+@click.option("--device", default="auto", show_default=True,
+              type=click.Choice(["auto", "cpu", "cuda"]))
+@click.option("--restart", is_flag=True,
+              help="Discard an interrupted add of IDX instead of resuming it.")
+@click.pass_context
+@_domain_errors
+def index_add(ctx, idx, corpus, model, batch_size, device, restart) -> None:
+    """Append the documents of CORPUS that IDX does not hold yet (same model and settings).
+
+    Existing ids never change; documents whose sentences are already in the index are skipped.
+    The add is crash-safe like a build (run it again to resume) and readers see the old index
+    until the new one is complete.
+
+    \b
+    Example:
+      tapt index add idx more-news/ more.jsonl.gz
+    """
+    from indexer.add import add_to_index
+    from indexer.index import Index
+
+    encoder = Index(idx).load_encoder(model, device)
+    try:
+        manifest = add_to_index(idx, list(corpus), encoder, batch_size=batch_size,
+                                restart=restart, progress=ctx.obj["progress"])
+    except KeyboardInterrupt as exc:
+        raise _Interrupted("interrupted: the committed part of the add is kept; run the same "
+                           "command again to resume") from exc
+    last = manifest["history"][-1]
+    click.echo(f"added {last['sentences']:,} sentences ({last['documents']:,} documents, "
+               f"{last['duplicate_documents_skipped']:,} duplicate documents skipped) -> {idx} "
+               f"now holds {manifest['counts']['sentences']:,} sentences")
+
+
 @index.command("info", context_settings=CONTEXT)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest and sizes as JSON.")
@@ -150,6 +188,10 @@ def index_info(idx, as_json) -> None:
         f"faiss      {m['faiss']['factory']} ({m['faiss']['metric']}), {m['faiss']['ntotal']:,} rows",
         f"build      {m['build']['seconds']} s, {m['build']['sentences_per_second']} sentences/s on "
         f"{m['build']['device']}, peak RSS {m['build']['peak_rss_mb']} MB",
+        *([f"adds       generation {m.get('generation', 1)}, last {m['history'][-1]['added']}: "
+           f"{m['history'][-1]['sentences']:,} sentences added, "
+           f"{m['history'][-1]['duplicate_documents_skipped']:,} duplicate documents skipped"]
+          if m.get("history") else []),
         "disk       " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sizes.items()),
         "versions   " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
     ]

@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -146,7 +146,9 @@ def _sha256(path: Path, chunk: int = 1 << 22) -> str:
 
 
 def _build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
-                progress: checkpoint.Progress) -> dict[str, Any]:
+                progress: checkpoint.Progress,
+                skip_doc: Callable[[list[str]], bool] | None = None) -> dict[str, Any]:
+    """Embed into `tmp`, continuing from `progress`; `skip_doc(sentences)` drops a document."""
     start = time.perf_counter()
     splitter = SentenceSplitter(split=config.split)
     store = TextStoreWriter(tmp / STORE)
@@ -154,15 +156,17 @@ def _build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
     if resume:
         dropped = store.truncate(progress.rows)
         progress.sessions += 1
-        log.info("resuming the build in %s: %s sentences of %s documents committed%s", tmp,
-                 f"{progress.rows:,}", f"{progress.docs:,}",
-                 f" ({dropped} uncommitted records dropped)" if dropped else "")
+        if progress.sessions > 1:
+            log.info("resuming in %s: %s sentences of %s documents committed%s", tmp,
+                     f"{progress.rows:,}", f"{progress.docs:,}",
+                     f" ({dropped} uncommitted records dropped)" if dropped else "")
     rows_at = progress.rows if resume else None
     docs_at = progress.docs + 1 if resume else None
     n_rows = progress.rows
     pending = _Pending()
     total = scan.records if not config.split else None
-    bar = tqdm(total=total, initial=n_rows if total else 0, unit="sent", desc="embedding",
+    bar = tqdm(total=total, initial=n_rows - progress.base_rows if total else 0, unit="sent",
+               desc="embedding",
                disable=not config.progress, dynamic_ncols=True, smoothing=0.05)
 
     emb_out = NpyAppender(tmp / EMBEDDINGS, np.float32, (encoder.dim,), resume_rows=rows_at)
@@ -203,12 +207,13 @@ def _build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
         for doc in iter_documents(scan, config.text_field, config.doc_field,
                                   skip=progress.docs_read):
             docs_read += 1
-            added = 0
-            for record in _sentences(doc, doc_index, splitter):
-                pending.texts.append(record["text"])
-                pending.records.append(record)
-                added += 1
-            if added:
+            records = list(_sentences(doc, doc_index, splitter))
+            if records and skip_doc is not None and skip_doc([r["text"] for r in records]):
+                progress.duplicates += 1
+                records = []
+            if records:
+                pending.texts.extend(r["text"] for r in records)
+                pending.records.extend(records)
                 doc_index += 1
             if len(pending.texts) >= config.window:
                 flush(docs_read)
@@ -282,6 +287,7 @@ def _build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
             "peak_rss_mb": round(_peak_rss_mb(), 1),
             "device": encoder.device,
             "batch_size": config.batch_size,
+            "window": config.window,
             "sessions": progress.sessions,
         },
         "checksums": {name: _sha256(tmp / name) for name in

@@ -35,11 +35,13 @@ class Progress:
     """What is committed: rows (sentences), documents kept and documents read from the input."""
 
     fingerprint: str
+    base_rows: int = 0          # rows the index held before this build or add began
     rows: int = 0
     docs: int = 0
     docs_read: int = 0
     tokens: int = 0
     truncated: int = 0
+    duplicates: int = 0
     embed_seconds: float = 0.0
     sessions: int = 1
 
@@ -62,8 +64,8 @@ def input_identity(paths: list[Path]) -> list[list[Any]]:
     return out
 
 
-def work_dir_for(out: Path) -> Path:
-    return out.parent / f".{out.name}.building"
+def work_dir_for(out: Path, kind: str = "building") -> Path:
+    return out.parent / f".{out.name}.{kind}"
 
 
 class BuildLock:
@@ -113,19 +115,21 @@ def commit(work: Path, progress: Progress) -> None:
     write_json_atomic(work / PROGRESS, progress.to_json())
 
 
-def prepare_work_dir(out: Path, wanted: str, restart: bool) -> tuple[Path, Progress | None]:
+def prepare_work_dir(out: Path, wanted: str, restart: bool, kind: str = "building"
+                     ) -> tuple[Path, Progress | None]:
     """Create the work directory, or find a resumable one with the same fingerprint.
 
     Returns the directory and the committed progress to resume from (None: start fresh).
     """
-    work = work_dir_for(out)
+    work = work_dir_for(out, kind)
     if work.exists():
         progress = read_progress(work)
         if progress is not None and progress.fingerprint == wanted and not restart:
             return work, progress
         if progress is not None and not restart:
             raise InputError(
-                f"an interrupted build of {out} with other inputs or settings is in {work} "
+                f"an interrupted {'build' if kind == 'building' else 'add'} of {out} with other "
+                f"inputs or settings is in {work} "
                 f"({progress.rows:,} sentences committed): rerun that build to finish it, or "
                 "add --restart to discard it")
         if progress is not None:

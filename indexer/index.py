@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import weakref
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -12,11 +15,13 @@ import numpy as np
 from .build import DOCS, EMBEDDINGS, FAISS, STORE, TOKENS
 from .encoder import Encoder
 from .errors import IndexFormatError, InputError, ModelMismatchError
-from .manifest import manifest_sha256, read_index_manifest
+from .manifest import MANIFEST_NAME, read_index_manifest
 from .splitter import segment_docs, segment_offsets
 from .store import TextStore
 
 log = logging.getLogger(__name__)
+
+_PROC_FD = Path("/proc/self/fd")
 
 
 class Index:
@@ -24,14 +29,38 @@ class Index:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.manifest: dict[str, Any] = read_index_manifest(self.path)
+        read_index_manifest(self.path)  # friendly errors for a missing, foreign or newer index
+        for _ in range(3):
+            dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+            weakref.finalize(self, os.close, dir_fd)
+            try:
+                self._open_snapshot(dir_fd)
+                return
+            except (OSError, IndexFormatError) as exc:
+                if os.stat(self.path).st_ino == os.fstat(dir_fd).st_ino:
+                    if isinstance(exc, IndexFormatError):
+                        raise
+                    raise IndexFormatError(f"index {self.path} is damaged: {exc}") from exc
+                # `tapt index add` swapped in a new generation while we opened this one: retry
+        raise IndexFormatError(f"index {self.path} kept changing while it was being opened")
+
+    def _open_snapshot(self, dir_fd: int) -> None:
+        """Open every file through one directory handle, so all of them come from one generation.
+
+        `tapt index add` replaces the directory atomically; a reader that opened the old one keeps
+        reading it (FAISS through an open file handle, even after the old files are removed).
+        """
+        base = Path(f"/proc/self/fd/{dir_fd}") if _PROC_FD.is_dir() else self.path
+        self.manifest: dict[str, Any] = read_index_manifest(base)
         for name in (EMBEDDINGS, TOKENS, DOCS, FAISS):
-            if not (self.path / name).is_file():
+            if not (base / name).is_file():
                 raise IndexFormatError(f"index {self.path} is incomplete: {name} is missing")
         try:
-            self.embeddings: np.ndarray = np.load(self.path / EMBEDDINGS, mmap_mode="r")
-            self.tokens: np.ndarray = np.load(self.path / TOKENS, mmap_mode="r")
-            self.doc_offsets: np.ndarray = np.load(self.path / DOCS)
+            self.embeddings: np.ndarray = np.load(base / EMBEDDINGS, mmap_mode="r")
+            self.tokens: np.ndarray = np.load(base / TOKENS, mmap_mode="r")
+            self.doc_offsets: np.ndarray = np.load(base / DOCS)
+        except FileNotFoundError:
+            raise
         except (ValueError, OSError) as exc:
             raise IndexFormatError(f"index {self.path} is damaged: {exc}") from exc
         n, dim = self.manifest["counts"]["sentences"], self.manifest["model"]["dim"]
@@ -41,6 +70,12 @@ class Index:
                 f"{self.embeddings.shape}, tokens {len(self.tokens)}, documents end at "
                 f"{int(self.doc_offsets[-1])}"
             )
+        self._manifest_bytes = (base / MANIFEST_NAME).read_bytes()
+        self.store = TextStore(base / STORE)
+        faiss_fd = os.open(base / FAISS, os.O_RDONLY)
+        weakref.finalize(self, os.close, faiss_fd)
+        self._faiss_path = Path(f"/proc/self/fd/{faiss_fd}") if base != self.path \
+            else self.path / FAISS
 
     @property
     def n_sentences(self) -> int:
@@ -60,7 +95,7 @@ class Index:
 
     @cached_property
     def manifest_sha256(self) -> str:
-        return manifest_sha256(self.path)
+        return hashlib.sha256(self._manifest_bytes).hexdigest()
 
     def segments(self, size: int | None = None) -> np.ndarray:
         """CSR offsets of segments over sentence rows (the index's segment size unless given)."""
@@ -70,14 +105,10 @@ class Index:
         return segment_docs(self.doc_offsets, seg_offsets)
 
     @cached_property
-    def store(self) -> TextStore:
-        return TextStore(self.path / STORE)
-
-    @cached_property
     def faiss(self):
         from .faiss_index import read_faiss_index
 
-        index = read_faiss_index(self.path / FAISS)
+        index = read_faiss_index(self._faiss_path)
         if index.ntotal != self.n_sentences:
             raise IndexFormatError(
                 f"index {self.path}: FAISS holds {index.ntotal} rows, embeddings {self.n_sentences}"
