@@ -198,6 +198,60 @@ def index_info(idx, as_json) -> None:
     click.echo("\n".join(lines))
 
 
+@index.command("verify", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.option("--deep", is_flag=True, help="Also re-embed a sample of stored sentences.")
+@click.option("--sample", default=200, show_default=True, type=int,
+              help="Rows sampled for the row-level checks.")
+@click.option("--model", default=None, help="The index's model directory, for --deep.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per check.")
+@click.pass_context
+@_domain_errors
+def index_verify(ctx, idx, deep, sample, model, as_json) -> None:
+    """Check checksums, counts and row agreement of an index; name the repair for each fault.
+
+    Exit status 1 when anything is wrong.
+
+    \b
+    Examples:
+      tapt index verify idx
+      tapt index verify idx --deep --json
+    """
+    from indexer.verify import verify_index
+
+    if sample < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--sample")
+    report = verify_index(idx, deep=deep, sample=sample, model=model,
+                          progress=ctx.obj["progress"])
+    for f in report.findings:
+        if as_json:
+            click.echo(json.dumps({"check": f.check, "ok": f.ok, "detail": f.detail,
+                                   "repair": f.repair}))
+        else:
+            click.echo(f"{'ok ' if f.ok else 'BAD'}  {f.check:<26} {f.detail}"
+                       + (f"\n     -> {f.repair}" if f.repair else ""))
+    if not report.ok:
+        bad = [f.check for f in report.findings if not f.ok]
+        raise click.ClickException(f"{idx} failed {len(bad)} check(s): {', '.join(bad)}")
+
+
+@index.command("repair", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.pass_context
+@_domain_errors
+def index_repair(ctx, idx) -> None:
+    """Rebuild what can be rebuilt without re-embedding (the FAISS index from the embeddings).
+
+    \b
+    Example:
+      tapt index repair idx && tapt index verify idx
+    """
+    from indexer.repair import repair_index
+
+    done = repair_index(idx, progress=ctx.obj["progress"])
+    click.echo("; ".join(done) if done else f"{idx}: nothing to repair")
+
+
 # ----------------------------------------------------------------------------- select
 
 

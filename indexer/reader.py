@@ -103,6 +103,9 @@ def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, decoded line without newline); clear errors for binary, bad UTF-8 and bad gzip."""
     try:
         with (gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")) as fh:
+            if b"\x00" in fh.read(8192):
+                raise InputError(f"{path}: a binary file (NUL bytes in its first 8 KB), not text")
+            fh.seek(0)
             for lineno, line in enumerate(fh, 1):
                 if b"\x00" in line:
                     raise InputError(f"{path}:{lineno}: contains NUL bytes (binary file?)")

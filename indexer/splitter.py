@@ -3,7 +3,10 @@
 Sentences come from pysbd (Sadvilkar & Neumann 2020), a rule-based splitter that passes the
 "Golden Rules" boundary suite for English and needs no model download. Text with no inner
 sentence-final punctuation skips pysbd entirely (most short records), which keeps splitting far
-faster than embedding. Segments are runs of at most `size` consecutive sentences of one document:
+faster than embedding. Pathological input stays bounded (pysbd's time grows faster than linearly
+with the length of its input): text longer than 10,000 characters goes to pysbd in blocks of at
+most that length, cut after the last ". " (else the last space) before the limit, and a
+"sentence" longer than 10,000 characters (far beyond any encoder's window) is cut the same way. Segments are runs of at most `size` consecutive sentences of one document:
 they never cross a document boundary (TADPOLE, section 3.2).
 """
 
@@ -16,6 +19,22 @@ import numpy as np
 
 _INNER_BOUNDARY = re.compile(r"[.!?\u2026][\"')\]\u201d\u2019]*\s+\S")
 _SPACE = re.compile(r"\s+")
+MAX_BLOCK_CHARS = 10_000
+MAX_SENTENCE_CHARS = 10_000
+
+
+def cut_long(text: str, limit: int) -> list[str]:
+    """Pieces of at most `limit` characters, cut after the last ". " (else space) before it."""
+    pieces = []
+    start, n = 0, len(text)
+    while n - start > limit:
+        lo, hi = start + limit // 2, start + limit
+        cut = text.rfind(". ", lo, hi) + 1 or text.rfind(" ", lo, hi + 1)
+        cut = cut if cut > start else hi
+        pieces.append(text[start:cut].strip())
+        start = cut
+    pieces.append(text[start:].strip())
+    return [p for p in pieces if p]
 
 
 class SentenceSplitter:
@@ -36,9 +55,13 @@ class SentenceSplitter:
         if not text:
             return []
         if not self.split or not _INNER_BOUNDARY.search(text):
-            return [text]
-        parts = (p.strip() for p in self._segmenter.segment(text))
-        return [p for p in parts if p]
+            sentences = [text]
+        else:
+            sentences = [p.strip() for block in cut_long(text, MAX_BLOCK_CHARS)
+                         for p in self._segmenter.segment(block)]
+        if any(len(s) > MAX_SENTENCE_CHARS for s in sentences):
+            sentences = [p for s in sentences for p in cut_long(s, MAX_SENTENCE_CHARS)]
+        return [s for s in sentences if s]
 
 
 def segment_offsets(doc_offsets: np.ndarray, size: int) -> np.ndarray:

@@ -59,7 +59,7 @@ class TextStoreWriter:
 _READERS: dict[tuple[str, int], lmdb.Environment] = {}
 
 
-def _reader_env(path: Path) -> lmdb.Environment:
+def reader_env(path: Path) -> lmdb.Environment:
     """One read-only environment per store file per process (LMDB forbids opening it twice)."""
     data = path / "data.mdb"
     if not data.is_file():
@@ -76,7 +76,7 @@ class TextStore:
     """Read-only access; works on read-only directories (no lock file is written)."""
 
     def __init__(self, path: Path) -> None:
-        self.env = _reader_env(path)
+        self.env = reader_env(path)
 
     def __len__(self) -> int:
         return int(self.env.stat()["entries"])

@@ -8,7 +8,6 @@ import json
 import os
 import random
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,6 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Task-embedding cache of this test session only (never the user's ~/.cache/tapt).
-os.environ["TAPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tapt-test-cache-")
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "data" / "sample"
@@ -99,6 +96,12 @@ def write_task(path: Path, topic: str, n: int = 40, seed: int = 1) -> list[str]:
     lines = [make_sentence(rng, topic) for _ in range(n)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return lines
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _task_cache(tmp_path_factory) -> None:
+    """Task-embedding cache of this test session only (never the user's ~/.cache/tapt)."""
+    os.environ["TAPT_CACHE_DIR"] = str(tmp_path_factory.mktemp("task-cache"))
 
 
 @pytest.fixture()

@@ -1,0 +1,52 @@
+"""`tapt index repair`: rebuild what can be rebuilt without re-embedding (the FAISS index)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .build import EMBEDDINGS, FAISS
+from .errors import IndexFormatError
+from .faiss_index import FLAT_FACTORY, build_faiss_index
+from .manifest import MANIFEST_NAME, read_index_manifest, write_json_atomic
+from .verify import REBUILD, file_sha256, verify_index
+
+log = logging.getLogger(__name__)
+
+
+def repair_index(path: str | Path, progress: bool = True) -> list[str]:
+    """Rebuild the FAISS index from the stored embeddings if it is not sound; returns what it did.
+
+    Refuses (IndexFormatError) when anything else is wrong: those parts need a rebuild.
+    """
+    path = Path(path)
+    report = verify_index(path, progress=progress)
+    broken = [f for f in report.findings if not f.ok]
+    faiss_parts = {"faiss", f"file {FAISS}", f"checksum {FAISS}"}
+    other = [f for f in broken if f.check not in faiss_parts]
+    if other:
+        raise IndexFormatError(
+            f"cannot repair {path}: {other[0].check}: {other[0].detail}; "
+            + REBUILD.format(path=path))
+    if not broken:
+        return []
+    manifest = read_index_manifest(path)
+    embeddings = np.load(path / EMBEDDINGS, mmap_mode="r")
+    factory = manifest.get("faiss", {}).get("factory", FLAT_FACTORY)
+    tmp = path / f".{FAISS}.repair-{os.getpid()}"
+    try:
+        info = build_faiss_index(embeddings, tmp, factory, progress=progress)
+        os.replace(tmp, path / FAISS)
+    finally:
+        tmp.unlink(missing_ok=True)
+    info["file"] = FAISS
+    manifest["faiss"] = info
+    if manifest.get("checksums") is not None:
+        manifest["checksums"][FAISS] = file_sha256(path / FAISS)
+    write_json_atomic(path / MANIFEST_NAME, manifest)
+    done = f"rebuilt {FAISS} from {EMBEDDINGS} ({info['ntotal']:,} rows, {factory})"
+    log.info(done)
+    return [done]

@@ -1,0 +1,225 @@
+"""`tapt index verify`: check an index file by file, and say how to repair what is wrong.
+
+Reads the files directly (not through `Index`, which refuses a damaged index) so that every
+problem is named, not only the first. Repairs: `tapt index repair` rebuilds the FAISS index from
+the stored embeddings; damaged embeddings, text or offsets need a rebuild from the corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .build import DOCS, EMBEDDINGS, FAISS, STORE, TOKENS
+from .errors import TaptError
+from .manifest import read_index_manifest
+
+REPAIR = "run `tapt index repair {path}` (rebuilds the FAISS index from the stored embeddings)"
+REBUILD = "rebuild the index from its corpus (`tapt index build ... --out {path} --overwrite`)"
+LMDB_FILE = f"{STORE}/data.mdb"
+
+
+@dataclass
+class Finding:
+    check: str
+    ok: bool
+    detail: str
+    repair: str = ""
+
+
+@dataclass
+class VerifyReport:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+    def add(self, check: str, ok: bool, detail: str, repair: str = "") -> bool:
+        self.findings.append(Finding(check, ok, detail, "" if ok else repair))
+        return ok
+
+    def to_json(self) -> list[dict]:
+        return [asdict(f) for f in self.findings]
+
+
+def file_sha256(path: Path, progress: bool = False) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh, tqdm(total=path.stat().st_size, unit="B", unit_scale=True,
+                                      desc=f"sha256 {path.name}", disable=not progress,
+                                      leave=False) as bar:
+        while block := fh.read(1 << 22):
+            digest.update(block)
+            bar.update(len(block))
+    return digest.hexdigest()
+
+
+def verify_index(path: str | Path, deep: bool = False, sample: int = 200, encoder=None,
+                 progress: bool = False, seed: int = 0, model: str | None = None) -> VerifyReport:
+    """Every check of the index at `path`; `deep` also re-embeds `sample` stored sentences."""
+    path = Path(path)
+    report = VerifyReport(str(path))
+    fix, rebuild = REPAIR.format(path=path), REBUILD.format(path=path)
+    try:
+        manifest = read_index_manifest(path)
+    except TaptError as exc:
+        report.add("manifest", False, str(exc), rebuild)
+        return report
+    report.add("manifest", True, f"format {manifest['format_version']}, uuid {manifest['uuid']}")
+    n, dim = manifest["counts"]["sentences"], manifest["model"]["dim"]
+    names = (EMBEDDINGS, TOKENS, DOCS, FAISS, LMDB_FILE)
+    present = {name: (path / name).is_file() for name in names}
+    for name in names:
+        if not present[name]:
+            report.add(f"file {name}", False, "missing", fix if name == FAISS else rebuild)
+    _checksums(report, path, manifest, present, progress, fix, rebuild)
+    rng = np.random.default_rng(seed)
+    rows = np.unique(np.concatenate([[0, max(n - 1, 0)], rng.integers(0, max(n, 1), sample)]))
+    emb = _embeddings(report, path, n, dim, rows, rebuild) if present[EMBEDDINGS] else None
+    docs = _offsets(report, path, n, rebuild) if present[DOCS] and present[TOKENS] else None
+    if present[FAISS]:
+        _faiss(report, path, n, dim, rows, emb, fix)
+    if present[LMDB_FILE]:
+        texts = _store(report, path, n, rows, docs, rebuild)
+        if deep and texts and emb is not None:
+            _deep(report, manifest, encoder or model, texts, emb, rebuild)
+    return report
+
+
+def _checksums(report, path, manifest, present, progress, fix, rebuild) -> None:
+    recorded = manifest.get("checksums")
+    if not recorded:
+        report.add("checksums", True, "none recorded (index built before tapt recorded them)")
+        return
+    for name, expected in recorded.items():
+        if not present.get(name, (path / name).is_file()):
+            continue
+        actual = file_sha256(path / name, progress)
+        report.add(f"checksum {name}", actual == expected,
+                   "matches" if actual == expected else
+                   f"sha256 {actual[:12]}... but the manifest records {expected[:12]}...",
+                   fix if name == FAISS else rebuild)
+
+
+def _embeddings(report, path, n, dim, rows, rebuild):
+    try:
+        emb = np.load(path / EMBEDDINGS, mmap_mode="r")
+    except (ValueError, OSError) as exc:
+        report.add("embeddings", False, f"unreadable: {exc}", rebuild)
+        return None
+    if emb.dtype != np.float32 or emb.shape != (n, dim):
+        report.add("embeddings", False, f"{emb.dtype} {emb.shape}, the manifest says float32 "
+                   f"{(n, dim)}", rebuild)
+        return None
+    norms = np.linalg.norm(np.asarray(emb[rows], dtype=np.float64), axis=1)
+    bad = int((np.abs(norms - 1) > 1e-3).sum())
+    report.add("embeddings", bad == 0, f"{n:,} x {dim} float32" + (
+        "" if bad == 0 else f"; {bad} of {len(rows)} sampled rows are not unit length"), rebuild)
+    return emb if bad == 0 else None
+
+
+def _offsets(report, path, n, rebuild):
+    try:
+        tokens = np.load(path / TOKENS, mmap_mode="r")
+        docs = np.load(path / DOCS)
+    except (ValueError, OSError) as exc:
+        report.add("offsets", False, f"unreadable: {exc}", rebuild)
+        return None
+    problems = []
+    if len(tokens) != n:
+        problems.append(f"tokens.npy has {len(tokens)} rows, not {n}")
+    if len(docs) < 2 or docs[0] != 0 or docs[-1] != n or (np.diff(docs) < 0).any():
+        problems.append("docs.npy offsets must rise from 0 to the sentence count")
+    report.add("offsets", not problems, "; ".join(problems) or f"{len(docs) - 1:,} documents",
+               rebuild)
+    return None if problems else docs
+
+
+def _faiss(report, path, n, dim, rows, emb, fix) -> None:
+    from .faiss_index import read_faiss_index
+
+    try:
+        index = read_faiss_index(path / FAISS)
+    except RuntimeError as exc:
+        report.add("faiss", False, f"unreadable: {str(exc).splitlines()[0][:200]}", fix)
+        return
+    if index.ntotal != n or index.d != dim:
+        report.add("faiss", False, f"{index.ntotal} rows of {index.d} dims; the embeddings are "
+                   f"{n} x {dim}", fix)
+        return
+    if emb is not None:
+        try:
+            stored = np.vstack([index.reconstruct(int(i)) for i in rows])
+            same = np.allclose(stored, emb[rows], atol=1e-3)
+        except RuntimeError:  # index types that cannot reconstruct: each row must find itself
+            _, ids = index.search(np.ascontiguousarray(emb[rows], dtype=np.float32), 1)
+            same = bool((ids[:, 0] == rows).all())
+        if not same:
+            report.add("faiss", False, "its rows differ from the stored embeddings", fix)
+            return
+    report.add("faiss", True, f"{index.ntotal:,} rows agree with the embeddings")
+
+
+def _store(report, path, n, rows, docs, rebuild) -> dict[int, str] | None:
+    import lmdb
+
+    from .store import key, reader_env
+
+    try:
+        env = reader_env(path / STORE)  # shared: LMDB allows one environment per file per process
+    except (lmdb.Error, TaptError) as exc:
+        report.add("text store", False, f"unreadable: {exc}", rebuild)
+        return None
+    texts: dict[int, str] = {}
+    problems = []
+    try:
+        entries = int(env.stat()["entries"])
+        if entries != n:
+            problems.append(f"{entries:,} records, {n:,} sentences")
+        with env.begin(buffers=True) as txn:
+            for sid in rows.tolist():
+                raw = txn.get(key(sid))
+                if raw is None:
+                    problems.append(f"sentence {sid} is missing")
+                    continue
+                try:
+                    rec = json.loads(bytes(raw))
+                    texts[sid] = rec["text"]
+                    doc, pos = int(rec["doc"]), int(rec["pos"])
+                except (ValueError, KeyError, TypeError):
+                    problems.append(f"record {sid} is damaged")
+                    continue
+                if docs is not None:
+                    d = int(np.searchsorted(docs, sid, side="right")) - 1
+                    if d != doc or sid - int(docs[d]) != pos:
+                        problems.append(f"record {sid} says document {doc} position {pos}, the "
+                                        f"offsets say {d} position {sid - int(docs[d])}")
+    except lmdb.Error as exc:
+        problems.append(f"unreadable: {exc}")
+    report.add("text store", not problems, "; ".join(problems[:3]) or f"{n:,} records; "
+               f"{len(rows)} sampled records agree with the offsets", rebuild)
+    return None if problems else texts
+
+
+def _deep(report, manifest, encoder, texts, emb, rebuild) -> None:
+    recorded = manifest["model"]
+    if encoder is None or isinstance(encoder, str):
+        from .encoder import SentenceTransformerEncoder
+
+        encoder = SentenceTransformerEncoder(encoder or recorded.get("source") or recorded["name"])
+    if encoder.weights_sha256 != recorded["weights_sha256"]:
+        report.add("deep: re-embedded sample", False, f"model {encoder.name} is not the one the "
+                   f"index was built with ({recorded['name']})", "pass --model with its directory")
+        return
+    ids = sorted(texts)
+    fresh = encoder.encode([texts[i] for i in ids])
+    cos = np.sum(fresh * np.asarray(emb[ids], dtype=np.float32), axis=1)
+    worst = float(cos.min())
+    report.add("deep: re-embedded sample", worst >= 0.99,
+               f"{len(ids)} sentences, lowest cosine to the stored rows {worst:.4f}", rebuild)
