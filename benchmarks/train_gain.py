@@ -214,16 +214,16 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         f"{a['budget_frac']} x the domain's true pool sentences. Score: masked-LM loss (nats/token, "
         f"lower is better) on held-out seed documents, identical masks for every model "
         f"(eval seed {a['eval_seed']}).", "",
-        "| domain | condition | sentences | eval loss (mean ± sd) | perplexity | gain vs base | gain vs random |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| domain | condition | sentences | runs | eval loss (mean ± sd) | perplexity | gain vs base | gain vs random |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     sizes = {(r["domain"], r["condition"]): r["selection"]["sentences"] for r in result["runs"]}
     for domain, s in result["summary"].items():
-        lines.append(f"| {domain} | base | - | {s['base_loss']:.4f} | "
+        lines.append(f"| {domain} | base | - | 1 | {s['base_loss']:.4f} | "
                      f"{result['base'][domain]['perplexity']:.2f} | - | - |")
         for cond, row in s["conditions"].items():
             lines.append(
-                f"| {domain} | {cond} | {sizes.get((domain, cond)) or '-'} | "
+                f"| {domain} | {cond} | {sizes.get((domain, cond)) or '-'} | {row['n']} | "
                 f"{row['loss_mean']:.4f} ± {row['loss_std']:.4f} | {math.exp(row['loss_mean']):.2f} | "
                 f"{row['gain_vs_base']:+.4f} | {row.get('gain_vs_random', float('nan')):+.4f} |")
     lines += ["", f"Total time {result['seconds']:.0f} s on {result['machine']}.", "",
@@ -262,6 +262,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     p.add_argument("--name", default="train_gain")
     p.add_argument("--keep-models", action="store_true")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: report the runs an earlier invocation has scored")
     p.add_argument("--tapt", default=str(Path(sys.executable).with_name("tapt")),
                    help="the tapt executable")
     args = p.parse_args(argv)
@@ -326,6 +328,8 @@ def main(argv: list[str] | None = None) -> None:
                 done = dwork / f"results-{run_tag(args)}" / f"{cond}-seed{seed}.json"
                 if done.is_file():  # scored by an earlier invocation with the same settings
                     runs.append(json.loads(done.read_text(encoding="utf-8")))
+                    continue
+                if args.report_only:
                     continue
                 manifest = train(args, base_model, sel, out, seed, args.steps, weights)
                 score = eval_mlm(args, str(out), heldout)
