@@ -22,7 +22,7 @@ import lmdb
 import numpy as np
 
 from . import checkpoint
-from .build import DOCS, EMBEDDINGS, STORE, TOKENS, BuildConfig, _build_into
+from .build import DOCS, EMBEDDINGS, STORE, TOKENS, BuildConfig, build_into
 from .encoder import Encoder
 from .errors import InputError
 from .index import Index
@@ -122,7 +122,7 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
                 seen.add(h)
                 return False
 
-            manifest = _build_into(work, scan, inputs, encoder, config, resumed, duplicate)
+            manifest = build_into(work, scan, inputs, encoder, config, resumed, duplicate)
             final = checkpoint.read_progress(work)
             manifest = _merge_manifest(old, manifest, scan, inputs, final)
             write_json_atomic(work / MANIFEST_NAME, manifest)

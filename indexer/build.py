@@ -112,7 +112,7 @@ def build_index(
     with checkpoint.BuildLock(out):
         work, resumed = checkpoint.prepare_work_dir(out, wanted, config.restart)
         try:
-            manifest = _build_into(work, scan, inputs, encoder, config,
+            manifest = build_into(work, scan, inputs, encoder, config,
                                    resumed or checkpoint.Progress(wanted))
             if out.exists():
                 old = parent / f".{out.name}.old-{os.getpid()}"
@@ -145,7 +145,7 @@ def _sha256(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def _build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
+def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
                 progress: checkpoint.Progress,
                 skip_doc: Callable[[list[str]], bool] | None = None) -> dict[str, Any]:
     """Embed into `tmp`, continuing from `progress`; `skip_doc(sentences)` drops a document."""
