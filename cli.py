@@ -61,6 +61,51 @@ def index() -> None:
     """Build and inspect corpus indexes."""
 
 
+_BACKEND_HELP = ("Encoder backend: torch, or the model exported once to ONNX (fp32, or int8 by dynamic "
+                 "quantisation; CPU only). auto = onnx (fp32, 1.7x torch, same selections) on CPU, torch "
+                 "on CUDA; onnx-int8 is 3.7x torch but its selections differ by 2-7%.")
+
+
+def _backend_option(default_help: str = _BACKEND_HELP):
+    return click.option("--backend", default="auto", show_default=True,
+                        type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), help=default_help)
+
+
+class _MemoryType(click.ParamType):
+    """A size like 8G, 512M or 1.5G, in bytes."""
+
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        from indexer.errors import InputError
+        from indexer.index_choice import parse_memory
+
+        try:
+            return parse_memory(value)
+        except InputError as exc:
+            self.fail(str(exc).replace(f"--memory {value!r}: ", ""), param, ctx)
+
+
+def _faiss_options(func):
+    """--index, --memory and --opq: which FAISS index to build (see indexer/index_choice.py)."""
+    from indexer.index_choice import DEFAULT_MEMORY
+
+    options = [
+        click.option("--index", "index_type", default="auto", show_default=True,
+                     type=click.Choice(["auto", "flat", "hnsw", "ivfpq"]),
+                     help="FAISS index: auto = Flat up to 100k sentences, HNSW up to 500k, IVF-PQ "
+                          "above (or whatever fits --memory); approximate ones are rescored "
+                          "exactly from the stored embeddings."),
+        click.option("--memory", default=DEFAULT_MEMORY, show_default=True, type=_MemoryType(),
+                     help="RAM budget for the FAISS index (8G, 512M, ...)."),
+        click.option("--opq", is_flag=True, help="IVF-PQ: rotate with OPQ before quantising "
+                                                 "(slower to train)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @index.command("build", context_settings=CONTEXT)
 @click.argument("corpus", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", "-o", required=True, type=click.Path(), help="Index directory to create.")
@@ -71,6 +116,7 @@ def index() -> None:
 @click.option("--batch-size", default=64, show_default=True, type=int)
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]))
+@_backend_option()
 @click.option("--split/--no-split", default=True, show_default=True,
               help="Split records into sentences (--no-split: each record is one sentence).")
 @click.option("--text-field", default="text", show_default=True, help="JSONL field with the text.")
@@ -82,10 +128,11 @@ def index() -> None:
 @click.option("--overwrite", is_flag=True, help="Replace an existing index at --out.")
 @click.option("--restart", is_flag=True,
               help="Discard an interrupted build of --out instead of resuming it.")
+@_faiss_options
 @click.pass_context
 @_domain_errors
-def index_build(ctx, corpus, out, model, segment_size, batch_size, device, split, text_field,
-                doc_field, text_docs, overwrite, restart) -> None:
+def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
+                doc_field, text_docs, overwrite, restart, index_type, memory, opq) -> None:
     """Embed CORPUS (files or directories of .txt/.jsonl, optionally .gz) into an index.
 
     The work is committed every few thousand sentences: if a build is killed or runs out of
@@ -95,16 +142,18 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, split
     Examples:
       tapt index build data/sample/pool.jsonl.gz --out idx --no-split
       tapt index build wiki/ --out wiki-idx --model ./my-st-model --device cuda
+      tapt index build big/ --out big-idx --index auto --memory 8G
     """
     from indexer.build import BuildConfig, build_index
-    from indexer.encoder import SentenceTransformerEncoder
+    from indexer.encoder import load_encoder
 
     config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
                          text_field=text_field, doc_field=doc_field or None, text_docs=text_docs,
-                         overwrite=overwrite, restart=restart, progress=ctx.obj["progress"])
+                         overwrite=overwrite, restart=restart, progress=ctx.obj["progress"],
+                         index=index_type, memory=memory, opq=opq)
     if Path(out).exists() and not overwrite:
         raise click.UsageError(f"{out} already exists (use --overwrite to replace it)")
-    encoder = SentenceTransformerEncoder(model, device=device)
+    encoder = load_encoder(model, device=device, backend=backend)
     try:
         manifest = build_index(list(corpus), out, encoder, config)
     except KeyboardInterrupt as exc:
@@ -117,6 +166,20 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, split
         f"({build['sentences_per_second']} sentences/s, peak RSS {build['peak_rss_mb']:.0f} MB"
         f"{', resumed' if build.get('sessions', 1) > 1 else ''}) -> {out}"
     )
+    click.echo(f"faiss {_faiss_summary(manifest['faiss'])}")
+
+
+def _faiss_summary(info: dict) -> str:
+    """One line about an index's FAISS section (old manifests have factory, metric, ntotal)."""
+    line = f"{info['factory']} ({info.get('metric', 'inner_product')}), {info['ntotal']:,} rows"
+    search = info.get("search")
+    if search:
+        line += (f"; {search['param']} {search['default']} by default (recall@{search['k']} "
+                 f"{search['recall']:.3f} vs exact on {search['queries']} sampled queries), "
+                 "candidates rescored exactly")
+    if info.get("reason"):
+        line += f"; chosen: {info['reason']}"
+    return line
 
 
 @index.command("add", context_settings=CONTEXT)
@@ -126,11 +189,12 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, split
 @click.option("--batch-size", default=None, type=int, help="[default: the build's]")
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]))
+@_backend_option("Encoder backend [auto: the one IDX was built with, where the device allows].")
 @click.option("--restart", is_flag=True,
               help="Discard an interrupted add of IDX instead of resuming it.")
 @click.pass_context
 @_domain_errors
-def index_add(ctx, idx, corpus, model, batch_size, device, restart) -> None:
+def index_add(ctx, idx, corpus, model, batch_size, device, backend, restart) -> None:
     """Append the documents of CORPUS that IDX does not hold yet (same model and settings).
 
     Existing ids never change; documents whose sentences are already in the index are skipped.
@@ -144,7 +208,7 @@ def index_add(ctx, idx, corpus, model, batch_size, device, restart) -> None:
     from indexer.add import add_to_index
     from indexer.index import Index
 
-    encoder = Index(idx).load_encoder(model, device)
+    encoder = Index(idx).load_encoder(model, device, backend)
     try:
         manifest = add_to_index(idx, list(corpus), encoder, batch_size=batch_size,
                                 restart=restart, progress=ctx.obj["progress"])
@@ -185,9 +249,10 @@ def index_info(idx, as_json) -> None:
         f"{c['segments']:,} segments of <= {m['segment_size']}, {c['tokens']:,} tokens",
         f"skipped    {c['skipped_blank_records']:,} blank records; "
         f"{c['truncated_sentences']:,} sentences truncated for embedding",
-        f"faiss      {m['faiss']['factory']} ({m['faiss']['metric']}), {m['faiss']['ntotal']:,} rows",
+        f"faiss      {_faiss_summary(m['faiss'])}",
         f"build      {m['build']['seconds']} s, {m['build']['sentences_per_second']} sentences/s on "
-        f"{m['build']['device']}, peak RSS {m['build']['peak_rss_mb']} MB",
+        f"{m['build']['device']} ({m['build'].get('backend', 'torch')}), "
+        f"peak RSS {m['build']['peak_rss_mb']} MB",
         *([f"adds       generation {m.get('generation', 1)}, last {m['history'][-1]['added']}: "
            f"{m['history'][-1]['sentences']:,} sentences added, "
            f"{m['history'][-1]['duplicate_documents_skipped']:,} duplicate documents skipped"]
@@ -252,6 +317,85 @@ def index_repair(ctx, idx) -> None:
     click.echo("; ".join(done) if done else f"{idx}: nothing to repair")
 
 
+@index.command("reindex", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@_faiss_options
+@click.pass_context
+@_domain_errors
+def index_reindex(ctx, idx, index_type, memory, opq) -> None:
+    """Change IDX's FAISS index type from its stored embeddings (no re-embedding).
+
+    The new index and manifest replace the old ones in one atomic swap; readers see either.
+
+    \b
+    Examples:
+      tapt index reindex idx --index hnsw
+      tapt index reindex idx --index auto --memory 512M
+    """
+    from indexer.reindex import reindex
+
+    manifest = reindex(idx, index_type, memory, opq=opq, progress=ctx.obj["progress"])
+    info = manifest["faiss"]
+    click.echo(f"{idx}: {info.get('previous')} -> {_faiss_summary(info)} "
+               f"({info['build_seconds']} s, {info['bytes'] / 2**20:.1f} MiB)")
+
+
+def _int_list(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter("use comma-separated integers, e.g. 16,32,64") from None
+    if not out or min(out) < 1:
+        raise click.BadParameter("values must be positive integers")
+    return out
+
+
+@index.command("recall", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.option("--queries", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="Sampled corpus rows (moved off the corpus by noise) used as queries.")
+@click.option("--k", default=100, show_default=True, type=click.IntRange(min=1))
+@click.option("--values", default=None, callback=_int_list,
+              help="nprobe / efSearch values to sweep [default: the index type's sweep].")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+@_domain_errors
+def index_recall(ctx, idx, queries, k, values, seed, as_json) -> None:
+    """Recall@k of IDX's FAISS index against exact search, and time per query, per nprobe or
+    efSearch value (candidates rescored exactly, as selections do).
+
+    \b
+    Examples:
+      tapt index recall idx
+      tapt index recall idx --queries 500 --k 50 --values 8,16,32,64 --json
+    """
+    from indexer.ann_recall import recall_report
+    from indexer.index import Index
+
+    ix = Index(idx)
+    report = recall_report(ix.faiss, ix.embeddings, ix.manifest.get("faiss", {}), queries=queries,
+                           k=k, values=values, seed=seed, progress=ctx.obj["progress"])
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"{idx}: {report['factory']} ({report['kind']}), recall@{report['k']} against exact "
+               f"search, {report['queries']} sampled queries; exact search "
+               f"{report['exact_ms_per_query']:.2f} ms/query")
+    name = report["param"] or "-"
+    click.echo(f"{name:>9}  recall@{report['k']:<4} ann-only  candidates  ms/query")
+    for row in report["sweep"]:
+        mark = " *" if report["default"] and row["value"] == report["default"] else "  "
+        value = "exact" if row["value"] is None else str(row["value"])
+        click.echo(f"{value:>9}{mark}  {row['recall']:<10.4f} {row['raw_recall']:<9.4f} "
+                   f"{row['candidates']:<11} {row['ms_per_query']:.3f}")
+    if report["default"]:
+        click.echo("* the recorded default; ann-only = the approximate ranking before exact "
+                   "rescoring")
+
+
 # ----------------------------------------------------------------------------- select
 
 
@@ -268,10 +412,21 @@ def _select_options(func):
                      help="Model directory if the index's recorded one cannot be found."),
         click.option("--device", default="auto", show_default=True,
                      type=click.Choice(["auto", "cpu", "cuda"])),
+        _backend_option("Backend that embeds the task [auto: the one the index was built with, "
+                        "where the device allows]."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def _search_options(func):
+    """--nprobe / --ef-search: how wide an approximate FAISS search is (default: recorded)."""
+    func = click.option("--ef-search", type=click.IntRange(min=1), default=None,
+                        help="HNSW indexes: efSearch [default: the index's calibrated one].")(func)
+    return click.option("--nprobe", type=click.IntRange(min=1), default=None,
+                        help="IVF indexes: inverted lists searched per query [default: the "
+                             "index's calibrated one, recall@100 >= 0.95].")(func)
 
 
 _TASK = click.option("--task", "-t", required=True, multiple=True, type=click.Path(exists=True),
@@ -279,13 +434,13 @@ _TASK = click.option("--task", "-t", required=True, multiple=True, type=click.Pa
 _BUDGET_HELP = "0.2 = 20% of segments; 5000 = segments; 20000sent = sentences; 2Mtok = tokens."
 
 
-def _run_select(ctx, idx, out, task, model, device, **params) -> None:
+def _run_select(ctx, idx, out, task, model, device, backend, **params) -> None:
     from indexer.index import Index
     from retriever.select import SelectConfig, run_selection
 
     config = SelectConfig(**params)
     ix = Index(idx)
-    encoder = ix.load_encoder(model, device) if config.method != "random" else None
+    encoder = ix.load_encoder(model, device, backend) if config.method != "random" else None
     manifest = run_selection(ix, config, out, list(task) if task else None, encoder)
     counts, info = manifest["counts"], manifest["info"]
     extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in info.items())
@@ -307,14 +462,14 @@ def select() -> None:
 @click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
 @click.pass_context
 @_domain_errors
-def select_centroid(ctx, idx, out, segment_size, seed, model, device, task, budget) -> None:
+def select_centroid(ctx, idx, out, segment_size, seed, model, device, backend, task, budget) -> None:
     """Rank segments by cosine to the task's mean embedding (Domain-Cosine).
 
     \b
     Example:
       tapt select centroid idx --task task.jsonl --budget 0.2 --out sel.jsonl
     """
-    _run_select(ctx, idx, out, task, model, device, method="centroid", budget=budget,
+    _run_select(ctx, idx, out, task, model, device, backend, method="centroid", budget=budget,
                 seed=seed, segment_size=segment_size)
 
 
@@ -324,17 +479,19 @@ def select_centroid(ctx, idx, out, segment_size, seed, model, device, task, budg
 @click.option("--k", "-k", default=50, show_default=True, type=int,
               help="Neighbours per task sentence.")
 @click.option("--budget", "-b", default=None, help=_BUDGET_HELP + " [default: the whole union]")
+@_search_options
 @click.pass_context
 @_domain_errors
-def select_knn(ctx, idx, out, segment_size, seed, model, device, task, k, budget) -> None:
+def select_knn(ctx, idx, out, segment_size, seed, model, device, backend, task, k, budget,
+               nprobe, ef_search) -> None:
     """Union of each task sentence's k nearest corpus sentences (kNN-TAPT).
 
     \b
     Example:
       tapt select knn idx --task task.jsonl --k 50 --out sel.jsonl
     """
-    _run_select(ctx, idx, out, task, model, device, method="knn", budget=budget, k=k,
-                seed=seed, segment_size=segment_size)
+    _run_select(ctx, idx, out, task, model, device, backend, method="knn", budget=budget, k=k,
+                seed=seed, segment_size=segment_size, nprobe=nprobe, ef_search=ef_search)
 
 
 @select.command("iforest", context_settings=CONTEXT)
@@ -359,10 +516,11 @@ def select_knn(ctx, idx, out, segment_size, seed, model, device, task, k, budget
 @click.option("--alpha", default=0.0, show_default=True, type=float)
 @click.option("--pca", default=0, show_default=True, type=int,
               help="Fit the forest in a PCA projection of this many dimensions (0 = off).")
+@_search_options
 @click.pass_context
 @_domain_errors
-def select_iforest(ctx, idx, out, segment_size, seed, model, device, task, budget, candidates,
-                   prerank, detector, k, weights, C, alpha, pca) -> None:
+def select_iforest(ctx, idx, out, segment_size, seed, model, device, backend, task, budget, candidates,
+                   prerank, detector, k, weights, C, alpha, pca, nprobe, ef_search) -> None:
     """Rescore candidates with an Isolation Forest fitted on the task (TADPOLE).
 
     \b
@@ -376,9 +534,10 @@ def select_iforest(ctx, idx, out, segment_size, seed, model, device, task, budge
         source(p) == click.core.ParameterSource.COMMANDLINE for p in ("C", "alpha")
     ):
         raise click.UsageError("--C and --alpha only apply with --weights continuous")
-    _run_select(ctx, idx, out, task, model, device, method="iforest", budget=budget,
+    _run_select(ctx, idx, out, task, model, device, backend, method="iforest", budget=budget,
                 candidates=candidates, prerank=prerank, k=k, weights=weights, C=C, alpha=alpha,
-                pca=pca, seed=seed, segment_size=segment_size, detector=detector)
+                pca=pca, seed=seed, segment_size=segment_size, detector=detector,
+                nprobe=nprobe, ef_search=ef_search)
 
 
 @select.command("random", context_settings=CONTEXT)
@@ -386,14 +545,14 @@ def select_iforest(ctx, idx, out, segment_size, seed, model, device, task, budge
 @click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
 @click.pass_context
 @_domain_errors
-def select_random(ctx, idx, out, segment_size, seed, model, device, budget) -> None:
+def select_random(ctx, idx, out, segment_size, seed, model, device, backend, budget) -> None:
     """Uniformly random segments: the baseline every method must beat.
 
     \b
     Example:
       tapt select random idx --budget 0.2 --seed 1 --out random.jsonl
     """
-    _run_select(ctx, idx, out, None, model, device, method="random", budget=budget, seed=seed,
+    _run_select(ctx, idx, out, None, model, device, backend, method="random", budget=budget, seed=seed,
                 segment_size=segment_size)
 
 
@@ -403,14 +562,14 @@ def select_random(ctx, idx, out, segment_size, seed, model, device, budget) -> N
 @click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
 @click.pass_context
 @_domain_errors
-def select_distance(ctx, idx, out, segment_size, seed, model, device, task, budget) -> None:
+def select_distance(ctx, idx, out, segment_size, seed, model, device, backend, task, budget) -> None:
     """Distance to a random-corpus centroid minus distance to the task centroid (Wang et al.).
 
     \b
     Example:
       tapt select distance idx --task task.jsonl --budget 0.2 --out sel.jsonl
     """
-    _run_select(ctx, idx, out, task, model, device, method="distance", budget=budget, seed=seed,
+    _run_select(ctx, idx, out, task, model, device, backend, method="distance", budget=budget, seed=seed,
                 segment_size=segment_size)
 
 
@@ -422,7 +581,7 @@ def select_distance(ctx, idx, out, segment_size, seed, model, device, task, budg
               help="Mean cosine to the m nearest task sentences (1 = best cosine to any).")
 @click.pass_context
 @_domain_errors
-def select_density(ctx, idx, out, segment_size, seed, model, device, task, budget, m) -> None:
+def select_density(ctx, idx, out, segment_size, seed, model, device, backend, task, budget, m) -> None:
     """Rank every sentence by its mean cosine to its m nearest task sentences.
 
     \b
@@ -430,7 +589,7 @@ def select_density(ctx, idx, out, segment_size, seed, model, device, task, budge
       tapt select density idx --task task.jsonl --budget 20000sent --m 10 --out sel.jsonl
       tapt select density idx --task task.jsonl --budget 0.2 --m 1 --out best-cosine.jsonl
     """
-    _run_select(ctx, idx, out, task, model, device, method="density", budget=budget, m=m,
+    _run_select(ctx, idx, out, task, model, device, backend, method="density", budget=budget, m=m,
                 seed=seed, segment_size=segment_size)
 
 
@@ -443,7 +602,7 @@ def select_density(ctx, idx, out, segment_size, seed, model, device, task, budge
               help="Self-training rounds (0 = positive only: trained on the task alone).")
 @click.pass_context
 @_domain_errors
-def select_classifier(ctx, idx, out, segment_size, seed, model, device, task, budget,
+def select_classifier(ctx, idx, out, segment_size, seed, model, device, backend, task, budget,
                       rounds) -> None:
     """Positive-unlabeled logistic regression on the stored embeddings, with self-training.
 
@@ -452,7 +611,7 @@ def select_classifier(ctx, idx, out, segment_size, seed, model, device, task, bu
       tapt select classifier idx --task task.jsonl --budget 20000sent --out sel.jsonl
       tapt select classifier idx --task task.jsonl --rounds 0 --out probable.jsonl
     """
-    _run_select(ctx, idx, out, task, model, device, method="classifier", budget=budget,
+    _run_select(ctx, idx, out, task, model, device, backend, method="classifier", budget=budget,
                 rounds=rounds, seed=seed, segment_size=segment_size)
 
 
@@ -462,14 +621,14 @@ def select_classifier(ctx, idx, out, segment_size, seed, model, device, task, bu
 @click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
 @click.pass_context
 @_domain_errors
-def select_moore_lewis(ctx, idx, out, segment_size, seed, model, device, task, budget) -> None:
+def select_moore_lewis(ctx, idx, out, segment_size, seed, model, device, backend, task, budget) -> None:
     """Bigram cross-entropy difference, task LM vs a random-pool LM (Moore & Lewis 2010).
 
     \b
     Example:
       tapt select moore-lewis idx --task task.jsonl --budget 0.2 --out sel.jsonl
     """
-    _run_select(ctx, idx, out, task, model, device, method="moore-lewis", budget=budget,
+    _run_select(ctx, idx, out, task, model, device, backend, method="moore-lewis", budget=budget,
                 seed=seed, segment_size=segment_size)
 
 
@@ -481,7 +640,7 @@ def select_moore_lewis(ctx, idx, out, segment_size, seed, model, device, task, b
 @click.option("--rounds", default=2, show_default=True, type=int)
 @click.pass_context
 @_domain_errors
-def select_auto(ctx, idx, out, segment_size, seed, model, device, task, budget, m,
+def select_auto(ctx, idx, out, segment_size, seed, model, device, backend, task, budget, m,
                 rounds) -> None:
     """Pick the method with the best held-out F1 for the task (TADPOLE's protocol), run it.
 
@@ -489,7 +648,7 @@ def select_auto(ctx, idx, out, segment_size, seed, model, device, task, budget, 
     Example:
       tapt select auto idx --task task.jsonl --budget 20000sent --out sel.jsonl
     """
-    _run_select(ctx, idx, out, task, model, device, method="auto", budget=budget, m=m,
+    _run_select(ctx, idx, out, task, model, device, backend, method="auto", budget=budget, m=m,
                 rounds=rounds, seed=seed, segment_size=segment_size)
 
 
@@ -756,9 +915,10 @@ def detectors() -> None:
 @click.option("--model", default=None)
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]))
+@_backend_option("Backend that embeds the task [auto: the index's].")
 @click.option("--json", "as_json", is_flag=True)
 @_domain_errors
-def detectors_rank_command(idx, task, pca, seed, model, device, as_json) -> None:
+def detectors_rank_command(idx, task, pca, seed, model, device, backend, as_json) -> None:
     """Which detector separates this task from the corpus best (TADPOLE Table 1 protocol).
 
     \b
@@ -771,7 +931,7 @@ def detectors_rank_command(idx, task, pca, seed, model, device, as_json) -> None
 
     ix = Index(idx)
     sentences = load_task(list(task), split=ix.manifest["ingest"]["split_sentences"]).sentences
-    rows = rank_detectors(ix, ix.load_encoder(model, device).encode(sentences), seed=seed,
+    rows = rank_detectors(ix, ix.load_encoder(model, device, backend).encode(sentences), seed=seed,
                           pca_dims=pca)
     if as_json:
         click.echo(json.dumps(rows))

@@ -27,7 +27,7 @@ def main() -> None:
     rows, failures = [], 0
 
     def patch(cls):
-        indexer.encoder.SentenceTransformerEncoder = lambda spec=None, device="auto": cls()
+        indexer.encoder.load_encoder = lambda spec=None, device="auto", backend="auto", threads=None: cls()
 
     for case in CASES:
         with tempfile.TemporaryDirectory(prefix="tapt-hostile-") as tmp:

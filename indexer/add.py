@@ -96,7 +96,7 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
                          window=old["build"].get("window", 4096),
                          split=ingest["split_sentences"], text_field=ingest["text_field"],
                          doc_field=ingest["doc_field"], text_docs=ingest["text_docs"],
-                         progress=progress)
+                         progress=progress, **_faiss_request(old.get("faiss", {})))
     scan = scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs)
     wanted = checkpoint.fingerprint({
         "inputs": checkpoint.input_identity([f.path for f in scan.files]),
@@ -138,6 +138,17 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
         shutil.rmtree(work, ignore_errors=True)  # now the previous generation
         (index.path / checkpoint.PROGRESS).unlink(missing_ok=True)
     return manifest
+
+
+def _faiss_request(faiss_info: dict[str, Any]) -> dict[str, Any]:
+    """The index type request of the index (re-applied to the grown corpus); old ones: Flat."""
+    request = faiss_info.get("requested") or faiss_info.get("kind") or (
+        "flat" if faiss_info.get("factory", "Flat") == "Flat" else "auto")
+    out: dict[str, Any] = {"index": request,
+                           "opq": bool((faiss_info.get("params") or {}).get("opq", False))}
+    if faiss_info.get("memory_budget_bytes"):
+        out["memory"] = int(faiss_info["memory_budget_bytes"])
+    return out
 
 
 def _merge_manifest(old: dict[str, Any], new: dict[str, Any], scan, inputs,

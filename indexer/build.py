@@ -26,11 +26,13 @@ from tqdm.auto import tqdm
 from . import checkpoint
 from .encoder import Encoder
 from .errors import InputError, StorageError
-from .faiss_index import FLAT_FACTORY, build_faiss_index
+from .faiss_index import build_faiss_index
+from .index_choice import DEFAULT_MEMORY, REQUESTS, choose_index, parse_memory
 from .manifest import INDEX_FORMAT, INDEX_FORMAT_VERSION, MANIFEST_NAME, library_versions, utc_now
 from .manifest import write_json_atomic
 from .npy import NpyAppender
 from .reader import Document, TextDocs, iter_documents, scan_inputs
+from .readahead import read_ahead
 from .splitter import SentenceSplitter, segment_offsets
 from .store import TextStoreWriter
 
@@ -57,6 +59,9 @@ class BuildConfig:
     overwrite: bool = False
     restart: bool = False
     progress: bool = True
+    index: str = "auto"             # FAISS type: auto, flat, hnsw or ivfpq (see index_choice)
+    memory: str | int = DEFAULT_MEMORY  # budget for the FAISS index in RAM
+    opq: bool = False
 
     def __post_init__(self) -> None:
         if self.segment_size < 1:
@@ -67,6 +72,9 @@ class BuildConfig:
             self.window = self.batch_size
         if self.text_docs not in ("auto", "line", "block"):
             raise InputError("--text-docs must be auto, line or block")
+        if self.index not in REQUESTS:
+            raise InputError(f"--index must be one of {', '.join(REQUESTS)}")
+        parse_memory(self.memory)
 
 
 @dataclass
@@ -107,7 +115,7 @@ def build_index(
         "inputs": checkpoint.input_identity([f.path for f in scan.files]),
         "model": [encoder.name, encoder.weights_sha256, encoder.dim, encoder.max_length],
         "config": {k: v for k, v in vars(config).items()
-                   if k not in ("overwrite", "restart", "progress")},
+                   if k not in ("overwrite", "restart", "progress", "index", "memory", "opq")},
     })
     with checkpoint.BuildLock(out):
         work, resumed = checkpoint.prepare_work_dir(out, wanted, config.restart)
@@ -201,23 +209,33 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
         pending.texts.clear()
         pending.records.clear()
 
-    try:
-        doc_index = progress.docs
-        docs_read = progress.docs_read
+    def windows() -> Iterator[tuple[list[str], list[dict[str, Any]], int, int]]:
+        """(texts, records, documents read, duplicates skipped) per embedding window."""
+        doc_index, docs_read, duplicates = progress.docs, progress.docs_read, 0
+        texts: list[str] = []
+        records: list[dict[str, Any]] = []
         for doc in iter_documents(scan, config.text_field, config.doc_field,
                                   skip=progress.docs_read):
             docs_read += 1
-            records = list(_sentences(doc, doc_index, splitter))
-            if records and skip_doc is not None and skip_doc([r["text"] for r in records]):
-                progress.duplicates += 1
-                records = []
-            if records:
-                pending.texts.extend(r["text"] for r in records)
-                pending.records.extend(records)
+            found = list(_sentences(doc, doc_index, splitter))
+            if found and skip_doc is not None and skip_doc([r["text"] for r in found]):
+                duplicates += 1
+                found = []
+            if found:
+                texts.extend(r["text"] for r in found)
+                records.extend(found)
                 doc_index += 1
-            if len(pending.texts) >= config.window:
-                flush(docs_read)
-        flush(docs_read)
+            if len(texts) >= config.window:
+                yield texts, records, docs_read, duplicates
+                texts, records, duplicates = [], [], 0
+        yield texts, records, docs_read, duplicates
+
+    try:
+        for texts, records, docs_read, duplicates in read_ahead(windows()):
+            pending.texts.extend(texts)
+            pending.records.extend(records)
+            progress.duplicates += duplicates
+            flush(docs_read)
     finally:
         bar.close()
         emb_out.close()
@@ -234,7 +252,9 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
     docs = np.load(tmp / DOCS)
     embeddings = np.load(tmp / EMBEDDINGS, mmap_mode="r")
     t0 = time.perf_counter()
-    faiss_info = build_faiss_index(embeddings, tmp / FAISS, FLAT_FACTORY, progress=config.progress)
+    choice = choose_index(n_rows, encoder.dim, config.memory, config.index, opq=config.opq)
+    log.info("faiss index: %s", choice.reason)
+    faiss_info = build_faiss_index(embeddings, tmp / FAISS, choice, progress=config.progress)
     faiss_seconds = time.perf_counter() - t0
     n_segments = len(segment_offsets(docs, config.segment_size)) - 1
     seconds = time.perf_counter() - start
@@ -286,6 +306,7 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
             "sentences_per_second": round(n_rows / embed_seconds, 1) if embed_seconds else None,
             "peak_rss_mb": round(_peak_rss_mb(), 1),
             "device": encoder.device,
+            "backend": getattr(encoder, "backend", "torch"),
             "batch_size": config.batch_size,
             "window": config.window,
             "sessions": progress.sessions,

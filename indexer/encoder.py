@@ -1,4 +1,5 @@
-"""Sentence encoders: the `Encoder` protocol and its sentence-transformers implementation."""
+"""Sentence encoders: the `Encoder` protocol, the sentence-transformers (torch) implementation and
+`load_encoder`, which picks a backend (torch, or an ONNX export run by ONNX Runtime)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class Encoder(Protocol):
     dim: int
     max_length: int
     device: str
+    backend: str
 
     @property
     def weights_sha256(self) -> str: ...
@@ -46,10 +48,47 @@ def pick_device(device: str) -> str:
     return device
 
 
+BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
+# Measured on the 2-core CPU (benchmarks/results/speed_encode.md): the fp32 ONNX export embeds 1.7x
+# faster than torch with identical selections; int8 is 3.7x faster but its selections overlap
+# fp32's only 0.93-0.98 at the oracle budget, so it is opt-in. On CUDA, torch (fp32, measured).
+CPU_DEFAULT = "onnx"
+
+
+def resolve_backend(backend: str, device: str) -> str:
+    """`auto` -> the measured fastest safe backend for the device; ONNX on CUDA is refused."""
+    if backend not in BACKENDS:
+        raise TaptError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    if backend == "auto":
+        return "torch" if device.startswith("cuda") else CPU_DEFAULT
+    if backend.startswith("onnx") and device.startswith("cuda"):
+        raise TaptError(f"--backend {backend} runs on the CPU only; use --backend torch with --device cuda")
+    return backend
+
+
+def load_encoder(spec: str | None = None, device: str = "auto", backend: str = "auto",
+                 threads: int | None = None) -> "Encoder":
+    """The encoder for a model argument, device and backend (`auto`: fastest safe for the device)."""
+    device = pick_device(device)
+    backend = resolve_backend(backend, device)
+    if backend == "torch":
+        return SentenceTransformerEncoder(spec, device=device)
+    from .onnx_encoder import OnnxEncoder
+
+    return OnnxEncoder(SentenceTransformerEncoder(spec, device="cpu"), backend, threads=threads)
+
+
 class SentenceTransformerEncoder:
     """A sentence-transformers model; `spec` is a local directory, the packaged default or a hub name."""
 
-    def __init__(self, spec: str | None = None, device: str = "auto") -> None:
+    backend = "torch"
+
+    def __init__(self, spec: str | None = None, device: str = "auto", dtype: str = "float32") -> None:
+        """`dtype` applies on CUDA only: float32 (default), float16 or bfloat16.
+
+        fp32 is the CUDA default because it was measured fastest: on an H100 this small model is
+        bound by the host, and fp16/bf16 were no faster (slower at batch 64-256; gpu_runs.md).
+        """
         import transformers
         from sentence_transformers import SentenceTransformer
 
@@ -73,14 +112,18 @@ class SentenceTransformerEncoder:
         self.max_length = int(self.model.max_seq_length or 512)
         # Hashed before any fp16 cast, so CPU- and GPU-built indexes of one model agree.
         self._hash = _state_sha256(self.model)
-        if self.device.startswith("cuda"):
-            self.model.half()  # fp16 halves memory traffic; cosine agreement with fp32 is ~0.9999
+        if self.device.startswith("cuda") and dtype != "float32":
+            import torch
+
+            self.model.to(getattr(torch, dtype))  # cosine to fp32: fp16 ~0.99995, bf16 ~0.9999
 
     @property
     def weights_sha256(self) -> str:
         return self._hash
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        if self.device.startswith("cuda"):
+            return self._encode_cuda(list(texts), batch_size)
         emb = self.model.encode(
             list(texts),
             batch_size=batch_size,
@@ -89,6 +132,36 @@ class SentenceTransformerEncoder:
             show_progress_bar=False,
         )
         return np.ascontiguousarray(emb, dtype=np.float32)
+
+    def _encode_cuda(self, texts: list[str], batch_size: int) -> np.ndarray:
+        """Tokenised once, length-sorted batches padded one ahead on a thread into pinned memory,
+        results kept on the GPU and copied back once: the GPU never waits on the host."""
+        import torch
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .batching import SortedBatches
+
+        if not texts:
+            return np.empty((0, self.dim), dtype=np.float32)
+        tokens = SortedBatches(self.model.tokenizer, texts, self.max_length,
+                               ("input_ids", "attention_mask", "token_type_ids"))
+        batches = tokens.batches(batch_size)
+
+        def prepare(rows: np.ndarray) -> dict:
+            return {k: torch.from_numpy(v).pin_memory() for k, v in tokens.features(rows).items()}
+
+        parts = []
+        with ThreadPoolExecutor(max_workers=1) as pool, torch.inference_mode():
+            ahead = pool.submit(prepare, batches[0])
+            for b in range(len(batches)):
+                features = {k: v.to(self.device, non_blocking=True) for k, v in ahead.result().items()}
+                if b + 1 < len(batches):
+                    ahead = pool.submit(prepare, batches[b + 1])
+                parts.append(self.model(features)["sentence_embedding"].float())
+            emb = torch.nn.functional.normalize(torch.cat(parts), dim=1)  # in fp32, not half
+            out = np.empty((len(texts), self.dim), dtype=np.float32)
+            out[np.concatenate(batches)] = emb.cpu().numpy()
+        return out
 
     def token_counts(self, texts: Sequence[str]) -> np.ndarray:
         ids = self.model.tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]

@@ -1,34 +1,99 @@
-"""FAISS index creation from stored embeddings (the only indexer module that imports faiss)."""
+"""FAISS index creation, loading and searching over the stored embeddings.
+
+With `ann_recall` (exact ground truth and recall via faiss.contrib) the only indexer modules that
+import faiss. Which index to build is decided in `index_choice`; every search of an approximate
+index fetches more candidates than asked and ranks them by exact inner products (`rescore`).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from .errors import InputError
+from .index_choice import (RESCORE_FACTOR, RESCORE_MIN, IndexChoice, choice_from_manifest,
+                           rescore_k)
+from .rescore import exact_topk
+
+log = logging.getLogger(__name__)
+
 FLAT_FACTORY = "Flat"
 _ADD_CHUNK = 65536
+_FALLBACK_DEFAULT = {"nprobe": 64, "efSearch": 128}
 
 
 def build_faiss_index(
-    embeddings: np.ndarray, path: Path, factory: str = FLAT_FACTORY, progress: bool = True
+    embeddings: np.ndarray, path: Path, choice: IndexChoice | str = FLAT_FACTORY,
+    progress: bool = True, calibrate: bool = True,
 ) -> dict[str, Any]:
-    """Create an inner-product index from (memory-mapped) embeddings, added in chunks; write it."""
+    """Create an inner-product index from (memory-mapped) embeddings, trained on a seeded sample
+    where the type needs it, added in chunks, calibrated and written (fsynced) to `path`.
+
+    Returns the manifest's `faiss` section. `choice` may be a bare factory string (old manifests).
+    """
     import faiss
 
     n, dim = embeddings.shape
-    index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    if isinstance(choice, str):
+        choice = choice_from_manifest({"factory": choice}, n, dim)
+    t_start = time.perf_counter()
+    index = faiss.index_factory(dim, choice.factory, faiss.METRIC_INNER_PRODUCT)
+    if choice.kind == "hnsw":
+        faiss.downcast_index(index).hnsw.efConstruction = int(
+            choice.params.get("efConstruction", 40))
+    train_seconds = 0.0
     if not index.is_trained:
-        raise ValueError(f"factory {factory!r} needs training; only untrained-free types for now")
+        t0 = time.perf_counter()
+        _train(faiss, index, embeddings, choice)
+        train_seconds = time.perf_counter() - t0
     for start in tqdm(range(0, n, _ADD_CHUNK), desc="faiss add", unit="chunk",
                       disable=not progress or n <= _ADD_CHUNK):
         index.add(np.ascontiguousarray(embeddings[start:start + _ADD_CHUNK], dtype=np.float32))
+    info: dict[str, Any] = {"factory": choice.factory, "metric": "inner_product",
+                            "ntotal": int(index.ntotal), "file": path.name}
+    info.update(choice.manifest())
+    info["train"]["seconds"] = round(train_seconds, 2)
+    if choice.approximate:
+        info["rescore"] = {"factor": RESCORE_FACTOR.get(choice.kind, 1), "min": RESCORE_MIN}
+        if calibrate:
+            from .ann_recall import calibrate as calibrate_search
+
+            info["search"] = calibrate_search(index, embeddings, choice, progress=progress)
+            info["rescore"]["factor"] = info["search"]["rescore_factor"]
     faiss.write_index(index, str(path))
-    return {"factory": factory, "metric": "inner_product", "ntotal": int(index.ntotal),
-            "file": path.name, "bytes": os.path.getsize(path)}
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    info["bytes"] = os.path.getsize(path)
+    info["build_seconds"] = round(time.perf_counter() - t_start, 2)
+    return info
+
+
+def _train(faiss, index, embeddings: np.ndarray, choice: IndexChoice) -> None:
+    """Train on a seeded random sample of rows (sorted, so the memory map is read in order)."""
+    n = len(embeddings)
+    size = min(n, choice.train_size or n)
+    rng = np.random.default_rng(choice.seed)
+    rows = np.sort(rng.choice(n, size=size, replace=False)) if size < n else np.arange(n)
+    sample = np.ascontiguousarray(embeddings[rows], dtype=np.float32)
+    try:
+        ivf = faiss.extract_index_ivf(index)
+        ivf.cp.seed = choice.seed
+        pq = getattr(faiss.downcast_index(ivf), "pq", None)
+        if pq is not None:
+            pq.cp.seed = choice.seed
+    except RuntimeError:
+        pass
+    log.info("training %s on %s of %s rows", choice.factory, f"{size:,}", f"{n:,}")
+    index.train(sample)
 
 
 def read_faiss_index(path: Path):
@@ -39,3 +104,50 @@ def read_faiss_index(path: Path):
         return faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
     except RuntimeError:
         return faiss.read_index(str(path))
+
+
+def set_search_param(index, name: str, value: int) -> None:
+    """Set `nprobe` (IVF) or `efSearch` (HNSW) on an index, through any wrapping transform."""
+    import faiss
+
+    faiss.ParameterSpace().set_index_parameter(index, name, int(value))
+
+
+def search_setting(faiss_info: dict[str, Any], n: int, dim: int, nprobe: int | None = None,
+                   ef_search: int | None = None) -> tuple[str, str | None, int | None]:
+    """(kind, parameter name, value) for a search: the given value, else the recorded default."""
+    choice = choice_from_manifest(faiss_info, n, dim)
+    for flag, value, name in (("--nprobe", nprobe, "nprobe"), ("--ef-search", ef_search,
+                                                                "efSearch")):
+        if value is None:
+            continue
+        if value < 1:
+            raise InputError(f"{flag} must be at least 1")
+        if choice.search_param != name:
+            kind = "exact" if choice.kind == "flat" else choice.kind
+            hint = {"nprobe": "use --ef-search", "efSearch": "use --nprobe"}.get(
+                choice.search_param or "", "it needs no search parameter")
+            raise InputError(f"{flag} does not apply to this index's FAISS index "
+                             f"{choice.factory} ({kind}): {hint}")
+        return choice.kind, name, int(value)
+    if choice.search_param is None:
+        return choice.kind, None, None
+    recorded = (faiss_info.get("search") or {}).get("default")
+    return choice.kind, choice.search_param, int(recorded or _FALLBACK_DEFAULT[choice.search_param])
+
+
+def knn_search(index, embeddings: np.ndarray, queries: np.ndarray, k: int,
+               faiss_info: dict[str, Any], nprobe: int | None = None,
+               ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top-`k` rows per query by inner product: an exact index answers directly; an
+    approximate one fetches `rescore_k` candidates that are rescored from `embeddings`."""
+    n, dim = embeddings.shape
+    k = min(int(k), n)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    kind, name, value = search_setting(faiss_info, n, dim, nprobe, ef_search)
+    if kind == "flat":
+        return index.search(queries, k)
+    set_search_param(index, name, value)
+    factor = (faiss_info.get("rescore") or {}).get("factor")
+    _, candidates = index.search(queries, rescore_k(k, kind, n, factor))
+    return exact_topk(embeddings, queries, candidates, k)

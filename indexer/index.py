@@ -115,6 +115,16 @@ class Index:
             )
         return index
 
+    def search(self, queries: np.ndarray, k: int, nprobe: int | None = None,
+               ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-`k` corpus rows per query (inner product): candidates from the FAISS index,
+        rescored from the stored embeddings when it is approximate. `nprobe` / `ef_search`
+        override the recorded default of an IVF / HNSW index."""
+        from .faiss_index import knn_search
+
+        return knn_search(self.faiss, self.embeddings, queries, k, self.manifest.get("faiss", {}),
+                          nprobe=nprobe, ef_search=ef_search)
+
     def check_encoder(self, encoder: Encoder) -> None:
         """Refuse a model other than the one the index was built with."""
         model = self.manifest["model"]
@@ -129,14 +139,23 @@ class Index:
                 f"({model['name']}, weights sha256 {model['weights_sha256'][:12]}...)"
             )
 
-    def load_encoder(self, model: str | None = None, device: str = "auto") -> Encoder:
-        """The index's own model (or `model`, which must have the same weights), checked."""
-        from .encoder import SentenceTransformerEncoder
+    def load_encoder(self, model: str | None = None, device: str = "auto",
+                     backend: str = "auto") -> Encoder:
+        """The index's own model (or `model`, which must have the same weights), checked.
+
+        `backend="auto"` embeds with the backend the index was built with (the same embedding
+        function for corpus and task) where the device allows it, else the device's default.
+        """
+        from .encoder import load_encoder, pick_device
 
         recorded = self.manifest["model"]
         spec = model if model is not None else (recorded.get("source") or recorded["name"])
+        if backend == "auto":
+            built = self.manifest.get("build", {}).get("backend", "torch")
+            on_cuda = pick_device(device).startswith("cuda")
+            backend = "auto" if on_cuda and built.startswith("onnx") else built
         try:
-            encoder = SentenceTransformerEncoder(spec, device=device)
+            encoder = load_encoder(spec, device=device, backend=backend)
         except InputError as exc:
             raise ModelMismatchError(
                 f"{exc}; index {self.path} was built with {recorded['name']}: pass --model with "

@@ -18,7 +18,7 @@ INDEX_FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 _LIBRARIES = (
     "tapt", "numpy", "faiss-cpu", "faiss-gpu", "faiss-gpu-cu12", "torch", "transformers",
-    "sentence-transformers", "lmdb", "scikit-learn", "pysbd",
+    "sentence-transformers", "lmdb", "scikit-learn", "pysbd", "onnx", "onnxruntime",
 )
 
 

@@ -10,7 +10,8 @@ import numpy as np
 
 from .build import EMBEDDINGS, FAISS
 from .errors import IndexFormatError
-from .faiss_index import FLAT_FACTORY, build_faiss_index
+from .faiss_index import build_faiss_index
+from .index_choice import choice_from_manifest
 from .manifest import MANIFEST_NAME, read_index_manifest, write_json_atomic
 from .verify import REBUILD, file_sha256, verify_index
 
@@ -35,14 +36,19 @@ def repair_index(path: str | Path, progress: bool = True) -> list[str]:
         return []
     manifest = read_index_manifest(path)
     embeddings = np.load(path / EMBEDDINGS, mmap_mode="r")
-    factory = manifest.get("faiss", {}).get("factory", FLAT_FACTORY)
+    recorded = manifest.get("faiss", {})
+    choice = choice_from_manifest(recorded, *embeddings.shape)  # same factory, params and seed
+    factory = choice.factory
     tmp = path / f".{FAISS}.repair-{os.getpid()}"
     try:
-        info = build_faiss_index(embeddings, tmp, factory, progress=progress)
+        info = build_faiss_index(embeddings, tmp, choice, progress=progress)
         os.replace(tmp, path / FAISS)
     finally:
         tmp.unlink(missing_ok=True)
     info["file"] = FAISS
+    for key in ("reindexed", "previous"):
+        if key in recorded:
+            info[key] = recorded[key]
     manifest["faiss"] = info
     if manifest.get("checksums") is not None:
         manifest["checksums"][FAISS] = file_sha256(path / FAISS)

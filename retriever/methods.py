@@ -73,15 +73,18 @@ def centroid(index: Index, view: SegmentView, task: np.ndarray, budget: Budget |
     return _take(view, scoring.rank(seg_scores), seg_scores, budget, {})
 
 
-def knn(index: Index, view: SegmentView, task: np.ndarray, budget: Budget | None, k: int) -> Ranking:
+def knn(index: Index, view: SegmentView, task: np.ndarray, budget: Budget | None, k: int,
+        nprobe: int | None = None, ef_search: int | None = None) -> Ranking:
     """kNN-TAPT: the union of every task sentence's k nearest corpus sentences.
 
     Segments touched by the union are ranked by the mean, over their sentences, of each sentence's
-    exact best cosine to any task sentence; without a budget the whole union is selected.
+    exact best cosine to any task sentence; without a budget the whole union is selected. On an
+    approximate FAISS index the neighbours are candidates rescored exactly (`Index.search`);
+    `nprobe` / `ef_search` override the index's recorded default.
     """
     k = min(k, index.n_sentences)
     t0 = time.perf_counter()
-    distances, ids = index.faiss.search(np.ascontiguousarray(task, dtype=np.float32), k)
+    distances, ids = index.search(task, k, nprobe=nprobe, ef_search=ef_search)
     search_s = time.perf_counter() - t0
     union, _ = scoring.knn_union(distances, ids)
     candidates = np.unique(scoring.segment_of_rows(view.offsets, union))
@@ -92,9 +95,18 @@ def knn(index: Index, view: SegmentView, task: np.ndarray, budget: Budget | None
     scores[candidates] = cand_scores
     order = candidates[scoring.rank(cand_scores)]
     info = {"union_sentences": int(len(union)), "candidate_segments": int(len(candidates)),
-            "search_seconds": round(search_s, 3)}
+            "search_seconds": round(search_s, 3), "faiss": _faiss_label(index, nprobe, ef_search)}
     log.info("knn union: %d distinct sentences in %d segments", len(union), len(candidates))
     return _take(view, order, scores, budget, info)
+
+
+def _faiss_label(index: Index, nprobe: int | None, ef_search: int | None) -> str:
+    """The FAISS index and search parameter a knn search used, e.g. `HNSW32 efSearch 128`."""
+    from indexer.faiss_index import search_setting
+
+    info = index.manifest.get("faiss", {})
+    _, name, value = search_setting(info, index.n_sentences, index.dim, nprobe, ef_search)
+    return f"{info.get('factory', 'Flat')}" + (f" {name} {value}" if name else "")
 
 
 def parse_candidates(spec: str) -> tuple[Literal["all", "times", "count"], float]:
@@ -118,7 +130,8 @@ def parse_candidates(spec: str) -> tuple[Literal["all", "times", "count"], float
 def iforest(index: Index, view: SegmentView, task: np.ndarray, budget: Budget, *,
             candidates: str = "10x", prerank: str = "centroid", k: int = 50,
             weights: str = "discrete", C: float = 4.0, alpha: float = 0.0, seed: int = 0,
-            pca_dims: int = 0, detector: str = "iforest", pre: Ranking | None = None) -> Ranking:
+            pca_dims: int = 0, detector: str = "iforest", pre: Ranking | None = None,
+            nprobe: int | None = None, ef_search: int | None = None) -> Ranking:
     """TADPOLE: a detector (Isolation Forest by default) fitted on the task rescores candidate
     segments by their mean anomaly. `pre` is a full pre-ranking (else centroid or knn);
     `detector="auto"` picks the detector with the best held-out F1 for the task."""
@@ -128,7 +141,7 @@ def iforest(index: Index, view: SegmentView, task: np.ndarray, budget: Budget, *
     else:
         if pre is None:
             pre = (centroid(index, view, task, None) if prerank == "centroid"
-                   else knn(index, view, task, None, k))
+                   else knn(index, view, task, None, k, nprobe=nprobe, ef_search=ef_search))
         if kind == "times":
             wanted = len(_take(view, np.arange(len(view)), np.zeros(len(view)), budget, {}).segments)
             size = int(math.ceil(value * wanted))

@@ -48,6 +48,8 @@ class SelectConfig:
     detector: str = "iforest"
     m: int = 10
     rounds: int = 2
+    nprobe: int | None = None
+    ef_search: int | None = None
 
     def __post_init__(self) -> None:
         from .detector_registry import DETECTORS
@@ -75,6 +77,9 @@ class SelectConfig:
             raise InputError("--m must be at least 1")
         if self.rounds < 0:
             raise InputError("--rounds must be 0 or more")
+        for flag, value in (("--nprobe", self.nprobe), ("--ef-search", self.ef_search)):
+            if value is not None and value < 1:
+                raise InputError(f"{flag} must be at least 1")
 
 
 def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
@@ -94,7 +99,8 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
     if config.method == "centroid":
         return methods.centroid(index, view, task_embeddings, budget), view
     if config.method == "knn":
-        return methods.knn(index, view, task_embeddings, budget, config.k), view
+        return methods.knn(index, view, task_embeddings, budget, config.k, nprobe=config.nprobe,
+                           ef_search=config.ef_search), view
     extra = {"m": config.m, "rounds": config.rounds, "seed": config.seed}
     if config.method in ("distance", "density", "classifier"):
         return scored.embedding_method(config.method, index, view, task_embeddings, budget,
@@ -107,7 +113,8 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
     return methods.iforest(
         index, view, task_embeddings, budget, candidates=config.candidates, prerank=config.prerank,
         k=config.k, weights=config.weights, C=config.C, alpha=config.alpha, seed=config.seed,
-        pca_dims=config.pca, detector=config.detector, pre=pre,
+        pca_dims=config.pca, detector=config.detector, pre=pre, nprobe=config.nprobe,
+        ef_search=config.ef_search,
     ), view
 
 

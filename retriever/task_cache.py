@@ -15,21 +15,16 @@ from typing import Sequence
 
 import numpy as np
 
+from indexer.cache import cache_dir
 from indexer.encoder import Encoder
 
 log = logging.getLogger(__name__)
 
 
-def cache_dir() -> Path | None:
-    raw = os.environ.get("TAPT_CACHE_DIR")
-    if raw is not None:
-        return None if raw.strip().lower() in ("", "off", "0", "none") else Path(raw)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "tapt"
-
-
-def _key(model_sha256: str, sentences: Sequence[str]) -> str:
+def _key(model_sha256: str, sentences: Sequence[str], backend: str = "torch") -> str:
     h = hashlib.sha256(model_sha256.encode())
+    if backend != "torch":  # torch keys stay as they were; other backends embed slightly differently
+        h.update(backend.encode())
     for s in sentences:
         h.update(b"\x00")
         h.update(s.encode("utf-8"))
@@ -42,7 +37,8 @@ def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 
     root = cache_dir()
     path = None
     if root is not None:
-        path = root / "task-embeddings" / f"{_key(encoder.weights_sha256, sentences)}.npy"
+        key = _key(encoder.weights_sha256, sentences, getattr(encoder, "backend", "torch"))
+        path = root / "task-embeddings" / f"{key}.npy"
         try:
             emb = np.load(path)
             if emb.shape == (len(sentences), encoder.dim) and emb.dtype == np.float32:

@@ -129,7 +129,7 @@ def test_cli_add(halves, tmp_path, monkeypatch):
 
     idx = _fresh(halves, tmp_path)
     monkeypatch.setattr(index_module.Index, "load_encoder",
-                        lambda self, model=None, device="auto": HashingEncoder())
+                        lambda self, model=None, device="auto", backend="auto": HashingEncoder())
     result = CliRunner().invoke(cli, ["-q", "index", "add", str(idx), str(halves[1])])
     assert result.exit_code == 0, result.output
     assert "added" in result.output and "duplicate documents skipped" in result.output

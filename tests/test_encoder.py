@@ -46,3 +46,56 @@ def test_missing_model_directory_is_an_input_error(tmp_path):
     (tmp_path / "empty-model").mkdir()
     with pytest.raises(InputError, match="cannot load model"):
         SentenceTransformerEncoder(str(tmp_path / "empty-model"), device="cpu")
+
+
+PROBES = ["The patient was given 5 mg of the drug twice a day.",
+          "The court dismissed the appeal.", "Hi.",
+          "A long sentence, with many words and clauses, that pads the batch well beyond the rest."]
+
+
+@pytest.mark.parametrize("backend,floor", [("onnx", 0.9999), ("onnx-int8", 0.97)])
+def test_onnx_backends_agree_with_torch_and_export_once(minilm, backend, floor):
+    from indexer.encoder import load_encoder
+    from indexer.onnx_export import export_dir
+
+    onnx = load_encoder(None, device="cpu", backend=backend)
+    assert onnx.backend == backend and onnx.weights_sha256 == minilm.weights_sha256
+    assert onnx.dim == minilm.dim and onnx.max_length == minilm.max_length
+    got, ref = onnx.encode(PROBES, batch_size=3), minilm.encode(PROBES)
+    assert got.shape == ref.shape and got.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert (got * ref).sum(axis=1).min() >= floor
+    np.testing.assert_array_equal(onnx.token_counts(PROBES), minilm.token_counts(PROBES))
+    cached = export_dir(minilm.weights_sha256, backend) / "model.onnx"
+    assert onnx.path == cached and cached.is_file()
+    stamp = cached.stat().st_mtime_ns
+    again = load_encoder(None, device="cpu", backend=backend)
+    assert cached.stat().st_mtime_ns == stamp and again.path == cached  # reused, not re-exported
+    assert onnx.encode([]).shape == (0, minilm.dim)
+
+
+def test_backend_resolution_and_refusals():
+    from indexer.encoder import CPU_DEFAULT, resolve_backend
+
+    assert resolve_backend("auto", "cpu") == CPU_DEFAULT
+    assert resolve_backend("auto", "cuda") == "torch"
+    assert resolve_backend("onnx", "cpu") == "onnx"
+    with pytest.raises(TaptError, match="CPU only"):
+        resolve_backend("onnx-int8", "cuda")
+    with pytest.raises(TaptError, match="unknown backend"):
+        resolve_backend("tensorrt", "cpu")
+
+
+def test_index_records_its_backend_and_tasks_embed_with_it(tmp_path, minilm):
+    from indexer.build import BuildConfig, build_index
+    from indexer.encoder import load_encoder
+    from indexer.index import Index
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(PROBES) + "\n", encoding="utf-8")
+    build_index([corpus], tmp_path / "ix", load_encoder(None, "cpu", "onnx"),
+                BuildConfig(progress=False, split=False))
+    ix = Index(tmp_path / "ix")
+    assert ix.manifest["build"]["backend"] == "onnx"
+    assert ix.load_encoder(device="cpu").backend == "onnx"
+    assert ix.load_encoder(device="cpu", backend="torch").backend == "torch"

@@ -12,8 +12,8 @@ from hostile_cases import CASES, run_case
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_input(case, tmp_path, monkeypatch):
     def patch(encoder_cls):
-        monkeypatch.setattr(indexer.encoder, "SentenceTransformerEncoder",
-                            lambda spec=None, device="auto": encoder_cls())
+        monkeypatch.setattr(indexer.encoder, "load_encoder",
+                            lambda spec=None, device="auto", backend="auto", threads=None: encoder_cls())
 
     code, output, left = run_case(case, tmp_path, patch)
     kind, expected = case.expect.split(": ", 1)

@@ -116,6 +116,8 @@ def load_mlm(spec: str | None) -> tuple[Any, Any, dict[str, Any]]:
             model, loading = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
     except (OSError, ValueError, RuntimeError) as exc:
         raise InputError(f"cannot load the weights of model {name}: {str(exc).splitlines()[0]}") from exc
+    # Half-precision checkpoints train in fp32 master weights (autocast supplies bf16 on a GPU).
+    model = model.float()
     prefix = getattr(model, "base_model_prefix", "") or ""
     missing = sorted(loading.get("missing_keys") or [])
     missing_base = [k for k in missing if prefix and k.startswith(prefix + ".")]

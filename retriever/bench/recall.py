@@ -110,7 +110,7 @@ def fixed_scores(name: str, shared: Shared, task: np.ndarray, texts: list[str], 
     if name == "random":
         return np.random.default_rng(seed).random(index.n_sentences).astype(np.float32)
     if name == "knn":
-        distances, ids = index.faiss.search(np.ascontiguousarray(task, dtype=np.float32), 50)
+        distances, ids = index.search(task, 50)  # exact ranking of candidates on any index type
         union, best = scoring.knn_union(distances, ids)
         out = np.full(index.n_sentences, -np.inf, dtype=np.float32)
         out[union] = best

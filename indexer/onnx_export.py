@@ -1,0 +1,151 @@
+"""Export a sentence-transformers model to ONNX (fp32, or int8 by dynamic quantisation), cached.
+
+The whole module pipeline (transformer, pooling, normalisation, any dense layers) is traced into one
+graph, so the ONNX model returns the same sentence embedding as `SentenceTransformer.encode`. The
+export is checked against torch on probe sentences before it is cached, and cached under the user
+cache directory by the weights' hash, so it happens once per model and machine, never per run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .cache import cache_dir
+from .errors import TaptError
+
+log = logging.getLogger(__name__)
+
+EXPORT_VERSION = 1
+OPSET = 17
+# int8 dynamic quantisation changes embeddings a little (mean cosine ~0.99 to fp32); anything far
+# below that means the quantised graph is broken, not merely approximate.
+MIN_COSINE = {"onnx": 0.9999, "onnx-int8": 0.95}
+_PROBES = [
+    "The patient was given 5 mg of the drug twice a day.",
+    "Section 2(b) of the Act applies to every contract signed after 1 January.",
+    "Short.",
+    "A rather longer sentence that goes on for a while, with commas, clauses and a few numbers "
+    "like 3.14 and 2,000, to exercise positions well beyond the first few tokens of the model.",
+]
+
+
+class _Pipeline:
+    """Wraps the ST model so tracing sees positional tensors and returns the sentence embedding."""
+
+    def __new__(cls, model, names: list[str]):
+        import torch
+
+        class Pipeline(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, *tensors):
+                return self.model(dict(zip(names, tensors)))["sentence_embedding"]
+
+        return Pipeline().eval()
+
+
+def export_dir(weights_sha256: str, variant: str) -> Path | None:
+    root = cache_dir()
+    if root is None:
+        return None
+    return root / "onnx" / f"{weights_sha256[:24]}-{variant}-v{EXPORT_VERSION}"
+
+
+def ensure_onnx(model, weights_sha256: str, variant: str) -> Path:
+    """Path of the cached ONNX file of `model` for `variant` (`onnx` or `onnx-int8`), made if missing."""
+    if variant not in MIN_COSINE:
+        raise ValueError(f"unknown ONNX variant {variant!r}")
+    target = export_dir(weights_sha256, variant)
+    if target is not None and (target / "model.onnx").is_file() and (target / "export.json").is_file():
+        return target / "model.onnx"
+    parent = target.parent if target is not None else Path(tempfile.gettempdir())
+    parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".export-", dir=parent))
+    try:
+        info = _export(model, work, variant)
+        (work / "export.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        if target is None:  # cache off: keep the export for this process only
+            return work / "model.onnx"
+        try:
+            os.rename(work, target)
+        except OSError:  # another process finished the same export first
+            if not (target / "model.onnx").is_file():
+                raise
+            shutil.rmtree(work, ignore_errors=True)
+        return target / "model.onnx"
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _export(model, work: Path, variant: str) -> dict[str, Any]:
+    import torch
+
+    log.info("exporting the model to ONNX (%s), once per model; cached in %s", variant, work.parent)
+    model = model.to("cpu").float().eval()
+    features = model.tokenizer(_PROBES, padding=True, truncation=True, return_tensors="pt")
+    names = list(features.keys())
+    fp32 = work / "model-fp32.onnx"
+    dynamic = {n: {0: "batch", 1: "tokens"} for n in names}
+    dynamic["sentence_embedding"] = {0: "batch"}
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer warnings about shape-dependent Python branches
+            torch.onnx.export(_Pipeline(model, names), tuple(features[n] for n in names), str(fp32),
+                              input_names=names, output_names=["sentence_embedding"],
+                              dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
+    except Exception as exc:  # noqa: BLE001 - any exporter failure means "this model cannot go to ONNX"
+        raise TaptError(f"cannot export this model to ONNX ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); use --backend torch"
+                        ) from exc
+    out = work / "model.onnx"
+    if variant == "onnx-int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        # Per-channel weight scales keep cosine to fp32 near 0.99; per-tensor gave ~0.93 here.
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)  # the quantiser logs one INFO line per tensor to the root logger
+        try:
+            quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True)
+        finally:
+            root.setLevel(level)
+        fp32.unlink()
+    else:
+        fp32.rename(out)
+    cosine = _check(model, out, names)
+    if cosine < MIN_COSINE[variant]:
+        raise TaptError(f"the {variant} export disagrees with torch (mean cosine {cosine:.4f} < "
+                        f"{MIN_COSINE[variant]}); use --backend torch")
+    import onnxruntime
+    from .manifest import library_versions
+
+    return {"variant": variant, "opset": OPSET, "inputs": names, "probe_cosine_to_torch": cosine,
+            "export_version": EXPORT_VERSION, "onnxruntime": onnxruntime.__version__,
+            "versions": library_versions()}
+
+
+def _check(model, path: Path, names: list[str]) -> float:
+    """Mean cosine between the ONNX graph and torch on the probe sentences, odd batch shapes included."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ref = model.encode(_PROBES, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+    got = []
+    for batch in (_PROBES[:1], _PROBES[1:]):  # different batch sizes and padded lengths than traced
+        features = model.tokenizer(batch, padding=True, truncation=True, return_tensors="np")
+        got.append(session.run(None, {n: features[n].astype(np.int64) for n in names})[0])
+    emb = np.concatenate(got).astype(np.float32)
+    emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    return float((emb * ref).sum(axis=1).mean())

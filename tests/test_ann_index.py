@@ -1,0 +1,205 @@
+"""Approximate FAISS indexes (HNSW, IVF-PQ): recall at the calibrated defaults, exact rescoring in
+knn, `tapt index reindex` / `recall`, verify and repair on them, and the CLI flags."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import indexer.encoder
+import indexer.index as index_module
+from cli import cli
+from conftest import HashingEncoder, write_labelled_corpus, write_task
+from indexer.ann_recall import ground_truth, recall_at_k, sample_queries
+from indexer.build import BuildConfig, build_index
+from indexer.faiss_index import build_faiss_index, knn_search, read_faiss_index
+from indexer.index import Index
+from indexer.index_choice import choose_index
+from indexer.reindex import reindex
+from indexer.repair import repair_index
+from indexer.verify import file_sha256, verify_index
+from retriever import scoring
+from retriever.select import SelectConfig, rank
+
+
+@pytest.fixture(scope="module")
+def vectors(tmp_path_factory):
+    """4,000 unit vectors in 40 clusters (32 dims), memory-mapped like stored embeddings."""
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(40, 32))
+    x = centers[rng.integers(0, 40, 4000)] + rng.normal(scale=0.6, size=(4000, 32))
+    path = tmp_path_factory.mktemp("vectors") / "embeddings.npy"
+    np.save(path, (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32))
+    return np.load(path, mmap_mode="r")
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivfpq"])
+def test_approximate_index_reaches_recall_at_its_default(vectors, tmp_path, kind):
+    choice = choose_index(len(vectors), 32, "1G", kind)
+    info = build_faiss_index(vectors, tmp_path / "index.faiss", choice, progress=False)
+    assert info["kind"] == kind and info["search"]["param"] == choice.search_param
+    assert info["search"]["recall"] >= 0.96 and info["train"]["seed"] == 0
+    index = read_faiss_index(tmp_path / "index.faiss")
+    queries = sample_queries(vectors, 200, seed=7)
+    _, truth = ground_truth(vectors, queries, 10)
+    sims, ids = knn_search(index, vectors, queries, 10, info)
+    assert recall_at_k(ids, truth) >= 0.9
+    exact = np.einsum("qkd,qd->qk", np.asarray(vectors)[ids], queries)
+    np.testing.assert_allclose(sims, exact, atol=1e-5)           # final scores are exact
+    assert (np.diff(sims, axis=1) <= 1e-6).all()
+
+
+@pytest.fixture(scope="module")
+def big_index(tmp_path_factory):
+    """~1,900 sentences with the hashing encoder (enough rows for IVF-PQ)."""
+    base = tmp_path_factory.mktemp("big")
+    write_labelled_corpus(base / "pool.jsonl", docs_per_topic=60, seed=3)
+    write_task(base / "task.txt", "medical", n=40, seed=4)
+    build_index([base / "pool.jsonl"], base / "idx", HashingEncoder(),
+                BuildConfig(segment_size=4, split=False, progress=False, window=512))
+    return base / "idx"
+
+
+@pytest.fixture()
+def idx(big_index, tmp_path):
+    out = tmp_path / "idx"
+    shutil.copytree(big_index, out)
+    return out
+
+
+@pytest.fixture()
+def task_file(big_index):
+    return big_index.parent / "task.txt"
+
+
+def _task(path):
+    return HashingEncoder().encode(path.read_text().splitlines())
+
+
+def test_knn_through_an_approximate_index_equals_exact_knn(idx, task_file):
+    task = _task(task_file)
+    config = SelectConfig(method="knn", k=10)
+    exact, _ = rank(Index(idx), config, task)
+    assert Index(idx).manifest["faiss"]["kind"] == "flat"
+    for kind, wide in (("ivfpq", {"nprobe": 1024}), ("hnsw", {"ef_search": 512})):
+        reindex(idx, kind, progress=False)
+        approx, _ = rank(Index(idx), SelectConfig(method="knn", k=10, **wide), task)
+        assert approx.segments.tolist() == exact.segments.tolist(), kind
+        np.testing.assert_allclose(approx.scores, exact.scores, atol=1e-6)
+        default, _ = rank(Index(idx), config, task)       # the calibrated default, same top
+        assert default.segments[:20].tolist() == exact.segments[:20].tolist(), kind
+
+
+def test_reindex_round_trip_verify_and_repair(idx):
+    before = Index(idx).manifest
+    for kind in ("ivfpq", "hnsw", "flat"):
+        manifest = reindex(idx, kind, progress=False)
+        faiss_info = manifest["faiss"]
+        assert faiss_info["kind"] == kind and faiss_info["ntotal"] == before["counts"]["sentences"]
+        assert manifest["uuid"] == before["uuid"]
+        assert manifest["checksums"]["index.faiss"] == file_sha256(idx / "index.faiss")
+        assert manifest["checksums"]["embeddings.npy"] == before["checksums"]["embeddings.npy"]
+        assert not list(idx.parent.glob(".idx.*")), "reindex left a work directory"
+        report = verify_index(idx)
+        assert report.ok, [f for f in report.findings if not f.ok]
+        if kind != "flat":
+            assert "search" in faiss_info and faiss_info["previous"]
+    reindex(idx, "ivfpq", progress=False)
+    recorded = Index(idx).manifest["faiss"]
+    (idx / "index.faiss").unlink()
+    done = repair_index(idx, progress=False)
+    assert done and recorded["factory"] in done[0]
+    repaired = Index(idx).manifest["faiss"]
+    assert (repaired["factory"], repaired["params"], repaired["train"]["sample"]) == (
+        recorded["factory"], recorded["params"], recorded["train"]["sample"])
+    assert verify_index(idx).ok
+
+
+def test_old_flat_manifest_still_works(idx, task_file):
+    manifest = json.loads((idx / "manifest.json").read_text())
+    manifest["faiss"] = {k: manifest["faiss"][k] for k in ("factory", "metric", "ntotal", "file",
+                                                           "bytes")}
+    (idx / "manifest.json").write_text(json.dumps(manifest))
+    ix = Index(idx)
+    sims, ids = ix.search(_task(task_file), 5)
+    assert ids.shape == (40, 5) and (ids >= 0).all()
+    assert verify_index(idx).ok
+    (idx / "index.faiss").unlink()
+    assert repair_index(idx, progress=False) and verify_index(idx).ok
+
+
+def test_centroid_scores_stream_float16_embeddings():
+    rng = np.random.default_rng(2)
+    rows = rng.normal(size=(1000, 16)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    query = scoring.centroid(rows[:10])
+    half = scoring.centroid_scores(rows.astype(np.float16), query, chunk=300)
+    assert half.dtype == np.float32
+    np.testing.assert_allclose(half, rows @ query, atol=2e-3)
+
+
+def cli_run(*args):
+    return CliRunner().invoke(cli, ["-q", *map(str, args)], catch_exceptions=False)
+
+
+def test_cli_build_flags_and_errors(big_index, tmp_path, monkeypatch):
+    monkeypatch.setattr(indexer.encoder, "load_encoder", lambda *a, **k: HashingEncoder())
+    pool = big_index.parent / "pool.jsonl"
+    out = tmp_path / "hnsw-idx"
+    result = cli_run("index", "build", pool, "--out", out, "--no-split", "--index", "hnsw",
+                     "--memory", "512M")
+    assert result.exit_code == 0, result.output
+    assert "faiss HNSW32" in result.output
+    faiss_info = Index(out).manifest["faiss"]
+    assert faiss_info["memory_budget_bytes"] == 512 << 20 and faiss_info["requested"] == "hnsw"
+    for bad in (["--memory", "8X"], ["--memory", "-1G"], ["--index", "annoy"]):
+        result = cli_run("index", "build", pool, "--out", tmp_path / "no", "--no-split", *bad)
+        errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+        assert result.exit_code == 2 and len(errors) == 1, result.output
+        assert not (tmp_path / "no").exists()
+    result = cli_run("index", "reindex", out, "--index", "flat", "--memory", "1K")
+    assert result.exit_code == 1 and result.output.startswith("Error: --memory 1.0 KB is too small")
+    assert result.output.count("\n") == 1
+
+
+def test_cli_reindex_recall_info_and_search_flags(idx, task_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(index_module.Index, "load_encoder",
+                        lambda self, model=None, device="auto", backend="auto": HashingEncoder())
+    result = cli_run("index", "reindex", idx, "--index", "ivfpq")
+    assert result.exit_code == 0 and "Flat -> IVF" in result.output, result.output
+    assert "nprobe" in cli_run("index", "info", idx).output
+    report = json.loads(cli_run("index", "recall", idx, "--queries", "50", "--k", "10",
+                                "--values", "1,4,1024", "--json").output)
+    assert report["param"] == "nprobe" and report["k"] == 10
+    assert [r["value"] for r in report["sweep"]][-1] == 1024
+    assert report["sweep"][-1]["recall"] >= 0.95
+    assert "recall@10" in cli_run("index", "recall", idx, "--queries", "20", "--k", "10").output
+    task = task_file
+    ok = cli_run("select", "knn", idx, "--task", task, "--k", "5", "--nprobe", "8",
+                 "--out", tmp_path / "sel.jsonl")
+    assert ok.exit_code == 0, ok.output
+    bad = cli_run("select", "knn", idx, "--task", task, "--ef-search", "64",
+                  "--out", tmp_path / "bad.jsonl")
+    assert bad.exit_code == 1 and bad.output.startswith("Error: --ef-search does not apply")
+    assert bad.output.count("\n") == 1 and not (tmp_path / "bad.jsonl").exists()
+    zero = cli_run("select", "knn", idx, "--task", task, "--nprobe", "0", "--out",
+                   tmp_path / "zero.jsonl")
+    assert zero.exit_code == 2
+
+
+def test_add_keeps_the_requested_index_type(idx, tmp_path):
+    from indexer.add import add_to_index
+
+    reindex(idx, "hnsw", memory="256M", progress=False)
+    more = tmp_path / "more.jsonl"
+    write_labelled_corpus(more, docs_per_topic=2, seed=11)
+    manifest = add_to_index(idx, [more], HashingEncoder(), progress=False)
+    faiss_info = manifest["faiss"]
+    assert faiss_info["kind"] == "hnsw" and faiss_info["requested"] == "hnsw"
+    assert faiss_info["memory_budget_bytes"] == 256 << 20
+    assert faiss_info["ntotal"] == manifest["counts"]["sentences"]
+    assert verify_index(idx).ok
