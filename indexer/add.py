@@ -96,7 +96,8 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
                          window=old["build"].get("window", 4096),
                          split=ingest["split_sentences"], text_field=ingest["text_field"],
                          doc_field=ingest["doc_field"], text_docs=ingest["text_docs"],
-                         progress=progress, **_faiss_request(old.get("faiss", {})))
+                         progress=progress, **_faiss_request(old.get("faiss", {})),
+                         embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"))
     scan = scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs)
     wanted = checkpoint.fingerprint({
         "inputs": checkpoint.input_identity([f.path for f in scan.files]),

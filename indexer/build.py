@@ -45,6 +45,9 @@ STORE = "text.lmdb"
 FAISS = "index.faiss"
 
 
+EMBEDDING_DTYPES = ("float32", "float16")
+
+
 @dataclass
 class BuildConfig:
     """Options of one index build, validated on creation."""
@@ -62,6 +65,7 @@ class BuildConfig:
     index: str = "auto"             # FAISS type: auto, flat, hnsw or ivfpq (see index_choice)
     memory: str | int = DEFAULT_MEMORY  # budget for the FAISS index in RAM
     opq: bool = False
+    embedding_dtype: str = "float32"  # or float16: half the disk and page cache, cosine error ~1e-4
 
     def __post_init__(self) -> None:
         if self.segment_size < 1:
@@ -75,6 +79,8 @@ class BuildConfig:
         if self.index not in REQUESTS:
             raise InputError(f"--index must be one of {', '.join(REQUESTS)}")
         parse_memory(self.memory)
+        if self.embedding_dtype not in EMBEDDING_DTYPES:
+            raise InputError(f"--embedding-dtype must be one of {', '.join(EMBEDDING_DTYPES)}")
 
 
 @dataclass
@@ -177,7 +183,8 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
                desc="embedding",
                disable=not config.progress, dynamic_ncols=True, smoothing=0.05)
 
-    emb_out = NpyAppender(tmp / EMBEDDINGS, np.float32, (encoder.dim,), resume_rows=rows_at)
+    emb_out = NpyAppender(tmp / EMBEDDINGS, np.dtype(config.embedding_dtype), (encoder.dim,),
+                          resume_rows=rows_at)
     tok_out = NpyAppender(tmp / TOKENS, np.int32, resume_rows=rows_at)
     doc_out = NpyAppender(tmp / DOCS, np.int64, resume_rows=docs_at)
     if not resume:
@@ -293,7 +300,8 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
         },
         "faiss": faiss_info,
         "files": {
-            "embeddings": {"file": EMBEDDINGS, "dtype": "float32", "shape": [n_rows, encoder.dim]},
+            "embeddings": {"file": EMBEDDINGS, "dtype": config.embedding_dtype,
+                           "shape": [n_rows, encoder.dim]},
             "tokens": TOKENS,
             "documents": DOCS,
             "store": STORE,

@@ -83,7 +83,9 @@ def verify_index(path: str | Path, deep: bool = False, sample: int = 200, encode
     _checksums(report, path, manifest, present, progress, fix, rebuild)
     rng = np.random.default_rng(seed)
     rows = np.unique(np.concatenate([[0, max(n - 1, 0)], rng.integers(0, max(n, 1), sample)]))
-    emb = _embeddings(report, path, n, dim, rows, rebuild) if present[EMBEDDINGS] else None
+    emb_dtype = manifest.get("files", {}).get("embeddings", {}).get("dtype", "float32")
+    emb = (_embeddings(report, path, n, dim, rows, rebuild, emb_dtype) if present[EMBEDDINGS]
+           else None)
     docs = _offsets(report, path, n, rebuild) if present[DOCS] and present[TOKENS] else None
     if present[FAISS]:
         _faiss(report, path, n, dim, rows, emb, fix, manifest.get("faiss", {}))
@@ -109,19 +111,20 @@ def _checksums(report, path, manifest, present, progress, fix, rebuild) -> None:
                    fix if name == FAISS else rebuild)
 
 
-def _embeddings(report, path, n, dim, rows, rebuild):
+def _embeddings(report, path, n, dim, rows, rebuild, manifest_dtype: str = "float32"):
     try:
         emb = np.load(path / EMBEDDINGS, mmap_mode="r")
     except (ValueError, OSError) as exc:
         report.add("embeddings", False, f"unreadable: {exc}", rebuild)
         return None
-    if emb.dtype != np.float32 or emb.shape != (n, dim):
-        report.add("embeddings", False, f"{emb.dtype} {emb.shape}, the manifest says float32 "
+    dtype = np.dtype(manifest_dtype)
+    if emb.dtype != dtype or emb.shape != (n, dim):
+        report.add("embeddings", False, f"{emb.dtype} {emb.shape}, the manifest says {dtype} "
                    f"{(n, dim)}", rebuild)
         return None
     norms = np.linalg.norm(np.asarray(emb[rows], dtype=np.float64), axis=1)
-    bad = int((np.abs(norms - 1) > 1e-3).sum())
-    report.add("embeddings", bad == 0, f"{n:,} x {dim} float32" + (
+    bad = int((np.abs(norms - 1) > (1e-3 if dtype == np.float32 else 4e-3)).sum())
+    report.add("embeddings", bad == 0, f"{n:,} x {dim} {dtype}" + (
         "" if bad == 0 else f"; {bad} of {len(rows)} sampled rows are not unit length"), rebuild)
     return emb if bad == 0 else None
 

@@ -203,3 +203,37 @@ def test_add_keeps_the_requested_index_type(idx, tmp_path):
     assert faiss_info["memory_budget_bytes"] == 256 << 20
     assert faiss_info["ntotal"] == manifest["counts"]["sentences"]
     assert verify_index(idx).ok
+
+
+def test_float16_embeddings_select_verify_add_like_float32(tmp_path, labelled_corpus, medical_task):
+    """float16 storage: half the bytes, same selections (up to ties), verify and add keep working."""
+    from indexer.add import add_to_index
+    from indexer.build import BuildConfig, build_index
+    from indexer.index import Index
+    from indexer.verify import verify_index
+    from retriever.select import SelectConfig, rank
+    from retriever.task import load_task
+
+    corpus, _ = labelled_corpus
+    encoder = HashingEncoder()
+    built = {}
+    for dtype in ("float32", "float16"):
+        build_index([corpus], tmp_path / dtype, encoder,
+                    BuildConfig(progress=False, split=False, embedding_dtype=dtype))
+        built[dtype] = Index(tmp_path / dtype)
+    half, full = built["float16"], built["float32"]
+    assert half.embeddings.dtype == np.float16 and half.manifest["files"]["embeddings"]["dtype"] == "float16"
+    assert (tmp_path / "float16" / "embeddings.npy").stat().st_size < \
+        0.6 * (tmp_path / "float32" / "embeddings.npy").stat().st_size
+    assert verify_index(tmp_path / "float16").ok
+    task = encoder.encode(load_task([str(medical_task)], split=False).sentences)
+    for method in ("centroid", "knn", "iforest"):
+        config = SelectConfig(method=method, budget="0.3", seed=0)
+        picked = [set(rank(ix, config, task)[0].segments.tolist()) for ix in (half, full)]
+        assert len(picked[0] & picked[1]) >= 0.9 * len(picked[1]), method
+    extra = tmp_path / "extra.txt"
+    extra.write_text("a brand new document about cardiology and a stent\n", encoding="utf-8")
+    add_to_index(tmp_path / "float16", [extra], encoder, progress=False)
+    grown = Index(tmp_path / "float16")
+    assert grown.embeddings.dtype == np.float16 and grown.n_sentences == half.n_sentences + 1
+    assert verify_index(tmp_path / "float16").ok
