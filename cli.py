@@ -639,6 +639,29 @@ def select_moore_lewis(ctx, idx, out, segment_size, seed, model, device, backend
                 seed=seed, segment_size=segment_size)
 
 
+@select.command("fused", context_settings=CONTEXT)
+@_select_options
+@_TASK
+@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
+@click.option("--rounds", default=2, show_default=True, type=int,
+              help="Self-training rounds of the classifier half.")
+@click.pass_context
+@_domain_errors
+def select_fused(ctx, idx, out, segment_size, seed, model, device, backend, task, budget,
+                 rounds) -> None:
+    """Classifier (meaning) + Moore-Lewis (wording): the sum of their z-scores.
+
+    The most precise method on the benchmark; it reads every stored sentence's text, so it
+    costs a few seconds more than the classifier alone.
+
+    \b
+    Example:
+      tapt select fused idx --task task.jsonl --budget 20000sent --out sel.jsonl
+    """
+    _run_select(ctx, idx, out, task, model, device, backend, method="fused", budget=budget,
+                rounds=rounds, seed=seed, segment_size=segment_size)
+
+
 @select.command("auto", context_settings=CONTEXT)
 @_select_options
 @_TASK

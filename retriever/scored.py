@@ -4,6 +4,7 @@
     density       mean cosine to the m nearest task sentences (m = 1: best cosine to any)
     classifier    positive-unlabeled logistic regression with self-training (`pu`)
     moore-lewis   Moore & Lewis 2010 bigram cross-entropy difference (`ngram_lm`)
+    fused         classifier + moore-lewis: the sum of their z-scores (meaning + wording)
     auto          the embedding scorer with the best held-out F1 for the task (`heldout`)
 """
 
@@ -135,3 +136,23 @@ def moore_lewis_method(index: Index, view: SegmentView, task_texts: list[str],
     texts = index.store.texts(range(index.n_sentences))
     scores = moore_lewis_scores(texts, task_texts, seed)
     return by_sentence_scores(view, scores, budget, {"general_lm_sentences": len(task_texts)})
+
+
+def fused_scores(classifier: np.ndarray, moore_lewis: np.ndarray) -> np.ndarray:
+    """The fused score of every sentence: z(classifier log-odds) + z(Moore-Lewis difference).
+
+    The two disagree usefully: the classifier sees meaning (embeddings), Moore-Lewis sees the
+    domain's words, and on the benchmark their errors overlap little."""
+    return scoring.fuse_zscores(classifier, moore_lewis)
+
+
+def fused_method(index: Index, view: SegmentView, task: np.ndarray, task_texts: list[str],
+                 budget: Budget, *, rounds: int = 2, seed: int = 0) -> Ranking:
+    """The PU classifier and Moore-Lewis over every stored sentence, fused by z-score."""
+    n_positive = int(budget.value) if budget.unit == "sentences" else None
+    scorer, info = fit_scorer("classifier", index, task, rounds=rounds, n_positive=n_positive,
+                              seed=seed)
+    texts = index.store.texts(range(index.n_sentences))
+    lexical = moore_lewis_scores(texts, task_texts, seed)
+    info = {**info, "general_lm_sentences": len(task_texts)}
+    return by_sentence_scores(view, fused_scores(scorer(index.embeddings), lexical), budget, info)

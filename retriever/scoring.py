@@ -86,6 +86,26 @@ def zscore(values: np.ndarray) -> np.ndarray:
     return np.zeros_like(values) if std == 0 else (values - values.mean()) / std
 
 
+def fuse_zscores(*scores: np.ndarray) -> np.ndarray:
+    """Sum of each score array's z-scores (equal weight per scorer, whatever its scale).
+
+    Non-finite entries count as the lowest finite score of their array, so one scorer that
+    cannot score a row does not remove it from the ranking of the others.
+    """
+    if not scores:
+        raise ValueError("fuse_zscores needs at least one score array")
+    total = np.zeros(len(scores[0]), dtype=np.float64)
+    for values in scores:
+        values = np.asarray(values, dtype=np.float64)
+        if values.shape != total.shape:
+            raise ValueError("fuse_zscores: score arrays differ in length")
+        finite = np.isfinite(values)
+        if not finite.all():
+            values = np.where(finite, values, values[finite].min() if finite.any() else 0.0)
+        total += zscore(values)
+    return total
+
+
 def lambda_weights(anomaly: np.ndarray, C: float, alpha: float) -> np.ndarray:
     """TADPOLE's continuous weights: sigmoid(C * (alpha - z)), z the standardised anomaly score."""
     z = zscore(anomaly)

@@ -24,9 +24,9 @@ from .task_cache import encode_cached
 log = logging.getLogger(__name__)
 
 Method = Literal["centroid", "knn", "iforest", "random", "distance", "density", "classifier",
-                 "moore-lewis", "auto"]
+                 "moore-lewis", "fused", "auto"]
 METHODS = ("centroid", "knn", "iforest", "random", "distance", "density", "classifier",
-           "moore-lewis", "auto")
+           "moore-lewis", "fused", "auto")
 NO_BUDGET = ("knn", "classifier", "auto")  # knn: the union; classifier/auto: probability > 0.5
 
 
@@ -85,7 +85,7 @@ class SelectConfig:
 def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
          task_texts: list[str] | None = None) -> tuple[methods.Ranking, methods.SegmentView]:
     """Run the configured method on embeddings already computed (no I/O beyond the index);
-    moore-lewis reads `task_texts` instead."""
+    moore-lewis reads `task_texts` instead, fused both."""
     from . import scored
 
     view = methods.SegmentView.of(index, config.segment_size)
@@ -101,6 +101,11 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
     if config.method == "knn":
         return methods.knn(index, view, task_embeddings, budget, config.k, nprobe=config.nprobe,
                            ef_search=config.ef_search), view
+    if config.method == "fused":
+        if not task_texts:
+            raise InputError("fused needs the task's text")
+        return scored.fused_method(index, view, task_embeddings, task_texts, budget,
+                                   rounds=config.rounds, seed=config.seed), view
     extra = {"m": config.m, "rounds": config.rounds, "seed": config.seed}
     if config.method in ("distance", "density", "classifier"):
         return scored.embedding_method(config.method, index, view, task_embeddings, budget,

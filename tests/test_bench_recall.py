@@ -69,7 +69,7 @@ def seeds_dir(tmp_path_factory):
 
 def test_bench_recall_end_to_end(fake_index, labelled_corpus, seeds_dir, tmp_path):
     methods = ["random", "centroid", "distance", "knn", "maxsim", "density", "moore-lewis",
-               "classifier-0", "classifier", "iforest", "hybrid", "auto"]
+               "classifier-0", "classifier", "iforest", "hybrid", "auto", "fused"]
     report = bench_recall(labelled_corpus[0], seeds_dir, fake_index, methods, [10, 30],
                           "oracle,2x", 2, [1, 4], tmp_path / "out", tmp_path / "cache",
                           progress=False, encoder=HashingEncoder())
@@ -78,7 +78,9 @@ def test_bench_recall_end_to_end(fake_index, labelled_corpus, seeds_dir, tmp_pat
     by = {r["method"]: r for r in agg}
     assert set(by) == set(methods)
     assert by["centroid"]["precision"] > 0.85 > 0.6 > by["random"]["precision"]
-    assert by["classifier"]["precision"] > 0.85
+    assert by["classifier"]["precision"] > 0.85 and by["fused"]["precision"] > 0.85
+    fused = {(r["segment_size"], r["budget"]) for r in report["results"] if r["method"] == "fused"}
+    assert fused == {(1, "oracle"), (1, "2x"), (4, "oracle"), (4, "2x")}
     assert {r["runs"] for r in report["aggregate"] if r["seeds"] == 10 and r["domain"] != "all"} == {2}
     out = tmp_path / "out"
     assert (out / "recall.json").exists() and (out / "pr-medical.png").exists()

@@ -43,6 +43,7 @@ def test_info_reports_the_manifest(real_index):
     ("knn", ["--k", "5"]),
     ("iforest", ["--budget", "40sent"]),
     ("iforest", ["--budget", "0.5", "--weights", "continuous", "--C", "2", "--alpha", "0.5"]),
+    ("fused", ["--budget", "40sent", "--rounds", "1"]),
 ])
 def test_select_and_eval_with_the_real_model(real_index, real_sample, tmp_path, method, extra):
     _, task = real_sample

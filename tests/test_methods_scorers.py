@@ -35,6 +35,37 @@ def test_distance_difference_by_hand():
     assert np.allclose(out, [5.0, -5.0])
 
 
+def test_fuse_zscores_by_hand():
+    a = np.array([1.0, 2.0, 3.0])            # z = -1.2247, 0, 1.2247
+    b = np.array([30.0, 10.0, 20.0])         # z = 1.2247, -1.2247, 0
+    z = np.sqrt(1.5)
+    assert np.allclose(scoring.fuse_zscores(a, b), [0.0, -z, z])
+    # scale does not matter: each scorer counts once
+    assert np.allclose(scoring.fuse_zscores(a, 1000 * b), scoring.fuse_zscores(a, b))
+    # a row one scorer cannot score gets that scorer's lowest finite value, not -inf
+    c = np.array([-np.inf, 1.0, 2.0])
+    assert np.allclose(scoring.fuse_zscores(c), scoring.zscore([1.0, 1.0, 2.0]))
+    assert np.allclose(scoring.fuse_zscores(np.ones(3), a), scoring.zscore(a))
+    with pytest.raises(ValueError):
+        scoring.fuse_zscores(a, b[:2])
+    with pytest.raises(ValueError):
+        scoring.fuse_zscores()
+
+
+def test_fused_beats_either_half_when_their_errors_differ():
+    # 100 relevant rows of 1000: each half confuses a different set of 50 irrelevant rows
+    relevant = np.zeros(1000, dtype=bool)
+    relevant[:100] = True
+    rng = np.random.default_rng(0)
+    meaning = rng.normal(size=1000) + 3 * relevant
+    meaning[100:150] += 3                   # wrong in meaning, right in wording
+    wording = rng.normal(size=1000) + 3 * relevant
+    wording[150:200] += 3
+    top = lambda s: relevant[np.argsort(-s)[:100]].mean()  # noqa: E731
+    fused = scoring.fuse_zscores(meaning, wording)
+    assert top(fused) > max(top(meaning), top(wording)) + 0.1
+
+
 def test_bigram_lm_witten_bell_by_hand():
     vocab = ngram_lm.Vocabulary()
     ids, lengths = vocab.encode(["a b", "a a"])      # <s> a b </s> | <s> a a </s>
@@ -126,6 +157,7 @@ def test_heldout_metrics_by_hand():
 @pytest.mark.parametrize("params", [
     {"method": "distance"}, {"method": "density", "m": 5}, {"method": "density", "m": 1},
     {"method": "classifier", "rounds": 1}, {"method": "moore-lewis"}, {"method": "auto"},
+    {"method": "fused", "rounds": 1},
     {"method": "iforest", "detector": "auto", "candidates": "3x"},
     {"method": "iforest", "detector": "lof", "prerank": "density", "candidates": "2x"},
 ])
@@ -138,6 +170,15 @@ def test_new_methods_find_the_task_domain(fake_index, medical_task, params):
     config = SelectConfig(budget=f"{int(relevant.sum())}sent", segment_size=1, **params)
     ranking, _ = rank(ix, config, task, texts)
     assert relevant[ranking.segments].mean() > 0.8, params
+
+
+def test_fused_needs_text_and_a_budget(fake_index, medical_task):
+    ix = Index(fake_index)
+    texts = medical_task.read_text().splitlines()
+    with pytest.raises(InputError, match="budget"):
+        SelectConfig(method="fused")
+    with pytest.raises(InputError, match="text"):
+        rank(ix, SelectConfig(method="fused", budget="50sent"), HashingEncoder().encode(texts), [])
 
 
 def test_classifier_without_budget_keeps_probable_rows(fake_index, medical_task):

@@ -24,7 +24,7 @@ from indexer.index import Index
 from retriever import scoring
 from retriever.metrics import selection_scores
 from retriever.ngram_lm import Vocabulary
-from retriever.scored import fit_scorer, moore_lewis_scores
+from retriever.scored import fit_scorer, fused_scores, moore_lewis_scores
 from retriever.select import SelectConfig, rank
 
 from .labelled_pool import SeedSet, seed_subset
@@ -43,7 +43,9 @@ PER_BUDGET: dict[str, dict[str, Any]] = {
                "detector": "knn-dist", "rounds": 2},
     "auto": {"method": "auto", "rounds": 2},
 }
-ALL_METHODS = FIXED + tuple(PER_BUDGET)
+# Classifier (per budget) + Moore-Lewis (per task), fused by z-score: `retriever.scored.fused_scores`.
+FUSED = ("fused",)
+ALL_METHODS = FIXED + tuple(PER_BUDGET) + FUSED
 
 
 def parse_budgets(spec: str) -> list[tuple[str, float]]:
@@ -152,7 +154,29 @@ def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], me
     """Every method on one task: result rows and PR curves (segment size 1)."""
     relevant = shared.labels == domain
     rows, curves = [], {}
+    lexical: list = []  # Moore-Lewis scores and seconds, computed once per task
+
+    def moore_lewis() -> tuple[np.ndarray, float]:
+        if not lexical:
+            t0 = time.perf_counter()
+            lexical.extend([fixed_scores("moore-lewis", shared, task, texts, seed),
+                            time.perf_counter() - t0])
+        return lexical[0], lexical[1]
+
     for name in methods:
+        if name in FUSED:
+            ml, ml_seconds = moore_lewis()
+            for budget_name, n in budgets.items():
+                t0 = time.perf_counter()
+                scorer, _ = fit_scorer("classifier", shared.index, task, rounds=2, n_positive=n,
+                                       seed=seed)
+                scores = fused_scores(scorer(shared.index.embeddings), ml)
+                seconds = time.perf_counter() - t0 + ml_seconds
+                got, curve = evaluate_fixed(scores, shared, relevant, {budget_name: n}, sizes)
+                rows += [{"method": name, "seconds": round(seconds, 2), **r} for r in got]
+                if budget_name == "oracle" or name not in curves:
+                    curves[name] = curve
+            continue
         if name in PER_BUDGET:
             for budget_name, n in budgets.items():
                 config = SelectConfig(budget=f"{n}sent", segment_size=1, seed=seed,
@@ -166,8 +190,11 @@ def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], me
                              **selection_scores(ranking.segments, relevant).to_json()})
             continue
         t0 = time.perf_counter()
-        scores = fixed_scores(name, shared, task, texts, seed)
-        seconds = time.perf_counter() - t0
+        if name == "moore-lewis":
+            scores, seconds = moore_lewis()
+        else:
+            scores = fixed_scores(name, shared, task, texts, seed)
+            seconds = time.perf_counter() - t0
         got, curves[name] = evaluate_fixed(scores, shared, relevant, budgets, sizes)
         rows += [{"method": name, "seconds": round(seconds, 2), **r} for r in got]
     return rows, curves

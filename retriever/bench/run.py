@@ -107,7 +107,7 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
     seed_sets = read_seed_sets(seeds_dir, domains)
     labels = sentence_labels(index, label_field, progress=progress)
     shared = recall.Shared(index=index, labels=labels)
-    if {"moore-lewis", "dsir"} & set(methods):
+    if {"moore-lewis", "fused", "dsir"} & set(methods):
         shared.texts = index.store.texts(range(index.n_sentences))
     extra: dict[str, Any] = {}
     if "dsir" in methods:
