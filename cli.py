@@ -508,8 +508,8 @@ def select_knn(ctx, idx, out, segment_size, seed, model, device, backend, task, 
 @click.option("--candidates", default="10x", show_default=True,
               help="Candidates to rescore: 10x the budget, a segment count, or all.")
 @click.option("--prerank", default="centroid", show_default=True,
-              type=click.Choice(["centroid", "knn", "density", "classifier"]),
-              help="How candidates are pre-ranked.")
+              type=click.Choice(["centroid", "knn", "density", "classifier", "fused"]),
+              help="How candidates are pre-ranked (fused: classifier + Moore-Lewis).")
 @click.option("--detector", default="iforest", show_default=True,
               type=click.Choice(["iforest", "lof", "ocsvm", "robust-cov", "pca-recon", "knn-dist",
                                  "auto"]),

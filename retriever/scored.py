@@ -147,12 +147,16 @@ def fused_scores(classifier: np.ndarray, moore_lewis: np.ndarray) -> np.ndarray:
 
 
 def fused_method(index: Index, view: SegmentView, task: np.ndarray, task_texts: list[str],
-                 budget: Budget, *, rounds: int = 2, seed: int = 0) -> Ranking:
-    """The PU classifier and Moore-Lewis over every stored sentence, fused by z-score."""
+                 budget: Budget, *, rounds: int = 2, seed: int = 0, cut: bool = True) -> Ranking:
+    """The PU classifier and Moore-Lewis over every stored sentence, fused by z-score; with
+    `cut=False` every segment in order (a pre-ranking for detector rescoring)."""
     n_positive = int(budget.value) if budget.unit == "sentences" else None
     scorer, info = fit_scorer("classifier", index, task, rounds=rounds, n_positive=n_positive,
                               seed=seed)
     texts = index.store.texts(range(index.n_sentences))
     lexical = moore_lewis_scores(texts, task_texts, seed)
     info = {**info, "general_lm_sentences": len(task_texts)}
-    return by_sentence_scores(view, fused_scores(scorer(index.embeddings), lexical), budget, info)
+    scores = fused_scores(scorer(index.embeddings), lexical)
+    if not cut:
+        return by_sentence_scores(view, scores, None, info, threshold=-np.inf)
+    return by_sentence_scores(view, scores, budget, info)

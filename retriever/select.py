@@ -38,7 +38,7 @@ class SelectConfig:
     budget: str | None = None
     k: int = 50
     candidates: str = "10x"
-    prerank: Literal["centroid", "knn", "density", "classifier"] = "centroid"
+    prerank: Literal["centroid", "knn", "density", "classifier", "fused"] = "centroid"
     weights: Literal["discrete", "continuous"] = "discrete"
     C: float = 4.0
     alpha: float = 0.0
@@ -71,7 +71,7 @@ class SelectConfig:
         if self.detector not in DETECTORS + ("auto",):
             raise InputError(f"unknown detector {self.detector!r}: use one of "
                              f"{', '.join(DETECTORS)} or auto")
-        if self.prerank not in ("centroid", "knn", "density", "classifier"):
+        if self.prerank not in ("centroid", "knn", "density", "classifier", "fused"):
             raise InputError(f"unknown --prerank {self.prerank!r}")
         if self.m < 1:
             raise InputError("--m must be at least 1")
@@ -113,7 +113,12 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
     if config.method == "auto":
         return scored.auto(index, view, task_embeddings, budget, **extra), view
     pre = None
-    if config.prerank in ("density", "classifier"):
+    if config.prerank == "fused":
+        if not task_texts:
+            raise InputError("--prerank fused needs the task's text")
+        pre = scored.fused_method(index, view, task_embeddings, task_texts, budget,
+                                  rounds=config.rounds, seed=config.seed, cut=False)
+    elif config.prerank in ("density", "classifier"):
         pre = scored.pre_ranking(config.prerank, index, view, task_embeddings, budget, **extra)
     return methods.iforest(
         index, view, task_embeddings, budget, candidates=config.candidates, prerank=config.prerank,

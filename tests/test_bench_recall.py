@@ -69,7 +69,8 @@ def seeds_dir(tmp_path_factory):
 
 def test_bench_recall_end_to_end(fake_index, labelled_corpus, seeds_dir, tmp_path):
     methods = ["random", "centroid", "distance", "knn", "maxsim", "density", "moore-lewis",
-               "classifier-0", "classifier", "iforest", "hybrid", "auto", "fused"]
+               "classifier-0", "classifier", "iforest", "hybrid", "auto", "fused",
+               "hybrid-fused", "iforest-fused"]
     report = bench_recall(labelled_corpus[0], seeds_dir, fake_index, methods, [10, 30],
                           "oracle,2x", 2, [1, 4], tmp_path / "out", tmp_path / "cache",
                           progress=False, encoder=HashingEncoder())
@@ -79,6 +80,7 @@ def test_bench_recall_end_to_end(fake_index, labelled_corpus, seeds_dir, tmp_pat
     assert set(by) == set(methods)
     assert by["centroid"]["precision"] > 0.85 > 0.6 > by["random"]["precision"]
     assert by["classifier"]["precision"] > 0.85 and by["fused"]["precision"] > 0.85
+    assert by["hybrid-fused"]["precision"] > 0.8
     fused = {(r["segment_size"], r["budget"]) for r in report["results"] if r["method"] == "fused"}
     assert fused == {(1, "oracle"), (1, "2x"), (4, "oracle"), (4, "2x")}
     assert {r["runs"] for r in report["aggregate"] if r["seeds"] == 10 and r["domain"] != "all"} == {2}

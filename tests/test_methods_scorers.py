@@ -158,6 +158,7 @@ def test_heldout_metrics_by_hand():
     {"method": "distance"}, {"method": "density", "m": 5}, {"method": "density", "m": 1},
     {"method": "classifier", "rounds": 1}, {"method": "moore-lewis"}, {"method": "auto"},
     {"method": "fused", "rounds": 1},
+    {"method": "iforest", "prerank": "fused", "candidates": "1.2x", "detector": "knn-dist"},
     {"method": "iforest", "detector": "auto", "candidates": "3x"},
     {"method": "iforest", "detector": "lof", "prerank": "density", "candidates": "2x"},
 ])
@@ -179,6 +180,9 @@ def test_fused_needs_text_and_a_budget(fake_index, medical_task):
         SelectConfig(method="fused")
     with pytest.raises(InputError, match="text"):
         rank(ix, SelectConfig(method="fused", budget="50sent"), HashingEncoder().encode(texts), [])
+    with pytest.raises(InputError, match="text"):
+        rank(ix, SelectConfig(method="iforest", prerank="fused", budget="50sent"),
+             HashingEncoder().encode(texts), [])
 
 
 def test_classifier_without_budget_keeps_probable_rows(fake_index, medical_task):

@@ -22,9 +22,11 @@ from tqdm.auto import tqdm
 from indexer.errors import InputError
 from indexer.index import Index
 from retriever import scoring
+from retriever.budget import parse_budget
+from retriever.methods import iforest
 from retriever.metrics import selection_scores
 from retriever.ngram_lm import Vocabulary
-from retriever.scored import fit_scorer, fused_scores, moore_lewis_scores
+from retriever.scored import by_sentence_scores, fit_scorer, fused_scores, moore_lewis_scores
 from retriever.select import SelectConfig, rank
 
 from .labelled_pool import SeedSet, seed_subset
@@ -45,7 +47,13 @@ PER_BUDGET: dict[str, dict[str, Any]] = {
 }
 # Classifier (per budget) + Moore-Lewis (per task), fused by z-score: `retriever.scored.fused_scores`.
 FUSED = ("fused",)
-ALL_METHODS = FIXED + tuple(PER_BUDGET) + FUSED
+# The mission's detector path on fused candidates (1.2x the budget), the same as
+# `tapt select iforest --prerank fused --candidates 1.2x --detector ...`.
+FUSED_HYBRID: dict[str, dict[str, Any]] = {
+    "hybrid-fused": {"candidates": "1.2x", "detector": "knn-dist"},
+    "iforest-fused": {"candidates": "1.2x", "detector": "iforest"},
+}
+ALL_METHODS = FIXED + tuple(PER_BUDGET) + FUSED + tuple(FUSED_HYBRID)
 
 
 def parse_budgets(spec: str) -> list[tuple[str, float]]:
@@ -149,33 +157,67 @@ def evaluate_fixed(scores: np.ndarray, shared: Shared, relevant: np.ndarray,
     return rows, curve
 
 
+class TaskScores:
+    """Scores several methods of one task share: Moore-Lewis once per task, fused once per budget."""
+
+    def __init__(self, shared: Shared, task: np.ndarray, texts: list[str], seed: int) -> None:
+        self.shared, self.task, self.texts, self.seed = shared, task, texts, seed
+        self._lexical: tuple[np.ndarray, float] | None = None
+        self._fused: dict[int, tuple[np.ndarray, float]] = {}
+
+    def moore_lewis(self) -> tuple[np.ndarray, float]:
+        if self._lexical is None:
+            t0 = time.perf_counter()
+            scores = fixed_scores("moore-lewis", self.shared, self.task, self.texts, self.seed)
+            self._lexical = scores, time.perf_counter() - t0
+        return self._lexical
+
+    def fused(self, n_positive: int) -> tuple[np.ndarray, float]:
+        """Fused scores with the classifier self-trained for a budget of `n_positive` sentences."""
+        if n_positive not in self._fused:
+            ml, ml_seconds = self.moore_lewis()
+            t0 = time.perf_counter()
+            scorer, _ = fit_scorer("classifier", self.shared.index, self.task, rounds=2,
+                                   n_positive=n_positive, seed=self.seed)
+            scores = fused_scores(scorer(self.shared.index.embeddings), ml)
+            self._fused[n_positive] = scores, time.perf_counter() - t0 + ml_seconds
+        return self._fused[n_positive]
+
+
+def fused_hybrid(shared: Shared, task: np.ndarray, scores: np.ndarray, n: int, seed: int,
+                 params: dict[str, Any]) -> Any:
+    """Detector rescoring of candidates pre-ranked by fused scores (segment size 1)."""
+    view = shared.view(1)
+    pre = by_sentence_scores(view, scores, None, {}, threshold=-np.inf)
+    return iforest(shared.index, view, task, parse_budget(f"{n}sent"), pre=pre, seed=seed,
+                   **params)
+
+
 def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], methods: list[str],
              budgets: dict[str, int], sizes: list[int], seed: int) -> tuple[list[dict], dict]:
     """Every method on one task: result rows and PR curves (segment size 1)."""
     relevant = shared.labels == domain
     rows, curves = [], {}
-    lexical: list = []  # Moore-Lewis scores and seconds, computed once per task
-
-    def moore_lewis() -> tuple[np.ndarray, float]:
-        if not lexical:
-            t0 = time.perf_counter()
-            lexical.extend([fixed_scores("moore-lewis", shared, task, texts, seed),
-                            time.perf_counter() - t0])
-        return lexical[0], lexical[1]
-
+    cache = TaskScores(shared, task, texts, seed)
     for name in methods:
         if name in FUSED:
-            ml, ml_seconds = moore_lewis()
             for budget_name, n in budgets.items():
-                t0 = time.perf_counter()
-                scorer, _ = fit_scorer("classifier", shared.index, task, rounds=2, n_positive=n,
-                                       seed=seed)
-                scores = fused_scores(scorer(shared.index.embeddings), ml)
-                seconds = time.perf_counter() - t0 + ml_seconds
+                scores, seconds = cache.fused(n)
                 got, curve = evaluate_fixed(scores, shared, relevant, {budget_name: n}, sizes)
                 rows += [{"method": name, "seconds": round(seconds, 2), **r} for r in got]
                 if budget_name == "oracle" or name not in curves:
                     curves[name] = curve
+            continue
+        if name in FUSED_HYBRID:
+            for budget_name, n in budgets.items():
+                scores, seconds = cache.fused(n)
+                t0 = time.perf_counter()
+                ranking = fused_hybrid(shared, task, scores, n, seed, FUSED_HYBRID[name])
+                seconds += time.perf_counter() - t0
+                rows.append({"method": name, "segment_size": 1, "budget": budget_name,
+                             "budget_sentences": n, "seconds": round(seconds, 2),
+                             "detector": ranking.info["detector"],
+                             **selection_scores(ranking.segments, relevant).to_json()})
             continue
         if name in PER_BUDGET:
             for budget_name, n in budgets.items():
@@ -191,7 +233,7 @@ def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], me
             continue
         t0 = time.perf_counter()
         if name == "moore-lewis":
-            scores, seconds = moore_lewis()
+            scores, seconds = cache.moore_lewis()
         else:
             scores = fixed_scores(name, shared, task, texts, seed)
             seconds = time.perf_counter() - t0
