@@ -26,10 +26,31 @@ def centroid_scores(embeddings: np.ndarray, query: np.ndarray, chunk: int = CHUN
     """Cosine of every row to `query`, streamed in chunks over a (memory-mapped) matrix."""
     out = np.empty(len(embeddings), dtype=np.float32)
     q = np.asarray(query, dtype=np.float32)
+    if getattr(embeddings, "dtype", None) == np.float16 and _half_scores(embeddings, q, out):
+        return out
     for start in range(0, len(embeddings), chunk):
         block = np.asarray(embeddings[start:start + chunk], dtype=np.float32)
         out[start:start + len(block)] = block @ q
     return out
+
+
+def _half_scores(embeddings: np.ndarray, q: np.ndarray, out: np.ndarray, rows: int = 2048) -> bool:
+    """float16 rows @ q into `out` through torch, whose half-to-float cast is vectorised (numpy's
+    runs ~0.5G values/s here, 14x slower than the product); 2,048 rows at a time stay in cache
+    between the cast and the product. False when torch is missing (the caller falls back)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a read-only memmap: torch warns, nothing is written to it
+        src = torch.from_numpy(np.asarray(embeddings))
+    dst, qt = torch.from_numpy(out), torch.from_numpy(q)
+    for start in range(0, len(out), rows):
+        torch.mv(src[start:start + rows].float(), qt, out=dst[start:start + rows])
+    return True
 
 
 def max_similarity(rows: np.ndarray, task_embeddings: np.ndarray, chunk: int = 8192) -> np.ndarray:

@@ -142,6 +142,22 @@ def test_centroid_scores_stream_float16_embeddings():
     np.testing.assert_allclose(half, rows @ query, atol=2e-3)
 
 
+def test_float16_centroid_paths_agree_on_a_read_only_memmap(tmp_path, monkeypatch):
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(5000, 16)).astype(np.float32)   # not a multiple of the 2,048-row step
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    np.save(tmp_path / "e.npy", rows.astype(np.float16))
+    mm = np.load(tmp_path / "e.npy", mmap_mode="r")
+    query = scoring.centroid(rows[:10])
+    exact = mm.astype(np.float32) @ query
+    fast = scoring.centroid_scores(mm, query)                 # torch's cast
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)
+    slow = scoring.centroid_scores(mm, query)                 # numpy's cast, no torch
+    np.testing.assert_allclose(fast, exact, atol=1e-5)
+    np.testing.assert_allclose(slow, exact, atol=1e-5)
+    assert not mm.flags.writeable
+
+
 def cli_run(*args):
     return CliRunner().invoke(cli, ["-q", *map(str, args)], catch_exceptions=False)
 
