@@ -56,18 +56,28 @@ class TextStoreWriter:
         self.env.close()
 
 
-_READERS: dict[tuple[str, int], lmdb.Environment] = {}
+_READERS: dict[tuple[int, int], lmdb.Environment] = {}
 
 
 def reader_env(path: Path) -> lmdb.Environment:
-    """One read-only environment per store file per process (LMDB forbids opening it twice)."""
+    """One read-only environment per store file per process (LMDB forbids opening it twice).
+
+    Keyed by the data file's (device, inode), not its path: `tapt index add` renames the old
+    generation aside, so one file can be reached under two paths; the cached environment keeps
+    the file open, so its inode cannot be reused while the key exists.
+    """
     data = path / "data.mdb"
-    if not data.is_file():
-        raise IndexFormatError(f"text store {path} is missing")
-    key_ = (str(path.resolve()), data.stat().st_ino)
+    try:
+        stat = data.stat()
+    except FileNotFoundError:
+        raise IndexFormatError(f"text store {path} is missing") from None
+    key_ = (stat.st_dev, stat.st_ino)
     env = _READERS.get(key_)
     if env is None:
-        env = lmdb.open(str(path), readonly=True, lock=False, subdir=True, max_dbs=0)
+        try:
+            env = lmdb.open(str(path), readonly=True, lock=False, subdir=True, max_dbs=0)
+        except lmdb.Error as exc:  # e.g. removed between the stat and the open
+            raise IndexFormatError(f"text store {path} cannot be opened: {exc}") from exc
         _READERS[key_] = env
     return env
 
