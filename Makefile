@@ -27,14 +27,14 @@ test-slow: setup
 
 # Index the bundled sample once (cached), select for one domain's seeds three ways, score them.
 demo: setup $(DEMO)/index/manifest.json
-	@for m in centroid knn iforest; do \
+	@for m in centroid knn iforest fused; do \
 	  $(TAPT) -q select $$m $(DEMO)/index --task data/sample/seeds/$(DOMAIN).jsonl.gz \
 	    --budget $$($(PY) -m retriever.oracle_count $(DEMO)/index domain $(DOMAIN))sent \
 	    --out $(DEMO)/$$m.jsonl || exit 1; \
 	done
 	@echo
 	@echo "Selections for the '$(DOMAIN)' seeds, budget = the domain's size in the sample:"
-	@$(TAPT) -q eval $(DEMO)/centroid.jsonl $(DEMO)/knn.jsonl $(DEMO)/iforest.jsonl \
+	@$(TAPT) -q eval $(DEMO)/centroid.jsonl $(DEMO)/knn.jsonl $(DEMO)/iforest.jsonl $(DEMO)/fused.jsonl \
 	  --index $(DEMO)/index --label-field domain --label $(DOMAIN)
 
 $(DEMO)/index/manifest.json: data/sample/pool.jsonl.gz | setup
