@@ -146,17 +146,28 @@ def fused_scores(classifier: np.ndarray, moore_lewis: np.ndarray) -> np.ndarray:
     return scoring.fuse_zscores(classifier, moore_lewis)
 
 
+def fused_sentence_scores(index: Index, task: np.ndarray, lexical: np.ndarray,
+                          n_positive: int | None, *, rounds: int = 2, seed: int = 0
+                          ) -> tuple[np.ndarray, dict[str, Any]]:
+    """Fit the PU classifier on the task and fuse its scores with Moore-Lewis scores already
+    computed for every stored sentence."""
+    scorer, info = fit_scorer("classifier", index, task, rounds=rounds, n_positive=n_positive,
+                              seed=seed)
+    return fused_scores(scorer(index.embeddings), lexical), info
+
+
 def fused_method(index: Index, view: SegmentView, task: np.ndarray, task_texts: list[str],
                  budget: Budget, *, rounds: int = 2, seed: int = 0, cut: bool = True) -> Ranking:
     """The PU classifier and Moore-Lewis over every stored sentence, fused by z-score; with
     `cut=False` every segment in order (a pre-ranking for detector rescoring)."""
-    n_positive = int(budget.value) if budget.unit == "sentences" else None
-    scorer, info = fit_scorer("classifier", index, task, rounds=rounds, n_positive=n_positive,
-                              seed=seed)
+    if not task_texts:
+        raise InputError("fused needs the task's text")
     texts = index.store.texts(range(index.n_sentences))
     lexical = moore_lewis_scores(texts, task_texts, seed)
+    n_positive = int(budget.value) if budget.unit == "sentences" else None
+    scores, info = fused_sentence_scores(index, task, lexical, n_positive, rounds=rounds,
+                                         seed=seed)
     info = {**info, "general_lm_sentences": len(task_texts)}
-    scores = fused_scores(scorer(index.embeddings), lexical)
     if not cut:
         return by_sentence_scores(view, scores, None, info, threshold=-np.inf)
     return by_sentence_scores(view, scores, budget, info)

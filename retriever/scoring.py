@@ -6,6 +6,8 @@ Embeddings are L2-normalised float rows, so inner product == cosine similarity. 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 CHUNK = 65536
@@ -42,8 +44,6 @@ def _half_scores(embeddings: np.ndarray, q: np.ndarray, out: np.ndarray, rows: i
         import torch
     except ImportError:
         return False
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a read-only memmap: torch warns, nothing is written to it
         src = torch.from_numpy(np.asarray(embeddings))

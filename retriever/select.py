@@ -102,8 +102,6 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
         return methods.knn(index, view, task_embeddings, budget, config.k, nprobe=config.nprobe,
                            ef_search=config.ef_search), view
     if config.method == "fused":
-        if not task_texts:
-            raise InputError("fused needs the task's text")
         return scored.fused_method(index, view, task_embeddings, task_texts, budget,
                                    rounds=config.rounds, seed=config.seed), view
     extra = {"m": config.m, "rounds": config.rounds, "seed": config.seed}
@@ -114,8 +112,6 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
         return scored.auto(index, view, task_embeddings, budget, **extra), view
     pre = None
     if config.prerank == "fused":
-        if not task_texts:
-            raise InputError("--prerank fused needs the task's text")
         pre = scored.fused_method(index, view, task_embeddings, task_texts, budget,
                                   rounds=config.rounds, seed=config.seed, cut=False)
     elif config.prerank in ("density", "classifier"):

@@ -26,7 +26,8 @@ from retriever.budget import parse_budget
 from retriever.methods import iforest
 from retriever.metrics import selection_scores
 from retriever.ngram_lm import Vocabulary
-from retriever.scored import by_sentence_scores, fit_scorer, fused_scores, moore_lewis_scores
+from retriever.scored import (by_sentence_scores, fit_scorer, fused_sentence_scores,
+                               moore_lewis_scores)
 from retriever.select import SelectConfig, rank
 
 from .labelled_pool import SeedSet, seed_subset
@@ -177,9 +178,8 @@ class TaskScores:
         if n_positive not in self._fused:
             ml, ml_seconds = self.moore_lewis()
             t0 = time.perf_counter()
-            scorer, _ = fit_scorer("classifier", self.shared.index, self.task, rounds=2,
-                                   n_positive=n_positive, seed=self.seed)
-            scores = fused_scores(scorer(self.shared.index.embeddings), ml)
+            scores, _ = fused_sentence_scores(self.shared.index, self.task, ml, n_positive,
+                                              seed=self.seed)
             self._fused[n_positive] = scores, time.perf_counter() - t0 + ml_seconds
         return self._fused[n_positive]
 
@@ -231,10 +231,10 @@ def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], me
                              "budget_sentences": n, "seconds": round(seconds, 2), **extra,
                              **selection_scores(ranking.segments, relevant).to_json()})
             continue
-        t0 = time.perf_counter()
         if name == "moore-lewis":
             scores, seconds = cache.moore_lewis()
         else:
+            t0 = time.perf_counter()
             scores = fixed_scores(name, shared, task, texts, seed)
             seconds = time.perf_counter() - t0
         got, curves[name] = evaluate_fixed(scores, shared, relevant, budgets, sizes)
