@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from indexer.errors import TaptError
+from tapt.errors import TaptError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -77,8 +77,8 @@ class _MemoryType(click.ParamType):
     name = "SIZE"
 
     def convert(self, value, param, ctx):
-        from indexer.errors import InputError
-        from indexer.index_choice import parse_memory
+        from tapt.errors import InputError
+        from tapt.indexer.index_choice import parse_memory
 
         try:
             return parse_memory(value)
@@ -88,7 +88,7 @@ class _MemoryType(click.ParamType):
 
 def _faiss_options(func):
     """--index, --memory and --opq: which FAISS index to build (see indexer/index_choice.py)."""
-    from indexer.index_choice import DEFAULT_MEMORY
+    from tapt.indexer.index_choice import DEFAULT_MEMORY
 
     options = [
         click.option("--index", "index_type", default="auto", show_default=True,
@@ -149,8 +149,8 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
       tapt index build wiki/ --out wiki-idx --model ./my-st-model --device cuda
       tapt index build big/ --out big-idx --index auto --memory 8G
     """
-    from indexer.build import BuildConfig, build_index
-    from indexer.encoder import load_encoder
+    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.encoder import load_encoder
 
     config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
                          text_field=text_field, doc_field=doc_field or None, text_docs=text_docs,
@@ -211,8 +211,8 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, restart) -> 
     Example:
       tapt index add idx more-news/ more.jsonl.gz
     """
-    from indexer.add import add_to_index
-    from indexer.index import Index
+    from tapt.indexer.add import add_to_index
+    from tapt.indexer.index import Index
 
     encoder = Index(idx).load_encoder(model, device, backend)
     try:
@@ -238,7 +238,7 @@ def index_info(idx, as_json) -> None:
     Example:
       tapt index info idx
     """
-    from indexer.index import Index
+    from tapt.indexer.index import Index
 
     ix = Index(idx)
     sizes = ix.disk_bytes()
@@ -289,7 +289,7 @@ def index_verify(ctx, idx, deep, sample, model, as_json) -> None:
       tapt index verify idx
       tapt index verify idx --deep --json
     """
-    from indexer.verify import verify_index
+    from tapt.indexer.verify import verify_index
 
     if sample < 1:
         raise click.BadParameter("must be at least 1", param_hint="--sample")
@@ -318,7 +318,7 @@ def index_repair(ctx, idx) -> None:
     Example:
       tapt index repair idx && tapt index verify idx
     """
-    from indexer.repair import repair_index
+    from tapt.indexer.repair import repair_index
 
     done = repair_index(idx, progress=ctx.obj["progress"])
     click.echo("; ".join(done) if done else f"{idx}: nothing to repair")
@@ -339,7 +339,7 @@ def index_reindex(ctx, idx, index_type, memory, opq) -> None:
       tapt index reindex idx --index hnsw
       tapt index reindex idx --index auto --memory 512M
     """
-    from indexer.reindex import reindex
+    from tapt.indexer.reindex import reindex
 
     manifest = reindex(idx, index_type, memory, opq=opq, progress=ctx.obj["progress"])
     info = manifest["faiss"]
@@ -379,8 +379,8 @@ def index_recall(ctx, idx, queries, k, values, seed, as_json) -> None:
       tapt index recall idx
       tapt index recall idx --queries 500 --k 50 --values 8,16,32,64 --json
     """
-    from indexer.ann_recall import recall_report
-    from indexer.index import Index
+    from tapt.indexer.ann_recall import recall_report
+    from tapt.indexer.index import Index
 
     ix = Index(idx)
     report = recall_report(ix.faiss, ix.embeddings, ix.manifest.get("faiss", {}), queries=queries,
@@ -442,8 +442,8 @@ _BUDGET_HELP = "0.2 = 20% of segments; 5000 = segments; 20000sent = sentences; 2
 
 
 def _run_select(ctx, idx, out, task, model, device, backend, **params) -> None:
-    from indexer.index import Index
-    from retriever.select import SelectConfig, run_selection
+    from tapt.indexer.index import Index
+    from tapt.retriever.select import SelectConfig, run_selection
 
     config = SelectConfig(**params)
     ix = Index(idx)
@@ -700,7 +700,7 @@ def evaluate(selections, idx, label_field, label, as_json) -> None:
     Example:
       tapt eval sel-*.jsonl --index idx --label-field domain --label medical
     """
-    from retriever.evaluate import evaluate_selections
+    from tapt.retriever.evaluate import evaluate_selections
 
     rows = evaluate_selections(list(selections), idx, label_field, label)
     if as_json:
@@ -777,8 +777,8 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
           --epochs 3 --eval-text heldout.txt --eval-every 200 --out model-knn
       tapt train --selection weighted.jsonl --weights continuous --steps 2000 --out m --resume
     """
-    from trainer.config import TrainConfig
-    from trainer.loop import TrainingInterrupted, train
+    from tapt.trainer.config import TrainConfig
+    from tapt.trainer.loop import TrainingInterrupted, train
 
     config = TrainConfig(
         model=model, selections=tuple(selections), task=tuple(task), mix=mix, weights=weights,
@@ -824,7 +824,7 @@ def eval_mlm_command(model, texts, max_length, batch_size, seed, mlm_probability
       tapt eval-mlm --model model-knn --text heldout.txt
       tapt eval-mlm --model model-knn --text small.txt --pseudo-perplexity --json
     """
-    from trainer.evaluate import evaluate_text
+    from tapt.trainer.evaluate import evaluate_text
 
     if not 0 < mlm_probability < 1:
         raise click.BadParameter("must be in (0, 1)", param_hint="--mlm-probability")
@@ -889,7 +889,7 @@ def bench_recall_command(ctx, pool, seeds_dir, idx, methods, seed_sizes, budgets
           --methods all --seed-sizes 100,500,2000 --budgets oracle,0.5x,2x --repeats 3 \\
           --out benchmarks/results
     """
-    from retriever.bench.run import bench_recall
+    from tapt.retriever.bench.run import bench_recall
 
     report = bench_recall(
         Path(pool) if pool else None, Path(seeds_dir), Path(idx) if idx else None,
@@ -919,8 +919,8 @@ def bench_clusters_command(idx, ks, label_field, sample, seed, as_json) -> None:
     Example:
       tapt bench clusters .cache/pool-index --k 5,10,15
     """
-    from retriever.bench.clusters import cluster_purity
-    from indexer.index import Index
+    from tapt.retriever.bench.clusters import cluster_purity
+    from tapt.indexer.index import Index
 
     rows = cluster_purity(Index(idx), _ints(ks, "--k"), label_field, sample=sample, seed=seed)
     if as_json:
@@ -955,9 +955,9 @@ def detectors_rank_command(idx, task, pca, seed, model, device, backend, as_json
     Example:
       tapt detectors rank idx --task task.jsonl
     """
-    from indexer.index import Index
-    from retriever.choose_detector import rank_detectors
-    from retriever.task import load_task
+    from tapt.indexer.index import Index
+    from tapt.retriever.choose_detector import rank_detectors
+    from tapt.retriever.task import load_task
 
     ix = Index(idx)
     sentences = load_task(list(task), split=ix.manifest["ingest"]["split_sentences"]).sentences
@@ -993,8 +993,8 @@ def plot_domains_command(idx, out, selection, label_field, sample, seed) -> None
     Example:
       tapt plot domains idx --out map.png --selection sel.jsonl
     """
-    from retriever.bench.plot_domains import plot_domains
-    from indexer.index import Index
+    from tapt.retriever.bench.plot_domains import plot_domains
+    from tapt.indexer.index import Index
 
     info = plot_domains(Index(idx), Path(out), label_field, sample,
                         Path(selection) if selection else None, seed)

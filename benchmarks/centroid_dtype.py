@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.manifest import library_versions, utc_now
-from retriever import scoring
+from tapt.indexer.manifest import library_versions, utc_now
+from tapt.retriever import scoring
 
 
 def timed(embeddings: np.ndarray, query: np.ndarray, repeats: int) -> dict[str, float]:

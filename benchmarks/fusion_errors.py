@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from indexer.index import Index
-from indexer.manifest import library_versions, utc_now
-from retriever.bench.labelled_pool import read_seed_sets
-from retriever.bench.run import seed_embeddings
-from retriever.ngram_lm import Vocabulary
-from retriever.oracle import sentence_labels
-from retriever.scored import fit_scorer, moore_lewis_scores
+from tapt.indexer.index import Index
+from tapt.indexer.manifest import library_versions, utc_now
+from tapt.retriever.bench.labelled_pool import read_seed_sets
+from tapt.retriever.bench.run import seed_embeddings
+from tapt.retriever.ngram_lm import Vocabulary
+from tapt.retriever.oracle import sentence_labels
+from tapt.retriever.scored import fit_scorer, moore_lewis_scores
 
 log = logging.getLogger("fusion_errors")
 

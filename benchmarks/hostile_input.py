@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-import indexer.encoder  # noqa: E402
+import tapt.indexer.encoder  # noqa: E402
 from hostile_cases import CASES, run_case  # noqa: E402
 
 
@@ -27,7 +27,7 @@ def main() -> None:
     rows, failures = [], 0
 
     def patch(cls):
-        indexer.encoder.load_encoder = lambda spec=None, device="auto", backend="auto", threads=None: cls()
+        tapt.indexer.encoder.load_encoder = lambda spec=None, device="auto", backend="auto", threads=None: cls()
 
     for case in CASES:
         with tempfile.TemporaryDirectory(prefix="tapt-hostile-") as tmp:

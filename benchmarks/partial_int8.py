@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from indexer.encoder import SentenceTransformerEncoder
-from indexer.manifest import library_versions, utc_now
-from indexer.onnx_encoder import OnnxEncoder, default_threads
-from retriever import scoring
+from tapt.indexer.encoder import SentenceTransformerEncoder
+from tapt.indexer.manifest import library_versions, utc_now
+from tapt.indexer.onnx_encoder import OnnxEncoder, default_threads
+from tapt.retriever import scoring
 
 from .speed_encode import machine, read_jsonl
 

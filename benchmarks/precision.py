@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.index import Index
-from indexer.manifest import library_versions, utc_now
-from retriever.metrics import selection_scores
-from retriever.oracle import sentence_labels
-from retriever.scoring import rows_of_segments
-from retriever.select import SelectConfig, rank
-from retriever.task import load_task
+from tapt.indexer.index import Index
+from tapt.indexer.manifest import library_versions, utc_now
+from tapt.retriever.metrics import selection_scores
+from tapt.retriever.oracle import sentence_labels
+from tapt.retriever.scoring import rows_of_segments
+from tapt.retriever.select import SelectConfig, rank
+from tapt.retriever.task import load_task
 
 METHODS: dict[str, dict] = {
     "random": {"method": "random"},

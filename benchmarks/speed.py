@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from indexer.manifest import library_versions, utc_now
-from retriever.bench.dsir_baseline import PoolFeatures, read_texts, run_library
+from tapt.indexer.manifest import library_versions, utc_now
+from tapt.retriever.bench.dsir_baseline import PoolFeatures, read_texts, run_library
 
 RESULTS = Path(__file__).resolve().parent / "results"
 log = logging.getLogger("speed")

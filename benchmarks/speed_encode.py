@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from indexer.encoder import SentenceTransformerEncoder, load_encoder, pick_device
-from indexer.manifest import library_versions, utc_now
-from indexer.onnx_encoder import default_threads
+from tapt.indexer.encoder import SentenceTransformerEncoder, load_encoder, pick_device
+from tapt.indexer.manifest import library_versions, utc_now
+from tapt.indexer.onnx_encoder import default_threads
 
 log = logging.getLogger("speed_encode")
 
@@ -133,7 +133,7 @@ def _transformer_config(encoder):
     if model is None:  # ONNX encoder: read the config from the model directory
         from transformers import AutoConfig
 
-        from indexer.models import resolve_model
+        from tapt.indexer.models import resolve_model
 
         return AutoConfig.from_pretrained(resolve_model(encoder.spec))
     return model[0].auto_model.config
@@ -173,11 +173,11 @@ def build_and_agree(pool: Path, encoders: dict[str, Any], batch_size: int, seeds
                     k: int = 50) -> tuple[dict[str, Any], dict[str, Any]]:
     """Build one index of `pool` per backend (timed end to end) and compare the tool's own centroid
     and kNN selections at the oracle budget with the reference backend's (the first one)."""
-    from indexer.build import BuildConfig, build_index
-    from indexer.index import Index
-    from retriever.oracle import sentence_labels
-    from retriever.scoring import rows_of_segments
-    from retriever.select import SelectConfig, rank
+    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.index import Index
+    from tapt.retriever.oracle import sentence_labels
+    from tapt.retriever.scoring import rows_of_segments
+    from tapt.retriever.select import SelectConfig, rank
 
     builds, chosen = {}, {}
     for variant, encoder in encoders.items():

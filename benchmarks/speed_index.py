@@ -106,12 +106,12 @@ def _own_cpu_seconds() -> float:
 
 def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[str, Any]:
     """Write an n-row index (all files but index.faiss) from the source index's rows + noise."""
-    from indexer.build import DOCS, EMBEDDINGS, STORE, TOKENS
-    from indexer.index import Index
-    from indexer.manifest import write_json_atomic
-    from indexer.splitter import segment_offsets
-    from indexer.store import TextStoreWriter
-    from indexer.verify import file_sha256
+    from tapt.indexer.build import DOCS, EMBEDDINGS, STORE, TOKENS
+    from tapt.indexer.index import Index
+    from tapt.indexer.manifest import write_json_atomic
+    from tapt.indexer.splitter import segment_offsets
+    from tapt.indexer.store import TextStoreWriter
+    from tapt.indexer.verify import file_sha256
 
     t0 = time.perf_counter()
     src = Index(source)
@@ -167,12 +167,12 @@ def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[st
 
 def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
     """The FAISS index `request` picks within `memory`: first build, or `tapt index reindex`."""
-    from indexer.build import EMBEDDINGS, FAISS
-    from indexer.faiss_index import build_faiss_index
-    from indexer.index_choice import choose_index
-    from indexer.manifest import MANIFEST_NAME, write_json_atomic
-    from indexer.reindex import reindex
-    from indexer.verify import file_sha256
+    from tapt.indexer.build import EMBEDDINGS, FAISS
+    from tapt.indexer.faiss_index import build_faiss_index
+    from tapt.indexer.index_choice import choose_index
+    from tapt.indexer.manifest import MANIFEST_NAME, write_json_atomic
+    from tapt.indexer.reindex import reindex
+    from tapt.indexer.verify import file_sha256
 
     path = Path(index_dir)
     t0 = time.perf_counter()
@@ -194,8 +194,8 @@ def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
 
 def step_exact(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict[str, Any]:
     """Exact top-k by brute force over the memory-mapped embeddings (after one warm-up read)."""
-    from indexer.ann_recall import ground_truth
-    from indexer.build import EMBEDDINGS
+    from tapt.indexer.ann_recall import ground_truth
+    from tapt.indexer.build import EMBEDDINGS
 
     emb = np.load(Path(index_dir) / EMBEDDINGS, mmap_mode="r")
     queries = np.load(queries_path)
@@ -211,8 +211,8 @@ def step_exact(index_dir: str, queries_path: str, truth_path: str, k: int) -> di
 
 def step_centroid(index_dir: str, queries_path: str, repeats: int = 5) -> dict[str, Any]:
     """Domain-Cosine over every row: one warm-up pass, then `repeats` timed passes."""
-    from indexer.index import Index
-    from retriever import scoring
+    from tapt.indexer.index import Index
+    from tapt.retriever import scoring
 
     ix = Index(index_dir)
     query = scoring.centroid(np.load(queries_path))
@@ -231,11 +231,11 @@ def step_centroid(index_dir: str, queries_path: str, repeats: int = 5) -> dict[s
 
 def step_knn(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict[str, Any]:
     """Task queries through `Index.search` (approximate + exact rescoring) at the default."""
-    from indexer.ann_recall import recall_at_k
-    from indexer.faiss_index import search_setting, set_search_param
-    from indexer.index import Index
-    from indexer.index_choice import rescore_k
-    from indexer.rescore import exact_topk
+    from tapt.indexer.ann_recall import recall_at_k
+    from tapt.indexer.faiss_index import search_setting, set_search_param
+    from tapt.indexer.index import Index
+    from tapt.indexer.index_choice import rescore_k
+    from tapt.indexer.rescore import exact_topk
 
     ix = Index(index_dir)
     queries = np.load(queries_path)
@@ -268,9 +268,9 @@ def step_knn(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict
 
 def step_iforest(index_dir: str, queries_path: str, candidates: int, seed: int) -> dict[str, Any]:
     """Isolation Forest (200 trees) on the task + 10% corpus rows; score the top centroid rows."""
-    from indexer.index import Index
-    from retriever import scoring
-    from retriever.detector_registry import fit_detector
+    from tapt.indexer.index import Index
+    from tapt.retriever import scoring
+    from tapt.retriever.detector_registry import fit_detector
 
     ix = Index(index_dir)
     task = np.load(queries_path)
@@ -314,7 +314,7 @@ def task_queries(source: Path, task_file: Path, count: int, noise: float, seed: 
                  work: Path) -> tuple[Path, str]:
     """The task's embeddings (the real seed sentences, embedded with the index's model and
     cached), or, if the model cannot be loaded, perturbed source rows; and a description."""
-    from indexer.index import Index
+    from tapt.indexer.index import Index
 
     ix = Index(source)
     tag = hashlib.sha256(f"{task_file}:{count}".encode()).hexdigest()[:8]
@@ -322,8 +322,8 @@ def task_queries(source: Path, task_file: Path, count: int, noise: float, seed: 
     if path.exists():
         return path, json.loads(path.with_suffix(".json").read_text())["how"]
     try:
-        from retriever.task import load_task
-        from retriever.task_cache import encode_cached
+        from tapt.retriever.task import load_task
+        from tapt.retriever.task_cache import encode_cached
 
         encoder = ix.load_encoder()
         sentences = load_task([task_file], split=ix.manifest["ingest"]["split_sentences"])
@@ -357,7 +357,7 @@ def run_size(n: int, args: argparse.Namespace, source: Path, queries: Path, work
                                     args.seed)
     result["configs"] = []
     result["skipped"] = []
-    from indexer.index_choice import MEDIUM_MAX
+    from tapt.indexer.index_choice import MEDIUM_MAX
 
     for i, spec in enumerate(args.configs):
         request, memory = spec.split("@", 1)
@@ -385,7 +385,7 @@ def run_size(n: int, args: argparse.Namespace, source: Path, queries: Path, work
 
 
 def _versions() -> dict[str, str]:
-    from indexer.manifest import library_versions
+    from tapt.indexer.manifest import library_versions
 
     return library_versions()
 
@@ -508,13 +508,13 @@ def main(argv: list[str] | None = None) -> int:
         if request not in ("auto", "flat", "hnsw", "ivfpq") or not memory:
             parser.error(f"--configs {spec!r}: use REQUEST@MEMORY, e.g. auto@8G or hnsw@2G")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("faiss", "indexer", "sentence_transformers", "transformers"):
+    for noisy in ("faiss", "tapt", "sentence_transformers", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     source = find_source(args.source)
     queries, how = task_queries(source, args.task, args.queries, args.noise, args.seed, args.work)
-    from indexer.index import Index
+    from tapt.indexer.index import Index
 
     src = Index(source)
     dim = src.dim

@@ -24,7 +24,7 @@ import numpy as np
 from . import checkpoint
 from .build import DOCS, EMBEDDINGS, STORE, TOKENS, BuildConfig, build_into
 from .encoder import Encoder
-from .errors import InputError
+from tapt.errors import InputError
 from .index import Index
 from .manifest import MANIFEST_NAME, utc_now, write_json_atomic
 from .reader import scan_inputs

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from . import checkpoint
 from .encoder import Encoder
-from .errors import InputError, StorageError
+from tapt.errors import InputError, StorageError
 from .faiss_index import build_faiss_index
 from .index_choice import DEFAULT_MEMORY, REQUESTS, choose_index, parse_memory
 from .manifest import INDEX_FORMAT, INDEX_FORMAT_VERSION, MANIFEST_NAME, library_versions, utc_now

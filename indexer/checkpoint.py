@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from tapt.errors import InputError
 from .manifest import write_json_atomic
 
 log = logging.getLogger(__name__)

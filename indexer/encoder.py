@@ -9,7 +9,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from .errors import InputError, TaptError
+from tapt.errors import InputError, TaptError
 from .models import display_name, resolve_model
 
 log = logging.getLogger(__name__)

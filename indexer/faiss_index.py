@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from .errors import InputError
+from tapt.errors import InputError
 from .index_choice import (RESCORE_FACTOR, RESCORE_MIN, IndexChoice, choice_from_manifest,
                            rescore_k)
 from .rescore import exact_topk

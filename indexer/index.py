@@ -14,7 +14,7 @@ import numpy as np
 
 from .build import DOCS, EMBEDDINGS, FAISS, STORE, TOKENS
 from .encoder import Encoder
-from .errors import IndexFormatError, InputError, ModelMismatchError
+from tapt.errors import IndexFormatError, InputError, ModelMismatchError
 from .manifest import MANIFEST_NAME, read_index_manifest
 from .splitter import segment_docs, segment_offsets
 from .store import TextStore

@@ -21,7 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import InputError
+from tapt.errors import InputError
 
 KINDS = ("flat", "hnsw", "ivfpq")
 REQUESTS = ("auto",) + KINDS

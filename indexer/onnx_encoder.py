@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import TaptError
+from tapt.errors import TaptError
 
 log = logging.getLogger(__name__)
 

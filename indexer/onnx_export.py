@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .cache import cache_dir
-from .errors import TaptError
+from tapt.errors import TaptError
 
 log = logging.getLogger(__name__)
 

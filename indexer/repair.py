@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .build import EMBEDDINGS, FAISS
-from .errors import IndexFormatError
+from tapt.errors import IndexFormatError
 from .faiss_index import build_faiss_index
 from .index_choice import choice_from_manifest
 from .manifest import MANIFEST_NAME, read_index_manifest, write_json_atomic

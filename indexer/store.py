@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 import lmdb
 
-from .errors import IndexFormatError
+from tapt.errors import IndexFormatError
 
 _KEY = struct.Struct(">Q")
 _MAP_SIZE = 1 << 40  # address space only: the file grows with the data (sparse on Linux)

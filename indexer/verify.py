@@ -16,7 +16,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .build import DOCS, EMBEDDINGS, FAISS, STORE, TOKENS
-from .errors import TaptError
+from tapt.errors import TaptError
 from .manifest import read_index_manifest
 
 REPAIR = "run `tapt index repair {path}` (rebuilds the FAISS index from the stored embeddings)"

@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from indexer.errors import BudgetError
+from tapt.errors import BudgetError
 
 Unit = Literal["fraction", "segments", "sentences", "tokens"]
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmg]?)\s*(seg|segs|segments|sent|sents|sentences|tok|tokens)?\s*$", re.I)

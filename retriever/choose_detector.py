@@ -6,7 +6,7 @@ import logging
 
 import numpy as np
 
-from indexer.index import Index
+from tapt.indexer.index import Index
 
 from .detector_registry import DETECTORS, fit_detector
 from .heldout import evaluate

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 Anomaly = Callable[[np.ndarray], np.ndarray]
 DETECTORS = ("iforest", "lof", "ocsvm", "robust-cov", "pca-recon", "knn-dist")

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from indexer.errors import InputError
-from indexer.index import Index
+from tapt.errors import InputError
+from tapt.indexer.index import Index
 
 from .metrics import selection_scores
 from .oracle import sentence_labels

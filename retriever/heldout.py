@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 Scorer = Callable[[np.ndarray], np.ndarray]
 Fit = Callable[[np.ndarray], Scorer]

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from indexer.errors import InputError
-from indexer.index import Index
+from tapt.errors import InputError
+from tapt.indexer.index import Index
 
 from . import scoring
 from .budget import Budget, budget_target, cut
@@ -102,7 +102,7 @@ def knn(index: Index, view: SegmentView, task: np.ndarray, budget: Budget | None
 
 def _faiss_label(index: Index, nprobe: int | None, ef_search: int | None) -> str:
     """The FAISS index and search parameter a knn search used, e.g. `HNSW32 efSearch 128`."""
-    from indexer.faiss_index import search_setting
+    from tapt.indexer.faiss_index import search_setting
 
     info = index.manifest.get("faiss", {})
     _, name, value = search_setting(info, index.n_sentences, index.dim, nprobe, ef_search)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
-from indexer.errors import InputError
-from indexer.index import Index
+from tapt.errors import InputError
+from tapt.indexer.index import Index
 
 _BLOCK = 50_000
 

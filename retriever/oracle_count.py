@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from indexer.index import Index
+from tapt.indexer.index import Index
 
 from .oracle import sentence_labels
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 from . import scoring
 

@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from indexer.errors import InputError
-from indexer.index import Index
+from tapt.errors import InputError
+from tapt.indexer.index import Index
 
 from . import scoring
 from .budget import Budget

@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from indexer.encoder import Encoder
-from indexer.errors import InputError
-from indexer.index import Index
-from indexer.manifest import library_versions, utc_now
+from tapt.indexer.encoder import Encoder
+from tapt.errors import InputError
+from tapt.indexer.index import Index
+from tapt.indexer.manifest import library_versions, utc_now
 
 from . import methods
 from .budget import parse_budget

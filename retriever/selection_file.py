@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 SELECTION_FORMAT = "tapt-selection"
 SELECTION_FORMAT_VERSION = 1

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from indexer.errors import InputError
-from indexer.reader import expand_paths, read_texts
-from indexer.splitter import SentenceSplitter
+from tapt.errors import InputError
+from tapt.indexer.reader import expand_paths, read_texts
+from tapt.indexer.splitter import SentenceSplitter
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from indexer.cache import cache_dir
-from indexer.encoder import Encoder
+from tapt.indexer.cache import cache_dir
+from tapt.indexer.encoder import Encoder
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from conftest import HashingEncoder  # noqa: E402
-from indexer import checkpoint  # noqa: E402
-from indexer.build import BuildConfig, build_index  # noqa: E402
-from indexer.index import Index  # noqa: E402
+from tapt.indexer import checkpoint  # noqa: E402
+from tapt.indexer.build import BuildConfig, build_index  # noqa: E402
+from tapt.indexer.index import Index  # noqa: E402
 
 WORKER = Path(__file__).resolve()
 

@@ -118,7 +118,7 @@ def labelled_corpus(tmp_path_factory) -> tuple[Path, list[dict]]:
 @pytest.fixture(scope="session")
 def fake_index(tmp_path_factory, labelled_corpus):
     """An index of the labelled corpus built with the hashing encoder (segments of 4)."""
-    from indexer.build import BuildConfig, build_index
+    from tapt.indexer.build import BuildConfig, build_index
 
     out = tmp_path_factory.mktemp("idx") / "index"
     build_index([labelled_corpus[0]], out, HashingEncoder(),

@@ -77,7 +77,7 @@ def _big_line(d: Path) -> Path:
 
 def _index(d: Path) -> Path:
     """A small sound index (built once per directory) for the selection cases."""
-    from indexer.build import BuildConfig, build_index
+    from tapt.indexer.build import BuildConfig, build_index
 
     out = d / "good-index"
     if not out.exists():
@@ -149,7 +149,7 @@ def run_case(case: Case, work: Path, monkeypatch_encoder: Callable[[type], None]
     """(exit code, output, paths the failed command left behind) of one case."""
     from click.testing import CliRunner
 
-    from cli import cli
+    from tapt.cli import cli
 
     monkeypatch_encoder(TruncatingEncoder)
     argv = case.make(work)

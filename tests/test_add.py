@@ -14,15 +14,15 @@ import pytest
 
 from build_worker import assert_same_index
 from conftest import HashingEncoder, write_labelled_corpus
-from indexer.add import add_to_index
-from indexer.build import BuildConfig, build_index
-from indexer.index import Index
+from tapt.indexer.add import add_to_index
+from tapt.indexer.build import BuildConfig, build_index
+from tapt.indexer.index import Index
 
 ADD_WORKER = """
 import sys, time
 sys.path[:0] = [{tests!r}, {repo!r}]
 from conftest import HashingEncoder
-from indexer.add import add_to_index
+from tapt.indexer.add import add_to_index
 class Slow(HashingEncoder):
     def encode(self, texts, batch_size=64):
         time.sleep(0.05)
@@ -124,8 +124,8 @@ def test_readers_during_an_add_see_one_whole_generation(halves, tmp_path):
 def test_cli_add(halves, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import indexer.index as index_module
-    from cli import cli
+    import tapt.indexer.index as index_module
+    from tapt.cli import cli
 
     idx = _fresh(halves, tmp_path)
     monkeypatch.setattr(index_module.Index, "load_encoder",

@@ -10,20 +10,20 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import indexer.encoder
-import indexer.index as index_module
-from cli import cli
+import tapt.indexer.encoder
+import tapt.indexer.index as index_module
+from tapt.cli import cli
 from conftest import HashingEncoder, write_labelled_corpus, write_task
-from indexer.ann_recall import ground_truth, recall_at_k, sample_queries
-from indexer.build import BuildConfig, build_index
-from indexer.faiss_index import build_faiss_index, knn_search, read_faiss_index
-from indexer.index import Index
-from indexer.index_choice import choose_index
-from indexer.reindex import reindex
-from indexer.repair import repair_index
-from indexer.verify import file_sha256, verify_index
-from retriever import scoring
-from retriever.select import SelectConfig, rank
+from tapt.indexer.ann_recall import ground_truth, recall_at_k, sample_queries
+from tapt.indexer.build import BuildConfig, build_index
+from tapt.indexer.faiss_index import build_faiss_index, knn_search, read_faiss_index
+from tapt.indexer.index import Index
+from tapt.indexer.index_choice import choose_index
+from tapt.indexer.reindex import reindex
+from tapt.indexer.repair import repair_index
+from tapt.indexer.verify import file_sha256, verify_index
+from tapt.retriever import scoring
+from tapt.retriever.select import SelectConfig, rank
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def cli_run(*args):
 
 
 def test_cli_build_flags_and_errors(big_index, tmp_path, monkeypatch):
-    monkeypatch.setattr(indexer.encoder, "load_encoder", lambda *a, **k: HashingEncoder())
+    monkeypatch.setattr(tapt.indexer.encoder, "load_encoder", lambda *a, **k: HashingEncoder())
     pool = big_index.parent / "pool.jsonl"
     out = tmp_path / "hnsw-idx"
     result = cli_run("index", "build", pool, "--out", out, "--no-split", "--index", "hnsw",
@@ -208,7 +208,7 @@ def test_cli_reindex_recall_info_and_search_flags(idx, task_file, tmp_path, monk
 
 
 def test_add_keeps_the_requested_index_type(idx, tmp_path):
-    from indexer.add import add_to_index
+    from tapt.indexer.add import add_to_index
 
     reindex(idx, "hnsw", memory="256M", progress=False)
     more = tmp_path / "more.jsonl"
@@ -223,12 +223,12 @@ def test_add_keeps_the_requested_index_type(idx, tmp_path):
 
 def test_float16_embeddings_select_verify_add_like_float32(tmp_path, labelled_corpus, medical_task):
     """float16 storage: half the bytes, same selections (up to ties), verify and add keep working."""
-    from indexer.add import add_to_index
-    from indexer.build import BuildConfig, build_index
-    from indexer.index import Index
-    from indexer.verify import verify_index
-    from retriever.select import SelectConfig, rank
-    from retriever.task import load_task
+    from tapt.indexer.add import add_to_index
+    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.index import Index
+    from tapt.indexer.verify import verify_index
+    from tapt.retriever.select import SelectConfig, rank
+    from tapt.retriever.task import load_task
 
     corpus, _ = labelled_corpus
     encoder = HashingEncoder()

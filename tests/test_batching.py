@@ -10,13 +10,13 @@ import pytest
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from indexer.models import resolve_model
+    from tapt.indexer.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(None))
 
 
 def test_batches_match_tokenizer_padding(tokenizer):
-    from indexer.batching import SortedBatches
+    from tapt.indexer.batching import SortedBatches
 
     texts = ["a much longer sentence with quite a few more words in it", "short", "",
              "medium length text here", "word " * 400]

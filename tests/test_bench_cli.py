@@ -4,7 +4,7 @@ import json
 
 from click.testing import CliRunner
 
-from cli import cli
+from tapt.cli import cli
 
 
 def test_bench_clusters_and_plot_domains(fake_index, tmp_path):

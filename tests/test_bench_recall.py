@@ -7,14 +7,14 @@ import random
 import numpy as np
 import pytest
 
-from retriever.bench import recall, recall_report
-from retriever.bench.run import bench_recall
-from retriever.bench.clusters import cluster_purity, purity
-from retriever.bench.labelled_pool import seed_subset
+from tapt.retriever.bench import recall, recall_report
+from tapt.retriever.bench.run import bench_recall
+from tapt.retriever.bench.clusters import cluster_purity, purity
+from tapt.retriever.bench.labelled_pool import seed_subset
 from conftest import HashingEncoder, make_sentence
-from indexer.errors import InputError
-from indexer.index import Index
-from retriever.metrics import selection_scores
+from tapt.errors import InputError
+from tapt.indexer.index import Index
+from tapt.retriever.metrics import selection_scores
 
 
 def test_precision_recall_f1_by_hand():

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from conftest import HashingEncoder
-from indexer.build import BuildConfig, build_index
-from indexer.errors import IndexFormatError, InputError, ModelMismatchError
-from indexer.index import Index
+from tapt.indexer.build import BuildConfig, build_index
+from tapt.errors import IndexFormatError, InputError, ModelMismatchError
+from tapt.indexer.index import Index
 
 
 def test_one_id_contract_faiss_embeddings_store(fake_index, labelled_corpus):
@@ -111,7 +111,7 @@ def test_loading_checks_directory_version_and_model(tmp_path, fake_index):
 
 def test_reading_an_index_writes_nothing_into_it(fake_index, medical_task, tmp_path):
     """So read-only directories and media can be queried (LMDB without a lock file)."""
-    from retriever.select import SelectConfig, run_selection
+    from tapt.retriever.select import SelectConfig, run_selection
 
     def snapshot():
         return {p.relative_to(fake_index): p.stat().st_mtime_ns for p in fake_index.rglob("*")}

@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
+from tapt.cli import cli
 
 
 def run(*args, ok=True):

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from indexer.errors import TaptError
-from indexer.models import DEFAULT_MODEL, display_name, packaged_default_path, resolve_model
+from tapt.errors import TaptError
+from tapt.indexer.models import DEFAULT_MODEL, display_name, packaged_default_path, resolve_model
 
 
 def test_default_model_resolves_to_the_packaged_directory():
@@ -14,7 +14,7 @@ def test_default_model_resolves_to_the_packaged_directory():
 
 def test_cuda_request_without_gpu_is_a_clear_error():
     torch = pytest.importorskip("torch")
-    from indexer.encoder import pick_device
+    from tapt.indexer.encoder import pick_device
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
@@ -25,7 +25,7 @@ def test_cuda_request_without_gpu_is_a_clear_error():
 
 @pytest.fixture(scope="session")
 def minilm():
-    from indexer.encoder import SentenceTransformerEncoder
+    from tapt.indexer.encoder import SentenceTransformerEncoder
 
     return SentenceTransformerEncoder(None, device="cpu")
 
@@ -40,8 +40,8 @@ def test_real_encoder_embeds_normalised_and_counts_tokens(minilm):
 
 
 def test_missing_model_directory_is_an_input_error(tmp_path):
-    from indexer.encoder import SentenceTransformerEncoder
-    from indexer.errors import InputError
+    from tapt.indexer.encoder import SentenceTransformerEncoder
+    from tapt.errors import InputError
 
     (tmp_path / "empty-model").mkdir()
     with pytest.raises(InputError, match="cannot load model"):
@@ -55,8 +55,8 @@ PROBES = ["The patient was given 5 mg of the drug twice a day.",
 
 @pytest.mark.parametrize("backend,floor", [("onnx", 0.9999), ("onnx-int8", 0.97)])
 def test_onnx_backends_agree_with_torch_and_export_once(minilm, backend, floor):
-    from indexer.encoder import load_encoder
-    from indexer.onnx_export import export_dir
+    from tapt.indexer.encoder import load_encoder
+    from tapt.indexer.onnx_export import export_dir
 
     onnx = load_encoder(None, device="cpu", backend=backend)
     assert onnx.backend == backend and onnx.weights_sha256 == minilm.weights_sha256
@@ -75,7 +75,7 @@ def test_onnx_backends_agree_with_torch_and_export_once(minilm, backend, floor):
 
 
 def test_backend_resolution_and_refusals():
-    from indexer.encoder import CPU_DEFAULT, resolve_backend
+    from tapt.indexer.encoder import CPU_DEFAULT, resolve_backend
 
     assert resolve_backend("auto", "cpu") == CPU_DEFAULT
     assert resolve_backend("auto", "cuda") == "torch"
@@ -87,9 +87,9 @@ def test_backend_resolution_and_refusals():
 
 
 def test_index_records_its_backend_and_tasks_embed_with_it(tmp_path, minilm):
-    from indexer.build import BuildConfig, build_index
-    from indexer.encoder import load_encoder
-    from indexer.index import Index
+    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.encoder import load_encoder
+    from tapt.indexer.index import Index
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(PROBES) + "\n", encoding="utf-8")

@@ -29,7 +29,7 @@ def model_spec() -> str | None:
 
 @pytest.mark.parametrize("dtype,floor", [("float16", 0.999), ("bfloat16", 0.99), ("float32", 0.9999)])
 def test_cuda_encoder_agrees_with_cpu(model_spec, dtype, floor):
-    from indexer.encoder import SentenceTransformerEncoder, load_encoder
+    from tapt.indexer.encoder import SentenceTransformerEncoder, load_encoder
 
     cpu = SentenceTransformerEncoder(model_spec, device="cpu")
     gpu = SentenceTransformerEncoder(model_spec, device="cuda", dtype=dtype)
@@ -42,11 +42,11 @@ def test_cuda_encoder_agrees_with_cpu(model_spec, dtype, floor):
 
 
 def test_cuda_training_learns_and_evaluates_like_cpu(tmp_path):
-    from retriever.selection_file import SelectedSegment, write_selection
-    from trainer.config import TrainConfig
-    from trainer.evaluate import evaluate_text
-    from trainer.loop import train
-    from trainer.tiny_model import write_tiny_bert
+    from tapt.retriever.selection_file import SelectedSegment, write_selection
+    from tapt.trainer.config import TrainConfig
+    from tapt.trainer.evaluate import evaluate_text
+    from tapt.trainer.loop import train
+    from tapt.trainer.tiny_model import write_tiny_bert
 
     rng = random.Random(0)
     words = "the cat dog bird sees likes chases big small red old".split()

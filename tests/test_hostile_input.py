@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-import indexer.encoder
+import tapt.indexer.encoder
 from hostile_cases import CASES, run_case
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_input(case, tmp_path, monkeypatch):
     def patch(encoder_cls):
-        monkeypatch.setattr(indexer.encoder, "load_encoder",
+        monkeypatch.setattr(tapt.indexer.encoder, "load_encoder",
                             lambda spec=None, device="auto", backend="auto", threads=None: encoder_cls())
 
     code, output, left = run_case(case, tmp_path, patch)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.errors import InputError
-from indexer.index_choice import (MEDIUM_MAX, SMALL_MAX, choice_from_manifest, choose_index,
+from tapt.errors import InputError
+from tapt.indexer.index_choice import (MEDIUM_MAX, SMALL_MAX, choice_from_manifest, choose_index,
                                   hnsw_bytes, parse_memory, rescore_k)
 
 G = 1 << 30

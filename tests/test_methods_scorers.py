@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from conftest import HashingEncoder
-from indexer.errors import InputError
-from indexer.index import Index
-from retriever import heldout, ngram_lm, scoring
-from retriever.detector_registry import DETECTORS, fit_detector
-from retriever.pu import PUConfig, pu_classifier
-from retriever.scored import moore_lewis_scores
-from retriever.select import SelectConfig, rank
+from tapt.errors import InputError
+from tapt.indexer.index import Index
+from tapt.retriever import heldout, ngram_lm, scoring
+from tapt.retriever.detector_registry import DETECTORS, fit_detector
+from tapt.retriever.pu import PUConfig, pu_classifier
+from tapt.retriever.scored import moore_lewis_scores
+from tapt.retriever.select import SelectConfig, rank
 
 
 def unit(x):

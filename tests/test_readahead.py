@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from indexer.readahead import read_ahead
+from tapt.indexer.readahead import read_ahead
 
 
 def test_yields_everything_in_order():

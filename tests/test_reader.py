@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from indexer.errors import InputError
-from indexer.reader import expand_paths, iter_documents, read_texts, scan_inputs
+from tapt.errors import InputError
+from tapt.indexer.reader import expand_paths, iter_documents, read_texts, scan_inputs
 
 
 def docs(paths, **kw):

@@ -10,11 +10,11 @@ import pytest
 
 from build_worker import assert_same_index, kill_and_resume
 from conftest import HashingEncoder, write_labelled_corpus
-from indexer import checkpoint
-from indexer.build import BuildConfig, build_index
-from indexer.errors import InputError, StorageError
-from indexer.index import Index
-from indexer.npy import NpyAppender
+from tapt.indexer import checkpoint
+from tapt.indexer.build import BuildConfig, build_index
+from tapt.errors import InputError, StorageError
+from tapt.indexer.index import Index
+from tapt.indexer.npy import NpyAppender
 
 
 

@@ -7,12 +7,12 @@ from conftest import SAMPLE
 
 @pytest.mark.slow
 def test_bundled_sample_selection_quality(tmp_path):
-    from indexer.build import BuildConfig, build_index
-    from indexer.encoder import SentenceTransformerEncoder
-    from indexer.index import Index
-    from retriever.evaluate import evaluate_selections
-    from retriever.oracle import sentence_labels
-    from retriever.select import SelectConfig, run_selection
+    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.encoder import SentenceTransformerEncoder
+    from tapt.indexer.index import Index
+    from tapt.retriever.evaluate import evaluate_selections
+    from tapt.retriever.oracle import sentence_labels
+    from tapt.retriever.select import SelectConfig, run_selection
 
     encoder = SentenceTransformerEncoder(None, device="cpu")
     build_index([SAMPLE / "pool.jsonl.gz"], tmp_path / "idx", encoder,

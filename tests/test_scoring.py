@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from retriever import scoring
-from retriever.budget import Budget, budget_target, cut, parse_budget
-from indexer.errors import BudgetError
+from tapt.retriever import scoring
+from tapt.retriever.budget import Budget, budget_target, cut, parse_budget
+from tapt.errors import BudgetError
 
 
 def unit(rows):

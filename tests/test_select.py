@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from conftest import HashingEncoder
-from indexer.errors import BudgetError, InputError
-from indexer.index import Index
-from retriever.evaluate import evaluate_selections
-from retriever.select import SelectConfig, rank, run_selection
-from retriever.selection_file import manifest_path, read_selection
-from retriever.task import load_task
+from tapt.errors import BudgetError, InputError
+from tapt.indexer.index import Index
+from tapt.retriever.evaluate import evaluate_selections
+from tapt.retriever.select import SelectConfig, rank, run_selection
+from tapt.retriever.selection_file import manifest_path, read_selection
+from tapt.retriever.task import load_task
 
 
 def select(fake_index, task, tmp_path, name="sel.jsonl", **params):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from indexer.splitter import SentenceSplitter, segment_docs, segment_offsets
+from tapt.indexer.splitter import SentenceSplitter, segment_docs, segment_offsets
 
 
 def test_pysbd_splits_and_respects_abbreviations():

@@ -3,10 +3,10 @@
 import numpy as np
 
 from conftest import HashingEncoder
-from indexer.index import Index
-from retriever.select import SelectConfig, run_selection
-from retriever.selection_file import read_selection
-from retriever.task_cache import encode_cached
+from tapt.indexer.index import Index
+from tapt.retriever.select import SelectConfig, run_selection
+from tapt.retriever.selection_file import read_selection
+from tapt.retriever.task_cache import encode_cached
 
 
 class CountingEncoder(HashingEncoder):

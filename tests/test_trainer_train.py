@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from indexer.errors import InputError
-from retriever.selection_file import SelectedSegment, write_selection
-from trainer.config import TrainConfig
-from trainer.loop import TrainingInterrupted, train
-from trainer.plan import mix_counts
-from trainer.tiny_model import write_tiny_bert
+from tapt.errors import InputError
+from tapt.retriever.selection_file import SelectedSegment, write_selection
+from tapt.trainer.config import TrainConfig
+from tapt.trainer.loop import TrainingInterrupted, train
+from tapt.trainer.plan import mix_counts
+from tapt.trainer.tiny_model import write_tiny_bert
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -233,20 +233,20 @@ def test_failed_fresh_run_leaves_nothing(env, tmp_path):
 def test_base_encoder_gets_a_tied_head(env, tmp_path, caplog):
     from transformers import BertModel
 
-    from trainer.model import load_mlm
+    from tapt.trainer.model import load_mlm
 
     full, _, _ = load_mlm(env["model"])
     BertModel(full.config).save_pretrained(tmp_path / "base")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (tmp_path / "base" / name).write_bytes((Path(env["model"]) / name).read_bytes())
-    with caplog.at_level(logging.WARNING, logger="trainer.model"):
+    with caplog.at_level(logging.WARNING, logger="tapt.trainer.model"):
         model, _, info = load_mlm(str(tmp_path / "base"))
     assert info["head_initialised"] and "newly initialised" in caplog.text
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
 
 
 def test_eval_mlm_fixed_masks_and_pseudo_perplexity(env, tmp_path):
-    from trainer.evaluate import evaluate_text
+    from tapt.trainer.evaluate import evaluate_text
 
     first = evaluate_text(env["model"], [env["heldout"]], max_length=32, batch_size=8, seed=0)
     second = evaluate_text(env["model"], [env["heldout"]], max_length=32, batch_size=8, seed=0)
@@ -261,7 +261,7 @@ def test_eval_mlm_fixed_masks_and_pseudo_perplexity(env, tmp_path):
 def test_cli_train_and_eval_mlm(env, tmp_path):
     from click.testing import CliRunner
 
-    from cli import cli
+    from tapt.cli import cli
 
     out = tmp_path / "cli-run"
     runner = CliRunner()

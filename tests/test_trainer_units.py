@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from indexer.errors import InputError
-from retriever.selection_file import SelectedSegment, write_selection
-from trainer.collate import IGNORE_INDEX, MaskingCollator
-from trainer.config import TrainConfig, parse_mix
-from trainer.data import Example, document_examples, group_sentences, segment_examples
-from trainer.inputs import load_selections
-from trainer.loss import per_example_loss, weighted_mlm_loss
-from trainer.plan import TrainingPlan, mix_counts
-from trainer.task_text import read_documents, split_sentences
-from trainer.tiny_model import tiny_vocab
+from tapt.errors import InputError
+from tapt.retriever.selection_file import SelectedSegment, write_selection
+from tapt.trainer.collate import IGNORE_INDEX, MaskingCollator
+from tapt.trainer.config import TrainConfig, parse_mix
+from tapt.trainer.data import Example, document_examples, group_sentences, segment_examples
+from tapt.trainer.inputs import load_selections
+from tapt.trainer.loss import per_example_loss, weighted_mlm_loss
+from tapt.trainer.plan import TrainingPlan, mix_counts
+from tapt.trainer.task_text import read_documents, split_sentences
+from tapt.trainer.tiny_model import tiny_vocab
 
 GROUPS = {
     "a": "apple apricot avocado almond anise acorn".split(),
@@ -258,9 +258,9 @@ def test_trainer_never_imports_faiss():
     import subprocess
     import sys
 
-    code = ("import importlib, pkgutil, sys, trainer\n"
+    code = ("import importlib, pkgutil, sys, tapt.trainer as trainer\n"
             "for m in pkgutil.iter_modules(trainer.__path__):\n"
-            "    importlib.import_module('trainer.' + m.name)\n"
-            "import transformers, cli\n"
+            "    importlib.import_module('tapt.trainer.' + m.name)\n"
+            "import transformers, tapt.cli\n"
             "assert 'faiss' not in sys.modules, 'faiss imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
+from tapt.cli import cli
 from conftest import HashingEncoder
-from indexer.errors import IndexFormatError
-from indexer.index import Index
-from indexer.repair import repair_index
-from indexer.store import key
-from indexer.verify import verify_index
-from retriever.select import SelectConfig, run_selection
+from tapt.errors import IndexFormatError
+from tapt.indexer.index import Index
+from tapt.indexer.repair import repair_index
+from tapt.indexer.store import key
+from tapt.indexer.verify import verify_index
+from tapt.retriever.select import SelectConfig, run_selection
 
 
 @pytest.fixture()

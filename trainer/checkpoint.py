@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 logger = logging.getLogger(__name__)
 

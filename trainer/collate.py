@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import torch
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 from .data import Example
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 WEIGHT_MODES = ("discrete", "continuous", "sample")
 DEVICES = ("cpu", "cuda")

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from indexer.errors import InputError
-from retriever.selection_file import SelectedSegment
+from tapt.errors import InputError
+from tapt.retriever.selection_file import SelectedSegment
 
 from .model import quiet_transformers
 from .task_text import split_sentences

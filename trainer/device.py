@@ -7,7 +7,7 @@ from typing import ContextManager
 
 import torch
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 
 def resolve_device(name: str) -> torch.device:

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 from .collate import IGNORE_INDEX, MaskingCollator, derived_seed
 from .data import Example

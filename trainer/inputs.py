@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from indexer.errors import InputError
-from retriever.selection_file import SelectedSegment, file_sha256, manifest_path, read_selection
+from tapt.errors import InputError
+from tapt.retriever.selection_file import SelectedSegment, file_sha256, manifest_path, read_selection
 
 logger = logging.getLogger(__name__)
 

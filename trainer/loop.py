@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 from .config import TrainConfig
 
@@ -60,7 +60,7 @@ class _StopOnSigint:
 
 
 def _model_identity(info: dict[str, Any]) -> dict[str, Any]:
-    from retriever.selection_file import file_sha256
+    from tapt.retriever.selection_file import file_sha256
 
     config = Path(info["path"]) / "config.json"
     return {"name": info["name"], "config_sha256": file_sha256(config) if config.is_file() else None}

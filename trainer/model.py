@@ -14,8 +14,8 @@ import logging
 from pathlib import Path
 from typing import Any, Iterator
 
-from indexer.errors import InputError
-from indexer.models import display_name, resolve_model
+from tapt.errors import InputError
+from tapt.indexer.models import display_name, resolve_model
 
 logger = logging.getLogger(__name__)
 

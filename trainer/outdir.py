@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 from .manifest import (
     TRAINING_FORMAT,

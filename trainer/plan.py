@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 from .data import Example
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 

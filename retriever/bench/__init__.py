@@ -7,7 +7,7 @@ Installed with the package (unlike the scripts in the repository's `benchmarks/`
 from importlib import import_module
 from types import ModuleType
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 
 def optional(module: str) -> ModuleType:

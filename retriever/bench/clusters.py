@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from indexer.errors import InputError
-from indexer.index import Index
-from retriever.oracle import sentence_labels
+from tapt.errors import InputError
+from tapt.indexer.index import Index
+from tapt.retriever.oracle import sentence_labels
 
 
 def purity(clusters: np.ndarray, labels: np.ndarray) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.errors import InputError
+from tapt.errors import InputError
 
 
 @dataclass(frozen=True)

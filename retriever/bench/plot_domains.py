@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.index import Index
-from retriever.oracle import sentence_labels
+from tapt.indexer.index import Index
+from tapt.retriever.oracle import sentence_labels
 
 
 def plot_domains(index: Index, out: Path, label_field: str = "domain", sample: int = 8000,
@@ -31,7 +31,7 @@ def plot_domains(index: Index, out: Path, label_field: str = "domain", sample: i
         ax.scatter(xy[mask, 0], xy[mask, 1], s=2, alpha=0.5, label=name or "(none)")
     drawn = 0
     if selection is not None:
-        from retriever.selection_file import iter_selection
+        from tapt.retriever.selection_file import iter_selection
 
         sel = np.concatenate([np.arange(*s.rows) for s in iter_selection(selection)])
         sel = np.random.default_rng(seed).permutation(sel)[: sample // 4]

@@ -13,22 +13,21 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from indexer.errors import InputError
-from indexer.index import Index
-from retriever import scoring
-from retriever.budget import parse_budget
-from retriever.methods import iforest
-from retriever.metrics import selection_scores
-from retriever.ngram_lm import Vocabulary
-from retriever.scored import (by_sentence_scores, fit_scorer, fused_sentence_scores,
+from tapt.errors import InputError
+from tapt.indexer.index import Index
+from tapt.retriever import scoring
+from tapt.retriever.budget import parse_budget
+from tapt.retriever.methods import iforest
+from tapt.retriever.metrics import selection_scores
+from tapt.retriever.ngram_lm import Vocabulary
+from tapt.retriever.scored import (by_sentence_scores, fit_scorer, fused_sentence_scores,
                                moore_lewis_scores)
-from retriever.select import SelectConfig, rank
+from tapt.retriever.select import SelectConfig, rank
 
 from .labelled_pool import SeedSet, seed_subset
 
@@ -101,7 +100,7 @@ class Shared:
     views: dict[int, Any] = field(default_factory=dict)
 
     def view(self, size: int):
-        from retriever.methods import SegmentView
+        from tapt.retriever.methods import SegmentView
 
         if size not in self.views:
             self.views[size] = SegmentView.of(self.index, size)

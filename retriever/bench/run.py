@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from indexer.errors import InputError
-from indexer.index import Index
-from indexer.manifest import library_versions, utc_now
-from retriever.oracle import sentence_labels
+from tapt.errors import InputError
+from tapt.indexer.index import Index
+from tapt.indexer.manifest import library_versions, utc_now
+from tapt.retriever.oracle import sentence_labels
 
 from . import recall, recall_report
 from .labelled_pool import read_seed_sets
@@ -29,8 +29,8 @@ def open_or_build_index(pool: Path | None, index_path: Path | None, cache: Path,
         return Index(index_path)
     if pool is None:
         raise InputError("give --pool (to index it) or --index")
-    from indexer.build import BuildConfig, build_index
-    from indexer.encoder import SentenceTransformerEncoder
+    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.encoder import SentenceTransformerEncoder
 
     digest = hashlib.sha256(str(pool.resolve()).encode()).hexdigest()[:12]
     out = cache / f"index-{digest}"
