@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tapt.indexer.manifest import library_versions, utc_now
+from tapt.util.versions import library_versions, utc_now
 from tapt.retriever import scoring
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from build_worker import assert_same_index, kill_and_resume  # noqa: E402
 from tapt.indexer.index import Index  # noqa: E402
-from tapt.indexer.manifest import library_versions, utc_now  # noqa: E402
+from tapt.util.versions import library_versions, utc_now  # noqa: E402
 
 
 def main() -> None:

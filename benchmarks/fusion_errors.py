@@ -19,7 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.indexer.index import Index
-from tapt.indexer.manifest import library_versions, utc_now
+from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.bench.labelled_pool import read_seed_sets
 from tapt.retriever.bench.run import seed_embeddings
 from tapt.retriever.ngram_lm import Vocabulary

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tapt.indexer.encoder import SentenceTransformerEncoder
-from tapt.indexer.manifest import library_versions, utc_now
+from tapt.util.versions import library_versions, utc_now
 from tapt.indexer.onnx_encoder import OnnxEncoder, default_threads
 from tapt.retriever import scoring
 

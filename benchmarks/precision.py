@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tapt.indexer.index import Index
-from tapt.indexer.manifest import library_versions, utc_now
+from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.metrics import selection_scores
 from tapt.retriever.oracle import sentence_labels
 from tapt.retriever.scoring import rows_of_segments

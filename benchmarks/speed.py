@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tapt.indexer.manifest import library_versions, utc_now
+from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.bench.dsir_baseline import PoolFeatures, read_texts, run_library
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tapt.indexer.encoder import SentenceTransformerEncoder, load_encoder, pick_device
-from tapt.indexer.manifest import library_versions, utc_now
+from tapt.util.versions import library_versions, utc_now
 from tapt.indexer.onnx_encoder import default_threads
 
 log = logging.getLogger("speed_encode")

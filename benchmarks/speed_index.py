@@ -108,10 +108,10 @@ def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[st
     """Write an n-row index (all files but index.faiss) from the source index's rows + noise."""
     from tapt.indexer.build import DOCS, EMBEDDINGS, STORE, TOKENS
     from tapt.indexer.index import Index
-    from tapt.indexer.manifest import write_json_atomic
+    from tapt.util.files import write_json_atomic
     from tapt.indexer.splitter import segment_offsets
     from tapt.indexer.store import TextStoreWriter
-    from tapt.indexer.verify import file_sha256
+    from tapt.util.files import sha256_file
 
     t0 = time.perf_counter()
     src = Index(source)
@@ -158,7 +158,7 @@ def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[st
                              "how": "row i = source row (i mod rows) + N(0, sigma^2 I), "
                                     "L2-renormalised; texts, tokens, documents repeated"}
     manifest.pop("history", None)
-    manifest["checksums"] = {name: file_sha256(out_dir / name) for name in
+    manifest["checksums"] = {name: sha256_file(out_dir / name) for name in
                              (EMBEDDINGS, TOKENS, DOCS, f"{STORE}/data.mdb")}
     write_json_atomic(out_dir / "manifest.json.pending", manifest)
     return {"seconds": round(time.perf_counter() - t0, 1), "generate_seconds": round(gen_s, 1),
@@ -170,9 +170,10 @@ def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
     from tapt.indexer.build import EMBEDDINGS, FAISS
     from tapt.indexer.faiss_index import build_faiss_index
     from tapt.indexer.index_choice import choose_index
-    from tapt.indexer.manifest import MANIFEST_NAME, write_json_atomic
+    from tapt.indexer.manifest import MANIFEST_NAME
+    from tapt.util.files import write_json_atomic
     from tapt.indexer.reindex import reindex
-    from tapt.indexer.verify import file_sha256
+    from tapt.util.files import sha256_file
 
     path = Path(index_dir)
     t0 = time.perf_counter()
@@ -182,7 +183,7 @@ def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
         embeddings = np.load(path / EMBEDDINGS, mmap_mode="r")
         choice = choose_index(len(embeddings), embeddings.shape[1], memory, request)
         manifest["faiss"] = build_faiss_index(embeddings, path / FAISS, choice, progress=False)
-        manifest["checksums"][FAISS] = file_sha256(path / FAISS)
+        manifest["checksums"][FAISS] = sha256_file(path / FAISS)
         write_json_atomic(path / MANIFEST_NAME, manifest)
         pending.unlink()
     else:
@@ -385,7 +386,7 @@ def run_size(n: int, args: argparse.Namespace, source: Path, queries: Path, work
 
 
 def _versions() -> dict[str, str]:
-    from tapt.indexer.manifest import library_versions
+    from tapt.util.versions import library_versions
 
     return library_versions()
 

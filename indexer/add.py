@@ -26,7 +26,10 @@ from .build import DOCS, EMBEDDINGS, STORE, TOKENS, BuildConfig, build_into
 from .encoder import Encoder
 from tapt.errors import InputError
 from .index import Index
-from .manifest import MANIFEST_NAME, utc_now, write_json_atomic
+from tapt.util.files import write_json_atomic
+from tapt.util.versions import utc_now
+
+from .manifest import MANIFEST_NAME
 from .reader import scan_inputs
 from .store import key
 

@@ -9,7 +9,6 @@ is interrupted keeps its committed windows, and the same command resumes from th
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import resource
@@ -28,8 +27,10 @@ from .encoder import Encoder
 from tapt.errors import InputError, StorageError
 from .faiss_index import build_faiss_index
 from .index_choice import DEFAULT_MEMORY, REQUESTS, choose_index, parse_memory
-from .manifest import INDEX_FORMAT, INDEX_FORMAT_VERSION, MANIFEST_NAME, library_versions, utc_now
-from .manifest import write_json_atomic
+from tapt.util.files import sha256_file, write_json_atomic
+from tapt.util.versions import library_versions, utc_now
+
+from .manifest import INDEX_FORMAT, INDEX_FORMAT_VERSION, MANIFEST_NAME
 from .npy import NpyAppender
 from .reader import Document, TextDocs, iter_documents, scan_inputs
 from .readahead import read_ahead
@@ -149,14 +150,6 @@ def build_index(
                 raise StorageError(f"disk full while building {out}{where}: free space and run "
                                    "the same command again to resume") from exc
             raise
-
-
-def _sha256(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
@@ -319,7 +312,7 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
             "window": config.window,
             "sessions": progress.sessions,
         },
-        "checksums": {name: _sha256(tmp / name) for name in
+        "checksums": {name: sha256_file(tmp / name) for name in
                       (EMBEDDINGS, TOKENS, DOCS, FAISS, f"{STORE}/data.mdb")},
         "versions": library_versions(),
     }

@@ -15,14 +15,13 @@ import fcntl
 import hashlib
 import json
 import logging
-import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from tapt.errors import InputError
-from .manifest import write_json_atomic
+from tapt.util.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +136,3 @@ def prepare_work_dir(out: Path, wanted: str, restart: bool, kind: str = "buildin
         shutil.rmtree(work)
     work.mkdir()
     return work, None
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

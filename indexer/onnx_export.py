@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import cache_dir
+from tapt.util.cache import cache_dir
 from tapt.errors import TaptError
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ def _export(model, work: Path, variant: str) -> dict[str, Any]:
         raise TaptError(f"the {variant} export disagrees with torch (mean cosine {cosine:.4f} < "
                         f"{MIN_COSINE[variant]}); use --backend torch")
     import onnxruntime
-    from .manifest import library_versions
+    from tapt.util.versions import library_versions
 
     return {"variant": variant, "opset": OPSET, "inputs": names, "probe_cosine_to_torch": cosine,
             "export_version": EXPORT_VERSION, "onnxruntime": onnxruntime.__version__,

@@ -23,8 +23,10 @@ from .build import EMBEDDINGS, FAISS
 from .faiss_index import build_faiss_index
 from .index import Index
 from .index_choice import DEFAULT_MEMORY, choose_index
-from .manifest import MANIFEST_NAME, utc_now, write_json_atomic
-from .verify import file_sha256
+from tapt.util.files import fsync_path, sha256_file, write_json_atomic
+from tapt.util.versions import utc_now
+
+from .manifest import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +76,9 @@ def reindex(path: str | Path, index_type: str = "auto", memory: str | int = DEFA
             manifest = dict(old)
             manifest["faiss"] = info
             if old.get("checksums") is not None:
-                manifest["checksums"] = {**old["checksums"], FAISS: file_sha256(work / FAISS)}
+                manifest["checksums"] = {**old["checksums"], FAISS: sha256_file(work / FAISS)}
             write_json_atomic(work / MANIFEST_NAME, manifest)
-            checkpoint.fsync_file(work)
+            fsync_path(work)
             _exchange(work, path)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)

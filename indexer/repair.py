@@ -12,8 +12,10 @@ from .build import EMBEDDINGS, FAISS
 from tapt.errors import IndexFormatError
 from .faiss_index import build_faiss_index
 from .index_choice import choice_from_manifest
-from .manifest import MANIFEST_NAME, read_index_manifest, write_json_atomic
-from .verify import REBUILD, file_sha256, verify_index
+from tapt.util.files import sha256_file, write_json_atomic
+
+from .manifest import MANIFEST_NAME, read_index_manifest
+from .verify import REBUILD, verify_index
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ def repair_index(path: str | Path, progress: bool = True) -> list[str]:
             info[key] = recorded[key]
     manifest["faiss"] = info
     if manifest.get("checksums") is not None:
-        manifest["checksums"][FAISS] = file_sha256(path / FAISS)
+        manifest["checksums"][FAISS] = sha256_file(path / FAISS)
     write_json_atomic(path / MANIFEST_NAME, manifest)
     done = f"rebuilt {FAISS} from {EMBEDDINGS} ({info['ntotal']:,} rows, {factory})"
     log.info(done)

@@ -7,16 +7,16 @@ the stored embeddings; damaged embeddings, text or offsets need a rebuild from t
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+
+from tapt.errors import TaptError
+from tapt.util.files import sha256_file
 
 from .build import DOCS, EMBEDDINGS, FAISS, STORE, TOKENS
-from tapt.errors import TaptError
 from .manifest import read_index_manifest
 
 REPAIR = "run `tapt index repair {path}` (rebuilds the FAISS index from the stored embeddings)"
@@ -49,17 +49,6 @@ class VerifyReport:
 
     def to_json(self) -> list[dict]:
         return [asdict(f) for f in self.findings]
-
-
-def file_sha256(path: Path, progress: bool = False) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh, tqdm(total=path.stat().st_size, unit="B", unit_scale=True,
-                                      desc=f"sha256 {path.name}", disable=not progress,
-                                      leave=False) as bar:
-        while block := fh.read(1 << 22):
-            digest.update(block)
-            bar.update(len(block))
-    return digest.hexdigest()
 
 
 def verify_index(path: str | Path, deep: bool = False, sample: int = 200, encoder=None,
@@ -104,7 +93,7 @@ def _checksums(report, path, manifest, present, progress, fix, rebuild) -> None:
     for name, expected in recorded.items():
         if not present.get(name, (path / name).is_file()):
             continue
-        actual = file_sha256(path / name, progress)
+        actual = sha256_file(path / name, progress)
         report.add(f"checksum {name}", actual == expected,
                    "matches" if actual == expected else
                    f"sha256 {actual[:12]}... but the manifest records {expected[:12]}...",

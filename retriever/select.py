@@ -13,7 +13,7 @@ import numpy as np
 from tapt.indexer.encoder import Encoder
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.indexer.manifest import library_versions, utc_now
+from tapt.util.versions import library_versions, utc_now
 
 from . import methods
 from .budget import parse_budget

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from tapt.errors import InputError
+from tapt.util.files import atomic_write, sha256_file, write_json_atomic
+from tapt.util.manifests import read_versioned_json
 
 SELECTION_FORMAT = "tapt-selection"
 SELECTION_FORMAT_VERSION = 1
@@ -62,64 +63,34 @@ def manifest_path(selection: str | Path) -> Path:
     return selection.with_name(selection.name + ".manifest.json")
 
 
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_selection(
     path: str | Path, segments: list[SelectedSegment], manifest: dict[str, Any]
 ) -> None:
-    """Write the JSONL and its manifest atomically: temporary names, then rename, manifest last."""
+    """Write the JSONL and then its manifest, each atomically (temporary name, fsync, rename).
+
+    The manifest records the JSONL's hash, so a reader that catches the JSONL replaced but not
+    yet its manifest refuses the pair instead of mixing two selections.
+    """
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-    mpath = manifest_path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    mtmp = mpath.with_name(f".{mpath.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for seg in segments:
-                fh.write(seg.to_json())
-                fh.write("\n")
-        manifest = dict(manifest)
-        manifest["format"] = SELECTION_FORMAT
-        manifest["format_version"] = SELECTION_FORMAT_VERSION
-        manifest["selection_sha256"] = file_sha256(tmp)
-        with open(mtmp, "w", encoding="utf-8") as fh:
-            json.dump(manifest, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-        os.replace(mtmp, mpath)
-    finally:
-        for leftover in (tmp, mtmp):
-            if leftover.exists():
-                leftover.unlink()
+    digest = hashlib.sha256()
+    with atomic_write(path, "wb") as fh:
+        for seg in segments:
+            line = (seg.to_json() + "\n").encode("utf-8")
+            digest.update(line)
+            fh.write(line)
+    manifest = {**manifest, "format": SELECTION_FORMAT, "format_version": SELECTION_FORMAT_VERSION,
+                "selection_sha256": digest.hexdigest()}
+    write_json_atomic(manifest_path(path), manifest)
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
     """The selection's manifest; refuses a missing one or one of another format version."""
-    mpath = manifest_path(path)
     if not Path(path).is_file():
         raise InputError(f"selection file {path} does not exist")
-    if not mpath.is_file():
-        raise InputError(f"selection {path} has no manifest ({mpath.name} is missing)")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"selection manifest {mpath} is not valid JSON: {exc}") from exc
-    if manifest.get("format") != SELECTION_FORMAT:
-        raise InputError(f"{mpath} is not a tapt selection manifest")
-    version = manifest.get("format_version")
-    if version != SELECTION_FORMAT_VERSION:
-        raise InputError(
-            f"selection {path} has format version {version}; this tapt reads version "
-            f"{SELECTION_FORMAT_VERSION}"
-        )
-    return manifest
+    return read_versioned_json(manifest_path(path), SELECTION_FORMAT, SELECTION_FORMAT_VERSION,
+                               f"selection {path}", InputError)
 
 
 def iter_selection(path: str | Path) -> Iterator[SelectedSegment]:
@@ -150,7 +121,7 @@ def read_selection(path: str | Path) -> tuple[dict[str, Any], list[SelectedSegme
     """Manifest and all segments; the file's hash must match the manifest's."""
     manifest = read_manifest(path)
     expected = manifest.get("selection_sha256")
-    if expected and file_sha256(path) != expected:
+    if expected and sha256_file(path) != expected:
         raise InputError(
             f"selection {path} does not match its manifest (edited or truncated after it was written)"
         )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from tapt.errors import InputError
+from tapt.util.files import sha256_files
 from tapt.indexer.reader import expand_paths, read_texts
 from tapt.indexer.splitter import SentenceSplitter
 
@@ -19,16 +19,6 @@ class Task:
     sentences: list[str]
 
 
-def files_sha256(paths: Sequence[Path]) -> str:
-    """One hash over the bytes of all files, in the order given."""
-    h = hashlib.sha256()
-    for path in paths:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
 def load_task(paths: Sequence[str | Path], split: bool = True, text_field: str = "text") -> Task:
     """The task's sentences; `split` follows the index's setting so units match the corpus."""
     files = expand_paths(paths)
@@ -36,4 +26,4 @@ def load_task(paths: Sequence[str | Path], split: bool = True, text_field: str =
     sentences = [s for text in read_texts(files, text_field=text_field) for s in splitter(text)]
     if not sentences:
         raise InputError("the task holds no sentences")
-    return Task([str(p) for p in files], files_sha256(files), sentences)
+    return Task([str(p) for p in files], sha256_files(files), sentences)

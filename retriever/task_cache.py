@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tapt.indexer.cache import cache_dir
+from tapt.util.cache import cache_dir
 from tapt.indexer.encoder import Encoder
 
 log = logging.getLogger(__name__)

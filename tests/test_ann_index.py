@@ -21,7 +21,8 @@ from tapt.indexer.index import Index
 from tapt.indexer.index_choice import choose_index
 from tapt.indexer.reindex import reindex
 from tapt.indexer.repair import repair_index
-from tapt.indexer.verify import file_sha256, verify_index
+from tapt.indexer.verify import verify_index
+from tapt.util.files import sha256_file
 from tapt.retriever import scoring
 from tapt.retriever.select import SelectConfig, rank
 
@@ -101,7 +102,7 @@ def test_reindex_round_trip_verify_and_repair(idx):
         faiss_info = manifest["faiss"]
         assert faiss_info["kind"] == kind and faiss_info["ntotal"] == before["counts"]["sentences"]
         assert manifest["uuid"] == before["uuid"]
-        assert manifest["checksums"]["index.faiss"] == file_sha256(idx / "index.faiss")
+        assert manifest["checksums"]["index.faiss"] == sha256_file(idx / "index.faiss")
         assert manifest["checksums"]["embeddings.npy"] == before["checksums"]["embeddings.npy"]
         assert not list(idx.parent.glob(".idx.*")), "reindex left a work directory"
         report = verify_index(idx)

@@ -101,7 +101,7 @@ def test_loss_decreases_and_output_is_a_model(env, tmp_path):
     assert examples["per_epoch"] == sum(mix_counts(12, examples["selection"], (1, 2)))
     on_disk = json.loads((out / "training_manifest.json").read_text())
     assert on_disk["steps"] == 40 and on_disk["train_loss"] == pytest.approx(manifest["train_loss"])
-    assert set(on_disk["versions"]) == {"python", "torch", "transformers", "numpy"}
+    assert {"python", "torch", "transformers", "numpy"} <= set(on_disk["versions"])
     assert on_disk["selections"][0]["manifest_sha256"] and on_disk["arguments"]["lr"] == 2e-3
     assert not [p for p in out.iterdir() if p.name.startswith(".final-tmp")]
     AutoModelForMaskedLM.from_pretrained(out)

@@ -6,7 +6,8 @@ import logging
 from typing import Any, Sequence
 
 from tapt.errors import InputError
-from tapt.retriever.selection_file import SelectedSegment, file_sha256, manifest_path, read_selection
+from tapt.retriever.selection_file import SelectedSegment, manifest_path, read_selection
+from tapt.util.files import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +38,8 @@ def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[d
         segments.extend(segs)
         records.append({
             "path": str(path),
-            "selection_sha256": manifest.get("selection_sha256") or file_sha256(path),
-            "manifest_sha256": file_sha256(manifest_path(path)),
+            "selection_sha256": manifest.get("selection_sha256") or sha256_file(path),
+            "manifest_sha256": sha256_file(manifest_path(path)),
             "method": manifest.get("method"),
             "index": index if isinstance(index, dict) else None,
             "task": manifest.get("task"),

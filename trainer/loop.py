@@ -60,10 +60,10 @@ class _StopOnSigint:
 
 
 def _model_identity(info: dict[str, Any]) -> dict[str, Any]:
-    from tapt.retriever.selection_file import file_sha256
+    from tapt.util.files import sha256_file
 
     config = Path(info["path"]) / "config.json"
-    return {"name": info["name"], "config_sha256": file_sha256(config) if config.is_file() else None}
+    return {"name": info["name"], "config_sha256": sha256_file(config) if config.is_file() else None}
 
 
 def _optimizer(model: Any, config: TrainConfig, total_steps: int) -> tuple[Any, Any]:
@@ -106,7 +106,9 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     from .evaluate import mlm_loss
     from .inputs import check_task_matches, load_selections
     from .loss import weighted_mlm_loss
-    from .manifest import TRAINING_FORMAT, TRAINING_FORMAT_VERSION, identity_hash, library_versions
+    from tapt.util.versions import library_versions
+
+    from .manifest import TRAINING_FORMAT, TRAINING_FORMAT_VERSION, identity_hash
     from .model import load_mlm, max_positions
     from .outdir import check_output, finished_manifest, prepare_output, write_final_model
     from .plan import TrainingPlan

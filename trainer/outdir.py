@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tapt.errors import InputError
+from tapt.util.files import write_json_atomic
 
 from .manifest import (
     TRAINING_FORMAT,
@@ -17,7 +18,6 @@ from .manifest import (
     TRAINING_MANIFEST,
     identity_differences,
     identity_hash,
-    write_json_atomic,
 )
 
 logger = logging.getLogger(__name__)

@@ -5,13 +5,13 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import re
 from pathlib import Path
 from typing import Iterable
 
 from tapt.errors import InputError
+from tapt.util.files import sha256_file
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -96,12 +96,8 @@ def files_sha256(paths: Iterable[str | Path]) -> list[str]:
     """SHA-256 of each file's bytes (recorded in manifests and compared on --resume)."""
     out = []
     for p in paths:
-        h = hashlib.sha256()
         try:
-            with open(p, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
+            out.append(sha256_file(p))
         except OSError as exc:
             raise InputError(f"cannot read {p}: {exc}") from exc
-        out.append(h.hexdigest())
     return out

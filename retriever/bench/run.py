@@ -13,7 +13,7 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.indexer.manifest import library_versions, utc_now
+from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.oracle import sentence_labels
 
 from . import recall, recall_report

@@ -1,0 +1,101 @@
+"""File hashing and crash-safe writes: the one place tapt hashes a file or replaces one.
+
+Every file tapt writes goes to a temporary name in the target's directory, is flushed to disk,
+and is renamed over the target only when complete, so a reader or a crash sees the old file or
+the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+_BLOCK = 1 << 22
+
+
+def sha256_file(path: str | Path, progress: bool = False) -> str:
+    """SHA-256 of a file's bytes, read in 4 MiB blocks.
+
+    Args:
+        path: The file.
+        progress: Show a progress bar in bytes (for multi-GB files).
+
+    Returns:
+        The hex digest.
+    """
+    from tqdm.auto import tqdm
+
+    path = Path(path)
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh, tqdm(total=path.stat().st_size, unit="B", unit_scale=True,
+                                      desc=f"sha256 {path.name}", disable=not progress,
+                                      leave=False) as bar:
+        while block := fh.read(_BLOCK):
+            digest.update(block)
+            bar.update(len(block))
+    return digest.hexdigest()
+
+
+def sha256_files(paths: Iterable[str | Path]) -> str:
+    """One SHA-256 over the bytes of several files, in the order given."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as fh:
+            while block := fh.read(_BLOCK):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def fsync_path(path: str | Path) -> None:
+    """fsync a file or a directory (a directory's fsync makes a rename inside it durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temporary_sibling(path: str | Path, tag: str = "tmp") -> Path:
+    """A hidden name beside `path` that no other process writes (`.NAME.tag-PID`)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{tag}-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8"
+                 ) -> Iterator[Any]:
+    """Open a temporary sibling of `path` for writing; on success fsync it and rename it over
+    `path`, on any error remove it and leave `path` as it was.
+
+    Args:
+        path: The file to create or replace.
+        mode: "w" (text) or "wb" (bytes).
+        encoding: Text encoding (ignored in binary mode).
+
+    Yields:
+        The open file object.
+    """
+    path = Path(path)
+    tmp = temporary_sibling(path)
+    fh = open(tmp, mode, encoding=None if "b" in mode else encoding)
+    try:
+        yield fh
+        fh.flush()
+        os.fsync(fh.fileno())
+        fh.close()
+        os.replace(tmp, path)
+    finally:
+        if not fh.closed:
+            fh.close()
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Write `obj` as indented JSON to `path` atomically (temporary name, fsync, rename)."""
+    with atomic_write(path) as fh:
+        json.dump(obj, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
