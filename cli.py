@@ -27,9 +27,21 @@ def _domain_errors(func):
         try:
             return func(*args, **kwargs)
         except TaptError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(exc.render(_flag_of)) from exc
 
     return wrapper
+
+
+def _flag_of(param: str) -> str:
+    """The current command's flag for a library parameter name (`budget` -> `--budget`)."""
+    ctx = click.get_current_context(silent=True)
+    for option in (ctx.command.params if ctx is not None else []):
+        if option.name == param and isinstance(option, click.Option):
+            longs = [o for o in option.opts if o.startswith("--")]
+            return (longs or option.opts)[0]
+        if option.name == param:
+            return option.human_readable_name
+    return "--" + param.replace("_", "-")
 
 
 @click.group(context_settings=CONTEXT)

@@ -1,14 +1,61 @@
-"""Domain errors. The CLI turns these into one-line messages; library code raises them."""
+"""tapt's errors. Library code raises them; the CLI prints each as one `Error:` line.
+
+An error about one argument names it with `param` (the Python parameter name, e.g. "budget").
+`str(error)` then reads "budget: must be positive" for library users, and the CLI renders the
+same error with its own flag ("--budget: must be positive"), so messages never hard-code flags.
+A message that mentions another parameter writes its Python name in backticks ("pass
+`overwrite` to replace it"); the CLI shows the flag there ("pass --overwrite ..."). Backticks
+are for parameter names only.
+"""
 
 from __future__ import annotations
 
+import re
+from typing import Callable
+
+_PARAM = re.compile(r"`([a-z][a-z0-9_]*)`")
+
 
 class TaptError(Exception):
-    """Base class for every error tapt reports to a user."""
+    """Base class for every error tapt reports to a user.
+
+    Args:
+        message: What is wrong and, where it helps, what to do about it.
+        param: The parameter the error is about (its Python name), if any.
+    """
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def render(self, name_of: Callable[[str], str] | None = None) -> str:
+        """The message, prefixed with the parameter under the caller's name for it.
+
+        Args:
+            name_of: Maps a parameter name to how the caller spells it (the CLI: its flag).
+
+        Returns:
+            One line of text.
+        """
+        message = self.message
+        if name_of is not None:
+            message = _PARAM.sub(lambda m: name_of(m.group(1)), message)
+        if self.param is None:
+            return message
+        return f"{name_of(self.param) if name_of is not None else self.param}: {message}"
+
+    def __str__(self) -> str:
+        return self.render()
 
 
 class InputError(TaptError):
-    """A corpus, task or selection file that cannot be read as documented."""
+    """An argument, corpus, task or selection that cannot be used as documented."""
+
+
+class OutputError(TaptError):
+    """An output path tapt refuses to write: it is an input, or it holds something tapt did
+    not create."""
 
 
 class IndexFormatError(TaptError):

@@ -8,13 +8,38 @@ the new one, never half of one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from tapt.errors import StorageError
+
 _BLOCK = 1 << 22
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def storage_error(exc: OSError, path: str | Path, doing: str = "writing") -> StorageError:
+    """A one-line StorageError for an OSError met while writing `path`.
+
+    Args:
+        exc: The error the operating system raised.
+        path: The file or directory being written.
+        doing: What was being done, for the message ("writing", "building").
+
+    Returns:
+        The error to raise (from `exc`).
+    """
+    if exc.errno in _FULL:
+        return StorageError(f"disk full while {doing} {path}; nothing was replaced: free space "
+                            "and run the command again")
+    if exc.errno in _REFUSED:
+        return StorageError(f"cannot write {path}: {exc.strerror} (read-only or not yours); "
+                            "choose a writable location")
+    return StorageError(f"{doing} {path} failed: {exc.strerror or exc}")
 
 
 def sha256_file(path: str | Path, progress: bool = False) -> str:
@@ -78,16 +103,26 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
 
     Yields:
         The open file object.
+
+    Raises:
+        StorageError: the disk is full or the location is not writable (nothing is replaced).
     """
     path = Path(path)
     tmp = temporary_sibling(path)
-    fh = open(tmp, mode, encoding=None if "b" in mode else encoding)
+    try:
+        fh = open(tmp, mode, encoding=None if "b" in mode else encoding)
+    except OSError as exc:
+        raise storage_error(exc, path) from exc
     try:
         yield fh
         fh.flush()
         os.fsync(fh.fileno())
         fh.close()
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno in _FULL + _REFUSED:
+            raise storage_error(exc, path) from exc
+        raise
     finally:
         if not fh.closed:
             fh.close()

@@ -1,0 +1,64 @@
+"""`tapt.util.safety.check_output`: outputs never replace inputs or files tapt did not make."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tapt.errors import OutputError
+from tapt.util.safety import check_output, enclosing_index
+
+
+def _index(path):
+    path.mkdir()
+    (path / "manifest.json").write_text(json.dumps({"format": "tapt-index"}))
+    return path
+
+
+def test_an_output_is_never_an_input(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("x")
+    for out in (corpus / "a.txt", corpus / "idx", corpus, tmp_path):
+        with pytest.raises(OutputError):
+            check_output(out, what="index", inputs=[corpus], directory=True, overwrite=True)
+
+
+def test_nothing_inside_an_index_is_written(tmp_path):
+    idx = _index(tmp_path / "idx")
+    assert enclosing_index(idx / "manifest.json") == idx.resolve()
+    for out in (idx / "manifest.json", idx / "sel.jsonl"):
+        with pytest.raises(OutputError, match="inside the tapt index"):
+            check_output(out, what="selection", overwrite=True)
+
+
+def test_foreign_files_need_overwrite_and_foreign_directories_are_never_replaced(tmp_path):
+    thesis = tmp_path / "thesis.tex"
+    thesis.write_text("years of work")
+    with pytest.raises(OutputError, match="overwrite"):
+        check_output(thesis, what="selection")
+    assert check_output(thesis, what="selection", overwrite=True) == thesis.resolve()
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("years of work")
+    with pytest.raises(OutputError, match="never replaced"):
+        check_output(folder, what="index", directory=True, overwrite=True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert check_output(empty, what="index", directory=True) == empty.resolve()
+
+
+def test_our_own_artefacts_are_replaced(tmp_path):
+    idx = _index(tmp_path / "idx")
+    with pytest.raises(OutputError, match="already holds"):
+        check_output(idx, what="index", directory=True, ours=lambda p: True,
+                     ours_needs_overwrite=True)
+    assert check_output(idx, what="index", directory=True, ours=lambda p: True,
+                        ours_needs_overwrite=True, overwrite=True) == idx.resolve()
+
+
+def test_cli_wording_names_flags():
+    err = OutputError("x exists; pass `overwrite` to replace it", param="out")
+    assert str(err) == "out: x exists; pass `overwrite` to replace it"
+    assert err.render(lambda n: "--" + n) == "--out: x exists; pass --overwrite to replace it"

@@ -1,0 +1,114 @@
+"""The one rule for every path tapt writes: never destroy what a user owns.
+
+Every command that writes (index build/add/reindex, select, export, train, bench, plot) checks
+its output with `check_output` before any work is done:
+
+- an output is never an input: not equal to one, not inside an input directory, not a directory
+  that contains an input, and never inside a tapt index;
+- an existing output is replaced only when tapt made it (`ours`), or, for a single file, when the
+  caller passes `overwrite`; a directory tapt did not make is never replaced, empty ones aside.
+
+The caller then writes under a temporary name and renames (`tapt.util.files.atomic_write`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Iterable
+
+from tapt.errors import OutputError
+
+INDEX_MANIFEST = "manifest.json"
+INDEX_FORMAT = "tapt-index"
+
+
+def _resolved(path: str | Path) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def is_tapt_index(path: str | Path) -> bool:
+    """True when `path` is a directory whose manifest says it is a tapt index."""
+    try:
+        manifest = json.loads((Path(path) / INDEX_MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == INDEX_FORMAT
+
+
+def enclosing_index(path: str | Path) -> Path | None:
+    """The tapt index directory that `path` lies in (or is), if any."""
+    here = _resolved(path)
+    for candidate in (here, *here.parents):
+        if candidate.is_dir() and is_tapt_index(candidate):
+            return candidate
+    return None
+
+
+def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (),
+                 overwrite: bool = False, ours: Callable[[Path], bool] | None = None,
+                 ours_needs_overwrite: bool = False, directory: bool = False,
+                 param: str = "out") -> Path:
+    """Refuse an output path that would overwrite or delete something tapt did not make.
+
+    Args:
+        out: The path the command will write (a file, or a directory with `directory=True`).
+        what: What is written, for messages ("selection", "index", "model directory").
+        inputs: Every path the command reads (corpus files and folders, task files, the index).
+        overwrite: The user asked to replace an existing output.
+        ours: Whether an existing `out` is an artefact of the kind this command writes.
+        ours_needs_overwrite: Replacing our own artefact also needs `overwrite`.
+        directory: `out` is a directory (a foreign non-empty one is never replaced).
+        param: The parameter name that holds `out`, for messages.
+
+    Returns:
+        `out` resolved to an absolute path.
+
+    Raises:
+        OutputError: `out` is an input, inside or around one, inside an index, or holds
+            something that may not be replaced.
+    """
+    target = _resolved(out)
+    for raw in inputs:
+        source = _resolved(raw)
+        if target == source:
+            raise OutputError(f"{out} is also an input of this command; choose another path",
+                              param=param)
+        if source.is_dir() and target.is_relative_to(source):
+            raise OutputError(f"{out} lies inside the input {raw}; choose a path outside it",
+                              param=param)
+        if target.is_relative_to(source) is False and source.is_relative_to(target):
+            raise OutputError(f"{out} contains the input {raw}; choose another path",
+                              param=param)
+    index = enclosing_index(target.parent if not target.exists() else target)
+    if index is not None and not (directory and index == target and ours is not None
+                                  and ours(target)):
+        raise OutputError(f"{out} lies inside the tapt index {index}; write outside it",
+                          param=param)
+    if not target.exists() and not target.is_symlink():
+        parent = target.parent
+        if parent.exists() and not parent.is_dir():
+            raise OutputError(f"cannot create {out}: {parent} is not a directory", param=param)
+        return target
+    mine = ours is not None and ours(target)
+    if mine:
+        if ours_needs_overwrite and not overwrite:
+            raise OutputError(f"{out} already holds a {what}; pass `overwrite` to replace it",
+                              param=param)
+        return target
+    if target.is_dir():
+        if not directory:
+            raise OutputError(f"{out} is a directory; give a file path for the {what}",
+                              param=param)
+        if not any(target.iterdir()):
+            return target
+        raise OutputError(f"{out} is a directory that tapt did not create (it holds other "
+                          f"files); it is never replaced: choose a new or empty directory",
+                          param=param)
+    if directory:
+        raise OutputError(f"{out} is a file, not a {what}; it is never replaced: choose another "
+                          "path", param=param)
+    if not overwrite:
+        raise OutputError(f"{out} exists and is not a {what} written by tapt; pass `overwrite` to "
+                          "replace it", param=param)
+    return target
