@@ -9,81 +9,97 @@ on Linux): a reader sees the old index or the new one, never a mix, and existing
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import json
 import logging
 import os
 import shutil
+import unicodedata
 from pathlib import Path
 from typing import Any, Iterable
 
 import lmdb
 import numpy as np
 
-from . import checkpoint
-from .build import DOCS, EMBEDDINGS, STORE, TOKENS, BuildConfig, build_into
-from .encoder import Encoder
-from tapt.errors import InputError
-from .index import Index
-from tapt.util.files import write_json_atomic
+from tapt.errors import InputError, OutputError
+from tapt.util.files import storage_error
+from tapt.util.safety import check_output, enclosing_index, is_tapt_index
 from tapt.util.versions import utc_now
 
-from .manifest import MANIFEST_NAME
+from . import checkpoint
+from .build import BuildConfig, build_into
+from .encoder import Encoder
+from .generations import exchange
+from .index import Index
+from .manifest import (DOCS, EMBEDDINGS, INDEX_FORMAT_VERSION, LMDB_DATA, STORE, TOKENS,
+                       write_index_manifest)
 from .reader import scan_inputs
-from .store import key
+from .store import DamagedRecord, close_reader, damaged, decode_record, key, reader_env
 
 log = logging.getLogger(__name__)
 
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
+
+# Invisible characters that make two renderings of one text differ byte for byte.
+_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
+
+
+def normalise_for_identity(text: str) -> str:
+    """The form two texts are compared in: Unicode NFC, without zero-width characters and
+    soft hyphens. Only for duplicate detection; stored text stays as the corpus gave it."""
+    return unicodedata.normalize("NFC", text).translate(_ZERO_WIDTH)
 
 
 def doc_hash(sentences: Iterable[str]) -> bytes:
-    """Identity of a document's content: its sentences, in order."""
-    return hashlib.sha256("\n".join(sentences).encode("utf-8")).digest()[:16]
+    """Identity of a document's content: its sentences, in order, normalised (NFC, no
+    zero-width characters), so Unicode variants of one document are one document."""
+    joined = "\n".join(normalise_for_identity(s) for s in sentences)
+    return hashlib.sha256(joined.encode("utf-8")).digest()[:16]
 
 
-def _existing_hashes(work: Path, rows: int, docs: int) -> set[bytes]:
+def _existing_hashes(work: Path, rows: int, docs: int, label: Path) -> set[bytes]:
     """Hashes of the committed documents in `work` (read before its store is opened for writing)."""
     header = 128  # NpyAppender's fixed header; the header itself may be stale after a kill
     offsets = np.fromfile(work / DOCS, dtype=np.int64, count=docs + 1, offset=header)
-    env = lmdb.open(str(work / STORE), readonly=True, lock=False, subdir=True, max_dbs=0)
+    if len(offsets) != docs + 1 or offsets[-1] != rows:
+        raise InputError(f"{work} is inconsistent ({len(offsets) - 1} documents ending at row "
+                         f"{offsets[-1] if len(offsets) else 0}, {rows} rows committed): pass "
+                         "`restart`")
+    env = reader_env(work / STORE, label)
     hashes: set[bytes] = set()
     try:
         with env.begin(buffers=True) as txn:
             for d in range(docs):
                 texts = []
                 for sid in range(int(offsets[d]), int(offsets[d + 1])):
-                    texts.append(json.loads(bytes(txn.get(key(sid))))["text"])
+                    raw = txn.get(key(sid))
+                    if raw is None:
+                        raise damaged(label, f"the text store has no sentence {sid}")
+                    texts.append(decode_record(sid, bytes(raw))["text"])
                 hashes.add(doc_hash(texts))
+    except DamagedRecord as exc:
+        raise damaged(label, str(exc)) from exc
+    except lmdb.Error as exc:
+        raise damaged(label, f"the text store cannot be read ({exc})") from exc
     finally:
-        env.close()
-    if offsets[-1] != rows:
-        raise InputError(f"{work} is inconsistent ({offsets[-1]} != {rows} rows): add --restart")
+        close_reader(work / STORE)
     return hashes
-
-
-def _exchange(a: Path, b: Path) -> None:
-    """Swap two directories atomically where the kernel can, else with two renames."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b),
-                          _RENAME_EXCHANGE) == 0:
-            return
-    except (AttributeError, OSError):
-        pass
-    aside = b.parent / f".{b.name}.old-{os.getpid()}"
-    os.replace(b, aside)
-    os.replace(a, b)
-    os.replace(aside, a)
 
 
 def _copy_index(index: Index, work: Path) -> None:
     for name in (EMBEDDINGS, TOKENS, DOCS):
         shutil.copyfile(index.path / name, work / name)
     (work / STORE).mkdir()
-    shutil.copyfile(index.path / STORE / "data.mdb", work / STORE / "data.mdb")
+    shutil.copyfile(index.path / LMDB_DATA, work / LMDB_DATA)
+
+
+def check_add_inputs(index_path: Path, inputs: list[str | Path]) -> None:
+    """`index add` writes the index: no input may be it, lie inside it, or contain it."""
+    for raw in inputs:
+        inside = enclosing_index(raw)
+        if inside is not None:
+            raise OutputError(f"the input {raw} lies inside the tapt index {inside}; an index's "
+                              "own files are not a corpus", param="corpus")
+    check_output(index_path, what="index", inputs=inputs, directory=True, ours=is_tapt_index,
+                 param="idx")
 
 
 def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
@@ -91,6 +107,7 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
                  progress: bool = True) -> dict[str, Any]:
     """Append the documents of `inputs` that the index does not hold yet; returns the manifest."""
     index = Index(path)
+    check_add_inputs(index.path, inputs)
     index.check_encoder(encoder)
     old = index.manifest
     ingest = old["ingest"]
@@ -102,9 +119,11 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
                          progress=progress, **_faiss_request(old.get("faiss", {})),
                          embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"))
     scan = scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs)
+    check_add_inputs(index.path, [f.path for f in scan.files])
     wanted = checkpoint.fingerprint({
         "inputs": checkpoint.input_identity([f.path for f in scan.files]),
         "index": index.manifest_sha256, "batch_size": config.batch_size,
+        "store_format": INDEX_FORMAT_VERSION,
     })
     with checkpoint.BuildLock(index.path):
         work, resumed = checkpoint.prepare_work_dir(index.path, wanted, restart, kind="adding")
@@ -117,7 +136,7 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
                     docs=counts["documents"], tokens=counts["tokens"],
                     truncated=counts["truncated_sentences"], sessions=0)
                 checkpoint.commit(work, resumed)
-            seen = _existing_hashes(work, resumed.rows, resumed.docs)
+            seen = _existing_hashes(work, resumed.rows, resumed.docs, index.path)
 
             def duplicate(sentences: list[str]) -> bool:
                 h = doc_hash(sentences)
@@ -128,16 +147,18 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
 
             manifest = build_into(work, scan, inputs, encoder, config, resumed, duplicate)
             final = checkpoint.read_progress(work)
-            manifest = _merge_manifest(old, manifest, scan, inputs, final)
-            write_json_atomic(work / MANIFEST_NAME, manifest)
-            _exchange(work, index.path)
-        except BaseException:
+            manifest = write_index_manifest(work, _merge_manifest(old, manifest, scan, inputs,
+                                                                  final))
+            exchange(work, index.path)
+        except BaseException as exc:
             committed = checkpoint.read_progress(work) if work.exists() else None
             if committed is not None and committed.rows > committed.base_rows:
                 log.warning("kept this add's %s committed sentences in %s: run the same command "
                             "again to resume", f"{committed.rows - committed.base_rows:,}", work)
             else:
                 shutil.rmtree(work, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise storage_error(exc, work, "adding to the index in") from exc
             raise
         shutil.rmtree(work, ignore_errors=True)  # now the previous generation
         (index.path / checkpoint.PROGRESS).unlink(missing_ok=True)
@@ -163,6 +184,7 @@ def _merge_manifest(old: dict[str, Any], new: dict[str, Any], scan, inputs,
     merged = dict(new)
     merged["uuid"], merged["created"] = old["uuid"], old["created"]
     merged["generation"] = int(old.get("generation", 1)) + 1
+    merged.pop("same_content_as", None)  # new rows: earlier manifests name other content
     merged["updated"] = utc_now()
     merged["build"] = old["build"]
     merged["ingest"] = {**old["ingest"],

@@ -15,6 +15,7 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index
+from tapt.indexer.integrity import check_unit_rows
 
 from . import scoring
 from .budget import Budget, budget_target, cut
@@ -89,7 +90,7 @@ def knn(index: Index, view: SegmentView, task: np.ndarray, budget: Budget | None
     union, _ = scoring.knn_union(distances, ids)
     candidates = np.unique(scoring.segment_of_rows(view.offsets, union))
     rows = scoring.rows_of_segments(view.offsets, candidates)
-    best = scoring.max_similarity(index.embeddings[rows] if len(rows) else rows, task)
+    best = scoring.max_similarity(index.embeddings[rows] if len(rows) else rows, task, ids=rows)
     cand_scores = scoring.segment_mean(best, view.lengths[candidates])
     scores = np.full(len(view), -np.inf, dtype=np.float32)
     scores[candidates] = cand_scores
@@ -164,7 +165,9 @@ def iforest(index: Index, view: SegmentView, task: np.ndarray, budget: Budget, *
     anomaly_of = fit_detector(detector, task, np.asarray(index.embeddings[sample_rows]),
                               seed=seed, pca_dims=pca_dims, background=background)
     rows = scoring.rows_of_segments(view.offsets, pool)
-    seg_anomaly = scoring.segment_mean(anomaly_of(index.embeddings[rows]), view.lengths[pool])
+    candidate_rows = index.embeddings[rows]
+    check_unit_rows(candidate_rows, rows)  # damaged rows fail here instead of ranking
+    seg_anomaly = scoring.segment_mean(anomaly_of(candidate_rows), view.lengths[pool])
     order_in_pool = scoring.rank(-seg_anomaly)
     scores = np.full(len(view), -np.inf, dtype=np.float32)
     scores[pool] = -seg_anomaly

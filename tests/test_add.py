@@ -92,7 +92,7 @@ def test_a_killed_add_resumes(halves, both, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         add_to_index(idx, [halves[1]], Failing(), progress=False)
     assert (tmp_path / ".idx.adding").is_dir()
-    assert Index(idx).manifest.get("generation") is None          # the index is untouched
+    assert Index(idx).manifest.get("generation") == 1             # the index is untouched
     manifest = add_to_index(idx, [halves[1]], HashingEncoder(), progress=False)
     assert manifest["history"][-1]["sessions"] == 2
     assert_same_index(idx, both)

@@ -66,7 +66,7 @@ def test_onnx_backends_agree_with_torch_and_export_once(minilm, backend, floor):
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     assert (got * ref).sum(axis=1).min() >= floor
     np.testing.assert_array_equal(onnx.token_counts(PROBES), minilm.token_counts(PROBES))
-    cached = export_dir(minilm.weights_sha256, backend) / "model.onnx"
+    cached = export_dir(minilm.fingerprint, backend) / "model.onnx"
     assert onnx.path == cached and cached.is_file()
     stamp = cached.stat().st_mtime_ns
     again = load_encoder(None, device="cpu", backend=backend)

@@ -120,13 +120,13 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         fh.close()
         os.replace(tmp, path)
     except OSError as exc:
-        if exc.errno in _FULL + _REFUSED:
-            raise storage_error(exc, path) from exc
-        raise
+        raise storage_error(exc, path) from exc
     finally:
         if not fh.closed:
-            fh.close()
-        tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # closing flushes: a full disk fails again
+                fh.close()
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:

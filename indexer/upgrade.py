@@ -1,0 +1,88 @@
+"""`tapt index upgrade`: bring an index of format 1 to the current format without re-embedding.
+
+Format 1 stored text records as bare JSON. The upgrade first checks every file against the
+SHA-256 its manifest recorded (a damaged index is refused: its text would be sealed as sound),
+then writes a new text store whose records carry CRC32s and a sealed manifest of format 2, in a
+new generation swapped in atomically (`generations`), like `add` and `reindex`. Rows, text,
+embeddings and the FAISS index are unchanged (hard-linked), so selections made from the old
+index stay valid: the old manifest's hash is listed under `same_content_as`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lmdb
+from tqdm.auto import tqdm
+
+from tapt.util.files import sha256_file
+from tapt.util.versions import library_versions, utc_now
+
+from .generations import replace_generation
+from .index import Index
+from .manifest import (INDEX_FORMAT_VERSION, LMDB_DATA, MANIFEST_NAME, STORE,
+                       UPGRADABLE_VERSIONS, write_index_manifest)
+from .store import DamagedRecord, TextStoreWriter, damaged, decode_record, key
+
+log = logging.getLogger(__name__)
+
+_BATCH = 4096
+
+
+def upgrade_index(path: str | Path, progress: bool = True) -> tuple[dict[str, Any], bool]:
+    """Upgrade the index at `path` in place (atomically); returns (manifest, whether it changed).
+
+    Raises:
+        IndexFormatError: the index is damaged (any file differs from its recorded checksum,
+            a record is not JSON), or of a format this tapt cannot read.
+    """
+    path = Path(path)
+    index = Index(path, versions=(INDEX_FORMAT_VERSION,) + UPGRADABLE_VERSIONS)
+    old = index.manifest
+    if index.format_version == INDEX_FORMAT_VERSION:
+        return old, False
+    for name, expected in (old.get("checksums") or {}).items():
+        if (path / name).is_file() and sha256_file(path / name, progress) != expected:
+            raise damaged(path, f"{name} does not match the checksum in its manifest, so it "
+                                "cannot be upgraded")
+    previous = index.manifest_sha256
+    n = index.n_sentences
+
+    def write(work: Path) -> dict[str, Any]:
+        writer = TextStoreWriter(work / STORE, checksummed=True)
+        try:
+            with index.store.env.begin(buffers=True) as txn, tqdm(
+                    total=n, unit="record", desc="upgrade", disable=not progress,
+                    leave=False) as bar:
+                for start in range(0, n, _BATCH):
+                    batch = []
+                    for sid in range(start, min(n, start + _BATCH)):
+                        raw = txn.get(key(sid))
+                        if raw is None:
+                            raise damaged(path, f"the text store has no sentence {sid}")
+                        batch.append(decode_record(sid, bytes(raw), checksummed=False))
+                    writer.put_many(start, batch)
+                    bar.update(len(batch))
+        except DamagedRecord as exc:
+            raise damaged(path, str(exc)) from exc
+        except lmdb.Error as exc:
+            raise damaged(path, f"the text store cannot be read ({exc})") from exc
+        finally:
+            writer.close()
+        manifest = dict(old)
+        manifest["format_version"] = INDEX_FORMAT_VERSION
+        manifest["files"] = {**old.get("files", {}),
+                             "store_records": "CRC32 (big-endian) of key + JSON, then the JSON"}
+        manifest["checksums"] = {**(old.get("checksums") or {}),
+                                 LMDB_DATA: sha256_file(work / LMDB_DATA)}
+        manifest["same_content_as"] = list(old.get("same_content_as") or []) + [previous]
+        manifest["upgraded"] = {"from_format": old["format_version"], "at": utc_now(),
+                                "versions": library_versions()}
+        return write_index_manifest(work, manifest)
+
+    manifest = replace_generation(path, "upgrading", (STORE, MANIFEST_NAME), write)
+    log.info("%s: format %s -> %s (%s records rewritten with checksums)", path,
+             old["format_version"], INDEX_FORMAT_VERSION, f"{n:,}")
+    return manifest, True
