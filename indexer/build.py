@@ -23,7 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError, OutputError, StorageError
-from tapt.util.files import sha256_file, storage_error
+from tapt.util.files import ensure_dir, sha256_file, storage_error
 from tapt.util.safety import check_output, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
 
@@ -145,10 +145,7 @@ def build_index(
     check_index_output(out, list(inputs) + model_dir, config.overwrite)
     out = Path(out)
     parent = out.parent if str(out.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise storage_error(exc, parent, "creating") from exc
+    ensure_dir(parent)
     if not os.access(parent, os.W_OK):
         raise StorageError(f"cannot write into {parent}; choose a writable location")
     scan = scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs)

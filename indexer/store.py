@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -80,9 +81,21 @@ def _write_error(exc: lmdb.Error, path: Path) -> StorageError:
     for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
         if os.strerror(code) in text:
             return storage_error(OSError(code, os.strerror(code)), path)
+    if os.strerror(errno.EIO) in text and _nearly_full(path):
+        # LMDB reports a write that found no space as EIO: say what the user can fix.
+        return storage_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), path)
     if isinstance(exc, lmdb.MapFullError):
         return storage_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), path)
     return StorageError(f"writing the text store {path} failed: {text}")
+
+
+def _nearly_full(path: Path) -> bool:
+    for where in (path, *path.parents):
+        try:
+            return shutil.disk_usage(where).free < (1 << 20)
+        except OSError:
+            continue
+    return False
 
 
 class TextStoreWriter:

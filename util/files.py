@@ -84,6 +84,37 @@ def fsync_path(path: str | Path) -> None:
         os.close(fd)
 
 
+def ensure_dir(path: str | Path) -> Path:
+    """Create a directory and its parents if missing; a full or read-only disk becomes
+    StorageError."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(exc, exc.filename or path, "creating") from exc
+    return path
+
+
+@contextlib.contextmanager
+def parents_of(path: str | Path) -> Iterator[Path]:
+    """Create the missing parent directories of `path` for the block; if the block fails,
+    remove again those it created (when still empty), so a failed write leaves nothing."""
+    parent = Path(path).parent
+    missing = []
+    for folder in (parent, *parent.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    ensure_dir(parent)
+    try:
+        yield parent
+    except BaseException:
+        for folder in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
 def temporary_sibling(path: str | Path, tag: str = "tmp") -> Path:
     """A hidden name beside `path` that no other process writes (`.NAME.tag-PID`)."""
     path = Path(path)

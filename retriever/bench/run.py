@@ -14,7 +14,7 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.util.files import atomic_write, storage_error
+from tapt.util.files import atomic_write, ensure_dir, write_json_atomic
 from tapt.util.safety import check_output
 from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.oracle import sentence_labels
@@ -131,12 +131,9 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
         raise InputError("--repeats must be >= 1 and every seed size >= 2")
     methods = list(recall.ALL_METHODS) if methods == ["all"] else methods
     check_bench_outputs(out_dir, cache, [p for p in (pool, seeds_dir, index_path) if p])
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / CACHE_MARKER).touch()
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise storage_error(exc, exc.filename or out_dir, "creating") from exc
+    ensure_dir(cache)
+    write_json_atomic(cache / CACHE_MARKER, {"written_by": "tapt bench recall"})
+    ensure_dir(out_dir)
     t_start = time.perf_counter()
     index = open_or_build_index(pool, index_path, cache, progress)
     seed_sets = read_seed_sets(seeds_dir, domains)

@@ -1,0 +1,84 @@
+"""Real filesystem faults for tests and benchmarks: a read-only directory and a full disk.
+
+As root (where permission bits do not stop writes) they are tmpfs mounts, read-only or tiny;
+otherwise a read-only directory is `chmod 555`, and a full disk is not available (None).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+
+def _mount(path: Path, options: str) -> bool:
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                              capture_output=True)
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+def _umount(path: Path) -> None:
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@contextlib.contextmanager
+def read_only_dir(path: Path, files: dict[str, bytes] | None = None) -> Iterator[Path | None]:
+    """A directory no process can write into (holding `files`), or None where none can be made."""
+    path.mkdir(parents=True, exist_ok=True)
+    for name, data in (files or {}).items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(data)
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in [path, *path.rglob("*")] if p.is_dir()}
+        for p in modes:
+            p.chmod(0o555)
+        try:
+            yield path
+        finally:
+            for p, mode in modes.items():
+                p.chmod(mode)
+        return
+    if files:  # bind the prepared directory read-only
+        ok = subprocess.run(["mount", "--bind", "-o", "ro", str(path), str(path)],
+                            capture_output=True).returncode == 0
+        if ok:
+            ok = subprocess.run(["mount", "-o", "remount,bind,ro", str(path)],
+                                capture_output=True).returncode == 0
+    else:
+        ok = _mount(path, "ro,size=1m")
+    if not ok:
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        _umount(path)
+
+
+@contextlib.contextmanager
+def full_disk(path: Path, size: str = "256k") -> Iterator[Path | None]:
+    """A directory on a tiny filesystem of `size` (root only), or None where none can be made."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or not _mount(path, f"size={size}"):
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        _umount(path)
+
+
+def fill(path: Path) -> None:
+    """Fill the filesystem under `path` until writing fails."""
+    fd = os.open(path / ".filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"\0" * 4096)
+    finally:
+        os.close(fd)
