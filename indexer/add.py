@@ -30,6 +30,7 @@ from .build import BuildConfig, build_into
 from .encoder import Encoder
 from .generations import exchange
 from .index import Index
+from .integrity import remember_index
 from .manifest import (DOCS, EMBEDDINGS, INDEX_FORMAT_VERSION, LMDB_DATA, STORE, TOKENS,
                        write_index_manifest)
 from .reader import scan_inputs
@@ -162,6 +163,7 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
             raise
         shutil.rmtree(work, ignore_errors=True)  # now the previous generation
         (index.path / checkpoint.PROGRESS).unlink(missing_ok=True)
+        remember_index(index.path, manifest)
     return manifest
 
 

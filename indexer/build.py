@@ -31,6 +31,7 @@ from . import checkpoint
 from .encoder import Encoder, model_fingerprint, model_record
 from .faiss_index import build_faiss_index
 from .index_choice import DEFAULT_MEMORY, REQUESTS, choose_index, parse_memory
+from .integrity import remember_index
 from .manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT, INDEX_FORMAT_VERSION, LMDB_DATA,
                        STORE, TOKENS, foreign_entries, write_index_manifest)
 from .npy import NpyAppender
@@ -171,6 +172,7 @@ def build_index(
             else:
                 os.replace(work, out)
             (out / checkpoint.PROGRESS).unlink(missing_ok=True)
+            remember_index(out, manifest)  # hashed as written: later opens need not hash again
             return manifest
         except BaseException as exc:
             committed = checkpoint.read_progress(work) if work.exists() else None

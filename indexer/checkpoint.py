@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tapt.errors import InputError, OutputError
-from tapt.util.files import write_json_atomic
+from tapt.util.files import storage_error, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,10 @@ class BuildLock:
         self._fh = None
 
     def __enter__(self) -> "BuildLock":
-        self._fh = open(self.path, "a+")
+        try:
+            self._fh = open(self.path, "a+")
+        except OSError as exc:
+            raise storage_error(exc, self.path) from exc
         try:
             fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable
 from tapt.util.files import fsync_path, storage_error
 
 from . import checkpoint
+from .integrity import remember_index
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -84,4 +85,5 @@ def replace_generation(path: Path, kind: str, skip: Iterable[str],
                 raise storage_error(exc, work, "writing") from exc
             raise
         shutil.rmtree(work, ignore_errors=True)  # now the previous generation
+        remember_index(path, manifest)  # after the old links are gone: their times are final
     return manifest

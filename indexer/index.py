@@ -84,9 +84,9 @@ class Index:
                 arrays[name] = np.load(base / name, mmap_mode="r", allow_pickle=False)
             except FileNotFoundError:
                 raise
-            except (ValueError, OSError, EOFError, SyntaxError, TypeError, OverflowError,
-                    MemoryError) as exc:
-                raise damaged(label, f"{name} cannot be read ({exc})") from exc
+            except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
+                raise damaged(label, f"{name} cannot be read ({type(exc).__name__}: "
+                                     f"{str(exc)[:200]})") from exc
         integrity.check_npy(arrays[EMBEDDINGS], base / EMBEDDINGS, EMBEDDINGS, label, emb_dtype,
                             (n, dim))
         integrity.check_npy(arrays[TOKENS], base / TOKENS, TOKENS, label, np.int32, (n,))

@@ -1,16 +1,26 @@
 """The checks an index passes every time it is opened, before it answers anything.
 
-Cheap for any size (file lengths, array headers, document offsets, token counts, the text store's
-last page, FAISS header and id ranges), plus the manifest's SHA-256 of `docs.npy` and
-`tokens.npy` (always: 12 bytes per sentence, read whole anyway) and of every other file small
-enough to hash quickly (`TAPT_HASH_ON_OPEN`, default 64M per file; `0` hashes none of the large
-files, `all` every file). What is not hashed on open is checked where it is read: every text
-record by its CRC32, every cosine against [-1, 1], every gathered embedding row for unit length,
-every FAISS result against the stored embeddings. `tapt index verify` hashes everything.
+Cheap for any size: file lengths, array headers, document offsets, token counts, the text store's
+last page, FAISS header and id ranges. Then the SHA-256 its manifest records, for every file:
+
+- `docs.npy`, `tokens.npy` and any file up to 64 MiB: hashed on every open (milliseconds);
+- larger files: hashed on their first open after they changed (a new copy, an edit, a partial
+  write: inode, size or times differ), with a progress note; the verdict is remembered in the
+  user cache (`verified/`), so later opens cost nothing. A file tapt itself just wrote (build,
+  add, reindex, repair, upgrade) is remembered without hashing again. Without a writable cache,
+  larger files are not hashed on open.
+
+`TAPT_HASH_ON_OPEN` changes that: `all` hashes every file on every open, a size such as `256M`
+hashes files up to it on every open and larger ones never, `0` hashes only `docs.npy` and
+`tokens.npy`. Whatever is not hashed is still checked where it is read: every text record by its
+CRC32, every cosine against [-1, 1], every gathered embedding row for unit length, every FAISS
+result against the stored embeddings. `tapt index verify` hashes everything, always.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -18,56 +28,94 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.util.cache import read_checked, readable_cache, writable_cache, write_checked
 from tapt.util.files import sha256_file
 
 from .store import damaged
 
-DEFAULT_HASH_ON_OPEN = 64 << 20
+log = logging.getLogger(__name__)
+
+SMALL_FILE = 64 << 20
 _VERIFIED: set[tuple[Any, ...]] = set()
+STAMPS = "verified"
 
 
-def hash_on_open_limit() -> int | None:
-    """Largest file hashed on open, in bytes (None: no limit), from `TAPT_HASH_ON_OPEN`."""
+def hash_policy() -> tuple[int | None, bool]:
+    """(files up to this size are hashed on every open, None = all; whether larger files are
+    hashed once per version and remembered), from `TAPT_HASH_ON_OPEN`."""
     raw = os.environ.get("TAPT_HASH_ON_OPEN", "").strip().lower()
-    if not raw:
-        return DEFAULT_HASH_ON_OPEN
-    if raw in ("all", "always", "inf"):
-        return None
+    if raw in ("", "once", "default"):
+        return SMALL_FILE, True
+    if raw in ("all", "always"):
+        return None, False
     if raw in ("0", "off", "none", "no"):
-        return 0
+        return 0, False
     from .index_choice import parse_memory
 
     try:
-        return parse_memory(raw)
+        return parse_memory(raw), False
     except InputError as exc:
-        raise InputError(f"TAPT_HASH_ON_OPEN={raw!r}: use a size like 64M, 0 (off) or all"
-                         ) from exc
+        raise InputError(f"TAPT_HASH_ON_OPEN={raw!r}: use once (the default), all, 0, or a "
+                         "size like 256M") from exc
+
+
+def _identity(path: Path, expected: str) -> tuple[Any, ...]:
+    stat = path.stat()
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, expected)
+
+
+def _stamp_name(ident: tuple[Any, ...]) -> str:
+    return hashlib.sha256(repr(ident).encode()).hexdigest()
+
+
+def remember(path: Path, expected: str) -> None:
+    """Record that this version of `path` (just written and hashed by tapt) is intact."""
+    ident = _identity(path, expected)
+    _VERIFIED.add(ident)
+    if path.stat().st_size > SMALL_FILE:
+        stamps = writable_cache(STAMPS)
+        if stamps is not None:
+            write_checked(stamps / _stamp_name(ident), expected.encode())
+
+
+def remember_index(index_dir: Path, manifest: dict[str, Any]) -> None:
+    """`remember` every file an index's manifest records a checksum for."""
+    for name, expected in (manifest.get("checksums") or {}).items():
+        if (Path(index_dir) / name).is_file():
+            remember(Path(index_dir) / name, expected)
 
 
 def check_checksum(path: Path, expected: str | None, name: str, label: str | Path,
                    force: bool = False) -> bool:
-    """Compare a file with its recorded SHA-256 when it is small enough (or `force`).
-
-    A file already found intact by this process (same inode, size, times) is not hashed again.
+    """Compare a file with its recorded SHA-256 as the policy says (`force`: always).
 
     Returns:
-        Whether the file was checked.
+        Whether the file's checksum is known to hold.
 
     Raises:
         IndexFormatError: the file does not match.
     """
     if not expected:
         return False
-    stat = path.stat()
-    limit = hash_on_open_limit()
-    if not force and limit is not None and stat.st_size > limit:
-        return False
-    ident = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, expected)
+    ident = _identity(path, expected)
     if ident in _VERIFIED:
         return True
-    if sha256_file(path) != expected:
+    limit, once = hash_policy()
+    size = ident[2]
+    if not (force or limit is None or size <= limit):
+        if not once:
+            return False
+        found = readable_cache(STAMPS)
+        if found is not None and read_checked(found / _stamp_name(ident)) == expected.encode():
+            _VERIFIED.add(ident)
+            return True
+        if writable_cache(STAMPS) is None:
+            return False
+        log.info("checking %s (%.1f GB) against its manifest's checksum: once per version of "
+                 "the file", path.name if label is None else f"{label}/{name}", size / 1e9)
+    if sha256_file(path, progress=size > (1 << 30)) != expected:
         raise damaged(label, f"{name} does not match the checksum in its manifest")
-    _VERIFIED.add(ident)
+    remember(path, expected)
     return True
 
 

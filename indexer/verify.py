@@ -25,7 +25,8 @@ REBUILD = "rebuild the index from its corpus (tapt index build ... --out {path} 
 LMDB_FILE = LMDB_DATA
 SELF_SEARCH_K = 10
 SELF_SEARCH_MIN = 0.9
-_READ_ERRORS = (ValueError, OSError, EOFError, SyntaxError, TypeError, OverflowError, MemoryError)
+# numpy's .npy header parser raises many kinds (ValueError, SyntaxError, tokenize.TokenError...)
+_READ_ERRORS = (Exception,)
 
 
 @dataclass

@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Iterator
 
+MOUNTED: list[Path] = []  # mounts made by `mount_full` / `mount_read_only`, for `release`
+
 
 def _mount(path: Path, options: str) -> bool:
     try:
@@ -82,3 +84,37 @@ def fill(path: Path) -> None:
                 os.write(fd, b"\0" * 4096)
     finally:
         os.close(fd)
+
+
+def mount_full(path: Path, size: str = "256k") -> bool:
+    """Mount a tiny filesystem at `path` (root only; `release` unmounts it); False if not."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or not _mount(path, f"size={size}"):
+        return False
+    MOUNTED.append(path)
+    return True
+
+
+def mount_read_only(path: Path) -> bool:
+    """Make the directory `path` read-only in place (a read-only bind mount as root, chmod 555
+    otherwise; `release` undoes it); False if neither works."""
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        MOUNTED.append(path)
+        return True
+    ok = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True)
+    if ok.returncode:
+        return False
+    MOUNTED.append(path)
+    return subprocess.run(["mount", "-o", "remount,bind,ro", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def release() -> None:
+    """Undo every mount (or chmod) made by `mount_full` and `mount_read_only`."""
+    while MOUNTED:
+        path = MOUNTED.pop()
+        if os.geteuid() != 0:
+            path.chmod(0o755)
+        else:
+            _umount(path)

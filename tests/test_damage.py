@@ -320,3 +320,26 @@ def test_sealed_manifest_written_by_every_writer(idx):
     manifest = read_index_manifest(idx)
     write_index_manifest(idx, {**manifest, "note": "x"})
     assert read_index_manifest(idx)["note"] == "x"
+
+
+def test_large_files_are_hashed_once_per_version_and_remembered(idx, medical_task, run,
+                                                               monkeypatch):
+    """A sign flip keeps every score in range and every row unit length: only a checksum sees
+    it. Files too large to hash on every open are hashed on their first open after a change."""
+    import tapt.indexer.integrity as integrity
+
+    monkeypatch.setattr(integrity, "SMALL_FILE", 1024)  # every data file counts as large
+    calls = []
+    real = integrity.sha256_file
+    monkeypatch.setattr(integrity, "sha256_file",
+                        lambda p, progress=False: calls.append(Path(p).name) or real(p))
+    assert select(run, idx, medical_task).exit_code == 0       # a new copy: hashed once
+    assert {"embeddings.npy", "data.mdb"} <= set(calls)
+    calls.clear()
+    integrity._VERIFIED.clear()                                 # as in a new process
+    assert select(run, idx, medical_task).exit_code == 0
+    assert "embeddings.npy" not in calls and "data.mdb" not in calls
+    flip(idx / "embeddings.npy", 128 + 4 * 64 * 9 + 4 * 5 + 3, 0x80)  # one sign bit
+    one_error(select(run, idx, medical_task), "embeddings.npy does not match the checksum")
+    monkeypatch.setenv("TAPT_HASH_ON_OPEN", "0")                # large-file hashing off:
+    assert select(run, idx, medical_task).exit_code == 0        # the documented gap
