@@ -10,14 +10,13 @@ on Linux): a reader sees the old index or the new one, never a mix, and existing
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
-import os
 import shutil
 import unicodedata
 from pathlib import Path
 from typing import Any, Iterable
 
-import lmdb
 import numpy as np
 
 from tapt.errors import InputError, OutputError
@@ -30,11 +29,11 @@ from .build import BuildConfig, build_into
 from .encoder import Encoder
 from .generations import exchange
 from .index import Index
-from .integrity import remember_index
+from .integrity import check_all_checksums, remember_index
 from .manifest import (DOCS, EMBEDDINGS, INDEX_FORMAT_VERSION, LMDB_DATA, STORE, TOKENS,
                        write_index_manifest)
 from .reader import scan_inputs
-from .store import DamagedRecord, close_reader, damaged, decode_record, key, reader_env
+from .store import TextStore, close_reader
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +63,11 @@ def _existing_hashes(work: Path, rows: int, docs: int, label: Path) -> set[bytes
         raise InputError(f"{work} is inconsistent ({len(offsets) - 1} documents ending at row "
                          f"{offsets[-1] if len(offsets) else 0}, {rows} rows committed): pass "
                          "`restart`")
-    env = reader_env(work / STORE, label)
     hashes: set[bytes] = set()
     try:
-        with env.begin(buffers=True) as txn:
-            for d in range(docs):
-                texts = []
-                for sid in range(int(offsets[d]), int(offsets[d + 1])):
-                    raw = txn.get(key(sid))
-                    if raw is None:
-                        raise damaged(label, f"the text store has no sentence {sid}")
-                    texts.append(decode_record(sid, bytes(raw))["text"])
-                hashes.add(doc_hash(texts))
-    except DamagedRecord as exc:
-        raise damaged(label, str(exc)) from exc
-    except lmdb.Error as exc:
-        raise damaged(label, f"the text store cannot be read ({exc})") from exc
+        texts = (r["text"] for r in TextStore(work / STORE, label=label).iter_records(range(rows)))
+        for d in range(docs):
+            hashes.add(doc_hash(itertools.islice(texts, int(offsets[d + 1] - offsets[d]))))
     finally:
         close_reader(work / STORE)
     return hashes
@@ -111,6 +99,9 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
     check_add_inputs(index.path, inputs)
     index.check_encoder(encoder)
     old = index.manifest
+    # The add copies the index and records new checksums: damage copied now would be sealed as
+    # sound, so every file is checked first (one more read of what the copy reads anyway).
+    check_all_checksums(index.path, old, index.path)
     ingest = old["ingest"]
     config = BuildConfig(segment_size=old["segment_size"],
                          batch_size=batch_size or old["build"].get("batch_size", 64),

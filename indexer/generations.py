@@ -9,14 +9,17 @@ never a mix; a killed command leaves the index untouched (the next one removes i
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from tapt.errors import InputError
 from tapt.util.files import fsync_path, storage_error
 
 from . import checkpoint
+from .manifest import MANIFEST_NAME
 from .integrity import remember_index
 
 _RENAME_EXCHANGE = 2
@@ -62,14 +65,21 @@ def mirror(index_dir: Path, work: Path, skip: Iterable[str]) -> None:
 
 
 def replace_generation(path: Path, kind: str, skip: Iterable[str],
-                       write: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+                       write: Callable[[Path], dict[str, Any]],
+                       based_on: str | None = None) -> dict[str, Any]:
     """Under the index's build lock, mirror it into `.NAME.<kind>` without `skip`, let `write`
     add the new files and manifest there, and swap the result in; returns `write`'s manifest.
+    `based_on`: the SHA-256 of the manifest `write` builds on (refused if the index changed).
 
     Raises:
         StorageError: the disk filled up or refused a write (the index is untouched).
+        InputError: the index changed (another command swapped in a generation) meanwhile.
     """
     with checkpoint.BuildLock(path):
+        if based_on is not None and hashlib.sha256(
+                (path / MANIFEST_NAME).read_bytes()).hexdigest() != based_on:
+            raise InputError(f"index {path} changed while this command was starting (another "
+                             "command swapped in a new generation); run it again")
         work = checkpoint.work_dir_for(path, kind)
         if work.exists() or work.is_symlink():
             checkpoint.remove_work_dir(work)

@@ -119,6 +119,19 @@ def check_checksum(path: Path, expected: str | None, name: str, label: str | Pat
     return True
 
 
+def check_all_checksums(index_dir: Path, manifest: dict[str, Any], label: str | Path,
+                        what: str = "") -> None:
+    """Hash every file the manifest records a checksum for, whatever its size (before a
+    command seals the index's content again: add, upgrade). `what` ends the message."""
+    for name, expected in (manifest.get("checksums") or {}).items():
+        path = Path(index_dir) / name
+        if path.is_file() and sha256_file(path, progress=path.stat().st_size > (1 << 30)) \
+                != expected:
+            raise damaged(label, f"{name} does not match the checksum in its manifest{what}")
+        if path.is_file():
+            remember(path, expected)
+
+
 def check_npy(array: np.ndarray, path: Path, name: str, label: str | Path, dtype: str | np.dtype,
               shape: tuple[int, ...]) -> None:
     """An array file holds exactly the dtype and shape the manifest says, and nothing more."""

@@ -51,7 +51,8 @@ def rebuild_faiss(index: Index, choice: IndexChoice, kind: str, progress: bool =
         manifest["same_content_as"] = list(old.get("same_content_as") or []) + [previous]
         return write_index_manifest(work, manifest)
 
-    return replace_generation(index.path, kind, (FAISS, MANIFEST_NAME), write)
+    return replace_generation(index.path, kind, (FAISS, MANIFEST_NAME), write,
+                              based_on=previous)
 
 
 def reindex(path: str | Path, index_type: str = "auto", memory: str | int = DEFAULT_MEMORY,

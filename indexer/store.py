@@ -12,6 +12,7 @@ maps the file, and a page past the end of a truncated file would kill the proces
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -19,7 +20,7 @@ import shutil
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import lmdb
 
@@ -48,20 +49,24 @@ def encode_record(sentence_id: int, record: dict[str, Any], checksummed: bool = 
     return _CRC.pack(zlib.crc32(payload, zlib.crc32(key(sentence_id)))) + payload
 
 
-def decode_record(sentence_id: int, raw: bytes, checksummed: bool = True) -> dict[str, Any]:
-    """The record stored under `sentence_id`; DamagedRecord when its bytes do not hold."""
-    payload = raw
+def decode_record(sentence_id: int, raw, checksummed: bool = True,
+                  key_bytes: bytes | None = None) -> dict[str, Any]:
+    """The record stored under `sentence_id` (`raw`: its bytes or an LMDB buffer);
+    DamagedRecord when its bytes do not hold."""
+    view = memoryview(raw)
+    payload = view
     if checksummed:
-        if len(raw) < _CRC.size:
+        if len(view) < _CRC.size:
             raise DamagedRecord(f"text record {sentence_id} is cut short")
-        payload = raw[_CRC.size:]
-        if _CRC.unpack_from(raw)[0] != zlib.crc32(payload, zlib.crc32(key(sentence_id))):
+        payload = view[_CRC.size:]
+        seed = zlib.crc32(key_bytes if key_bytes is not None else key(sentence_id))
+        if _CRC.unpack_from(view)[0] != zlib.crc32(payload, seed):
             raise DamagedRecord(f"text record {sentence_id} fails its checksum")
     try:
-        record = json.loads(payload)
+        record = json.loads(str(payload, "utf-8"))  # a str skips json's encoding detection
     except (UnicodeDecodeError, ValueError) as exc:
         raise DamagedRecord(f"text record {sentence_id} is not valid JSON") from exc
-    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+    if type(record) is not dict or type(record.get("text")) is not str:
         raise DamagedRecord(f"text record {sentence_id} has no text")
     return record
 
@@ -143,12 +148,17 @@ class TextStoreWriter:
             raise _write_error(exc, self.path) from exc
 
     def close(self) -> None:
+        """Sync and close; the lock file goes too. Readers open the store without one, and a
+        lock file left in an index would be remembered by lmdb for as long as a reader lives,
+        so a later store whose lock file reuses the inode would look already open."""
         try:
             self.env.sync(True)
         except lmdb.Error as exc:
             raise _write_error(exc, self.path) from exc
         finally:
             self.env.close()
+            with contextlib.suppress(OSError):
+                (self.path / "lock.mdb").unlink()
 
 
 _READERS: dict[tuple[int, int], lmdb.Environment] = {}
@@ -179,8 +189,8 @@ def reader_env(path: Path, label: str | Path | None = None) -> lmdb.Environment:
         raise IndexFormatError(f"index {label} is incomplete: text store {path.name}/{DATA} is "
                                "missing; rebuild the index from its corpus") from None
     key_ = (stat.st_dev, stat.st_ino)
-    env = _READERS.get(key_)
-    if env is None:
+    cached = _READERS.get(key_)
+    if cached is None:
         try:
             env = lmdb.open(str(path), readonly=True, lock=False, subdir=True, max_dbs=0)
         except lmdb.Error as exc:  # not an LMDB file, cut to nothing, removed meanwhile
@@ -191,9 +201,9 @@ def reader_env(path: Path, label: str | Path | None = None) -> lmdb.Environment:
             env.close()
             raise
         _READERS[key_] = env
-    else:
-        check_length(env, data, label)
-    return env
+        return env
+    check_length(cached, data, label)
+    return cached
 
 
 def close_reader(path: Path) -> None:
@@ -202,9 +212,9 @@ def close_reader(path: Path) -> None:
         stat = (path / DATA).stat()
     except OSError:
         return
-    env = _READERS.pop((stat.st_dev, stat.st_ino), None)
-    if env is not None:
-        env.close()
+    cached = _READERS.pop((stat.st_dev, stat.st_ino), None)
+    if cached is not None:
+        cached.close()
 
 
 class TextStore:
@@ -225,22 +235,25 @@ class TextStore:
     def __len__(self) -> int:
         return int(self.env.stat()["entries"])
 
-    def records(self, ids: Iterable[int]) -> list[dict[str, Any]]:
-        """The records of `ids`, each checked; IndexFormatError names the first damaged one."""
-        out = []
+    def iter_records(self, ids: Iterable[int]) -> Iterator[dict[str, Any]]:
+        """The records of `ids` one by one, each checked (one read transaction)."""
         try:
             with self.env.begin(buffers=True) as txn:
                 for sid in ids:
-                    sid = int(sid)
-                    raw = txn.get(key(sid))
+                    k = _KEY.pack(sid)
+                    raw = txn.get(k)
                     if raw is None:
-                        raise damaged(self.label, f"the text store has no sentence {sid}")
-                    out.append(decode_record(sid, bytes(raw), self.checksummed))
+                        raise damaged(self.label, f"the text store has no sentence {int(sid)}")
+                    yield decode_record(sid, raw, self.checksummed, k)
         except DamagedRecord as exc:
             raise damaged(self.label, str(exc)) from exc
         except lmdb.Error as exc:
             raise damaged(self.label, f"the text store cannot be read ({exc})") from exc
-        return out
+
+    def records(self, ids: Iterable[int]) -> list[dict[str, Any]]:
+        """The records of `ids`, each checked; IndexFormatError names the first damaged one."""
+        return list(self.iter_records(ids))
 
     def texts(self, ids: Sequence[int] | Iterable[int]) -> list[str]:
-        return [r["text"] for r in self.records(ids)]
+        """The texts of `ids`, each record checked (records are not kept: no GC churn)."""
+        return [r["text"] for r in self.iter_records(ids)]

@@ -14,7 +14,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import lmdb
 from tqdm.auto import tqdm
 
 from tapt.util.files import sha256_file
@@ -22,9 +21,10 @@ from tapt.util.versions import library_versions, utc_now
 
 from .generations import replace_generation
 from .index import Index
+from .integrity import check_all_checksums
 from .manifest import (INDEX_FORMAT_VERSION, LMDB_DATA, MANIFEST_NAME, STORE,
                        UPGRADABLE_VERSIONS, write_index_manifest)
-from .store import DamagedRecord, TextStoreWriter, damaged, decode_record, key
+from .store import TextStoreWriter
 
 log = logging.getLogger(__name__)
 
@@ -43,32 +43,19 @@ def upgrade_index(path: str | Path, progress: bool = True) -> tuple[dict[str, An
     old = index.manifest
     if index.format_version == INDEX_FORMAT_VERSION:
         return old, False
-    for name, expected in (old.get("checksums") or {}).items():
-        if (path / name).is_file() and sha256_file(path / name, progress) != expected:
-            raise damaged(path, f"{name} does not match the checksum in its manifest, so it "
-                                "cannot be upgraded")
+    check_all_checksums(path, old, path, ", so it cannot be upgraded")
     previous = index.manifest_sha256
     n = index.n_sentences
 
     def write(work: Path) -> dict[str, Any]:
         writer = TextStoreWriter(work / STORE, checksummed=True)
         try:
-            with index.store.env.begin(buffers=True) as txn, tqdm(
-                    total=n, unit="record", desc="upgrade", disable=not progress,
-                    leave=False) as bar:
+            with tqdm(total=n, unit="record", desc="upgrade", disable=not progress,
+                      leave=False) as bar:
                 for start in range(0, n, _BATCH):
-                    batch = []
-                    for sid in range(start, min(n, start + _BATCH)):
-                        raw = txn.get(key(sid))
-                        if raw is None:
-                            raise damaged(path, f"the text store has no sentence {sid}")
-                        batch.append(decode_record(sid, bytes(raw), checksummed=False))
+                    batch = index.store.records(range(start, min(n, start + _BATCH)))
                     writer.put_many(start, batch)
                     bar.update(len(batch))
-        except DamagedRecord as exc:
-            raise damaged(path, str(exc)) from exc
-        except lmdb.Error as exc:
-            raise damaged(path, f"the text store cannot be read ({exc})") from exc
         finally:
             writer.close()
         manifest = dict(old)
@@ -82,7 +69,8 @@ def upgrade_index(path: str | Path, progress: bool = True) -> tuple[dict[str, An
                                 "versions": library_versions()}
         return write_index_manifest(work, manifest)
 
-    manifest = replace_generation(path, "upgrading", (STORE, MANIFEST_NAME), write)
+    manifest = replace_generation(path, "upgrading", (STORE, MANIFEST_NAME), write,
+                                  based_on=previous)
     log.info("%s: format %s -> %s (%s records rewritten with checksums)", path,
              old["format_version"], INDEX_FORMAT_VERSION, f"{n:,}")
     return manifest, True

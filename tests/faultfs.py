@@ -29,50 +29,29 @@ def _umount(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def read_only_dir(path: Path, files: dict[str, bytes] | None = None) -> Iterator[Path | None]:
+def _held(made: bool, path: Path) -> Iterator[Path | None]:
+    if not made:
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        release(path)
+
+
+def read_only_dir(path: Path, files: dict[str, bytes] | None = None
+                  ) -> contextlib.AbstractContextManager[Path | None]:
     """A directory no process can write into (holding `files`), or None where none can be made."""
     path.mkdir(parents=True, exist_ok=True)
     for name, data in (files or {}).items():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         (path / name).write_bytes(data)
-    if os.geteuid() != 0:
-        modes = {p: p.stat().st_mode for p in [path, *path.rglob("*")] if p.is_dir()}
-        for p in modes:
-            p.chmod(0o555)
-        try:
-            yield path
-        finally:
-            for p, mode in modes.items():
-                p.chmod(mode)
-        return
-    if files:  # bind the prepared directory read-only
-        ok = subprocess.run(["mount", "--bind", "-o", "ro", str(path), str(path)],
-                            capture_output=True).returncode == 0
-        if ok:
-            ok = subprocess.run(["mount", "-o", "remount,bind,ro", str(path)],
-                                capture_output=True).returncode == 0
-    else:
-        ok = _mount(path, "ro,size=1m")
-    if not ok:
-        yield None
-        return
-    try:
-        yield path
-    finally:
-        _umount(path)
+    return _held(mount_read_only(path), path)
 
 
-@contextlib.contextmanager
-def full_disk(path: Path, size: str = "256k") -> Iterator[Path | None]:
+def full_disk(path: Path, size: str = "256k") -> contextlib.AbstractContextManager[Path | None]:
     """A directory on a tiny filesystem of `size` (root only), or None where none can be made."""
-    path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0 or not _mount(path, f"size={size}"):
-        yield None
-        return
-    try:
-        yield path
-    finally:
-        _umount(path)
+    return _held(mount_full(path, size), path)
 
 
 def fill(path: Path) -> None:
@@ -97,24 +76,28 @@ def mount_full(path: Path, size: str = "256k") -> bool:
 
 def mount_read_only(path: Path) -> bool:
     """Make the directory `path` read-only in place (a read-only bind mount as root, chmod 555
-    otherwise; `release` undoes it); False if neither works."""
+    of it and its folders otherwise; `release` undoes it); False if neither works."""
     if os.geteuid() != 0:
-        path.chmod(0o555)
+        for folder in (path, *[p for p in path.rglob("*") if p.is_dir()]):
+            folder.chmod(0o555)
         MOUNTED.append(path)
         return True
-    ok = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True)
-    if ok.returncode:
+    if subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True).returncode:
         return False
     MOUNTED.append(path)
-    return subprocess.run(["mount", "-o", "remount,bind,ro", str(path)],
-                          capture_output=True).returncode == 0
+    if subprocess.run(["mount", "-o", "remount,bind,ro", str(path)],
+                      capture_output=True).returncode:
+        release(path)
+        return False
+    return True
 
 
-def release() -> None:
-    """Undo every mount (or chmod) made by `mount_full` and `mount_read_only`."""
-    while MOUNTED:
-        path = MOUNTED.pop()
+def release(only: Path | None = None) -> None:
+    """Undo the mounts (or chmods) made by `mount_full` and `mount_read_only`: all, or `only`."""
+    for path in [p for p in reversed(MOUNTED) if only is None or p == only]:
+        MOUNTED.remove(path)
         if os.geteuid() != 0:
-            path.chmod(0o755)
+            for folder in (path, *[p for p in path.rglob("*") if p.is_dir()]):
+                folder.chmod(0o755)
         else:
             _umount(path)

@@ -14,11 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-import tapt.indexer.encoder
+from hashing_cli import idx, one_error, run  # noqa: F401 - fixtures
 from conftest import HashingEncoder
-from tapt.cli import cli
 from tapt.indexer.add import add_to_index
 from tapt.indexer.index import Index
 from tapt.indexer.manifest import LMDB_DATA, STORE, write_index_manifest
@@ -29,25 +27,8 @@ HERE = Path(__file__).resolve().parent
 METHODS = ("centroid", "knn", "iforest", "distance", "density", "classifier", "fused", "auto")
 
 
-@pytest.fixture()
-def idx(fake_index, tmp_path):
-    out = tmp_path / "idx"
-    shutil.copytree(fake_index, out)
-    return out
 
 
-@pytest.fixture()
-def run(monkeypatch):
-    monkeypatch.setattr(tapt.indexer.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
-                        HashingEncoder())
-
-    def invoke(*argv):
-        result = CliRunner().invoke(cli, ["-q", *map(str, argv)])
-        assert result.exception is None or isinstance(result.exception, SystemExit), \
-            result.output
-        return result
-    return invoke
 
 
 @pytest.fixture()
@@ -57,13 +38,6 @@ def large(monkeypatch):
     monkeypatch.setenv("TAPT_HASH_ON_OPEN", "0")
 
 
-def one_error(result, *expected: str) -> str:
-    assert result.exit_code == 1, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
 
 
 def select(run, idx, task, method="centroid", out=None):

@@ -7,34 +7,15 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
-import tapt.indexer.encoder
-from conftest import HashingEncoder, write_labelled_corpus
-from tapt.cli import cli
+from hashing_cli import one_error, run  # noqa: F401 - fixtures
+from conftest import write_labelled_corpus
 from tapt.errors import OutputError
 from tapt.indexer.index import Index
 
 
-@pytest.fixture()
-def run(monkeypatch):
-    monkeypatch.setattr(tapt.indexer.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
-                        HashingEncoder())
-
-    def invoke(*argv):
-        result = CliRunner().invoke(cli, ["-q", *map(str, argv)])
-        assert result.exception is None or isinstance(result.exception, SystemExit), \
-            result.output
-        return result
-    return invoke
 
 
-def one_error(result, expected: str) -> None:
-    assert result.exit_code == 1, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    assert expected in lines[0], lines[0]
 
 
 @pytest.fixture()

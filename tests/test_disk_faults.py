@@ -9,37 +9,15 @@ import errno
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
-import tapt.indexer.encoder
-from conftest import HashingEncoder, write_labelled_corpus
+from hashing_cli import one_error, run  # noqa: F401 - fixtures
+from conftest import write_labelled_corpus
 from faultfs import fill, full_disk, read_only_dir
-from tapt.cli import cli
 from tapt.indexer.index import Index
 
 
-@pytest.fixture()
-def run(monkeypatch):
-    monkeypatch.setattr(tapt.indexer.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
-                        HashingEncoder())
-
-    def invoke(*argv):
-        result = CliRunner().invoke(cli, ["-q", *map(str, argv)])
-        assert result.exception is None or isinstance(result.exception, SystemExit), \
-            result.output
-        return result
-    return invoke
 
 
-def one_error(result, *expected: str) -> str:
-    assert result.exit_code == 1, result.output
-    errors = [line for line in result.output.strip().splitlines() if not
-              line.startswith("WARNING")]
-    assert len(errors) == 1 and errors[0].startswith("Error: "), result.output
-    for text in expected:
-        assert text in errors[0], errors[0]
-    return errors[0]
 
 
 @pytest.fixture()
