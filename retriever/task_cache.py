@@ -19,6 +19,10 @@ from tapt.indexer.encoder import Encoder
 
 log = logging.getLogger(__name__)
 
+# Sentences per encoder call: the progress bar moves every few seconds on a CPU, and a task of up
+# to this many sentences is embedded in one call, as it always was.
+CHUNK_BATCHES = 4
+
 
 def _key(model_sha256: str, sentences: Sequence[str], backend: str = "torch") -> str:
     h = hashlib.sha256(model_sha256.encode())
@@ -30,9 +34,32 @@ def _key(model_sha256: str, sentences: Sequence[str], backend: str = "torch") ->
     return h.hexdigest()
 
 
-def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 64
-                  ) -> tuple[np.ndarray, bool]:
-    """Embeddings of `sentences` and whether they came from the cache."""
+def encode_in_chunks(encoder: Encoder, sentences: Sequence[str], batch_size: int = 64,
+                     progress: bool = False) -> np.ndarray:
+    """`encoder.encode` over chunks of a few batches, with a progress bar in sentences.
+
+    The chunks do not depend on `progress`, so a quiet run embeds exactly as a shown one.
+    """
+    from tqdm.auto import tqdm
+
+    chunk = max(1, batch_size) * CHUNK_BATCHES
+    sentences = list(sentences)
+    parts = []
+    with tqdm(total=len(sentences), unit="sentence", desc="embed task", disable=not progress,
+              leave=False) as bar:
+        for start in range(0, len(sentences), chunk):
+            parts.append(np.asarray(encoder.encode(sentences[start:start + chunk],
+                                                   batch_size=batch_size), dtype=np.float32))
+            bar.update(len(parts[-1]))
+    if not parts:
+        return np.empty((0, encoder.dim), dtype=np.float32)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 64,
+                  progress: bool = False) -> tuple[np.ndarray, bool]:
+    """Embeddings of `sentences` and whether they came from the cache (a progress bar while
+    they are embedded when `progress`)."""
     root = cache_dir()
     path = None
     if root is not None:
@@ -44,7 +71,7 @@ def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 
                 return emb, True
         except (OSError, ValueError):
             pass
-    emb = encoder.encode(list(sentences), batch_size=batch_size)
+    emb = encode_in_chunks(encoder, sentences, batch_size, progress)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
