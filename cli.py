@@ -240,12 +240,13 @@ def _faiss_options(func):
               type=click.Choice(["float32", "float16"]),
               help="Stored embeddings: float16 halves their disk and page-cache size (cosine error "
                    "~1e-4); scoring always computes in float32.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @_faiss_options
 @click.pass_context
 @_domain_errors
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
-                doc_field, text_docs, overwrite, restart, embedding_dtype, index_type, memory,
-                opq) -> None:
+                doc_field, text_docs, overwrite, restart, embedding_dtype, as_json, index_type,
+                memory, opq) -> None:
     """Embed CORPUS (files or directories of .txt/.jsonl, optionally .gz) into an index.
 
     The work is committed every few thousand sentences: if a build is killed or runs out of
@@ -273,6 +274,9 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the build is kept; run the same "
                            "command again to resume") from exc
+    if as_json:
+        click.echo(json.dumps({"index": out, "manifest": manifest}))
+        return
     counts, build = manifest["counts"], manifest["build"]
     click.echo(
         f"indexed {counts['sentences']:,} sentences ({counts['segments']:,} segments, "
@@ -306,9 +310,10 @@ def _faiss_summary(info: dict) -> str:
 @_backend_option("Encoder backend [auto: the one IDX was built with, where the device allows].")
 @click.option("--restart", is_flag=True,
               help="Discard an interrupted add of IDX instead of resuming it.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @click.pass_context
 @_domain_errors
-def index_add(ctx, idx, corpus, model, batch_size, device, backend, restart) -> None:
+def index_add(ctx, idx, corpus, model, batch_size, device, backend, restart, as_json) -> None:
     """Append the documents of CORPUS that IDX does not hold yet (same model and settings).
 
     Existing ids never change; documents whose sentences are already in the index are skipped.
@@ -330,6 +335,10 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, restart) -> 
         raise _Interrupted("interrupted: the committed part of the add is kept; run the same "
                            "command again to resume") from exc
     last = manifest["history"][-1]
+    if as_json:
+        click.echo(json.dumps({"index": idx, "added": last, "counts": manifest["counts"],
+                               "generation": manifest.get("generation")}))
+        return
     click.echo(f"added {last['sentences']:,} sentences ({last['documents']:,} documents, "
                f"{last['duplicate_documents_skipped']:,} duplicate documents skipped) -> {idx} "
                f"now holds {manifest['counts']['sentences']:,} sentences")
@@ -822,11 +831,12 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
               help="cuda trains with bf16 autocast where supported.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @click.pass_context
 @_domain_errors
 def train_command(ctx, model, selections, task, mix, weights, steps, epochs, batch_size, max_length,
                   lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, eval_every,
-                  save_every, keep_checkpoints, delete_checkpoints, seed, device) -> None:
+                  save_every, keep_checkpoints, delete_checkpoints, seed, device, as_json) -> None:
     """Continue masked-LM pretraining of a model on selected segments (and task text).
 
     \b
@@ -836,21 +846,24 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
           --epochs 3 --eval-text heldout.txt --eval-every 200 --out model-knn
       tapt train --selection weighted.jsonl --weights continuous --steps 2000 --out m --resume
     """
-    from tapt.trainer.config import TrainConfig
-    from tapt.trainer.loop import TrainingInterrupted, train
+    from tapt.api import train
+    from tapt.trainer.loop import TrainingInterrupted
 
-    config = TrainConfig(
-        model=model, selections=tuple(selections), task=tuple(task), mix=mix, weights=weights,
-        steps=steps, epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr,
-        warmup=warmup, weight_decay=weight_decay, mlm_probability=mlm_probability, out=out,
-        resume=resume, eval_text=tuple(eval_text), eval_every=eval_every, save_every=save_every,
-        keep_checkpoints=keep_checkpoints, delete_checkpoints=delete_checkpoints, seed=seed,
-        device=device, progress=ctx.obj["progress"],
-    )
     try:
-        manifest = train(config)
+        manifest = train(
+            list(selections), out, model=model, task=tuple(task), mix=mix, weights=weights,
+            steps=steps, epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr,
+            warmup=warmup, weight_decay=weight_decay, mlm_probability=mlm_probability,
+            resume=resume, eval_text=tuple(eval_text), eval_every=eval_every,
+            save_every=save_every, keep_checkpoints=keep_checkpoints,
+            delete_checkpoints=delete_checkpoints, seed=seed, device=device,
+            progress=ctx.obj["progress"])
     except TrainingInterrupted as exc:
         raise _Interrupted(f"{exc}; continue with the same arguments plus --resume") from exc
+    if as_json:
+        click.echo(json.dumps({"out": out, **{k: v for k, v in manifest.items()
+                                               if k != "loss_curve"}}))
+        return
     evals = manifest["evals"]
     tail = (f", eval loss {evals[0]['loss']:.4f} -> {evals[-1]['loss']:.4f} "
             f"(perplexity {evals[-1]['perplexity']:.2f})" if evals else "")
@@ -883,12 +896,10 @@ def eval_mlm_command(model, texts, max_length, batch_size, seed, mlm_probability
       tapt eval-mlm --model model-knn --text heldout.txt
       tapt eval-mlm --model model-knn --text small.txt --pseudo-perplexity --json
     """
-    from tapt.trainer.evaluate import evaluate_text
+    from tapt.api import evaluate_mlm
 
-    if not 0 < mlm_probability < 1:
-        raise click.BadParameter("must be in (0, 1)", param_hint="--mlm-probability")
-    report = evaluate_text(model, list(texts), max_length=max_length, batch_size=batch_size,
-                           seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device)
+    report = evaluate_mlm(list(texts), model=model, max_length=max_length, batch_size=batch_size,
+                          seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device)
     if as_json:
         click.echo(json.dumps(report))
         return
@@ -918,17 +929,19 @@ def bench() -> None:
               help="Labelled pool JSONL(.gz): text, domain, doc, pos (indexed if no --index).")
 @click.option("--seeds", "seeds_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="Directory of <domain>.jsonl.gz seed files.")
-@click.option("--index", "idx", type=click.Path(exists=True, file_okay=False), default=None,
+@click.option("--index", "index_path", type=click.Path(exists=True, file_okay=False), default=None,
               help="An index of the pool (built with --no-split) to reuse.")
 @click.option("--methods", default="all", show_default=True,
-              help="Comma-separated methods, or all.")
+              help="Comma-separated names, or all: every selection method at its defaults, "
+                   "the benchmark's named variants of them and the dsir baseline (an unknown "
+                   "name lists them all).")
 @click.option("--seed-sizes", default="100,500,2000", show_default=True)
 @click.option("--budgets", default="oracle,0.5x,2x", show_default=True,
               help="Multiples of the oracle's size in sentences.")
 @click.option("--repeats", default=3, show_default=True, type=int,
               help="Seed subsets per seed size smaller than the seed file.")
 @click.option("--segment-sizes", default="1,15", show_default=True,
-              help="Segment sizes for methods whose ranking ignores the budget (others: 1).")
+              help="Segment sizes for methods that score sentences (others rank at size 1).")
 @click.option("--domains", default=None, help="Only these domains (comma-separated).")
 @click.option("--label-field", default="domain", show_default=True)
 @click.option("--cache", default=".cache/bench", show_default=True, type=click.Path(file_okay=False),
@@ -937,7 +950,7 @@ def bench() -> None:
               help="Results directory: recall.json, recall.md, pr-<domain>.png.")
 @click.pass_context
 @_domain_errors
-def bench_recall_command(ctx, pool, seeds_dir, idx, methods, seed_sizes, budgets, repeats,
+def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, budgets, repeats,
                          segment_sizes, domains, label_field, cache, out) -> None:
     """Precision, recall and F1 of every method against oracle selections, DSIR beside them.
 
@@ -951,7 +964,7 @@ def bench_recall_command(ctx, pool, seeds_dir, idx, methods, seed_sizes, budgets
     from tapt.retriever.bench.run import bench_recall
 
     report = bench_recall(
-        Path(pool) if pool else None, Path(seeds_dir), Path(idx) if idx else None,
+        Path(pool) if pool else None, Path(seeds_dir), Path(index_path) if index_path else None,
         [m.strip() for m in methods.split(",") if m.strip()], _ints(seed_sizes, "--seed-sizes"),
         budgets, repeats, _ints(segment_sizes, "--segment-sizes"), Path(out), Path(cache),
         label_field=label_field, domains=domains.split(",") if domains else None,
@@ -1016,10 +1029,10 @@ def detectors_rank_command(idx, task, pca, seed, model, device, backend, as_json
     """
     from tapt.indexer.index import Index
     from tapt.retriever.choose_detector import rank_detectors
-    from tapt.retriever.task import load_task
+    from tapt.retriever.task_input import task_from_files
 
     ix = Index(idx)
-    sentences = load_task(list(task), split=ix.manifest["ingest"]["split_sentences"]).sentences
+    sentences = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"]).sentences
     rows = rank_detectors(ix, ix.load_encoder(model, device, backend).encode(sentences), seed=seed,
                           pca_dims=pca)
     if as_json:

@@ -115,9 +115,11 @@ def evaluate_text(
     from .task_text import read_documents
 
     if batch_size <= 0:
-        raise InputError(f"--batch-size must be positive, got {batch_size}")
+        raise InputError(f"must be positive, got {batch_size}", param="batch_size")
     if max_length < 8:
-        raise InputError(f"--max-length must be at least 8 tokens, got {max_length}")
+        raise InputError(f"must be at least 8 tokens, got {max_length}", param="max_length")
+    if not 0 < mlm_probability < 1:
+        raise InputError(f"must be in (0, 1), got {mlm_probability}", param="mlm_probability")
     dev = resolve_device(device)
     documents = read_documents(paths)
     torch.manual_seed(seed)

@@ -72,12 +72,13 @@ def parse_budgets(spec: str) -> list[tuple[str, float]]:
         try:
             factor = 1.0 if part == "oracle" else float(part.rstrip("x"))
         except ValueError as exc:
-            raise InputError(f"--budgets: {part!r} is not 'oracle' or a multiple like 0.5x") from exc
+            raise InputError(f"{part!r} is not 'oracle' or a multiple like 0.5x",
+                             param="budgets") from exc
         if not factor > 0:
-            raise InputError(f"--budgets: {part!r} must be positive")
+            raise InputError(f"{part!r} must be positive", param="budgets")
         out.append((part, factor))
     if not out:
-        raise InputError("--budgets is empty")
+        raise InputError("is empty", param="budgets")
     return out
 
 

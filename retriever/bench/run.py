@@ -28,7 +28,7 @@ def open_or_build_index(pool: Path | None, index_path: Path | None, cache: Path,
     if index_path is not None:
         return Index(index_path)
     if pool is None:
-        raise InputError("give --pool (to index it) or --index")
+        raise InputError("give `pool` (to index it) or `index_path`")
     from tapt.indexer.build import BuildConfig, build_index
     from tapt.indexer.encoder import SentenceTransformerEncoder
 
@@ -98,7 +98,7 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
     """Run the grid and write recall.json, recall.md and pr-<domain>.png into `out_dir`."""
     budget_list = recall.parse_budgets(budgets)
     if repeats < 1 or any(n < 2 for n in seed_sizes):
-        raise InputError("--repeats must be >= 1 and every seed size >= 2")
+        raise InputError("`repeats` must be >= 1 and every one of `seed_sizes` >= 2")
     methods = list(recall.all_methods()) if methods == ["all"] else methods
     cache.mkdir(parents=True, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)

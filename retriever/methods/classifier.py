@@ -35,7 +35,7 @@ class Classifier(SentenceScored):
     threshold = 0.0
     auto_candidate = True
     min_task_sentences = 2
-    warn_task_sentences = 10
+    warn_task_sentences = 3
     Params = ClassifierParams
 
     def scorer(self, ctx, task, params, heldout=False):

@@ -30,7 +30,7 @@ class Fused(SentenceScored):
     order = 90
     needs_text = True
     min_task_sentences = 2
-    warn_task_sentences = 10
+    warn_task_sentences = 3
     Params = FusedParams
 
     def sentence_scores(self, ctx, params):

@@ -83,7 +83,7 @@ class IForest(Method):
     """
     order = 30
     min_task_sentences = 2
-    warn_task_sentences = 10
+    warn_task_sentences = 5
     Params = IForestParams
 
     def _prerank(self, params: IForestParams):

@@ -35,7 +35,7 @@ class MooreLewis(SentenceScored):
     order = 80
     needs_text = True
     needs_embeddings = False
-    warn_task_sentences = 10
+    warn_task_sentences = 3
 
     def sentence_scores(self, ctx, params):
         scores = lexical_scores(ctx, self.name)
