@@ -138,7 +138,7 @@ def _quiet_broken_pipe() -> int:
     return 141  # 128 + SIGPIPE, as a shell reports a reader that went away
 
 
-@click.group(cls=TaptGroup, context_settings=CONTEXT)
+@click.group("tapt", cls=TaptGroup, context_settings=CONTEXT)
 @click.version_option(package_name="tapt")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug and tracebacks).")
 @click.option("-q", "--quiet", is_flag=True, help="Warnings and errors only, no progress bars.")

@@ -19,9 +19,10 @@ from tapt.indexer.encoder import Encoder
 
 log = logging.getLogger(__name__)
 
-# Sentences per encoder call: the progress bar moves every few seconds on a CPU, and a task of up
-# to this many sentences is embedded in one call, as it always was.
-CHUNK_BATCHES = 4
+# Batches per encoder call when a task is embedded: the progress bar moves every ~10 s on a CPU,
+# a task of up to 8 batches is one call as before, and longer ones are as fast as in one call
+# (2,000 seeds, ONNX, 2 cores: 34.2 s chunked vs 34.0 s; embeddings within 3e-8).
+CHUNK_BATCHES = 8
 
 
 def _key(model_sha256: str, sentences: Sequence[str], backend: str = "torch") -> str:
@@ -38,22 +39,25 @@ def encode_in_chunks(encoder: Encoder, sentences: Sequence[str], batch_size: int
                      progress: bool = False) -> np.ndarray:
     """`encoder.encode` over chunks of a few batches, with a progress bar in sentences.
 
-    The chunks do not depend on `progress`, so a quiet run embeds exactly as a shown one.
+    Sentences are ordered longest first before they are cut into chunks (as the encoders order
+    them inside one call), so batches are padded as little as in a single call. The chunks do
+    not depend on `progress`: a quiet run embeds exactly as a shown one.
     """
     from tqdm.auto import tqdm
 
-    chunk = max(1, batch_size) * CHUNK_BATCHES
     sentences = list(sentences)
-    parts = []
+    if not sentences:
+        return np.empty((0, encoder.dim), dtype=np.float32)
+    chunk = max(1, batch_size) * CHUNK_BATCHES
+    order = np.argsort([-len(s) for s in sentences], kind="stable")
+    out = np.empty((len(sentences), encoder.dim), dtype=np.float32)
     with tqdm(total=len(sentences), unit="sentence", desc="embed task", disable=not progress,
               leave=False) as bar:
         for start in range(0, len(sentences), chunk):
-            parts.append(np.asarray(encoder.encode(sentences[start:start + chunk],
-                                                   batch_size=batch_size), dtype=np.float32))
-            bar.update(len(parts[-1]))
-    if not parts:
-        return np.empty((0, encoder.dim), dtype=np.float32)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+            rows = order[start:start + chunk]
+            out[rows] = encoder.encode([sentences[i] for i in rows], batch_size=batch_size)
+            bar.update(len(rows))
+    return out
 
 
 def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 64,

@@ -57,6 +57,9 @@ BASELINES = ("dsir",)
 def bench_methods() -> dict[str, tuple[str, dict[str, Any]]]:
     """Every benchmarked name -> (registered method, parameters)."""
     out = {m.name: (m.name, {}) for m in registered()}
+    clash = set(out) & (set(VARIANTS) | set(BASELINES))
+    if clash:
+        raise ValueError(f"benchmark variants named like registered methods: {sorted(clash)}")
     out.update(VARIANTS)
     return out
 

@@ -6,21 +6,28 @@ A method is one module of this package holding one `Method` subclass decorated w
 derived from the registered objects and their properties:
 
     from dataclasses import dataclass
-    from .base import Params, SentenceScored, param
-    from .registry import register
+
+    from tapt.retriever import scoring
+    from tapt.retriever.methods.base import Params, SentenceScored, param
+    from tapt.retriever.methods.registry import register
 
     @dataclass(frozen=True)
-    class MaxSimParams(Params):
-        floor: float = param(0.0, "Ignore task sentences below this cosine.")
+    class MaxCosParams(Params):
+        floor: float = param(-1.0, "Ignore cosines below this.", minimum=-1.0)
 
     @register
-    class MaxSim(SentenceScored):
-        name = "maxsim"
+    class MaxCos(SentenceScored):
+        name = "maxcos"
         summary = "Best cosine to any task sentence."
-        Params = MaxSimParams
+        Params = MaxCosParams
 
         def scorer(self, ctx, task, params, heldout=False):
-            return (lambda rows: scoring.max_similarity(rows, task)), {}
+            return (lambda rows: scoring.max_similarity(rows, task).clip(min=params.floor)), {}
+
+Saved as `retriever/methods/maxcos.py`, this is `tapt select maxcos IDX --floor 0.2 ...`,
+`index.select("maxcos", ..., floor=0.2)`, a `prerank` choice and a `tapt bench recall` method
+(tests/test_registry.py adds exactly this file). Override `rank` instead of `scorer` for a
+method that does not score sentences; see the existing modules.
 
 Scores are "higher = more task-like" everywhere; the arithmetic lives in `scoring`, `pu`,
 `ngram_lm` and `detector_registry`, which know nothing of indexes.

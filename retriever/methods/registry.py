@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from pathlib import Path
 from typing import TypeVar
 
 from tapt.errors import InputError
@@ -50,13 +49,15 @@ def register(cls: M) -> M:
 
 
 def _load() -> None:
+    """Import every method module on the package's path (once)."""
     global _loaded
     if _loaded:
         return
-    package = __name__.rpartition(".")[0]
-    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+    name = __name__.rpartition(".")[0]
+    package = importlib.import_module(name)
+    for module in pkgutil.iter_modules(package.__path__):
         if module.name not in _INFRASTRUCTURE and not module.name.startswith("_"):
-            importlib.import_module(f"{package}.{module.name}")
+            importlib.import_module(f"{name}.{module.name}")
     _loaded = True
 
 
