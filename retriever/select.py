@@ -90,7 +90,8 @@ class SelectConfig:
 
 def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
          task_texts: list[str] | None = None, *, corpus: CorpusCache | None = None,
-         memo: Memo | None = None) -> tuple[Ranking, SegmentView]:
+         memo: Memo | None = None, encoder: Encoder | None = None,
+         progress: bool = False) -> tuple[Ranking, SegmentView]:
     """Run the configured method on a task already embedded (no I/O beyond the index).
 
     Args:
@@ -100,6 +101,8 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
         task_texts: The task's sentences, for methods that read text.
         corpus: Per-index caches to reuse between selections.
         memo: Per-task intermediate scores to share between methods.
+        encoder: The index's model, for methods that use it beyond the task's embeddings.
+        progress: Whether long steps may show progress bars.
 
     Returns:
         The ranking and the segment view it indexes.
@@ -113,7 +116,8 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
         raise InputError(f"{config.method} needs task sentences", param="task")
     ctx = Context(index, view, config.parsed_budget, config.seed,
                   task_embeddings if config.uses_embeddings else None,
-                  list(task_texts) if task_texts else None, corpus, memo or Memo())
+                  list(task_texts) if task_texts else None, corpus, memo or Memo(), encoder,
+                  progress)
     return config.spec.rank(ctx, config.params), view
 
 
@@ -176,7 +180,8 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
             timings["task_embeddings_cached"] = cached
         warnings += _check_task_size(config, len(texts) if texts is not None else len(task))
     t0 = time.perf_counter()
-    ranking, view = rank(index, config, embeddings, texts, corpus=corpus)
+    ranking, view = rank(index, config, embeddings, texts, corpus=corpus, encoder=encoder,
+                         progress=progress)
     timings["score_seconds"] = round(time.perf_counter() - t0, 3)
     warnings += ranking.info.pop("warnings", [])
     t0 = time.perf_counter()

@@ -51,8 +51,17 @@ class Selection:
         path: The selection file this was read from or written to, if any.
 
     Example:
-        >>> sel = Selection.read(path)                          # doctest: +SKIP
-        >>> sel.method, len(sel), sel.texts[0][:40]             # doctest: +SKIP
+        >>> task = ["Fever and a persistent cough.", "Reduced blood flow to the kidneys.",
+        ...         "A rash on both arms."]
+        >>> sel = ix.select("fused", task=task, budget="100sent")
+        >>> list(sel.to_pandas().columns[:4])
+        ['text', 'weight', 'score', 'rank']
+        >>> sel.write("sel.jsonl").name
+        'sel.jsonl'
+        >>> tapt.Selection.read("sel.jsonl").ids.tolist() == sel.ids.tolist()
+        True
+        >>> sel.export("train.parquet").name, sel.export("train-ds", format="hf").name
+        ('train.parquet', 'train-ds')
     """
 
     def __init__(self, segments: Sequence[SelectedSegment], manifest: dict[str, Any],
@@ -271,12 +280,19 @@ class Selection:
             self._export_parquet(target)
         else:
             with atomic_write(target, "w") as fh:
-                for rec in self.to_records():
-                    if fmt == "txt":
-                        fh.write(" ".join(rec["text"].split()) + "\n")
-                    else:
-                        fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                fh.writelines(self.lines(fmt))
         return target
+
+    def lines(self, format: Literal["jsonl", "txt"] = "jsonl") -> Iterator[str]:
+        """The export as text lines (newline-terminated): one JSON object, or for txt one
+        segment's text on one line, per segment."""
+        if format not in ("jsonl", "txt"):
+            raise InputError(f"{format} is not a line format (jsonl or txt)", param="format")
+        for rec in self.to_records():
+            if format == "txt":
+                yield " ".join(rec["text"].split()) + "\n"
+            else:
+                yield json.dumps(rec, ensure_ascii=False) + "\n"
 
     def _export_parquet(self, target: Path) -> None:
         pq = _require("pyarrow.parquet", "export to parquet")
@@ -287,9 +303,13 @@ class Selection:
             pq.write_table(table, fh)
 
     def _export_hf(self, target: Path) -> None:
+        import datasets
+
         dataset = self.to_hf_dataset()
         work = temporary_sibling(target, "export")
         shutil.rmtree(work, ignore_errors=True)
+        bars = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()       # a few rows: its "Saving the dataset" bar is noise
         try:
             dataset.save_to_disk(str(work))
             write_json_atomic(work / EXPORT_MARKER, self.manifest)
@@ -303,6 +323,8 @@ class Selection:
         except OSError as exc:
             raise storage_error(exc, target) from exc
         finally:
+            if bars:
+                datasets.enable_progress_bars()
             shutil.rmtree(work, ignore_errors=True)
 
 

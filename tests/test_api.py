@@ -296,6 +296,17 @@ def test_train_and_evaluate_mlm(fused, tmp_path):
     with pytest.raises(InputError) as err:
         tapt.train(sel, tmp_path / "x", model=str(model))
     assert "`steps` and `epochs`" in str(err.value)
+    from click.testing import CliRunner
+
+    from tapt.cli import cli
+
+    result = CliRunner().invoke(cli, ["-q", "train", "--model", str(model), "--selection",
+                                      str(sel), "--steps", "1", "--batch-size", "4",
+                                      "--max-length", "32", "--out", str(tmp_path / "cli"),
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["steps"] == 1 and report["out"] == str(tmp_path / "cli")
 
 
 # --- the README's example, with the real packaged model on a prefix of the bundled sample
@@ -355,3 +366,22 @@ def test_real_tokenizer_refuses_emoji_and_warns_on_unknown_script(sample_index):
     dropped = sample_index.select("centroid", budget="10",
                                   task=["\U0001F600", "The patient has a fever."])
     assert dropped.manifest["task"]["sentences"] == 1 and "1 of 2" in dropped.warnings[0]
+
+
+def test_docstring_examples(sample_index, tmp_path, monkeypatch):
+    """The examples in the API's docstrings, run against a real-model index."""
+    import doctest
+
+    import tapt.api
+    import tapt.retriever.methods
+    import tapt.retriever.selection
+
+    monkeypatch.chdir(tmp_path)
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    extra = {"tapt": tapt, "idx": str(sample_index.path), "ix": sample_index}
+    for module in (tapt.api, tapt.retriever.selection, tapt.retriever.methods):
+        for test in finder.find(module, extraglobs=extra):
+            runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0 and result.attempted >= 15, result

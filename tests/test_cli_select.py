@@ -106,7 +106,7 @@ def test_select_json_stdout_and_stdin(fake_index, medical_task, tmp_path):
     result = tapt("select", "centroid", fake_index, "--task", medical_task, "--budget", "5",
                   "--out", out, "--json")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["method"] == "centroid" and report["output"] == str(out)
     assert report["counts"]["segments"] == 5 and "total_seconds" in report["timings"]
     assert report["manifest"] == f"{out}.manifest.json" and Path(report["manifest"]).is_file()
@@ -178,7 +178,7 @@ def test_export_command(fake_index, medical_task, tmp_path):
                 "--out", sel).exit_code == 0
     result = tapt("export", sel, "--out", tmp_path / "train.parquet", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["format"] == "parquet"
+    assert json.loads(result.stdout)["format"] == "parquet"
     df = pd.read_parquet(tmp_path / "train.parquet")
     assert df["meta"].map(json.loads).map(lambda m: m["domain"]).eq("medical").mean() > 0.8
     ok = tapt("export", sel, "--format", "hf", "--out", tmp_path / "ds")
@@ -186,6 +186,10 @@ def test_export_command(fake_index, medical_task, tmp_path):
     assert "also an input" in error_line(tapt("export", sel, "--format", "jsonl", "--out", sel,
                                               "--overwrite"))
     assert "--format" in error_line(tapt("export", sel, "--out", tmp_path / "train.bin"))
+    piped = tapt("export", sel, "--format", "txt", "--out", "-")
+    assert piped.exit_code == 0 and len(piped.stdout.splitlines()) == len(df)
+    assert "as txt -> -" in piped.stderr
+    assert "line format" in error_line(tapt("export", sel, "--format", "parquet", "--out", "-"))
 
 
 def test_index_build_and_add_json(tmp_path, labelled_corpus):
@@ -193,11 +197,11 @@ def test_index_build_and_add_json(tmp_path, labelled_corpus):
     result = tapt("index", "build", labelled_corpus[0], "--out", out, "--no-split",
                   "--segment-size", "4", "--json")
     assert result.exit_code == 0, result.output
-    built = json.loads(result.output)
+    built = json.loads(result.stdout)
     assert built["index"] == str(out) and built["manifest"]["counts"]["sentences"] == 380
     more = tmp_path / "more.txt"
     more.write_text("A brand new document about a ship in a storm.\n")
     result = tapt("index", "add", out, more, "--json")
     assert result.exit_code == 0, result.output
-    added = json.loads(result.output)
+    added = json.loads(result.stdout)
     assert added["added"]["sentences"] == 1 and added["counts"]["sentences"] == 381

@@ -80,7 +80,7 @@ def test_a_new_method_is_one_file(added_method, fake_index, medical_task, tmp_pa
                                           "--out", str(tmp_path / "s.jsonl"), "--json"],
                                 obj={"progress": False})
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["params"]["floor"] == 0.1
+    assert json.loads(result.stdout)["params"]["floor"] == 0.1
 
 
 def test_params_are_validated():

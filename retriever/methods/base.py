@@ -303,6 +303,9 @@ class Context:
         texts: The task's sentences (None when the task was given as embeddings).
         corpus: Per-index caches shared between selections.
         memo: Per-task intermediate scores shared between the methods of one task.
+        encoder: The index's model, when the task was embedded here (None when the task came
+            as embeddings); for methods that embed or fine-tune.
+        progress: Whether long steps may show progress bars.
     """
 
     index: "Index"
@@ -313,6 +316,8 @@ class Context:
     texts: list[str] | None = None
     corpus: CorpusCache | None = None
     memo: Memo = field(default_factory=Memo)
+    encoder: Any = None
+    progress: bool = False
 
     def __post_init__(self) -> None:
         if self.corpus is None:
