@@ -800,8 +800,9 @@ class _Interrupted(click.ClickException):
 @click.option("--selection", "selections", required=True, multiple=True,
               type=click.Path(exists=True, dir_okay=False),
               help="Selection JSONL from `tapt select` (repeatable; all from one index).")
-@click.option("--task", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Task text (.txt/.jsonl, .gz) mixed into training (repeatable).")
+@click.option("--task", multiple=True, metavar="PATH",
+              help="Task text mixed into training: files or folders in any corpus format, "
+                   "URLs, or - for standard input (repeatable; a path given twice is read once).")
 @click.option("--mix", default=None, help="TASK:SELECTION examples ratio with --task [default: 1:1].")
 @click.option("--weights", default="discrete", show_default=True,
               type=click.Choice(["discrete", "continuous", "sample"]),
@@ -820,8 +821,12 @@ class _Interrupted(click.ClickException):
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
               help="Model directory to write (checkpoints go to OUT/checkpoints).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
-@click.option("--eval-text", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Held-out text for the masked-LM loss during training (repeatable).")
+@click.option("--eval-text", multiple=True, metavar="PATH",
+              help="Held-out text for the masked-LM loss during training, read like --task "
+                   "(repeatable).")
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the text in --task and --eval-text (JSONL, Parquet, "
+                   "CSV/TSV, Arrow, HF datasets).")
 @click.option("--eval-every", default=0, show_default=True, type=int,
               help="Evaluate every N steps (0: only at the start and the end).")
 @click.option("--save-every", default=200, show_default=True, type=int,
@@ -836,8 +841,9 @@ class _Interrupted(click.ClickException):
 @click.pass_context
 @_domain_errors
 def train_command(ctx, model, selections, task, mix, weights, steps, epochs, batch_size, max_length,
-                  lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, eval_every,
-                  save_every, keep_checkpoints, delete_checkpoints, seed, device) -> None:
+                  lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, text_field,
+                  eval_every, save_every, keep_checkpoints, delete_checkpoints, seed,
+                  device) -> None:
     """Continue masked-LM pretraining of a model on selected segments (and task text).
 
     \b
@@ -854,7 +860,8 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
         model=model, selections=tuple(selections), task=tuple(task), mix=mix, weights=weights,
         steps=steps, epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr,
         warmup=warmup, weight_decay=weight_decay, mlm_probability=mlm_probability, out=out,
-        resume=resume, eval_text=tuple(eval_text), eval_every=eval_every, save_every=save_every,
+        resume=resume, eval_text=tuple(eval_text), text_field=text_field,
+        eval_every=eval_every, save_every=save_every,
         keep_checkpoints=keep_checkpoints, delete_checkpoints=delete_checkpoints, seed=seed,
         device=device, progress=ctx.obj["progress"],
     )
@@ -872,9 +879,11 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
 @cli.command("eval-mlm", context_settings=CONTEXT)
 @click.option("--model", default=None, help="Masked-LM model directory or hub name "
               "[default: the packaged all-MiniLM-L6-v2].")
-@click.option("--text", "texts", required=True, multiple=True,
-              type=click.Path(exists=True, dir_okay=False),
-              help="Held-out text (.txt/.jsonl, .gz; repeatable).")
+@click.option("--text", "texts", required=True, multiple=True, metavar="PATH",
+              help="Held-out text: files or folders in any corpus format, URLs, or - for "
+                   "standard input (repeatable).")
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the text (JSONL, Parquet, CSV/TSV, Arrow, HF datasets).")
 @click.option("--max-length", default=128, show_default=True, type=int)
 @click.option("--batch-size", default=32, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int,
@@ -885,8 +894,8 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_domain_errors
-def eval_mlm_command(model, texts, max_length, batch_size, seed, mlm_probability, pseudo, device,
-                     as_json) -> None:
+def eval_mlm_command(model, texts, text_field, max_length, batch_size, seed, mlm_probability, pseudo,
+                     device, as_json) -> None:
     """Masked-LM loss and perplexity of a model on held-out text (fixed, seeded masks).
 
     \b
@@ -899,7 +908,8 @@ def eval_mlm_command(model, texts, max_length, batch_size, seed, mlm_probability
     if not 0 < mlm_probability < 1:
         raise click.BadParameter("must be in (0, 1)", param_hint="--mlm-probability")
     report = evaluate_text(model, list(texts), max_length=max_length, batch_size=batch_size,
-                           seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device)
+                           seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device,
+                           text_field=text_field)
     if as_json:
         click.echo(json.dumps(report))
         return
