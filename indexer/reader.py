@@ -188,7 +188,8 @@ def expand_inputs(inputs: InputSpec | Iterable[InputSpec], options: ReadOptions 
             found.append(InputFile(source, formats.get("hf-hub")))
             continue
         if not source.exists():
-            raise InputError(f"{raw}: does not exist")
+            raise InputError(f"{raw}: does not exist" + (
+                "" if source.local is not None else " (or cannot be reached)"))
         if source.is_dir():
             forced = formats.get(options.input_format) if options.input_format else None
             fmt = forced if forced is not None and forced.folder else formats.folder_format(source)

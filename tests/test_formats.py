@@ -94,10 +94,12 @@ def test_jsonl_in_every_compression(tmp_path, suffix, compression):
 
 def test_zstd_stream_without_content_size_and_long_window(tmp_path):
     path = tmp_path / "shard.jsonl.zst"
-    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=27)  # zstd --long=27
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=28)  # zstd --long=28
     with open(path, "wb") as raw, zstandard.ZstdCompressor(
             compression_params=params).stream_writer(raw) as writer:
         writer.write(jsonl_bytes())
+    with pytest.raises(zstandard.ZstdError, match="too much memory"):  # beyond zstd's default
+        zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes())
     assert documents([path])[1] == EXPECTED
 
 
