@@ -53,7 +53,8 @@ def pack_sentences(
     """
     capacity = max_length - tokenizer.num_special_tokens_to_add(pair=False)
     if capacity < 1:
-        raise InputError(f"--max-length {max_length} leaves no room for text after special tokens")
+        raise InputError(f"{max_length} leaves no room for text after special tokens",
+                         param="max_length")
     flat = [s for unit in units for s in unit if s.strip()]
     with quiet_transformers():  # counting long sentences is not an error: they get truncated
         counted = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []

@@ -120,9 +120,9 @@ def evaluate_text(
     from tapt.indexer.reader import read_text
 
     if batch_size <= 0:
-        raise InputError(f"--batch-size must be positive, got {batch_size}")
+        raise InputError(f"must be positive, got {batch_size}", param="batch_size")
     if max_length < 8:
-        raise InputError(f"--max-length must be at least 8 tokens, got {max_length}")
+        raise InputError(f"must be at least 8 tokens, got {max_length}", param="max_length")
     dev = resolve_device(device)
     text = read_text(paths, text_field=text_field, what="the held-out text")
     torch.manual_seed(seed)
