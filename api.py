@@ -24,13 +24,16 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index as _IndexBase
 from tapt.retriever.selection import Selection
+
+if TYPE_CHECKING:
+    from tapt.indexer.verify import VerifyReport
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ class Index(_IndexBase):
     Open one with `Index.open(path)` or create one with `Index.build(inputs, out)`. The object
     reads one generation of the index; `add`, `repair` and `reindex` reopen it on the new one.
 
-    Example:
+    Examples:
         >>> ix = tapt.Index.open(idx)
         >>> ix.n_sentences, ix.dim, ix.segment_size
         (1200, 384, 5)
@@ -154,7 +157,7 @@ class Index(_IndexBase):
         return manifest["history"][-1]
 
     def verify(self, *, deep: bool = False, sample: int = 200, model: str | None = None,
-               progress: bool = True):
+               progress: bool = True) -> "VerifyReport":
         """Check checksums, counts and row agreement (`tapt index verify`).
 
         Args:
@@ -171,7 +174,7 @@ class Index(_IndexBase):
 
     @staticmethod
     def verify_path(path: PathLike, *, deep: bool = False, sample: int = 200,
-                    model: str | None = None, progress: bool = True):
+                    model: str | None = None, progress: bool = True) -> "VerifyReport":
         """`verify` for an index too damaged to open."""
         from tapt.indexer.verify import verify_index
 
@@ -254,7 +257,7 @@ class Index(_IndexBase):
             InputError: unknown method or parameter, a task that cannot work for the method.
             BudgetError: a budget that cannot be parsed or met.
 
-        Example:
+        Examples:
             >>> task = ["Fever and a persistent cough.", "A rash on both arms."]
             >>> sel = ix.select("knn", task=task, k=20)           # the union, no budget
             >>> sel.method, sel.counts["segments"] == len(sel) > 0
@@ -326,7 +329,8 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
           epochs: int | None = None, batch_size: int = 16, max_length: int = 128,
           lr: float = 1e-4, warmup: float = 0.06, weight_decay: float = 0.01,
           max_grad_norm: float = 1.0, mlm_probability: float = 0.15, resume: bool = False,
-          eval_text: PathLike | Sequence[PathLike] = (), eval_every: int = 0,
+          eval_text: PathLike | Sequence[PathLike] = (), text_field: str = "text",
+          eval_every: int = 0,
           save_every: int = 200, keep_checkpoints: int = 2, delete_checkpoints: bool = False,
           seed: int = 0, device: str = "cpu", progress: bool = True,
           on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
@@ -337,7 +341,7 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         out: The model directory to write (checkpoints go to OUT/checkpoints).
         model: Masked-LM model directory or hub name (default: the packaged all-MiniLM-L6-v2
             with a newly initialised MLM head).
-        task: Task text files mixed into training.
+        task: Task text mixed into training (files or folders in any corpus format).
         mix: TASK:SELECTION examples ratio with `task` (default 1:1).
         weights: discrete (ignore weights), continuous (scale each example's loss by its
             weight) or sample (draw examples in proportion to their weight).
@@ -352,6 +356,7 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         mlm_probability: Share of tokens masked.
         resume: Continue the run in `out` from its last checkpoint.
         eval_text: Held-out text for the masked-LM loss during training.
+        text_field: The field or column with the text in `task` and `eval_text` files.
         eval_every: Evaluate every N steps (0: at the start and the end).
         save_every: Checkpoint every N steps.
         keep_checkpoints: How many of the newest checkpoints to keep.
@@ -377,7 +382,8 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr, warmup=warmup,
         weight_decay=weight_decay, max_grad_norm=max_grad_norm, mlm_probability=mlm_probability,
         seed=seed, device=device, resume=resume,
-        eval_text=tuple(_paths(eval_text)) if eval_text else (), eval_every=eval_every,
+        eval_text=tuple(_paths(eval_text)) if eval_text else (), text_field=text_field,
+        eval_every=eval_every,
         save_every=save_every, keep_checkpoints=keep_checkpoints,
         delete_checkpoints=delete_checkpoints, progress=progress)
     return run_training(config, on_step=on_step)
@@ -385,14 +391,14 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
 
 def evaluate_mlm(texts: PathLike | Sequence[PathLike], *, model: str | None = None,
                  max_length: int = 128, batch_size: int = 32, seed: int = 0,
-                 mlm_probability: float = 0.15, pseudo: bool = False,
-                 device: str = "cpu") -> dict[str, Any]:
+                 mlm_probability: float = 0.15, pseudo: bool = False, device: str = "cpu",
+                 text_field: str = "text") -> dict[str, Any]:
     """Masked-LM loss and perplexity of a model on held-out text (`tapt eval-mlm`).
 
     The same seed masks the same tokens for every model that shares a tokenizer.
 
     Args:
-        texts: Held-out text files (.txt / .jsonl, .gz).
+        texts: Held-out text: files or folders in any corpus format, URLs, "-" for stdin.
         model: Masked-LM model directory or hub name (default: the packaged model).
         max_length: Tokens per sequence.
         batch_size: Sequences per batch.
@@ -400,6 +406,7 @@ def evaluate_mlm(texts: PathLike | Sequence[PathLike], *, model: str | None = No
         mlm_probability: Share of tokens masked.
         pseudo: Pseudo-perplexity instead: every token masked in turn (small inputs only).
         device: cpu or cuda.
+        text_field: The field or column with the text.
 
     Returns:
         loss, perplexity, tokens, examples, method and the settings.
@@ -407,13 +414,14 @@ def evaluate_mlm(texts: PathLike | Sequence[PathLike], *, model: str | None = No
     from tapt.trainer.evaluate import evaluate_text
 
     return evaluate_text(model, _paths(texts), max_length=max_length, batch_size=batch_size,
-                         seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device)
+                         seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device,
+                         text_field=text_field)
 
 
 def method_names() -> tuple[str, ...]:
     """The selection methods `Index.select` accepts, in listing order.
 
-    Example:
+    Examples:
         >>> tapt.method_names()
         ('centroid', 'knn', 'iforest', 'random', 'distance', 'density', 'classifier', \
 'moore-lewis', 'fused', 'auto')

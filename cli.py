@@ -214,8 +214,56 @@ def _faiss_options(func):
     return func
 
 
+def _input_options(add: bool = False):
+    """How corpus files are read (see indexer/formats): shared by `index build` and `index add`."""
+    from tapt.indexer import formats
+
+    index_default = " [default: the index's]"
+    options = [
+        click.option("--text-field", default=None if add else "text", show_default=not add,
+                     help="Field (JSONL) or column (Parquet, CSV/TSV, Arrow, HF datasets) with "
+                          "the text." + (index_default if add else "")),
+        click.option("--doc-field", default=None if add else "doc", show_default=not add,
+                     help="Field/column whose equal consecutive values join records into one "
+                          "document ('' = none)." + (index_default if add else "")),
+        click.option("--text-docs", default=None if add else "auto", show_default=not add,
+                     type=click.Choice(["auto", "line", "block"]),
+                     help="Plain text: one document per line, or per blank-line block."
+                          + (index_default if add else "")),
+        click.option("--input-format", default=None, type=click.Choice(formats.names()),
+                     help="Read every input file as this format (files without a telling "
+                          "extension) [default: by extension]."),
+        click.option("--hf-dataset", "hf_datasets", multiple=True, metavar="NAME[:CONFIG]",
+                     help="Also read this Hugging Face Hub dataset, streamed (needs the "
+                          "datasets package and a network; repeatable)."),
+        click.option("--hf-split", default=None,
+                     help="Split of --hf-dataset [default: train] and of DatasetDict folders "
+                          "[default: their only split]."),
+        click.option("--strict", is_flag=True,
+                     help="Refuse folders holding files of no known format (default: skip "
+                          "them and list them at INFO)."),
+    ]
+
+    def decorate(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str | None) -> list:
+    """CORPUS arguments and --hf-dataset specs as the reader takes them."""
+    from tapt.indexer.reader import HubDataset
+
+    inputs: list = list(corpus) + [HubDataset.parse(spec, hf_split) for spec in hf_datasets]
+    if not inputs:
+        raise click.UsageError("give CORPUS files, folders or URLs, or --hf-dataset")
+    return inputs
+
+
 @index.command("build", context_settings=CONTEXT)
-@click.argument("corpus", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("corpus", nargs=-1)
 @click.option("--out", "-o", required=True, type=click.Path(), help="Index directory to create.")
 @click.option("--model", default=None, help="Sentence-transformers model directory or hub name "
               "[default: the packaged all-MiniLM-L6-v2].")
@@ -227,12 +275,7 @@ def _faiss_options(func):
 @_backend_option()
 @click.option("--split/--no-split", default=True, show_default=True,
               help="Split records into sentences (--no-split: each record is one sentence).")
-@click.option("--text-field", default="text", show_default=True, help="JSONL field with the text.")
-@click.option("--doc-field", default="doc", show_default=True,
-              help="JSONL field whose equal consecutive values join records into one document.")
-@click.option("--text-docs", default="auto", show_default=True,
-              type=click.Choice(["auto", "line", "block"]),
-              help="Plain text: one document per line, or per blank-line block.")
+@_input_options()
 @click.option("--overwrite", is_flag=True, help="Replace an existing index at --out.")
 @click.option("--restart", is_flag=True,
               help="Discard an interrupted build of --out instead of resuming it.")
@@ -245,24 +288,33 @@ def _faiss_options(func):
 @click.pass_context
 @_domain_errors
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
-                doc_field, text_docs, overwrite, restart, embedding_dtype, as_json, index_type,
-                memory, opq) -> None:
-    """Embed CORPUS (files or directories of .txt/.jsonl, optionally .gz) into an index.
+                doc_field, text_docs, input_format, hf_datasets, hf_split, strict, overwrite,
+                restart, embedding_dtype, as_json, index_type, memory, opq) -> None:
+    """Embed CORPUS (files, folders or fsspec URLs) into an index.
 
-    The work is committed every few thousand sentences: if a build is killed or runs out of
-    disk, the same command resumes it (no sentence lost, none embedded twice).
+    Formats, chosen by extension: JSONL (.jsonl/.ndjson/.jl/.json), plain text (.txt) and
+    CSV/TSV, each optionally compressed (.gz/.zst/.bz2/.xz); Parquet; Arrow IPC; Hugging Face
+    save_to_disk folders; Hub datasets with --hf-dataset. Other fields and columns are kept as
+    metadata. URLs (s3://, gs://, hf://, https://) need their fsspec backend installed.
+
+    Every input is checked before anything is embedded; then the work is committed every few
+    thousand sentences: if a build is killed or runs out of disk, the same command resumes it
+    (no sentence lost, none embedded twice).
 
     \b
     Examples:
       tapt index build data/sample/pool.jsonl.gz --out idx --no-split
+      tapt index build shards/ --out web-idx --text-field text   # *.parquet, *.jsonl.zst ...
       tapt index build wiki/ --out wiki-idx --model ./my-st-model --device cuda
-      tapt index build big/ --out big-idx --index auto --memory 8G
+      tapt index build --hf-dataset allenai/c4:en --hf-split validation --out c4-idx
     """
     from tapt.indexer.build import BuildConfig, build_index
     from tapt.indexer.encoder import load_encoder
 
+    inputs = _inputs(corpus, hf_datasets, hf_split)
     config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
                          text_field=text_field, doc_field=doc_field or None, text_docs=text_docs,
+                         input_format=input_format, hf_split=hf_split, strict=strict,
                          overwrite=overwrite, restart=restart, progress=ctx.obj["progress"],
                          index=index_type, memory=memory, opq=opq,
                          embedding_dtype=embedding_dtype)
@@ -270,7 +322,7 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
         raise click.UsageError(f"{out} already exists (use --overwrite to replace it)")
     encoder = load_encoder(model, device=device, backend=backend)
     try:
-        manifest = build_index(list(corpus), out, encoder, config)
+        manifest = build_index(inputs, out, encoder, config)
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the build is kept; run the same "
                            "command again to resume") from exc
@@ -302,20 +354,23 @@ def _faiss_summary(info: dict) -> str:
 
 @index.command("add", context_settings=CONTEXT)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
-@click.argument("corpus", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("corpus", nargs=-1)
 @click.option("--model", default=None, help="The index's model directory, if it moved.")
 @click.option("--batch-size", default=None, type=int, help="[default: the build's]")
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]))
 @_backend_option("Encoder backend [auto: the one IDX was built with, where the device allows].")
+@_input_options(add=True)
 @click.option("--restart", is_flag=True,
               help="Discard an interrupted add of IDX instead of resuming it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @click.pass_context
 @_domain_errors
-def index_add(ctx, idx, corpus, model, batch_size, device, backend, restart, as_json) -> None:
+def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, doc_field,
+              text_docs, input_format, hf_datasets, hf_split, strict, restart, as_json) -> None:
     """Append the documents of CORPUS that IDX does not hold yet (same model and settings).
 
+    CORPUS is read as by `tapt index build` (any of its formats, folders, URLs, --hf-dataset).
     Existing ids never change; documents whose sentences are already in the index are skipped.
     The add is crash-safe like a build (run it again to resume) and readers see the old index
     until the new one is complete.
@@ -327,10 +382,13 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, restart, as_
     from tapt.indexer.add import add_to_index
     from tapt.indexer.index import Index
 
+    inputs = _inputs(corpus, hf_datasets, hf_split)
     encoder = Index(idx).load_encoder(model, device, backend)
     try:
-        manifest = add_to_index(idx, list(corpus), encoder, batch_size=batch_size,
-                                restart=restart, progress=ctx.obj["progress"])
+        manifest = add_to_index(idx, inputs, encoder, batch_size=batch_size,
+                                restart=restart, progress=ctx.obj["progress"],
+                                text_field=text_field, doc_field=doc_field, text_docs=text_docs,
+                                input_format=input_format, hf_split=hf_split, strict=strict)
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the add is kept; run the same "
                            "command again to resume") from exc
@@ -581,12 +639,11 @@ def _select_command(method) -> click.Command:
                                                                            file_okay=False))]
     if method.needs_embeddings or method.needs_text:
         params += [
-            click.Option(["--task", "-t"], required=True, multiple=True,
-                         type=click.Path(exists=True, allow_dash=True),
-                         help="Task text: files or directories (.txt, .jsonl, ..., repeatable); "
-                              "- reads it from stdin."),
+            click.Option(["--task", "-t"], required=True, multiple=True, metavar="PATH",
+                         help="Task text: files or folders in any corpus format, URLs, or - for "
+                              "standard input (repeatable)."),
             click.Option(["--text-field"], default="text", show_default=True,
-                         help="Field holding the task's text in JSONL records."),
+                         help="Field/column with the task's text (JSONL, Parquet, CSV/TSV, ...)."),
         ]
     if method.budget == "required":
         params.append(click.Option(["--budget", "-b"], required=True, help=_BUDGET_HELP))
@@ -639,6 +696,7 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
     from tapt.indexer.index import Index
     from tapt.retriever.select import SelectConfig, make_selection
     from tapt.retriever.selection import check_selection_output
+    from tapt.retriever.task_input import task_from_files
 
     config = SelectConfig(method.name, budget, segment_size=segment_size, seed=seed,
                           explicit=given, **values)
@@ -646,10 +704,13 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
     files = [t for t in task if t != "-"]
     if out != "-":
         check_selection_output(out, files + [idx], overwrite)   # before any slow work
-    with _task_input(task, ix, text_field) as task_input:
-        encoder = ix.load_encoder(model, device, backend) if config.uses_embeddings else None
-        selection = make_selection(ix, config, task_input, encoder=encoder,
-                                   batch_size=batch_size, progress=ctx.obj["progress"])
+    task_input = None
+    if task:
+        task_input = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"],
+                                     text_field)
+    encoder = ix.load_encoder(model, device, backend) if config.uses_embeddings else None
+    selection = make_selection(ix, config, task_input, encoder=encoder, batch_size=batch_size,
+                               progress=ctx.obj["progress"])
     if out == "-":
         selection.write_lines(click.get_text_stream("stdout"))
     else:
@@ -669,39 +730,6 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
         f"{config.method}: selected {counts['segments']:,} segments ({counts['sentences']:,} "
         f"sentences, {counts['tokens']:,} tokens) of {counts['corpus_segments']:,} in "
         f"{manifest['timings']['total_seconds']:.2f} s{extra} -> {out}", err=to_stderr)
-
-
-class _task_input:
-    """The --task arguments as a TaskInput; `-` reads stdin into a temporary file first."""
-
-    def __init__(self, task, index, text_field: str) -> None:
-        self.task, self.index, self.text_field = list(task or ()), index, text_field
-        self.tmp = None
-
-    def __enter__(self):
-        import tempfile
-
-        from tapt.errors import InputError
-        from tapt.retriever.task_input import task_from_files
-
-        if not self.task:
-            return None
-        paths = list(self.task)
-        if "-" in paths:
-            data = click.get_binary_stream("stdin").read()
-            if not data.strip():
-                raise InputError("the task on stdin is empty", param="task")
-            first = data.lstrip()[:1]
-            self.tmp = tempfile.TemporaryDirectory(prefix="tapt-task-")
-            stdin = Path(self.tmp.name) / ("stdin.jsonl" if first == b"{" else "stdin.txt")
-            stdin.write_bytes(data)
-            paths = [str(stdin) if p == "-" else p for p in paths]
-        return task_from_files(paths, split=self.index.manifest["ingest"]["split_sentences"],
-                               text_field=self.text_field, shown_as=list(self.task))
-
-    def __exit__(self, *exc) -> None:
-        if self.tmp is not None:
-            self.tmp.cleanup()
 
 
 @cli.group(context_settings=CONTEXT)
@@ -803,8 +831,9 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
 @click.option("--selection", "selections", required=True, multiple=True,
               type=click.Path(exists=True, dir_okay=False),
               help="Selection JSONL from `tapt select` (repeatable; all from one index).")
-@click.option("--task", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Task text (.txt/.jsonl, .gz) mixed into training (repeatable).")
+@click.option("--task", multiple=True, metavar="PATH",
+              help="Task text mixed into training: files or folders in any corpus format, "
+                   "URLs, or - for standard input (repeatable; a path given twice is read once).")
 @click.option("--mix", default=None, help="TASK:SELECTION examples ratio with --task [default: 1:1].")
 @click.option("--weights", default="discrete", show_default=True,
               type=click.Choice(["discrete", "continuous", "sample"]),
@@ -823,8 +852,12 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
               help="Model directory to write (checkpoints go to OUT/checkpoints).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
-@click.option("--eval-text", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Held-out text for the masked-LM loss during training (repeatable).")
+@click.option("--eval-text", multiple=True, metavar="PATH",
+              help="Held-out text for the masked-LM loss during training, read like --task "
+                   "(repeatable).")
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the text in --task and --eval-text (JSONL, Parquet, "
+                   "CSV/TSV, Arrow, HF datasets).")
 @click.option("--eval-every", default=0, show_default=True, type=int,
               help="Evaluate every N steps (0: only at the start and the end).")
 @click.option("--save-every", default=200, show_default=True, type=int,
@@ -840,8 +873,9 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
 @click.pass_context
 @_domain_errors
 def train_command(ctx, model, selections, task, mix, weights, steps, epochs, batch_size, max_length,
-                  lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, eval_every,
-                  save_every, keep_checkpoints, delete_checkpoints, seed, device, as_json) -> None:
+                  lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, text_field,
+                  eval_every, save_every, keep_checkpoints, delete_checkpoints, seed,
+                  device, as_json) -> None:
     """Continue masked-LM pretraining of a model on selected segments (and task text).
 
     \b
@@ -859,8 +893,8 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
             list(selections), out, model=model, task=tuple(task), mix=mix, weights=weights,
             steps=steps, epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr,
             warmup=warmup, weight_decay=weight_decay, mlm_probability=mlm_probability,
-            resume=resume, eval_text=tuple(eval_text), eval_every=eval_every,
-            save_every=save_every, keep_checkpoints=keep_checkpoints,
+            resume=resume, eval_text=tuple(eval_text), text_field=text_field,
+            eval_every=eval_every, save_every=save_every, keep_checkpoints=keep_checkpoints,
             delete_checkpoints=delete_checkpoints, seed=seed, device=device,
             progress=ctx.obj["progress"])
     except TrainingInterrupted as exc:
@@ -879,9 +913,11 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
 @cli.command("eval-mlm", context_settings=CONTEXT)
 @click.option("--model", default=None, help="Masked-LM model directory or hub name "
               "[default: the packaged all-MiniLM-L6-v2].")
-@click.option("--text", "texts", required=True, multiple=True,
-              type=click.Path(exists=True, dir_okay=False),
-              help="Held-out text (.txt/.jsonl, .gz; repeatable).")
+@click.option("--text", "texts", required=True, multiple=True, metavar="PATH",
+              help="Held-out text: files or folders in any corpus format, URLs, or - for "
+                   "standard input (repeatable).")
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the text (JSONL, Parquet, CSV/TSV, Arrow, HF datasets).")
 @click.option("--max-length", default=128, show_default=True, type=int)
 @click.option("--batch-size", default=32, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int,
@@ -892,8 +928,8 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_domain_errors
-def eval_mlm_command(model, texts, max_length, batch_size, seed, mlm_probability, pseudo, device,
-                     as_json) -> None:
+def eval_mlm_command(model, texts, text_field, max_length, batch_size, seed, mlm_probability, pseudo,
+                     device, as_json) -> None:
     """Masked-LM loss and perplexity of a model on held-out text (fixed, seeded masks).
 
     \b
@@ -904,7 +940,8 @@ def eval_mlm_command(model, texts, max_length, batch_size, seed, mlm_probability
     from tapt.api import evaluate_mlm
 
     report = evaluate_mlm(list(texts), model=model, max_length=max_length, batch_size=batch_size,
-                          seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device)
+                          seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device,
+                          text_field=text_field)
     if as_json:
         click.echo(json.dumps(report))
         return

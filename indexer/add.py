@@ -22,7 +22,7 @@ import lmdb
 import numpy as np
 
 from . import checkpoint
-from .build import DOCS, EMBEDDINGS, STORE, TOKENS, BuildConfig, build_into
+from .build import DOCS, EMBEDDINGS, STORE, TOKENS, BuildConfig, build_into, scan_corpus
 from .encoder import Encoder
 from tapt.errors import InputError
 from .index import Index
@@ -30,7 +30,7 @@ from tapt.util.files import write_json_atomic
 from tapt.util.versions import utc_now
 
 from .manifest import MANIFEST_NAME
-from .reader import scan_inputs
+from .reader import InputSpec
 from .store import key
 
 log = logging.getLogger(__name__)
@@ -86,10 +86,17 @@ def _copy_index(index: Index, work: Path) -> None:
     shutil.copyfile(index.path / STORE / "data.mdb", work / STORE / "data.mdb")
 
 
-def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
+def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                  batch_size: int | None = None, restart: bool = False,
-                 progress: bool = True) -> dict[str, Any]:
-    """Append the documents of `inputs` that the index does not hold yet; returns the manifest."""
+                 progress: bool = True, *, text_field: str | None = None,
+                 doc_field: str | None = None, text_docs: str | None = None,
+                 input_format: str | None = None, hf_split: str | None = None,
+                 strict: bool = False) -> dict[str, Any]:
+    """Append the documents of `inputs` that the index does not hold yet; returns the manifest.
+
+    The reading options (`text_field`, `doc_field`, `text_docs`) default to the index's; the
+    others are as for a build (`tapt.indexer.reader.scan_inputs`).
+    """
     index = Index(path)
     index.check_encoder(encoder)
     old = index.manifest
@@ -97,14 +104,19 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
     config = BuildConfig(segment_size=old["segment_size"],
                          batch_size=batch_size or old["build"].get("batch_size", 64),
                          window=old["build"].get("window", 4096),
-                         split=ingest["split_sentences"], text_field=ingest["text_field"],
-                         doc_field=ingest["doc_field"], text_docs=ingest["text_docs"],
+                         split=ingest["split_sentences"],
+                         text_field=text_field or ingest["text_field"],
+                         doc_field=ingest["doc_field"] if doc_field is None else doc_field,
+                         text_docs=text_docs or ingest["text_docs"], input_format=input_format,
+                         hf_split=hf_split, strict=strict,
                          progress=progress, **_faiss_request(old.get("faiss", {})),
                          embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"))
-    scan = scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs)
+    scan = scan_corpus(inputs, config)
     wanted = checkpoint.fingerprint({
-        "inputs": checkpoint.input_identity([f.path for f in scan.files]),
+        "inputs": scan.identity(),
         "index": index.manifest_sha256, "batch_size": config.batch_size,
+        "read": [config.text_field, config.doc_field, config.text_docs, config.input_format,
+                 config.hf_split],
     })
     with checkpoint.BuildLock(index.path):
         work, resumed = checkpoint.prepare_work_dir(index.path, wanted, restart, kind="adding")
@@ -167,7 +179,7 @@ def _merge_manifest(old: dict[str, Any], new: dict[str, Any], scan, inputs,
     merged["build"] = old["build"]
     merged["ingest"] = {**old["ingest"],
                         "sources": old["ingest"]["sources"] + [str(p) for p in inputs],
-                        "files": old["ingest"]["files"] + [str(f.path) for f in scan.files]}
+                        "files": old["ingest"]["files"] + scan.manifest_files()}
     merged["counts"] = {**new["counts"], "files": old["counts"]["files"] + len(scan.files),
                         "skipped_blank_records": old["counts"]["skipped_blank_records"]
                         + scan.skipped_blank}

@@ -23,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import checkpoint
+from .formats import ReadOptions
 from .encoder import Encoder
 from tapt.errors import InputError, StorageError
 from .faiss_index import build_faiss_index
@@ -32,7 +33,7 @@ from tapt.util.versions import library_versions, utc_now
 
 from .manifest import INDEX_FORMAT, INDEX_FORMAT_VERSION, MANIFEST_NAME
 from .npy import NpyAppender
-from .reader import Document, TextDocs, iter_documents, scan_inputs
+from .reader import CorpusScan, Document, InputSpec, TextDocs, iter_documents, scan_inputs
 from .readahead import read_ahead
 from .splitter import SentenceSplitter, segment_offsets
 from .store import TextStoreWriter
@@ -60,6 +61,9 @@ class BuildConfig:
     text_field: str = "text"
     doc_field: str | None = "doc"
     text_docs: TextDocs = "auto"
+    input_format: str | None = None  # read every file as this format (else by its suffix)
+    hf_split: str | None = None      # split of a DatasetDict folder or Hub dataset
+    strict: bool = False             # refuse folders holding files of no known format
     overwrite: bool = False
     restart: bool = False
     progress: bool = True
@@ -75,8 +79,8 @@ class BuildConfig:
             raise InputError("--batch-size must be at least 1")
         if self.window < self.batch_size:
             self.window = self.batch_size
-        if self.text_docs not in ("auto", "line", "block"):
-            raise InputError("--text-docs must be auto, line or block")
+        ReadOptions(self.text_field, self.doc_field, self.text_docs, self.input_format,
+                    self.hf_split, self.strict)  # validates the reading options
         if self.index not in REQUESTS:
             raise InputError(f"--index must be one of {', '.join(REQUESTS)}")
         parse_memory(self.memory)
@@ -105,8 +109,15 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def scan_corpus(inputs: list[InputSpec], config: BuildConfig) -> CorpusScan:
+    """The up-front scan of a build's or an add's inputs, read as `config` says."""
+    return scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs,
+                       input_format=config.input_format, hf_split=config.hf_split,
+                       strict=config.strict, progress=config.progress)
+
+
 def build_index(
-    inputs: list[str | Path], out: str | Path, encoder: Encoder, config: BuildConfig | None = None
+    inputs: list[InputSpec], out: str | Path, encoder: Encoder, config: BuildConfig | None = None
 ) -> dict[str, Any]:
     """Build an index directory at `out` (resuming an interrupted build of it) and return its manifest."""
     config = config or BuildConfig()
@@ -117,12 +128,13 @@ def build_index(
     parent.mkdir(parents=True, exist_ok=True)
     if not os.access(parent, os.W_OK):
         raise InputError(f"cannot write into {parent}")
-    scan = scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs)
+    scan = scan_corpus(inputs, config)
     wanted = checkpoint.fingerprint({
-        "inputs": checkpoint.input_identity([f.path for f in scan.files]),
+        "inputs": scan.identity(),
         "model": [encoder.name, encoder.weights_sha256, encoder.dim, encoder.max_length],
         "config": {k: v for k, v in vars(config).items()
-                   if k not in ("overwrite", "restart", "progress", "index", "memory", "opq")},
+                   if k not in ("overwrite", "restart", "progress", "index", "memory", "opq",
+                                "strict")},
     })
     with checkpoint.BuildLock(out):
         work, resumed = checkpoint.prepare_work_dir(out, wanted, config.restart)
@@ -214,8 +226,7 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
         doc_index, docs_read, duplicates = progress.docs, progress.docs_read, 0
         texts: list[str] = []
         records: list[dict[str, Any]] = []
-        for doc in iter_documents(scan, config.text_field, config.doc_field,
-                                  skip=progress.docs_read):
+        for doc in iter_documents(scan, skip=progress.docs_read):
             docs_read += 1
             found = list(_sentences(doc, doc_index, splitter))
             if found and skip_doc is not None and skip_doc([r["text"] for r in found]):
@@ -279,8 +290,10 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
             "text_field": config.text_field,
             "doc_field": config.doc_field,
             "text_docs": config.text_docs,
+            "input_format": config.input_format,
+            "hf_split": config.hf_split,
             "sources": [str(p) for p in inputs],
-            "files": [str(f.path) for f in scan.files],
+            "files": scan.manifest_files(),
         },
         "counts": {
             "files": len(scan.files),

@@ -161,7 +161,6 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
     if config.needs_task:
         if task is None:
             raise InputError(f"{config.method} needs a task", param="task")
-        warnings += task.warnings
         _check_task_size(config, len(task), warn=False)  # refuse before loading a model
         texts = task.sentences
         if config.uses_embeddings and task.embeddings is not None:

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
 import numpy as np
 
@@ -22,6 +22,11 @@ from tapt.util.safety import check_output
 
 from .selection_file import (SelectedSegment, is_selection, manifest_path, read_selection,
                              write_selection)
+
+if TYPE_CHECKING:
+    import datasets
+    import pandas
+    import pyarrow
 
 ExportFormat = Literal["jsonl", "parquet", "hf", "txt"]
 EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "parquet", "hf", "txt")
@@ -50,7 +55,7 @@ class Selection:
         manifest: How they were selected (method, parameters, task, index, counts, timings).
         path: The selection file this was read from or written to, if any.
 
-    Example:
+    Examples:
         >>> task = ["Fever and a persistent cough.", "Reduced blood flow to the kidneys.",
         ...         "A rash on both arms."]
         >>> sel = ix.select("fused", task=task, budget="100sent")
@@ -175,7 +180,7 @@ class Selection:
                         "sentences": s.sentences, "method": s.method})
         return out
 
-    def to_pandas(self):
+    def to_pandas(self) -> "pandas.DataFrame":
         """A pandas DataFrame, one row per segment (`meta` holds dicts).
 
         Returns:
@@ -187,7 +192,7 @@ class Selection:
         pd = _require("pandas", "Selection.to_pandas")
         return pd.DataFrame(self.to_records(), columns=_COLUMNS)
 
-    def to_arrow(self):
+    def to_arrow(self) -> "pyarrow.Table":
         """A pyarrow Table, one row per segment. `meta` and `sentence_meta` are JSON text
         (their keys differ between corpora and rows; `json.loads` gives the dicts back).
 
@@ -205,7 +210,7 @@ class Selection:
         return pa.table({name: pa.array(values, type=_arrow_type(pa, name))
                          for name, values in columns.items()})
 
-    def to_hf_dataset(self):
+    def to_hf_dataset(self) -> "datasets.Dataset":
         """A Hugging Face `datasets.Dataset` (the columns of `to_arrow`).
 
         Raises:
@@ -219,7 +224,8 @@ class Selection:
     def inputs(self) -> list[str]:
         """Paths this selection was made from (task files, the index): never an output."""
         task = self.manifest.get("task") or {}
-        files = [f for f in task.get("files", []) if f != "-"] if isinstance(task, dict) else []
+        files = ([f for f in task.get("files", []) if f not in ("-", "<stdin>")]
+                 if isinstance(task, dict) else [])
         index = (self.manifest.get("index") or {}).get("path")
         return files + ([index] if index else [])
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -37,7 +37,6 @@ class TaskInput:
         sha256: Hash of the files' bytes, of the strings, or of the embeddings.
         sentences: The task's sentences (None for embeddings).
         embeddings: L2-normalised task embeddings (only for kind "embeddings").
-        warnings: What was done to the task on the way (deduplicated files, dropped sentences).
     """
 
     kind: Literal["files", "texts", "embeddings"]
@@ -45,7 +44,6 @@ class TaskInput:
     sha256: str
     sentences: list[str] | None = None
     embeddings: np.ndarray | None = None
-    warnings: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.sentences) if self.sentences is not None else len(self.embeddings)
@@ -55,33 +53,22 @@ class TaskInput:
                 "sentences": len(self)}
 
 
-def task_from_files(paths: Sequence[str | Path], split: bool, text_field: str = "text",
-                    shown_as: list[str] | None = None) -> TaskInput:
-    """Read task files or folders (the same path given twice counts once, with a warning).
+def task_from_files(paths: Sequence[str | Path], split: bool, text_field: str = "text"
+                    ) -> TaskInput:
+    """Read task files, folders or URLs ("-": standard input) with the corpus readers.
 
     Args:
-        paths: Files or folders.
+        paths: Files, folders, URLs or "-" (the same path given twice is read once).
         split: Split records into sentences (the index's setting).
-        text_field: The field holding the text in JSONL-like files.
-        shown_as: How to record the files (e.g. ["-"] for a task read from stdin).
+        text_field: The field or column holding the text.
 
     Returns:
         The task.
     """
     from .task import load_task
 
-    unique, seen, warnings = [], set(), []
-    for path in paths:
-        key = os.path.realpath(path)
-        if key in seen:
-            warnings.append(f"task file {path} was given twice; it is read once")
-            log.warning("%s", warnings[-1])
-            continue
-        seen.add(key)
-        unique.append(path)
-    task = load_task(unique, split=split, text_field=text_field)
-    return TaskInput("files", shown_as or task.files, task.sha256, list(task.sentences),
-                     warnings=warnings)
+    task = load_task(list(paths), split=split, text_field=text_field)
+    return TaskInput("files", task.files, task.sha256, list(task.sentences))
 
 
 def task_from_texts(texts: Sequence[str], split: bool) -> TaskInput:

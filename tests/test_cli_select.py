@@ -119,7 +119,7 @@ def test_select_json_stdout_and_stdin(fake_index, medical_task, tmp_path):
                                                           out.read_text().splitlines()]
     summary = json.loads(piped.stderr)
     assert summary["output"] == "-" and summary["manifest"] is None
-    assert summary["task"]["files"] == ["-"] and summary["task"]["sentences"] == 40
+    assert summary["task"]["files"] == ["<stdin>"] and summary["task"]["sentences"] == 40
     jsonl_task = "".join(json.dumps({"body": t}) + "\n" for t in medical_task.read_text().split("\n")
                          if t)
     fielded = CliRunner().invoke(cli, ["-q", "select", "centroid", str(fake_index), "-t", "-",
@@ -127,7 +127,7 @@ def test_select_json_stdout_and_stdin(fake_index, medical_task, tmp_path):
                                  input=jsonl_task)
     assert fielded.exit_code == 0, fielded.output
     assert fielded.stdout == piped.stdout
-    assert "empty" in error_line(CliRunner().invoke(
+    assert "<stdin>: holds no text" in error_line(CliRunner().invoke(
         cli, ["select", "centroid", str(fake_index), "-t", "-", "--budget", "5", "--out", "-"],
         input=""))
 

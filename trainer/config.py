@@ -66,6 +66,7 @@ class TrainConfig:
     device: str = "cpu"
     resume: bool = False
     eval_text: tuple[str, ...] = ()
+    text_field: str = "text"  # the field/column with the text in --task and --eval-text
     eval_every: int = 0
     save_every: int = 200
     keep_checkpoints: int = 2
@@ -78,6 +79,8 @@ class TrainConfig:
             if isinstance(value, str):
                 value = (value,)
             object.__setattr__(self, name, tuple(str(v) for v in (value or ())))
+        if not isinstance(self.text_field, str) or not self.text_field:
+            raise InputError("must name a field or column", param="text_field")
         if not self.selections:
             raise InputError("give at least one selection file", param="selections")
         if not self.out:

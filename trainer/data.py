@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from tapt.errors import InputError
+from tapt.indexer.splitter import SentenceSplitter
 from tapt.retriever.selection_file import SelectedSegment
 
 from .model import quiet_transformers
-from .task_text import split_sentences
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,8 @@ def segment_examples(
 def document_examples(
     documents: Iterable[Sequence[str] | str], tokenizer: Any, max_length: int, source: str = "task"
 ) -> list[Example]:
-    """Examples of documents (lists of sentences, or strings to split), weight 1."""
-    units = [split_sentences(doc) if isinstance(doc, str) else list(doc) for doc in documents]
+    """Examples of documents (lists of sentences, or strings the corpus splitter splits), weight 1."""
+    splitter = SentenceSplitter()
+    units = [splitter(doc) if isinstance(doc, str) else list(doc) for doc in documents]
     packed = pack_sentences(units, tokenizer, max_length)
     return [Example(ids, 1.0, source) for examples in packed for ids in examples]
