@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
@@ -82,7 +81,8 @@ class Index(_IndexBase):
               model: str | None = None, device: str = "auto", backend: str = "auto",
               segment_size: int = 15, batch_size: int = 64, split: bool = True,
               text_field: str = "text", doc_field: str | None = "doc", text_docs: str = "auto",
-              overwrite: bool = False, restart: bool = False, embedding_dtype: str = "float32",
+              input_format: str | None = None, hf_datasets: Sequence[str] = (),
+              hf_split: str | None = None, strict: bool = False, overwrite: bool = False, restart: bool = False, embedding_dtype: str = "float32",
               index_type: str = "auto", memory: str | int | None = None, opq: bool = False,
               progress: bool = True, encoder: Any = None) -> "Index":
         """Embed a corpus into a new index (the options of `tapt index build`).
@@ -90,7 +90,8 @@ class Index(_IndexBase):
         An interrupted build is resumed by the same call.
 
         Args:
-            inputs: Corpus files or folders.
+            inputs: Corpus files, folders or fsspec URLs (any corpus format: JSONL, text,
+                CSV/TSV, Parquet, Arrow, Hugging Face save_to_disk folders; compressed too).
             out: The index directory to create.
             model: Sentence-transformers model directory or hub name (default: the packaged
                 all-MiniLM-L6-v2).
@@ -103,6 +104,10 @@ class Index(_IndexBase):
             doc_field: The field whose equal consecutive values join records into a document.
             text_docs: Plain text: one document per line ("line"), per blank-line block
                 ("block"), or "auto".
+            input_format: Read every file as this format instead of by its suffix.
+            hf_datasets: Hugging Face Hub datasets to stream too ("NAME" or "NAME:CONFIG").
+            hf_split: The split of `hf_datasets` and of DatasetDict folders.
+            strict: Refuse folders holding files of no known format (default: skip them).
             overwrite: Replace an existing index at `out`.
             restart: Discard an interrupted build of `out` instead of resuming it.
             embedding_dtype: float32, or float16 (half the disk; cosine error ~1e-4).
@@ -121,25 +126,37 @@ class Index(_IndexBase):
 
         config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
                              text_field=text_field, doc_field=doc_field or None,
-                             text_docs=text_docs, overwrite=overwrite, restart=restart,
+                             text_docs=text_docs, input_format=input_format,
+                             hf_split=hf_split, strict=strict, overwrite=overwrite,
+                             restart=restart,
                              progress=progress, index=index_type,
                              memory=DEFAULT_MEMORY if memory is None else memory, opq=opq,
                              embedding_dtype=embedding_dtype)
         encoder = encoder or load_encoder(model, device=device, backend=backend)
-        build_index(_paths(inputs), out, encoder, config)
+        build_index(_inputs(inputs, hf_datasets, hf_split), out, encoder, config)
         return cls(out)
 
     def add(self, inputs: PathLike | Sequence[PathLike], *, model: str | None = None,
             device: str = "auto", backend: str = "auto", batch_size: int | None = None,
+            text_field: str | None = None, doc_field: str | None = None,
+            text_docs: str | None = None, input_format: str | None = None,
+            hf_datasets: Sequence[str] = (), hf_split: str | None = None, strict: bool = False,
             restart: bool = False, progress: bool = True, encoder: Any = None) -> dict[str, Any]:
         """Append the documents of `inputs` the index does not hold yet (`tapt index add`).
 
         Args:
-            inputs: Corpus files or folders.
+            inputs: Corpus files, folders or URLs, read as by `build`.
             model: The index's model directory, if it moved.
             device: auto, cpu or cuda.
             backend: auto (the build's backend where the device allows), torch, onnx, onnx-int8.
             batch_size: Sentences per encoder batch (default: the build's).
+            text_field: The field or column with the text (default: the build's).
+            doc_field: The field joining records into documents (default: the build's).
+            text_docs: Plain-text documents: line, block or auto (default: the build's).
+            input_format: Read every file as this format instead of by its suffix.
+            hf_datasets: Hugging Face Hub datasets to stream too ("NAME" or "NAME:CONFIG").
+            hf_split: The split of `hf_datasets` and of DatasetDict folders.
+            strict: Refuse folders holding files of no known format.
             restart: Discard an interrupted add instead of resuming it.
             progress: Show progress bars.
             encoder: An encoder object to use instead of loading the model (for tests).
@@ -151,8 +168,10 @@ class Index(_IndexBase):
         from tapt.indexer.add import add_to_index
 
         encoder = self._checked_encoder(encoder, model, device, backend)
-        manifest = add_to_index(self.path, _paths(inputs), encoder, batch_size=batch_size,
-                                restart=restart, progress=progress)
+        manifest = add_to_index(self.path, _inputs(inputs, hf_datasets, hf_split), encoder,
+                                batch_size=batch_size, restart=restart, progress=progress,
+                                text_field=text_field, doc_field=doc_field, text_docs=text_docs,
+                                input_format=input_format, hf_split=hf_split, strict=strict)
         self._reopen()
         return manifest["history"][-1]
 
@@ -307,6 +326,18 @@ def _paths(inputs: PathLike | Sequence[PathLike]) -> list[str]:
     if isinstance(inputs, (str, os.PathLike)):
         return [os.fspath(inputs)]
     return [os.fspath(p) for p in inputs]
+
+
+def _inputs(inputs: Any, hf_datasets: Sequence[str], hf_split: str | None) -> list[Any]:
+    """Corpus inputs as the reader takes them: paths and URLs, plus Hub dataset specs."""
+    from tapt.indexer.reader import HubDataset
+
+    items = [inputs] if isinstance(inputs, (str, os.PathLike, HubDataset)) else list(inputs or ())
+    out = [i if isinstance(i, HubDataset) else os.fspath(i) for i in items]
+    out += [HubDataset.parse(spec, hf_split) for spec in hf_datasets]
+    if not out:
+        raise InputError("give corpus files, folders or URLs, or `hf_datasets`", param="inputs")
+    return out
 
 
 def _selection_paths(selections) -> list[str]:

@@ -110,8 +110,8 @@ def resolve_task(task: Any, split: bool, dim: int, text_field: str = "text") -> 
     """The `task` argument of `Index.select`: a path, a list of paths, a list of strings or an
     array of embeddings.
 
-    A `str` or `os.PathLike` is a file or folder; a list of `os.PathLike` is files; a list of
-    `str` is the task's text, unless every string names an existing file, then they are files.
+    A `str` or `os.PathLike` is a file, folder or URL; a list of `os.PathLike` is files; a list
+    of `str` is the task's text, unless every string names an existing file or a URL.
 
     Raises:
         InputError: a type that is none of these, or strings that look like file names of
@@ -127,7 +127,7 @@ def resolve_task(task: Any, split: bool, dim: int, text_field: str = "text") -> 
         if task and all(isinstance(t, os.PathLike) for t in task):
             return task_from_files(list(task), split, text_field)
         if task and all(isinstance(t, str) for t in task):
-            exists = [os.path.exists(t) for t in task]
+            exists = [os.path.exists(t) or _is_url(t) for t in task]
             if all(exists):
                 return task_from_files(list(task), split, text_field)
             if all(_looks_like_file(t) for t in task):
@@ -141,6 +141,10 @@ def resolve_task(task: Any, split: bool, dim: int, text_field: str = "text") -> 
                          "embedding rows", param="task")
     raise InputError(f"a task is a path, a list of paths, a list of strings or an array of "
                      f"embeddings, not {type(task).__name__}", param="task")
+
+
+def _is_url(text: str) -> bool:
+    return "://" in text and not any(c.isspace() for c in text)
 
 
 def _looks_like_file(text: str) -> bool:

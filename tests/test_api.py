@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import random
 import subprocess
 import sys
 from pathlib import Path
