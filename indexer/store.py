@@ -75,7 +75,10 @@ def reader_env(path: Path) -> lmdb.Environment:
     env = _READERS.get(key_)
     if env is None:
         try:
-            env = lmdb.open(str(path), readonly=True, lock=False, subdir=True, max_dbs=0)
+            # Opened as the data file alone: py-lmdb's "already open" guard also keys on
+            # lock.mdb's inode when it exists, and a reader of a generation that `add` has since
+            # deleted keeps that key after the lock file's inode is reused by an unrelated file.
+            env = lmdb.open(str(data), readonly=True, lock=False, subdir=False, max_dbs=0)
         except lmdb.Error as exc:  # e.g. removed between the stat and the open
             raise IndexFormatError(f"text store {path} cannot be opened: {exc}") from exc
         _READERS[key_] = env

@@ -123,6 +123,8 @@ def evaluate_text(
         raise InputError(f"must be positive, got {batch_size}", param="batch_size")
     if max_length < 8:
         raise InputError(f"must be at least 8 tokens, got {max_length}", param="max_length")
+    if not 0 < mlm_probability < 1:
+        raise InputError(f"must be in (0, 1), got {mlm_probability}", param="mlm_probability")
     dev = resolve_device(device)
     text = read_text(paths, text_field=text_field, what="the held-out text")
     torch.manual_seed(seed)

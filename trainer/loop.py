@@ -131,7 +131,8 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     model, tokenizer, model_info = load_mlm(config.model)
     limit = max_positions(model)
     if limit is not None and config.max_length > limit:
-        raise InputError(f"--max-length {config.max_length} exceeds what {model_info['name']} accepts ({limit})")
+        raise InputError(f"{config.max_length} exceeds what {model_info['name']} accepts "
+                         f"({limit})", param="max_length")
     selection_examples = segment_examples(segments, tokenizer, config.max_length)
     task_examples = document_examples(task_docs, tokenizer, config.max_length, "task")
     eval_examples = document_examples(eval_docs, tokenizer, config.max_length, "eval")
