@@ -7,8 +7,9 @@ DEMO := .cache/demo
 DOMAIN ?= medical
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup demo test test-slow clean
+.PHONY: setup demo test test-slow docs docs-serve clean
 
 setup: $(VENV)/.installed
 
@@ -24,6 +25,13 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
+
+# The documentation site (docs/ + mkdocs.yml) into site/; warnings are errors.
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: setup
+	$(VENV)/bin/mkdocs serve
 
 # Index the bundled sample once (cached), select for one domain's seeds three ways, score them.
 demo: setup $(DEMO)/index/manifest.json
@@ -41,4 +49,4 @@ $(DEMO)/index/manifest.json: data/sample/pool.jsonl.gz | setup
 	$(TAPT) index build data/sample/pool.jsonl.gz --out $(DEMO)/index --no-split --overwrite
 
 clean:
-	rm -rf $(DEMO) .pytest_cache
+	rm -rf $(DEMO) .pytest_cache site

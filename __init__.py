@@ -1,8 +1,50 @@
-"""tapt: choose continued-pretraining data for a task from a corpus embedded once."""
+"""tapt: choose continued-pretraining data for a task from a corpus embedded once.
 
+    import tapt
+    ix = tapt.Index.open("idx")
+    sel = ix.select("fused", task=["a task sentence", "another one"], budget="500sent")
+    sel.to_pandas().head()
+
+See `tapt.api` for the whole API. `import tapt` is cheap: the names below load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
 from importlib import metadata as _metadata
+from typing import Any
 
 try:
     __version__ = _metadata.version("tapt")
 except _metadata.PackageNotFoundError:  # pragma: no cover - running from an uninstalled tree
     __version__ = "0+unknown"
+
+_LAZY = {
+    "Index": "tapt.api",
+    "Selection": "tapt.api",
+    "train": "tapt.api",
+    "evaluate_mlm": "tapt.api",
+    "method_names": "tapt.api",
+    "describe_methods": "tapt.api",
+    "TaptError": "tapt.errors",
+    "InputError": "tapt.errors",
+    "OutputError": "tapt.errors",
+    "IndexFormatError": "tapt.errors",
+    "ModelMismatchError": "tapt.errors",
+    "BudgetError": "tapt.errors",
+    "StorageError": "tapt.errors",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tapt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,15 +1,20 @@
 """tapt: choose continued-pretraining data for a task from a corpus embedded once.
 
-The command line only: parsing, terminal output and turning domain errors into one-line
-messages. The work happens in `indexer`, `retriever` and `trainer`.
+The command line only: parsing, terminal output and turning every failure into one line,
+`Error: ...`, and a non-zero exit status. The work happens in `indexer`, `retriever` and
+`trainer`, all reachable from the Python API (`tapt.api`).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
+import inspect
 import json
 import logging
+import os
 import sys
+import traceback
 from pathlib import Path
 
 import click
@@ -17,6 +22,28 @@ import click
 from tapt.errors import TaptError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+_STATE = {"verbose": 0}  # -v count of the running invocation, for tracebacks of internal errors
+
+
+def _flag_of(param: str, ctx: click.Context | None = None) -> str:
+    """A command's flag for a library parameter name (`budget` -> `--budget`)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    for option in (ctx.command.params if ctx is not None else []):
+        if option.name == param and isinstance(option, click.Option):
+            longs = [o for o in option.opts if o.startswith("--")]
+            return (longs or option.opts)[0]
+        if option.name == param:
+            return option.human_readable_name
+    return "--" + param.replace("_", "-")
+
+
+def _one_line(message: str) -> str:
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def _tapt_error(exc: TaptError, ctx: click.Context | None = None) -> click.ClickException:
+    """A tapt error as a one-line ClickException naming this command's flags."""
+    return click.ClickException(_one_line(exc.render(lambda p: _flag_of(p, ctx))))
 
 
 def _domain_errors(func):
@@ -27,26 +54,93 @@ def _domain_errors(func):
         try:
             return func(*args, **kwargs)
         except TaptError as exc:
-            raise click.ClickException(exc.render(_flag_of)) from exc
+            raise _tapt_error(exc) from exc
 
     return wrapper
 
 
-def _flag_of(param: str) -> str:
-    """The current command's flag for a library parameter name (`budget` -> `--budget`)."""
-    ctx = click.get_current_context(silent=True)
-    for option in (ctx.command.params if ctx is not None else []):
-        if option.name == param and isinstance(option, click.Option):
-            longs = [o for o in option.opts if o.startswith("--")]
-            return (longs or option.opts)[0]
-        if option.name == param:
-            return option.human_readable_name
-    return "--" + param.replace("_", "-")
+class _Interrupted(click.ClickException):
+    """Ctrl-C: exit 130 like an interrupted shell job, with one line saying what was kept."""
+
+    exit_code = 130
 
 
-@click.group(context_settings=CONTEXT)
+class _BrokenPipe(Exception):
+    """Whoever read stdout stopped reading (`tapt ... | head`)."""
+
+
+class TaptCommand(click.Command):
+    """A command whose failures become one line: tapt errors name this command's flags,
+    Ctrl-C exits 130."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except TaptError as exc:
+            raise _tapt_error(exc, ctx) from exc
+        except KeyboardInterrupt as exc:
+            raise _Interrupted("interrupted") from exc
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise _BrokenPipe() from exc
+            raise
+
+
+class TaptGroup(click.Group):
+    """The command tree: subcommands are `TaptCommand`s, and `main` prints every failure as
+    one `Error:` line (usage errors point to the command's -h; internal errors say how to see
+    the traceback, which -vv prints)."""
+
+    command_class = TaptCommand
+    group_class = type
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        _STATE["verbose"] = 0
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            sys.stdout.flush()               # a closed pipe shows here, not at interpreter exit
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()                       # `tapt` or `tapt select` alone: the help
+            code = exc.exit_code
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} -h')" if exc.ctx is not None else ""
+            code = _fail(_one_line(exc.format_message()) + hint, exc.exit_code)
+        except click.ClickException as exc:
+            code = _fail(_one_line(exc.format_message()), exc.exit_code)
+        except (click.Abort, KeyboardInterrupt):
+            code = _fail("interrupted", 130)
+        except _BrokenPipe:
+            code = _quiet_broken_pipe()
+        except BrokenPipeError:
+            code = _quiet_broken_pipe()
+        except Exception as exc:  # noqa: BLE001 - the last resort: one line, traceback at -vv
+            if _STATE["verbose"] >= 2:
+                traceback.print_exc(file=sys.stderr)
+            code = _fail(f"internal error: {type(exc).__name__}: {_one_line(exc)} (run with -vv "
+                         "for the traceback)", 1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str, code: int) -> int:
+    click.echo(f"Error: {message}", err=True)
+    return code
+
+
+def _quiet_broken_pipe() -> int:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (tests): nothing to flush
+        pass
+    return 141  # 128 + SIGPIPE, as a shell reports a reader that went away
+
+
+@click.group("tapt", cls=TaptGroup, context_settings=CONTEXT)
 @click.version_option(package_name="tapt")
-@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug and tracebacks).")
 @click.option("-q", "--quiet", is_flag=True, help="Warnings and errors only, no progress bars.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
@@ -55,8 +149,10 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     \b
       tapt index build corpus/ --out idx          # embed a corpus once
       tapt select centroid idx --task task.txt --budget 0.2 --out sel.jsonl
+      tapt export sel.jsonl --format parquet --out train.parquet
       tapt eval sel.jsonl --index idx --label-field domain --label medical
     """
+    _STATE["verbose"] = verbose
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if verbose < 2:
@@ -118,8 +214,56 @@ def _faiss_options(func):
     return func
 
 
+def _input_options(add: bool = False):
+    """How corpus files are read (see indexer/formats): shared by `index build` and `index add`."""
+    from tapt.indexer import formats
+
+    index_default = " [default: the index's]"
+    options = [
+        click.option("--text-field", default=None if add else "text", show_default=not add,
+                     help="Field (JSONL) or column (Parquet, CSV/TSV, Arrow, HF datasets) with "
+                          "the text." + (index_default if add else "")),
+        click.option("--doc-field", default=None if add else "doc", show_default=not add,
+                     help="Field/column whose equal consecutive values join records into one "
+                          "document ('' = none)." + (index_default if add else "")),
+        click.option("--text-docs", default=None if add else "auto", show_default=not add,
+                     type=click.Choice(["auto", "line", "block"]),
+                     help="Plain text: one document per line, or per blank-line block."
+                          + (index_default if add else "")),
+        click.option("--input-format", default=None, type=click.Choice(formats.names()),
+                     help="Read every input file as this format (files without a telling "
+                          "extension) [default: by extension]."),
+        click.option("--hf-dataset", "hf_datasets", multiple=True, metavar="NAME[:CONFIG]",
+                     help="Also read this Hugging Face Hub dataset, streamed (needs the "
+                          "datasets package and a network; repeatable)."),
+        click.option("--hf-split", default=None,
+                     help="Split of --hf-dataset [default: train] and of DatasetDict folders "
+                          "[default: their only split]."),
+        click.option("--strict", is_flag=True,
+                     help="Refuse folders holding files of no known format (default: skip "
+                          "them and list them at INFO)."),
+    ]
+
+    def decorate(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str | None) -> list:
+    """CORPUS arguments and --hf-dataset specs as the reader takes them."""
+    from tapt.indexer.reader import HubDataset
+
+    inputs: list = list(corpus) + [HubDataset.parse(spec, hf_split) for spec in hf_datasets]
+    if not inputs:
+        raise click.UsageError("give CORPUS files, folders or URLs, or --hf-dataset")
+    return inputs
+
+
 @index.command("build", context_settings=CONTEXT)
-@click.argument("corpus", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("corpus", nargs=-1)
 @click.option("--out", "-o", required=True, type=click.Path(), help="Index directory to create.")
 @click.option("--model", default=None, help="Sentence-transformers model directory or hub name "
               "[default: the packaged all-MiniLM-L6-v2].")
@@ -131,12 +275,7 @@ def _faiss_options(func):
 @_backend_option()
 @click.option("--split/--no-split", default=True, show_default=True,
               help="Split records into sentences (--no-split: each record is one sentence).")
-@click.option("--text-field", default="text", show_default=True, help="JSONL field with the text.")
-@click.option("--doc-field", default="doc", show_default=True,
-              help="JSONL field whose equal consecutive values join records into one document.")
-@click.option("--text-docs", default="auto", show_default=True,
-              type=click.Choice(["auto", "line", "block"]),
-              help="Plain text: one document per line, or per blank-line block.")
+@_input_options()
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing tapt index at --out (never anything else).")
 @click.option("--restart", is_flag=True,
@@ -145,38 +284,51 @@ def _faiss_options(func):
               type=click.Choice(["float32", "float16"]),
               help="Stored embeddings: float16 halves their disk and page-cache size (cosine error "
                    "~1e-4); scoring always computes in float32.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @_faiss_options
 @click.pass_context
 @_domain_errors
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
-                doc_field, text_docs, overwrite, restart, embedding_dtype, index_type, memory,
-                opq) -> None:
-    """Embed CORPUS (files or directories of .txt/.jsonl, optionally .gz) into an index.
+                doc_field, text_docs, input_format, hf_datasets, hf_split, strict, overwrite,
+                restart, embedding_dtype, as_json, index_type, memory, opq) -> None:
+    """Embed CORPUS (files, folders or fsspec URLs) into an index.
 
-    The work is committed every few thousand sentences: if a build is killed or runs out of
-    disk, the same command resumes it (no sentence lost, none embedded twice).
+    Formats, chosen by extension: JSONL (.jsonl/.ndjson/.jl/.json), plain text (.txt) and
+    CSV/TSV, each optionally compressed (.gz/.zst/.bz2/.xz); Parquet; Arrow IPC; Hugging Face
+    save_to_disk folders; Hub datasets with --hf-dataset. Other fields and columns are kept as
+    metadata. URLs (s3://, gs://, hf://, https://) need their fsspec backend installed.
+
+    Every input is checked before anything is embedded; then the work is committed every few
+    thousand sentences: if a build is killed or runs out of disk, the same command resumes it
+    (no sentence lost, none embedded twice).
 
     \b
     Examples:
       tapt index build data/sample/pool.jsonl.gz --out idx --no-split
+      tapt index build shards/ --out web-idx --text-field text   # *.parquet, *.jsonl.zst ...
       tapt index build wiki/ --out wiki-idx --model ./my-st-model --device cuda
-      tapt index build big/ --out big-idx --index auto --memory 8G
+      tapt index build --hf-dataset allenai/c4:en --hf-split validation --out c4-idx
     """
     from tapt.indexer.build import BuildConfig, build_index, check_index_output
     from tapt.indexer.encoder import load_encoder
 
+    inputs = _inputs(corpus, hf_datasets, hf_split)
     config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
                          text_field=text_field, doc_field=doc_field or None, text_docs=text_docs,
+                         input_format=input_format, hf_split=hf_split, strict=strict,
                          overwrite=overwrite, restart=restart, progress=ctx.obj["progress"],
                          index=index_type, memory=memory, opq=opq,
                          embedding_dtype=embedding_dtype)
-    check_index_output(out, list(corpus), overwrite)  # before the model is loaded
+    check_index_output(out, inputs, overwrite)  # before the model is loaded
     encoder = load_encoder(model, device=device, backend=backend)
     try:
-        manifest = build_index(list(corpus), out, encoder, config)
+        manifest = build_index(inputs, out, encoder, config)
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the build is kept; run the same "
                            "command again to resume") from exc
+    if as_json:
+        click.echo(json.dumps({"index": out, "manifest": manifest}))
+        return
     counts, build = manifest["counts"], manifest["build"]
     click.echo(
         f"indexed {counts['sentences']:,} sentences ({counts['segments']:,} segments, "
@@ -202,19 +354,23 @@ def _faiss_summary(info: dict) -> str:
 
 @index.command("add", context_settings=CONTEXT)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
-@click.argument("corpus", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("corpus", nargs=-1)
 @click.option("--model", default=None, help="The index's model directory, if it moved.")
 @click.option("--batch-size", default=None, type=int, help="[default: the build's]")
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]))
 @_backend_option("Encoder backend [auto: the one IDX was built with, where the device allows].")
+@_input_options(add=True)
 @click.option("--restart", is_flag=True,
               help="Discard an interrupted add of IDX instead of resuming it.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @click.pass_context
 @_domain_errors
-def index_add(ctx, idx, corpus, model, batch_size, device, backend, restart) -> None:
+def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, doc_field,
+              text_docs, input_format, hf_datasets, hf_split, strict, restart, as_json) -> None:
     """Append the documents of CORPUS that IDX does not hold yet (same model and settings).
 
+    CORPUS is read as by `tapt index build` (any of its formats, folders, URLs, --hf-dataset).
     Existing ids never change; documents whose sentences are already in the index are skipped.
     The add is crash-safe like a build (run it again to resume) and readers see the old index
     until the new one is complete.
@@ -226,16 +382,23 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, restart) -> 
     from tapt.indexer.add import add_to_index, check_add_inputs
     from tapt.indexer.index import Index
 
+    inputs = _inputs(corpus, hf_datasets, hf_split)
     ix = Index(idx)
-    check_add_inputs(ix.path, list(corpus))  # before the model is loaded
+    check_add_inputs(ix.path, inputs)  # before the model is loaded
     encoder = ix.load_encoder(model, device, backend)
     try:
-        manifest = add_to_index(idx, list(corpus), encoder, batch_size=batch_size,
-                                restart=restart, progress=ctx.obj["progress"])
+        manifest = add_to_index(idx, inputs, encoder, batch_size=batch_size,
+                                restart=restart, progress=ctx.obj["progress"],
+                                text_field=text_field, doc_field=doc_field, text_docs=text_docs,
+                                input_format=input_format, hf_split=hf_split, strict=strict)
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the add is kept; run the same "
                            "command again to resume") from exc
     last = manifest["history"][-1]
+    if as_json:
+        click.echo(json.dumps({"index": idx, "added": last, "counts": manifest["counts"],
+                               "generation": manifest.get("generation")}))
+        return
     click.echo(f"added {last['sentences']:,} sentences ({last['documents']:,} documents, "
                f"{last['duplicate_documents_skipped']:,} duplicate documents skipped) -> {idx} "
                f"now holds {manifest['counts']['sentences']:,} sentences")
@@ -445,26 +608,7 @@ def index_recall(ctx, idx, queries, k, values, seed, as_json) -> None:
 
 # ----------------------------------------------------------------------------- select
 
-
-def _select_options(func):
-    """Options every selection method shares."""
-    options = [
-        click.argument("idx", type=click.Path(exists=True, file_okay=False)),
-        click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
-                     help="Selection JSONL to write (its manifest goes beside it)."),
-        click.option("--segment-size", type=int, default=None,
-                     help="Re-cut segments at this size [default: the index's]."),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--model", default=None,
-                     help="Model directory if the index's recorded one cannot be found."),
-        click.option("--device", default="auto", show_default=True,
-                     type=click.Choice(["auto", "cpu", "cuda"])),
-        _backend_option("Backend that embeds the task [auto: the one the index was built with, "
-                        "where the device allows]."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+_BUDGET_HELP = "0.2 = 20% of segments; 5000 = segments; 20000sent = sentences; 2Mtok = tokens."
 
 
 def _search_options(func):
@@ -478,248 +622,157 @@ def _search_options(func):
 
 _TASK = click.option("--task", "-t", required=True, multiple=True, type=click.Path(exists=True),
                      help="Task text: .txt/.jsonl(.gz) files or directories (repeatable).")
-_BUDGET_HELP = "0.2 = 20% of segments; 5000 = segments; 20000sent = sentences; 2Mtok = tokens."
 
 
-def _run_select(ctx, idx, out, task, model, device, backend, **params) -> None:
+def _flags_in_text(text: str) -> str:
+    """Help text with `param` names written as flags."""
+    import re
+
+    return re.sub(r"`([a-z][a-z0-9_]*)`", lambda m: "--" + m.group(1).replace("_", "-"), text)
+
+
+def _param_option(field, hint) -> click.Option:
+    """The click option of one method parameter (type, default, choices and help from its
+    dataclass field)."""
+    from tapt.retriever.methods.base import param_choices, param_type
+
+    kind, _ = param_type(hint)
+    meta = field.metadata
+    choices = param_choices(field, hint)
+    minimum = meta.get("minimum")
+    if choices is not None:
+        type_ = click.Choice([str(c) for c in choices])
+    elif kind is int:
+        type_ = click.IntRange(min=minimum) if minimum is not None else click.INT
+    elif kind is float:
+        type_ = click.FloatRange(min=minimum) if minimum is not None else click.FLOAT
+    else:
+        type_ = click.STRING
+    flags = ["--" + field.name.replace("_", "-")] + ([meta["short"]] if meta.get("short") else [])
+    if kind is bool:
+        return click.Option(flags + [field.name], is_flag=True, default=field.default,
+                            help=_flags_in_text(meta["help"]))
+    return click.Option(flags + [field.name], type=type_, default=field.default,
+                        show_default=field.default is not None, help=_flags_in_text(meta["help"]))
+
+
+def _select_command(method) -> click.Command:
+    """`tapt select NAME`: arguments from what the method needs, options from its Params."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(method.Params)
+    fields = dataclasses.fields(method.Params)
+    params: list[click.Parameter] = [click.Argument(["idx"], type=click.Path(exists=True,
+                                                                           file_okay=False))]
+    if method.needs_embeddings or method.needs_text:
+        params += [
+            click.Option(["--task", "-t"], required=True, multiple=True, metavar="PATH",
+                         help="Task text: files or folders in any corpus format, URLs, or - for "
+                              "standard input (repeatable)."),
+            click.Option(["--text-field"], default="text", show_default=True,
+                         help="Field/column with the task's text (JSONL, Parquet, CSV/TSV, ...)."),
+        ]
+    if method.budget == "required":
+        params.append(click.Option(["--budget", "-b"], required=True, help=_BUDGET_HELP))
+    elif method.budget == "optional":
+        params.append(click.Option(["--budget", "-b"], default=None,
+                                   help=f"{_BUDGET_HELP} [default: {method.budget_help}]"))
+    params += [_param_option(f, hints[f.name]) for f in fields]
+    params += [
+        click.Option(["--out", "-o"], required=True, type=click.Path(dir_okay=False, allow_dash=True),
+                     help="Selection JSONL to write (its manifest goes beside it); - writes the "
+                          "JSONL lines to stdout (no manifest then; the summary goes to stderr)."),
+        click.Option(["--overwrite"], is_flag=True,
+                     help="Replace an existing --out that is not a tapt selection (an existing "
+                          "selection is always replaced; inputs never are)."),
+        click.Option(["--json", "as_json"], is_flag=True,
+                     help="Print one JSON object: method, counts, timings, output, info."),
+        click.Option(["--segment-size"], type=click.IntRange(min=1), default=None,
+                     help="Re-cut segments at this size [default: the index's]."),
+        click.Option(["--seed"], type=int, default=0, show_default=True),
+    ]
+    if method.needs_embeddings:
+        params += [
+            click.Option(["--model"], default=None,
+                         help="Model directory if the index's recorded one cannot be found."),
+            click.Option(["--device"], default="auto", show_default=True,
+                         type=click.Choice(["auto", "cpu", "cuda"])),
+            click.Option(["--backend"], default="auto", show_default=True,
+                         type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]),
+                         help="Backend that embeds the task [auto: the one the index was built "
+                              "with, where the device allows]."),
+            click.Option(["--batch-size"], type=click.IntRange(min=1), default=64,
+                         show_default=True, help="Task sentences per encoder batch."),
+        ]
+
+    def callback(**kw) -> None:
+        ctx = click.get_current_context()
+        values = {f.name: kw.pop(f.name) for f in fields}
+        given = {name for name in values if ctx.get_parameter_source(name)
+                 == click.core.ParameterSource.COMMANDLINE}
+        _run_select(ctx, method, values, given, **kw)
+
+    return TaptCommand(method.name, params=params, callback=callback, context_settings=CONTEXT,
+                       help=f"{method.summary}\n\n{_flags_in_text(inspect.cleandoc(method.help))}",
+                       short_help=method.summary)
+
+
+def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, out, overwrite,
+                as_json, segment_size, seed, task=(), text_field="text", budget=None, model=None,
+                device="auto", backend="auto", batch_size=64) -> None:
     from tapt.indexer.index import Index
-    from tapt.retriever.select import SelectConfig, run_selection
+    from tapt.retriever.select import SelectConfig, make_selection
+    from tapt.retriever.selection import check_selection_output
+    from tapt.retriever.task_input import task_from_files
 
-    config = SelectConfig(**params)
+    config = SelectConfig(method.name, budget, segment_size=segment_size, seed=seed,
+                          explicit=given, **values)
     ix = Index(idx)
-    encoder = ix.load_encoder(model, device, backend) if config.method != "random" else None
-    manifest = run_selection(ix, config, out, list(task) if task else None, encoder)
+    files = [t for t in task if t != "-"]
+    if out != "-":
+        check_selection_output(out, files + [idx], overwrite)   # before any slow work
+    task_input = None
+    if task:
+        task_input = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"],
+                                     text_field)
+    encoder = ix.load_encoder(model, device, backend) if config.uses_embeddings else None
+    selection = make_selection(ix, config, task_input, encoder=encoder, batch_size=batch_size,
+                               progress=ctx.obj["progress"])
+    if out == "-":
+        selection.write_lines(click.get_text_stream("stdout"))
+    else:
+        selection.write(out, overwrite=overwrite)
+    manifest, to_stderr = selection.manifest, out == "-"
+    if as_json:
+        click.echo(json.dumps({"method": manifest["method"], "output": out,
+                               "manifest": None if out == "-" else str(Path(f"{out}.manifest.json")),
+                               "counts": manifest["counts"], "timings": manifest["timings"],
+                               "budget": manifest["budget"], "params": manifest["params"],
+                               "task": manifest["task"], "info": manifest["info"],
+                               "warnings": manifest["warnings"]}, default=str), err=to_stderr)
+        return
     counts, info = manifest["counts"], manifest["info"]
     extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in info.items())
     click.echo(
         f"{config.method}: selected {counts['segments']:,} segments ({counts['sentences']:,} "
         f"sentences, {counts['tokens']:,} tokens) of {counts['corpus_segments']:,} in "
-        f"{manifest['timings']['total_seconds']:.2f} s{extra} -> {out}"
-    )
+        f"{manifest['timings']['total_seconds']:.2f} s{extra} -> {out}", err=to_stderr)
 
 
 @cli.group(context_settings=CONTEXT)
 def select() -> None:
-    """Select task-like segments from an index."""
+    """Select task-like segments from an index (one command per method)."""
 
 
-@select.command("centroid", context_settings=CONTEXT)
-@_select_options
-@_TASK
-@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
-@click.pass_context
-@_domain_errors
-def select_centroid(ctx, idx, out, segment_size, seed, model, device, backend, task, budget) -> None:
-    """Rank segments by cosine to the task's mean embedding (Domain-Cosine).
+def _add_select_commands() -> None:
+    from tapt.retriever.methods import methods
 
-    \b
-    Example:
-      tapt select centroid idx --task task.jsonl --budget 0.2 --out sel.jsonl
-    """
-    _run_select(ctx, idx, out, task, model, device, backend, method="centroid", budget=budget,
-                seed=seed, segment_size=segment_size)
+    for method in methods():
+        select.add_command(_select_command(method))
 
 
-@select.command("knn", context_settings=CONTEXT)
-@_select_options
-@_TASK
-@click.option("--k", "-k", default=50, show_default=True, type=int,
-              help="Neighbours per task sentence.")
-@click.option("--budget", "-b", default=None, help=_BUDGET_HELP + " [default: the whole union]")
-@_search_options
-@click.pass_context
-@_domain_errors
-def select_knn(ctx, idx, out, segment_size, seed, model, device, backend, task, k, budget,
-               nprobe, ef_search) -> None:
-    """Union of each task sentence's k nearest corpus sentences (kNN-TAPT).
-
-    \b
-    Example:
-      tapt select knn idx --task task.jsonl --k 50 --out sel.jsonl
-    """
-    _run_select(ctx, idx, out, task, model, device, backend, method="knn", budget=budget, k=k,
-                seed=seed, segment_size=segment_size, nprobe=nprobe, ef_search=ef_search)
-
-
-@select.command("iforest", context_settings=CONTEXT)
-@_select_options
-@_TASK
-@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
-@click.option("--candidates", default="10x", show_default=True,
-              help="Candidates to rescore: 10x the budget, a segment count, or all.")
-@click.option("--prerank", default="centroid", show_default=True,
-              type=click.Choice(["centroid", "knn", "density", "classifier", "fused"]),
-              help="How candidates are pre-ranked (fused: classifier + Moore-Lewis).")
-@click.option("--detector", default="iforest", show_default=True,
-              type=click.Choice(["iforest", "lof", "ocsvm", "robust-cov", "pca-recon", "knn-dist",
-                                 "auto"]),
-              help="Rescoring detector; auto = best held-out F1 (see `tapt detectors rank`).")
-@click.option("--k", "-k", default=50, show_default=True, type=int,
-              help="Neighbours per task sentence for --prerank knn.")
-@click.option("--weights", default="discrete", show_default=True,
-              type=click.Choice(["discrete", "continuous"]),
-              help="continuous: weight = sigmoid(C * (alpha - z)), z the standardised anomaly.")
-@click.option("--C", "C", default=4.0, show_default=True, type=float)
-@click.option("--alpha", default=0.0, show_default=True, type=float)
-@click.option("--pca", default=0, show_default=True, type=int,
-              help="Fit the forest in a PCA projection of this many dimensions (0 = off).")
-@_search_options
-@click.pass_context
-@_domain_errors
-def select_iforest(ctx, idx, out, segment_size, seed, model, device, backend, task, budget, candidates,
-                   prerank, detector, k, weights, C, alpha, pca, nprobe, ef_search) -> None:
-    """Rescore candidates with an Isolation Forest fitted on the task (TADPOLE).
-
-    \b
-    Examples:
-      tapt select iforest idx --task task.jsonl --budget 0.2 --out sel.jsonl
-      tapt select iforest idx --task task.jsonl --budget 1.0 --candidates all \\
-          --weights continuous --C 4 --alpha 0 --out weighted.jsonl
-    """
-    source = click.get_current_context().get_parameter_source
-    if weights == "discrete" and any(
-        source(p) == click.core.ParameterSource.COMMANDLINE for p in ("C", "alpha")
-    ):
-        raise click.UsageError("--C and --alpha only apply with --weights continuous")
-    _run_select(ctx, idx, out, task, model, device, backend, method="iforest", budget=budget,
-                candidates=candidates, prerank=prerank, k=k, weights=weights, C=C, alpha=alpha,
-                pca=pca, seed=seed, segment_size=segment_size, detector=detector,
-                nprobe=nprobe, ef_search=ef_search)
-
-
-@select.command("random", context_settings=CONTEXT)
-@_select_options
-@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
-@click.pass_context
-@_domain_errors
-def select_random(ctx, idx, out, segment_size, seed, model, device, backend, budget) -> None:
-    """Uniformly random segments: the baseline every method must beat.
-
-    \b
-    Example:
-      tapt select random idx --budget 0.2 --seed 1 --out random.jsonl
-    """
-    _run_select(ctx, idx, out, None, model, device, backend, method="random", budget=budget, seed=seed,
-                segment_size=segment_size)
-
-
-@select.command("distance", context_settings=CONTEXT)
-@_select_options
-@_TASK
-@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
-@click.pass_context
-@_domain_errors
-def select_distance(ctx, idx, out, segment_size, seed, model, device, backend, task, budget) -> None:
-    """Distance to a random-corpus centroid minus distance to the task centroid (Wang et al.).
-
-    \b
-    Example:
-      tapt select distance idx --task task.jsonl --budget 0.2 --out sel.jsonl
-    """
-    _run_select(ctx, idx, out, task, model, device, backend, method="distance", budget=budget, seed=seed,
-                segment_size=segment_size)
-
-
-@select.command("density", context_settings=CONTEXT)
-@_select_options
-@_TASK
-@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
-@click.option("--m", "m", default=10, show_default=True, type=int,
-              help="Mean cosine to the m nearest task sentences (1 = best cosine to any).")
-@click.pass_context
-@_domain_errors
-def select_density(ctx, idx, out, segment_size, seed, model, device, backend, task, budget, m) -> None:
-    """Rank every sentence by its mean cosine to its m nearest task sentences.
-
-    \b
-    Examples:
-      tapt select density idx --task task.jsonl --budget 20000sent --m 10 --out sel.jsonl
-      tapt select density idx --task task.jsonl --budget 0.2 --m 1 --out best-cosine.jsonl
-    """
-    _run_select(ctx, idx, out, task, model, device, backend, method="density", budget=budget, m=m,
-                seed=seed, segment_size=segment_size)
-
-
-@select.command("classifier", context_settings=CONTEXT)
-@_select_options
-@_TASK
-@click.option("--budget", "-b", default=None,
-              help=_BUDGET_HELP + " [default: every segment with probability > 0.5]")
-@click.option("--rounds", default=2, show_default=True, type=int,
-              help="Self-training rounds (0 = positive only: trained on the task alone).")
-@click.pass_context
-@_domain_errors
-def select_classifier(ctx, idx, out, segment_size, seed, model, device, backend, task, budget,
-                      rounds) -> None:
-    """Positive-unlabeled logistic regression on the stored embeddings, with self-training.
-
-    \b
-    Examples:
-      tapt select classifier idx --task task.jsonl --budget 20000sent --out sel.jsonl
-      tapt select classifier idx --task task.jsonl --rounds 0 --out probable.jsonl
-    """
-    _run_select(ctx, idx, out, task, model, device, backend, method="classifier", budget=budget,
-                rounds=rounds, seed=seed, segment_size=segment_size)
-
-
-@select.command("moore-lewis", context_settings=CONTEXT)
-@_select_options
-@_TASK
-@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
-@click.pass_context
-@_domain_errors
-def select_moore_lewis(ctx, idx, out, segment_size, seed, model, device, backend, task, budget) -> None:
-    """Bigram cross-entropy difference, task LM vs a random-pool LM (Moore & Lewis 2010).
-
-    \b
-    Example:
-      tapt select moore-lewis idx --task task.jsonl --budget 0.2 --out sel.jsonl
-    """
-    _run_select(ctx, idx, out, task, model, device, backend, method="moore-lewis", budget=budget,
-                seed=seed, segment_size=segment_size)
-
-
-@select.command("fused", context_settings=CONTEXT)
-@_select_options
-@_TASK
-@click.option("--budget", "-b", required=True, help=_BUDGET_HELP)
-@click.option("--rounds", default=2, show_default=True, type=int,
-              help="Self-training rounds of the classifier half.")
-@click.pass_context
-@_domain_errors
-def select_fused(ctx, idx, out, segment_size, seed, model, device, backend, task, budget,
-                 rounds) -> None:
-    """Classifier (meaning) + Moore-Lewis (wording): the sum of their z-scores.
-
-    The most precise method on the benchmark; it reads every stored sentence's text, so it
-    costs a few seconds more than the classifier alone.
-
-    \b
-    Example:
-      tapt select fused idx --task task.jsonl --budget 20000sent --out sel.jsonl
-    """
-    _run_select(ctx, idx, out, task, model, device, backend, method="fused", budget=budget,
-                rounds=rounds, seed=seed, segment_size=segment_size)
-
-
-@select.command("auto", context_settings=CONTEXT)
-@_select_options
-@_TASK
-@click.option("--budget", "-b", default=None, help=_BUDGET_HELP)
-@click.option("--m", "m", default=10, show_default=True, type=int)
-@click.option("--rounds", default=2, show_default=True, type=int)
-@click.pass_context
-@_domain_errors
-def select_auto(ctx, idx, out, segment_size, seed, model, device, backend, task, budget, m,
-                rounds) -> None:
-    """Pick the method with the best held-out F1 for the task (TADPOLE's protocol), run it.
-
-    \b
-    Example:
-      tapt select auto idx --task task.jsonl --budget 20000sent --out sel.jsonl
-    """
-    _run_select(ctx, idx, out, task, model, device, backend, method="auto", budget=budget, m=m,
-                rounds=rounds, seed=seed, segment_size=segment_size)
+_add_select_commands()
 
 
 # ----------------------------------------------------------------------------- eval
@@ -755,13 +808,49 @@ def evaluate(selections, idx, label_field, label, as_json) -> None:
                    f"{row['f1']:>6.3f} {row['seconds']:>7.2f}")
 
 
+@cli.command("export", context_settings=CONTEXT)
+@click.argument("selection", type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "fmt", default=None, type=click.Choice(["jsonl", "parquet", "hf", "txt"]),
+              help="jsonl, parquet, hf (a datasets save_to_disk folder) or txt (one segment per "
+                   "line, weights dropped) [default: from --out's suffix].")
+@click.option("--out", "-o", required=True, type=click.Path(allow_dash=True),
+              help="File to write (a folder for --format hf); - writes jsonl or txt to stdout.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing --out that tapt did not write (inputs never are).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def export_command(selection, fmt, out, overwrite, as_json) -> None:
+    """Write a selection as training data: one example per segment with its text and weight,
+    plus score, rank, ids, document key, source file and the corpus metadata.
+
+    \b
+    parquet loads with pandas.read_parquet, hf with datasets.load_from_disk; `meta` and
+    `sentence_meta` are JSON text there (jsonl keeps them as objects).
+
+    \b
+    Examples:
+      tapt export sel.jsonl --format parquet --out train.parquet
+      tapt export sel.jsonl --format hf --out train-ds
+      tapt export sel.jsonl --format txt --out train.txt
+    """
+    from tapt.retriever.selection import Selection, export_format
+
+    sel = Selection.read(selection)
+    to_stdout = out == "-"
+    fmt = fmt or ("jsonl" if to_stdout else export_format(out, None))
+    if to_stdout:
+        click.get_text_stream("stdout").writelines(sel.lines(fmt))
+    else:
+        out = str(sel.export(out, fmt, overwrite=overwrite))
+    counts = {"segments": len(sel), "sentences": int(sum(len(s) for s in sel.sentences))}
+    if as_json:
+        click.echo(json.dumps({"selection": selection, "format": fmt, "output": out, **counts}),
+                   err=to_stdout)
+        return
+    click.echo(f"exported {counts['segments']:,} segments ({counts['sentences']:,} sentences) as "
+               f"{fmt} -> {out}", err=to_stdout)
+
+
 # --- trainer commands ---
-
-
-class _Interrupted(click.ClickException):
-    """Ctrl-C during training: the checkpoint is saved; exit 130 like an interrupted shell job."""
-
-    exit_code = 130
 
 
 @cli.command("train", context_settings=CONTEXT)
@@ -770,8 +859,9 @@ class _Interrupted(click.ClickException):
 @click.option("--selection", "selections", required=True, multiple=True,
               type=click.Path(exists=True, dir_okay=False),
               help="Selection JSONL from `tapt select` (repeatable; all from one index).")
-@click.option("--task", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Task text (.txt/.jsonl, .gz) mixed into training (repeatable).")
+@click.option("--task", multiple=True, metavar="PATH",
+              help="Task text mixed into training: files or folders in any corpus format, "
+                   "URLs, or - for standard input (repeatable; a path given twice is read once).")
 @click.option("--mix", default=None, help="TASK:SELECTION examples ratio with --task [default: 1:1].")
 @click.option("--weights", default="discrete", show_default=True,
               type=click.Choice(["discrete", "continuous", "sample"]),
@@ -790,8 +880,12 @@ class _Interrupted(click.ClickException):
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
               help="Model directory to write (checkpoints go to OUT/checkpoints).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
-@click.option("--eval-text", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Held-out text for the masked-LM loss during training (repeatable).")
+@click.option("--eval-text", multiple=True, metavar="PATH",
+              help="Held-out text for the masked-LM loss during training, read like --task "
+                   "(repeatable).")
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the text in --task and --eval-text (JSONL, Parquet, "
+                   "CSV/TSV, Arrow, HF datasets).")
 @click.option("--eval-every", default=0, show_default=True, type=int,
               help="Evaluate every N steps (0: only at the start and the end).")
 @click.option("--save-every", default=200, show_default=True, type=int,
@@ -803,11 +897,13 @@ class _Interrupted(click.ClickException):
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
               help="cuda trains with bf16 autocast where supported.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @click.pass_context
 @_domain_errors
 def train_command(ctx, model, selections, task, mix, weights, steps, epochs, batch_size, max_length,
-                  lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, eval_every,
-                  save_every, keep_checkpoints, delete_checkpoints, seed, device) -> None:
+                  lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, text_field,
+                  eval_every, save_every, keep_checkpoints, delete_checkpoints, seed,
+                  device, as_json) -> None:
     """Continue masked-LM pretraining of a model on selected segments (and task text).
 
     \b
@@ -817,21 +913,24 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
           --epochs 3 --eval-text heldout.txt --eval-every 200 --out model-knn
       tapt train --selection weighted.jsonl --weights continuous --steps 2000 --out m --resume
     """
-    from tapt.trainer.config import TrainConfig
-    from tapt.trainer.loop import TrainingInterrupted, train
+    from tapt.api import train
+    from tapt.trainer.loop import TrainingInterrupted
 
-    config = TrainConfig(
-        model=model, selections=tuple(selections), task=tuple(task), mix=mix, weights=weights,
-        steps=steps, epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr,
-        warmup=warmup, weight_decay=weight_decay, mlm_probability=mlm_probability, out=out,
-        resume=resume, eval_text=tuple(eval_text), eval_every=eval_every, save_every=save_every,
-        keep_checkpoints=keep_checkpoints, delete_checkpoints=delete_checkpoints, seed=seed,
-        device=device, progress=ctx.obj["progress"],
-    )
     try:
-        manifest = train(config)
+        manifest = train(
+            list(selections), out, model=model, task=tuple(task), mix=mix, weights=weights,
+            steps=steps, epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr,
+            warmup=warmup, weight_decay=weight_decay, mlm_probability=mlm_probability,
+            resume=resume, eval_text=tuple(eval_text), text_field=text_field,
+            eval_every=eval_every, save_every=save_every, keep_checkpoints=keep_checkpoints,
+            delete_checkpoints=delete_checkpoints, seed=seed, device=device,
+            progress=ctx.obj["progress"])
     except TrainingInterrupted as exc:
         raise _Interrupted(f"{exc}; continue with the same arguments plus --resume") from exc
+    if as_json:
+        click.echo(json.dumps({"out": out, **{k: v for k, v in manifest.items()
+                                               if k != "loss_curve"}}))
+        return
     evals = manifest["evals"]
     tail = (f", eval loss {evals[0]['loss']:.4f} -> {evals[-1]['loss']:.4f} "
             f"(perplexity {evals[-1]['perplexity']:.2f})" if evals else "")
@@ -842,9 +941,11 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
 @cli.command("eval-mlm", context_settings=CONTEXT)
 @click.option("--model", default=None, help="Masked-LM model directory or hub name "
               "[default: the packaged all-MiniLM-L6-v2].")
-@click.option("--text", "texts", required=True, multiple=True,
-              type=click.Path(exists=True, dir_okay=False),
-              help="Held-out text (.txt/.jsonl, .gz; repeatable).")
+@click.option("--text", "texts", required=True, multiple=True, metavar="PATH",
+              help="Held-out text: files or folders in any corpus format, URLs, or - for "
+                   "standard input (repeatable).")
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the text (JSONL, Parquet, CSV/TSV, Arrow, HF datasets).")
 @click.option("--max-length", default=128, show_default=True, type=int)
 @click.option("--batch-size", default=32, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int,
@@ -855,8 +956,8 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_domain_errors
-def eval_mlm_command(model, texts, max_length, batch_size, seed, mlm_probability, pseudo, device,
-                     as_json) -> None:
+def eval_mlm_command(model, texts, text_field, max_length, batch_size, seed, mlm_probability, pseudo,
+                     device, as_json) -> None:
     """Masked-LM loss and perplexity of a model on held-out text (fixed, seeded masks).
 
     \b
@@ -864,12 +965,11 @@ def eval_mlm_command(model, texts, max_length, batch_size, seed, mlm_probability
       tapt eval-mlm --model model-knn --text heldout.txt
       tapt eval-mlm --model model-knn --text small.txt --pseudo-perplexity --json
     """
-    from tapt.trainer.evaluate import evaluate_text
+    from tapt.api import evaluate_mlm
 
-    if not 0 < mlm_probability < 1:
-        raise click.BadParameter("must be in (0, 1)", param_hint="--mlm-probability")
-    report = evaluate_text(model, list(texts), max_length=max_length, batch_size=batch_size,
-                           seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device)
+    report = evaluate_mlm(list(texts), model=model, max_length=max_length, batch_size=batch_size,
+                          seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device,
+                          text_field=text_field)
     if as_json:
         click.echo(json.dumps(report))
         return
@@ -899,17 +999,19 @@ def bench() -> None:
               help="Labelled pool JSONL(.gz): text, domain, doc, pos (indexed if no --index).")
 @click.option("--seeds", "seeds_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="Directory of <domain>.jsonl.gz seed files.")
-@click.option("--index", "idx", type=click.Path(exists=True, file_okay=False), default=None,
+@click.option("--index", "index_path", type=click.Path(exists=True, file_okay=False), default=None,
               help="An index of the pool (built with --no-split) to reuse.")
 @click.option("--methods", default="all", show_default=True,
-              help="Comma-separated methods, or all.")
+              help="Comma-separated names, or all: every selection method at its defaults, "
+                   "the benchmark's named variants of them and the dsir baseline (an unknown "
+                   "name lists them all).")
 @click.option("--seed-sizes", default="100,500,2000", show_default=True)
 @click.option("--budgets", default="oracle,0.5x,2x", show_default=True,
               help="Multiples of the oracle's size in sentences.")
 @click.option("--repeats", default=3, show_default=True, type=int,
               help="Seed subsets per seed size smaller than the seed file.")
 @click.option("--segment-sizes", default="1,15", show_default=True,
-              help="Segment sizes for methods whose ranking ignores the budget (others: 1).")
+              help="Segment sizes for methods that score sentences (others rank at size 1).")
 @click.option("--domains", default=None, help="Only these domains (comma-separated).")
 @click.option("--label-field", default="domain", show_default=True)
 @click.option("--cache", default=".cache/bench", show_default=True, type=click.Path(file_okay=False),
@@ -920,7 +1022,7 @@ def bench() -> None:
                    "an earlier results directory).")
 @click.pass_context
 @_domain_errors
-def bench_recall_command(ctx, pool, seeds_dir, idx, methods, seed_sizes, budgets, repeats,
+def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, budgets, repeats,
                          segment_sizes, domains, label_field, cache, out) -> None:
     """Precision, recall and F1 of every method against oracle selections, DSIR beside them.
 
@@ -934,7 +1036,7 @@ def bench_recall_command(ctx, pool, seeds_dir, idx, methods, seed_sizes, budgets
     from tapt.retriever.bench.run import bench_recall
 
     report = bench_recall(
-        Path(pool) if pool else None, Path(seeds_dir), Path(idx) if idx else None,
+        Path(pool) if pool else None, Path(seeds_dir), Path(index_path) if index_path else None,
         [m.strip() for m in methods.split(",") if m.strip()], _ints(seed_sizes, "--seed-sizes"),
         budgets, repeats, _ints(segment_sizes, "--segment-sizes"), Path(out), Path(cache),
         label_field=label_field, domains=domains.split(",") if domains else None,
@@ -999,10 +1101,10 @@ def detectors_rank_command(idx, task, pca, seed, model, device, backend, as_json
     """
     from tapt.indexer.index import Index
     from tapt.retriever.choose_detector import rank_detectors
-    from tapt.retriever.task import load_task
+    from tapt.retriever.task_input import task_from_files
 
     ix = Index(idx)
-    sentences = load_task(list(task), split=ix.manifest["ingest"]["split_sentences"]).sentences
+    sentences = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"]).sentences
     rows = rank_detectors(ix, ix.load_encoder(model, device, backend).encode(sentences), seed=seed,
                           pca_dims=pca)
     if as_json:

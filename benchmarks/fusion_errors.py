@@ -22,9 +22,10 @@ from tapt.indexer.index import Index
 from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.bench.labelled_pool import read_seed_sets
 from tapt.retriever.bench.run import seed_embeddings
-from tapt.retriever.ngram_lm import Vocabulary
+from tapt.retriever.budget import parse_budget
+from tapt.retriever.methods import Context, SegmentView, get_method
+from tapt.retriever.ngram_lm import Vocabulary, moore_lewis_scores
 from tapt.retriever.oracle import sentence_labels
-from tapt.retriever.scored import fit_scorer, moore_lewis_scores
 
 log = logging.getLogger("fusion_errors")
 
@@ -60,10 +61,12 @@ def main(argv: list[str] | None = None) -> None:
     vocab = Vocabulary()
     encoded = vocab.encode(index.store.texts(range(index.n_sentences)))
     rows = {}
+    classifier = get_method("classifier")
+    view = SegmentView.of(index, 1)
     for s in tqdm(seed_sets, desc="domains"):
         relevant = labels == s.domain
-        scorer, _ = fit_scorer("classifier", index, embeddings[s.domain],
-                               n_positive=int(relevant.sum()))
+        ctx = Context(index, view, parse_budget(f"{int(relevant.sum())}sent"), seed=0)
+        scorer, _ = classifier.scorer(ctx, embeddings[s.domain], classifier.make_params())
         lexical = moore_lewis_scores([], s.texts, 0, vocab=vocab, pool_encoded=encoded)
         rows[s.domain] = error_overlap(scorer(index.embeddings), lexical, relevant)
         log.info("%s %s", s.domain, rows[s.domain])

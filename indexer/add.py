@@ -25,14 +25,14 @@ from tapt.util.safety import check_output, enclosing_index, is_tapt_index
 from tapt.util.versions import utc_now
 
 from . import checkpoint
-from .build import BuildConfig, build_into
+from .build import BuildConfig, build_into, local_inputs, scan_corpus
 from .encoder import Encoder
 from .generations import exchange
 from .index import Index
 from .integrity import check_all_checksums, remember_index
 from .manifest import (DOCS, EMBEDDINGS, INDEX_FORMAT_VERSION, LMDB_DATA, STORE, TOKENS,
                        write_index_manifest)
-from .reader import scan_inputs
+from .reader import InputSpec
 from .store import TextStore, close_reader
 
 log = logging.getLogger(__name__)
@@ -80,8 +80,9 @@ def _copy_index(index: Index, work: Path) -> None:
     shutil.copyfile(index.path / LMDB_DATA, work / LMDB_DATA)
 
 
-def check_add_inputs(index_path: Path, inputs: list[str | Path]) -> None:
-    """`index add` writes the index: no input may be it, lie inside it, or contain it."""
+def check_add_inputs(index_path: Path, inputs: list[InputSpec]) -> None:
+    """`index add` writes the index: no local input may be it, lie inside it, or contain it."""
+    inputs = local_inputs(inputs)
     for raw in inputs:
         inside = enclosing_index(raw)
         if inside is not None:
@@ -91,12 +92,19 @@ def check_add_inputs(index_path: Path, inputs: list[str | Path]) -> None:
                  param="idx")
 
 
-def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
+def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                  batch_size: int | None = None, restart: bool = False,
-                 progress: bool = True) -> dict[str, Any]:
-    """Append the documents of `inputs` that the index does not hold yet; returns the manifest."""
+                 progress: bool = True, *, text_field: str | None = None,
+                 doc_field: str | None = None, text_docs: str | None = None,
+                 input_format: str | None = None, hf_split: str | None = None,
+                 strict: bool = False) -> dict[str, Any]:
+    """Append the documents of `inputs` that the index does not hold yet; returns the manifest.
+
+    The reading options (`text_field`, `doc_field`, `text_docs`) default to the index's; the
+    others are as for a build (`tapt.indexer.reader.scan_inputs`).
+    """
     index = Index(path)
-    check_add_inputs(index.path, inputs)
+    check_add_inputs(index.path, list(inputs))
     index.check_encoder(encoder)
     old = index.manifest
     # The add copies the index and records new checksums: damage copied now would be sealed as
@@ -106,15 +114,20 @@ def add_to_index(path: str | Path, inputs: list[str | Path], encoder: Encoder,
     config = BuildConfig(segment_size=old["segment_size"],
                          batch_size=batch_size or old["build"].get("batch_size", 64),
                          window=old["build"].get("window", 4096),
-                         split=ingest["split_sentences"], text_field=ingest["text_field"],
-                         doc_field=ingest["doc_field"], text_docs=ingest["text_docs"],
+                         split=ingest["split_sentences"],
+                         text_field=text_field or ingest["text_field"],
+                         doc_field=ingest["doc_field"] if doc_field is None else doc_field,
+                         text_docs=text_docs or ingest["text_docs"], input_format=input_format,
+                         hf_split=hf_split, strict=strict,
                          progress=progress, **_faiss_request(old.get("faiss", {})),
                          embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"))
-    scan = scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs)
-    check_add_inputs(index.path, [f.path for f in scan.files])
+    scan = scan_corpus(inputs, config)
+    check_add_inputs(index.path, local_inputs(scan))
     wanted = checkpoint.fingerprint({
-        "inputs": checkpoint.input_identity([f.path for f in scan.files]),
+        "inputs": scan.identity(),
         "index": index.manifest_sha256, "batch_size": config.batch_size,
+        "read": [config.text_field, config.doc_field, config.text_docs, config.input_format,
+                 config.hf_split],
         "store_format": INDEX_FORMAT_VERSION,
     })
     with checkpoint.BuildLock(index.path):
@@ -182,7 +195,7 @@ def _merge_manifest(old: dict[str, Any], new: dict[str, Any], scan, inputs,
     merged["build"] = old["build"]
     merged["ingest"] = {**old["ingest"],
                         "sources": old["ingest"]["sources"] + [str(p) for p in inputs],
-                        "files": old["ingest"]["files"] + [str(f.path) for f in scan.files]}
+                        "files": old["ingest"]["files"] + scan.manifest_files()}
     merged["counts"] = {**new["counts"], "files": old["counts"]["files"] + len(scan.files),
                         "skipped_blank_records": old["counts"]["skipped_blank_records"]
                         + scan.skipped_blank}

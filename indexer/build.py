@@ -29,13 +29,14 @@ from tapt.util.versions import library_versions, utc_now
 
 from . import checkpoint
 from .encoder import Encoder, model_fingerprint, model_record
+from .formats import ReadOptions
 from .faiss_index import build_faiss_index
 from .index_choice import DEFAULT_MEMORY, REQUESTS, choose_index, parse_memory
 from .integrity import remember_index
 from .manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT, INDEX_FORMAT_VERSION, LMDB_DATA,
                        STORE, TOKENS, foreign_entries, write_index_manifest)
 from .npy import NpyAppender
-from .reader import Document, TextDocs, iter_documents, scan_inputs
+from .reader import CorpusScan, Document, InputSpec, TextDocs, iter_documents, scan_inputs
 from .readahead import read_ahead
 from .splitter import SentenceSplitter, segment_offsets
 from .store import TextStoreWriter
@@ -57,6 +58,9 @@ class BuildConfig:
     text_field: str = "text"
     doc_field: str | None = "doc"
     text_docs: TextDocs = "auto"
+    input_format: str | None = None  # read every file as this format (else by its suffix)
+    hf_split: str | None = None      # split of a DatasetDict folder or Hub dataset
+    strict: bool = False             # refuse folders holding files of no known format
     overwrite: bool = False
     restart: bool = False
     progress: bool = True
@@ -72,8 +76,8 @@ class BuildConfig:
             raise InputError("must be at least 1", param="batch_size")
         if self.window < self.batch_size:
             self.window = self.batch_size
-        if self.text_docs not in ("auto", "line", "block"):
-            raise InputError("must be auto, line or block", param="text_docs")
+        ReadOptions(self.text_field, self.doc_field, self.text_docs, self.input_format,
+                    self.hf_split, self.strict)  # validates the reading options
         if self.index not in REQUESTS:
             raise InputError(f"must be one of {', '.join(REQUESTS)}", param="index")
         parse_memory(self.memory)
@@ -103,15 +107,33 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def scan_corpus(inputs: list[InputSpec], config: BuildConfig) -> CorpusScan:
+    """The up-front scan of a build's or an add's inputs, read as `config` says."""
+    return scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs,
+                       input_format=config.input_format, hf_split=config.hf_split,
+                       strict=config.strict, progress=config.progress)
+
+
+def local_inputs(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
+    """The local paths among inputs (of a scan: every local file it reads); URLs, Hub datasets
+    and standard input have no place on this disk to protect."""
+    if isinstance(inputs, CorpusScan):
+        return [f.source.local for f in inputs.files if f.source.local is not None]
+    return [Path(spec) for spec in inputs if isinstance(spec, (str, Path))
+            and str(spec) != "-" and "://" not in str(spec)]
+
+
 def replaceable_index(path: Path) -> bool:
     """A directory `--overwrite` may replace: a tapt index holding only what tapt wrote."""
     return is_tapt_index(path) and not foreign_entries(path)
 
 
-def check_index_output(out: str | Path, inputs: list[str | Path], overwrite: bool) -> Path:
+def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
+                       overwrite: bool) -> Path:
     """The output rule of `index build`: `out` is new, an empty directory, or (with `overwrite`)
     a tapt index holding nothing else; never an input, inside one, or around one; and no input
     is inside a tapt index. Returns `out` resolved."""
+    inputs = local_inputs(inputs)
     for raw in inputs:
         inside = enclosing_index(raw)
         if inside is not None:
@@ -132,7 +154,7 @@ def check_index_output(out: str | Path, inputs: list[str | Path], overwrite: boo
 
 
 def build_index(
-    inputs: list[str | Path], out: str | Path, encoder: Encoder, config: BuildConfig | None = None
+    inputs: list[InputSpec], out: str | Path, encoder: Encoder, config: BuildConfig | None = None
 ) -> dict[str, Any]:
     """Build an index directory at `out` (resuming an interrupted build of it) and return its
     manifest.
@@ -143,19 +165,20 @@ def build_index(
     """
     config = config or BuildConfig()
     model_dir = [encoder.spec] if encoder.spec and Path(encoder.spec).is_dir() else []
-    check_index_output(out, list(inputs) + model_dir, config.overwrite)
+    check_index_output(out, [*inputs, *model_dir], config.overwrite)
     out = Path(out)
     parent = out.parent if str(out.parent) else Path(".")
     ensure_dir(parent)
     if not os.access(parent, os.W_OK):
         raise StorageError(f"cannot write into {parent}; choose a writable location")
-    scan = scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs)
-    check_index_output(out, [f.path for f in scan.files], config.overwrite)
+    scan = scan_corpus(inputs, config)
+    check_index_output(out, scan, config.overwrite)
     wanted = checkpoint.fingerprint({
-        "inputs": checkpoint.input_identity([f.path for f in scan.files]),
+        "inputs": scan.identity(),
         "model": [encoder.name, model_fingerprint(encoder), encoder.dim, encoder.max_length],
         "config": {k: v for k, v in vars(config).items()
-                   if k not in ("overwrite", "restart", "progress", "index", "memory", "opq")},
+                   if k not in ("overwrite", "restart", "progress", "index", "memory", "opq",
+                                "strict")},
         "store_format": INDEX_FORMAT_VERSION,
     })
     with checkpoint.BuildLock(out):
@@ -254,8 +277,7 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
         doc_index, docs_read, duplicates = progress.docs, progress.docs_read, 0
         texts: list[str] = []
         records: list[dict[str, Any]] = []
-        for doc in iter_documents(scan, config.text_field, config.doc_field,
-                                  skip=progress.docs_read):
+        for doc in iter_documents(scan, skip=progress.docs_read):
             docs_read += 1
             found = list(_sentences(doc, doc_index, splitter))
             if found and skip_doc is not None and skip_doc([r["text"] for r in found]):
@@ -312,8 +334,10 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
             "text_field": config.text_field,
             "doc_field": config.doc_field,
             "text_docs": config.text_docs,
+            "input_format": config.input_format,
+            "hf_split": config.hf_split,
             "sources": [str(p) for p in inputs],
-            "files": [str(f.path) for f in scan.files],
+            "files": scan.manifest_files(),
         },
         "counts": {
             "files": len(scan.files),

@@ -54,15 +54,6 @@ def fingerprint(parts: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def input_identity(paths: list[Path]) -> list[list[Any]]:
-    """Name, size and modification time of every input file: a changed file forbids resuming."""
-    out = []
-    for p in paths:
-        st = p.stat()
-        out.append([str(p.resolve()), st.st_size, st.st_mtime_ns])
-    return out
-
-
 def work_dir_for(out: Path, kind: str = "building") -> Path:
     return out.parent / f".{out.name}.{kind}"
 

@@ -36,12 +36,15 @@ class Index:
     Args:
         path: The index directory.
         versions: Format versions accepted (`tapt index upgrade` also opens version 1).
+        check_faiss: Refuse a missing, cut or (by checksum) damaged `index.faiss` on open;
+            `tapt index repair`, which replaces it, opens without.
     """
 
-    def __init__(self, path: str | Path, versions: tuple[int, ...] = (INDEX_FORMAT_VERSION,)
-                 ) -> None:
+    def __init__(self, path: str | Path, versions: tuple[int, ...] = (INDEX_FORMAT_VERSION,),
+                 check_faiss: bool = True) -> None:
         self.path = Path(path)
         self._versions = tuple(versions)
+        self._check_faiss = check_faiss
         read_index_manifest(self.path, self._versions)  # friendly errors before anything else
         for _ in range(3):
             dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
@@ -67,10 +70,13 @@ class Index:
         label = self.path
         self.manifest: dict[str, Any] = read_index_manifest(base, self._versions, label=label)
         self._manifest_bytes = (base / MANIFEST_NAME).read_bytes()
-        for name in (EMBEDDINGS, TOKENS, DOCS):
+        faiss_files = (FAISS,) if self._check_faiss else ()
+        for name in (EMBEDDINGS, TOKENS, DOCS, *faiss_files):
             if not (base / name).is_file():
+                fix = (f"tapt index repair {label} (rebuilds it from the stored embeddings)"
+                       if name == FAISS else f"tapt index verify {label}")
                 raise IndexFormatError(f"index {label} is incomplete: {name} is missing; run "
-                                       f"tapt index verify {label}")
+                                       f"{fix}")
         try:
             n, dim = int(self.manifest["counts"]["sentences"]), int(self.manifest["model"]["dim"])
             documents = int(self.manifest["counts"]["documents"])
@@ -92,7 +98,9 @@ class Index:
         integrity.check_npy(arrays[TOKENS], base / TOKENS, TOKENS, label, np.int32, (n,))
         integrity.check_npy(arrays[DOCS], base / DOCS, DOCS, label, np.int64, (documents + 1,))
         checksums = self.manifest.get("checksums") or {}
-        for name in (DOCS, TOKENS, EMBEDDINGS, LMDB_DATA):
+        if self._check_faiss:
+            integrity.check_faiss_file((base / FAISS).stat().st_size, self.manifest, label)
+        for name in (DOCS, TOKENS, EMBEDDINGS, LMDB_DATA, *faiss_files):
             if (base / name).is_file():
                 integrity.check_checksum(base / name, checksums.get(name), name, label,
                                          force=name in (DOCS, TOKENS))
@@ -102,7 +110,7 @@ class Index:
         integrity.check_offsets(self.doc_offsets, n, documents, label)
         integrity.check_tokens(self.tokens, label)
         self.store = TextStore(base / STORE, checksummed=self.format_version >= 2, label=label)
-        self._faiss_fd: int | None = None  # a missing index.faiss fails only where it is used
+        self._faiss_fd: int | None = None  # (missing only when opened without check_faiss)
         if (base / FAISS).is_file():
             self._faiss_fd = os.open(base / FAISS, os.O_RDONLY)
             weakref.finalize(self, os.close, self._faiss_fd)
@@ -146,8 +154,8 @@ class Index:
 
     @cached_property
     def faiss(self):
-        """The FAISS index, checked before use: its length and (when small enough to hash
-        quickly) its SHA-256 against the manifest, then its header and stored ids."""
+        """The FAISS index, checked before use (its length and checksum on open): its header and
+        stored ids."""
         from .faiss_index import read_faiss_index
 
         if self._faiss_fd is None:
@@ -155,8 +163,6 @@ class Index:
                                    f"tapt index repair {self.path} (rebuilds it from the stored "
                                    "embeddings)")
         integrity.check_faiss_file(os.fstat(self._faiss_fd).st_size, self.manifest, self.path)
-        integrity.check_checksum(self._faiss_path, (self.manifest.get("checksums") or {}).get(
-            FAISS), FAISS, self.path)
         try:
             index = read_faiss_index(self._faiss_path)
         except (RuntimeError, MemoryError) as exc:

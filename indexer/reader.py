@@ -1,27 +1,44 @@
-"""Stream documents from plain-text and JSONL corpora (optionally gzipped, or directories of them).
+"""Read a corpus, a task or held-out text: inputs -> files -> records -> documents.
 
-Plain text: one document per line, or per blank-line block (`--text-docs`, auto-detected per file).
-JSONL: one record per line with a string `text` field; other fields are kept as metadata.
-Consecutive records with the same `doc` field value form one document (so a corpus that is already
-split into sentences, one record each, keeps its documents); records without it are documents alone.
-`scan_inputs` reads everything once up front, so a bad file fails before any embedding is paid for.
+Inputs are files, folders (walked in sorted order; hidden entries ignored, files of no known
+format skipped and reported, or refused with `strict`), fsspec URLs, Hugging Face datasets
+(saved folders, Arrow files, `HubDataset` streams) and, for task text, "-" (standard input).
+The same path given twice (or a file and a folder holding it) is read once, with a warning.
+Each file is read by its format (`tapt.indexer.formats`, chosen by suffix or `input_format`).
+
+Records become documents the same way for every format: consecutive records with the same
+`doc_field` value form one document (a corpus already split into sentences, one record each,
+keeps its documents); records without it are documents alone; blank records are skipped and
+counted. `scan_inputs` reads everything up front (the footer only for Parquet/Arrow), so a bad
+file fails with its file:line or file:row before any embedding is paid for.
 """
 
 from __future__ import annotations
 
-import gzip
+import hashlib
 import json
-import os
-import zlib
+import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Iterable, Iterator, Union
+
+from tqdm.auto import tqdm
 
 from tapt.errors import InputError
 
-TEXT_SUFFIXES = (".txt", ".text")
-JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
-TextDocs = Literal["auto", "line", "block"]
+from . import formats
+from .formats import HubDataset, InputFile, ReadOptions, TextDocs
+from .formats.sources import HubSource, Source, StdinSource, compression_of, source_of
+from .splitter import SentenceSplitter
+
+log = logging.getLogger(__name__)
+
+InputSpec = Union[str, Path, HubDataset]
+_LISTED = 20
+
+__all__ = ["Record", "Document", "CorpusScan", "TextInput", "HubDataset", "TextDocs",
+           "expand_inputs", "scan_inputs", "iter_documents", "read_text"]
 
 
 @dataclass(frozen=True)
@@ -41,203 +58,284 @@ class Document:
     records: list[Record] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class InputFile:
-    path: Path
-    kind: Literal["text", "jsonl"]
-    text_docs: Literal["line", "block"]
-    records: int
-
-
-@dataclass(frozen=True)
+@dataclass
 class CorpusScan:
-    """What `scan_inputs` found: the files in reading order and how many records they hold."""
+    """What `scan_inputs` found: the files in reading order, what they hold, how to read them."""
 
     files: list[InputFile]
-    skipped_blank: int
+    options: ReadOptions
 
     @property
-    def records(self) -> int:
-        return sum(f.records for f in self.files)
+    def records(self) -> int | None:
+        """Records holding text (None when a streamed input does not say)."""
+        counts = [f.scanned.records for f in self.files]
+        return None if any(c is None for c in counts) else sum(counts)
+
+    @property
+    def skipped_blank(self) -> int:
+        """Blank records skipped; for Parquet/Arrow/HF inputs, those met so far while reading."""
+        return sum(f.scanned.blank if f.scanned.exact else f.blank_read for f in self.files)
+
+    def identity(self) -> list[Any]:
+        """What changes when an input changes (a changed input forbids resuming a build)."""
+        return [f.source.identity() for f in self.files]
+
+    def manifest_files(self) -> list[dict[str, Any]]:
+        """Each input file with its format, as a build manifest records it."""
+        return [{"path": f.name, "format": f.format.name, "compression": f.compression,
+                 "records": f.scanned.records} for f in self.files]
 
 
-def _kind(path: Path) -> Literal["text", "jsonl"] | None:
-    name = path.name.lower()
-    if name.endswith(".gz"):
-        name = name[:-3]
-    if name.endswith(JSONL_SUFFIXES):
-        return "jsonl"
-    if name.endswith(TEXT_SUFFIXES):
-        return "text"
-    return None
+def _format_for(source: Source, options: ReadOptions) -> tuple[formats.Format, str | None] | None:
+    """The reader of one file: forced by `input_format`, else by its suffix (None: unknown)."""
+    if options.input_format is None:
+        return formats.by_name(source.basename)
+    fmt = formats.get(options.input_format)
+    if fmt.folder:
+        raise InputError(f"{source.name}: the {fmt.name} format reads a folder, not a file",
+                         param="input_format")
+    _, compression = compression_of(source.basename)
+    if compression and not fmt.compressible:
+        raise InputError(f"{source.name}: {fmt.name} files are not read {compression}-compressed",
+                         param="input_format")
+    return fmt, compression
 
 
-def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Files named directly (any name, read as text unless .jsonl) and corpus files under directories."""
-    out: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise InputError(f"{raw}: no such file or directory")
-        if path.is_dir():
-            found = []
-            for root, dirs, files in os.walk(path):  # followlinks=False: no symlink loops
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                for name in sorted(files):
-                    child = Path(root) / name
-                    if not name.startswith(".") and _kind(child) is not None and child.is_file():
-                        found.append(child)
-            if not found:
-                raise InputError(f"{raw}: directory holds no .txt/.jsonl(.gz) files")
-            out.extend(found)
-        elif path.is_file():
-            out.append(path)
-        else:
+def _folder(root: Source, options: ReadOptions) -> list[InputFile]:
+    """The corpus files under a folder, in sorted order; reports (or refuses) the others."""
+    found: list[InputFile] = []
+    skipped: list[str] = []
+
+    def visit(folder: Source) -> None:
+        for name, kind in folder.entries():
+            if name.startswith("."):
+                continue
+            child = folder.child(name)
+            if kind == "dir":
+                fmt = formats.folder_format(child)
+                if fmt is not None:
+                    found.append(InputFile(child, fmt))
+                else:
+                    visit(child)
+            elif kind == "file":
+                chosen = _format_for(child, options)
+                if chosen is None:
+                    skipped.append(child.name)
+                else:
+                    found.append(InputFile(child, *chosen))
+            else:
+                skipped.append(f"{child.name} (not a regular file)")
+
+    visit(root)
+    if skipped:
+        listed = ", ".join(skipped[:_LISTED]) + (
+            f" and {len(skipped) - _LISTED} more" if len(skipped) > _LISTED else "")
+        if options.strict:
+            raise InputError(f"{root.name}: {len(skipped)} entries are not corpus files (no known "
+                             f"format, or not a regular file): {listed} (known formats: "
+                             f"{formats.known()}); remove them, or drop `strict` to skip them")
+        log.info("%s: skipped %d entries that are not corpus files (no known format, or not a "
+                 "regular file): %s", root.name, len(skipped), listed)
+    if not found:
+        raise InputError(f"{root.name}: folder holds no corpus files (known formats: "
+                         f"{formats.known()})")
+    return found
+
+
+def _stdin(options: ReadOptions) -> InputFile:
+    """Standard input, read whole: JSONL if its first non-blank line is a JSON object, else
+    plain text (or the forced `input_format`)."""
+    data = sys.stdin.buffer.read()
+    if options.input_format is not None:
+        return InputFile(StdinSource(data), formats.get(options.input_format))
+    first = next((line for line in data.split(b"\n") if line.strip()), b"")
+    try:
+        is_json = isinstance(json.loads(first), dict)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        is_json = False
+    return InputFile(StdinSource(data), formats.get("jsonl" if is_json else "text"))
+
+
+def expand_inputs(inputs: InputSpec | Iterable[InputSpec], options: ReadOptions | None = None,
+                  allow_stdin: bool = False) -> list[InputFile]:
+    """The files to read, in order, each with its format; each distinct input once.
+
+    Args:
+        inputs: Paths (files or folders), fsspec URLs, HubDataset specs, and "-" (standard
+            input) where `allow_stdin`.
+        options: How to read them (`input_format`, `strict`).
+        allow_stdin: Accept "-" (task text; a corpus is read twice, so it must be a file).
+
+    Returns:
+        The input files, not yet scanned.
+    """
+    options = options or ReadOptions()
+    if isinstance(inputs, (str, Path, HubDataset)):
+        inputs = [inputs]
+    found: list[InputFile] = []
+    for raw in inputs:
+        if isinstance(raw, str) and raw == "-":
+            if not allow_stdin:
+                raise InputError("-: standard input can give task text, not a corpus (a corpus "
+                                 "is read twice); write it to a file")
+            if any(f.source.key == "-" for f in found):
+                log.warning("- (standard input) is given more than once: read once")
+                continue
+            found.append(_stdin(options))
+            continue
+        source = source_of(raw)
+        if isinstance(source, HubSource):
+            found.append(InputFile(source, formats.get("hf-hub")))
+            continue
+        if not source.exists():
+            raise InputError(f"{raw}: does not exist" + (
+                "" if source.local is not None else " (or cannot be reached)"))
+        if source.is_dir():
+            forced = formats.get(options.input_format) if options.input_format else None
+            fmt = forced if forced is not None and forced.folder else formats.folder_format(source)
+            found.extend([InputFile(source, fmt)] if fmt is not None else _folder(source, options))
+        elif source.local is not None and not source.local.is_file():
             raise InputError(f"{raw}: not a regular file")
-    if not out:
+        else:
+            chosen = _format_for(source, options)
+            if chosen is None:
+                raise InputError(f"{source.name}: unknown format (known: {formats.known()}); "
+                                 "pass `input_format` to choose a reader")
+            found.append(InputFile(source, *chosen))
+    unique: dict[str, InputFile] = {}
+    for f in found:
+        if f.source.key in unique:
+            first = unique[f.source.key].name
+            log.warning("%s is given more than once%s: read once", f.name,
+                        f" (also as {first})" if first != f.name else "")
+        else:
+            unique[f.source.key] = f
+    if not unique:
         raise InputError("no input files given")
-    return out
-
-
-def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, decoded line without newline); clear errors for binary, bad UTF-8 and bad gzip."""
-    try:
-        with (gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")) as fh:
-            if b"\x00" in fh.read(8192):
-                raise InputError(f"{path}: a binary file (NUL bytes in its first 8 KB), not text")
-            fh.seek(0)
-            for lineno, line in enumerate(fh, 1):
-                if b"\x00" in line:
-                    raise InputError(f"{path}:{lineno}: contains NUL bytes (binary file?)")
-                try:
-                    text = line.decode("utf-8").rstrip("\r\n")
-                except UnicodeDecodeError as exc:
-                    raise InputError(
-                        f"{path}:{lineno}: not valid UTF-8 (byte {exc.start}); re-encode the file"
-                    ) from exc
-                yield lineno, text.lstrip("\ufeff") if lineno == 1 else text
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(f"{path}: cannot read ({exc})") from exc
-
-
-def _parse_jsonl(path: Path, lineno: int, line: str, text_field: str) -> Record | None:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-    if not isinstance(obj, dict):
-        raise InputError(f"{path}:{lineno}: a JSONL record must be an object")
-    text = obj.get(text_field)
-    if not isinstance(text, str):
-        raise InputError(f"{path}:{lineno}: field '{text_field}' is missing or not a string")
-    if not text.strip():
-        return None
-    meta = {k: v for k, v in obj.items() if k != text_field}
-    return Record(text=text, meta=meta)
-
-
-def _iter_file(
-    inp: InputFile, text_field: str, doc_field: str | None
-) -> Iterator[Document | None]:
-    """Documents of one file; yields None for each skipped blank record (for counting)."""
-    source = str(inp.path)
-    if inp.kind == "jsonl":
-        current: Document | None = None
-        current_key: Any = None
-        for lineno, line in _open_lines(inp.path):
-            if not line.strip():
-                continue
-            rec = _parse_jsonl(inp.path, lineno, line, text_field)
-            if rec is None:
-                yield None
-                continue
-            key = rec.meta.get(doc_field) if doc_field else None
-            if current is not None and key is not None and key == current_key:
-                current.records.append(rec)
-                continue
-            if current is not None:
-                yield current
-            current = Document(source, str(key) if key is not None else f"{source}:{lineno}", [rec])
-            current_key = key
-        if current is not None:
-            yield current
-        return
-    if inp.text_docs == "line":
-        for lineno, line in _open_lines(inp.path):
-            if line.strip():
-                yield Document(source, f"{source}:{lineno}", [Record(line.strip(), {})])
-        return
-    block: list[str] = []
-    start = 1
-    for lineno, line in _open_lines(inp.path):
-        if line.strip():
-            if not block:
-                start = lineno
-            block.append(line.strip())
-        elif block:
-            yield Document(source, f"{source}:{start}", [Record(" ".join(block), {})])
-            block = []
-    if block:
-        yield Document(source, f"{source}:{start}", [Record(" ".join(block), {})])
+    return list(unique.values())
 
 
 def scan_inputs(
-    paths: Iterable[str | Path],
+    inputs: InputSpec | Iterable[InputSpec],
     text_field: str = "text",
     doc_field: str | None = "doc",
     text_docs: TextDocs = "auto",
+    *,
+    input_format: str | None = None,
+    hf_split: str | None = None,
+    strict: bool = False,
+    allow_stdin: bool = False,
+    progress: bool = False,
 ) -> CorpusScan:
-    """Validate every input file (decoding, JSON, text field) and count records, reading once."""
-    files: list[InputFile] = []
-    blank = 0
-    for path in expand_paths(paths):
-        kind = _kind(path) or "text"
-        records = 0
-        has_blank_between = False
-        saw_text = False
-        pending_blank = False
-        for lineno, line in _open_lines(path):
-            if kind == "jsonl":
-                if not line.strip():
-                    continue
-                if _parse_jsonl(path, lineno, line, text_field) is None:
-                    blank += 1
-                else:
-                    records += 1
-            elif line.strip():
-                records += 1
-                if pending_blank and saw_text:
-                    has_blank_between = True
-                saw_text, pending_blank = True, False
-            else:
-                pending_blank = True
-        if records == 0:
-            raise InputError(f"{path}: holds no text")
-        mode: Literal["line", "block"]
-        if text_docs == "auto":
-            mode = "block" if has_blank_between else "line"
-        else:
-            mode = text_docs
-        files.append(InputFile(path, kind, mode, records))
-    return CorpusScan(files, blank)
+    """Find, validate and count every input file before anything is embedded.
+
+    Args:
+        inputs: Paths, folders, URLs or HubDataset specs (see `expand_inputs`).
+        text_field: Field/column with the text.
+        doc_field: Field/column joining consecutive records into documents (None: none).
+        text_docs: Plain text: a document per line, per blank-line block, or auto.
+        input_format: Read every file as this format instead of by its suffix.
+        hf_split: The split of a DatasetDict folder or a Hub dataset.
+        strict: Refuse folders holding files of no known format.
+        allow_stdin: Accept "-" (standard input).
+        progress: A progress bar over the files.
+
+    Returns:
+        The scan to pass to `iter_documents`.
+    """
+    options = ReadOptions(text_field, doc_field, text_docs, input_format, hf_split, strict)
+    files = expand_inputs(inputs, options, allow_stdin)
+    for f in tqdm(files, desc="scanning", unit="file", disable=not progress or len(files) < 2,
+                  dynamic_ncols=True):
+        f.scanned = f.format.scan(f, options)
+        if f.scanned.exact and f.scanned.records == 0:
+            raise InputError(f"{f.name}: holds no text")
+    return CorpusScan(files, options)
 
 
-def iter_documents(
-    scan: CorpusScan, text_field: str = "text", doc_field: str | None = "doc", skip: int = 0
-) -> Iterator[Document]:
+def _documents(f: InputFile, options: ReadOptions) -> Iterator[Document]:
+    f.blank_read = 0
+    current: Document | None = None
+    current_key: Any = None
+    for row in f.format.rows(f, options):
+        if row.text is None or not row.text.strip():
+            f.blank_read += 1
+            continue
+        key = row.meta.get(options.doc_field) if options.doc_field else None
+        if key == "":
+            key = None
+        record = Record(row.text, row.meta)
+        if current is not None and key is not None and key == current_key:
+            current.records.append(record)
+            continue
+        if current is not None:
+            yield current
+        current = Document(f.name, str(key) if key is not None else row.where, [record])
+        current_key = key
+    if current is not None:
+        yield current
+
+
+def iter_documents(scan: CorpusScan, skip: int = 0) -> Iterator[Document]:
     """Stream the documents of a scanned corpus, in file order, after the first `skip` ones."""
     seen = 0
-    for inp in scan.files:
-        for doc in _iter_file(inp, text_field, doc_field):
-            if doc is not None:
-                seen += 1
-                if seen > skip:
-                    yield doc
+    for f in scan.files:
+        for doc in _documents(f, scan.options):
+            seen += 1
+            if seen > skip:
+                yield doc
 
 
-def read_texts(
-    paths: Iterable[str | Path], text_field: str = "text", text_docs: TextDocs = "auto"
-) -> list[str]:
-    """All record texts of small inputs (task files), each a document's text, in order."""
-    scan = scan_inputs(paths, text_field=text_field, doc_field=None, text_docs=text_docs)
-    return [rec.text for doc in iter_documents(scan, text_field, None) for rec in doc.records]
+@dataclass(frozen=True)
+class TextInput:
+    """Small text read whole (a task, held-out text), split into sentences.
+
+    Attributes:
+        files: Every file read, in order (paths, URLs, "<stdin>").
+        file_sha256: SHA-256 of each file's bytes.
+        sha256: One SHA-256 over all the files' bytes, in order.
+        documents: Each document's sentences.
+    """
+
+    files: list[str]
+    file_sha256: list[str]
+    sha256: str
+    documents: list[list[str]]
+
+    @property
+    def sentences(self) -> list[str]:
+        return [s for doc in self.documents for s in doc]
+
+
+def read_text(inputs: InputSpec | Iterable[InputSpec], split: bool = True, *,
+              text_field: str = "text", doc_field: str | None = "doc",
+              text_docs: TextDocs = "auto", input_format: str | None = None,
+              hf_split: str | None = None, what: str = "the text") -> TextInput:
+    """Read task or held-out text with the corpus readers and split it as the corpus is split.
+
+    Args:
+        inputs: Paths, folders, URLs, HubDataset specs, or "-" for standard input.
+        split: Split records into sentences (pysbd), as an index built with `split`.
+        text_field, doc_field, text_docs, input_format, hf_split: As for `scan_inputs`.
+        what: How messages name the text ("the task").
+
+    Returns:
+        The documents as sentence lists, with the files' hashes.
+    """
+    scan = scan_inputs(inputs, text_field, doc_field, text_docs, input_format=input_format,
+                       hf_split=hf_split, allow_stdin=True)
+    splitter = SentenceSplitter(split=split)
+    documents = []
+    for doc in iter_documents(scan):
+        sentences = [s for rec in doc.records for s in splitter(rec.text)]
+        if sentences:
+            documents.append(sentences)
+    if not documents:
+        raise InputError(f"{what} holds no sentences")
+    combined = hashlib.sha256()
+    hashes = []
+    for f in scan.files:
+        one = hashlib.sha256()
+        f.source.digest(one, combined)
+        hashes.append(one.hexdigest())
+    return TextInput([f.name for f in scan.files], hashes, combined.hexdigest(), documents)

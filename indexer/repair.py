@@ -36,7 +36,7 @@ def repair_index(path: str | Path, progress: bool = True) -> list[str]:
             + REBUILD.format(path=path))
     if not broken:
         return []
-    index = Index(path)  # every other part checked: opening touches FAISS only when asked
+    index = Index(path, check_faiss=False)  # every other part is sound (checked above)
     recorded = index.manifest.get("faiss", {})
     choice = choice_from_manifest(recorded, index.n_sentences, index.dim)  # same factory, seed
     manifest = rebuild_faiss(index, choice, "repairing", progress, keep=("reindexed", "previous"))

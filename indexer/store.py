@@ -12,7 +12,6 @@ maps the file, and a page past the end of a truncated file would kill the proces
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -148,17 +147,12 @@ class TextStoreWriter:
             raise _write_error(exc, self.path) from exc
 
     def close(self) -> None:
-        """Sync and close; the lock file goes too. Readers open the store without one, and a
-        lock file left in an index would be remembered by lmdb for as long as a reader lives,
-        so a later store whose lock file reuses the inode would look already open."""
         try:
             self.env.sync(True)
         except lmdb.Error as exc:
             raise _write_error(exc, self.path) from exc
         finally:
             self.env.close()
-            with contextlib.suppress(OSError):
-                (self.path / "lock.mdb").unlink()
 
 
 _READERS: dict[tuple[int, int], lmdb.Environment] = {}
@@ -192,7 +186,10 @@ def reader_env(path: Path, label: str | Path | None = None) -> lmdb.Environment:
     cached = _READERS.get(key_)
     if cached is None:
         try:
-            env = lmdb.open(str(path), readonly=True, lock=False, subdir=True, max_dbs=0)
+            # Opened as the data file alone: py-lmdb's "already open" guard also keys on
+            # lock.mdb's inode when it exists, and a reader of a generation that `add` has since
+            # deleted keeps that key after the lock file's inode is reused by an unrelated file.
+            env = lmdb.open(str(data), readonly=True, lock=False, subdir=False, max_dbs=0)
         except lmdb.Error as exc:  # not an LMDB file, cut to nothing, removed meanwhile
             raise damaged(label, f"text store {path.name} cannot be opened ({exc})") from exc
         try:

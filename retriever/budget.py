@@ -36,25 +36,32 @@ class Budget:
 
 
 def parse_budget(spec: str) -> Budget:
-    """Parse a budget string; refuses zero, negative, NaN and malformed values."""
+    """Parse a budget string; refuses zero, negative, NaN, malformed values and counts below one.
+
+    Raises:
+        BudgetError: naming the `budget` parameter.
+    """
     match = _PATTERN.match(str(spec))
     if not match:
         raise BudgetError(
-            f"budget {spec!r} not understood: use a fraction (0.2), a segment count (5000), "
-            "sentences (20000sent) or tokens (2Mtok)"
+            f"{spec!r} not understood: use a fraction (0.2), a segment count (5000), "
+            "sentences (20000sent) or tokens (2Mtok)", param="budget"
         )
     number, scale, unit = match.groups()
     value = float(number) * _SCALE[scale.lower()]
     if not math.isfinite(value) or value <= 0:
-        raise BudgetError(f"budget {spec!r} must be positive")
+        raise BudgetError(f"{spec!r} must be positive", param="budget")
     if unit is None:
         if "." in number or "e" in number.lower():
             if scale or value > 1:
-                raise BudgetError(f"budget {spec!r}: a fraction must be in (0, 1]")
+                raise BudgetError(f"{spec!r}: a fraction must be in (0, 1]", param="budget")
             return Budget(str(spec), "fraction", value)
         return Budget(str(spec), "segments", value)
     if unit.lower().startswith("seg") and value != int(value):
-        raise BudgetError(f"budget {spec!r}: a segment count must be whole")
+        raise BudgetError(f"{spec!r}: a segment count must be whole", param="budget")
+    if value < 1:
+        raise BudgetError(f"{spec!r} is less than one {_UNITS[unit.lower()][:-1]}: it would "
+                          "select nothing", param="budget")
     return Budget(str(spec), _UNITS[unit.lower()], value)
 
 
@@ -63,11 +70,16 @@ def budget_target(budget: Budget, seg_lengths: np.ndarray, seg_tokens: np.ndarra
     totals = {"segments": len(seg_lengths), "sentences": float(seg_lengths.sum()),
               "tokens": float(seg_tokens.sum())}
     if budget.unit == "fraction":
-        return max(1.0, round(budget.value * len(seg_lengths)))
+        target = round(budget.value * len(seg_lengths))
+        if target < 1:
+            raise BudgetError(
+                f"{budget.spec} of {len(seg_lengths)} segments rounds to none; ask for more than "
+                f"{0.5 / max(1, len(seg_lengths)):.2g} or a segment count", param="budget")
+        return float(target)
     if budget.value > totals[budget.unit]:
         raise BudgetError(
-            f"budget {budget.spec} is larger than the corpus ({int(totals[budget.unit])} "
-            f"{budget.unit})"
+            f"{budget.spec} is larger than the corpus ({int(totals[budget.unit])} "
+            f"{budget.unit})", param="budget"
         )
     return budget.value
 

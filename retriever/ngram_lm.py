@@ -32,6 +32,12 @@ class Vocabulary:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def copy(self) -> "Vocabulary":
+        """An independent vocabulary with the same ids so far."""
+        other = Vocabulary()
+        other.ids = dict(self.ids)
+        return other
+
     def encode(self, texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
         """Flat token ids of all texts, each wrapped in <s> </s>, and the length of each."""
         ids, lengths = [], []
@@ -114,3 +120,26 @@ def moore_lewis(in_domain: BigramLM, general: BigramLM, ids: np.ndarray,
                 lengths: np.ndarray) -> np.ndarray:
     """Moore & Lewis 2010 score H_general(s) - H_in(s): higher = more in-domain."""
     return general.cross_entropy(ids, lengths) - in_domain.cross_entropy(ids, lengths)
+
+
+def moore_lewis_scores(pool_texts: list[str], task_texts: list[str], seed: int = 0,
+                       vocab: Vocabulary | None = None,
+                       pool_encoded: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Cross-entropy difference of every pool sentence: in-domain LM on the task, general LM on
+    an equally sized seeded random sample of the pool. Pass `vocab` and `pool_encoded` (the
+    pool encoded with `vocab`) to reuse them.
+
+    Raises:
+        ValueError: no task text.
+    """
+    if not task_texts:
+        raise ValueError("Moore-Lewis needs the task's text")
+    vocab = vocab or Vocabulary()
+    ids, lengths = pool_encoded if pool_encoded is not None else vocab.encode(pool_texts)
+    n = len(lengths)
+    sample = np.sort(np.random.default_rng(seed).choice(n, size=min(len(task_texts), n),
+                                                        replace=False))
+    task_ids, task_len = vocab.encode(task_texts)
+    in_lm = BigramLM.fit(task_ids, task_len, len(vocab))
+    general = BigramLM.fit(*select_sentences(ids, lengths, sample), len(vocab))
+    return moore_lewis(in_lm, general, ids, lengths)

@@ -38,7 +38,7 @@ class PUConfig:
 
     def __post_init__(self) -> None:
         if self.rounds < 0:
-            raise InputError("--rounds must be 0 or more")
+            raise InputError("must be 0 or more", param="rounds")
         if not 0 < self.positive_fraction <= 1:
             raise InputError("PU classifier: positive_fraction must be in (0, 1]")
         if self.negatives <= 0 or self.C <= 0 or self.max_train < 10:

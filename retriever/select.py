@@ -1,188 +1,259 @@
-"""`tapt select`: embed a task with the index's model, rank segments, write the selection file."""
+"""Selecting: a registered method ranks segments for a task; the chosen ones are read back with
+their text and corpus metadata into a `Selection`.
+
+    config = SelectConfig("fused", "500sent", rounds=1)       # validated against the registry
+    selection = make_selection(index, config, task)           # embeds the task, ranks, reads
+    ranking, view = rank(index, config, embeddings, texts)    # ranking only, no I/O
+
+`run_selection` is `make_selection` plus writing the selection file.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable
 
 import numpy as np
 
-from tapt.indexer.encoder import Encoder
 from tapt.errors import InputError
+from tapt.indexer.encoder import Encoder
 from tapt.indexer.index import Index
 from tapt.util.versions import library_versions, utc_now
 
-from . import methods
 from .budget import parse_budget
-from .selection_file import SelectedSegment, write_selection
-from .task import Task, load_task
+from .methods import Context, CorpusCache, Memo, Method, Params, Ranking, SegmentView, get_method
+from .selection import Selection
+from .selection_file import SelectedSegment
 from .task_cache import encode_cached
+from .task_input import TaskInput, screen_tokens, task_from_files
 
 log = logging.getLogger(__name__)
 
-Method = Literal["centroid", "knn", "iforest", "random", "distance", "density", "classifier",
-                 "moore-lewis", "fused", "auto"]
-METHODS = ("centroid", "knn", "iforest", "random", "distance", "density", "classifier",
-           "moore-lewis", "fused", "auto")
-NO_BUDGET = ("knn", "classifier", "auto")  # knn: the union; classifier/auto: probability > 0.5
 
-
-@dataclass
 class SelectConfig:
-    """Parameters of one selection, validated on creation (they are recorded in the manifest)."""
+    """One selection's method, budget, segment size, seed and method parameters, validated.
 
-    method: Method
-    budget: str | None = None
-    k: int = 50
-    candidates: str = "10x"
-    prerank: Literal["centroid", "knn", "density", "classifier", "fused"] = "centroid"
-    weights: Literal["discrete", "continuous"] = "discrete"
-    C: float = 4.0
-    alpha: float = 0.0
-    pca: int = 0
-    seed: int = 0
-    segment_size: int | None = None
-    detector: str = "iforest"
-    m: int = 10
-    rounds: int = 2
-    nprobe: int | None = None
-    ef_search: int | None = None
+    Args:
+        method: A registered method's name.
+        budget: "0.2" (a fraction of segments), "5000" (segments), "20000sent", "2Mtok".
+        segment_size: Re-cut segments at this many sentences (default: the index's).
+        seed: Seed of every random choice.
+        explicit: The parameters the user gave (default: every keyword in `params`).
+        **params: The method's parameters (see `tapt.retriever.methods`).
 
-    def __post_init__(self) -> None:
-        from .detector_registry import DETECTORS
+    Raises:
+        InputError: unknown method or parameter, a value that cannot work, a budget missing
+            for a method that needs one (or given to one that takes none).
+    """
 
-        if self.method not in METHODS:
-            raise InputError(f"unknown method {self.method!r}")
-        if self.budget is None and self.method not in NO_BUDGET:
-            raise InputError(f"{self.method} needs a --budget")
-        if self.budget is not None:
-            parse_budget(self.budget)
-        if self.k < 1:
-            raise InputError("--k must be at least 1")
-        if self.segment_size is not None and self.segment_size < 1:
-            raise InputError("--segment-size must be at least 1")
-        if self.pca < 0:
-            raise InputError("--pca must be 0 (off) or a number of dimensions")
-        if self.method == "iforest":
-            methods.parse_candidates(self.candidates)
-        if self.detector not in DETECTORS + ("auto",):
-            raise InputError(f"unknown detector {self.detector!r}: use one of "
-                             f"{', '.join(DETECTORS)} or auto")
-        if self.prerank not in ("centroid", "knn", "density", "classifier", "fused"):
-            raise InputError(f"unknown --prerank {self.prerank!r}")
-        if self.m < 1:
-            raise InputError("--m must be at least 1")
-        if self.rounds < 0:
-            raise InputError("--rounds must be 0 or more")
-        for flag, value in (("--nprobe", self.nprobe), ("--ef-search", self.ef_search)):
-            if value is not None and value < 1:
-                raise InputError(f"{flag} must be at least 1")
+    def __init__(self, method: str, budget: str | None = None, *, segment_size: int | None = None,
+                 seed: int = 0, explicit: Iterable[str] | None = None, **params: Any) -> None:
+        self.spec: Method = get_method(method)
+        self.method: str = self.spec.name
+        if budget is not None and not isinstance(budget, str):
+            budget = str(budget)
+        if budget is None and self.spec.budget == "required":
+            raise InputError(f"{self.method} needs a budget", param="budget")
+        if budget is not None and self.spec.budget == "none":
+            raise InputError(f"{self.method} takes no budget", param="budget")
+        self.budget = budget
+        self.parsed_budget = parse_budget(budget) if budget is not None else None
+        if segment_size is not None and (not isinstance(segment_size, int) or segment_size < 1):
+            raise InputError("must be a whole number of at least 1", param="segment_size")
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+            raise InputError(f"must be an integer, got {seed!r}", param="seed")
+        self.segment_size = segment_size
+        self.seed = int(seed)
+        self.params: Params = self.spec.make_params(params, explicit)
+
+    @property
+    def uses_embeddings(self) -> bool:
+        return self.spec.uses_embeddings(self.params)
+
+    @property
+    def uses_text(self) -> bool:
+        return self.spec.uses_text(self.params)
+
+    @property
+    def needs_task(self) -> bool:
+        return self.uses_embeddings or self.uses_text
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"budget": self.budget, "segment_size": self.segment_size, "seed": self.seed,
+                **self.params.to_dict()}
+
+    def __repr__(self) -> str:
+        return f"SelectConfig({self.method!r}, {self.budget!r}, {self.to_manifest()})"
 
 
 def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
-         task_texts: list[str] | None = None) -> tuple[methods.Ranking, methods.SegmentView]:
-    """Run the configured method on embeddings already computed (no I/O beyond the index);
-    moore-lewis reads `task_texts` instead, fused both."""
-    from . import scored
+         task_texts: list[str] | None = None, *, corpus: CorpusCache | None = None,
+         memo: Memo | None = None, encoder: Encoder | None = None,
+         progress: bool = False) -> tuple[Ranking, SegmentView]:
+    """Run the configured method on a task already embedded (no I/O beyond the index).
 
-    view = methods.SegmentView.of(index, config.segment_size)
-    budget = parse_budget(config.budget) if config.budget is not None else None
-    if config.method == "random":
-        return methods.random(index, view, budget, config.seed), view
-    if config.method == "moore-lewis":
-        return scored.moore_lewis_method(index, view, task_texts or [], budget, config.seed), view
-    if task_embeddings is None or len(task_embeddings) == 0:
-        raise InputError(f"{config.method} needs task sentences")
-    if config.method == "centroid":
-        return methods.centroid(index, view, task_embeddings, budget), view
-    if config.method == "knn":
-        return methods.knn(index, view, task_embeddings, budget, config.k, nprobe=config.nprobe,
-                           ef_search=config.ef_search), view
-    if config.method == "fused":
-        return scored.fused_method(index, view, task_embeddings, task_texts, budget,
-                                   rounds=config.rounds, seed=config.seed), view
-    extra = {"m": config.m, "rounds": config.rounds, "seed": config.seed}
-    if config.method in ("distance", "density", "classifier"):
-        return scored.embedding_method(config.method, index, view, task_embeddings, budget,
-                                       **extra), view
-    if config.method == "auto":
-        return scored.auto(index, view, task_embeddings, budget, **extra), view
-    pre = None
-    if config.prerank == "fused":
-        pre = scored.fused_method(index, view, task_embeddings, task_texts, budget,
-                                  rounds=config.rounds, seed=config.seed, cut=False)
-    elif config.prerank in ("density", "classifier"):
-        pre = scored.pre_ranking(config.prerank, index, view, task_embeddings, budget, **extra)
-    return methods.iforest(
-        index, view, task_embeddings, budget, candidates=config.candidates, prerank=config.prerank,
-        k=config.k, weights=config.weights, C=config.C, alpha=config.alpha, seed=config.seed,
-        pca_dims=config.pca, detector=config.detector, pre=pre, nprobe=config.nprobe,
-        ef_search=config.ef_search,
-    ), view
+    Args:
+        index: The open index.
+        config: Method, budget, segment size, seed, parameters.
+        task_embeddings: The task's embeddings (None for methods that need none).
+        task_texts: The task's sentences, for methods that read text.
+        corpus: Per-index caches to reuse between selections.
+        memo: Per-task intermediate scores to share between methods.
+        encoder: The index's model, for methods that use it beyond the task's embeddings.
+        progress: Whether long steps may show progress bars.
+
+    Returns:
+        The ranking and the segment view it indexes.
+    """
+    corpus = corpus or CorpusCache(index)
+    view = corpus.view(config.segment_size)
+    if config.uses_text and not task_texts:
+        raise InputError(f"{config.method} needs the task's text (give the task as files or "
+                         "strings, not as embeddings)", param="task")
+    if config.uses_embeddings and (task_embeddings is None or len(task_embeddings) == 0):
+        raise InputError(f"{config.method} needs task sentences", param="task")
+    ctx = Context(index, view, config.parsed_budget, config.seed,
+                  task_embeddings if config.uses_embeddings else None,
+                  list(task_texts) if task_texts else None, corpus, memo or Memo(), encoder,
+                  progress)
+    return config.spec.rank(ctx, config.params), view
 
 
-def run_selection(index: Index, config: SelectConfig, out: str | Path,
-                  task_files: list[str] | None = None, encoder: Encoder | None = None,
-                  batch_size: int = 64) -> dict[str, Any]:
-    """Embed the task, rank, and write `out` plus its manifest; returns the manifest."""
-    timings: dict[str, float] = {}
+def _check_task_size(config: SelectConfig, n: int, warn: bool = True) -> list[str]:
+    minimum = config.spec.min_task(config.params)
+    if n < minimum:
+        raise InputError(f"{config.method} needs at least {minimum} task sentences, the task has "
+                         f"{n}; centroid and knn work with any number", param="task")
+    if warn and n < config.spec.warn_task_sentences:
+        warning = (f"{config.method} is fitted on only {n} task sentence(s) (fewer than "
+                   f"{config.spec.warn_task_sentences}): its scores are unreliable")
+        log.warning("%s", warning)
+        return [warning]
+    return []
+
+
+def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = None, *,
+                   encoder: Encoder | None = None, batch_size: int = 64, progress: bool = False,
+                   corpus: CorpusCache | None = None) -> Selection:
+    """Embed the task (cached), rank segments, read their text and metadata.
+
+    Args:
+        index: The open index.
+        config: What to select.
+        task: The task (None for methods that need none, such as random).
+        encoder: The index's model (loaded from the index when needed and not given).
+        batch_size: Sentences per encoder batch.
+        progress: Show a progress bar while the task is embedded.
+        corpus: Per-index caches to reuse between selections.
+
+    Returns:
+        The selection, with its manifest (not written anywhere).
+
+    Raises:
+        InputError: a task missing, too small, unreadable for the model, or of the wrong kind.
+    """
+    timings: dict[str, Any] = {}
     start = time.perf_counter()
-    task: Task | None = None
-    task_emb = None
-    if config.method != "random":
-        if not task_files:
-            raise InputError(f"{config.method} needs --task")
-        task = load_task(task_files, split=index.manifest["ingest"]["split_sentences"])
-        if encoder is None:
-            encoder = index.load_encoder()
-        else:
-            index.check_encoder(encoder)
-        t0 = time.perf_counter()
-        task_emb, cached = encode_cached(encoder, task.sentences, batch_size=batch_size)
-        timings["embed_task_seconds"] = round(time.perf_counter() - t0, 3)
-        timings["task_embeddings_cached"] = cached
+    warnings: list[str] = []
+    embeddings, texts = None, None
+    if config.needs_task:
+        if task is None:
+            raise InputError(f"{config.method} needs a task", param="task")
+        _check_task_size(config, len(task), warn=False)  # refuse before loading a model
+        texts = task.sentences
+        if config.uses_embeddings and task.embeddings is not None:
+            embeddings = task.embeddings
+        elif config.uses_embeddings:
+            if encoder is None:
+                encoder = index.load_encoder()
+            else:
+                index.check_encoder(encoder)
+            texts, token_warnings = screen_tokens(encoder, list(texts))
+            warnings += token_warnings
+            t0 = time.perf_counter()
+            embeddings, cached = encode_cached(encoder, texts, batch_size=batch_size,
+                                               progress=progress)
+            timings["embed_task_seconds"] = round(time.perf_counter() - t0, 3)
+            timings["task_embeddings_cached"] = cached
+        warnings += _check_task_size(config, len(texts) if texts is not None else len(task))
     t0 = time.perf_counter()
-    ranking, view = rank(index, config, task_emb, task.sentences if task else None)
+    ranking, view = rank(index, config, embeddings, texts, corpus=corpus, encoder=encoder,
+                         progress=progress)
     timings["score_seconds"] = round(time.perf_counter() - t0, 3)
+    warnings += ranking.info.pop("warnings", [])
     t0 = time.perf_counter()
-    segments = _materialise(index, view, ranking, config.method)
+    segments = materialise(index, view, ranking, config.method)
     timings["read_text_seconds"] = round(time.perf_counter() - t0, 3)
-    sentences = int(view.lengths[ranking.segments].sum())
     manifest = {
         "method": config.method,
-        "params": {k: v for k, v in asdict(config).items() if k not in ("method",)},
-        "budget": parse_budget(config.budget).to_json() if config.budget else None,
+        "params": config.to_manifest(),
+        "budget": config.parsed_budget.to_json() if config.parsed_budget else None,
         "segment_size": int(config.segment_size or index.segment_size),
         "seed": config.seed,
-        "task": None if task is None else {"files": task.files, "sha256": task.sha256,
-                                           "sentences": len(task.sentences)},
-        "index": index.identity(),
-        "counts": {"segments": len(segments), "sentences": sentences,
+        "task": None if not config.needs_task else {**task.to_manifest(),
+                                                    "sentences": len(texts or task)},
+        "index": index_record(index),
+        "counts": {"segments": len(segments),
+                   "sentences": int(view.lengths[ranking.segments].sum()),
                    "tokens": int(view.tokens[ranking.segments].sum()),
                    "corpus_segments": len(view), "corpus_sentences": index.n_sentences},
         "info": ranking.info,
+        "warnings": warnings,
         "created": utc_now(),
         "versions": library_versions(),
     }
     timings["total_seconds"] = round(time.perf_counter() - start, 3)
     manifest["timings"] = timings
-    write_selection(out, segments, manifest)
-    return manifest
+    return Selection(segments, manifest)
 
 
-def _materialise(index: Index, view: methods.SegmentView, ranking: methods.Ranking,
-                 method: str) -> list[SelectedSegment]:
+def index_record(index: Index) -> dict[str, Any]:
+    """The exact index generation a selection was made from."""
+    return index.identity()
+
+
+def run_selection(index: Index, config: SelectConfig, out: str | Path,
+                  task_files: list[str] | None = None, encoder: Encoder | None = None,
+                  batch_size: int = 64, *, text_field: str = "text", overwrite: bool = False,
+                  progress: bool = False) -> dict[str, Any]:
+    """Read the task files, select, and write `out` plus its manifest; returns the manifest."""
+    task = None
+    if task_files:
+        task = task_from_files(task_files, split=index.manifest["ingest"]["split_sentences"],
+                               text_field=text_field)
+    selection = make_selection(index, config, task, encoder=encoder, batch_size=batch_size,
+                               progress=progress)
+    selection.write(out, overwrite=overwrite)
+    return selection.manifest
+
+
+def materialise(index: Index, view: SegmentView, ranking: Ranking,
+                method: str) -> list[SelectedSegment]:
+    """The ranked segments with their text, document key, source and metadata."""
     docs = index.segment_docs(view.offsets)
     out = []
     for rank_, seg in enumerate(ranking.segments.tolist()):
         lo, hi = int(view.offsets[seg]), int(view.offsets[seg + 1])
-        sentences = index.store.texts(range(lo, hi))
+        records = index.store.records(range(lo, hi))
+        sentences = [r["text"] for r in records]
+        meta, sentence_meta = split_meta([r.get("meta") or {} for r in records])
         out.append(SelectedSegment(
             id=seg, rank=rank_, score=float(ranking.scores[rank_]),
             weight=float(ranking.weights[rank_]), method=method, doc=int(docs[seg]), rows=(lo, hi),
-            text=" ".join(sentences), sentences=sentences,
+            text=" ".join(sentences), sentences=sentences, doc_key=records[0].get("doc_key"),
+            source=records[0].get("source"), meta=meta, sentence_meta=sentence_meta,
         ))
     return out
+
+
+def split_meta(metas: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """(the fields every sentence shares with equal values, each sentence's other fields or
+    None when there are none)."""
+    if not metas:
+        return {}, None
+    first = metas[0]
+    shared = {k: v for k, v in first.items() if all(k in m and m[k] == v for m in metas[1:])}
+    rest = [{k: v for k, v in m.items() if k not in shared} for m in metas]
+    return shared, (rest if any(rest) else None)

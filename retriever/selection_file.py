@@ -1,20 +1,25 @@
-"""The selection file format (version 1): JSONL of selected segments plus `<SEL>.manifest.json`.
+"""The selection file format (version 2): JSONL of selected segments plus `<SEL>.manifest.json`.
 
 Each line is one segment, in rank order:
     {"id": 12, "rank": 0, "score": 0.71, "weight": 1.0, "method": "centroid", "doc": 3,
-     "rows": [180, 195], "text": "...", "sentences": ["...", "..."]}
+     "rows": [180, 195], "text": "...", "sentences": ["...", "..."],
+     "doc_key": "medical:3", "source": "pool.jsonl.gz", "meta": {"domain": "medical"},
+     "sentence_meta": [{"pos": 0}, {"pos": 1}, ...]}
 `id` is the segment id for the selection's segment size, `rows` the half-open range of sentence ids
 (FAISS row == LMDB key == embedding row) it covers, `doc` the document index; two segments are
 adjacent in the corpus exactly when they share `doc` and one's `rows[1]` equals the other's
 `rows[0]`. `weight` is 1.0 for discrete selections and lambda in (0, 1) for continuous ones.
-This module imports neither faiss nor torch, so the trainer can read selections cheaply.
+`doc_key` is the corpus's own document key, `source` the input file, `meta` the input records'
+other fields that every sentence of the segment shares; `sentence_meta` (only present when they
+differ) holds each sentence's remaining fields. Version 1 files (without the last four) are read
+too. This module imports neither faiss nor torch, so the trainer can read selections cheaply.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -23,7 +28,8 @@ from tapt.util.files import atomic_write, parents_of, sha256_file, write_json_at
 from tapt.util.manifests import read_versioned_json
 
 SELECTION_FORMAT = "tapt-selection"
-SELECTION_FORMAT_VERSION = 1
+SELECTION_FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -39,21 +45,56 @@ class SelectedSegment:
     rows: tuple[int, int]
     text: str
     sentences: list[str]
+    doc_key: str | None = None
+    source: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    sentence_meta: list[dict[str, Any]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The line's fields (score and weight rounded to 6 decimals, as written)."""
+        out = {
+            "id": self.id,
+            "rank": self.rank,
+            "score": round(float(self.score), 6),
+            "weight": round(float(self.weight), 6),
+            "method": self.method,
+            "doc": self.doc,
+            "rows": list(self.rows),
+            "text": self.text,
+            "sentences": self.sentences,
+            "doc_key": self.doc_key,
+            "source": self.source,
+            "meta": self.meta,
+        }
+        if self.sentence_meta is not None:
+            out["sentence_meta"] = self.sentence_meta
+        return out
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "id": self.id,
-                "rank": self.rank,
-                "score": round(float(self.score), 6),
-                "weight": round(float(self.weight), 6),
-                "method": self.method,
-                "doc": self.doc,
-                "rows": list(self.rows),
-                "text": self.text,
-                "sentences": self.sentences,
-            },
-            ensure_ascii=False,
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> "SelectedSegment":
+        """A segment from a parsed line (version 1 or 2)."""
+        meta = obj.get("meta") or {}
+        sentence_meta = obj.get("sentence_meta")
+        if not isinstance(meta, dict) or not (sentence_meta is None
+                                              or isinstance(sentence_meta, list)):
+            raise TypeError("meta must be an object and sentence_meta a list")
+        return cls(
+            id=int(obj["id"]),
+            rank=int(obj["rank"]),
+            score=float(obj["score"]),
+            weight=float(obj["weight"]),
+            method=str(obj["method"]),
+            doc=int(obj["doc"]),
+            rows=(int(obj["rows"][0]), int(obj["rows"][1])),
+            text=str(obj["text"]),
+            sentences=[str(s) for s in obj["sentences"]],
+            doc_key=None if obj.get("doc_key") is None else str(obj["doc_key"]),
+            source=None if obj.get("source") is None else str(obj["source"]),
+            meta=meta,
+            sentence_meta=sentence_meta,
         )
 
 
@@ -87,8 +128,21 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     """The selection's manifest; refuses a missing one or one of another format version."""
     if not Path(path).is_file():
         raise InputError(f"selection file {path} does not exist")
-    return read_versioned_json(manifest_path(path), SELECTION_FORMAT, SELECTION_FORMAT_VERSION,
+    return read_versioned_json(manifest_path(path), SELECTION_FORMAT, READABLE_VERSIONS,
                                f"selection {path}", InputError)
+
+
+def is_selection(path: str | Path) -> bool:
+    """True when `path` is a file with a tapt selection manifest beside it (any version)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    try:
+        read_versioned_json(manifest_path(path), SELECTION_FORMAT, READABLE_VERSIONS, str(path),
+                            InputError)
+    except InputError:
+        return False
+    return True
 
 
 def iter_selection(path: str | Path) -> Iterator[SelectedSegment]:
@@ -99,20 +153,10 @@ def iter_selection(path: str | Path) -> Iterator[SelectedSegment]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
-                yield SelectedSegment(
-                    id=int(obj["id"]),
-                    rank=int(obj["rank"]),
-                    score=float(obj["score"]),
-                    weight=float(obj["weight"]),
-                    method=str(obj["method"]),
-                    doc=int(obj["doc"]),
-                    rows=(int(obj["rows"][0]), int(obj["rows"][1])),
-                    text=str(obj["text"]),
-                    sentences=[str(s) for s in obj["sentences"]],
-                )
+                segment = SelectedSegment.from_dict(json.loads(line))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
                 raise InputError(f"{path}:{lineno}: not a tapt selection line ({exc})") from exc
+            yield segment
 
 
 def read_selection(path: str | Path) -> tuple[dict[str, Any], list[SelectedSegment]]:

@@ -23,6 +23,10 @@ from tapt.util.cache import read_checked, readable_cache, writable_cache, write_
 log = logging.getLogger(__name__)
 
 SUBDIR = "task-embeddings-v2"
+# Batches per encoder call when a task is embedded: the progress bar moves every ~10 s on a CPU,
+# a task of up to 8 batches is one call as before, and longer ones are as fast as in one call
+# (2,000 seeds, ONNX, 2 cores: 34.2 s chunked vs 34.0 s; embeddings within 3e-8).
+CHUNK_BATCHES = 8
 
 
 def _key(encoder: Encoder, sentences: Sequence[str]) -> str:
@@ -46,9 +50,35 @@ def _load(payload: bytes, n: int, dim: int) -> np.ndarray | None:
     return emb
 
 
-def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 64
-                  ) -> tuple[np.ndarray, bool]:
-    """Embeddings of `sentences` and whether they came from the cache."""
+def encode_in_chunks(encoder: Encoder, sentences: Sequence[str], batch_size: int = 64,
+                     progress: bool = False) -> np.ndarray:
+    """`encoder.encode` over chunks of a few batches, with a progress bar in sentences.
+
+    Sentences are ordered longest first before they are cut into chunks (as the encoders order
+    them inside one call), so batches are padded as little as in a single call. The chunks do
+    not depend on `progress`: a quiet run embeds exactly as a shown one.
+    """
+    from tqdm.auto import tqdm
+
+    sentences = list(sentences)
+    if not sentences:
+        return np.empty((0, encoder.dim), dtype=np.float32)
+    chunk = max(1, batch_size) * CHUNK_BATCHES
+    order = np.argsort([-len(s) for s in sentences], kind="stable")
+    out = np.empty((len(sentences), encoder.dim), dtype=np.float32)
+    with tqdm(total=len(sentences), unit="sentence", desc="embed task", disable=not progress,
+              leave=False) as bar:
+        for start in range(0, len(sentences), chunk):
+            rows = order[start:start + chunk]
+            out[rows] = encoder.encode([sentences[i] for i in rows], batch_size=batch_size)
+            bar.update(len(rows))
+    return out
+
+
+def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 64,
+                  progress: bool = False) -> tuple[np.ndarray, bool]:
+    """Embeddings of `sentences` and whether they came from the cache (a progress bar while
+    they are embedded when `progress`)."""
     name = f"{_key(encoder, sentences)}.npy"
     found = readable_cache(SUBDIR)
     if found is not None:
@@ -58,8 +88,7 @@ def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 
             if emb is not None:
                 return emb, True
             log.warning("cache entry %s holds no valid embeddings; recomputing it", found / name)
-    emb = np.ascontiguousarray(encoder.encode(list(sentences), batch_size=batch_size),
-                               dtype=np.float32)
+    emb = encode_in_chunks(encoder, sentences, batch_size, progress)
     target = writable_cache(SUBDIR)
     if target is not None:
         buf = io.BytesIO()

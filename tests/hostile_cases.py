@@ -264,6 +264,12 @@ def _faiss_row_flip(idx: Path) -> None:
     _flip(idx / "index.faiss", vectors + best * ix.dim * 4 + 2, 0x40)
 
 
+def _repaired(d: Path) -> None:
+    from tapt.indexer.repair import repair_index
+
+    repair_index(d / "idx", progress=False)
+
+
 def _edit_docs(reseal: bool) -> Callable[[Path], None]:
     def edit(idx: Path) -> None:
         docs = np.load(idx / "docs.npy")
@@ -597,9 +603,13 @@ SAFETY_CASES = [
     Case("deleted index.faiss: select knn",
          _sel("knn", _damaged(lambda i: (i / "index.faiss").unlink())),
          "error: tapt index repair", "damaged index"),
-    Case("deleted index.faiss: select centroid (needs no FAISS)",
+    Case("deleted index.faiss: select centroid (a damaged index never answers)",
          _sel("centroid", _damaged(lambda i: (i / "index.faiss").unlink())),
-         "ok: centroid: selected 3 segments", "damaged index"),
+         "error: tapt index repair", "damaged index"),
+    Case("deleted index.faiss: repair, then select knn",
+         lambda d: (_damaged(lambda i: (i / "index.faiss").unlink())(d),
+                    _repaired(d), _sel("knn", lambda d: d / "idx")(d))[-1],
+         "ok: knn: selected", "damaged index"),
     Case("docs.npy edited, still a valid array: select",
          _sel("centroid", _damaged(_edit_docs(False))), "error: docs.npy does not match",
          "damaged index"),

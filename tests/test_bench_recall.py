@@ -3,6 +3,8 @@
 import gzip
 import json
 import random
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,9 +57,7 @@ def test_aggregate_means_over_repeats_then_domains():
     assert agg["all"]["precision"] == 0.8
 
 
-@pytest.fixture(scope="module")
-def seeds_dir(tmp_path_factory):
-    base = tmp_path_factory.mktemp("seeds")
+def write_seeds(base):
     rng = random.Random(5)
     for topic in ("medical", "legal"):
         with gzip.open(base / f"{topic}.jsonl.gz", "wt") as fh:
@@ -67,13 +67,42 @@ def seeds_dir(tmp_path_factory):
     return base
 
 
-def test_bench_recall_end_to_end(fake_index, labelled_corpus, seeds_dir, tmp_path):
-    methods = ["random", "centroid", "distance", "knn", "maxsim", "density", "moore-lewis",
+@pytest.fixture(scope="module")
+def seeds_dir(tmp_path_factory):
+    return write_seeds(tmp_path_factory.mktemp("seeds"))
+
+
+# The end-to-end run's result rows (timings aside), recorded before the methods moved into the
+# registry: every recorded row must come out identical. Re-record after a deliberate change with
+# `python tests/test_bench_recall.py` and say why in the commit.
+RECORDING = Path(__file__).parent / "data" / "bench_recall_results.json"
+E2E_METHODS = ["random", "centroid", "distance", "knn", "maxsim", "density", "moore-lewis",
                "classifier-0", "classifier", "iforest", "hybrid", "auto", "fused",
                "hybrid-fused", "iforest-fused"]
-    report = bench_recall(labelled_corpus[0], seeds_dir, fake_index, methods, [10, 30],
-                          "oracle,2x", 2, [1, 4], tmp_path / "out", tmp_path / "cache",
-                          progress=False, encoder=HashingEncoder())
+
+
+def _row_key(row):
+    return (row["method"], row["domain"], row["seeds"], row["repeat"], row["budget"],
+            row["segment_size"])
+
+
+def _without_timings(rows):
+    return {_row_key(r): {k: v for k, v in r.items() if k != "seconds"} for r in rows}
+
+
+def _run_e2e(index, corpus, seeds, tmp_path):
+    return bench_recall(corpus, seeds, index, E2E_METHODS, [10, 30], "oracle,2x", 2, [1, 4],
+                        tmp_path / "out", tmp_path / "cache", progress=False,
+                        encoder=HashingEncoder())
+
+
+def test_bench_recall_end_to_end(fake_index, labelled_corpus, seeds_dir, tmp_path):
+    methods = E2E_METHODS
+    report = _run_e2e(fake_index, labelled_corpus[0], seeds_dir, tmp_path)
+    recorded = json.loads(RECORDING.read_text())
+    got = _without_timings(report["results"])
+    for row in recorded:
+        assert got.get(_row_key(row)) == row, _row_key(row)
     agg = [r for r in report["aggregate"] if r["domain"] == "all" and r["budget"] == "oracle"
            and r["seeds"] == 30 and r["segment_size"] == 1]
     by = {r["method"]: r for r in agg}
@@ -104,3 +133,24 @@ def test_bench_recall_with_dsir(fake_index, labelled_corpus, seeds_dir, tmp_path
 def test_cluster_purity_on_fake_index(fake_index):
     rows = cluster_purity(Index(fake_index), [1, 3], sample=500, pca_dims=8)
     assert rows[0]["purity"] < 0.5 < rows[1]["purity"]
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import write_labelled_corpus
+    from tapt.indexer.build import BuildConfig, build_index
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        corpus, index, seeds = base / "pool.jsonl", base / "index", base / "seeds"
+        write_labelled_corpus(corpus)
+        build_index([corpus], index, HashingEncoder(),
+                    BuildConfig(segment_size=4, split=False, progress=False, window=64))
+        seeds.mkdir()
+        write_seeds(seeds)
+        report = _run_e2e(index, corpus, seeds, base)
+    rows = sorted(_without_timings(report["results"]).values(), key=lambda r: str(_row_key(r)))
+    RECORDING.write_text(json.dumps(rows, indent=0) + "\n")
+    print(f"recorded {len(rows)} rows -> {RECORDING}")

@@ -73,7 +73,7 @@ def test_random_needs_no_task(real_index, tmp_path):
     (["select", "centroid", "{idx}", "--task", "{task}", "--budget", "-3", "--out", "{out}"],
      "not understood"),
     (["select", "iforest", "{idx}", "--task", "{task}", "--budget", "0.1", "--C", "3",
-      "--out", "{out}"], "only apply with --weights continuous"),
+      "--out", "{out}"], "--C: only applies with --weights continuous"),
     (["select", "centroid", "{idx}/missing", "--task", "{task}", "--budget", "1",
       "--out", "{out}"], "does not exist"),
     (["select", "centroid", "{tmp}", "--task", "{task}", "--budget", "1", "--out", "{out}"],

@@ -126,7 +126,7 @@ def test_truncated_and_flipped_faiss(idx, medical_task, run, large):
     original = (idx / "index.faiss").read_bytes()
     (idx / "index.faiss").write_bytes(original[: len(original) // 2])
     one_error(select(run, idx, medical_task, "knn"), "index.faiss is", "bytes")
-    assert select(run, idx, medical_task, "centroid").exit_code == 0  # FAISS is not needed
+    one_error(select(run, idx, medical_task, "centroid"), "index.faiss is")  # checked on open
     # A flipped byte in the vector of a row knn returns: it disagrees with the embeddings.
     (idx / "index.faiss").write_bytes(original)
     ix = Index(idx)

@@ -98,11 +98,13 @@ def test_segment_size_override_recuts_segments(fake_index, medical_task, tmp_pat
 def test_bad_requests(fake_index, medical_task, tmp_path):
     with pytest.raises(BudgetError, match="larger than the corpus"):
         select(fake_index, medical_task, tmp_path, method="centroid", budget="100000")
-    with pytest.raises(InputError, match="needs a --budget"):
+    with pytest.raises(InputError, match="needs a budget") as err:
         SelectConfig(method="centroid")
-    with pytest.raises(InputError, match="--candidates"):
+    assert err.value.param == "budget"
+    with pytest.raises(InputError, match="use 10x") as err:
         SelectConfig(method="iforest", budget="0.1", candidates="lots")
-    with pytest.raises(InputError, match="needs --task"):
+    assert err.value.param == "candidates"
+    with pytest.raises(InputError, match="needs a task"):
         run_selection(Index(fake_index), SelectConfig(method="centroid", budget="3"),
                       tmp_path / "x.jsonl", None, HashingEncoder())
     empty = tmp_path / "empty.txt"

@@ -282,3 +282,36 @@ def test_cli_train_and_eval_mlm(env, tmp_path):
     both = runner.invoke(cli, ["train", "--model", env["model"], "--selection", env["sel"],
                                "--out", str(tmp_path / "x")])
     assert both.exit_code != 0 and "--steps" in both.output
+
+
+def test_task_and_held_out_text_use_the_corpus_readers(env, tmp_path):
+    """--task from standard input and a Parquet --eval-text with its own column, read and split
+    by the corpus readers; the same task file twice is read once."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    from tapt.cli import cli
+    from tapt.trainer.evaluate import evaluate_text
+
+    task_text = Path(env["task"]).read_text()
+    heldout = [line for line in Path(env["heldout"]).read_text().splitlines() if line]
+    pq.write_table(pa.table({"body": heldout, "n": list(range(len(heldout)))}),
+                   tmp_path / "heldout.parquet")
+    from_parquet = evaluate_text(env["model"], [str(tmp_path / "heldout.parquet")], max_length=32,
+                                 batch_size=8, text_field="body")
+    from_text = evaluate_text(env["model"], [env["heldout"]], max_length=32, batch_size=8)
+    assert from_parquet["loss"] == from_text["loss"] and from_parquet["tokens"] == from_text["tokens"]
+
+    out = tmp_path / "stdin-run"
+    result = CliRunner().invoke(cli, ["-q", "train", "--model", env["model"], "--selection",
+                                      env["sel"], "--task", "-", "--steps", "2", "--batch-size", "4",
+                                      "--max-length", "32", "--out", str(out)], input=task_text)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "training_manifest.json").read_text())
+    assert [t["path"] for t in manifest["task"]] == ["<stdin>"]
+    twice = train(TrainConfig(model=env["model"], selections=(env["sel"],),
+                              task=(env["task"], env["task"]), steps=2, batch_size=4,
+                              max_length=32, out=str(tmp_path / "twice"), progress=False))
+    assert twice["examples"]["task"] == manifest["examples"]["task"]
+    assert twice["task"][0]["sha256"] == manifest["task"][0]["sha256"]

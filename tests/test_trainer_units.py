@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tapt.errors import InputError
+from tapt.indexer.reader import read_text
 from tapt.retriever.selection_file import SelectedSegment, write_selection
 from tapt.trainer.collate import IGNORE_INDEX, MaskingCollator
 from tapt.trainer.config import TrainConfig, parse_mix
@@ -18,7 +19,6 @@ from tapt.trainer.data import Example, document_examples, group_sentences, segme
 from tapt.trainer.inputs import load_selections
 from tapt.trainer.loss import per_example_loss, weighted_mlm_loss
 from tapt.trainer.plan import TrainingPlan, mix_counts
-from tapt.trainer.task_text import read_documents, split_sentences
 from tapt.trainer.tiny_model import tiny_vocab
 
 GROUPS = {
@@ -83,7 +83,11 @@ def test_config_defaults_mix_with_task():
 # ----------------------------------------------------------------------------- task text
 
 
-def test_read_documents_formats(tmp_path):
+def documents(paths):
+    return read_text(paths).documents
+
+
+def test_task_text_is_read_and_split_like_the_corpus(tmp_path):
     lines = tmp_path / "lines.txt"
     lines.write_text("First doc. Two sentences!\nSecond doc\n", encoding="utf-8")
     blocks = tmp_path / "blocks.txt.gz"
@@ -93,21 +97,29 @@ def test_read_documents_formats(tmp_path):
     jsonl.write_text("\n".join(json.dumps(r) for r in [
         {"text": "A one.", "doc": "d1"}, {"text": "A two.", "doc": "d1"}, {"text": "B.", "doc": "d2"},
         {"text": "C."}, {"text": "D."}]) + "\n", encoding="utf-8")
-    assert read_documents([lines]) == [["First doc.", "Two sentences!"], ["Second doc"]]
-    assert read_documents([blocks]) == [["Block one line one.", "line two"], ["Block two."]]
-    assert read_documents([jsonl]) == [["A one.", "A two."], ["B."], ["C."], ["D."]]
-    assert split_sentences("One.  Two? Three") == ["One.", "Two?", "Three"]
+    assert documents([lines]) == [["First doc.", "Two sentences!"], ["Second doc"]]
+    # a block's lines are one record (joined by a space) that the corpus splitter splits
+    assert documents([blocks]) == [["Block one line one.", "line two"], ["Block two."]]
+    assert documents([jsonl]) == [["A one.", "A two."], ["B."], ["C."], ["D."]]
+    # the corpus splitter (pysbd), not a regex: abbreviations do not end a sentence
+    assert documents([_write(tmp_path / "abbr.txt", "Dr. Smith saw Mr. Jones. He left.\n")]) == [
+        ["Dr. Smith saw Mr. Jones.", "He left."]]
+
+
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 @pytest.mark.parametrize("content,name", [("", "empty.txt"), ('{"txt": "x"}\n', "bad.jsonl"),
                                           ("{not json\n", "broken.jsonl")])
-def test_read_documents_refuses_bad_files(tmp_path, content, name):
+def test_task_text_refuses_bad_files(tmp_path, content, name):
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
     with pytest.raises(InputError):
-        read_documents([path])
+        documents([path])
     with pytest.raises(InputError):
-        read_documents([tmp_path / "missing.txt"])
+        documents([tmp_path / "missing.txt"])
 
 
 # ----------------------------------------------------------------------------- packing

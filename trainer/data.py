@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from tapt.errors import InputError
+from tapt.indexer.splitter import SentenceSplitter
 from tapt.retriever.selection_file import SelectedSegment
 
 from .model import quiet_transformers
-from .task_text import split_sentences
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,8 @@ def pack_sentences(
     """
     capacity = max_length - tokenizer.num_special_tokens_to_add(pair=False)
     if capacity < 1:
-        raise InputError(f"--max-length {max_length} leaves no room for text after special tokens")
+        raise InputError(f"{max_length} leaves no room for text after special tokens",
+                         param="max_length")
     flat = [s for unit in units for s in unit if s.strip()]
     with quiet_transformers():  # counting long sentences is not an error: they get truncated
         counted = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
@@ -97,7 +98,8 @@ def segment_examples(
 def document_examples(
     documents: Iterable[Sequence[str] | str], tokenizer: Any, max_length: int, source: str = "task"
 ) -> list[Example]:
-    """Examples of documents (lists of sentences, or strings to split), weight 1."""
-    units = [split_sentences(doc) if isinstance(doc, str) else list(doc) for doc in documents]
+    """Examples of documents (lists of sentences, or strings the corpus splitter splits), weight 1."""
+    splitter = SentenceSplitter()
+    units = [splitter(doc) if isinstance(doc, str) else list(doc) for doc in documents]
     packed = pack_sentences(units, tokenizer, max_length)
     return [Example(ids, 1.0, source) for examples in packed for ids in examples]

@@ -16,9 +16,9 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cpu")
     if name == "cuda":
         if not torch.cuda.is_available():
-            raise InputError("--device cuda was given but no CUDA GPU is available to torch")
+            raise InputError("cuda was given but no CUDA GPU is available to torch", param="device")
         return torch.device("cuda")
-    raise InputError(f"--device must be cpu or cuda, got {name!r}")
+    raise InputError(f"must be cpu or cuda, got {name!r}", param="device")
 
 
 def autocast(device: torch.device) -> ContextManager:

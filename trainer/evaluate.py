@@ -107,24 +107,31 @@ def pseudo_perplexity(
 def evaluate_text(
     model_spec: str | None, paths: Sequence[str], *, max_length: int = 128, batch_size: int = 32,
     seed: int = 0, mlm_probability: float = 0.15, pseudo: bool = False, device: str = "cpu",
+    text_field: str = "text",
 ) -> dict[str, Any]:
-    """Load a model and score held-out text files; the dict is what `tapt eval-mlm --json` prints."""
+    """Load a model and score held-out text files; the dict is what `tapt eval-mlm --json` prints.
+
+    The text is read like a corpus (any corpus format, "-" for standard input; `text_field`
+    names the field/column with the text) and split into sentences by the corpus splitter.
+    """
     from .data import document_examples
     from .device import resolve_device
     from .model import load_mlm
-    from .task_text import read_documents
+    from tapt.indexer.reader import read_text
 
     if batch_size <= 0:
-        raise InputError(f"--batch-size must be positive, got {batch_size}")
+        raise InputError(f"must be positive, got {batch_size}", param="batch_size")
     if max_length < 8:
-        raise InputError(f"--max-length must be at least 8 tokens, got {max_length}")
+        raise InputError(f"must be at least 8 tokens, got {max_length}", param="max_length")
+    if not 0 < mlm_probability < 1:
+        raise InputError(f"must be in (0, 1), got {mlm_probability}", param="mlm_probability")
     dev = resolve_device(device)
-    documents = read_documents(paths)
+    text = read_text(paths, text_field=text_field, what="the held-out text")
     torch.manual_seed(seed)
     model, tokenizer, info = load_mlm(model_spec)
     model.to(dev)
     collator = MaskingCollator(tokenizer, mlm_probability, model.get_input_embeddings().weight.shape[0])
-    examples = document_examples(documents, tokenizer, max_length, source="eval")
+    examples = document_examples(text.documents, tokenizer, max_length, source="eval")
     if pseudo:
         result = pseudo_perplexity(model, collator, examples, batch_size=batch_size, device=dev)
     else:
@@ -132,7 +139,7 @@ def evaluate_text(
     return {
         "model": info["name"],
         "head_initialised": info["head_initialised"],
-        "text": [str(p) for p in paths],
+        "text": text.files,
         "max_length": max_length,
         "batch_size": batch_size,
         "seed": seed,

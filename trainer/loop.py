@@ -113,23 +113,28 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     from .outdir import (check_output, finished_manifest, prepare_output, training_inputs,
                          write_final_model)
     from .plan import TrainingPlan
-    from .task_text import files_sha256, read_documents
+    from tapt.indexer.reader import read_text
 
     out = Path(config.out)
     inputs = training_inputs(config)
     check_output(out, None, config.resume, inputs)  # cheap refusals before the slow loading
     device = resolve_device(config.device)
     segments, selection_records = load_selections(config.selections)
-    task_docs = read_documents(config.task) if config.task else []
-    task_hashes = files_sha256(config.task)
+    task = (read_text(config.task, text_field=config.text_field, what="the task text")
+            if config.task else None)
+    task_docs = task.documents if task else []
+    task_hashes = task.file_sha256 if task else []
     check_task_matches(selection_records, task_hashes)
-    eval_docs = read_documents(config.eval_text) if config.eval_text else []
+    held_out = (read_text(config.eval_text, text_field=config.text_field,
+                          what="the held-out text") if config.eval_text else None)
+    eval_docs = held_out.documents if held_out else []
 
     torch.manual_seed(config.seed)  # the head of a base encoder is initialised reproducibly
     model, tokenizer, model_info = load_mlm(config.model)
     limit = max_positions(model)
     if limit is not None and config.max_length > limit:
-        raise InputError(f"--max-length {config.max_length} exceeds what {model_info['name']} accepts ({limit})")
+        raise InputError(f"{config.max_length} exceeds what {model_info['name']} accepts "
+                         f"({limit})", param="max_length")
     selection_examples = segment_examples(segments, tokenizer, config.max_length)
     task_examples = document_examples(task_docs, tokenizer, config.max_length, "task")
     eval_examples = document_examples(eval_docs, tokenizer, config.max_length, "eval")
@@ -238,9 +243,10 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
         "model": {k: model_info[k] for k in ("name", "path", "architecture", "head_initialised")},
         "arguments": config.to_dict(),
         "selections": selection_records,
-        "task": [{"path": p, "sha256": h} for p, h in zip(config.task, task_hashes)],
+        "task": [{"path": p, "sha256": h} for p, h in zip(task.files, task.file_sha256)]
+        if task else [],
         "eval_text": [{"path": p, "sha256": h}
-                      for p, h in zip(config.eval_text, files_sha256(config.eval_text))],
+                      for p, h in zip(held_out.files, held_out.file_sha256)] if held_out else [],
         "examples": {"selection": plan.n_selection, "task": plan.n_task, "eval": len(eval_examples),
                      "per_epoch": plan.epoch_size, "steps_per_epoch": plan.steps_per_epoch},
         "identity_sha256": identity_hash(identity),

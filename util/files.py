@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from tapt.errors import StorageError
 
@@ -59,9 +59,7 @@ def sha256_file(path: str | Path, progress: bool = False) -> str:
     with open(path, "rb") as fh, tqdm(total=path.stat().st_size, unit="B", unit_scale=True,
                                       desc=f"sha256 {path.name}", disable=not progress,
                                       leave=False) as bar:
-        while block := fh.read(_BLOCK):
-            digest.update(block)
-            bar.update(len(block))
+        hash_stream(fh, digest, on_block=bar.update)
     return digest.hexdigest()
 
 
@@ -70,9 +68,18 @@ def sha256_files(paths: Iterable[str | Path]) -> str:
     digest = hashlib.sha256()
     for path in paths:
         with open(path, "rb") as fh:
-            while block := fh.read(_BLOCK):
-                digest.update(block)
+            hash_stream(fh, digest)
     return digest.hexdigest()
+
+
+def hash_stream(fh: BinaryIO, *digests: Any, on_block: Callable[[int], Any] | None = None) -> None:
+    """Feed every byte of an open binary stream to each of `digests` (hashlib objects), in 4 MiB
+    blocks; `on_block(n)` is told the size of each block (a progress bar's update)."""
+    while block := fh.read(_BLOCK):
+        for digest in digests:
+            digest.update(block)
+        if on_block is not None:
+            on_block(len(block))
 
 
 def fsync_path(path: str | Path) -> None:

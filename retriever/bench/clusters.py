@@ -32,7 +32,7 @@ def cluster_purity(index: Index, ks: list[int], label_field: str = "domain",
     from sklearn.mixture import GaussianMixture
 
     if any(k < 1 for k in ks):
-        raise InputError("--k values must be positive")
+        raise InputError("values must be positive", param="ks")
     labels = sentence_labels(index, label_field)
     rows = np.sort(np.random.default_rng(seed).choice(
         index.n_sentences, size=min(sample, index.n_sentences), replace=False))

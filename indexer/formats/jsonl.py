@@ -1,0 +1,59 @@
+"""JSON Lines (.jsonl, .ndjson, .jl, and .json read as JSON Lines), optionally compressed: one
+object per line with a string text field; every other field is metadata."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+from tapt.errors import InputError
+
+from . import register
+from .base import Format, ReadOptions, Row, Scanned
+from .sources import InputFile
+
+
+@register
+class JsonlFormat(Format):
+    name = "jsonl"
+    suffixes = (".jsonl", ".ndjson", ".jl", ".json")
+    compressible = True
+    summary = "JSON Lines: one object per line; the text field is the text, other fields metadata"
+
+    def _objects(self, file: InputFile, options: ReadOptions) -> Iterator[tuple[int, dict[str, Any]]]:
+        for lineno, line in file.lines():
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{file.name}:{lineno}: not valid JSON ({exc.msg})"
+                                 + _whole_json_hint(lineno, line)) from exc
+            if not isinstance(obj, dict):
+                raise InputError(f"{file.name}:{lineno}: a JSONL record must be an object"
+                                 + _whole_json_hint(lineno, line))
+            if not isinstance(obj.get(options.text_field), str):
+                raise InputError(f"{file.name}:{lineno}: field '{options.text_field}' is missing "
+                                 "or not a string", param="text_field")
+            yield lineno, obj
+
+    def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
+        records = blank = 0
+        for _, obj in self._objects(file, options):
+            if obj[options.text_field].strip():
+                records += 1
+            else:
+                blank += 1
+        return Scanned(records, blank)
+
+    def rows(self, file: InputFile, options: ReadOptions) -> Iterator[Row]:
+        for lineno, obj in self._objects(file, options):
+            text = obj.pop(options.text_field)
+            yield Row(f"{file.name}:{lineno}", text, obj)
+
+
+def _whole_json_hint(lineno: int, line: str) -> str:
+    """A file that is one JSON document (an array) rather than JSON Lines."""
+    if lineno == 1 and line.lstrip().startswith("["):
+        return " (JSON files are read as JSON Lines: one object per line, not an array)"
+    return ""

@@ -1,0 +1,489 @@
+"""What every selection method is made of: `Method`, its `Params`, and the `Context` it ranks in.
+
+A method is one module of this package holding one `Method` subclass decorated with `@register`
+(see `registry`); nothing else names it. The CLI's `tapt select NAME` command and its options,
+`auto`'s candidates, the `prerank` choices of detector rescoring and `tapt bench recall` are all
+derived from the registered objects and their properties:
+
+    from dataclasses import dataclass
+
+    from tapt.retriever import scoring
+    from tapt.retriever.methods.base import Params, SentenceScored, param
+    from tapt.retriever.methods.registry import register
+
+    @dataclass(frozen=True)
+    class MaxCosParams(Params):
+        floor: float = param(-1.0, "Ignore cosines below this.", minimum=-1.0)
+
+    @register
+    class MaxCos(SentenceScored):
+        name = "maxcos"
+        summary = "Best cosine to any task sentence."
+        Params = MaxCosParams
+
+        def scorer(self, ctx, task, params, heldout=False):
+            return (lambda rows: scoring.max_similarity(rows, task).clip(min=params.floor)), {}
+
+Saved as `retriever/methods/maxcos.py`, this is `tapt select maxcos IDX --floor 0.2 ...`,
+`index.select("maxcos", ..., floor=0.2)`, a `prerank` choice and a `tapt bench recall` method
+(tests/test_registry.py adds exactly this file). Override `rank` instead of `scorer` for a
+method that does not score sentences; see the existing modules.
+
+Scores are "higher = more task-like" everywhere; the arithmetic lives in `scoring`, `pu`,
+`ngram_lm` and `detector_registry`, which know nothing of indexes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import numbers
+import time
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Sequence
+
+import numpy as np
+
+from tapt.errors import InputError
+
+from .. import scoring
+from ..budget import Budget, budget_target, cut
+
+if TYPE_CHECKING:
+    from tapt.indexer.index import Index
+
+    from ..ngram_lm import Vocabulary
+
+log = logging.getLogger(__name__)
+
+Scorer = Callable[[np.ndarray], np.ndarray]
+BudgetNeed = Literal["required", "optional", "none"]
+
+
+@dataclass
+class Ranking:
+    """Selected segments in rank order with their scores and weights, plus what the method saw."""
+
+    segments: np.ndarray
+    scores: np.ndarray
+    weights: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SegmentView:
+    """Segments of an index at one segment size, with their sentence and token counts."""
+
+    offsets: np.ndarray
+    lengths: np.ndarray
+    tokens: np.ndarray
+
+    @classmethod
+    def of(cls, index: "Index", size: int | None) -> "SegmentView":
+        offsets = index.segments(size)
+        lengths = np.diff(offsets)
+        tok = np.add.reduceat(np.asarray(index.tokens, dtype=np.int64), offsets[:-1])
+        return cls(offsets, lengths, tok)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budget | None,
+         info: dict[str, Any]) -> Ranking:
+    """The prefix of a segment ranking that fills `budget` (all of it without one)."""
+    if budget is None:
+        chosen = order
+    else:
+        target = budget_target(budget, view.lengths, view.tokens)
+        chosen = cut(order, budget, target, view.lengths, view.tokens)
+        if budget.unit in ("fraction", "segments") and len(chosen) < target:
+            info["budget_shortfall"] = f"only {len(chosen)} candidate segments for {int(target)}"
+            log.warning("budget %s asks for more than the %d candidates", budget.spec, len(chosen))
+    return Ranking(chosen, scores[chosen], np.ones(len(chosen), dtype=np.float32), info)
+
+
+def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: Budget | None,
+                       info: dict[str, Any], threshold: float | None = None) -> Ranking:
+    """Segments ranked by the mean score of their sentences; without a budget, those whose mean
+    is above `threshold` (a method without a threshold needs a budget)."""
+    seg_scores = scoring.segment_mean(sentence_scores, view.lengths)
+    order = scoring.rank(seg_scores)
+    if budget is None:
+        if threshold is None:
+            raise InputError("this method needs a budget", param="budget")
+        order = order[seg_scores[order] > threshold]
+    return take(view, order, seg_scores, budget, info)
+
+
+# ----------------------------------------------------------------------------- parameters
+
+
+def param(default: Any, help: str, *, choices: Sequence[str] | Callable[[], Sequence[str]] | None
+          = None, minimum: float | None = None, short: str | None = None,
+          requires: tuple[str, Any] | None = None) -> Any:
+    """A method parameter: a dataclass field whose metadata drives validation and the CLI option.
+
+    Args:
+        default: The default value (its field's type annotation gives the type).
+        help: One sentence for `--help` and the API docs; name other parameters in backticks.
+        choices: The allowed values (or a function returning them, for lists known only once
+            every method is registered). A `Literal[...]` annotation gives them too.
+        minimum: The smallest allowed number.
+        short: A one-letter CLI alias such as "-k".
+        requires: (other parameter, value): the parameter only applies when the other one has
+            that value; giving it explicitly otherwise is an error.
+
+    Returns:
+        A `dataclasses.field`.
+    """
+    return field(default=default, metadata={"help": help, "choices": choices, "minimum": minimum,
+                                            "short": short, "requires": requires})
+
+
+@dataclass(frozen=True)
+class Params:
+    """Base of every method's parameters. Subclasses are frozen dataclasses of `param` fields;
+    creating one checks every value (type, choices, minimum) and then `validate`.
+
+    Raises:
+        InputError: naming the parameter (`param=`) whose value cannot work.
+    """
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = _checked(f.name, getattr(self, f.name), hints[f.name])
+            object.__setattr__(self, f.name, value)
+            choices = param_choices(f, hints[f.name])
+            if choices is not None and value is not None and value not in choices:
+                raise InputError(f"{value!r} is not one of {', '.join(map(str, choices))}",
+                                 param=f.name)
+            minimum = f.metadata.get("minimum")
+            if minimum is not None and value is not None and value < minimum:
+                raise InputError(f"must be at least {minimum:g}, got {value!r}", param=f.name)
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks that involve several fields or parsing (override; raise InputError)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def param_choices(f: dataclasses.Field, hint: Any) -> tuple[Any, ...] | None:
+    """The allowed values of a parameter field, if it has a fixed set."""
+    choices = f.metadata.get("choices")
+    if callable(choices):
+        choices = choices()
+    if choices is not None:
+        return tuple(choices)
+    if typing.get_origin(hint) is Literal:
+        return typing.get_args(hint)
+    return None
+
+
+def param_type(hint: Any) -> tuple[type, bool]:
+    """(int, float, str or bool; whether None is allowed) of a field's annotation."""
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        hint = args[0]
+    if typing.get_origin(hint) is Literal:
+        return type(typing.get_args(hint)[0]), optional
+    return hint, optional
+
+
+def _checked(name: str, value: Any, hint: Any) -> Any:
+    kind, optional = param_type(hint)
+    if value is None:
+        if optional:
+            return None
+        raise InputError("needs a value", param=name)
+    if kind is bool:
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+    elif kind is int:
+        if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+            return int(value)
+    elif kind is float:
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+            value = float(value)
+            if np.isfinite(value):
+                return value
+            raise InputError(f"must be a finite number, got {value!r}", param=name)
+    elif kind is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise InputError(f"must be {'an integer' if kind is int else 'a ' + kind.__name__}, got "
+                     f"{value!r}", param=name)
+
+
+@dataclass(frozen=True)
+class NoParams(Params):
+    """A method without parameters of its own."""
+
+
+# ----------------------------------------------------------------------------- context
+
+
+class Memo:
+    """Intermediate scores several methods of one task share (Moore-Lewis scores, fused scores
+    per budget), each computed once. `reused_seconds` adds up what the values taken from here
+    cost when they were computed, so a method's time can be reported as if it ran alone."""
+
+    def __init__(self) -> None:
+        self._values: dict[Any, tuple[Any, float]] = {}
+        self.reused_seconds = 0.0
+
+    def get(self, key: Any, compute: Callable[[], Any]) -> Any:
+        if key in self._values:
+            value, seconds = self._values[key]
+            self.reused_seconds += seconds
+            return value
+        t0, before = time.perf_counter(), self.reused_seconds
+        value = compute()
+        cost = time.perf_counter() - t0 + (self.reused_seconds - before)
+        self._values[key] = (value, cost)
+        return value
+
+
+class CorpusCache:
+    """Per-index data that selections reuse: segment views, the stored texts and their
+    encoding for the bigram language models of Moore-Lewis.
+
+    Each selection gets its own copy of the vocabulary, so a selection never depends on the
+    ones before it. `share_vocabulary=True` lets the vocabulary grow across tasks instead: the
+    published `tapt bench recall` numbers were made that way, and the benchmark keeps it.
+    """
+
+    def __init__(self, index: "Index", share_vocabulary: bool = False) -> None:
+        self.index = index
+        self.share_vocabulary = share_vocabulary
+        self._views: dict[int | None, SegmentView] = {}
+        self._texts: list[str] | None = None
+        self._lm: tuple["Vocabulary", tuple[np.ndarray, np.ndarray]] | None = None
+
+    def view(self, size: int | None) -> SegmentView:
+        if size not in self._views:
+            self._views[size] = SegmentView.of(self.index, size)
+        return self._views[size]
+
+    def texts(self) -> list[str]:
+        if self._texts is None:
+            self._texts = self.index.store.texts(range(self.index.n_sentences))
+        return self._texts
+
+    def lm_encoding(self) -> tuple["Vocabulary", tuple[np.ndarray, np.ndarray]]:
+        """The stored texts as token ids, and the vocabulary they were encoded with."""
+        from ..ngram_lm import Vocabulary
+
+        if self._lm is None:
+            vocab = Vocabulary()
+            self._lm = vocab, vocab.encode(self.texts())
+        vocab, encoded = self._lm
+        return (vocab if self.share_vocabulary else vocab.copy()), encoded
+
+
+@dataclass
+class Context:
+    """Everything a method ranks with.
+
+    Attributes:
+        index: The open index.
+        view: Its segments at the selection's segment size.
+        budget: The parsed budget, or None.
+        seed: Seed of every random choice of the selection.
+        task: The task's L2-normalised embeddings (None when the method needs none).
+        texts: The task's sentences (None when the task was given as embeddings).
+        corpus: Per-index caches shared between selections.
+        memo: Per-task intermediate scores shared between the methods of one task.
+        encoder: The index's model, when the task was embedded here (None when the task came
+            as embeddings); for methods that embed or fine-tune.
+        progress: Whether long steps may show progress bars.
+    """
+
+    index: "Index"
+    view: SegmentView
+    budget: Budget | None
+    seed: int = 0
+    task: np.ndarray | None = None
+    texts: list[str] | None = None
+    corpus: CorpusCache | None = None
+    memo: Memo = field(default_factory=Memo)
+    encoder: Any = None
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.corpus is None:
+            self.corpus = CorpusCache(self.index)
+
+    def need_task(self, method: str) -> np.ndarray:
+        if self.task is None or len(self.task) == 0:
+            raise InputError(f"{method} needs task sentences", param="task")
+        return self.task
+
+    def need_texts(self, method: str) -> list[str]:
+        if not self.texts:
+            raise InputError(f"{method} needs the task's text (give the task as files or as a "
+                             "list of strings, not as embeddings)", param="task")
+        return self.texts
+
+    @property
+    def n_positive(self) -> int | None:
+        """The budget in sentences, when it is given in sentences (what self-training aims at)."""
+        if self.budget is not None and self.budget.unit == "sentences":
+            return int(self.budget.value)
+        return None
+
+
+# ----------------------------------------------------------------------------- methods
+
+
+class Method:
+    """One selection method. Subclasses set the class attributes and implement `rank`.
+
+    Attributes:
+        name: The method's name (`tapt select NAME`, `index.select(NAME, ...)`).
+        summary: One line for listings.
+        help: The longer description and examples of `tapt select NAME -h`.
+        budget: "required", "optional" (see `budget_help`) or "none".
+        budget_help: What the method selects without a budget (optional budgets).
+        needs_text: Whether it reads the task's text (refused for a task given as embeddings).
+        needs_embeddings: Whether it needs the task's embeddings at all.
+        can_prerank: Whether its full ranking can be a `prerank` for detector rescoring.
+        auto_candidate: Whether `auto` may choose it (it must implement `scorer`).
+        min_task_sentences: Fewest task sentences it accepts; below it the task is refused.
+        warn_task_sentences: Below this many task sentences a selection warns that the fitted
+            model is unreliable (and records the warning in its manifest).
+        order: Position in listings (then by name).
+        Params: Its parameters, a frozen dataclass subclass of `Params`.
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    help: ClassVar[str] = ""
+    budget: ClassVar[BudgetNeed] = "required"
+    budget_help: ClassVar[str] = ""
+    needs_text: ClassVar[bool] = False
+    needs_embeddings: ClassVar[bool] = True
+    can_prerank: ClassVar[bool] = False
+    auto_candidate: ClassVar[bool] = False
+    min_task_sentences: ClassVar[int] = 1
+    warn_task_sentences: ClassVar[int] = 1
+    order: ClassVar[int] = 100
+    Params: ClassVar[type[Params]] = NoParams
+
+    def __repr__(self) -> str:
+        return f"<method {self.name}>"
+
+    def make_params(self, values: dict[str, Any] | None = None,
+                    explicit: Iterable[str] | None = None) -> Params:
+        """Validated parameters from keyword values.
+
+        Args:
+            values: Parameter values by name (missing ones take their defaults).
+            explicit: The names the user gave (default: every key of `values`); a parameter
+                that only applies with another's value is refused when given explicitly.
+
+        Returns:
+            An instance of `self.Params`.
+
+        Raises:
+            InputError: an unknown parameter or a value that cannot work.
+        """
+        values = dict(values or {})
+        known = [f.name for f in dataclasses.fields(self.Params)]
+        for name in values:
+            if name not in known:
+                takes = f"its parameters are {', '.join(known)}" if known else "it has none"
+                raise InputError(f"{self.name} has no parameter `{name}` ({takes})", param=name)
+        params = self.Params(**values)
+        given = set(values) if explicit is None else set(explicit)
+        for f in dataclasses.fields(params):
+            requires = f.metadata.get("requires")
+            if requires and f.name in given and getattr(params, requires[0]) != requires[1]:
+                raise InputError(f"only applies with `{requires[0]}` {requires[1]}",
+                                 param=f.name)
+        return params
+
+    def shared_params(self, params: Params) -> Params:
+        """This method's parameters taking the values of same-named fields of another method's
+        `params` (how `prerank` and `auto` pass k, m, rounds, nprobe... along)."""
+        known = {f.name for f in dataclasses.fields(self.Params)}
+        return self.make_params({k: v for k, v in params.to_dict().items() if k in known},
+                                explicit=())
+
+    def uses_text(self, params: Params) -> bool:
+        """Whether this method, with these parameters, reads the task's text."""
+        return self.needs_text
+
+    def uses_embeddings(self, params: Params) -> bool:
+        """Whether this method, with these parameters, needs the task's embeddings."""
+        return self.needs_embeddings
+
+    @property
+    def scores_sentences(self) -> bool:
+        """Whether the method implements `sentence_scores`."""
+        return type(self).sentence_scores is not Method.sentence_scores
+
+    def min_task(self, params: Params) -> int:
+        """Fewest task sentences this method can work with, with these parameters."""
+        return self.min_task_sentences
+
+    def rank(self, ctx: Context, params: Params) -> Ranking:
+        """The selected segments in rank order (cut at `ctx.budget` when there is one)."""
+        raise NotImplementedError
+
+    def full_ranking(self, ctx: Context, params: Params) -> Ranking:
+        """Every segment the method can rank, in order, uncut (for `can_prerank` methods)."""
+        raise InputError(f"{self.name} cannot pre-rank candidates", param="prerank")
+
+    def sentence_scores(self, ctx: Context, params: Params
+                        ) -> tuple[np.ndarray, dict[str, Any]] | None:
+        """A score per corpus sentence whose segment means rank segments at any segment size
+        (None for methods that rank segments another way). `tapt bench recall` cuts these
+        at every budget and segment size."""
+        return None
+
+    def depends_on_budget(self, params: Params) -> bool:
+        """Whether `sentence_scores` change with the budget (then they are computed per budget)."""
+        return True
+
+    def scorer(self, ctx: Context, task: np.ndarray, params: Params, heldout: bool = False
+               ) -> tuple[Scorer, dict[str, Any]]:
+        """A function rows -> scores fitted on `task` (the whole task, or its training part
+        when `heldout` is set by `auto`), and what the fit saw; for `auto_candidate` methods."""
+        raise NotImplementedError(f"{self.name} has no embedding scorer")
+
+
+class SentenceScored(Method):
+    """A method that scores every corpus sentence and ranks segments by their mean score.
+
+    Subclasses implement `scorer` (an embedding scorer) or override `sentence_scores`.
+    Without a budget, segments whose mean score is above `threshold` are selected (a method
+    whose `threshold` is None needs a budget).
+    """
+
+    threshold: ClassVar[float | None] = None
+    can_prerank = True
+
+    def sentence_scores(self, ctx: Context, params: Params) -> tuple[np.ndarray, dict[str, Any]]:
+        scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)
+        return scorer(ctx.index.embeddings), info
+
+    def depends_on_budget(self, params: Params) -> bool:
+        return False
+
+    def rank(self, ctx: Context, params: Params) -> Ranking:
+        scores, info = self.sentence_scores(ctx, params)
+        return by_sentence_scores(ctx.view, scores, ctx.budget, dict(info), self.threshold)
+
+    def full_ranking(self, ctx: Context, params: Params) -> Ranking:
+        scores, info = self.sentence_scores(ctx, params)
+        return by_sentence_scores(ctx.view, scores, None, dict(info), threshold=-np.inf)

@@ -1,0 +1,51 @@
+"""classifier: positive-unlabeled logistic regression on the stored embeddings (`pu`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import scoring
+from ..pu import PUConfig, pu_classifier
+from .base import Params, SentenceScored, param
+from .registry import register
+
+
+@dataclass(frozen=True)
+class ClassifierParams(Params):
+    rounds: int = param(2, "Self-training rounds (0 = positive only: trained on the task alone).",
+                        minimum=0)
+
+
+@register
+class Classifier(SentenceScored):
+    name = "classifier"
+    summary = "Positive-unlabeled logistic regression on the stored embeddings, self-trained."
+    help = """The task is the positive class, negatives come from the bottom of the centroid
+    ranking; each self-training round adds the most confident corpus rows as positives (aiming
+    at the budget when it is given in sentences).
+
+    \b
+    Examples:
+      tapt select classifier idx --task task.jsonl --budget 20000sent --out sel.jsonl
+      tapt select classifier idx --task task.jsonl --rounds 0 --out probable.jsonl
+    """
+    order = 70
+    budget = "optional"
+    budget_help = "every segment with probability > 0.5"
+    threshold = 0.0
+    auto_candidate = True
+    min_task_sentences = 2
+    warn_task_sentences = 3
+    Params = ClassifierParams
+
+    def scorer(self, ctx, task, params, heldout=False):
+        """`heldout`: positive only (no self-training), as `auto` fits it on 90% of the task."""
+        prerank = scoring.centroid_scores(ctx.index.embeddings, scoring.centroid(task))
+        rounds = 0 if heldout else params.rounds
+        n_positive = None if heldout else ctx.n_positive
+        _, scorer, info = pu_classifier(ctx.index.embeddings, task, prerank, n_positive,
+                                        PUConfig(rounds=rounds, seed=ctx.seed))
+        return scorer, info
+
+    def depends_on_budget(self, params):
+        return params.rounds > 0

@@ -1,0 +1,35 @@
+"""density: the mean cosine of a sentence to its m nearest task sentences."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import scoring
+from .base import Params, SentenceScored, param
+from .registry import register
+
+
+@dataclass(frozen=True)
+class DensityParams(Params):
+    m: int = param(10, "Mean cosine to the m nearest task sentences (1 = best cosine to any).",
+                   minimum=1)
+
+
+@register
+class Density(SentenceScored):
+    name = "density"
+    summary = "Rank every sentence by its mean cosine to its m nearest task sentences."
+    help = """A density estimate of the task around every corpus sentence; m = 1 is the best
+    cosine to any task sentence (kNN-TAPT's score, over every row).
+
+    \b
+    Examples:
+      tapt select density idx --task task.jsonl --budget 20000sent --m 10 --out sel.jsonl
+      tapt select density idx --task task.jsonl --budget 0.2 --m 1 --out best-cosine.jsonl
+    """
+    order = 60
+    auto_candidate = True
+    Params = DensityParams
+
+    def scorer(self, ctx, task, params, heldout=False):
+        return (lambda rows: scoring.topm_mean_similarity(rows, task, params.m)), {"m": params.m}

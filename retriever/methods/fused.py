@@ -1,0 +1,51 @@
+"""fused: the PU classifier (meaning) and Moore-Lewis (wording), the sum of their z-scores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import scoring
+from .base import Params, SentenceScored, param
+from .moore_lewis import lexical_scores
+from .registry import get_method, register
+
+
+@dataclass(frozen=True)
+class FusedParams(Params):
+    rounds: int = param(2, "Self-training rounds of the classifier half.", minimum=0)
+
+
+@register
+class Fused(SentenceScored):
+    name = "fused"
+    summary = "Classifier (meaning) + Moore-Lewis (wording): the sum of their z-scores."
+    help = """The most precise method on the benchmark: the two disagree usefully (the classifier
+    sees meaning, Moore-Lewis the domain's words) and their errors overlap little. It reads
+    every stored sentence's text, so it costs a few seconds more than the classifier alone.
+
+    \b
+    Example:
+      tapt select fused idx --task task.jsonl --budget 20000sent --out sel.jsonl
+    """
+    order = 90
+    needs_text = True
+    min_task_sentences = 2
+    warn_task_sentences = 3
+    Params = FusedParams
+
+    def sentence_scores(self, ctx, params):
+        texts = ctx.need_texts(self.name)          # before any fitting
+        task = ctx.need_task(self.name)
+        classifier = get_method("classifier")
+
+        def compute():
+            lexical = lexical_scores(ctx, self.name)
+            scorer, info = classifier.scorer(ctx, task, classifier.shared_params(params))
+            return scoring.fuse_zscores(scorer(ctx.index.embeddings), lexical), info
+
+        key = ("fused", ctx.n_positive, params.rounds, ctx.seed)
+        scores, info = ctx.memo.get(key, compute)
+        return scores, {**info, "general_lm_sentences": len(texts)}
+
+    def depends_on_budget(self, params):
+        return params.rounds > 0

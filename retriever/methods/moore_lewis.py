@@ -1,0 +1,42 @@
+"""moore-lewis: Moore & Lewis 2010, the bigram cross-entropy difference of task and corpus LMs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ngram_lm import moore_lewis_scores
+from .base import Context, SentenceScored
+from .registry import register
+
+
+def lexical_scores(ctx: Context, method: str = "moore-lewis") -> np.ndarray:
+    """Moore-Lewis scores of every stored sentence for the task, computed once per task."""
+    texts = ctx.need_texts(method)
+
+    def compute() -> np.ndarray:
+        vocab, encoded = ctx.corpus.lm_encoding()
+        return moore_lewis_scores([], texts, ctx.seed, vocab=vocab, pool_encoded=encoded)
+
+    return ctx.memo.get(("moore-lewis", ctx.seed), compute)
+
+
+@register
+class MooreLewis(SentenceScored):
+    name = "moore-lewis"
+    summary = "Bigram cross-entropy difference, task LM vs a random-pool LM (Moore & Lewis 2010)."
+    help = """An in-domain bigram LM fitted on the task's text and a general one fitted on as many
+    random stored sentences; each sentence scores the difference of their cross-entropies.
+    Reads the task's text, not its embeddings.
+
+    \b
+    Example:
+      tapt select moore-lewis idx --task task.jsonl --budget 0.2 --out sel.jsonl
+    """
+    order = 80
+    needs_text = True
+    needs_embeddings = False
+    warn_task_sentences = 3
+
+    def sentence_scores(self, ctx, params):
+        scores = lexical_scores(ctx, self.name)
+        return scores, {"general_lm_sentences": len(ctx.texts)}

@@ -1,0 +1,96 @@
+"""The registry of selection methods: `register` once, look up by name, list in order.
+
+Every module of this package other than `base` and `registry` holds one method and is imported
+the first time the registry is asked for anything, so adding a method is adding one file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import TypeVar
+
+from tapt.errors import InputError
+
+import dataclasses
+
+from .base import Method
+
+# Names the selection itself uses (the CLI's options and `Index.select`'s arguments).
+RESERVED = ("method", "idx", "index", "task", "text_field", "budget", "out", "overwrite",
+            "as_json", "segment_size", "seed", "model", "device", "backend", "batch_size",
+            "progress", "encoder", "params")
+
+_REGISTRY: dict[str, Method] = {}
+_INFRASTRUCTURE = {"base", "registry"}
+_loaded = False
+
+M = TypeVar("M", bound=type)
+
+
+def register(cls: M) -> M:
+    """Class decorator: register one instance of a `Method` subclass under its `name`.
+
+    Raises:
+        ValueError: the class lacks a name or summary, or the name is taken.
+    """
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name or not getattr(cls, "summary", ""):
+        raise ValueError(f"{cls.__name__}: a method needs a `name` and a one-line `summary`")
+    if cls.budget not in ("required", "optional", "none"):
+        raise ValueError(f"{name}: budget must be required, optional or none")
+    clash = [f.name for f in dataclasses.fields(cls.Params) if f.name in RESERVED]
+    if clash:
+        raise ValueError(f"{name}: parameter names {clash} are taken by every selection")
+    if name in _REGISTRY and type(_REGISTRY[name]) is not cls:
+        raise ValueError(f"two methods are called {name!r}")
+    _REGISTRY[name] = cls()
+    return cls
+
+
+def _load() -> None:
+    """Import every method module on the package's path (once)."""
+    global _loaded
+    if _loaded:
+        return
+    name = __name__.rpartition(".")[0]
+    package = importlib.import_module(name)
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name not in _INFRASTRUCTURE and not module.name.startswith("_"):
+            importlib.import_module(f"{name}.{module.name}")
+    _loaded = True
+
+
+def methods() -> list[Method]:
+    """Every registered method, in listing order."""
+    _load()
+    return sorted(_REGISTRY.values(), key=lambda m: (m.order, m.name))
+
+
+def method_names() -> tuple[str, ...]:
+    """The names of every registered method, in listing order."""
+    return tuple(m.name for m in methods())
+
+
+def get_method(name: str) -> Method:
+    """The registered method called `name`.
+
+    Raises:
+        InputError: no method has that name (the message lists them).
+    """
+    _load()
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise InputError(f"unknown method {name!r}: use one of {', '.join(method_names())}",
+                         param="method") from None
+
+
+def prerank_choices() -> tuple[str, ...]:
+    """Methods whose full ranking can supply candidates for detector rescoring."""
+    return tuple(m.name for m in methods() if m.can_prerank)
+
+
+def auto_candidates() -> tuple[Method, ...]:
+    """Methods `auto` chooses from (each has an embedding `scorer`)."""
+    return tuple(m for m in methods() if m.auto_candidate)

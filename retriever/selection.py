@@ -1,0 +1,388 @@
+"""`Selection`: a selection in memory, and its training-ready exports.
+
+A selection holds the selected segments in rank order with their text, weights and corpus
+metadata, plus the manifest that says how they were chosen. It converts to pandas, Arrow or a
+Hugging Face dataset (optional dependencies, imported when asked for), writes the selection file
+format (`selection_file`) and exports one training example per segment (`export`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
+
+import numpy as np
+
+from tapt.errors import InputError, OutputError
+from tapt.util.files import atomic_write, storage_error, temporary_sibling, write_json_atomic
+from tapt.util.safety import check_output
+
+from .selection_file import (SelectedSegment, is_selection, manifest_path, read_selection,
+                             write_selection)
+
+if TYPE_CHECKING:
+    import datasets
+    import pandas
+    import pyarrow
+
+ExportFormat = Literal["jsonl", "parquet", "hf", "txt"]
+EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "parquet", "hf", "txt")
+_SUFFIX_FORMAT = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".txt": "txt"}
+EXPORT_MARKER = "tapt_selection.json"      # inside an `hf` export folder: the selection manifest
+_PARQUET_KEY = b"tapt_selection"           # parquet schema metadata: the selection manifest
+
+
+def _require(module: str, what: str) -> Any:
+    """Import an optional dependency, or say which package to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        package = module.split(".")[0]
+        raise InputError(f"{what} needs the optional package {package}: pip install "
+                         f"'tapt[hf]' (or pip install {package})") from exc
+
+
+class Selection:
+    """Selected segments in rank order, their text and corpus metadata, and the manifest.
+
+    Args:
+        segments: The segments, best first.
+        manifest: How they were selected (method, parameters, task, index, counts, timings).
+        path: The selection file this was read from or written to, if any.
+
+    Examples:
+        >>> task = ["Fever and a persistent cough.", "Reduced blood flow to the kidneys.",
+        ...         "A rash on both arms."]
+        >>> sel = ix.select("fused", task=task, budget="100sent")
+        >>> list(sel.to_pandas().columns[:4])
+        ['text', 'weight', 'score', 'rank']
+        >>> sel.write("sel.jsonl").name
+        'sel.jsonl'
+        >>> tapt.Selection.read("sel.jsonl").ids.tolist() == sel.ids.tolist()
+        True
+        >>> sel.export("train.parquet").name, sel.export("train-ds", format="hf").name
+        ('train.parquet', 'train-ds')
+    """
+
+    def __init__(self, segments: Sequence[SelectedSegment], manifest: dict[str, Any],
+                 path: str | Path | None = None) -> None:
+        self.segments: list[SelectedSegment] = list(segments)
+        self.manifest: dict[str, Any] = manifest
+        self.path: Path | None = Path(path) if path is not None else None
+
+    # --- reading
+
+    @classmethod
+    def read(cls, path: str | Path) -> "Selection":
+        """A selection file (format version 1 or 2) and its manifest.
+
+        Args:
+            path: The selection JSONL; its manifest sits beside it.
+
+        Returns:
+            The selection.
+
+        Raises:
+            InputError: the file or its manifest is missing, damaged or of another version.
+        """
+        manifest, segments = read_selection(path)
+        return cls(segments, manifest, path)
+
+    # --- the data
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    def __iter__(self) -> Iterator[SelectedSegment]:
+        return iter(self.segments)
+
+    def __getitem__(self, i: int) -> SelectedSegment:
+        return self.segments[i]
+
+    def __repr__(self) -> str:
+        where = f" -> {self.path}" if self.path else ""
+        return f"<Selection {self.method}: {len(self)} segments{where}>"
+
+    @property
+    def method(self) -> str:
+        return str(self.manifest.get("method"))
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(self.manifest.get("counts", {}))
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return dict(self.manifest.get("info", {}))
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.manifest.get("warnings", []))
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Segment ids (at the selection's segment size), in rank order."""
+        return np.array([s.id for s in self.segments], dtype=np.int64)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """(n, 2) half-open sentence-row ranges of the segments."""
+        return np.array([s.rows for s in self.segments], dtype=np.int64).reshape(-1, 2)
+
+    @property
+    def sentence_rows(self) -> np.ndarray:
+        """Every selected sentence row (FAISS row == text-store key), in rank order."""
+        parts = [np.arange(lo, hi) for lo, hi in self.rows]
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    @property
+    def scores(self) -> np.ndarray:
+        return np.array([s.score for s in self.segments], dtype=np.float64)
+
+    @property
+    def weights(self) -> np.ndarray:
+        return np.array([s.weight for s in self.segments], dtype=np.float64)
+
+    @property
+    def texts(self) -> list[str]:
+        return [s.text for s in self.segments]
+
+    @property
+    def sentences(self) -> list[list[str]]:
+        return [s.sentences for s in self.segments]
+
+    @property
+    def doc_keys(self) -> list[str | None]:
+        return [s.doc_key for s in self.segments]
+
+    @property
+    def sources(self) -> list[str | None]:
+        return [s.source for s in self.segments]
+
+    @property
+    def meta(self) -> list[dict[str, Any]]:
+        return [s.meta for s in self.segments]
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One training example per segment: text and weight first, then score, rank, ids,
+        corpus key, source file and metadata (`sentence_meta` where sentences differ)."""
+        out = []
+        for s in self.segments:
+            out.append({"text": s.text, "weight": float(s.weight), "score": float(s.score),
+                        "rank": s.rank, "id": s.id, "doc": s.doc, "row_start": s.rows[0],
+                        "row_end": s.rows[1], "doc_key": s.doc_key, "source": s.source,
+                        "meta": s.meta, "sentence_meta": s.sentence_meta,
+                        "sentences": s.sentences, "method": s.method})
+        return out
+
+    def to_pandas(self) -> "pandas.DataFrame":
+        """A pandas DataFrame, one row per segment (`meta` holds dicts).
+
+        Returns:
+            pandas.DataFrame with the columns of `to_records`.
+
+        Raises:
+            InputError: pandas is not installed.
+        """
+        pd = _require("pandas", "Selection.to_pandas")
+        return pd.DataFrame(self.to_records(), columns=_COLUMNS)
+
+    def to_arrow(self) -> "pyarrow.Table":
+        """A pyarrow Table, one row per segment. `meta` and `sentence_meta` are JSON text
+        (their keys differ between corpora and rows; `json.loads` gives the dicts back).
+
+        Raises:
+            InputError: pyarrow is not installed.
+        """
+        pa = _require("pyarrow", "Selection.to_arrow")
+        columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+        for rec in self.to_records():
+            for name in _COLUMNS:
+                value = rec[name]
+                if name in ("meta", "sentence_meta"):
+                    value = None if value is None else json.dumps(value, ensure_ascii=False)
+                columns[name].append(value)
+        return pa.table({name: pa.array(values, type=_arrow_type(pa, name))
+                         for name, values in columns.items()})
+
+    def to_hf_dataset(self) -> "datasets.Dataset":
+        """A Hugging Face `datasets.Dataset` (the columns of `to_arrow`).
+
+        Raises:
+            InputError: datasets (or pyarrow) is not installed.
+        """
+        datasets = _require("datasets", "Selection.to_hf_dataset")
+        return datasets.Dataset(self.to_arrow())
+
+    # --- writing
+
+    def inputs(self) -> list[str]:
+        """Paths this selection was made from (task files, the index): never an output."""
+        task = self.manifest.get("task") or {}
+        files = ([f for f in task.get("files", []) if f not in ("-", "<stdin>")]
+                 if isinstance(task, dict) else [])
+        index = (self.manifest.get("index") or {}).get("path")
+        return files + ([index] if index else [])
+
+    def write(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write the selection file (JSONL) and its manifest beside it, atomically.
+
+        Args:
+            path: The selection file to write (its manifest goes to PATH.manifest.json).
+            overwrite: Replace an existing file that is not a tapt selection (an existing
+                selection is always replaced).
+
+        Returns:
+            The path written.
+
+        Raises:
+            OutputError: `path` is an input of the selection, lies inside an index, or holds
+                something else that may not be replaced.
+        """
+        path = check_selection_output(path, self.inputs(), overwrite)
+        write_selection(path, self.segments, self.manifest)
+        self.path = path
+        return path
+
+    def write_lines(self, stream) -> None:
+        """The selection file's lines to a text stream (stdout: no manifest is written)."""
+        for seg in self.segments:
+            stream.write(seg.to_json() + "\n")
+
+    def export(self, out: str | Path, format: ExportFormat | None = None,
+               overwrite: bool = False) -> Path:
+        """Write training-ready data: one example per segment with its text and weight.
+
+        Args:
+            out: The file (jsonl, parquet, txt) or folder (hf) to write.
+            format: jsonl, parquet, hf (a `datasets` save_to_disk folder) or txt (one segment
+                per line; weights are dropped); default: from the suffix of `out`.
+            overwrite: Replace an existing file that tapt did not write.
+
+        Returns:
+            The path written.
+
+        Raises:
+            InputError: unknown format, or its optional package is missing.
+            OutputError: `out` may not be written (see `tapt.util.safety.check_output`).
+        """
+        fmt = export_format(out, format)
+        inputs = self.inputs() + ([str(self.path)] if self.path else [])
+        if fmt == "hf":
+            target = check_output(out, what="export", inputs=inputs, overwrite=overwrite,
+                                  ours=lambda p: (p / EXPORT_MARKER).is_file(), directory=True)
+            self._export_hf(target)
+            return target
+        ours = _is_parquet_export if fmt == "parquet" else None
+        target = check_output(out, what="export", inputs=inputs, overwrite=overwrite,
+                              ours=ours)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if fmt == "parquet":
+            self._export_parquet(target)
+        else:
+            with atomic_write(target, "w") as fh:
+                fh.writelines(self.lines(fmt))
+        return target
+
+    def lines(self, format: Literal["jsonl", "txt"] = "jsonl") -> Iterator[str]:
+        """The export as text lines (newline-terminated): one JSON object, or for txt one
+        segment's text on one line, per segment."""
+        if format not in ("jsonl", "txt"):
+            raise InputError(f"{format} is not a line format (jsonl or txt)", param="format")
+        for rec in self.to_records():
+            if format == "txt":
+                yield " ".join(rec["text"].split()) + "\n"
+            else:
+                yield json.dumps(rec, ensure_ascii=False) + "\n"
+
+    def _export_parquet(self, target: Path) -> None:
+        pq = _require("pyarrow.parquet", "export to parquet")
+        table = self.to_arrow()
+        table = table.replace_schema_metadata(
+            {_PARQUET_KEY: json.dumps(self.manifest, ensure_ascii=False).encode()})
+        with atomic_write(target, "wb") as fh:
+            pq.write_table(table, fh)
+
+    def _export_hf(self, target: Path) -> None:
+        import datasets
+
+        dataset = self.to_hf_dataset()
+        work = temporary_sibling(target, "export")
+        shutil.rmtree(work, ignore_errors=True)
+        bars = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()       # a few rows: its "Saving the dataset" bar is noise
+        try:
+            dataset.save_to_disk(str(work))
+            write_json_atomic(work / EXPORT_MARKER, self.manifest)
+            old = None
+            if target.exists():
+                old = temporary_sibling(target, "old")
+                os.replace(target, old)
+            os.replace(work, target)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError as exc:
+            raise storage_error(exc, target) from exc
+        finally:
+            if bars:
+                datasets.enable_progress_bars()
+            shutil.rmtree(work, ignore_errors=True)
+
+
+_COLUMNS = ("text", "weight", "score", "rank", "id", "doc", "row_start", "row_end", "doc_key",
+            "source", "meta", "sentence_meta", "sentences", "method")
+
+
+def _arrow_type(pa, name: str):
+    if name in ("weight", "score"):
+        return pa.float64()
+    if name in ("rank", "id", "doc", "row_start", "row_end"):
+        return pa.int64()
+    if name == "sentences":
+        return pa.list_(pa.string())
+    return pa.string()
+
+
+def _is_parquet_export(path: Path) -> bool:
+    try:
+        import pyarrow.parquet as pq
+
+        return _PARQUET_KEY in (pq.read_schema(path).metadata or {})
+    except Exception:  # noqa: BLE001 - anything unreadable is not ours
+        return False
+
+
+def export_format(out: str | Path, format: str | None) -> str:
+    """The export format asked for, or the one the suffix of `out` names."""
+    if format is not None:
+        if format not in EXPORT_FORMATS:
+            raise InputError(f"unknown format {format!r}: use one of {', '.join(EXPORT_FORMATS)}",
+                             param="format")
+        return format
+    guessed = _SUFFIX_FORMAT.get(Path(out).suffix.lower())
+    if guessed is None:
+        raise InputError(f"cannot tell the format from {out}: pass `format` "
+                         f"({', '.join(EXPORT_FORMATS)})", param="format")
+    return guessed
+
+
+def check_selection_output(out: str | Path, inputs: Sequence[str | Path],
+                           overwrite: bool = False) -> Path:
+    """`check_output` for a selection file and the manifest written beside it.
+
+    An existing selection is replaced; any other existing file only with `overwrite`; an input
+    (task file, index, anything inside an index) never.
+    """
+    target = check_output(out, what="selection", inputs=inputs, overwrite=overwrite,
+                          ours=is_selection)
+    beside = manifest_path(target)
+    if beside.exists() and not is_selection(target):
+        if beside.is_dir() or not overwrite:
+            raise OutputError(f"{beside} exists and is not a selection manifest written by tapt; "
+                              "pass `overwrite` to replace it", param="out")
+    return target

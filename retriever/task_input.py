@@ -1,0 +1,204 @@
+"""A task as a user gives it: files (or stdin), a list of strings, or ready embeddings.
+
+Files are read by `task.load_task`, as the corpus was; strings are split into sentences as the
+index was; embeddings are used as they are (methods that read the text then refuse). Before a
+task is embedded, `screen_tokens` refuses one the model cannot read at all and warns about one
+it mostly cannot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from tapt.errors import InputError
+
+log = logging.getLogger(__name__)
+
+# Above this share of unknown tokens a task is mostly text the model was not trained on.
+UNKNOWN_TOKEN_WARNING = 0.2
+_FILE_SUFFIXES = (".txt", ".text", ".jsonl", ".json", ".ndjson", ".jl", ".gz", ".zst", ".bz2",
+                  ".xz", ".csv", ".tsv", ".parquet", ".arrow")
+
+
+@dataclass
+class TaskInput:
+    """The task's sentences (or embeddings) and where they came from.
+
+    Attributes:
+        kind: "files", "texts" or "embeddings".
+        files: The task files as given ("-" for stdin).
+        sha256: Hash of the files' bytes, of the strings, or of the embeddings.
+        sentences: The task's sentences (None for embeddings).
+        embeddings: L2-normalised task embeddings (only for kind "embeddings").
+    """
+
+    kind: Literal["files", "texts", "embeddings"]
+    files: list[str]
+    sha256: str
+    sentences: list[str] | None = None
+    embeddings: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.sentences) if self.sentences is not None else len(self.embeddings)
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"kind": self.kind, "files": self.files, "sha256": self.sha256,
+                "sentences": len(self)}
+
+
+def task_from_files(paths: Sequence[str | Path], split: bool, text_field: str = "text"
+                    ) -> TaskInput:
+    """Read task files, folders or URLs ("-": standard input) with the corpus readers.
+
+    Args:
+        paths: Files, folders, URLs or "-" (the same path given twice is read once).
+        split: Split records into sentences (the index's setting).
+        text_field: The field or column holding the text.
+
+    Returns:
+        The task.
+    """
+    from .task import load_task
+
+    task = load_task(list(paths), split=split, text_field=text_field)
+    return TaskInput("files", task.files, task.sha256, list(task.sentences))
+
+
+def task_from_texts(texts: Sequence[str], split: bool) -> TaskInput:
+    """A task from strings (records), split into sentences as the index was."""
+    from tapt.indexer.splitter import SentenceSplitter
+
+    splitter = SentenceSplitter(split=split)
+    digest = hashlib.sha256()
+    sentences = []
+    for text in texts:
+        if not isinstance(text, str):
+            raise InputError(f"task strings must be str, got {type(text).__name__}", param="task")
+        digest.update(text.encode("utf-8") + b"\x00")
+        sentences.extend(splitter(text))
+    if not sentences:
+        raise InputError("the task holds no sentences", param="task")
+    return TaskInput("texts", [], digest.hexdigest(), sentences)
+
+
+def task_from_embeddings(array: Any, dim: int) -> TaskInput:
+    """A task given as embeddings of the index's model: rows of unit length, `dim` columns."""
+    emb = np.asarray(array, dtype=np.float32)
+    if emb.ndim == 1:
+        emb = emb[None, :]
+    if emb.ndim != 2 or emb.shape[1] != dim or len(emb) == 0:
+        raise InputError(f"task embeddings must be an (n, {dim}) array for this index, got shape "
+                         f"{tuple(np.shape(array))}", param="task")
+    if not np.isfinite(emb).all():
+        raise InputError("task embeddings hold NaN or infinite values", param="task")
+    norms = np.linalg.norm(emb, axis=1)
+    if np.abs(norms - 1).max() > 1e-3:
+        raise InputError("task embeddings must be L2-normalised rows (embeddings of the index's "
+                         "model; divide each row by its norm)", param="task")
+    emb = np.ascontiguousarray(emb)
+    return TaskInput("embeddings", [], hashlib.sha256(emb.tobytes()).hexdigest(), None, emb)
+
+
+def resolve_task(task: Any, split: bool, dim: int, text_field: str = "text") -> TaskInput:
+    """The `task` argument of `Index.select`: a path, a list of paths, a list of strings or an
+    array of embeddings.
+
+    A `str` or `os.PathLike` is a file, folder or URL; a list of `os.PathLike` is files; a list
+    of `str` is the task's text, unless every string names an existing file or a URL.
+
+    Raises:
+        InputError: a type that is none of these, or strings that look like file names of
+            which some do not exist.
+    """
+    if isinstance(task, TaskInput):
+        return task
+    if isinstance(task, (str, os.PathLike)):
+        return task_from_files([task], split, text_field)
+    if isinstance(task, np.ndarray):
+        return task_from_embeddings(task, dim)
+    if isinstance(task, (list, tuple)):
+        if task and all(isinstance(t, os.PathLike) for t in task):
+            return task_from_files(list(task), split, text_field)
+        if task and all(isinstance(t, str) for t in task):
+            exists = [os.path.exists(t) or _is_url(t) for t in task]
+            if all(exists):
+                return task_from_files(list(task), split, text_field)
+            if all(_looks_like_file(t) for t in task):
+                missing = next(t for t, e in zip(task, exists) if not e)
+                raise InputError(f"{missing}: no such file (pass pathlib.Path objects for files, "
+                                 "plain strings for the task's text)", param="task")
+            return task_from_texts(list(task), split)
+        if task and all(isinstance(t, (list, tuple, np.ndarray)) for t in task):
+            return task_from_embeddings(np.asarray(task), dim)
+        raise InputError("a task list must hold only strings (the text), only paths, or "
+                         "embedding rows", param="task")
+    raise InputError(f"a task is a path, a list of paths, a list of strings or an array of "
+                     f"embeddings, not {type(task).__name__}", param="task")
+
+
+def _is_url(text: str) -> bool:
+    return "://" in text and not any(c.isspace() for c in text)
+
+
+def _looks_like_file(text: str) -> bool:
+    return not any(c.isspace() for c in text) and text.lower().endswith(_FILE_SUFFIXES)
+
+
+def tokenizer_of(encoder: Any) -> Any | None:
+    """The encoder's Hugging Face tokenizer, if it exposes one."""
+    tok = getattr(encoder, "tokenizer", None)
+    if tok is None:
+        tok = getattr(getattr(encoder, "model", None), "tokenizer", None)
+    return tok if callable(tok) else None
+
+
+def screen_tokens(encoder: Any, sentences: list[str]) -> tuple[list[str], list[str]]:
+    """Leave out task sentences the model cannot read; warn when most tokens are unknown.
+
+    Uses the encoder's tokenizer; an encoder without one is not screened.
+
+    Returns:
+        (the sentences kept, warnings).
+
+    Raises:
+        InputError: no sentence holds a token the model knows (emoji only, zero-width
+            characters, a script the tokenizer does not cover).
+    """
+    tok = tokenizer_of(encoder)
+    if tok is None:
+        return sentences, []
+    hf_log = logging.getLogger("transformers")
+    level = hf_log.level
+    hf_log.setLevel(logging.ERROR)  # "sequence longer than the model's maximum": not used here
+    try:
+        ids = tok(list(sentences), add_special_tokens=False, truncation=False)["input_ids"]
+    finally:
+        hf_log.setLevel(level)
+    unk = getattr(tok, "unk_token_id", None)
+    unreadable = [not x or (unk is not None and all(t == unk for t in x)) for x in ids]
+    name = getattr(encoder, "name", "the model")
+    if all(unreadable):
+        raise InputError(f"the task's {len(sentences)} sentence(s) tokenise to nothing {name} "
+                         "knows (no tokens, or only unknown ones: emoji, zero-width or "
+                         "unsupported characters)", param="task")
+    warnings = []
+    if any(unreadable):
+        warnings.append(f"{sum(unreadable)} of {len(sentences)} task sentences tokenise to "
+                        f"nothing {name} knows and were left out")
+        sentences = [s for s, bad in zip(sentences, unreadable) if not bad]
+        ids = [x for x, bad in zip(ids, unreadable) if not bad]
+    total = sum(len(x) for x in ids)
+    unknown = sum(1 for x in ids for t in x if t == unk) if unk is not None else 0
+    if total and unknown / total >= UNKNOWN_TOKEN_WARNING:
+        warnings.append(f"{unknown / total:.0%} of the task's tokens are unknown to {name}: it "
+                        "was not trained on most of this text, so the selection will be poor")
+    for warning in warnings:
+        log.warning("%s", warning)
+    return sentences, warnings
