@@ -19,20 +19,20 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from tapt.errors import InputError, OutputError
+from tapt.errors import InputError
 from tapt.util.files import storage_error
-from tapt.util.safety import check_output, enclosing_index, is_tapt_index
+from tapt.util.safety import check_output, is_tapt_index
 from tapt.util.versions import utc_now
 
 from . import checkpoint
-from .build import BuildConfig, build_into, local_inputs, scan_corpus
+from .build import BuildConfig, build_into, corpus_paths, scan_corpus
 from .encoder import Encoder
 from .generations import exchange
 from .index import Index
 from .integrity import check_all_checksums, remember_index
 from .manifest import (DOCS, EMBEDDINGS, INDEX_FORMAT_VERSION, LMDB_DATA, STORE, TOKENS,
                        write_index_manifest)
-from .reader import InputSpec
+from .reader import CorpusScan, InputSpec
 from .store import TextStore, close_reader
 
 log = logging.getLogger(__name__)
@@ -80,16 +80,10 @@ def _copy_index(index: Index, work: Path) -> None:
     shutil.copyfile(index.path / LMDB_DATA, work / LMDB_DATA)
 
 
-def check_add_inputs(index_path: Path, inputs: list[InputSpec]) -> None:
+def check_add_inputs(index_path: Path, inputs: list[InputSpec] | CorpusScan) -> None:
     """`index add` writes the index: no local input may be it, lie inside it, or contain it."""
-    inputs = local_inputs(inputs)
-    for raw in inputs:
-        inside = enclosing_index(raw)
-        if inside is not None:
-            raise OutputError(f"the input {raw} lies inside the tapt index {inside}; an index's "
-                              "own files are not a corpus", param="corpus")
-    check_output(index_path, what="index", inputs=inputs, directory=True, ours=is_tapt_index,
-                 param="idx")
+    check_output(index_path, what="index", inputs=corpus_paths(inputs), directory=True,
+                 ours=is_tapt_index, param="idx")
 
 
 def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
@@ -122,7 +116,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                          progress=progress, **_faiss_request(old.get("faiss", {})),
                          embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"))
     scan = scan_corpus(inputs, config)
-    check_add_inputs(index.path, local_inputs(scan))
+    check_add_inputs(index.path, scan)
     wanted = checkpoint.fingerprint({
         "inputs": scan.identity(),
         "index": index.manifest_sha256, "batch_size": config.batch_size,

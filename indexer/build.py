@@ -123,6 +123,18 @@ def local_inputs(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
             and str(spec) != "-" and "://" not in str(spec)]
 
 
+def corpus_paths(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
+    """The local inputs of a build or an add, none of them inside a tapt index (an index's own
+    files are never a corpus)."""
+    paths = local_inputs(inputs)
+    for raw in paths:
+        inside = enclosing_index(raw)
+        if inside is not None:
+            raise OutputError(f"the input {raw} lies inside the tapt index {inside}; an index's "
+                              "own files are not a corpus", param="corpus")
+    return paths
+
+
 def replaceable_index(path: Path) -> bool:
     """A directory `--overwrite` may replace: a tapt index holding only what tapt wrote."""
     return is_tapt_index(path) and not foreign_entries(path)
@@ -133,12 +145,7 @@ def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
     """The output rule of `index build`: `out` is new, an empty directory, or (with `overwrite`)
     a tapt index holding nothing else; never an input, inside one, or around one; and no input
     is inside a tapt index. Returns `out` resolved."""
-    inputs = local_inputs(inputs)
-    for raw in inputs:
-        inside = enclosing_index(raw)
-        if inside is not None:
-            raise OutputError(f"the input {raw} lies inside the tapt index {inside}; an index's "
-                              "own files are not a corpus", param="corpus")
+    inputs = corpus_paths(inputs)
     target = Path(out).expanduser().resolve()
     if target.is_dir() and is_tapt_index(target):
         extra = foreign_entries(target)
