@@ -416,8 +416,9 @@ def index_info(idx, as_json) -> None:
       tapt index info idx
     """
     from tapt.indexer.index import Index
+    from tapt.indexer.manifest import INDEX_FORMAT_VERSION, UPGRADABLE_VERSIONS
 
-    ix = Index(idx)
+    ix = Index(idx, versions=(INDEX_FORMAT_VERSION, *UPGRADABLE_VERSIONS))  # shows old formats too
     sizes = ix.disk_bytes()
     if as_json:
         click.echo(json.dumps({**ix.manifest, "disk_bytes": sizes}, indent=2))

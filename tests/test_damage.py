@@ -266,6 +266,7 @@ def test_format_1_index_is_refused_with_upgrade_named_then_upgraded(idx, medical
                      f"tapt index upgrade {idx}")
     assert "no re-embedding" in line
     assert "tapt index upgrade" in run("index", "verify", idx).output
+    assert "(format 1," in run("index", "info", idx).output
     old_sel = json.loads((idx / "manifest.json").read_text())
     done = run("index", "upgrade", idx)
     assert done.exit_code == 0 and "format 1 -> 2" in done.output, done.output
