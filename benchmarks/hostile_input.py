@@ -51,9 +51,9 @@ def run_cases() -> tuple[list[str], collections.Counter]:
         lines = [line for line in first.splitlines() if not line.startswith("WARNING")]
         shown = (lines[-1] if lines else "")[:220]
         left = (", ".join(outcome.left) or "none") if case.expect.startswith("error") else "-"
-        rows.append(f"| {case.group} | {case.name} | {'-' if outcome.code is None else outcome.code}"
-                    f" | `{shown}` | {left} | {outcome.lost or 'none'} | {seconds:.1f} | "
-                    f"{judged} |")
+        code = "-" if outcome.code is None else outcome.code
+        rows.append(f"| {case.group} | {case.name} | {code} | `{shown}` | {left} | "
+                    f"{outcome.lost or 'none'} | {seconds:.1f} | {judged} |")
         print(rows[-1], flush=True)
     return rows, counts
 
