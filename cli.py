@@ -191,7 +191,7 @@ class _MemoryType(click.ParamType):
         try:
             return parse_memory(value)
         except InputError as exc:
-            self.fail(str(exc).replace(f"--memory {value!r}: ", ""), param, ctx)
+            self.fail(exc.message, param, ctx)
 
 
 def _faiss_options(func):
@@ -276,7 +276,8 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
 @click.option("--split/--no-split", default=True, show_default=True,
               help="Split records into sentences (--no-split: each record is one sentence).")
 @_input_options()
-@click.option("--overwrite", is_flag=True, help="Replace an existing index at --out.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing tapt index at --out (never anything else).")
 @click.option("--restart", is_flag=True,
               help="Discard an interrupted build of --out instead of resuming it.")
 @click.option("--embedding-dtype", default="float32", show_default=True,
@@ -308,7 +309,7 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
       tapt index build wiki/ --out wiki-idx --model ./my-st-model --device cuda
       tapt index build --hf-dataset allenai/c4:en --hf-split validation --out c4-idx
     """
-    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.build import BuildConfig, build_index, check_index_output
     from tapt.indexer.encoder import load_encoder
 
     inputs = _inputs(corpus, hf_datasets, hf_split)
@@ -318,8 +319,7 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
                          overwrite=overwrite, restart=restart, progress=ctx.obj["progress"],
                          index=index_type, memory=memory, opq=opq,
                          embedding_dtype=embedding_dtype)
-    if Path(out).exists() and not overwrite:
-        raise click.UsageError(f"{out} already exists (use --overwrite to replace it)")
+    check_index_output(out, inputs, overwrite)  # before the model is loaded
     encoder = load_encoder(model, device=device, backend=backend)
     try:
         manifest = build_index(inputs, out, encoder, config)
@@ -379,11 +379,13 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
     Example:
       tapt index add idx more-news/ more.jsonl.gz
     """
-    from tapt.indexer.add import add_to_index
+    from tapt.indexer.add import add_to_index, check_add_inputs
     from tapt.indexer.index import Index
 
     inputs = _inputs(corpus, hf_datasets, hf_split)
-    encoder = Index(idx).load_encoder(model, device, backend)
+    ix = Index(idx)
+    check_add_inputs(ix.path, inputs)  # before the model is loaded
+    encoder = ix.load_encoder(model, device, backend)
     try:
         manifest = add_to_index(idx, inputs, encoder, batch_size=batch_size,
                                 restart=restart, progress=ctx.obj["progress"],
@@ -414,8 +416,9 @@ def index_info(idx, as_json) -> None:
       tapt index info idx
     """
     from tapt.indexer.index import Index
+    from tapt.indexer.manifest import INDEX_FORMAT_VERSION, UPGRADABLE_VERSIONS
 
-    ix = Index(idx)
+    ix = Index(idx, versions=(INDEX_FORMAT_VERSION, *UPGRADABLE_VERSIONS))  # shows old formats too
     sizes = ix.disk_bytes()
     if as_json:
         click.echo(json.dumps({**ix.manifest, "disk_bytes": sizes}, indent=2))
@@ -497,6 +500,32 @@ def index_repair(ctx, idx) -> None:
 
     done = repair_index(idx, progress=ctx.obj["progress"])
     click.echo("; ".join(done) if done else f"{idx}: nothing to repair")
+
+
+@index.command("upgrade", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.pass_context
+@_domain_errors
+def index_upgrade(ctx, idx) -> None:
+    """Bring an index of an older format to this tapt's format, without re-embedding.
+
+    Format 1 indexes get a checksum on every text record and a sealed manifest; the files are
+    checked against their recorded checksums first, and the upgraded index replaces the old one
+    in one atomic swap. Selections made from it stay valid.
+
+    \b
+    Example:
+      tapt index upgrade idx && tapt index verify idx
+    """
+    from tapt.indexer.upgrade import upgrade_index
+
+    manifest, changed = upgrade_index(idx, progress=ctx.obj["progress"])
+    if not changed:
+        click.echo(f"{idx}: already format {manifest['format_version']}; nothing to do")
+        return
+    click.echo(f"{idx}: format {manifest['upgraded']['from_format']} -> "
+               f"{manifest['format_version']} ({manifest['counts']['sentences']:,} text records "
+               "now carry checksums)")
 
 
 @index.command("reindex", context_settings=CONTEXT)
@@ -987,9 +1016,11 @@ def bench() -> None:
 @click.option("--domains", default=None, help="Only these domains (comma-separated).")
 @click.option("--label-field", default="domain", show_default=True)
 @click.option("--cache", default=".cache/bench", show_default=True, type=click.Path(file_okay=False),
-              help="Seed embeddings, DSIR features and a built index are kept here.")
+              help="Seed embeddings, DSIR features and a built index are kept here (a new, "
+                   "empty or earlier bench cache directory).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
-              help="Results directory: recall.json, recall.md, pr-<domain>.png.")
+              help="Results directory: recall.json, recall.md, pr-<domain>.png (new, empty, or "
+                   "an earlier results directory).")
 @click.pass_context
 @_domain_errors
 def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, budgets, repeats,
@@ -1001,7 +1032,7 @@ def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, 
       tapt bench recall --pool ../shared/data/multidomain/pool.jsonl.gz \\
           --seeds ../shared/data/multidomain/seeds --index .cache/pool-index \\
           --methods all --seed-sizes 100,500,2000 --budgets oracle,0.5x,2x --repeats 3 \\
-          --out benchmarks/results
+          --out benchmarks/results/recall
     """
     from tapt.retriever.bench.run import bench_recall
 
@@ -1093,14 +1124,16 @@ def plot() -> None:
 
 @plot.command("domains", context_settings=CONTEXT)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="PNG to write.")
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
+              help="PNG to write (replaces only a plot tapt wrote, unless --overwrite).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing file at --out.")
 @click.option("--selection", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Overlay this selection's sentences.")
 @click.option("--label-field", default="domain", show_default=True)
 @click.option("--sample", default=8000, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int)
 @_domain_errors
-def plot_domains_command(idx, out, selection, label_field, sample, seed) -> None:
+def plot_domains_command(idx, out, overwrite, selection, label_field, sample, seed) -> None:
     """2-D PCA map of the embeddings coloured by label, a selection overlaid.
 
     \b
@@ -1111,7 +1144,7 @@ def plot_domains_command(idx, out, selection, label_field, sample, seed) -> None
     from tapt.indexer.index import Index
 
     info = plot_domains(Index(idx), Path(out), label_field, sample,
-                        Path(selection) if selection else None, seed)
+                        Path(selection) if selection else None, seed, overwrite=overwrite)
     click.echo(f"drew {info['sentences']:,} sentences"
                + (f" and {info['selected_drawn']:,} selected" if selection else "") + f" -> {out}")
 

@@ -9,81 +9,81 @@ on Linux): a reader sees the old index or the new one, never a mix, and existing
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import json
+import itertools
 import logging
-import os
 import shutil
+import unicodedata
 from pathlib import Path
 from typing import Any, Iterable
 
-import lmdb
 import numpy as np
 
-from . import checkpoint
-from .build import DOCS, EMBEDDINGS, STORE, TOKENS, BuildConfig, build_into, scan_corpus
-from .encoder import Encoder
 from tapt.errors import InputError
-from .index import Index
-from tapt.util.files import write_json_atomic
+from tapt.util.files import storage_error
+from tapt.util.safety import check_output, is_tapt_index
 from tapt.util.versions import utc_now
 
-from .manifest import MANIFEST_NAME
-from .reader import InputSpec
-from .store import key
+from . import checkpoint
+from .build import BuildConfig, build_into, corpus_paths, scan_corpus
+from .encoder import Encoder
+from .generations import exchange
+from .index import Index
+from .integrity import check_all_checksums, remember_index
+from .manifest import (DOCS, EMBEDDINGS, INDEX_FORMAT_VERSION, LMDB_DATA, STORE, TOKENS,
+                       write_index_manifest)
+from .reader import CorpusScan, InputSpec
+from .store import TextStore, close_reader
 
 log = logging.getLogger(__name__)
 
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
+
+# Invisible characters that make two renderings of one text differ byte for byte.
+_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
+
+
+def normalise_for_identity(text: str) -> str:
+    """The form two texts are compared in: Unicode NFC, without zero-width characters and
+    soft hyphens. Only for duplicate detection; stored text stays as the corpus gave it."""
+    return unicodedata.normalize("NFC", text).translate(_ZERO_WIDTH)
 
 
 def doc_hash(sentences: Iterable[str]) -> bytes:
-    """Identity of a document's content: its sentences, in order."""
-    return hashlib.sha256("\n".join(sentences).encode("utf-8")).digest()[:16]
+    """Identity of a document's content: its sentences, in order, normalised (NFC, no
+    zero-width characters), so Unicode variants of one document are one document."""
+    joined = "\n".join(normalise_for_identity(s) for s in sentences)
+    return hashlib.sha256(joined.encode("utf-8")).digest()[:16]
 
 
-def _existing_hashes(work: Path, rows: int, docs: int) -> set[bytes]:
+def _existing_hashes(work: Path, rows: int, docs: int, label: Path) -> set[bytes]:
     """Hashes of the committed documents in `work` (read before its store is opened for writing)."""
     header = 128  # NpyAppender's fixed header; the header itself may be stale after a kill
     offsets = np.fromfile(work / DOCS, dtype=np.int64, count=docs + 1, offset=header)
-    env = lmdb.open(str(work / STORE), readonly=True, lock=False, subdir=True, max_dbs=0)
+    if len(offsets) != docs + 1 or offsets[-1] != rows:
+        raise InputError(f"{work} is inconsistent ({len(offsets) - 1} documents ending at row "
+                         f"{offsets[-1] if len(offsets) else 0}, {rows} rows committed): pass "
+                         "`restart`")
     hashes: set[bytes] = set()
     try:
-        with env.begin(buffers=True) as txn:
-            for d in range(docs):
-                texts = []
-                for sid in range(int(offsets[d]), int(offsets[d + 1])):
-                    texts.append(json.loads(bytes(txn.get(key(sid))))["text"])
-                hashes.add(doc_hash(texts))
+        texts = (r["text"] for r in TextStore(work / STORE, label=label).iter_records(range(rows)))
+        for d in range(docs):
+            hashes.add(doc_hash(itertools.islice(texts, int(offsets[d + 1] - offsets[d]))))
     finally:
-        env.close()
-    if offsets[-1] != rows:
-        raise InputError(f"{work} is inconsistent ({offsets[-1]} != {rows} rows): add --restart")
+        close_reader(work / STORE)
     return hashes
-
-
-def _exchange(a: Path, b: Path) -> None:
-    """Swap two directories atomically where the kernel can, else with two renames."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b),
-                          _RENAME_EXCHANGE) == 0:
-            return
-    except (AttributeError, OSError):
-        pass
-    aside = b.parent / f".{b.name}.old-{os.getpid()}"
-    os.replace(b, aside)
-    os.replace(a, b)
-    os.replace(aside, a)
 
 
 def _copy_index(index: Index, work: Path) -> None:
     for name in (EMBEDDINGS, TOKENS, DOCS):
         shutil.copyfile(index.path / name, work / name)
     (work / STORE).mkdir()
-    shutil.copyfile(index.path / STORE / "data.mdb", work / STORE / "data.mdb")
+    shutil.copyfile(index.path / LMDB_DATA, work / LMDB_DATA)
+
+
+def check_add_inputs(index_path: Path, inputs: list[InputSpec] | CorpusScan) -> None:
+    """`index add` writes the index: no local input may be it, lie inside it, or contain it."""
+    check_output(index_path, what="index", inputs=corpus_paths(inputs), directory=True,
+                 ours=is_tapt_index, param="idx")
 
 
 def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
@@ -98,8 +98,12 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
     others are as for a build (`tapt.indexer.reader.scan_inputs`).
     """
     index = Index(path)
+    check_add_inputs(index.path, list(inputs))
     index.check_encoder(encoder)
     old = index.manifest
+    # The add copies the index and records new checksums: damage copied now would be sealed as
+    # sound, so every file is checked first (one more read of what the copy reads anyway).
+    check_all_checksums(index.path, old, index.path)
     ingest = old["ingest"]
     config = BuildConfig(segment_size=old["segment_size"],
                          batch_size=batch_size or old["build"].get("batch_size", 64),
@@ -112,11 +116,13 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                          progress=progress, **_faiss_request(old.get("faiss", {})),
                          embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"))
     scan = scan_corpus(inputs, config)
+    check_add_inputs(index.path, scan)
     wanted = checkpoint.fingerprint({
         "inputs": scan.identity(),
         "index": index.manifest_sha256, "batch_size": config.batch_size,
         "read": [config.text_field, config.doc_field, config.text_docs, config.input_format,
                  config.hf_split],
+        "store_format": INDEX_FORMAT_VERSION,
     })
     with checkpoint.BuildLock(index.path):
         work, resumed = checkpoint.prepare_work_dir(index.path, wanted, restart, kind="adding")
@@ -129,7 +135,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                     docs=counts["documents"], tokens=counts["tokens"],
                     truncated=counts["truncated_sentences"], sessions=0)
                 checkpoint.commit(work, resumed)
-            seen = _existing_hashes(work, resumed.rows, resumed.docs)
+            seen = _existing_hashes(work, resumed.rows, resumed.docs, index.path)
 
             def duplicate(sentences: list[str]) -> bool:
                 h = doc_hash(sentences)
@@ -140,19 +146,22 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
 
             manifest = build_into(work, scan, inputs, encoder, config, resumed, duplicate)
             final = checkpoint.read_progress(work)
-            manifest = _merge_manifest(old, manifest, scan, inputs, final)
-            write_json_atomic(work / MANIFEST_NAME, manifest)
-            _exchange(work, index.path)
-        except BaseException:
+            manifest = write_index_manifest(work, _merge_manifest(old, manifest, scan, inputs,
+                                                                  final))
+            exchange(work, index.path)
+        except BaseException as exc:
             committed = checkpoint.read_progress(work) if work.exists() else None
             if committed is not None and committed.rows > committed.base_rows:
                 log.warning("kept this add's %s committed sentences in %s: run the same command "
                             "again to resume", f"{committed.rows - committed.base_rows:,}", work)
             else:
                 shutil.rmtree(work, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise storage_error(exc, work, "adding to the index in") from exc
             raise
         shutil.rmtree(work, ignore_errors=True)  # now the previous generation
         (index.path / checkpoint.PROGRESS).unlink(missing_ok=True)
+        remember_index(index.path, manifest)
     return manifest
 
 
@@ -175,6 +184,7 @@ def _merge_manifest(old: dict[str, Any], new: dict[str, Any], scan, inputs,
     merged = dict(new)
     merged["uuid"], merged["created"] = old["uuid"], old["created"]
     merged["generation"] = int(old.get("generation", 1)) + 1
+    merged.pop("same_content_as", None)  # new rows: earlier manifests name other content
     merged["updated"] = utc_now()
     merged["build"] = old["build"]
     merged["ingest"] = {**old["ingest"],

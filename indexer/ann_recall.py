@@ -17,6 +17,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .index_choice import RESCORE_FACTORS, IndexChoice, rescore_k
+from .integrity import check_cosines, check_unit_rows
 from .rescore import exact_topk
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ def sample_queries(embeddings: np.ndarray, count: int, seed: int = 0,
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(n, size=min(count, n), replace=False))
     queries = np.asarray(embeddings[rows], dtype=np.float32)
+    check_unit_rows(queries, rows, dtype=embeddings.dtype)  # damaged rows: no recall from them
     shift = rng.normal(scale=noise / np.sqrt(dim), size=queries.shape).astype(np.float32)
     queries = queries + shift
     queries /= np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
@@ -52,8 +54,10 @@ def ground_truth(embeddings: np.ndarray, queries: np.ndarray, k: int
     n = len(embeddings)
     blocks = (np.ascontiguousarray(embeddings[s:s + _BLOCK], dtype=np.float32)
               for s in range(0, n, _BLOCK))
-    return knn_ground_truth(np.ascontiguousarray(queries, dtype=np.float32), blocks, min(k, n),
-                            metric_type=faiss.METRIC_INNER_PRODUCT, ngpu=0)
+    sims, ids = knn_ground_truth(np.ascontiguousarray(queries, dtype=np.float32), blocks,
+                                 min(k, n), metric_type=faiss.METRIC_INNER_PRODUCT, ngpu=0)
+    check_cosines(sims[ids >= 0], ids[ids >= 0])  # a damaged row would be everyone's neighbour
+    return sims, ids
 
 
 def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:

@@ -22,16 +22,19 @@ from typing import Any, Callable, Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import checkpoint
-from .formats import ReadOptions
-from .encoder import Encoder
-from tapt.errors import InputError, StorageError
-from .faiss_index import build_faiss_index
-from .index_choice import DEFAULT_MEMORY, REQUESTS, choose_index, parse_memory
-from tapt.util.files import sha256_file, write_json_atomic
+from tapt.errors import InputError, OutputError, StorageError
+from tapt.util.files import ensure_dir, sha256_file, storage_error
+from tapt.util.safety import check_output, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
 
-from .manifest import INDEX_FORMAT, INDEX_FORMAT_VERSION, MANIFEST_NAME
+from . import checkpoint
+from .encoder import Encoder, model_fingerprint, model_record
+from .formats import ReadOptions
+from .faiss_index import build_faiss_index
+from .index_choice import DEFAULT_MEMORY, REQUESTS, choose_index, parse_memory
+from .integrity import remember_index
+from .manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT, INDEX_FORMAT_VERSION, LMDB_DATA,
+                       STORE, TOKENS, foreign_entries, write_index_manifest)
 from .npy import NpyAppender
 from .reader import CorpusScan, Document, InputSpec, TextDocs, iter_documents, scan_inputs
 from .readahead import read_ahead
@@ -39,12 +42,6 @@ from .splitter import SentenceSplitter, segment_offsets
 from .store import TextStoreWriter
 
 log = logging.getLogger(__name__)
-
-EMBEDDINGS = "embeddings.npy"
-TOKENS = "tokens.npy"
-DOCS = "docs.npy"
-STORE = "text.lmdb"
-FAISS = "index.faiss"
 
 
 EMBEDDING_DTYPES = ("float32", "float16")
@@ -74,18 +71,19 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         if self.segment_size < 1:
-            raise InputError("--segment-size must be at least 1")
+            raise InputError("must be at least 1", param="segment_size")
         if self.batch_size < 1:
-            raise InputError("--batch-size must be at least 1")
+            raise InputError("must be at least 1", param="batch_size")
         if self.window < self.batch_size:
             self.window = self.batch_size
         ReadOptions(self.text_field, self.doc_field, self.text_docs, self.input_format,
                     self.hf_split, self.strict)  # validates the reading options
         if self.index not in REQUESTS:
-            raise InputError(f"--index must be one of {', '.join(REQUESTS)}")
+            raise InputError(f"must be one of {', '.join(REQUESTS)}", param="index")
         parse_memory(self.memory)
         if self.embedding_dtype not in EMBEDDING_DTYPES:
-            raise InputError(f"--embedding-dtype must be one of {', '.join(EMBEDDING_DTYPES)}")
+            raise InputError(f"must be one of {', '.join(EMBEDDING_DTYPES)}",
+                             param="embedding_dtype")
 
 
 @dataclass
@@ -116,32 +114,87 @@ def scan_corpus(inputs: list[InputSpec], config: BuildConfig) -> CorpusScan:
                        strict=config.strict, progress=config.progress)
 
 
+def local_inputs(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
+    """The local paths among inputs (of a scan: every local file it reads); URLs, Hub datasets
+    and standard input have no place on this disk to protect."""
+    if isinstance(inputs, CorpusScan):
+        return [f.source.local for f in inputs.files if f.source.local is not None]
+    return [Path(spec) for spec in inputs if isinstance(spec, (str, Path))
+            and str(spec) != "-" and "://" not in str(spec)]
+
+
+def corpus_paths(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
+    """The local inputs of a build or an add, none of them inside a tapt index (an index's own
+    files are never a corpus)."""
+    paths = local_inputs(inputs)
+    for raw in paths:
+        inside = enclosing_index(raw)
+        if inside is not None:
+            raise OutputError(f"the input {raw} lies inside the tapt index {inside}; an index's "
+                              "own files are not a corpus", param="corpus")
+    return paths
+
+
+def replaceable_index(path: Path) -> bool:
+    """A directory `--overwrite` may replace: a tapt index holding only what tapt wrote."""
+    return is_tapt_index(path) and not foreign_entries(path)
+
+
+def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
+                       overwrite: bool) -> Path:
+    """The output rule of `index build`: `out` is new, an empty directory, or (with `overwrite`)
+    a tapt index holding nothing else; never an input, inside one, or around one; and no input
+    is inside a tapt index. Returns `out` resolved."""
+    inputs = corpus_paths(inputs)
+    target = Path(out).expanduser().resolve()
+    if target.is_dir() and is_tapt_index(target):
+        extra = foreign_entries(target)
+        if extra:
+            raise OutputError(f"{out} is a tapt index that also holds files tapt did not write "
+                              f"({', '.join(extra[:3])}); it is never replaced: move them out or "
+                              "choose another path", param="out")
+    if Path(out).is_symlink():
+        raise OutputError(f"{out} is a symbolic link; give the directory it points to",
+                          param="out")
+    return check_output(out, what="tapt index", inputs=inputs, overwrite=overwrite,
+                        ours=replaceable_index, ours_needs_overwrite=True, directory=True)
+
+
 def build_index(
     inputs: list[InputSpec], out: str | Path, encoder: Encoder, config: BuildConfig | None = None
 ) -> dict[str, Any]:
-    """Build an index directory at `out` (resuming an interrupted build of it) and return its manifest."""
+    """Build an index directory at `out` (resuming an interrupted build of it) and return its
+    manifest.
+
+    Raises:
+        OutputError: `out` may not be written (see `check_index_output`).
+        StorageError: the disk filled up or refused a write (committed windows are kept).
+    """
     config = config or BuildConfig()
+    model_dir = [encoder.spec] if encoder.spec and Path(encoder.spec).is_dir() else []
+    check_index_output(out, [*inputs, *model_dir], config.overwrite)
     out = Path(out)
-    if out.exists() and not config.overwrite:
-        raise InputError(f"{out} already exists (use --overwrite to replace it)")
     parent = out.parent if str(out.parent) else Path(".")
-    parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(parent)
     if not os.access(parent, os.W_OK):
-        raise InputError(f"cannot write into {parent}")
+        raise StorageError(f"cannot write into {parent}; choose a writable location")
     scan = scan_corpus(inputs, config)
+    check_index_output(out, scan, config.overwrite)
     wanted = checkpoint.fingerprint({
         "inputs": scan.identity(),
-        "model": [encoder.name, encoder.weights_sha256, encoder.dim, encoder.max_length],
+        "model": [encoder.name, model_fingerprint(encoder), encoder.dim, encoder.max_length],
         "config": {k: v for k, v in vars(config).items()
                    if k not in ("overwrite", "restart", "progress", "index", "memory", "opq",
                                 "strict")},
+        "store_format": INDEX_FORMAT_VERSION,
     })
     with checkpoint.BuildLock(out):
         work, resumed = checkpoint.prepare_work_dir(out, wanted, config.restart)
         try:
             manifest = build_into(work, scan, inputs, encoder, config,
                                    resumed or checkpoint.Progress(wanted))
-            if out.exists():
+            if out.exists() or out.is_symlink():
+                check_index_output(out, [], config.overwrite)  # still ours after the long build
                 old = parent / f".{out.name}.old-{os.getpid()}"
                 os.replace(out, old)
                 os.replace(work, out)
@@ -149,18 +202,23 @@ def build_index(
             else:
                 os.replace(work, out)
             (out / checkpoint.PROGRESS).unlink(missing_ok=True)
+            remember_index(out, manifest)  # hashed as written: later opens need not hash again
             return manifest
         except BaseException as exc:
-            committed = checkpoint.read_progress(work)
+            committed = checkpoint.read_progress(work) if work.exists() else None
             if committed is None or committed.rows == 0:
                 shutil.rmtree(work, ignore_errors=True)
             else:
                 log.warning("kept %s sentences of this build in %s: run the same command again "
                             "to resume", f"{committed.rows:,}", work)
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
+                isinstance(exc, StorageError) and str(exc).startswith("disk full"))
+            if full:
                 where = f"; {committed.rows:,} sentences are committed" if committed else ""
                 raise StorageError(f"disk full while building {out}{where}: free space and run "
                                    "the same command again to resume") from exc
+            if isinstance(exc, OSError):
+                raise storage_error(exc, work, "building") from exc
             raise
 
 
@@ -274,15 +332,8 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
         "format_version": INDEX_FORMAT_VERSION,
         "uuid": str(uuid.uuid4()),
         "created": utc_now(),
-        "model": {
-            "name": encoder.name,
-            "source": encoder.spec,
-            "weights_sha256": encoder.weights_sha256,
-            "dim": encoder.dim,
-            "max_length": encoder.max_length,
-            "normalized": True,
-            "similarity": "cosine (inner product of L2-normalised embeddings)",
-        },
+        "generation": 1,
+        "model": model_record(encoder),
         "segment_size": config.segment_size,
         "ingest": {
             "split_sentences": config.split,
@@ -311,6 +362,7 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
             "tokens": TOKENS,
             "documents": DOCS,
             "store": STORE,
+            "store_records": "CRC32 (big-endian) of key + JSON, then the JSON",
             "faiss": FAISS,
         },
         "build": {
@@ -326,8 +378,7 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
             "sessions": progress.sessions,
         },
         "checksums": {name: sha256_file(tmp / name) for name in
-                      (EMBEDDINGS, TOKENS, DOCS, FAISS, f"{STORE}/data.mdb")},
+                      (EMBEDDINGS, TOKENS, DOCS, FAISS, LMDB_DATA)},
         "versions": library_versions(),
     }
-    write_json_atomic(tmp / MANIFEST_NAME, manifest)
-    return manifest
+    return write_index_manifest(tmp, manifest)

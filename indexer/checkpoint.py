@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tapt.errors import InputError
-from tapt.util.files import write_json_atomic
+from tapt.errors import InputError, OutputError
+from tapt.util.files import storage_error, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,10 @@ class BuildLock:
         self._fh = None
 
     def __enter__(self) -> "BuildLock":
-        self._fh = open(self.path, "a+")
+        try:
+            self._fh = open(self.path, "a+")
+        except OSError as exc:
+            raise storage_error(exc, self.path) from exc
         try:
             fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
@@ -121,9 +124,20 @@ def prepare_work_dir(out: Path, wanted: str, restart: bool, kind: str = "buildin
                 f"an interrupted {'build' if kind == 'building' else 'add'} of {out} with other "
                 f"inputs or settings is in {work} "
                 f"({progress.rows:,} sentences committed): rerun that build to finish it, or "
-                "add --restart to discard it")
+                "pass `restart` to discard it")
+        remove_work_dir(work)
         if progress is not None:
-            log.info("discarding the interrupted build in %s (--restart)", work)
-        shutil.rmtree(work)
+            log.info("discarded the interrupted build in %s (restart)", work)
     work.mkdir()
     return work, None
+
+
+def remove_work_dir(work: Path) -> None:
+    """Remove a work directory tapt left behind, after checking that it holds only what tapt
+    writes there (a directory of the same hidden name made by someone else is never deleted)."""
+    from .manifest import foreign_entries
+
+    if work.is_symlink() or not work.is_dir() or foreign_entries(work):
+        raise OutputError(f"{work} is in the way and does not look like tapt's work directory; "
+                          "move it away and run the command again")
+    shutil.rmtree(work)

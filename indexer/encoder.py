@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -37,6 +38,118 @@ class Encoder(Protocol):
         ...
 
 
+# Model-config keys that change what a transformer computes; stable across library versions
+# (paths, versions and training-only settings are left out, so a moved or re-saved model matches).
+_ARCHITECTURE_KEYS = ("model_type", "hidden_act", "layer_norm_eps", "position_embedding_type",
+                      "num_hidden_layers", "num_attention_heads", "hidden_size",
+                      "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                      "vocab_size")
+_TOKENIZER_KEYS = ("do_lower_case", "lowercase", "strip_accents", "tokenize_chinese_chars",
+                   "add_prefix_space", "do_basic_tokenize")
+
+
+def _digest(obj: Any) -> str:
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def model_config(model) -> dict[str, Any]:
+    """Everything besides the weights that decides a sentence-transformers model's embedding:
+    each module's type and configuration, the transformer's architecture, the tokenizer's
+    vocabulary and settings, the maximum length, prompts, truncation and normalisation."""
+    modules = []
+    for _, module in model.named_children():
+        config = module.get_config_dict() if hasattr(module, "get_config_dict") else {}
+        entry: dict[str, Any] = {"type": type(module).__name__,
+                                 "config": json.loads(json.dumps(config, default=str))}
+        auto = getattr(module, "auto_model", None)
+        if auto is not None and getattr(auto, "config", None) is not None:
+            arch = auto.config.to_dict()
+            entry["architecture"] = {k: arch[k] for k in _ARCHITECTURE_KEYS if k in arch}
+        modules.append(entry)
+    tokenizer = getattr(model, "tokenizer", None)
+    tok: dict[str, Any] = {}
+    if tokenizer is not None:
+        vocab = sorted(tokenizer.get_vocab().items())
+        tok = {"vocab_sha256": _digest(vocab),
+               **{k: tokenizer.init_kwargs[k] for k in _TOKENIZER_KEYS
+                  if k in getattr(tokenizer, "init_kwargs", {})}}
+    return {"modules": modules, "tokenizer": tok,
+            "max_length": int(model.max_seq_length or 512), "normalize": True,
+            "prompts": getattr(model, "prompts", None) or {},
+            "default_prompt_name": getattr(model, "default_prompt_name", None),
+            "truncate_dim": getattr(model, "truncate_dim", None)}
+
+
+def model_fingerprint(encoder: Encoder) -> str:
+    """SHA-256 of the weights and everything else that changes an embedding (`model_config`);
+    an encoder without a config (a test double) is identified by weights, size and length."""
+    fingerprint = getattr(encoder, "fingerprint", None)
+    if fingerprint:
+        return str(fingerprint)
+    return _digest({"weights": encoder.weights_sha256, "dim": encoder.dim,
+                    "max_length": encoder.max_length, "normalize": True})
+
+
+def embedding_key(encoder: Encoder) -> str:
+    """Key of a cached embedding: the model's fingerprint, the backend and the compute dtype."""
+    return _digest({"model": model_fingerprint(encoder),
+                    "backend": getattr(encoder, "backend", "torch"),
+                    "dtype": getattr(encoder, "dtype", "float32")})
+
+
+def model_record(encoder: Encoder) -> dict[str, Any]:
+    """The model block of an index manifest."""
+    return {
+        "name": encoder.name,
+        "source": encoder.spec,
+        "weights_sha256": encoder.weights_sha256,
+        "fingerprint": model_fingerprint(encoder),
+        "config": getattr(encoder, "model_config", None) or {},
+        "dim": encoder.dim,
+        "max_length": encoder.max_length,
+        "normalized": True,
+        "similarity": "cosine (inner product of L2-normalised embeddings)",
+    }
+
+
+def _config_differences(recorded: Any, given: Any, where: str = "") -> list[str]:
+    if isinstance(recorded, dict) and isinstance(given, dict):
+        out = []
+        for k in sorted(set(recorded) | set(given), key=str):
+            out += _config_differences(recorded.get(k), given.get(k), f"{where}.{k}" if where
+                                       else str(k))
+        return out
+    if isinstance(recorded, list) and isinstance(given, list) and len(recorded) == len(given):
+        out = []
+        for i, (a, b) in enumerate(zip(recorded, given)):
+            out += _config_differences(a, b, f"{where}[{i}]")
+        return out
+    return [] if recorded == given else [f"{where or 'config'} {given!r} (index: {recorded!r})"]
+
+
+def model_differences(recorded: dict[str, Any], encoder: Encoder) -> list[str]:
+    """How `encoder` differs from an index's recorded model; [] when it is the same model.
+
+    Manifests with a fingerprint compare it; older ones compare what they recorded (weights,
+    dimension, maximum length)."""
+    diffs = []
+    if encoder.dim != recorded.get("dim"):
+        diffs.append(f"{encoder.dim}-dim embeddings (index: {recorded.get('dim')}-dim)")
+    if encoder.weights_sha256 != recorded.get("weights_sha256"):
+        diffs.append(f"other weights (index: weights sha256 "
+                     f"{str(recorded.get('weights_sha256'))[:12]}...)")
+    if recorded.get("max_length") is not None and encoder.max_length != recorded["max_length"]:
+        diffs.append(f"max length {encoder.max_length} (index: {recorded['max_length']})")
+    if diffs or not recorded.get("fingerprint"):
+        return diffs
+    if model_fingerprint(encoder) != recorded["fingerprint"]:
+        given = getattr(encoder, "model_config", None) or {}
+        found = _config_differences(recorded.get("config") or {}, given)
+        diffs += found[:3] or ["another configuration (pooling, modules or tokenizer)"]
+    return diffs
+
+
 def pick_device(device: str) -> str:
     """`auto` -> cuda when torch sees a GPU, else cpu; `cuda` without a GPU is an error."""
     import torch
@@ -44,7 +157,7 @@ def pick_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise TaptError("--device cuda was asked for, but torch sees no CUDA GPU")
+        raise TaptError("cuda was asked for, but torch sees no CUDA GPU", param="device")
     return device
 
 
@@ -62,7 +175,8 @@ def resolve_backend(backend: str, device: str) -> str:
     if backend == "auto":
         return "torch" if device.startswith("cuda") else CPU_DEFAULT
     if backend.startswith("onnx") and device.startswith("cuda"):
-        raise TaptError(f"--backend {backend} runs on the CPU only; use --backend torch with --device cuda")
+        raise TaptError(f"{backend} runs on the CPU only; use torch with `device` cuda",
+                        param="backend")
     return backend
 
 
@@ -82,6 +196,7 @@ class SentenceTransformerEncoder:
     """A sentence-transformers model; `spec` is a local directory, the packaged default or a hub name."""
 
     backend = "torch"
+    dtype = "float32"
 
     def __init__(self, spec: str | None = None, device: str = "auto", dtype: str = "float32") -> None:
         """`dtype` applies on CUDA only: float32 (default), float16 or bfloat16.
@@ -112,10 +227,13 @@ class SentenceTransformerEncoder:
         self.max_length = int(self.model.max_seq_length or 512)
         # Hashed before any fp16 cast, so CPU- and GPU-built indexes of one model agree.
         self._hash = _state_sha256(self.model)
+        self.model_config = model_config(self.model)
+        self.fingerprint = _digest({"weights": self._hash, **self.model_config})
         if self.device.startswith("cuda") and dtype != "float32":
             import torch
 
             self.model.to(getattr(torch, dtype))  # cosine to fp32: fp16 ~0.99995, bf16 ~0.9999
+            self.dtype = dtype
 
     @property
     def weights_sha256(self) -> str:

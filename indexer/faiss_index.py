@@ -17,15 +17,20 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
+from tapt.util.files import atomic_write
+
 from .index_choice import (RESCORE_FACTOR, RESCORE_MIN, IndexChoice, choice_from_manifest,
                            rescore_k)
+from .integrity import check_results
 from .rescore import exact_topk
+from .store import damaged
 
 log = logging.getLogger(__name__)
 
 FLAT_FACTORY = "Flat"
 _ADD_CHUNK = 65536
 _FALLBACK_DEFAULT = {"nprobe": 64, "efSearch": 128}
+AGREEMENT = 2e-3  # FAISS vs numpy inner products of the same float32 rows differ by ~1e-6
 
 
 def build_faiss_index(
@@ -66,12 +71,10 @@ def build_faiss_index(
 
             info["search"] = calibrate_search(index, embeddings, choice, progress=progress)
             info["rescore"]["factor"] = info["search"]["rescore_factor"]
-    faiss.write_index(index, str(path))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    # Through Python's file object, so a full or read-only disk is an OSError -> StorageError
+    # (faiss's own writer reports it as a bare RuntimeError), written atomically and fsynced.
+    with atomic_write(path, "wb") as fh:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
     info["bytes"] = os.path.getsize(path)
     info["build_seconds"] = round(time.perf_counter() - t_start, 2)
     return info
@@ -117,18 +120,18 @@ def search_setting(faiss_info: dict[str, Any], n: int, dim: int, nprobe: int | N
                    ef_search: int | None = None) -> tuple[str, str | None, int | None]:
     """(kind, parameter name, value) for a search: the given value, else the recorded default."""
     choice = choice_from_manifest(faiss_info, n, dim)
-    for flag, value, name in (("--nprobe", nprobe, "nprobe"), ("--ef-search", ef_search,
-                                                                "efSearch")):
+    for param, value, name in (("nprobe", nprobe, "nprobe"), ("ef_search", ef_search,
+                                                               "efSearch")):
         if value is None:
             continue
         if value < 1:
-            raise InputError(f"{flag} must be at least 1")
+            raise InputError("must be at least 1", param=param)
         if choice.search_param != name:
             kind = "exact" if choice.kind == "flat" else choice.kind
-            hint = {"nprobe": "use --ef-search", "efSearch": "use --nprobe"}.get(
+            hint = {"nprobe": "use `nprobe`", "efSearch": "use `ef_search`"}.get(
                 choice.search_param or "", "it needs no search parameter")
-            raise InputError(f"{flag} does not apply to this index's FAISS index "
-                             f"{choice.factory} ({kind}): {hint}")
+            raise InputError(f"does not apply to this index's FAISS index {choice.factory} "
+                             f"({kind}): {hint}", param=param)
         return choice.kind, name, int(value)
     if choice.search_param is None:
         return choice.kind, None, None
@@ -138,16 +141,30 @@ def search_setting(faiss_info: dict[str, Any], n: int, dim: int, nprobe: int | N
 
 def knn_search(index, embeddings: np.ndarray, queries: np.ndarray, k: int,
                faiss_info: dict[str, Any], nprobe: int | None = None,
-               ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+               ef_search: int | None = None, label: str | Path | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """The exact top-`k` rows per query by inner product: an exact index answers directly; an
-    approximate one fetches `rescore_k` candidates that are rescored from `embeddings`."""
+    approximate one fetches `rescore_k` candidates that are rescored from `embeddings`.
+
+    Every row FAISS returns is checked against the stored embeddings (an exact index's
+    similarities must equal the rows' inner products; candidates must exist), so a damaged
+    `index.faiss` or `embeddings.npy` that reaches an answer fails as IndexFormatError."""
     n, dim = embeddings.shape
     k = min(int(k), n)
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     kind, name, value = search_setting(faiss_info, n, dim, nprobe, ef_search)
     if kind == "flat":
-        return index.search(queries, k)
+        sims, ids = index.search(queries, k)
+        check_results(sims, ids, n, label)
+        exact, _ = exact_topk(embeddings, queries, ids, k, label=label)
+        valid = ids >= 0
+        if (np.abs(np.where(valid, exact - sims, 0)) > AGREEMENT).any():
+            q, j = np.argwhere(np.abs(np.where(valid, exact - sims, 0)) > AGREEMENT)[0]
+            raise damaged(label, f"index.faiss and embeddings.npy disagree (query {int(q)}, "
+                                 f"similarity {float(sims[q, j]):.4f} vs {float(exact[q, j]):.4f})")
+        return sims, ids
     set_search_param(index, name, value)
     factor = (faiss_info.get("rescore") or {}).get("factor")
-    _, candidates = index.search(queries, rescore_k(k, kind, n, factor))
-    return exact_topk(embeddings, queries, candidates, k)
+    sims, candidates = index.search(queries, rescore_k(k, kind, n, factor))
+    check_results(sims, candidates, n, label)
+    return exact_topk(embeddings, queries, candidates, k, label=label)

@@ -12,12 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from .build import DOCS, EMBEDDINGS, FAISS, STORE, TOKENS
-from .encoder import Encoder
 from tapt.errors import IndexFormatError, InputError, ModelMismatchError
-from .manifest import MANIFEST_NAME, read_index_manifest
+
+from . import integrity
+from .encoder import Encoder, model_differences
+from .identity import generation_mismatch
+from .manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LMDB_DATA, MANIFEST_NAME,
+                       STORE, TOKENS, read_index_manifest)
 from .splitter import segment_docs, segment_offsets
-from .store import TextStore
+from .store import TextStore, damaged
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +28,24 @@ _PROC_FD = Path("/proc/self/fd")
 
 
 class Index:
-    """A built index: manifest, memory-mapped embeddings, document offsets, text store, FAISS."""
+    """A built index: manifest, memory-mapped embeddings, document offsets, text store, FAISS.
 
-    def __init__(self, path: str | Path) -> None:
+    Opening checks the index before it can answer (see `integrity`): a damaged or inconsistent
+    index raises IndexFormatError naming what is damaged and what to run.
+
+    Args:
+        path: The index directory.
+        versions: Format versions accepted (`tapt index upgrade` also opens version 1).
+        check_faiss: Refuse a missing, cut or (by checksum) damaged `index.faiss` on open;
+            `tapt index repair`, which replaces it, opens without.
+    """
+
+    def __init__(self, path: str | Path, versions: tuple[int, ...] = (INDEX_FORMAT_VERSION,),
+                 check_faiss: bool = True) -> None:
         self.path = Path(path)
-        read_index_manifest(self.path)  # friendly errors for a missing, foreign or newer index
+        self._versions = tuple(versions)
+        self._check_faiss = check_faiss
+        read_index_manifest(self.path, self._versions)  # friendly errors before anything else
         for _ in range(3):
             dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
             weakref.finalize(self, os.close, dir_fd)
@@ -40,7 +56,7 @@ class Index:
                 if os.stat(self.path).st_ino == os.fstat(dir_fd).st_ino:
                     if isinstance(exc, IndexFormatError):
                         raise
-                    raise IndexFormatError(f"index {self.path} is damaged: {exc}") from exc
+                    raise damaged(self.path, str(exc)) from exc
                 # `tapt index add` swapped in a new generation while we opened this one: retry
         raise IndexFormatError(f"index {self.path} kept changing while it was being opened")
 
@@ -51,31 +67,63 @@ class Index:
         reading it (FAISS through an open file handle, even after the old files are removed).
         """
         base = Path(f"/proc/self/fd/{dir_fd}") if _PROC_FD.is_dir() else self.path
-        self.manifest: dict[str, Any] = read_index_manifest(base)
-        for name in (EMBEDDINGS, TOKENS, DOCS, FAISS):
-            if not (base / name).is_file():
-                raise IndexFormatError(f"index {self.path} is incomplete: {name} is missing")
-        try:
-            self.embeddings: np.ndarray = np.load(base / EMBEDDINGS, mmap_mode="r")
-            self.tokens: np.ndarray = np.load(base / TOKENS, mmap_mode="r")
-            self.doc_offsets: np.ndarray = np.load(base / DOCS)
-        except FileNotFoundError:
-            raise
-        except (ValueError, OSError) as exc:
-            raise IndexFormatError(f"index {self.path} is damaged: {exc}") from exc
-        n, dim = self.manifest["counts"]["sentences"], self.manifest["model"]["dim"]
-        if self.embeddings.shape != (n, dim) or len(self.tokens) != n or self.doc_offsets[-1] != n:
-            raise IndexFormatError(
-                f"index {self.path} is inconsistent: manifest says {n} x {dim}, embeddings are "
-                f"{self.embeddings.shape}, tokens {len(self.tokens)}, documents end at "
-                f"{int(self.doc_offsets[-1])}"
-            )
+        label = self.path
+        self.manifest: dict[str, Any] = read_index_manifest(base, self._versions, label=label)
         self._manifest_bytes = (base / MANIFEST_NAME).read_bytes()
-        self.store = TextStore(base / STORE)
-        faiss_fd = os.open(base / FAISS, os.O_RDONLY)
-        weakref.finalize(self, os.close, faiss_fd)
-        self._faiss_path = Path(f"/proc/self/fd/{faiss_fd}") if base != self.path \
+        faiss_files = (FAISS,) if self._check_faiss else ()
+        for name in (EMBEDDINGS, TOKENS, DOCS, *faiss_files):
+            if not (base / name).is_file():
+                fix = (f"tapt index repair {label} (rebuilds it from the stored embeddings)"
+                       if name == FAISS else f"tapt index verify {label}")
+                raise IndexFormatError(f"index {label} is incomplete: {name} is missing; run "
+                                       f"{fix}")
+        try:
+            n, dim = int(self.manifest["counts"]["sentences"]), int(self.manifest["model"]["dim"])
+            documents = int(self.manifest["counts"]["documents"])
+            emb_dtype = (self.manifest.get("files", {}).get("embeddings") or {}).get(
+                "dtype", "float32")
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise damaged(label, f"{MANIFEST_NAME} lacks its counts or model ({exc})") from exc
+        arrays = {}
+        for name in (EMBEDDINGS, TOKENS, DOCS):
+            try:
+                arrays[name] = np.load(base / name, mmap_mode="r", allow_pickle=False)
+            except FileNotFoundError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
+                raise damaged(label, f"{name} cannot be read ({type(exc).__name__}: "
+                                     f"{str(exc)[:200]})") from exc
+        integrity.check_npy(arrays[EMBEDDINGS], base / EMBEDDINGS, EMBEDDINGS, label, emb_dtype,
+                            (n, dim))
+        integrity.check_npy(arrays[TOKENS], base / TOKENS, TOKENS, label, np.int32, (n,))
+        integrity.check_npy(arrays[DOCS], base / DOCS, DOCS, label, np.int64, (documents + 1,))
+        checksums = self.manifest.get("checksums") or {}
+        if self._check_faiss:
+            integrity.check_faiss_file((base / FAISS).stat().st_size, self.manifest, label)
+        for name in (DOCS, TOKENS, EMBEDDINGS, LMDB_DATA, *faiss_files):
+            if (base / name).is_file():
+                integrity.check_checksum(base / name, checksums.get(name), name, label,
+                                         force=name in (DOCS, TOKENS))
+        self.embeddings: np.ndarray = arrays[EMBEDDINGS]
+        self.tokens: np.ndarray = arrays[TOKENS]
+        self.doc_offsets: np.ndarray = np.array(arrays[DOCS])
+        integrity.check_offsets(self.doc_offsets, n, documents, label)
+        integrity.check_tokens(self.tokens, label)
+        self.store = TextStore(base / STORE, checksummed=self.format_version >= 2, label=label)
+        self._faiss_fd: int | None = None  # (missing only when opened without check_faiss)
+        if (base / FAISS).is_file():
+            self._faiss_fd = os.open(base / FAISS, os.O_RDONLY)
+            weakref.finalize(self, os.close, self._faiss_fd)
+        self._faiss_path = Path(f"/proc/self/fd/{self._faiss_fd}") if base != self.path \
             else self.path / FAISS
+
+    @property
+    def format_version(self) -> int:
+        return int(self.manifest["format_version"])
+
+    @property
+    def generation(self) -> int:
+        return int(self.manifest.get("generation", 1))
 
     @property
     def n_sentences(self) -> int:
@@ -106,13 +154,22 @@ class Index:
 
     @cached_property
     def faiss(self):
+        """The FAISS index, checked before use (its length and checksum on open): its header and
+        stored ids."""
         from .faiss_index import read_faiss_index
 
-        index = read_faiss_index(self._faiss_path)
-        if index.ntotal != self.n_sentences:
-            raise IndexFormatError(
-                f"index {self.path}: FAISS holds {index.ntotal} rows, embeddings {self.n_sentences}"
-            )
+        if self._faiss_fd is None:
+            raise IndexFormatError(f"index {self.path} is incomplete: {FAISS} is missing; run "
+                                   f"tapt index repair {self.path} (rebuilds it from the stored "
+                                   "embeddings)")
+        integrity.check_faiss_file(os.fstat(self._faiss_fd).st_size, self.manifest, self.path)
+        try:
+            index = read_faiss_index(self._faiss_path)
+        except (RuntimeError, MemoryError) as exc:
+            first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else ""
+            raise damaged(self.path, f"{FAISS} cannot be read ({first}); tapt index repair "
+                                     "rebuilds it from the stored embeddings") from exc
+        integrity.check_faiss_index(index, self.n_sentences, self.dim, self.path)
         return index
 
     def search(self, queries: np.ndarray, k: int, nprobe: int | None = None,
@@ -123,21 +180,30 @@ class Index:
         from .faiss_index import knn_search
 
         return knn_search(self.faiss, self.embeddings, queries, k, self.manifest.get("faiss", {}),
-                          nprobe=nprobe, ef_search=ef_search)
+                          nprobe=nprobe, ef_search=ef_search, label=self.path)
 
     def check_encoder(self, encoder: Encoder) -> None:
-        """Refuse a model other than the one the index was built with."""
+        """Refuse a model other than the one the index was built with: its full fingerprint
+        (weights, module configs, tokenizer, maximum length) must match the manifest's."""
         model = self.manifest["model"]
-        if encoder.dim != model["dim"]:
-            raise ModelMismatchError(
-                f"model {encoder.name} gives {encoder.dim}-dim embeddings; index {self.path} was "
-                f"built with {model['name']} ({model['dim']}-dim)"
-            )
-        if encoder.weights_sha256 != model["weights_sha256"]:
+        diffs = model_differences(model, encoder)
+        if diffs:
             raise ModelMismatchError(
                 f"model {encoder.name} is not the model index {self.path} was built with "
-                f"({model['name']}, weights sha256 {model['weights_sha256'][:12]}...)"
-            )
+                f"({model['name']}): it has {'; '.join(diffs)}")
+
+    def identity(self) -> dict[str, Any]:
+        """What a selection records to name this exact generation of the index."""
+        return {"path": str(self.path), "uuid": self.uuid,
+                "manifest_sha256": self.manifest_sha256, "model": self.manifest["model"]["name"],
+                "rows": self.n_sentences, "generation": self.generation}
+
+    def check_selection(self, selection: str | Path, recorded: dict[str, Any]) -> None:
+        """Refuse a selection made from another index, or another generation of this one."""
+        current = {**self.identity(), "same_content_as": self.manifest.get("same_content_as")}
+        problem = generation_mismatch(recorded, current)
+        if problem:
+            raise InputError(f"{selection} {problem}")
 
     def load_encoder(self, model: str | None = None, device: str = "auto",
                      backend: str = "auto") -> Encoder:
@@ -158,7 +224,7 @@ class Index:
             encoder = load_encoder(spec, device=device, backend=backend)
         except InputError as exc:
             raise ModelMismatchError(
-                f"{exc}; index {self.path} was built with {recorded['name']}: pass --model with "
+                f"{exc}; index {self.path} was built with {recorded['name']}: pass `model` with "
                 "its directory"
             ) from exc
         self.check_encoder(encoder)

@@ -50,11 +50,11 @@ def parse_memory(spec: str | int) -> int:
     else:
         match = _MEMORY.match(str(spec))
         if not match:
-            raise InputError(f"--memory {spec!r}: use a size like 8G, 512M or 1.5G")
+            raise InputError(f"{spec!r}: use a size like 8G, 512M or 1.5G", param="memory")
         value, unit = float(match.group(1)), match.group(2).upper()
     size = int(value * _UNITS[unit])
     if size <= 0:
-        raise InputError(f"--memory {spec!r} must be positive")
+        raise InputError(f"{spec!r} must be positive", param="memory")
     return size
 
 
@@ -172,16 +172,17 @@ def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested
                  seed: int = 0, opq: bool = False) -> IndexChoice:
     """The FAISS index for `n` rows of `dim` dims within `memory` bytes (`requested` or auto)."""
     if requested not in REQUESTS:
-        raise InputError(f"--index {requested!r}: use one of {', '.join(REQUESTS)}")
+        raise InputError(f"{requested!r}: use one of {', '.join(REQUESTS)}", param="index")
     if n < 1 or dim < 1:
         raise InputError("an index needs at least one row")
     budget = parse_memory(memory)
     size = f"n = {n:,}"
     if requested == "ivfpq" and n < IVFPQ_MIN_ROWS:
-        raise InputError(f"--index ivfpq needs at least {IVFPQ_MIN_ROWS:,} sentences "
-                         f"(this index has {n:,}): use flat or hnsw")
+        raise InputError(f"ivfpq needs at least {IVFPQ_MIN_ROWS:,} sentences "
+                         f"(this index has {n:,}): use flat or hnsw", param="index")
     if requested == "ivfpq" and not pq_subquantizers(dim):
-        raise InputError(f"--index ivfpq needs a dimension divisible by 4 (this model has {dim})")
+        raise InputError(f"ivfpq needs a dimension divisible by 4 (this model has {dim})",
+                         param="index")
     if requested == "flat" or (requested == "auto" and n <= SMALL_MAX):
         why = f"{size} <= {SMALL_MAX:,} (small)" if requested == "auto" else "--index flat"
         if flat_bytes(n, dim) <= budget:
@@ -209,8 +210,8 @@ def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested
 
 
 def _too_small(what: str, needed: int, budget: int) -> InputError:
-    return InputError(f"--memory {format_bytes(budget)} is too small: {what} needs about "
-                      f"{format_bytes(needed)}")
+    return InputError(f"{format_bytes(budget)} is too small: {what} needs about "
+                      f"{format_bytes(needed)}", param="memory")
 
 
 def choice_from_manifest(faiss_info: dict[str, Any], n: int, dim: int) -> IndexChoice:

@@ -39,14 +39,23 @@ class OnnxEncoder:
 
         self.name, self.spec, self.dim = base.name, base.spec, base.dim
         self.max_length, self.device, self.backend = base.max_length, "cpu", variant
+        self.dtype = "float32"
         self._hash = base.weights_sha256
+        self.fingerprint, self.model_config = base.fingerprint, base.model_config
         self.tokenizer = base.model.tokenizer
-        self.path = ensure_onnx(base.model, self._hash, variant)
+        self.path = ensure_onnx(base.model, self.fingerprint, variant)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or default_threads()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.threads = options.intra_op_num_threads
-        self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(str(self.path), options,
+                                                providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own classes for a bad graph
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise TaptError(f"ONNX Runtime cannot load the exported model {self.path} "
+                            f"({type(exc).__name__}: {first}); delete it to export again, or use "
+                            "`backend` torch") from exc
         self.inputs = [i.name for i in self.session.get_inputs()]
 
     @property

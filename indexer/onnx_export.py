@@ -3,11 +3,14 @@
 The whole module pipeline (transformer, pooling, normalisation, any dense layers) is traced into one
 graph, so the ONNX model returns the same sentence embedding as `SentenceTransformer.encode`. The
 export is checked against torch on probe sentences before it is cached, and cached under the user
-cache directory by the weights' hash, so it happens once per model and machine, never per run.
+cache directory by the model's full fingerprint (weights, module configs, tokenizer, maximum
+length), so it happens once per model and machine, never per run. Each entry records its size and
+SHA-256, checked before use: a truncated or damaged export is made again, never loaded.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -19,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from tapt.util.cache import cache_dir
 from tapt.errors import TaptError
+from tapt.util.cache import readable_cache, writable_cache
+from tapt.util.files import sha256_file, write_json_atomic
 
 log = logging.getLogger(__name__)
 
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: keyed by the full model fingerprint, size and SHA-256 recorded
 OPSET = 17
 # int8 dynamic quantisation changes embeddings a little (mean cosine ~0.99 to fp32); anything far
 # below that means the quantised graph is broken, not merely approximate.
@@ -55,38 +59,82 @@ class _Pipeline:
         return Pipeline().eval()
 
 
-def export_dir(weights_sha256: str, variant: str) -> Path | None:
-    root = cache_dir()
+def export_dir(fingerprint: str, variant: str, root: Path | None = None) -> Path | None:
+    """The cache entry of a model's export: keyed by its full fingerprint (weights, modules,
+    tokenizer, maximum length), the variant and the export format."""
+    root = root if root is not None else readable_cache("onnx")
     if root is None:
         return None
-    return root / "onnx" / f"{weights_sha256[:24]}-{variant}-v{EXPORT_VERSION}"
+    return root / f"{fingerprint[:32]}-{variant}-v{EXPORT_VERSION}"
 
 
-def ensure_onnx(model, weights_sha256: str, variant: str) -> Path:
-    """Path of the cached ONNX file of `model` for `variant` (`onnx` or `onnx-int8`), made if missing."""
+def entry_problem(target: Path) -> str | None:
+    """Why a cached export cannot be used (None when its size and SHA-256 hold)."""
+    try:
+        info = json.loads((target / "export.json").read_text(encoding="utf-8"))
+        size = (target / "model.onnx").stat().st_size
+    except FileNotFoundError:
+        return "incomplete"
+    except (OSError, ValueError) as exc:
+        return f"unreadable ({exc})"
+    if not isinstance(info, dict) or info.get("export_version") != EXPORT_VERSION:
+        return "of another export version"
+    if size != info.get("bytes"):
+        return f"model.onnx is {size:,} bytes, {info.get('bytes')} recorded"
+    if sha256_file(target / "model.onnx") != info.get("sha256"):
+        return "model.onnx does not match its recorded checksum"
+    return None
+
+
+def ensure_onnx(model, fingerprint: str, variant: str) -> Path:
+    """Path of the cached ONNX file of `model` for `variant` (`onnx` or `onnx-int8`), made if
+    missing; a damaged entry is exported again (with a warning). Without a writable cache the
+    export is kept in a temporary directory for this process only."""
     if variant not in MIN_COSINE:
         raise ValueError(f"unknown ONNX variant {variant!r}")
-    target = export_dir(weights_sha256, variant)
-    if target is not None and (target / "model.onnx").is_file() and (target / "export.json").is_file():
-        return target / "model.onnx"
-    parent = target.parent if target is not None else Path(tempfile.gettempdir())
-    parent.mkdir(parents=True, exist_ok=True)
+    target = export_dir(fingerprint, variant)
+    if target is not None and target.exists():
+        problem = entry_problem(target)
+        if problem is None:
+            return target / "model.onnx"
+        if problem != "incomplete":
+            log.warning("the cached ONNX export %s is damaged (%s); exporting the model again",
+                        target, problem)
+    root = writable_cache("onnx")
+    target = export_dir(fingerprint, variant, root) if root is not None else None
+    parent = root if root is not None else Path(tempfile.gettempdir())
     work = Path(tempfile.mkdtemp(prefix=".export-", dir=parent))
     try:
         info = _export(model, work, variant)
-        (work / "export.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        if target is None:  # cache off: keep the export for this process only
+        info["bytes"] = (work / "model.onnx").stat().st_size
+        info["sha256"] = sha256_file(work / "model.onnx")
+        write_json_atomic(work / "export.json", info)
+        if target is None:  # no usable cache: keep the export for this process only
+            atexit.register(shutil.rmtree, work, True)
             return work / "model.onnx"
-        try:
-            os.rename(work, target)
-        except OSError:  # another process finished the same export first
-            if not (target / "model.onnx").is_file():
-                raise
-            shutil.rmtree(work, ignore_errors=True)
+        _install(work, target)
         return target / "model.onnx"
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+
+
+def _install(work: Path, target: Path) -> None:
+    """Move a finished export into place, replacing a damaged entry; if another process
+    installed a sound one first, keep that."""
+    if target.exists():
+        if entry_problem(target) is None:
+            shutil.rmtree(work, ignore_errors=True)
+            return
+        aside = target.with_name(f".{target.name}.damaged-{os.getpid()}")
+        os.replace(target, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+    try:
+        os.rename(work, target)
+    except OSError:
+        if entry_problem(target) is not None:
+            raise
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _export(model, work: Path, variant: str) -> dict[str, Any]:

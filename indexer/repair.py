@@ -1,23 +1,24 @@
-"""`tapt index repair`: rebuild what can be rebuilt without re-embedding (the FAISS index)."""
+"""`tapt index repair`: rebuild what can be rebuilt without re-embedding (the FAISS index).
+
+The repaired index replaces the old one in one atomic swap (`generations`), like a reindex.
+"""
 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
-import numpy as np
-
-from .build import EMBEDDINGS, FAISS
 from tapt.errors import IndexFormatError
-from .faiss_index import build_faiss_index
-from .index_choice import choice_from_manifest
-from tapt.util.files import sha256_file, write_json_atomic
 
-from .manifest import MANIFEST_NAME, read_index_manifest
+from .index import Index
+from .index_choice import choice_from_manifest
+from .manifest import FAISS
+from .reindex import rebuild_faiss
 from .verify import REBUILD, verify_index
 
 log = logging.getLogger(__name__)
+
+FAISS_CHECKS = frozenset({"faiss", f"file {FAISS}", f"checksum {FAISS}"})
 
 
 def repair_index(path: str | Path, progress: bool = True) -> list[str]:
@@ -28,33 +29,18 @@ def repair_index(path: str | Path, progress: bool = True) -> list[str]:
     path = Path(path)
     report = verify_index(path, progress=progress)
     broken = [f for f in report.findings if not f.ok]
-    faiss_parts = {"faiss", f"file {FAISS}", f"checksum {FAISS}"}
-    other = [f for f in broken if f.check not in faiss_parts]
+    other = [f for f in broken if f.check not in FAISS_CHECKS]
     if other:
         raise IndexFormatError(
             f"cannot repair {path}: {other[0].check}: {other[0].detail}; "
             + REBUILD.format(path=path))
     if not broken:
         return []
-    manifest = read_index_manifest(path)
-    embeddings = np.load(path / EMBEDDINGS, mmap_mode="r")
-    recorded = manifest.get("faiss", {})
-    choice = choice_from_manifest(recorded, *embeddings.shape)  # same factory, params and seed
-    factory = choice.factory
-    tmp = path / f".{FAISS}.repair-{os.getpid()}"
-    try:
-        info = build_faiss_index(embeddings, tmp, choice, progress=progress)
-        os.replace(tmp, path / FAISS)
-    finally:
-        tmp.unlink(missing_ok=True)
-    info["file"] = FAISS
-    for key in ("reindexed", "previous"):
-        if key in recorded:
-            info[key] = recorded[key]
-    manifest["faiss"] = info
-    if manifest.get("checksums") is not None:
-        manifest["checksums"][FAISS] = sha256_file(path / FAISS)
-    write_json_atomic(path / MANIFEST_NAME, manifest)
-    done = f"rebuilt {FAISS} from {EMBEDDINGS} ({info['ntotal']:,} rows, {factory})"
+    index = Index(path, check_faiss=False)  # every other part is sound (checked above)
+    recorded = index.manifest.get("faiss", {})
+    choice = choice_from_manifest(recorded, index.n_sentences, index.dim)  # same factory, seed
+    manifest = rebuild_faiss(index, choice, "repairing", progress, keep=("reindexed", "previous"))
+    info = manifest["faiss"]
+    done = f"rebuilt {FAISS} from the embeddings ({info['ntotal']:,} rows, {choice.factory})"
     log.info(done)
     return [done]

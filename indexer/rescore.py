@@ -6,17 +6,22 @@ index type produced the candidates.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+
+from .integrity import check_unit_rows
 
 _GATHER_BYTES = 32 << 20  # rows gathered per block of queries
 
 
-def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int
-               ) -> tuple[np.ndarray, np.ndarray]:
+def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int,
+               label: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per query, the `k` candidates with the highest exact inner product, best first.
 
     `candidates` is (queries, k') of row ids, -1 for none. Ties break by ascending id. Returns
     (similarities, ids); a query with fewer than `k` valid candidates is padded with -inf / -1.
+    Every gathered row is checked for unit length (IndexFormatError names damaged rows).
     """
     queries = np.asarray(queries, dtype=np.float32)
     nq, width = candidates.shape
@@ -35,6 +40,8 @@ def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarr
         safe = np.where(valid, cand, cand[valid][0])
         unique, inverse = np.unique(safe, return_inverse=True)
         rows = np.asarray(embeddings[unique], dtype=np.float32)   # ascending ids: sequential reads
+        check_unit_rows(rows, unique, label, squared=np.einsum("ij,ij->i", rows, rows),
+                        dtype=embeddings.dtype)
         vecs = rows[inverse.reshape(safe.shape)]
         sims = np.einsum("ckd,cd->ck", vecs, queries[start:start + step])
         sims[~valid] = -np.inf

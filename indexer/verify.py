@@ -1,29 +1,32 @@
 """`tapt index verify`: check an index file by file, and say how to repair what is wrong.
 
 Reads the files directly (not through `Index`, which refuses a damaged index) so that every
-problem is named, not only the first. Repairs: `tapt index repair` rebuilds the FAISS index from
-the stored embeddings; damaged embeddings, text or offsets need a rebuild from the corpus.
+problem is named, not only the first; every read is guarded first (file lengths before LMDB maps
+a page, FAISS ids before a search), so a damaged index is diagnosed, never a crash. Repairs:
+`tapt index repair` rebuilds the FAISS index from the stored embeddings; damaged embeddings, text
+or offsets need a rebuild from the corpus; an index of format 1 needs `tapt index upgrade`.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from tapt.errors import TaptError
-from tapt.util.files import sha256_file
 
-from .build import DOCS, EMBEDDINGS, FAISS, STORE, TOKENS
-from .manifest import read_index_manifest
+from . import integrity
+from .manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LMDB_DATA, STORE, TOKENS,
+                       UPGRADABLE_VERSIONS, read_index_manifest, upgrade_hint)
 
-REPAIR = "run `tapt index repair {path}` (rebuilds the FAISS index from the stored embeddings)"
-REBUILD = "rebuild the index from its corpus (`tapt index build ... --out {path} --overwrite`)"
-LMDB_FILE = f"{STORE}/data.mdb"
+REPAIR = "run tapt index repair {path} (rebuilds the FAISS index from the stored embeddings)"
+REBUILD = "rebuild the index from its corpus (tapt index build ... --out {path} --overwrite)"
+LMDB_FILE = LMDB_DATA
 SELF_SEARCH_K = 10
 SELF_SEARCH_MIN = 0.9
+# numpy's .npy header parser raises many kinds (ValueError, SyntaxError, tokenize.TokenError...)
+_READ_ERRORS = (Exception,)
 
 
 @dataclass
@@ -58,12 +61,21 @@ def verify_index(path: str | Path, deep: bool = False, sample: int = 200, encode
     report = VerifyReport(str(path))
     fix, rebuild = REPAIR.format(path=path), REBUILD.format(path=path)
     try:
-        manifest = read_index_manifest(path)
+        manifest = read_index_manifest(path, (INDEX_FORMAT_VERSION,) + UPGRADABLE_VERSIONS)
+        n, dim = int(manifest["counts"]["sentences"]), int(manifest["model"]["dim"])
+        documents = int(manifest["counts"]["documents"])
     except TaptError as exc:
         report.add("manifest", False, str(exc), rebuild)
         return report
-    report.add("manifest", True, f"format {manifest['format_version']}, uuid {manifest['uuid']}")
-    n, dim = manifest["counts"]["sentences"], manifest["model"]["dim"]
+    except (KeyError, TypeError, ValueError) as exc:
+        report.add("manifest", False, f"lacks its counts or model ({exc})", rebuild)
+        return report
+    version = manifest["format_version"]
+    report.add("manifest", True, f"format {version}, uuid {manifest['uuid']}, generation "
+                                 f"{manifest.get('generation', 1)}")
+    if version != INDEX_FORMAT_VERSION:
+        report.add("format", False, f"format {version}: text records carry no checksums",
+                   upgrade_hint(path))
     names = (EMBEDDINGS, TOKENS, DOCS, FAISS, LMDB_FILE)
     present = {name: (path / name).is_file() for name in names}
     for name in names:
@@ -75,11 +87,12 @@ def verify_index(path: str | Path, deep: bool = False, sample: int = 200, encode
     emb_dtype = manifest.get("files", {}).get("embeddings", {}).get("dtype", "float32")
     emb = (_embeddings(report, path, n, dim, rows, rebuild, emb_dtype) if present[EMBEDDINGS]
            else None)
-    docs = _offsets(report, path, n, rebuild) if present[DOCS] and present[TOKENS] else None
+    docs = (_offsets(report, path, n, documents, rebuild) if present[DOCS] and present[TOKENS]
+            else None)
     if present[FAISS]:
-        _faiss(report, path, n, dim, rows, emb, fix, manifest.get("faiss", {}))
+        _faiss(report, path, manifest, n, dim, rows, emb, fix)
     if present[LMDB_FILE]:
-        texts = _store(report, path, n, rows, docs, rebuild)
+        texts = _store(report, path, n, rows, docs, rebuild, checksummed=version >= 2)
         if deep and texts and emb is not None:
             _deep(report, manifest, encoder or model, texts, emb, rebuild)
     return report
@@ -90,6 +103,8 @@ def _checksums(report, path, manifest, present, progress, fix, rebuild) -> None:
     if not recorded:
         report.add("checksums", True, "none recorded (index built before tapt recorded them)")
         return
+    from tapt.util.files import sha256_file
+
     for name, expected in recorded.items():
         if not present.get(name, (path / name).is_file()):
             continue
@@ -102,50 +117,71 @@ def _checksums(report, path, manifest, present, progress, fix, rebuild) -> None:
 
 def _embeddings(report, path, n, dim, rows, rebuild, manifest_dtype: str = "float32"):
     try:
-        emb = np.load(path / EMBEDDINGS, mmap_mode="r")
-    except (ValueError, OSError) as exc:
+        emb = np.load(path / EMBEDDINGS, mmap_mode="r", allow_pickle=False)
+        integrity.check_npy(emb, path / EMBEDDINGS, EMBEDDINGS, path, manifest_dtype, (n, dim))
+    except TaptError as exc:
+        report.add("embeddings", False, _what(exc), rebuild)
+        return None
+    except _READ_ERRORS as exc:
         report.add("embeddings", False, f"unreadable: {exc}", rebuild)
         return None
     dtype = np.dtype(manifest_dtype)
-    if emb.dtype != dtype or emb.shape != (n, dim):
-        report.add("embeddings", False, f"{emb.dtype} {emb.shape}, the manifest says {dtype} "
-                   f"{(n, dim)}", rebuild)
-        return None
     norms = np.linalg.norm(np.asarray(emb[rows], dtype=np.float64), axis=1)
-    bad = int((np.abs(norms - 1) > (1e-3 if dtype == np.float32 else 4e-3)).sum())
+    bad = int((~(np.abs(norms - 1) <= integrity.UNIT_SLACK.get(dtype, 1e-3))).sum())
     report.add("embeddings", bad == 0, f"{n:,} x {dim} {dtype}" + (
         "" if bad == 0 else f"; {bad} of {len(rows)} sampled rows are not unit length"), rebuild)
     return emb if bad == 0 else None
 
 
-def _offsets(report, path, n, rebuild):
-    try:
-        tokens = np.load(path / TOKENS, mmap_mode="r")
-        docs = np.load(path / DOCS)
-    except (ValueError, OSError) as exc:
-        report.add("offsets", False, f"unreadable: {exc}", rebuild)
-        return None
+def _offsets(report, path, n, documents, rebuild):
     problems = []
-    if len(tokens) != n:
-        problems.append(f"tokens.npy has {len(tokens)} rows, not {n}")
-    if len(docs) < 2 or docs[0] != 0 or docs[-1] != n or (np.diff(docs) < 0).any():
-        problems.append("docs.npy offsets must rise from 0 to the sentence count")
-    report.add("offsets", not problems, "; ".join(problems) or f"{len(docs) - 1:,} documents",
+    docs = None
+    try:
+        tokens = np.load(path / TOKENS, mmap_mode="r", allow_pickle=False)
+        integrity.check_npy(tokens, path / TOKENS, TOKENS, path, np.int32, (n,))
+        integrity.check_tokens(tokens, path)
+    except TaptError as exc:
+        problems.append(_what(exc))
+    except _READ_ERRORS as exc:
+        problems.append(f"tokens.npy unreadable: {exc}")
+    try:
+        mapped = np.load(path / DOCS, mmap_mode="r", allow_pickle=False)
+        integrity.check_npy(mapped, path / DOCS, DOCS, path, np.int64, (documents + 1,))
+        docs = np.array(mapped)
+        integrity.check_offsets(docs, n, documents, path)
+    except TaptError as exc:
+        problems.append(_what(exc))
+        docs = None
+    except _READ_ERRORS as exc:
+        problems.append(f"docs.npy unreadable: {exc}")
+        docs = None
+    report.add("offsets", not problems, "; ".join(problems) or f"{documents:,} documents",
                rebuild)
     return None if problems else docs
 
 
-def _faiss(report, path, n, dim, rows, emb, fix, faiss_info=None) -> None:
+def _what(exc: TaptError) -> str:
+    """The damage named by an IndexFormatError from `integrity`, without the advice."""
+    return str(exc).split(" is damaged: ", 1)[-1].split("; run tapt index verify")[0]
+
+
+def _faiss(report, path, manifest, n, dim, rows, emb, fix) -> None:
     from .faiss_index import read_faiss_index, search_setting, set_search_param
 
+    faiss_info = manifest.get("faiss", {})
     try:
+        integrity.check_faiss_file((path / FAISS).stat().st_size, manifest, path)
         index = read_faiss_index(path / FAISS)
-    except RuntimeError as exc:
-        report.add("faiss", False, f"unreadable: {str(exc).splitlines()[0][:200]}", fix)
+    except TaptError as exc:
+        report.add("faiss", False, _what(exc), fix)
         return
-    if index.ntotal != n or index.d != dim:
-        report.add("faiss", False, f"{index.ntotal} rows of {index.d} dims; the embeddings are "
-                   f"{n} x {dim}", fix)
+    except (RuntimeError, MemoryError) as exc:
+        report.add("faiss", False, f"unreadable: {str(exc).strip().splitlines()[-1][:200]}", fix)
+        return
+    try:
+        integrity.check_faiss_index(index, n, dim, path)
+    except TaptError as exc:
+        report.add("faiss", False, _what(exc), fix)
         return
     import faiss
 
@@ -183,35 +219,44 @@ def _faiss(report, path, n, dim, rows, emb, fix, faiss_info=None) -> None:
     report.add("faiss", True, f"{index.ntotal:,} rows agree with the embeddings" + detail)
 
 
-def _store(report, path, n, rows, docs, rebuild) -> dict[int, str] | None:
+def _store(report, path, n, rows, docs, rebuild, checksummed: bool = True
+           ) -> dict[int, str] | None:
+    """Every record's checksum (a full pass), the record count, and for the sampled rows the
+    agreement of each record's document and position with the offsets."""
     import lmdb
 
-    from .store import key, reader_env
+    from .store import DamagedRecord, decode_record, key, reader_env
 
     try:
-        env = reader_env(path / STORE)  # shared: LMDB allows one environment per file per process
+        env = reader_env(path / STORE, path)  # checks the length before anything is mapped
     except (lmdb.Error, TaptError) as exc:
-        report.add("text store", False, f"unreadable: {exc}", rebuild)
+        report.add("text store", False, _what(exc) if isinstance(exc, TaptError) else
+                   f"unreadable: {exc}", rebuild)
         return None
     texts: dict[int, str] = {}
     problems = []
+    wanted = set(rows.tolist())
+    damaged_ids: list[int] = []
     try:
         entries = int(env.stat()["entries"])
         if entries != n:
             problems.append(f"{entries:,} records, {n:,} sentences")
         with env.begin(buffers=True) as txn:
-            for sid in rows.tolist():
+            for sid in range(n):
                 raw = txn.get(key(sid))
                 if raw is None:
-                    problems.append(f"sentence {sid} is missing")
+                    if len(problems) < 3:
+                        problems.append(f"sentence {sid} is missing")
                     continue
                 try:
-                    rec = json.loads(bytes(raw))
-                    texts[sid] = rec["text"]
+                    rec = decode_record(sid, bytes(raw), checksummed)
                     doc, pos = int(rec["doc"]), int(rec["pos"])
-                except (ValueError, KeyError, TypeError):
-                    problems.append(f"record {sid} is damaged")
+                except (DamagedRecord, KeyError, TypeError, ValueError):
+                    damaged_ids.append(sid)
                     continue
+                if sid not in wanted:
+                    continue
+                texts[sid] = rec["text"]
                 if docs is not None:
                     d = int(np.searchsorted(docs, sid, side="right")) - 1
                     if d != doc or sid - int(docs[d]) != pos:
@@ -219,12 +264,17 @@ def _store(report, path, n, rows, docs, rebuild) -> dict[int, str] | None:
                                         f"offsets say {d} position {sid - int(docs[d])}")
     except lmdb.Error as exc:
         problems.append(f"unreadable: {exc}")
-    report.add("text store", not problems, "; ".join(problems[:3]) or f"{n:,} records; "
-               f"{len(rows)} sampled records agree with the offsets", rebuild)
+    if damaged_ids:
+        problems.insert(0, f"{len(damaged_ids):,} damaged record(s) (first: "
+                           f"{', '.join(map(str, damaged_ids[:5]))})")
+    report.add("text store", not problems, "; ".join(problems[:3]) or f"{n:,} records, every "
+               f"checksum holds; {len(rows)} sampled records agree with the offsets", rebuild)
     return None if problems else texts
 
 
 def _deep(report, manifest, encoder, texts, emb, rebuild) -> None:
+    from .encoder import model_differences
+
     recorded = manifest["model"]
     if encoder is None or isinstance(encoder, str):
         from .encoder import load_encoder
@@ -232,9 +282,11 @@ def _deep(report, manifest, encoder, texts, emb, rebuild) -> None:
         # Re-embed with the build's own backend: an int8 build differs from torch by design.
         encoder = load_encoder(encoder or recorded.get("source") or recorded["name"],
                                device="cpu", backend=manifest.get("build", {}).get("backend", "torch"))
-    if encoder.weights_sha256 != recorded["weights_sha256"]:
+    diffs = model_differences(recorded, encoder)
+    if diffs:
         report.add("deep: re-embedded sample", False, f"model {encoder.name} is not the one the "
-                   f"index was built with ({recorded['name']})", "pass --model with its directory")
+                   f"index was built with ({recorded['name']}): {'; '.join(diffs)}",
+                   "pass `model` with its directory")
         return
     ids = sorted(texts)
     fresh = encoder.encode([texts[i] for i in ids])

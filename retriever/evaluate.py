@@ -25,8 +25,7 @@ def evaluate_selections(paths: list[str], index_path: str, label_field: str,
     rows = []
     for path in paths:
         manifest = read_manifest(path)
-        if manifest["index"]["uuid"] != index.uuid:
-            raise InputError(f"{path} was selected from another index ({manifest['index']['path']})")
+        index.check_selection(path, manifest.get("index"))
         parts = [np.arange(*seg.rows) for seg in iter_selection(path)]
         selected = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
         scores = selection_scores(selected, relevant)

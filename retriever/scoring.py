@@ -2,6 +2,8 @@
 
 Embeddings are L2-normalised float rows, so inner product == cosine similarity. Scores are
 "higher = more task-like" everywhere; anomaly scores are negated before they leave this module.
+A cosine outside [-1, 1] or a gathered row that is not unit length means damaged embeddings:
+IndexFormatError naming the rows, never a ranking.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+
+from tapt.indexer.integrity import check_cosines, check_unit_rows
 
 CHUNK = 65536
 
@@ -28,11 +32,11 @@ def centroid_scores(embeddings: np.ndarray, query: np.ndarray, chunk: int = CHUN
     """Cosine of every row to `query`, streamed in chunks over a (memory-mapped) matrix."""
     out = np.empty(len(embeddings), dtype=np.float32)
     q = np.asarray(query, dtype=np.float32)
-    if getattr(embeddings, "dtype", None) == np.float16 and _half_scores(embeddings, q, out):
-        return out
-    for start in range(0, len(embeddings), chunk):
-        block = np.asarray(embeddings[start:start + chunk], dtype=np.float32)
-        out[start:start + len(block)] = block @ q
+    if not (getattr(embeddings, "dtype", None) == np.float16 and _half_scores(embeddings, q, out)):
+        for start in range(0, len(embeddings), chunk):
+            block = np.asarray(embeddings[start:start + chunk], dtype=np.float32)
+            out[start:start + len(block)] = block @ q
+    check_cosines(out, bound=float(np.linalg.norm(q)))  # damaged rows stop here, not rank first
     return out
 
 
@@ -53,12 +57,16 @@ def _half_scores(embeddings: np.ndarray, q: np.ndarray, out: np.ndarray, rows: i
     return True
 
 
-def max_similarity(rows: np.ndarray, task_embeddings: np.ndarray, chunk: int = 8192) -> np.ndarray:
-    """For each row, its best cosine to any task sentence (exact)."""
+def max_similarity(rows: np.ndarray, task_embeddings: np.ndarray, chunk: int = 8192,
+                   ids: np.ndarray | None = None) -> np.ndarray:
+    """For each row, its best cosine to any task sentence (exact); the rows (index rows `ids`)
+    must be unit length."""
     out = np.empty(len(rows), dtype=np.float32)
     t = np.asarray(task_embeddings, dtype=np.float32).T
     for start in range(0, len(rows), chunk):
         block = np.asarray(rows[start:start + chunk], dtype=np.float32)
+        check_unit_rows(block, None if ids is None else ids[start:start + len(block)],
+                        dtype=getattr(rows, "dtype", None))
         out[start:start + len(block)] = (block @ t).max(axis=1)
     return out
 
@@ -149,6 +157,7 @@ def topm_mean_similarity(rows: np.ndarray, task_embeddings: np.ndarray, m: int,
         else:
             top = np.partition(sims, sims.shape[1] - m, axis=1)[:, -m:]
             out[start:start + len(sims)] = top.mean(axis=1)
+    check_cosines(out)
     return out
 
 
@@ -163,6 +172,8 @@ def distance_difference(rows: np.ndarray, task_mean: np.ndarray, corpus_mean: np
     for start in range(0, len(rows), chunk):
         block = np.asarray(rows[start:start + chunk], dtype=np.float64)
         sq = (block * block).sum(axis=1)
+        check_unit_rows(block, np.arange(start, start + len(block)), squared=sq,
+                        dtype=getattr(rows, "dtype", None))
         d_task = np.sqrt(np.maximum(sq - 2 * block @ t + t @ t, 0))
         d_corpus = np.sqrt(np.maximum(sq - 2 * block @ c + c @ c, 0))
         out[start:start + len(block)] = d_corpus - d_task

@@ -211,9 +211,7 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
 
 def index_record(index: Index) -> dict[str, Any]:
     """The exact index generation a selection was made from."""
-    return {"path": str(index.path), "uuid": index.uuid,
-            "manifest_sha256": index.manifest_sha256, "model": index.manifest["model"]["name"],
-            "rows": index.n_sentences, "generation": int(index.manifest.get("generation", 1))}
+    return index.identity()
 
 
 def run_selection(index: Index, config: SelectConfig, out: str | Path,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tapt.errors import InputError
-from tapt.util.files import atomic_write, sha256_file, write_json_atomic
+from tapt.util.files import atomic_write, parents_of, sha256_file, write_json_atomic
 from tapt.util.manifests import read_versioned_json
 
 SELECTION_FORMAT = "tapt-selection"
@@ -113,10 +113,8 @@ def write_selection(
     yet its manifest refuses the pair instead of mixing two selections.
     """
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    with atomic_write(path, "wb") as fh:
+    with parents_of(path), atomic_write(path, "wb") as fh:
         for seg in segments:
             line = (seg.to_json() + "\n").encode("utf-8")
             digest.update(line)

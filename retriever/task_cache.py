@@ -1,38 +1,53 @@
 """A cache of task embeddings, so repeated selections for one task skip re-embedding it.
 
-Keyed by the model's weight hash and the exact task sentences; stored as `.npy` under
-`$TAPT_CACHE_DIR` (default `$XDG_CACHE_HOME/tapt` or `~/.cache/tapt`), `TAPT_CACHE_DIR=off`
-turns it off. A cache that cannot be read or written is skipped, never an error.
+Keyed by everything that changes an embedding (the model's full fingerprint: weights, module
+configs, tokenizer, maximum length; the backend and the compute dtype) and the exact task
+sentences; stored as checksummed `.npy` files under `$TAPT_CACHE_DIR` (default
+`$XDG_CACHE_HOME/tapt` or `~/.cache/tapt`), `TAPT_CACHE_DIR=off` turns it off. An entry is used
+only when its checksum, shape and unit-length rows hold; a damaged one is recomputed with a
+warning, and a cache that cannot be written is skipped with one warning.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
-import os
 from typing import Sequence
 
 import numpy as np
 
-from tapt.util.cache import cache_dir
-from tapt.indexer.encoder import Encoder
+from tapt.indexer.encoder import Encoder, embedding_key
+from tapt.util.cache import read_checked, readable_cache, writable_cache, write_checked
 
 log = logging.getLogger(__name__)
 
+SUBDIR = "task-embeddings-v2"
 # Batches per encoder call when a task is embedded: the progress bar moves every ~10 s on a CPU,
 # a task of up to 8 batches is one call as before, and longer ones are as fast as in one call
 # (2,000 seeds, ONNX, 2 cores: 34.2 s chunked vs 34.0 s; embeddings within 3e-8).
 CHUNK_BATCHES = 8
 
 
-def _key(model_sha256: str, sentences: Sequence[str], backend: str = "torch") -> str:
-    h = hashlib.sha256(model_sha256.encode())
-    if backend != "torch":  # torch keys stay as they were; other backends embed slightly differently
-        h.update(backend.encode())
+def _key(encoder: Encoder, sentences: Sequence[str]) -> str:
+    h = hashlib.sha256(embedding_key(encoder).encode())
     for s in sentences:
         h.update(b"\x00")
         h.update(s.encode("utf-8"))
     return h.hexdigest()
+
+
+def _load(payload: bytes, n: int, dim: int) -> np.ndarray | None:
+    try:
+        emb = np.load(io.BytesIO(payload), allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None
+    if emb.shape != (n, dim) or emb.dtype != np.float32:
+        return None
+    norms = np.linalg.norm(emb, axis=1)
+    if not np.isfinite(emb).all() or not ((np.abs(norms - 1) <= 1e-3) | (norms == 0)).all():
+        return None
+    return emb
 
 
 def encode_in_chunks(encoder: Encoder, sentences: Sequence[str], batch_size: int = 64,
@@ -64,24 +79,19 @@ def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 
                   progress: bool = False) -> tuple[np.ndarray, bool]:
     """Embeddings of `sentences` and whether they came from the cache (a progress bar while
     they are embedded when `progress`)."""
-    root = cache_dir()
-    path = None
-    if root is not None:
-        key = _key(encoder.weights_sha256, sentences, getattr(encoder, "backend", "torch"))
-        path = root / "task-embeddings" / f"{key}.npy"
-        try:
-            emb = np.load(path)
-            if emb.shape == (len(sentences), encoder.dim) and emb.dtype == np.float32:
+    name = f"{_key(encoder, sentences)}.npy"
+    found = readable_cache(SUBDIR)
+    if found is not None:
+        payload = read_checked(found / name)
+        if payload is not None:
+            emb = _load(payload, len(sentences), encoder.dim)
+            if emb is not None:
                 return emb, True
-        except (OSError, ValueError):
-            pass
+            log.warning("cache entry %s holds no valid embeddings; recomputing it", found / name)
     emb = encode_in_chunks(encoder, sentences, batch_size, progress)
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npy")
-            np.save(tmp, np.ascontiguousarray(emb, dtype=np.float32))
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.debug("task embedding cache not written (%s)", exc)
+    target = writable_cache(SUBDIR)
+    if target is not None:
+        buf = io.BytesIO()
+        np.save(buf, emb)
+        write_checked(target / name, buf.getvalue())
     return emb, False

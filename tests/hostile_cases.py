@@ -1,16 +1,23 @@
-"""Hostile inputs tried on purpose, shared by tests/test_hostile_input.py and
-benchmarks/hostile_input.py: each case makes its input, runs one `tapt` command (with the hashing
-encoder in place of the model), and states the outcome it must have."""
+"""Hostile inputs and ordinary faults tried on purpose, shared by tests/test_hostile_input.py and
+benchmarks/hostile_input.py: each case makes its input (a corpus, a damaged index, a folder of the
+user's files, a full or read-only disk), runs one `tapt` command as a user would (hashing encoder
+in place of the model), and states the outcome it must have. `verdict` judges it: an error case
+must fail with exactly one `Error:` line, leave nothing behind, and keep every user file; an exit
+status 0 where an error was due is a silent wrong answer."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import shutil
+import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -30,8 +37,15 @@ class TruncatingEncoder(HashingEncoder):
 @dataclass
 class Case:
     name: str
-    make: Callable[[Path], list[str]]   # writes inputs under a directory, returns the argv
+    make: Callable[[Path], list[str] | None]  # writes inputs, returns the argv (None: not here)
     expect: str                         # "error: <substring>" or "ok: <substring of output>"
+    group: str = "input"
+    protect: Callable[[Path], str | None] | None = None  # a user file lost or changed, or None
+    env: dict[str, str] = field(default_factory=dict)
+    subprocess: bool = False            # in a fresh process (a signal would kill the runner)
+    encoder: type | None = None         # the model the command loads (default: hashing)
+    report: bool = False                # prints a report before its one Error line (verify)
+    keeps: tuple[str, ...] = ()         # what a failed command keeps on purpose (to resume)
 
 
 def _file(name: str, data: bytes | str) -> Callable[[Path], Path]:
@@ -144,16 +158,609 @@ CASES = [
 ]
 
 
-def run_case(case: Case, work: Path, monkeypatch_encoder: Callable[[type], None]
-             ) -> tuple[int, str, list[str]]:
-    """(exit code, output, paths the failed command left behind) of one case."""
+
+# ----------------------------------------------------------------- issue 11: user files, damage,
+# caches, disks. Helpers make the situation; `protect` checks what must survive.
+
+THESIS = "years of work\n"
+TASK = "Patient fever therapy dose.\nKidney biopsy lesion.\n"
+
+
+def _task(d: Path) -> Path:
+    return _file("task.txt", TASK)(d)
+
+
+def _copy(d: Path, name: str = "idx") -> Path:
+    out = d / name
+    if not out.exists():
+        shutil.copytree(_index(d), out)
+    return out
+
+
+def _flip(path: Path, offset: int, mask: int = 0x40) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= mask
+    path.write_bytes(bytes(data))
+
+
+def _thesis_kept(where: str) -> Callable[[Path], str | None]:
+    def check(d: Path) -> str | None:
+        path = d / where
+        return None if path.is_file() and path.read_text() == THESIS else f"{where} lost"
+    return check
+
+
+def _papers(d: Path) -> Path:
+    folder = d / "papers"
+    folder.mkdir(exist_ok=True)
+    (folder / "thesis.tex").write_text(THESIS)
+    return folder
+
+
+def _corpus(d: Path) -> Path:
+    folder = d / "corpus"
+    folder.mkdir(exist_ok=True)
+    (folder / "a.txt").write_text(THESIS)
+    return folder
+
+
+def _sel(method: str, idx: Callable[[Path], Path], *extra: str, out: str = "sel.jsonl"):
+    def argv(d: Path) -> list[str]:
+        budget = ["--k", "3"] if method == "knn" else ["--budget", "3"]
+        return ["select", method, str(idx(d)), "--task", str(_task(d)), *budget, *extra,
+                "--out", str(d / out)]
+    return argv
+
+
+def _damaged(damage: Callable[[Path], None], name: str = "idx") -> Callable[[Path], Path]:
+    def make(d: Path) -> Path:
+        idx = _copy(d, name)
+        damage(idx)
+        return idx
+    return make
+
+
+def _truncate(rel: str, keep: float = 0.5) -> Callable[[Path], None]:
+    return lambda idx: os.truncate(idx / rel, int((idx / rel).stat().st_size * keep))
+
+
+def _record_flip(idx: Path) -> None:
+    from tapt.indexer.index import Index
+
+    text = Index(idx).store.texts([5])[0].encode()
+    data = idx / "text.lmdb" / "data.mdb"
+    _flip(data, data.read_bytes().index(text) + 3, 0x01)
+
+
+def _record_not_json(idx: Path) -> None:
+    import zlib
+
+    from tapt.indexer.store import TextStoreWriter, key
+
+    writer = TextStoreWriter(idx / "text.lmdb")
+    payload = b'{"text": "cut'
+    with writer.env.begin(write=True) as txn:
+        txn.put(key(3), zlib.crc32(payload, zlib.crc32(key(3))).to_bytes(4, "big") + payload)
+    writer.close()
+
+
+def _exponent(idx: Path) -> None:
+    _flip(idx / "embeddings.npy", 128 + 4 * 64 * 7 + 4 * 3 + 3, 0x40)
+
+
+def _nan_row(idx: Path) -> None:
+    emb = np.load(idx / "embeddings.npy", mmap_mode="r+")
+    emb[11, 0] = np.nan
+    emb.flush()
+
+
+def _faiss_row_flip(idx: Path) -> None:
+    """A flipped byte in the FAISS vector of the row a knn query finds first."""
+    from tapt.indexer.index import Index
+
+    ix = Index(idx)
+    best = int(ix.search(TruncatingEncoder().encode(["Patient fever therapy dose."]), 1)[1][0, 0])
+    vectors = (idx / "index.faiss").stat().st_size - ix.n_sentences * ix.dim * 4
+    _flip(idx / "index.faiss", vectors + best * ix.dim * 4 + 2, 0x40)
+
+
+def _repaired(d: Path) -> None:
+    from tapt.indexer.repair import repair_index
+
+    repair_index(d / "idx", progress=False)
+
+
+def _edit_docs(reseal: bool) -> Callable[[Path], None]:
+    def edit(idx: Path) -> None:
+        docs = np.load(idx / "docs.npy")
+        docs[3] = docs[4] if reseal else docs[3] - 1
+        np.save(idx / "docs.npy", docs)
+        if reseal:  # someone fixed the checksum too: the offsets themselves are checked
+            from tapt.indexer.manifest import write_index_manifest
+            from tapt.util.files import sha256_file
+
+            manifest = json.loads((idx / "manifest.json").read_text())
+            manifest["checksums"]["docs.npy"] = sha256_file(idx / "docs.npy")
+            write_index_manifest(idx, manifest)
+    return edit
+
+
+def _edit_tokens(idx: Path) -> None:
+    tokens = np.load(idx / "tokens.npy")
+    tokens[2] += 7
+    np.save(idx / "tokens.npy", tokens)
+
+
+def _edit_manifest(idx: Path) -> None:
+    text = (idx / "manifest.json").read_text()
+    (idx / "manifest.json").write_text(text.replace('"segment_size": 4', '"segment_size": 5'))
+
+
+def _format_1(idx: Path) -> None:
+    from tapt.indexer.index import Index
+    from tapt.indexer.store import TextStoreWriter
+    from tapt.util.files import sha256_file
+
+    ix = Index(idx)
+    records = ix.store.records(range(ix.n_sentences))
+    manifest = dict(ix.manifest)
+    del ix
+    shutil.rmtree(idx / "text.lmdb")
+    writer = TextStoreWriter(idx / "text.lmdb", checksummed=False)
+    writer.put_many(0, records)
+    writer.close()
+    manifest["format_version"] = 1
+    manifest.pop("self_sha256")
+    manifest["checksums"]["text.lmdb/data.mdb"] = sha256_file(idx / "text.lmdb" / "data.mdb")
+    (idx / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
+def _selection_of(d: Path, idx: Path, name: str) -> Path:
     from click.testing import CliRunner
 
     from tapt.cli import cli
 
-    monkeypatch_encoder(TruncatingEncoder)
-    argv = case.make(work)
-    before = set(os.listdir(work))
-    result = CliRunner().invoke(cli, ["-q", *argv])
-    left = sorted(set(os.listdir(work)) - before)
-    return result.exit_code, result.output.strip(), left
+    out = d / name
+    CliRunner().invoke(cli, ["-q", "select", "centroid", str(idx), "--task", str(_task(d)),
+                             "--budget", "4", "--out", str(out)])
+    return out
+
+
+def _grown(d: Path, name: str, text: str) -> Path:
+    from tapt.indexer.add import add_to_index
+
+    idx = _copy(d, name)
+    more = d / f"{name}.jsonl"
+    more.write_text(json.dumps({"text": text, "domain": "sea", "doc": name}) + "\n")
+    add_to_index(idx, [more], TruncatingEncoder(), progress=False)
+    more.unlink()
+    return idx
+
+
+def _eval_other_generation(d: Path) -> list[str]:
+    sel = _selection_of(d, _copy(d), "sel-before.jsonl")
+    grown = _grown(d, "grown", "Captain anchor harbour tide storm.")
+    return ["eval", str(sel), "--index", str(grown), "--label", "medical"]
+
+
+def _eval_after_reindex(d: Path) -> list[str]:
+    from tapt.indexer.reindex import reindex
+
+    idx = _copy(d)
+    sel = _selection_of(d, idx, "sel-before.jsonl")
+    reindex(idx, "hnsw", progress=False)
+    return ["eval", str(sel), "--index", str(idx), "--label", "medical"]
+
+
+def _train_diverged(d: Path) -> list[str]:
+    a = _selection_of(d, _grown(d, "copy-a", "Captain anchor harbour tide."), "a.jsonl")
+    b = _selection_of(d, _grown(d, "copy-b", "Clause licence warranty court."), "b.jsonl")
+    return ["train", "--selection", str(a), "--selection", str(b), "--steps", "1",
+            "--out", str(d / "model")]
+
+
+def _train_into(where: Callable[[Path], Path]) -> Callable[[Path], list[str]]:
+    def argv(d: Path) -> list[str]:
+        sel = _selection_of(d, _copy(d), "sel-before.jsonl")
+        return ["train", "--selection", str(sel), "--steps", "1", "--out", str(where(d))]
+    return argv
+
+
+def _on_full_disk(argv: Callable[[Path, Path], list[str]], size: str = "64k",
+                  fill_it: bool = True) -> Callable[[Path], list[str] | None]:
+    def make(d: Path) -> list[str] | None:
+        from faultfs import fill, mount_full
+
+        _index(d)
+        disk = d / "disk"
+        if not mount_full(disk, size):
+            return None
+        out = argv(d, disk)
+        if fill_it:
+            fill(disk)
+        return out
+    return make
+
+
+def _on_read_only(argv: Callable[[Path, Path], list[str]],
+                  prepare: Callable[[Path], None] | None = None
+                  ) -> Callable[[Path], list[str] | None]:
+    def make(d: Path) -> list[str] | None:
+        from faultfs import mount_read_only
+
+        _index(d)
+        ro = d / "ro"
+        ro.mkdir(exist_ok=True)
+        if prepare is not None:
+            prepare(ro)
+        out = argv(d, ro)
+        return out if mount_read_only(ro) else None
+    return make
+
+
+def _faiss_write_full(d: Path) -> list[str]:
+    """Every write of index.faiss refuses its bytes, as on a disk that fills up right then."""
+    import contextlib
+    import errno
+
+    import tapt.indexer.faiss_index as faiss_index
+
+    real = faiss_index.atomic_write
+
+    @contextlib.contextmanager
+    def full(path, mode="w", encoding="utf-8"):
+        with real(path, mode, encoding):
+            class Full:
+                def write(self, data):
+                    raise OSError(errno.ENOSPC, "No space left on device")
+            yield Full()
+
+    faiss_index.atomic_write = full
+    _RESTORE.append(lambda: setattr(faiss_index, "atomic_write", real))
+    write_labelled_corpus(d / "pool.jsonl", docs_per_topic=2)
+    return ["index", "build", str(d / "pool.jsonl"), "--out", str(d / "idx")]
+
+
+_RESTORE: list[Callable[[], None]] = []
+
+
+class OtherPooling(TruncatingEncoder):
+    """The same weights as the index's model, configured to pool another way."""
+
+    fingerprint = "0" * 64
+    model_config = {"modules": [{"type": "Pooling", "config": {"pooling_mode": "cls"}}]}
+
+
+def _add_variant(transform: Callable[[str], str]) -> Callable[[Path], list[str]]:
+    """`index add` of the index's first document, every sentence transformed."""
+    def argv(d: Path) -> list[str]:
+        from tapt.indexer.index import Index
+
+        idx = _copy(d)
+        ix = Index(idx)
+        first = ix.store.records(range(int(ix.doc_offsets[0]), int(ix.doc_offsets[1])))
+        more = d / "variant.jsonl"
+        more.write_text("".join(json.dumps({"text": transform(r["text"]), "doc": "v"}) + "\n"
+                                for r in first), encoding="utf-8")
+        return ["index", "add", str(idx), str(more)]
+    return argv
+
+
+def _nfd(text: str) -> str:
+    import unicodedata
+
+    return unicodedata.normalize("NFD", text.replace("e", "\u00e9"))
+
+
+def _nfc(text: str) -> str:
+    return text.replace("e", "\u00e9")
+
+
+def _add_first(d: Path, transform: Callable[[str], str]) -> None:
+    """Add the index's first document, transformed, as a new document (NFC accents)."""
+    from click.testing import CliRunner
+
+    from tapt.cli import cli
+
+    CliRunner().invoke(cli, ["-q", *_add_variant(transform)(d)])
+
+
+def _damaged_cache_entry(d: Path) -> list[str]:
+    """A selection fills the task cache; one byte of its entry is flipped; the same selection
+    again must recompute the entry (with a warning) and select the same segments."""
+    from click.testing import CliRunner
+
+    from tapt.cli import cli
+
+    argv = _sel("centroid", _index)(d)
+    CliRunner().invoke(cli, ["-q", *argv[:-1], str(d / "first.jsonl")])
+    (entry,) = (d / "cache").rglob("*.npy")
+    _flip(entry, 100)
+    return argv
+
+
+def _same_as_first(d: Path) -> str | None:
+    first, again = d / "first.jsonl", d / "sel.jsonl"
+    if not again.is_file() or first.read_bytes() != again.read_bytes():
+        return "the selection differs from the one made with a sound cache"
+    return None
+
+
+SAFETY_CASES = [
+    # -- nothing a user owns is destroyed
+    Case("build --overwrite onto a folder of user files",
+         lambda d: ["index", "build", str(_file("pool.txt", "One.\n")(d)), "--out",
+                    str(_papers(d)), "--overwrite"],
+         "error: never replaced", "user files", protect=_thesis_kept("papers/thesis.tex")),
+    Case("build --out = the corpus file itself",
+         lambda d: ["index", "build", str(_corpus(d) / "a.txt"), "--out",
+                    str(d / "corpus" / "a.txt"), "--overwrite"],
+         "error: also an input", "user files", protect=_thesis_kept("corpus/a.txt")),
+    Case("build --out = the folder holding the corpus",
+         lambda d: ["index", "build", str(_corpus(d) / "a.txt"), "--out", str(d / "corpus"),
+                    "--overwrite"],
+         "error: contains the input", "user files", protect=_thesis_kept("corpus/a.txt")),
+    Case("build --out inside the corpus folder",
+         lambda d: ["index", "build", str(_corpus(d)), "--out", str(d / "corpus" / "idx")],
+         "error: lies inside the input", "user files", protect=_thesis_kept("corpus/a.txt")),
+    Case("build --overwrite onto a tapt index holding a user file",
+         lambda d: (_copy(d), (d / "idx" / "thesis.tex").write_text(THESIS),
+                    ["index", "build", str(_corpus(d)), "--out", str(d / "idx"),
+                     "--overwrite"])[-1],
+         "error: also holds files tapt did not write", "user files",
+         protect=_thesis_kept("idx/thesis.tex")),
+    Case("build --out inside an index",
+         lambda d: ["index", "build", str(_corpus(d)), "--out", str(_copy(d) / "sub")],
+         "error: inside the tapt index", "user files"),
+    Case("build reading a file inside an index as corpus",
+         lambda d: ["index", "build", str(_copy(d) / "manifest.json"), "--out", str(d / "x")],
+         "error: lies inside the tapt index", "user files"),
+    Case("add with an input inside the index",
+         lambda d: ["index", "add", str(_copy(d)), str(d / "idx" / "manifest.json")],
+         "error: lies inside the tapt index", "user files"),
+    Case("add with a corpus folder that contains the index",
+         lambda d: ["index", "add", str(_copy(d)), str(d)],
+         "error: lies inside the input", "user files"),
+    Case("reindex beside someone's folder named like its work directory",
+         lambda d: (_copy(d), (d / ".idx.reindexing").mkdir(),
+                    (d / ".idx.reindexing" / "thesis.tex").write_text(THESIS),
+                    ["index", "reindex", str(d / "idx"), "--index", "hnsw"])[-1],
+         "error: does not look like tapt's work directory", "user files",
+         protect=_thesis_kept(".idx.reindexing/thesis.tex")),
+    Case("plot --out onto a user's file",
+         lambda d: ["plot", "domains", str(_index(d)), "--out", str(_papers(d) / "thesis.tex"),
+                    "--sample", "50"],
+         "error: pass --overwrite", "user files", protect=_thesis_kept("papers/thesis.tex")),
+    Case("plot --out inside an index",
+         lambda d: ["plot", "domains", str(_copy(d)), "--out", str(d / "idx" / "map.png")],
+         "error: lies inside", "user files"),
+    Case("bench recall --out onto a folder of user files",
+         lambda d: ["bench", "recall", "--index", str(_index(d)), "--seeds", str(_corpus(d)),
+                    "--out", str(_papers(d)), "--cache", str(d / "cache")],
+         "error: never replaced", "user files", protect=_thesis_kept("papers/thesis.tex")),
+    Case("bench recall --cache inside the index",
+         lambda d: ["bench", "recall", "--index", str(_copy(d)), "--seeds", str(_corpus(d)),
+                    "--out", str(d / "results"), "--cache", str(d / "idx" / "cache")],
+         "error: lies inside", "user files"),
+    Case("train --out onto a folder of user files", _train_into(_papers),
+         "error: never replaced", "user files", protect=_thesis_kept("papers/thesis.tex")),
+    Case("train --out = the folder holding the task text",
+         lambda d: [*_train_into(lambda d: d / "corpus")(d), "--task",
+                    str(_corpus(d) / "a.txt")],
+         "error: contains the input", "user files", protect=_thesis_kept("corpus/a.txt")),
+    Case("train --out inside an index", _train_into(lambda d: d / "idx" / "model"),
+         "error: inside the tapt index", "user files"),
+    # -- a damaged index fails loudly, never answers wrong
+    Case("truncated text.lmdb/data.mdb: select (fresh process)",
+         _sel("centroid", _damaged(_truncate("text.lmdb/data.mdb"))),
+         "error: damaged", "damaged index", subprocess=True),
+    Case("truncated text.lmdb/data.mdb, hashing off: select (fresh process)",
+         _sel("centroid", _damaged(_truncate("text.lmdb/data.mdb"))),
+         "error: the file was cut short", "damaged index", subprocess=True,
+         env={"TAPT_HASH_ON_OPEN": "0"}),
+    Case("truncated text.lmdb/data.mdb: verify (fresh process)",
+         lambda d: ["index", "verify", str(_damaged(_truncate("text.lmdb/data.mdb"))(d))],
+         "error: cut short", "damaged index", subprocess=True, report=True),
+    Case("truncated text.lmdb/data.mdb: repair (fresh process)",
+         lambda d: ["index", "repair", str(_damaged(_truncate("text.lmdb/data.mdb"))(d))],
+         "error: cannot repair", "damaged index", subprocess=True),
+    Case("deleted text.lmdb/data.mdb: select",
+         _sel("centroid", _damaged(lambda i: (i / "text.lmdb" / "data.mdb").unlink())),
+         "error: missing", "damaged index"),
+    Case("flipped byte in a text record: select fused",
+         _sel("fused", _damaged(_record_flip)), "error: does not match the checksum",
+         "damaged index"),
+    Case("flipped byte in a text record, hashing off: select fused",
+         _sel("fused", _damaged(_record_flip)), "error: text record 5 fails its checksum",
+         "damaged index", env={"TAPT_HASH_ON_OPEN": "0"}),
+    Case("text record that is not JSON (valid CRC), hashing off: moore-lewis",
+         _sel("moore-lewis", _damaged(_record_not_json)), "error: text record 3 is not valid JSON",
+         "damaged index", env={"TAPT_HASH_ON_OPEN": "0"}),
+    Case("flipped exponent byte in embeddings.npy: select centroid",
+         _sel("centroid", _damaged(_exponent)), "error: embeddings.npy does not match",
+         "damaged index"),
+    *[Case(f"flipped exponent byte in embeddings.npy, hashing off: select {m}",
+           _sel(m, _damaged(_exponent)), "error: embeddings.npy row 7", "damaged index",
+           env={"TAPT_HASH_ON_OPEN": "0"})
+      for m in ("centroid", "knn", "density", "distance", "classifier", "iforest")],
+    Case("NaN in embeddings.npy, hashing off: select centroid",
+         _sel("centroid", _damaged(_nan_row)), "error: row 11", "damaged index",
+         env={"TAPT_HASH_ON_OPEN": "0"}),
+    Case("truncated embeddings.npy: select",
+         _sel("centroid", _damaged(_truncate("embeddings.npy", 0.7))), "error: embeddings.npy",
+         "damaged index"),
+    Case("truncated index.faiss: select knn", _sel("knn", _damaged(_truncate("index.faiss"))),
+         "error: index.faiss is", "damaged index"),
+    Case("garbage index.faiss: select knn",
+         _sel("knn", _damaged(lambda i: (i / "index.faiss").write_bytes(b"junk" * 5000))),
+         "error: index.faiss", "damaged index"),
+    Case("flipped byte in index.faiss: select knn",
+         _sel("knn", _damaged(lambda i: _flip(i / "index.faiss", 3000))),
+         "error: index.faiss does not match the checksum", "damaged index"),
+    Case("flipped byte in a returned FAISS row, hashing off: select knn",
+         _sel("knn", _damaged(_faiss_row_flip)), "error: disagree", "damaged index",
+         env={"TAPT_HASH_ON_OPEN": "0"}),
+    Case("deleted index.faiss: select knn",
+         _sel("knn", _damaged(lambda i: (i / "index.faiss").unlink())),
+         "error: tapt index repair", "damaged index"),
+    Case("deleted index.faiss: select centroid (a damaged index never answers)",
+         _sel("centroid", _damaged(lambda i: (i / "index.faiss").unlink())),
+         "error: tapt index repair", "damaged index"),
+    Case("deleted index.faiss: repair, then select knn",
+         lambda d: (_damaged(lambda i: (i / "index.faiss").unlink())(d),
+                    _repaired(d), _sel("knn", lambda d: d / "idx")(d))[-1],
+         "ok: knn: selected", "damaged index"),
+    Case("docs.npy edited, still a valid array: select",
+         _sel("centroid", _damaged(_edit_docs(False))), "error: docs.npy does not match",
+         "damaged index"),
+    Case("docs.npy edited and its checksum forged: select",
+         _sel("centroid", _damaged(_edit_docs(True))), "error: document 3 has 0 sentences",
+         "damaged index"),
+    Case("tokens.npy edited, still a valid array: select",
+         _sel("centroid", _damaged(_edit_tokens)), "error: tokens.npy does not match",
+         "damaged index"),
+    Case("manifest.json edited (segment size): select",
+         _sel("centroid", _damaged(_edit_manifest)), "error: does not match its own checksum",
+         "damaged index"),
+    Case("manifest.json truncated: select",
+         _sel("centroid", _damaged(_truncate("manifest.json"))), "error: manifest", "damaged index"),
+    Case("index of format 1: select", _sel("centroid", _damaged(_format_1)),
+         "error: tapt index upgrade", "damaged index"),
+    Case("index of format 1: upgrade",
+         lambda d: ["index", "upgrade", str(_damaged(_format_1)(d))], "ok: format 1 -> 2",
+         "damaged index"),
+    Case("eval of a selection from another generation (after add)", _eval_other_generation,
+         "error: another generation", "damaged index"),
+    Case("eval of a selection made before a reindex", _eval_after_reindex,
+         "ok: sel-before.jsonl", "damaged index"),
+    Case("train on selections from two copies that grew apart", _train_diverged,
+         "error: different generations", "damaged index"),
+    # -- caches
+    Case("TAPT_CACHE_DIR is a file", _sel("centroid", _index),
+         "ok: centroid: selected 3 segments", "caches", env={"TAPT_CACHE_DIR": "{d}/task.txt"}),
+    Case("TAPT_CACHE_DIR read-only", _on_read_only(lambda d, ro: _sel("centroid", _index)(d)),
+         "ok: centroid: selected 3 segments", "caches", env={"TAPT_CACHE_DIR": "{d}/ro"}),
+    Case("damaged task-embedding cache entry", _damaged_cache_entry,
+         "ok: centroid: selected 3 segments", "caches", env={"TAPT_CACHE_DIR": "{d}/cache"},
+         protect=_same_as_first),
+    Case("model with the index's weights but another pooling", _sel("centroid", _index),
+         "error: is not the model", "caches", encoder=OtherPooling),
+    # -- every failure is one Error line: full and read-only disks
+    Case("disk full during the FAISS write of a build", _faiss_write_full,
+         "error: disk full", "disks", keeps=(".idx.building",)),
+    Case("disk full during a build (tmpfs)",
+         _on_full_disk(lambda d, disk: ["index", "build", str(_file("p.jsonl", "".join(
+             json.dumps({"text": f"Sentence number {i} about ships."}) + "\n"
+             for i in range(400)))(d)), "--out", str(disk / "idx"), "--no-split"], "96k",
+             fill_it=False),
+         "error: disk full", "disks"),
+    Case("disk full while writing a selection (tmpfs)",
+         _on_full_disk(lambda d, disk: _sel("centroid", _index, out="disk/s.jsonl")(d)),
+         "error: disk full", "disks"),
+    Case("select --out on a read-only filesystem",
+         _on_read_only(lambda d, ro: _sel("centroid", _index, out="ro/s.jsonl")(d)),
+         "error: read-only", "disks"),
+    Case("select --out into a new folder on a read-only filesystem",
+         _on_read_only(lambda d, ro: _sel("centroid", _index, out="ro/new/s.jsonl")(d)),
+         "error: read-only", "disks"),
+    Case("index add on a full disk (tmpfs)",
+         _on_full_disk(lambda d, disk: (shutil.copytree(_index(d), disk / "idx"),
+                                        _file("more.txt", "Ships and storms.\n" * 40)(d),
+                                        ["index", "add", str(disk / "idx"),
+                                         str(d / "more.txt")])[-1], "700k"),
+         "error: disk full", "disks"),
+    Case("index reindex of a read-only index",
+         _on_read_only(lambda d, ro: ["index", "reindex", str(ro / "idx"), "--index", "hnsw"],
+                       lambda ro: shutil.copytree(_index(ro.parent), ro / "idx")),
+         "error: read-only", "disks"),
+    Case("train --out on a read-only filesystem",
+         _on_read_only(lambda d, ro: _train_into(lambda d: ro / "model")(d)),
+         "error: not writable", "disks"),
+    # -- near-duplicates
+    Case("index add of a document, then its NFD variant",
+         lambda d: (_add_first(d, _nfc), _add_variant(_nfd)(d))[-1],
+         "ok: 1 duplicate documents skipped", "near-duplicates"),
+    Case("index add of a variant with zero-width characters",
+         _add_variant(lambda t: "\u200b" + t.replace(" ", " \u2060", 1) + "\ufeff"),
+         "ok: 1 duplicate documents skipped", "near-duplicates"),
+]
+
+
+CASES = CASES + SAFETY_CASES
+
+
+@dataclass
+class Outcome:
+    """What one case did."""
+
+    code: int | None            # None: the case cannot be set up here (needs root)
+    output: str
+    left: list[str]             # files or folders a failed command left behind
+    lost: str | None            # a user file lost or changed
+    traceback: bool
+    signal: bool
+
+
+def run_case(case: Case, work: Path, monkeypatch_encoder: Callable[[type], None]) -> Outcome:
+    """Make the case's situation under `work`, run its command, and record what happened."""
+    from click.testing import CliRunner
+
+    import faultfs
+    from tapt.cli import cli
+
+    monkeypatch_encoder(case.encoder or TruncatingEncoder)
+    saved = {k: os.environ.get(k) for k in case.env}
+    os.environ.update({k: v.format(d=work) for k, v in case.env.items()})
+    try:
+        argv = case.make(work)
+        if argv is None:
+            return Outcome(None, "", [], None, False, False)
+        before = set(os.listdir(work))
+        if case.subprocess:
+            proc = subprocess.run([sys.executable, str(Path(__file__).parent / "hashing_cli.py"),
+                                   "-q", *argv], capture_output=True, text=True)
+            code, output, crashed = proc.returncode, (proc.stdout + proc.stderr).strip(), False
+        else:
+            result = CliRunner().invoke(cli, ["-q", *argv])
+            code, output = result.exit_code, result.output.strip()
+            crashed = result.exception is not None and not isinstance(result.exception,
+                                                                      SystemExit)
+        left = sorted(set(os.listdir(work)) - before)
+        lost = case.protect(work) if case.protect is not None else None
+    finally:
+        faultfs.release()
+        while _RESTORE:
+            _RESTORE.pop()()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return Outcome(code, output, left, lost, crashed or "Traceback" in output, code < 0)
+
+
+def verdict(case: Case, outcome: Outcome) -> str:
+    """`as documented`, `not run here`, or what went wrong: SIGNAL, TRACEBACK, LOST USER FILE,
+    SILENT WRONG ANSWER, LEFT FILES BEHIND, UNEXPECTED."""
+    if outcome.code is None:
+        return "not run here"
+    if outcome.signal:
+        return "SIGNAL"
+    if outcome.traceback:
+        return "TRACEBACK"
+    if outcome.lost:
+        return "LOST USER FILE"
+    kind, expected = case.expect.split(": ", 1)
+    if kind == "ok":
+        return "as documented" if outcome.code == 0 and expected in outcome.output \
+            else "UNEXPECTED"
+    if outcome.code == 0:
+        return "SILENT WRONG ANSWER"
+    lines = [line for line in outcome.output.splitlines()
+             if line.strip() and not line.startswith("WARNING")]
+    errors = [line for line in lines if line.startswith("Error: ")]
+    one_line = len(errors) == 1 and lines[-1] == errors[0] and (case.report or len(lines) == 1)
+    if outcome.code != 1 or not one_line or expected not in outcome.output:
+        return "UNEXPECTED"
+    left = [name for name in outcome.left if name not in case.keeps]
+    return "LEFT FILES BEHIND" if left else "as documented"

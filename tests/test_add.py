@@ -92,7 +92,7 @@ def test_a_killed_add_resumes(halves, both, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         add_to_index(idx, [halves[1]], Failing(), progress=False)
     assert (tmp_path / ".idx.adding").is_dir()
-    assert Index(idx).manifest.get("generation") is None          # the index is untouched
+    assert Index(idx).manifest.get("generation") == 1             # the index is untouched
     manifest = add_to_index(idx, [halves[1]], HashingEncoder(), progress=False)
     assert manifest["history"][-1]["sessions"] == 2
     assert_same_index(idx, both)
@@ -137,3 +137,27 @@ def test_cli_add(halves, tmp_path, monkeypatch):
     assert json.loads(result.output)["generation"] == 2
     result = CliRunner().invoke(cli, ["-q", "index", "info", str(idx)])
     assert "generation 2" in result.output, result.output
+
+
+def test_unicode_variants_of_indexed_documents_are_duplicates(tmp_path):
+    """NFD vs NFC, zero-width characters and soft hyphens do not make a document new; the
+    stored text stays exactly as the corpus gave it."""
+    import unicodedata
+
+    docs = ["Café crème au lait is served.", "Naïve résumé of the coöperation."]
+    corpus = tmp_path / "a.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t, "doc": i}) + "\n"
+                              for i, t in enumerate(docs)), encoding="utf-8")
+    idx = tmp_path / "idx"
+    build_index([corpus], idx, HashingEncoder(), _config())
+    variants = [unicodedata.normalize("NFD", docs[0]),
+                docs[1].replace("résumé", "ré\u200bsu\u00admé").replace(" of", "\ufeff of"),
+                "Naïve résumé of a new document."]
+    more = tmp_path / "b.jsonl"
+    more.write_text("".join(json.dumps({"text": t, "doc": i}) + "\n"
+                            for i, t in enumerate(variants)), encoding="utf-8")
+    manifest = add_to_index(idx, [more], HashingEncoder(), progress=False)
+    last = manifest["history"][-1]
+    assert last["duplicate_documents_skipped"] == 2 and last["documents"] == 1
+    ix = Index(idx)
+    assert ix.store.texts(range(ix.n_sentences)) == docs + [variants[2]]

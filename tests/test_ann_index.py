@@ -19,6 +19,7 @@ from tapt.indexer.build import BuildConfig, build_index
 from tapt.indexer.faiss_index import build_faiss_index, knn_search, read_faiss_index
 from tapt.indexer.index import Index
 from tapt.indexer.index_choice import choose_index
+from tapt.indexer.manifest import write_index_manifest
 from tapt.indexer.reindex import reindex
 from tapt.indexer.repair import repair_index
 from tapt.indexer.verify import verify_index
@@ -124,7 +125,7 @@ def test_old_flat_manifest_still_works(idx, task_file):
     manifest = json.loads((idx / "manifest.json").read_text())
     manifest["faiss"] = {k: manifest["faiss"][k] for k in ("factory", "metric", "ntotal", "file",
                                                            "bytes")}
-    (idx / "manifest.json").write_text(json.dumps(manifest))
+    write_index_manifest(idx, manifest)  # as an older tapt wrote it, sealed
     ix = Index(idx)
     sims, ids = ix.search(_task(task_file), 5)
     assert ids.shape == (40, 5) and (ids >= 0).all()
@@ -179,7 +180,7 @@ def test_cli_build_flags_and_errors(big_index, tmp_path, monkeypatch):
         assert result.exit_code == 2 and len(errors) == 1, result.output
         assert not (tmp_path / "no").exists()
     result = cli_run("index", "reindex", out, "--index", "flat", "--memory", "1K")
-    assert result.exit_code == 1 and result.output.startswith("Error: --memory 1.0 KB is too small")
+    assert result.exit_code == 1 and result.output.startswith("Error: --memory: 1.0 KB is too small")
     assert result.output.count("\n") == 1
 
 
@@ -201,7 +202,7 @@ def test_cli_reindex_recall_info_and_search_flags(idx, task_file, tmp_path, monk
     assert ok.exit_code == 0, ok.output
     bad = cli_run("select", "knn", idx, "--task", task, "--ef-search", "64",
                   "--out", tmp_path / "bad.jsonl")
-    assert bad.exit_code == 1 and bad.output.startswith("Error: --ef-search does not apply")
+    assert bad.exit_code == 1 and bad.output.startswith("Error: --ef-search: does not apply")
     assert bad.output.count("\n") == 1 and not (tmp_path / "bad.jsonl").exists()
     zero = cli_run("select", "knn", idx, "--task", task, "--nprobe", "0", "--out",
                    tmp_path / "zero.jsonl")

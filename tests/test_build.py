@@ -5,7 +5,7 @@ import pytest
 
 from conftest import HashingEncoder
 from tapt.indexer.build import BuildConfig, build_index
-from tapt.errors import IndexFormatError, InputError, ModelMismatchError
+from tapt.errors import IndexFormatError, InputError, ModelMismatchError, OutputError
 from tapt.indexer.index import Index
 
 
@@ -40,7 +40,7 @@ def test_documents_and_segments_follow_the_doc_field(fake_index, labelled_corpus
 
 def test_manifest_records_model_counts_and_versions(fake_index):
     m = Index(fake_index).manifest
-    assert m["format_version"] == 1 and m["model"]["name"] == "hashing-test"
+    assert m["format_version"] == 2 and m["model"]["name"] == "hashing-test"
     assert m["model"]["dim"] == 64 and m["model"]["normalized"] is True
     assert m["faiss"]["factory"] == "Flat" and m["segment_size"] == 4
     assert m["counts"]["sentences"] == m["files"]["embeddings"]["shape"][0]
@@ -62,7 +62,7 @@ def test_text_corpus_is_split_into_sentences_and_long_ones_counted(tmp_path):
 def test_existing_output_is_refused_unless_overwrite(tmp_path, labelled_corpus):
     out = tmp_path / "idx"
     build_index([labelled_corpus[0]], out, HashingEncoder(), BuildConfig(progress=False))
-    with pytest.raises(InputError, match="already exists"):
+    with pytest.raises(OutputError, match="already holds a tapt index; pass `overwrite`"):
         build_index([labelled_corpus[0]], out, HashingEncoder(), BuildConfig(progress=False))
     first = Index(out).uuid
     build_index([labelled_corpus[0]], out, HashingEncoder(),
@@ -77,7 +77,7 @@ def test_bad_corpus_fails_before_anything_is_written(tmp_path):
     with pytest.raises(InputError, match="not valid UTF-8"):
         build_index([bad], tmp_path / "idx", HashingEncoder(), BuildConfig(progress=False))
     assert not (tmp_path / "idx").exists()
-    with pytest.raises(InputError, match="segment-size"):
+    with pytest.raises(InputError, match="segment_size"):
         BuildConfig(segment_size=0)
 
 

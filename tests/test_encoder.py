@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -66,7 +68,7 @@ def test_onnx_backends_agree_with_torch_and_export_once(minilm, backend, floor):
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     assert (got * ref).sum(axis=1).min() >= floor
     np.testing.assert_array_equal(onnx.token_counts(PROBES), minilm.token_counts(PROBES))
-    cached = export_dir(minilm.weights_sha256, backend) / "model.onnx"
+    cached = export_dir(minilm.fingerprint, backend) / "model.onnx"
     assert onnx.path == cached and cached.is_file()
     stamp = cached.stat().st_mtime_ns
     again = load_encoder(None, device="cpu", backend=backend)
@@ -99,3 +101,65 @@ def test_index_records_its_backend_and_tasks_embed_with_it(tmp_path, minilm):
     assert ix.manifest["build"]["backend"] == "onnx"
     assert ix.load_encoder(device="cpu").backend == "onnx"
     assert ix.load_encoder(device="cpu", backend="torch").backend == "torch"
+
+
+def _model_copy(tmp_path, pooling: str | None = None):
+    """A copy of the packaged model directory, with another pooling mode if asked."""
+    import shutil
+
+    from tapt.indexer.models import packaged_default_path
+
+    copy = tmp_path / "model-copy"
+    shutil.copytree(packaged_default_path(), copy)
+    if pooling:
+        config = json.loads((copy / "1_Pooling" / "config.json").read_text())
+        config["pooling_mode_mean_tokens"] = pooling == "mean"
+        config["pooling_mode_cls_token"] = pooling == "cls"
+        (copy / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def test_fingerprint_covers_pooling_so_same_weights_are_not_the_same_model(minilm, tmp_path):
+    """Issue 11: same weights, CLS pooling instead of mean, was accepted as the index's model and
+    poisoned the task cache."""
+    from tapt.errors import ModelMismatchError
+    from tapt.indexer.encoder import (SentenceTransformerEncoder, embedding_key, model_differences,
+                                      model_record)
+    from tapt.indexer.index import Index
+
+    moved = SentenceTransformerEncoder(str(_model_copy(tmp_path)), device="cpu")
+    assert moved.fingerprint == minilm.fingerprint    # a moved copy is the same model
+    cls_dir = _model_copy(tmp_path / "cls", "cls")
+    cls = SentenceTransformerEncoder(str(cls_dir), device="cpu")
+    assert cls.weights_sha256 == minilm.weights_sha256
+    assert cls.fingerprint != minilm.fingerprint
+    assert embedding_key(cls) != embedding_key(minilm)
+    diffs = model_differences(model_record(minilm), cls)
+    assert diffs and "pooling_mode" in " ".join(diffs), diffs
+    assert model_differences(model_record(minilm), moved) == []
+    old_manifest = {k: v for k, v in model_record(minilm).items()
+                    if k not in ("fingerprint", "config")}
+    assert model_differences(old_manifest, cls) == []  # old manifests: what they recorded
+
+    class Fake:  # an index built with the packaged model, opened with the CLS copy
+        manifest = {"model": model_record(minilm)}
+        path = tmp_path / "idx"
+
+    with pytest.raises(ModelMismatchError, match="pooling_mode"):
+        Index.check_encoder(Fake(), cls)
+
+
+def test_a_truncated_onnx_export_is_made_again_never_a_traceback(minilm, caplog):
+    from tapt.indexer.encoder import load_encoder
+    from tapt.indexer.onnx_export import export_dir
+
+    first = load_encoder(None, device="cpu", backend="onnx")
+    cached = export_dir(minilm.fingerprint, "onnx") / "model.onnx"
+    assert first.path == cached
+    cached.write_bytes(cached.read_bytes()[: cached.stat().st_size // 3])
+    with caplog.at_level("WARNING"):
+        again = load_encoder(None, device="cpu", backend="onnx")
+    assert any("damaged" in r.getMessage() and "exporting the model again" in r.getMessage()
+               for r in caplog.records)
+    assert again.path == cached and cached.stat().st_size > 3 * 1000
+    np.testing.assert_allclose(again.encode(PROBES), first.encode(PROBES), atol=1e-5)

@@ -20,7 +20,7 @@ def test_parse_memory(spec, size):
 
 @pytest.mark.parametrize("spec", ["8X", "", "G", "-1G", "0", "0M", "1.2.3G", "eight"])
 def test_parse_memory_refuses_bad_sizes(spec):
-    with pytest.raises(InputError, match="--memory"):
+    with pytest.raises(InputError, match="^memory: "):
         parse_memory(spec)
 
 
@@ -62,7 +62,7 @@ def test_forced_types_and_too_small_budgets():
         choose_index(1_000_000, 384, "1M")
     with pytest.raises(InputError, match="at least 1,000"):
         choose_index(500, 64, "1G", "ivfpq")
-    with pytest.raises(InputError, match="--index"):
+    with pytest.raises(InputError, match="^index: "):
         choose_index(500, 64, "1G", "annoy")
 
 

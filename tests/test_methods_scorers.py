@@ -30,9 +30,9 @@ def test_topm_mean_similarity_by_hand():
 
 
 def test_distance_difference_by_hand():
-    rows = np.array([[0.0, 0.0], [3.0, 4.0]])
-    out = scoring.distance_difference(rows, np.array([0.0, 0.0]), np.array([3.0, 4.0]))
-    assert np.allclose(out, [5.0, -5.0])
+    rows = np.array([[0.0, 1.0], [0.6, 0.8]])  # unit rows, as stored embeddings are
+    out = scoring.distance_difference(rows, np.array([0.0, 1.0]), np.array([0.6, 0.8]))
+    assert np.allclose(out, [np.sqrt(0.4), -np.sqrt(0.4)])
 
 
 def test_fuse_zscores_by_hand():

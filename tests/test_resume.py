@@ -104,7 +104,7 @@ def test_changed_inputs_or_settings_refuse_to_resume(corpus, tmp_path):
     out = tmp_path / "idx"
     with pytest.raises(RuntimeError):
         build_index([corpus], out, FailingEncoder(3, RuntimeError("boom")), _config())
-    with pytest.raises(InputError, match="other inputs or settings.*--restart"):
+    with pytest.raises(InputError, match="other inputs or settings.*`restart`"):
         build_index([corpus], out, HashingEncoder(),
                     BuildConfig(segment_size=5, split=False, progress=False, window=32))
     manifest = build_index([corpus], out, HashingEncoder(), BuildConfig(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tapt.errors import InputError
+from tapt.errors import InputError, OutputError
 from tapt.retriever.selection_file import SelectedSegment, write_selection
 from tapt.trainer.config import TrainConfig
 from tapt.trainer.loop import TrainingInterrupted, train
@@ -167,7 +167,7 @@ def test_resume_with_another_configuration_is_refused(env, partial_run, change):
     before = sorted(p.name for p in (partial_run / "checkpoints").iterdir())
     with pytest.raises(InputError, match="another configuration"):
         train(config(env, partial_run, save_every=1, resume=True, **change))
-    with pytest.raises(InputError, match="--resume"):
+    with pytest.raises(OutputError, match="`resume`"):
         train(config(env, partial_run, save_every=1))
     assert sorted(p.name for p in (partial_run / "checkpoints").iterdir()) == before
 
@@ -207,15 +207,15 @@ def test_bad_inputs_are_refused_and_nothing_is_written(env, tmp_path):
         ({"model": str(tmp_path / "missing-model")}, "does not exist"),
         ({"selections": (str(empty),)}, "no segments"),
         ({"out": str(afile / "sub")}, "not a directory"),
-        ({"out": str(afile)}, "not a directory"),
-        ({"out": str(occupied)}, "not a tapt training directory"),
-        ({"out": str(occupied), "resume": True}, "not a tapt training directory"),
+        ({"out": str(afile)}, "is a file, not a training directory"),
+        ({"out": str(occupied)}, "did not create.*never replaced"),
+        ({"out": str(occupied), "resume": True}, "did not create.*never replaced"),
         ({"max_length": 100}, "exceeds"),
         ({"eval_text": (str(tmp_path / "nope.txt"),)}, "does not exist"),
     ]
     for change, message in cases:
         out = change.pop("out", str(tmp_path / "out"))
-        with pytest.raises(InputError, match=message):
+        with pytest.raises((InputError, OutputError), match=message):
             train(config(env, out, **change))
         assert not (tmp_path / "out").exists(), change
     assert [p.name for p in occupied.iterdir()] == ["notes.txt"]

@@ -6,6 +6,7 @@ import logging
 from typing import Any, Sequence
 
 from tapt.errors import InputError
+from tapt.indexer.identity import describe
 from tapt.retriever.selection_file import SelectedSegment, manifest_path, read_selection
 from tapt.util.files import sha256_file
 
@@ -15,26 +16,31 @@ logger = logging.getLogger(__name__)
 def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[dict[str, Any]]]:
     """All segments of the selection files (in order) and a provenance record per file.
 
-    Refuses a selection without segments, and selections made from different indexes (their
-    `index.uuid` differ: the segment ids and rows would refer to different text stores).
+    Refuses a selection without segments, and selections made from different indexes or from
+    different generations of one index (after `tapt index add`, or copies that grew apart under
+    one uuid): their rows would refer to different text.
     """
     segments: list[SelectedSegment] = []
     records: list[dict[str, Any]] = []
-    uuids: dict[str, str] = {}
+    first: tuple[str, dict[str, Any]] | None = None
     for path in paths:
         manifest, segs = read_selection(path)
         if not segs:
             raise InputError(f"selection {path} has no segments; nothing to train on")
         index = manifest.get("index") or {}
-        uuid = index.get("uuid") if isinstance(index, dict) else None
-        if uuid:
-            uuids.setdefault(uuid, str(path))
-            if len(uuids) > 1:
-                first = next(iter(uuids.items()))
+        if isinstance(index, dict) and index.get("uuid"):
+            if first is None:
+                first = (str(path), index)
+            elif index["uuid"] != first[1]["uuid"]:
                 raise InputError(
-                    f"selections {first[1]} and {path} come from different indexes "
-                    f"(uuid {first[0]} vs {uuid}); train on selections of one index"
-                )
+                    f"selections {first[0]} and {path} come from different indexes "
+                    f"(uuid {first[1]['uuid']} vs {index['uuid']}); train on selections of one "
+                    "index")
+            elif index.get("manifest_sha256") != first[1].get("manifest_sha256"):
+                raise InputError(
+                    f"selections {first[0]} and {path} come from different generations of "
+                    f"index {index['uuid']}: {describe(first[1])} vs {describe(index)}; select "
+                    "again from one generation")
         segments.extend(segs)
         records.append({
             "path": str(path),

@@ -110,12 +110,14 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
 
     from .manifest import TRAINING_FORMAT, TRAINING_FORMAT_VERSION, identity_hash
     from .model import load_mlm, max_positions
-    from .outdir import check_output, finished_manifest, prepare_output, write_final_model
+    from .outdir import (check_output, finished_manifest, prepare_output, training_inputs,
+                         write_final_model)
     from .plan import TrainingPlan
     from tapt.indexer.reader import read_text
 
     out = Path(config.out)
-    check_output(out, None, config.resume)  # cheap refusals before the slow loading
+    inputs = training_inputs(config)
+    check_output(out, None, config.resume, inputs)  # cheap refusals before the slow loading
     device = resolve_device(config.device)
     segments, selection_records = load_selections(config.selections)
     task = (read_text(config.task, text_field=config.text_field, what="the task text")
@@ -148,7 +150,7 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     }
 
     created = not out.exists()
-    resuming = prepare_output(out, identity, config.resume)
+    resuming = prepare_output(out, identity, config.resume, inputs)
     if resuming:
         done = finished_manifest(out)
         if done is not None and done.get("steps") == total_steps:

@@ -7,10 +7,11 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from tapt.errors import InputError
-from tapt.util.files import write_json_atomic
+from tapt.errors import InputError, OutputError
+from tapt.util.files import storage_error, write_json_atomic
+from tapt.util.safety import check_output as check_safe
 
 from .manifest import (
     TRAINING_FORMAT,
@@ -39,42 +40,50 @@ def _holds_run(out: Path) -> bool:
     return (out / TRAINING_MANIFEST).exists() or (out / "checkpoints").is_dir()
 
 
-def check_output(out: str | Path, identity: dict[str, Any] | None, resume: bool) -> bool:
+def training_inputs(config: Any) -> list[Path]:
+    """Every path a training run reads: selections and their manifests, task and eval text,
+    and the model when it is a local directory."""
+    from tapt.retriever.selection_file import manifest_path
+
+    paths = [Path(p) for p in config.selections]
+    paths += [manifest_path(p) for p in config.selections]
+    paths += [Path(p) for p in (*config.task, *config.eval_text)]
+    if config.model and Path(config.model).expanduser().exists():
+        paths.append(Path(config.model).expanduser())
+    return paths
+
+
+def check_output(out: str | Path, identity: dict[str, Any] | None, resume: bool,
+                 inputs: Sequence[str | Path] = ()) -> bool:
     """Check `out` without writing anything; returns True when it holds this run to resume.
 
-    Refused: a file; a non-empty directory that is not a tapt training directory; a training
-    directory with checkpoints or a model but no --resume; --resume of a run with another identity
-    (checked only when `identity` is given); a parent that is not a directory.
+    The one output rule (`tapt.util.safety.check_output`) first: `out` is not an input (a
+    selection, its manifest, task or eval text, the model directory), not inside or around one,
+    not inside a tapt index, and new, empty or a tapt training directory. Then: a training
+    directory with checkpoints or a model needs `resume`, and `resume` needs the same
+    configuration (checked only when `identity` is given).
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} exists and is not a directory")
+    check_safe(out, what="training directory", inputs=inputs, directory=True,
+               ours=lambda p: read_marker(p) is not None)
     if not out.exists():
         parent = out.parent
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent
         if not parent.is_dir():
-            raise InputError(f"cannot create --out {out}: {parent} is not a directory")
+            raise OutputError(f"cannot create {out}: {parent} is not a directory", param="out")
         if not os.access(parent, os.W_OK | os.X_OK):
-            raise InputError(f"cannot create --out {out}: {parent} is not writable")
+            raise OutputError(f"cannot create {out}: {parent} is not writable", param="out")
         return False
     if not os.access(out, os.W_OK | os.X_OK):
-        raise InputError(f"--out {out} is not writable")
-    if not any(out.iterdir()):
-        return False
+        raise OutputError(f"{out} is not writable", param="out")
     marker = read_marker(out)
-    if marker is None:
-        raise InputError(
-            f"--out {out} is a non-empty directory that is not a tapt training directory; "
-            f"choose a new or empty directory"
-        )
-    if not _holds_run(out):
+    if marker is None or not _holds_run(out):
         return False
     if not resume:
-        raise InputError(
-            f"--out {out} already holds a training run; pass --resume to continue it, or choose "
-            f"another directory"
-        )
+        raise OutputError(
+            f"{out} already holds a training run; pass `resume` to continue it, or choose "
+            f"another directory", param="out")
     if identity is not None and marker.get("identity_sha256") != identity_hash(identity):
         diffs = identity_differences(marker.get("identity", {}), identity)
         raise InputError(
@@ -84,10 +93,11 @@ def check_output(out: str | Path, identity: dict[str, Any] | None, resume: bool)
     return True
 
 
-def prepare_output(out: str | Path, identity: dict[str, Any], resume: bool) -> bool:
+def prepare_output(out: str | Path, identity: dict[str, Any], resume: bool,
+                   inputs: Sequence[str | Path] = ()) -> bool:
     """Check `out` (see `check_output`), create it and write its marker; True when resuming."""
     out = Path(out)
-    resuming = check_output(out, identity, resume)
+    resuming = check_output(out, identity, resume, inputs)
     if resuming:
         return True
     try:
@@ -102,9 +112,9 @@ def prepare_output(out: str | Path, identity: dict[str, Any], resume: bool) -> b
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise InputError(f"cannot write to --out {out}: {exc.strerror or exc}") from exc
+        raise storage_error(exc, out) from exc
     if resume:
-        logger.info("--resume: %s holds no run yet; starting from step 0", out)
+        logger.info("resume: %s holds no run yet; starting from step 0", out)
     return False
 
 
@@ -136,7 +146,7 @@ def write_final_model(out: str | Path, model: Any, tokenizer: Any, manifest: dic
             os.replace(item, target)
         write_json_atomic(out / TRAINING_MANIFEST, manifest)
     except OSError as exc:
-        raise InputError(f"cannot write the trained model to {out}: {exc.strerror or exc}") from exc
+        raise storage_error(exc, out) from exc
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

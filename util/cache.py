@@ -1,9 +1,24 @@
-"""The user cache directory shared by tapt's caches (task embeddings, exported ONNX models)."""
+"""The user cache directory shared by tapt's caches (task embeddings, exported ONNX models).
+
+A cache only ever saves time: an entry is used only when its checksum holds (a damaged one is
+rebuilt, with a warning), and a cache directory that cannot be written (read-only, a file, on a
+full disk) is skipped with one warning per process; every command still works without it.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+import tempfile
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_MAGIC = b"TAPTSUM1"
+_TRAILER = len(_MAGIC) + 32
+_WARNED: set[str] = set()
+_WRITABLE: dict[Path, bool] = {}
 
 
 def cache_dir() -> Path | None:
@@ -13,3 +28,86 @@ def cache_dir() -> Path | None:
         return None if raw.strip().lower() in ("", "off", "0", "none") else Path(raw)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "tapt"
+
+
+def warn_once(key: str, message: str, *args: object) -> None:
+    """Log a warning the first time `key` is seen in this process."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning(message, *args)
+
+
+def _unusable(root: Path, exc: OSError) -> None:
+    warn_once(f"cache:{root}", "the tapt cache %s cannot be written (%s); continuing without "
+              "caching (set TAPT_CACHE_DIR to a writable directory, or to off)", root,
+              exc.strerror or exc)
+
+
+def writable_cache(sub: str) -> Path | None:
+    """`<cache>/<sub>`, created and tested for writing once per process; None (after one
+    warning) when the cache is off or cannot be written."""
+    root = cache_dir()
+    if root is None:
+        return None
+    path = root / sub
+    if path not in _WRITABLE:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".probe-", dir=path)
+            os.close(fd)
+            os.unlink(probe)
+            _WRITABLE[path] = True
+        except OSError as exc:
+            _unusable(root, exc)
+            _WRITABLE[path] = False
+    return path if _WRITABLE[path] else None
+
+
+def readable_cache(sub: str) -> Path | None:
+    """`<cache>/<sub>` when it exists as a directory (a read-only cache is still read)."""
+    root = cache_dir()
+    if root is None:
+        return None
+    path = root / sub
+    try:
+        return path if path.is_dir() else None
+    except OSError:
+        return None
+
+
+def read_checked(path: Path) -> bytes | None:
+    """The payload of a cache file written by `write_checked`; None when there is none, and
+    None with a warning when its checksum does not hold (the caller rebuilds it)."""
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        log.warning("cache entry %s cannot be read (%s); recomputing it", path,
+                    exc.strerror or exc)
+        return None
+    payload, trailer = data[:-_TRAILER], data[-_TRAILER:]
+    if (len(data) < _TRAILER or trailer[:len(_MAGIC)] != _MAGIC
+            or hashlib.sha256(payload).digest() != trailer[len(_MAGIC):]):
+        log.warning("cache entry %s is damaged (its checksum does not match); recomputing it",
+                    path)
+        return None
+    return payload
+
+
+def write_checked(path: Path, payload: bytes) -> bool:
+    """Write `payload` and its SHA-256 atomically to `path`; False (after one warning) when
+    the cache cannot be written."""
+    from tapt.errors import StorageError
+    from tapt.util.files import atomic_write
+
+    try:
+        with atomic_write(path, "wb") as fh:
+            fh.write(payload)
+            fh.write(_MAGIC + hashlib.sha256(payload).digest())
+        return True
+    except StorageError as exc:
+        warn_once(f"cache-write:{path.parent}", "cache entry %s not written (%s)", path, exc)
+    except OSError as exc:
+        _unusable(path.parent, exc)
+    return False

@@ -91,6 +91,37 @@ def fsync_path(path: str | Path) -> None:
         os.close(fd)
 
 
+def ensure_dir(path: str | Path) -> Path:
+    """Create a directory and its parents if missing; a full or read-only disk becomes
+    StorageError."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(exc, exc.filename or path, "creating") from exc
+    return path
+
+
+@contextlib.contextmanager
+def parents_of(path: str | Path) -> Iterator[Path]:
+    """Create the missing parent directories of `path` for the block; if the block fails,
+    remove again those it created (when still empty), so a failed write leaves nothing."""
+    parent = Path(path).parent
+    missing = []
+    for folder in (parent, *parent.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    ensure_dir(parent)
+    try:
+        yield parent
+    except BaseException:
+        for folder in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
 def temporary_sibling(path: str | Path, tag: str = "tmp") -> Path:
     """A hidden name beside `path` that no other process writes (`.NAME.tag-PID`)."""
     path = Path(path)
@@ -127,13 +158,13 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         fh.close()
         os.replace(tmp, path)
     except OSError as exc:
-        if exc.errno in _FULL + _REFUSED:
-            raise storage_error(exc, path) from exc
-        raise
+        raise storage_error(exc, path) from exc
     finally:
         if not fh.closed:
-            fh.close()
-        tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # closing flushes: a full disk fails again
+                fh.close()
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:

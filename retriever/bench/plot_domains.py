@@ -11,10 +11,34 @@ from tapt.indexer.index import Index
 from tapt.retriever.oracle import sentence_labels
 
 
+PNG_SOFTWARE = "tapt plot domains"
+
+
+def _is_tapt_png(path: Path) -> bool:
+    """A PNG this command wrote (its Software text chunk says so)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG") and b"Software\x00" + PNG_SOFTWARE.encode() in head
+
+
 def plot_domains(index: Index, out: Path, label_field: str = "domain", sample: int = 8000,
-                 selection: Path | None = None, seed: int = 0) -> dict:
-    """Write a small PNG; returns counts of what was drawn."""
+                 selection: Path | None = None, seed: int = 0, overwrite: bool = False) -> dict:
+    """Write a small PNG; returns counts of what was drawn. `out` may replace only a plot this
+    command wrote (or any file with `overwrite`); never an input or a file inside an index."""
+    import io
+
+    from tapt.util.files import atomic_write
+    from tapt.util.safety import check_output
+
     from . import optional
+
+    from tapt.retriever.selection_file import manifest_path
+
+    inputs = [index.path] + ([selection, manifest_path(selection)] if selection else [])
+    check_output(out, what="plot", inputs=inputs, overwrite=overwrite, ours=_is_tapt_png)
 
     optional("matplotlib").use("Agg")
     import matplotlib.pyplot as plt
@@ -42,8 +66,9 @@ def plot_domains(index: Index, out: Path, label_field: str = "domain", sample: i
     ax.set(title=f"{index.path.name}: PCA of {len(rows):,} sentences", xticks=[], yticks=[])
     ax.legend(fontsize=7, markerscale=4, loc="best")
     fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", metadata={"Software": PNG_SOFTWARE})
     plt.close(fig)
-    tmp.replace(out)
+    with atomic_write(out, "wb") as fh:
+        fh.write(png.getvalue())
     return {"sentences": int(len(rows)), "selected_drawn": drawn}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index
+from tapt.util.files import atomic_write, ensure_dir, write_json_atomic
+from tapt.util.safety import check_output
 from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.oracle import sentence_labels
 
@@ -40,10 +43,37 @@ def open_or_build_index(pool: Path | None, index_path: Path | None, cache: Path,
     return Index(out)
 
 
+CACHE_MARKER = ".tapt-bench-cache"
+_CACHE_ENTRY = re.compile(r"^(seeds-.+\.npy|dsir-.+\.npz|index-[0-9a-f]+|\..+)$")
+
+
+def _is_results(path: Path) -> bool:
+    """A directory holding an earlier `tapt bench recall` report."""
+    try:
+        report = json.loads((path / "recall.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and "aggregate" in report and "results" in report
+
+
+def _is_cache(path: Path) -> bool:
+    """A directory holding only what `tapt bench recall` caches."""
+    return (path / CACHE_MARKER).is_file() or all(_CACHE_ENTRY.match(p.name)
+                                                   for p in path.iterdir())
+
+
+def check_bench_outputs(out_dir: Path, cache: Path, inputs: list[Path]) -> None:
+    """The output rule for `bench recall`: results and cache directories are new, empty or
+    tapt's own, apart from each other, and never an input or inside one (or an index)."""
+    check_output(out_dir, what="benchmark results directory", inputs=inputs + [cache],
+                 directory=True, ours=_is_results, param="out")
+    check_output(cache, what="benchmark cache", inputs=inputs + [out_dir], directory=True,
+                 ours=_is_cache, param="cache")
+
+
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    with atomic_write(path) as fh:
+        fh.write(text)
 
 
 def seed_embeddings(index: Index, seed_sets, cache: Path, encoder=None) -> dict[str, np.ndarray]:
@@ -100,8 +130,10 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
     if repeats < 1 or any(n < 2 for n in seed_sizes):
         raise InputError("`repeats` must be >= 1 and every one of `seed_sizes` >= 2")
     methods = list(recall.all_methods()) if methods == ["all"] else methods
-    cache.mkdir(parents=True, exist_ok=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_bench_outputs(out_dir, cache, [p for p in (pool, seeds_dir, index_path) if p])
+    ensure_dir(cache)
+    write_json_atomic(cache / CACHE_MARKER, {"written_by": "tapt bench recall"})
+    ensure_dir(out_dir)
     t_start = time.perf_counter()
     index = open_or_build_index(pool, index_path, cache, progress)
     seed_sets = read_seed_sets(seeds_dir, domains)

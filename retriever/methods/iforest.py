@@ -10,6 +10,7 @@ from typing import Any, Literal
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.indexer.integrity import check_unit_rows
 
 from .. import scoring
 from ..choose_detector import rank_detectors
@@ -130,7 +131,9 @@ class IForest(Method):
         anomaly_of = fit_detector(detector, task, np.asarray(index.embeddings[sample_rows]),
                                   seed=ctx.seed, pca_dims=params.pca, background=background)
         rows = scoring.rows_of_segments(view.offsets, pool)
-        seg_anomaly = scoring.segment_mean(anomaly_of(index.embeddings[rows]), view.lengths[pool])
+        candidate_rows = index.embeddings[rows]
+        check_unit_rows(candidate_rows, rows)  # damaged rows fail here instead of ranking
+        seg_anomaly = scoring.segment_mean(anomaly_of(candidate_rows), view.lengths[pool])
         order_in_pool = scoring.rank(-seg_anomaly)
         scores = np.full(len(view), -np.inf, dtype=np.float32)
         scores[pool] = -seg_anomaly

@@ -61,7 +61,8 @@ class Knn(Method):
         union, _ = scoring.knn_union(distances, ids)
         candidates = np.unique(scoring.segment_of_rows(view.offsets, union))
         rows = scoring.rows_of_segments(view.offsets, candidates)
-        best = scoring.max_similarity(index.embeddings[rows] if len(rows) else rows, task)
+        best = scoring.max_similarity(index.embeddings[rows] if len(rows) else rows, task,
+                                      ids=rows)
         cand_scores = scoring.segment_mean(best, view.lengths[candidates])
         scores = np.full(len(view), -np.inf, dtype=np.float32)
         scores[candidates] = cand_scores
