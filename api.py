@@ -217,6 +217,26 @@ class Index(_IndexBase):
 
         return repair_index(path, progress=progress)
 
+    @classmethod
+    def upgrade(cls, path: PathLike, *, progress: bool = True) -> "Index":
+        """Convert an index of an older format to this tapt's (`tapt index upgrade`).
+
+        Only what the format changed is rewritten (no re-embedding); the new generation is
+        swapped in atomically, and an index whose files fail their recorded checksums is
+        refused rather than upgraded.
+
+        Args:
+            path: The index directory.
+            progress: Show progress bars.
+
+        Returns:
+            The upgraded index, open (unchanged when it was already current).
+        """
+        from tapt.indexer.upgrade import upgrade_index
+
+        upgrade_index(path, progress=progress)
+        return cls(path)
+
     def reindex(self, index_type: str = "auto", memory: str | int | None = None, *,
                 opq: bool = False, progress: bool = True) -> dict[str, Any]:
         """Change the FAISS index type from the stored embeddings (`tapt index reindex`).

@@ -621,8 +621,9 @@ def _search_options(func):
                              "index's calibrated one, recall@100 >= 0.95].")(func)
 
 
-_TASK = click.option("--task", "-t", required=True, multiple=True, type=click.Path(exists=True),
-                     help="Task text: .txt/.jsonl(.gz) files or directories (repeatable).")
+_TASK = click.option("--task", "-t", required=True, multiple=True, metavar="PATH",
+                     help="Task text: files or folders in any corpus format, URLs, or - for "
+                          "standard input (repeatable).")
 
 
 def _flags_in_text(text: str) -> str:
@@ -1091,9 +1092,12 @@ def detectors() -> None:
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]))
 @_backend_option("Backend that embeds the task [auto: the index's].")
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the task's text (JSONL, Parquet, CSV/TSV, ...).")
 @click.option("--json", "as_json", is_flag=True)
 @_domain_errors
-def detectors_rank_command(idx, task, pca, seed, model, device, backend, as_json) -> None:
+def detectors_rank_command(idx, task, pca, seed, model, device, backend, text_field,
+                           as_json) -> None:
     """Which detector separates this task from the corpus best (TADPOLE Table 1 protocol).
 
     \b
@@ -1105,7 +1109,8 @@ def detectors_rank_command(idx, task, pca, seed, model, device, backend, as_json
     from tapt.retriever.task_input import task_from_files
 
     ix = Index(idx)
-    sentences = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"]).sentences
+    sentences = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"],
+                                text_field=text_field).sentences
     rows = rank_detectors(ix, ix.load_encoder(model, device, backend).encode(sentences), seed=seed,
                           pca_dims=pca)
     if as_json:
