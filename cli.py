@@ -593,7 +593,7 @@ def _search_options(func):
 
 
 _TASK = click.option("--task", "-t", required=True, multiple=True, type=click.Path(exists=True),
-                     help="Task text: .txt/.jsonl(.gz) files or directories (repeatable).")
+                     help="Task text: files or folders in any corpus format (repeatable).")
 
 
 def _flags_in_text(text: str) -> str:
@@ -662,14 +662,16 @@ def _select_command(method) -> click.Command:
                      help="Print one JSON object: method, counts, timings, output, info."),
         click.Option(["--segment-size"], type=click.IntRange(min=1), default=None,
                      help="Re-cut segments at this size [default: the index's]."),
-        click.Option(["--seed"], type=int, default=0, show_default=True),
+        click.Option(["--seed"], type=int, default=0, show_default=True,
+                     help="Seed of every random choice (the same seed gives the same selection)."),
     ]
     if method.needs_embeddings:
         params += [
             click.Option(["--model"], default=None,
                          help="Model directory if the index's recorded one cannot be found."),
             click.Option(["--device"], default="auto", show_default=True,
-                         type=click.Choice(["auto", "cpu", "cuda"])),
+                         type=click.Choice(["auto", "cpu", "cuda"]),
+                         help="Device that embeds the task."),
             click.Option(["--backend"], default="auto", show_default=True,
                          type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]),
                          help="Backend that embeds the task [auto: the one the index was built "
@@ -1056,11 +1058,11 @@ def detectors() -> None:
 @click.option("--pca", default=0, show_default=True, type=int,
               help="Fit every detector in a PCA projection of this many dimensions.")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--model", default=None)
+@click.option("--model", default=None, help="The index's model directory, if it moved.")
 @click.option("--device", default="auto", show_default=True,
-              type=click.Choice(["auto", "cpu", "cuda"]))
+              type=click.Choice(["auto", "cpu", "cuda"]), help="Device that embeds the task.")
 @_backend_option("Backend that embeds the task [auto: the index's].")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the detectors' scores as JSON.")
 @_domain_errors
 def detectors_rank_command(idx, task, pca, seed, model, device, backend, as_json) -> None:
     """Which detector separates this task from the corpus best (TADPOLE Table 1 protocol).
