@@ -1,6 +1,7 @@
 """tapt's Python API: index a corpus once, select training data for a task in seconds, train.
 
-Example (the README's; `tests/test_api.py` runs it)::
+Example (the README's; `tests/test_api.py` runs the README's copy and checks that this one is
+the same):
 
     import tapt
 
