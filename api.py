@@ -210,14 +210,10 @@ class Index(_IndexBase):
         """`verify` for an index too damaged to open.
 
         Args:
-            path: The index directory.
-            deep: Also re-embed a sample of stored sentences.
-            sample: Rows sampled for the row-level checks.
-            model: The index's model directory, for `deep`.
-            progress: Show progress bars.
+            path: The index directory; the other arguments are those of `verify`.
 
         Returns:
-            A `VerifyReport`: `.ok`, and `.findings` (check, ok, detail, repair).
+            The `VerifyReport`, as from `verify`.
         """
         from tapt.indexer.verify import verify_index
 
