@@ -12,7 +12,7 @@ the same):
     print(sel.to_pandas().head())                     # text, weight, score, doc_key, meta ...
     sel.write("sel.jsonl")                            # the selection file `tapt train` reads
     sel.export("train.parquet")                       # or hf / jsonl / txt, for any trainer
-    tapt.train("sel.jsonl", "model-tapt", steps=1000)
+    tapt.train("sel.jsonl", "model-fused", steps=1000)
 
 Everything the command line does is here: `Index.build/open/add/verify/repair/reindex/info/
 select`, `Selection` (to pandas, Arrow, a Hugging Face dataset, files), `train` and
