@@ -269,7 +269,8 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
               "[default: the packaged all-MiniLM-L6-v2].")
 @click.option("--segment-size", default=15, show_default=True, type=int,
               help="Sentences per segment (the selection unit).")
-@click.option("--batch-size", default=64, show_default=True, type=int)
+@click.option("--batch-size", default=64, show_default=True, type=int,
+              help="Sentences per encoder batch.")
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]))
 @_backend_option()
@@ -692,14 +693,16 @@ def _select_command(method) -> click.Command:
                      help="Print one JSON object: method, counts, timings, output, info."),
         click.Option(["--segment-size"], type=click.IntRange(min=1), default=None,
                      help="Re-cut segments at this size [default: the index's]."),
-        click.Option(["--seed"], type=int, default=0, show_default=True),
+        click.Option(["--seed"], type=int, default=0, show_default=True,
+                     help="Seed of every random choice (the same seed gives the same selection)."),
     ]
     if method.needs_embeddings:
         params += [
             click.Option(["--model"], default=None,
                          help="Model directory if the index's recorded one cannot be found."),
             click.Option(["--device"], default="auto", show_default=True,
-                         type=click.Choice(["auto", "cpu", "cuda"])),
+                         type=click.Choice(["auto", "cpu", "cuda"]),
+                         help="Device that embeds the task."),
             click.Option(["--backend"], default="auto", show_default=True,
                          type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]),
                          help="Backend that embeds the task [auto: the one the index was built "
@@ -782,7 +785,8 @@ _add_select_commands()
 
 @cli.command("eval", context_settings=CONTEXT)
 @click.argument("selections", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--index", "idx", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--index", "idx", required=True, type=click.Path(exists=True, file_okay=False),
+              help="The index the selections were made from.")
 @click.option("--label-field", default="domain", show_default=True,
               help="Metadata field holding the oracle label.")
 @click.option("--label", required=True, help="The label that counts as relevant (the task's).")
@@ -871,14 +875,18 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
                    "lambda; sample: draw examples with probability proportional to lambda.")
 @click.option("--steps", type=int, default=None, help="Optimizer steps (or give --epochs).")
 @click.option("--epochs", type=int, default=None, help="Passes over the (mixed) data.")
-@click.option("--batch-size", default=16, show_default=True, type=int)
+@click.option("--batch-size", default=16, show_default=True, type=int,
+              help="Examples per optimizer step.")
 @click.option("--max-length", default=128, show_default=True, type=int,
               help="Tokens per example; consecutive sentences of one segment are packed up to it.")
-@click.option("--lr", default=1e-4, show_default=True, type=float)
+@click.option("--lr", default=1e-4, show_default=True, type=float,
+              help="Peak learning rate.")
 @click.option("--warmup", default=0.06, show_default=True, type=float,
               help="Fraction of steps of linear warmup (then linear decay to 0).")
-@click.option("--weight-decay", default=0.01, show_default=True, type=float)
-@click.option("--mlm-probability", default=0.15, show_default=True, type=float)
+@click.option("--weight-decay", default=0.01, show_default=True, type=float,
+              help="AdamW weight decay (none on biases and LayerNorm).")
+@click.option("--mlm-probability", default=0.15, show_default=True, type=float,
+              help="Share of tokens masked.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
               help="Model directory to write (checkpoints go to OUT/checkpoints).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
@@ -896,7 +904,8 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
               help="How many of the newest checkpoints to keep.")
 @click.option("--delete-checkpoints", is_flag=True,
               help="Delete OUT/checkpoints once the run has finished.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed of data order, masks and head initialisation.")
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
               help="cuda trains with bf16 autocast where supported.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
@@ -948,11 +957,14 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
                    "standard input (repeatable).")
 @click.option("--text-field", default="text", show_default=True,
               help="Field/column with the text (JSONL, Parquet, CSV/TSV, Arrow, HF datasets).")
-@click.option("--max-length", default=128, show_default=True, type=int)
-@click.option("--batch-size", default=32, show_default=True, type=int)
+@click.option("--max-length", default=128, show_default=True, type=int,
+              help="Tokens per sequence.")
+@click.option("--batch-size", default=32, show_default=True, type=int,
+              help="Sequences per batch.")
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Masking seed: the same seed masks the same tokens for every model.")
-@click.option("--mlm-probability", default=0.15, show_default=True, type=float)
+@click.option("--mlm-probability", default=0.15, show_default=True, type=float,
+              help="Share of tokens masked.")
 @click.option("--pseudo-perplexity", "pseudo", is_flag=True,
               help="Mask every token in turn (Salazar et al. 2020): one pass per token, small inputs.")
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]))
@@ -1088,13 +1100,13 @@ def detectors() -> None:
 @click.option("--pca", default=0, show_default=True, type=int,
               help="Fit every detector in a PCA projection of this many dimensions.")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--model", default=None)
+@click.option("--model", default=None, help="The index's model directory, if it moved.")
 @click.option("--device", default="auto", show_default=True,
-              type=click.Choice(["auto", "cpu", "cuda"]))
+              type=click.Choice(["auto", "cpu", "cuda"]), help="Device that embeds the task.")
 @_backend_option("Backend that embeds the task [auto: the index's].")
 @click.option("--text-field", default="text", show_default=True,
               help="Field/column with the task's text (JSONL, Parquet, CSV/TSV, ...).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the detectors' scores as JSON.")
 @_domain_errors
 def detectors_rank_command(idx, task, pca, seed, model, device, backend, text_field,
                            as_json) -> None:
