@@ -170,8 +170,9 @@ def index() -> None:
 
 
 _BACKEND_HELP = ("Encoder backend: torch, or the model exported once to ONNX (fp32, or int8 by dynamic "
-                 "quantisation; CPU only). auto = onnx (fp32, 1.7x torch, same selections) on CPU, torch "
-                 "on CUDA; onnx-int8 is 3.7x torch but its selections differ by 2-7%.")
+                 "quantisation; CPU only). auto = onnx (fp32: faster than torch on a CPU, same "
+                 "selections) on CPU, torch on CUDA; onnx-int8 is faster still, but its selections "
+                 "differ by a few percent (see the Performance docs).")
 
 
 def _backend_option(default_help: str = _BACKEND_HELP):
@@ -758,7 +759,10 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
                                "warnings": manifest["warnings"]}, default=str), err=to_stderr)
         return
     counts, info = manifest["counts"], manifest["info"]
-    extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in info.items())
+    scalars = {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool))}
+    extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in scalars.items())
+    if len(scalars) < len(info):
+        extra += " (--json for the details)"
     click.echo(
         f"{config.method}: selected {counts['segments']:,} segments ({counts['sentences']:,} "
         f"sentences, {counts['tokens']:,} tokens) of {counts['corpus_segments']:,} in "
@@ -1042,8 +1046,8 @@ def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, 
 
     \b
     Example:
-      tapt bench recall --pool ../shared/data/multidomain/pool.jsonl.gz \\
-          --seeds ../shared/data/multidomain/seeds --index .cache/pool-index \\
+      tapt bench recall --pool corpus/pool.jsonl.gz \\
+          --seeds corpus/seeds --index .cache/pool-index \\
           --methods all --seed-sizes 100,500,2000 --budgets oracle,0.5x,2x --repeats 3 \\
           --out benchmarks/results/recall
     """
