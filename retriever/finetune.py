@@ -389,24 +389,25 @@ class FinetuneResult:
     info: dict[str, Any]
 
 
-def finetune_scores(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
-                    n_positive: int | None, config: FinetuneConfig = FinetuneConfig(),
-                    progress: bool = True) -> FinetuneResult:
-    """Domain-Finetune scores of every corpus row: the pre-ranking with its top candidates
-    reordered by a fine-tuned classifier (module docstring).
+@dataclass
+class FittedClassifier:
+    """A fine-tuned domain classifier ready to score text (log-odds, higher = more task-like)."""
 
-    Args:
-        index: An open `tapt.indexer.index.Index` (its text store is read).
-        task_texts: The task sentences (positives).
-        prerank: A score of every corpus row, higher = more task-like (e.g. fused).
-        n_positive: Sentences the budget asks for (None: no budget; needs candidates `all`
-            or a count).
-        config: Model, training and scoring parameters.
-        progress: Show progress bars.
+    model: Any
+    tokenizer: Any
+    config: FinetuneConfig
+    device: Any
+    info: dict[str, Any]
 
-    Returns:
-        A `FinetuneResult` (info: timings, counts, whether the classifier came from the cache).
-    """
+    def score(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        return _score(self.model, self.tokenizer, texts, self.config, self.device, progress)
+
+
+def fit_classifier(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
+                   n_positive: int | None, config: FinetuneConfig = FinetuneConfig(),
+                   progress: bool = True) -> tuple[FittedClassifier, np.ndarray, list[str]]:
+    """Fine-tune (or load from the cache) the classifier of a task; also returns the candidate
+    rows of the pre-ranking and their text (read once, used by self-training and scoring)."""
     import torch
 
     from tapt.util.training import resolve_device
@@ -417,7 +418,6 @@ def finetune_scores(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
     if len(prerank) != index.n_sentences:
         raise InputError("the pre-ranking must score every corpus row")
     device = resolve_device(config.device)
-    t_start = time.perf_counter()
     torch.manual_seed(config.seed)
     model, tokenizer, base_sha = load_base(config.model if config.model is not None
                                            else index.manifest["model"].get("source")
@@ -439,6 +439,7 @@ def finetune_scores(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
                             "candidate_rows": int(len(candidates)),
                             "negative_rows": int(len(negatives)), "device": str(device)}
     cand_texts = index.store.texts(candidates.tolist())
+    fitted = FittedClassifier(model, tokenizer, config, device, info)
     cached = _load_cached(model, fingerprint)
     info["cached"] = cached is not None
     t0 = time.perf_counter()
@@ -454,7 +455,7 @@ def finetune_scores(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
             curves.append(_train(model, tokens, pos, neg, config, device, round_, progress))
             if round_ == config.rounds:
                 break
-            cand_scores = _score(model, tokenizer, cand_texts, config, device, progress)
+            cand_scores = fitted.score(cand_texts, progress)
             k = int(n_positive) if n_positive else int((cand_scores > 0).sum())
             top = scoring.rank(cand_scores)[: max(1, int(config.positive_fraction * k))]
             pos_texts = list(task_texts) + [cand_texts[i] for i in top.tolist()]
@@ -466,11 +467,36 @@ def finetune_scores(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
         meta = cached
     info.update({"train_seconds": meta.get("train_seconds"), "final_loss": meta.get("final_loss"),
                  "positives": meta.get("positives")})
+    return fitted, candidates, cand_texts
+
+
+def finetune_scores(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
+                    n_positive: int | None, config: FinetuneConfig = FinetuneConfig(),
+                    progress: bool = True) -> FinetuneResult:
+    """Domain-Finetune scores of every corpus row: the pre-ranking with its top candidates
+    reordered by a fine-tuned classifier (module docstring).
+
+    Args:
+        index: An open `tapt.indexer.index.Index` (its text store is read).
+        task_texts: The task sentences (positives).
+        prerank: A score of every corpus row, higher = more task-like (e.g. fused).
+        n_positive: Sentences the budget asks for (None: no budget; needs candidates `all`
+            or a count).
+        config: Model, training and scoring parameters.
+        progress: Show progress bars.
+
+    Returns:
+        A `FinetuneResult` (info: timings, counts, whether the classifier came from the cache).
+    """
+    t_start = time.perf_counter()
+    fitted, candidates, cand_texts = fit_classifier(index, task_texts, prerank, n_positive,
+                                                    config, progress)
+    info = fitted.info
     t0 = time.perf_counter()
-    cand_scores = _score(model, tokenizer, cand_texts, config, device, progress)
+    cand_scores = fitted.score(cand_texts, progress)
     info["score_seconds"] = round(time.perf_counter() - t0, 1)
     info["total_seconds"] = round(time.perf_counter() - t_start, 1)
     log.info("finetune: %d candidates, trained in %ss (cached: %s), scored in %ss",
              len(candidates), info["train_seconds"], info["cached"], info["score_seconds"])
-    return FinetuneResult(transplant(prerank, candidates, cand_scores), candidates, cand_scores,
-                          info)
+    return FinetuneResult(transplant(np.asarray(prerank, dtype=np.float64), candidates,
+                                     cand_scores), candidates, cand_scores, dict(info))

@@ -3,8 +3,11 @@
 `fused` adds the z-scores of its scorers with equal weights. Here the weights are fitted per task
 with TADPOLE's held-out protocol, never with oracle labels:
 
-1. the task is split into `folds` parts (seeded); for each part, every scorer is fitted on the
-   other parts and scores the held-out part and one fixed random corpus sample;
+1. the task is split into `folds` contiguous blocks in its own order (sentences of one document
+   sit together in a task file, so a held-out sentence's document-mates are mostly held out
+   with it, and a scorer that merely recognises the task's documents gains nothing); for each
+   block, every scorer is fitted on the other blocks and scores the held-out block and one
+   fixed random corpus sample;
 2. each fold's scores are standardised by the mean and spread of that fold's corpus-sample scores,
    i.e. on the same scale as the z-score of the final scorer over the whole corpus;
 3. a logistic regression separates held-out task sentences (positive) from the corpus sample
@@ -62,15 +65,14 @@ def _finite(values: np.ndarray) -> np.ndarray:
     return np.where(finite, values, values[finite].min() if finite.any() else 0.0)
 
 
-def fold_split(n: int, folds: int, seed: int) -> list[np.ndarray]:
-    """`folds` disjoint, sorted, non-empty parts of range(n) (seeded)."""
+def fold_split(n: int, folds: int) -> list[np.ndarray]:
+    """`folds` contiguous, disjoint, non-empty blocks of range(n), in order."""
     if folds < 2:
         raise InputError(f"learned fusion needs at least 2 folds, got {folds}", param="folds")
     if n < 2 * folds:
         raise InputError(f"the task has {n} sentences: learned fusion with {folds} folds needs "
                          f"at least {2 * folds}", param="task")
-    order = np.random.default_rng(seed).permutation(n)
-    return [np.sort(part) for part in np.array_split(order, folds)]
+    return [part for part in np.array_split(np.arange(n), folds)]
 
 
 @dataclass
@@ -89,11 +91,11 @@ class HeldoutFeatures:
 
 
 def cross_fitted_features(fits: dict[str, FoldFit], n_task: int, corpus_rows: np.ndarray,
-                          folds: int = 5, seed: int = 0) -> HeldoutFeatures:
+                          folds: int = 5) -> HeldoutFeatures:
     """Held-out features of every scorer in `fits` (see `HeldoutFeatures`), each fold's scores
     standardised by that fold's corpus-sample mean and spread."""
     names = list(fits)
-    parts = fold_split(n_task, folds, seed)
+    parts = fold_split(n_task, folds)
     task_x = np.zeros((n_task, len(names)))
     corpus_x = np.zeros((folds, len(corpus_rows), len(names)))
     everything = np.arange(n_task)
@@ -140,7 +142,7 @@ def fit_weights(x: np.ndarray, y: np.ndarray, names: list[str], C: float = 1.0,
 def learn_weights(fits: dict[str, FoldFit], n_task: int, corpus_rows: np.ndarray,
                   folds: int = 5, seed: int = 0, C: float = 1.0) -> FusionWeights:
     """Fit fusion weights for the scorers in `fits` by the held-out protocol (module docstring)."""
-    return weights_from(cross_fitted_features(fits, n_task, corpus_rows, folds, seed),
+    return weights_from(cross_fitted_features(fits, n_task, corpus_rows, folds),
                         list(fits), seed, C)
 
 

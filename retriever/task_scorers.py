@@ -124,7 +124,7 @@ def heldout_features(data: TaskData, names: tuple[str, ...] | list[str] = SCORER
                      folds: int = 5, sample: int = 4000) -> HeldoutFeatures:
     """Cross-fitted held-out scores of the named scorers (`fusion.cross_fitted_features`)."""
     return cross_fitted_features(fold_fits(names, data), len(data.texts),
-                                 corpus_sample(data.index, sample, data.seed), folds, data.seed)
+                                 corpus_sample(data.index, sample, data.seed), folds)
 
 
 @dataclass

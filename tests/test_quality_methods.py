@@ -33,6 +33,11 @@ def test_unigram_cross_entropy_by_hand():
                       -np.mean([np.log2(1 / 11), np.log2(p[1])]))
 
 
+def _sentences(topic, n, seed):
+    rng = random.Random(seed)
+    return [make_sentence(rng, topic) for _ in range(n)]
+
+
 def _corpus(n_per_topic=60, seed=0):
     rng = random.Random(seed)
     texts, labels = [], []
@@ -47,7 +52,7 @@ def _corpus(n_per_topic=60, seed=0):
 
 def test_plain_lexical_model_equals_moore_lewis():
     texts, _ = _corpus()
-    task = [make_sentence(random.Random(5), "sea") for _ in range(20)]
+    task = _sentences("sea", 20, 5)
     pool = PoolText.of(texts)
     vocab = Vocabulary()
     encoded = vocab.encode(texts)
@@ -72,7 +77,7 @@ def test_expansion_rows_and_config():
 def test_expanded_moore_lewis_helps_a_tiny_task():
     texts, labels = _corpus(n_per_topic=200)
     relevant = labels == "medical"
-    task = [make_sentence(random.Random(9), "medical") for _ in range(5)]
+    task = _sentences("medical", 5, 9)
     pool = PoolText.of(texts)
     meaning = relevant + np.random.default_rng(0).normal(0, 0.3, len(texts))  # a decent ranking
     n = int(relevant.sum())
@@ -105,11 +110,11 @@ def test_fuse_weighted_zscores_and_fold_split():
     assert np.allclose(out, 2 * (a - 2) / np.std(a))
     with pytest.raises(InputError):
         fusion.fuse({"a": a}, {"c": 1.0})
-    parts = fusion.fold_split(23, 5, seed=1)
-    assert sorted(np.concatenate(parts).tolist()) == list(range(23))
+    parts = fusion.fold_split(23, 5)
+    assert np.concatenate(parts).tolist() == list(range(23))          # contiguous, in order
     assert all(len(p) >= 4 for p in parts)
     with pytest.raises(InputError):
-        fusion.fold_split(7, 5, 0)
+        fusion.fold_split(7, 5)
 
 
 def test_learned_weights_follow_the_heldout_evidence():
@@ -137,7 +142,7 @@ def test_learned_weights_follow_the_heldout_evidence():
 def test_learned_fusion_on_the_fake_index(fake_index, encoder, labelled_corpus):
     index = Index(fake_index)
     texts = index.store.texts(range(index.n_sentences))
-    task_texts = [make_sentence(random.Random(3), "medical") for _ in range(30)]
+    task_texts = _sentences("medical", 30, 3)
     data = TaskData(index, PoolText.of(texts), encoder.encode(task_texts), task_texts,
                     n_positive=60, seed=0)
     got = learned_fusion(data, folds=3, sample=200, also=("centroid",))
@@ -195,7 +200,7 @@ def tiny_model(tmp_path_factory, labelled_corpus):
 def _finetune(fake_index, tiny_model, **kw):
     index = Index(fake_index)
     labels = sentence_labels(index, "domain")
-    task = [make_sentence(random.Random(11), "legal") for _ in range(24)]
+    task = _sentences("legal", 24, 11)
     prerank = (labels == "legal") + np.random.default_rng(0).normal(0, 0.8, index.n_sentences)
     n = int((labels == "legal").sum())
     config = ft.FinetuneConfig(model=tiny_model, steps=30, batch_size=8, max_length=16,
@@ -227,6 +232,7 @@ def test_finetune_reranks_candidates_and_is_cached(fake_index, tiny_model, tmp_p
     assert len(list((tmp_path / "cache" / "finetune").iterdir())) == 2
 
 
+@pytest.mark.slow
 def test_finetune_without_a_writable_cache(fake_index, tiny_model, tmp_path, monkeypatch):
     root = tmp_path / "ro"
     root.mkdir()
@@ -286,3 +292,35 @@ def test_auto_choice_ranks_by_heldout_auc_and_judges_learned_fusion_out_of_fold(
     assert table["density"]["auc"] < 0.6 and 0 <= table["density"]["f1"] <= 1
     extra = {"finetune": (np.r_[np.ones(10), np.zeros(10)], np.r_[np.ones(10), np.zeros(10)] > 0)}
     assert auto_all.choose(x, y, fold_of, names, extra=extra).chosen == "finetune"
+
+
+@pytest.mark.slow
+def test_quality_select_methods_on_the_fake_index(fake_index, encoder, tiny_model, monkeypatch):
+    from tapt.retriever import quality_select as qs
+    from tapt.retriever.budget import parse_budget
+    from tapt.retriever.methods import SegmentView
+
+    monkeypatch.setenv("TAPT_CACHE_DIR", "off")
+    index = Index(fake_index)
+    labels = sentence_labels(index, "domain")
+    view = SegmentView.of(index, 1)
+    n = int((labels == "medical").sum())
+    budget = parse_budget(f"{n}sent")
+    texts = _sentences("medical", 30, 4)
+    data = qs.task_data(index, encoder.encode(texts), texts, budget)
+    precision = lambda r: (labels[r.segments] == "medical").mean()  # noqa: E731
+    learned = qs.fused_learned(index, view, data, budget, folds=3, sample=200)
+    assert len(learned.segments) == n and precision(learned) > 0.8
+    assert set(learned.info["fusion"]["weights"]) == {"classifier", "moore-lewis", "density"}
+    config = ft.FinetuneConfig(model=tiny_model, steps=10, batch_size=8, max_length=16)
+    tuned = qs.finetune(index, view, data, budget, config, progress=False)
+    assert len(tuned.segments) == n and tuned.info["finetune"]["candidate_rows"] >= n
+    chosen = qs.auto(index, view, data, budget, finetune_config=config, folds=3, sample=200,
+                     progress=False)
+    names = {r["name"] for r in chosen.info["heldout"]}
+    assert {"finetune", "fused", "fused-learned", "classifier", "centroid"} <= names
+    assert chosen.info["chosen"] == chosen.info["heldout"][0]["name"] and len(chosen.segments) == n
+    with pytest.raises(InputError, match="budget"):
+        qs.task_data(index, encoder.encode(texts), texts, None)
+    with pytest.raises(InputError, match="text"):
+        qs.task_data(index, encoder.encode(texts), [], budget)
