@@ -198,6 +198,37 @@ def finetune_task(run: Run, s, size: int, rep: int, prerank_name: str) -> dict:
     return {"rows": rows, "curves": curves, "info": info}
 
 
+GOALS = (  # (seeds, segment size, mean precision at the oracle budget) from issue 14
+    (2000, 1, 0.93), (2000, 15, 0.97), (100, 1, 0.87), (100, 15, 0.94))
+
+
+def goals_markdown(agg: list[dict]) -> str:
+    """Issue 14's goals, met or missed, for every method (mean precision at the oracle budget)."""
+    cell = {(r["method"], r["seeds"], r["segment_size"], r["domain"]): r for r in agg
+            if r["budget"] == "oracle"}
+    methods = sorted({r["method"] for r in agg})
+    head = [f"{n} seeds, size {z}: >= {g}" for n, z, g in GOALS] + [
+        "2000 seeds: worst domain >= 0.80"]
+    lines = ["## Goals (issue 14): mean precision at the oracle budget", "",
+             "| method | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for m in methods:
+        cells = []
+        for n, z, g in GOALS:
+            r = cell.get((m, n, z, "all"))
+            cells.append("-" if r is None else
+                         f"{r['precision']:.3f} {'met' if r['precision'] >= g else 'missed'}")
+        worst = [r for (mm, n, z, d), r in cell.items() if mm == m and n == 2000 and z == 1
+                 and d != "all"]
+        if worst:
+            w = min(worst, key=lambda r: r["precision"])
+            cells.append(f"{w['domain']} {w['precision']:.3f} "
+                         f"{'met' if w['precision'] >= 0.80 else 'missed'}")
+        else:
+            cells.append("-")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def report(run: Run) -> None:
     """recall.json, recall.md and PR curves from every finished task."""
     results, curves, info = [], {}, {}
@@ -227,7 +258,8 @@ def report(run: Run) -> None:
     md = recall_report.markdown(agg, [b for b, _ in BUDGETS])
     with atomic_write(out / "recall.md", "w") as fh:
         fh.write("# Selection quality: new methods beside fused (`benchmarks/quality_recall.py`)\n\n"
-                 f"Regenerate: `{run.args.regenerate}`\n\n" + md + "\n")
+                 f"Regenerate: `{run.args.regenerate}`\n\n" + goals_markdown(agg) + "\n"
+                 + md + "\n")
     recall_report.plot_pr_curves(curves, out, oracle)
 
 

@@ -59,7 +59,8 @@ class FinetuneConfig:
     budget), a row count, or "all"; steps: optimizer steps per round; train_layers: how many of
     the encoder's top transformer layers are trained with the head (0 = all of them; 2 keeps a
     CPU run under 15 minutes, `docs/benchmarks-quality.md`); rounds: PU self-training rounds
-    after the first fit.
+    after the first fit; head_lr: the learning rate of the new linear head (a fresh head
+    learns at a linear probe's rate, the pretrained layers at fine-tuning's).
     """
 
     model: str | None = None
@@ -68,6 +69,7 @@ class FinetuneConfig:
     batch_size: int = 32
     max_length: int = 64
     lr: float = 5e-5
+    head_lr: float = 1e-3
     warmup: float = 0.1
     weight_decay: float = 0.01
     train_layers: int = 2
@@ -87,8 +89,10 @@ class FinetuneConfig:
         if self.max_length < 8:
             raise InputError(f"must be at least 8 tokens, got {self.max_length}",
                              param="max_length")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise InputError(f"must be a positive number, got {self.lr}", param="lr")
+        for name in ("lr", "head_lr"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise InputError(f"must be a positive number, got {value}", param=name)
         if not 0 <= self.warmup < 1:
             raise InputError(f"is a fraction of the steps in [0, 1), got {self.warmup}",
                              param="warmup")
@@ -278,7 +282,7 @@ def _train(model: Any, tokens: _Tokens, positives: np.ndarray, negatives: np.nda
 
     pos_stream, neg_stream = stream(positives), stream(negatives)
     optimizer, scheduler = make_optimizer(model, config.lr, config.weight_decay, config.warmup,
-                                          config.steps)
+                                          config.steps, prefix_lr={"head.": config.head_lr})
     loss_fn = torch.nn.BCEWithLogitsLoss()
     model.train()
     curve = []

@@ -324,3 +324,19 @@ def test_quality_select_methods_on_the_fake_index(fake_index, encoder, tiny_mode
         qs.task_data(index, encoder.encode(texts), texts, None)
     with pytest.raises(InputError, match="text"):
         qs.task_data(index, encoder.encode(texts), [], budget)
+
+
+def test_make_optimizer_groups_decay_and_prefix_rates():
+    import torch
+
+    from tapt.util.training import make_optimizer
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3))
+    model.add_module("head", torch.nn.Linear(3, 1))
+    optimizer, scheduler = make_optimizer(model, 1e-4, 0.01, 0.5, 10, prefix_lr={"head.": 1e-2})
+    # decayed: the two weight matrices (1e-4 for layer 0, 1e-2 for the head); no decay: biases
+    # and LayerNorm (3 tensors at 1e-4, the head's bias at 1e-2)
+    rates = sorted((g["weight_decay"], g["initial_lr"], len(g["params"]))
+                   for g in optimizer.param_groups)
+    assert rates == [(0.0, 1e-4, 3), (0.0, 1e-2, 1), (0.01, 1e-4, 1), (0.01, 1e-2, 1)]
+    assert optimizer.param_groups[0]["lr"] == 0.0            # warmup starts at zero

@@ -34,7 +34,8 @@ def autocast(device: Any) -> ContextManager:
 
 
 def make_optimizer(model: Any, lr: float, weight_decay: float, warmup: float,
-                   total_steps: int) -> tuple[Any, Any]:
+                   total_steps: int, prefix_lr: dict[str, float] | None = None
+                   ) -> tuple[Any, Any]:
     """AdamW (no decay on biases and LayerNorm weights); linear warmup over `warmup` x
     `total_steps`, then linear decay to 0.
 
@@ -44,6 +45,8 @@ def make_optimizer(model: Any, lr: float, weight_decay: float, warmup: float,
         weight_decay: Decoupled weight decay of the matrices.
         warmup: Fraction of the steps spent warming up, in [0, 1).
         total_steps: Optimizer steps of the whole run.
+        prefix_lr: Another peak learning rate for the parameters whose name starts with a
+            prefix (e.g. a freshly initialised head: {"head.": 1e-3}).
 
     Returns:
         (optimizer, scheduler).
@@ -51,15 +54,17 @@ def make_optimizer(model: Any, lr: float, weight_decay: float, warmup: float,
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    decay, no_decay = [], []
+    groups: dict[tuple[float, bool], list] = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name
-         else decay).append(param)
+        rate = next((v for p, v in (prefix_lr or {}).items() if name.startswith(p)), lr)
+        decays = not (param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name)
+        groups.setdefault((rate, decays), []).append(param)
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
+        [{"params": params, "lr": rate, "weight_decay": weight_decay if decays else 0.0}
+         for (rate, decays), params in sorted(groups.items(), key=lambda kv: (-kv[0][1],
+                                                                               kv[0][0]))],
         lr=lr,
     )
     warmup_steps = round(warmup * total_steps)
