@@ -11,10 +11,12 @@ seed subsets of `tapt bench recall`: `labelled_pool.seed_subset`), the task is s
                    (`retriever.few_seeds`); -x1 the same at unigram order
   fused-x          z(classifier) + z(moore-lewis-x)
   fused-learned-x  learned weights over classifier, moore-lewis-x, density
-  iforest-fused    Isolation Forest rescoring the top 1.2 x budget of fused (the TADPOLE path)
+  iforest-fused    Isolation Forest rescoring the top 1.2 x budget of fused (the TADPOLE path);
+                   iforest-fused-learned-x the same on fused-learned-x's candidates
   finetune*        Domain-Finetune (`retriever.finetune`) on the top c x budget of a pre-ranking
                    (only for the tasks given by --finetune; it costs minutes per task on a CPU)
-  auto             the held-out protocol's choice among every method run (`retriever.auto_all`)
+  auto, auto-x     the held-out protocol's choice among the scorers, fused and fused-learned
+                   (`retriever.auto_all`), with plain / expanded Moore-Lewis
 
 and cut at the budgets oracle / 0.5x / 2x at segment sizes 1 and 15. Every finished task is kept
 in CACHE/tasks.jsonl, so a run that stops resumes where it was; score arrays go to CACHE/scores.
@@ -49,6 +51,7 @@ from tapt.retriever.few_seeds import LexicalConfig, LexicalModel, PoolText, expa
 from tapt.retriever.heldout import auc
 from tapt.retriever.metrics import selection_scores
 from tapt.retriever.oracle import sentence_labels
+from tapt.retriever.fusion import fuse, weights_from
 from tapt.retriever.task_scorers import TaskData, learned_fusion
 from tapt.util.files import write_json_atomic, atomic_write
 from tapt.util.versions import library_versions, utc_now
@@ -56,6 +59,8 @@ from tapt.util.versions import library_versions, utc_now
 log = logging.getLogger("quality_recall")
 
 BUDGETS = (("oracle", 1.0), ("0.5x", 0.5), ("2x", 2.0))
+PR_METHODS = ("classifier", "moore-lewis", "moore-lewis-x", "fused", "fused-x", "fused-learned",
+              "fused-learned-x", "auto-x", "finetune", "finetune+fused")
 SIZES = (1, 15)
 
 
@@ -125,21 +130,30 @@ def base_task(run: Run, s, size: int, rep: int) -> dict:
     info: dict[str, Any] = {}
     arrays: dict[str, np.ndarray] = {}
     seconds: dict[str, float] = {}
-    fits = {}
-    for suffix, fraction in (("", 0.0), ("-x", 0.5)):
-        t0 = time.perf_counter()
-        data = TaskData(run.index, run.pool, emb, texts, n_positive=n, seed=rep,
-                        lexical=LexicalConfig(fraction=fraction))
-        fits[suffix] = lf = learned_fusion(data, also=("distance", "centroid"))
-        seconds["fused-learned" + suffix] = time.perf_counter() - t0
-        arrays["fused-learned" + suffix] = lf.scores
-        arrays["moore-lewis" + suffix] = lf.parts["moore-lewis"]
-        info["fused-learned" + suffix] = lf.weights.to_json()
-        choice = auto_all.choose(lf.features.x, lf.features.is_task, lf.features.fold_of,
-                                 lf.features.names, seed=rep)
+    t0 = time.perf_counter()
+    data = TaskData(run.index, run.pool, emb, texts, n_positive=n, seed=rep,
+                    lexical=LexicalConfig(fraction=0.5))
+    lf = learned_fusion(data, inputs=("classifier", "moore-lewis", "density"),
+                        also=("moore-lewis-plain", "distance", "centroid"))
+    seconds["fused-learned-x"] = time.perf_counter() - t0
+    arrays["fused-learned-x"] = lf.scores
+    info["fused-learned-x"] = lf.weights.to_json()
+    arrays["moore-lewis-x"] = lf.parts["moore-lewis"]
+    arrays["moore-lewis"] = lf.parts["moore-lewis-plain"]
+    plain_inputs = ["classifier", "moore-lewis-plain", "density"]
+    plain = weights_from(lf.features, plain_inputs, rep)
+    arrays["fused-learned"] = fuse({k: lf.parts[k] for k in plain_inputs}, plain.weights)
+    info["fused-learned"] = plain.to_json()
+    f = lf.features
+    for suffix, lexical in (("", "moore-lewis-plain"), ("-x", "moore-lewis")):
+        names = [nm for nm in f.names if nm != ({"": "moore-lewis",
+                                                 "-x": "moore-lewis-plain"}[suffix])]
+        cols = f.columns(names)
+        names = ["moore-lewis" if nm == lexical else nm for nm in names]
+        choice = auto_all.choose(cols, f.is_task, f.fold_of, names, seed=rep)
         info["auto" + suffix] = choice.to_json()
     for name in ("classifier", "density", "distance", "centroid"):
-        arrays[name] = fits[""].parts[name]
+        arrays[name] = lf.parts[name]
     t0 = time.perf_counter()
     extra = expansion_rows(arrays["classifier"], n, 0.5)
     arrays["moore-lewis-x1"] = LexicalModel(run.pool, texts, extra, rep, 1).score_rows()
@@ -155,14 +169,13 @@ def base_task(run: Run, s, size: int, rep: int) -> dict:
     for name, values in arrays.items():
         got, curves[name] = evaluate(run, name, values, relevant, budgets, seconds[name])
         rows += got
-    for name, params in FUSED_HYBRID.items():
-        if name != "iforest-fused":
-            continue
+    for name, pre in (("iforest-fused", "fused"), ("iforest-fused-learned-x", "fused-learned-x")):
         for b, nb in budgets.items():
             t0 = time.perf_counter()
-            ranking = fused_hybrid(run.shared, emb, arrays["fused"], nb, rep, params)
+            ranking = fused_hybrid(run.shared, emb, arrays[pre], nb, rep,
+                                   FUSED_HYBRID["iforest-fused"])
             rows.append({"method": name, "segment_size": 1, "budget": b, "budget_sentences": nb,
-                         "seconds": round(seconds["fused"] + time.perf_counter() - t0, 2),
+                         "seconds": round(seconds[pre] + time.perf_counter() - t0, 2),
                          **selection_scores(ranking.segments, relevant).to_json()})
     np.savez(run.args.cache / "scores" / f"{task_key(s.domain, len(subset), rep)}.npz",
              **{k.replace("-", "_"): v.astype(np.float32) for k, v in arrays.items()})
@@ -260,7 +273,8 @@ def report(run: Run) -> None:
         fh.write("# Selection quality: new methods beside fused (`benchmarks/quality_recall.py`)\n\n"
                  f"Regenerate: `{run.args.regenerate}`\n\n" + goals_markdown(agg) + "\n"
                  + md + "\n")
-    recall_report.plot_pr_curves(curves, out, oracle)
+    shown = {d: {m: c for m, c in cs.items() if m in PR_METHODS} for d, cs in curves.items()}
+    recall_report.plot_pr_curves(shown, out, oracle)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -278,8 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--finetune-candidates", default="1.5x")
     p.add_argument("--prerank", default="fused")
     args = p.parse_args(argv)
-    args.regenerate = ("nice -n 10 .venv/bin/python -m benchmarks.quality_recall --index "
-                       f"{args.index} --seeds {args.seeds} --out {args.out}")
+    args.regenerate = "nice -n 10 .venv/bin/python -m benchmarks.quality_recall " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("tapt").setLevel(logging.WARNING)
     run = Run(args)

@@ -47,6 +47,10 @@ from . import scoring
 log = logging.getLogger(__name__)
 
 CACHE_FORMAT = 1
+# `auto`: an ONNX Runtime export of the fine-tuned classifier on the CPU (checked against torch
+# before use; torch if it disagrees), torch on a GPU.
+SCORE_BACKENDS = ("auto", "torch", "onnx")
+ONNX_TOLERANCE = 1e-3  # max |logit difference| to torch on the probe batches
 WEIGHTS = "classifier.pt"
 ENTRY = "entry.json"
 
@@ -78,6 +82,7 @@ class FinetuneConfig:
     seed: int = 0
     device: str = "cpu"
     score_batch_size: int = 128
+    score_backend: str = "auto"
 
     def __post_init__(self) -> None:
         parse_candidates(self.candidates)
@@ -104,11 +109,14 @@ class FinetuneConfig:
             raise InputError("must be in (0, 1]", param="positive_fraction")
         if self.device not in ("cpu", "cuda"):
             raise InputError(f"must be cpu or cuda, got {self.device!r}", param="device")
+        if self.score_backend not in SCORE_BACKENDS:
+            raise InputError(f"must be one of {', '.join(SCORE_BACKENDS)}, got "
+                             f"{self.score_backend!r}", param="score_backend")
 
     def fingerprint_fields(self) -> dict[str, Any]:
         """Everything that changes the trained classifier (not where or how fast it scores)."""
         return {k: v for k, v in asdict(self).items()
-                if k not in ("candidates", "device", "score_batch_size")}
+                if k not in ("candidates", "device", "score_batch_size", "score_backend")}
 
 
 def parse_candidates(spec: str) -> tuple[str, float]:
@@ -324,6 +332,89 @@ def _score(model: Any, tokenizer: Any, texts: Sequence[str], config: FinetuneCon
     return out
 
 
+_PROBES = ["The patient was given 5 mg of the drug twice a day.", "Short.",
+           "Section 2(b) of the Act applies to every contract signed after 1 January, and to "
+           "each party that agreed to its terms in writing before that date.", "Hello world"]
+
+
+def _export_onnx(model: Any, tokenizer: Any, config: FinetuneConfig) -> Any:
+    """An ONNX Runtime session of the classifier, or None (with a warning) when it cannot be
+    exported or disagrees with torch on the probe batches; the file lives only in memory."""
+    import warnings
+
+    import torch
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        log.warning("onnxruntime is missing: the fine-tuned classifier scores with torch")
+        return None
+    model = model.to("cpu").eval()
+    features = tokenizer(_PROBES, padding=True, truncation=True, max_length=config.max_length,
+                         return_tensors="pt")
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in features]
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, *tensors):
+            return self.inner(**dict(zip(names, tensors)))
+
+    work = Path(tempfile.mkdtemp(prefix="tapt-finetune-onnx-"))
+    try:
+        dynamic = {n: {0: "batch", 1: "tokens"} for n in names}
+        dynamic["logit"] = {0: "batch"}
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Wrapped().eval(), tuple(features[n] for n in names),
+                              str(work / "classifier.onnx"), input_names=names,
+                              output_names=["logit"], dynamic_axes=dynamic, opset_version=17,
+                              dynamo=False)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session = ort.InferenceSession(str(work / "classifier.onnx"), options,
+                                       providers=["CPUExecutionProvider"])
+        worst = 0.0
+        for batch in (_PROBES[:1], _PROBES[1:]):
+            f = tokenizer(batch, padding=True, truncation=True, max_length=config.max_length,
+                          return_tensors="pt")
+            with torch.no_grad():
+                ref = model(**{n: f[n] for n in names}).numpy()
+            got = session.run(None, {n: f[n].numpy().astype(np.int64) for n in names})[0]
+            worst = max(worst, float(np.max(np.abs(got - ref))))
+        if worst > ONNX_TOLERANCE:
+            log.warning("the ONNX export of the classifier differs from torch by %.2g; scoring "
+                        "with torch", worst)
+            return None
+        return session
+    except Exception as exc:  # noqa: BLE001 - any exporter failure means "score with torch"
+        log.warning("the classifier cannot be exported to ONNX (%s); scoring with torch",
+                    str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _score_onnx(session: Any, tokenizer: Any, texts: Sequence[str], config: FinetuneConfig,
+                progress: bool) -> np.ndarray:
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [i.name for i in session.get_inputs()]
+    tokens = _Tokens(tokenizer, texts, config.max_length).sorted
+    batches = tokens.batches(config.score_batch_size)
+    out = np.empty(len(texts), dtype=np.float32)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # pads the next batch while ORT runs
+        ahead = pool.submit(tokens.features, batches[0])
+        for b, rows in enumerate(tqdm(batches, desc="finetune scoring", disable=not progress)):
+            features = ahead.result()
+            if b + 1 < len(batches):
+                ahead = pool.submit(tokens.features, batches[b + 1])
+            out[rows] = session.run(None, {n: features[n] for n in names})[0]
+    return out
+
+
 def _entry_dir(fingerprint: str) -> Path | None:
     root = cache_dir()
     return None if root is None else root / "finetune" / fingerprint[:32]
@@ -404,7 +495,27 @@ class FittedClassifier:
     info: dict[str, Any]
 
     def score(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        """Log-odds of `texts` with the configured backend (ONNX Runtime on the CPU under
+        `auto`, exported once per fitted classifier and checked against torch)."""
+        backend = self.config.score_backend
+        if backend == "auto":
+            backend = "torch" if self.device.type == "cuda" else "onnx"
+        if backend == "onnx" and self.device.type == "cuda":
+            raise InputError("the ONNX backend scores on the CPU only; use torch with cuda",
+                             param="score_backend")
+        if backend == "onnx" and len(texts) >= 4 * self.config.score_batch_size:
+            session = self._onnx()
+            if session is not None:
+                return _score_onnx(session, self.tokenizer, texts, self.config, progress)
         return _score(self.model, self.tokenizer, texts, self.config, self.device, progress)
+
+    def _onnx(self) -> Any:
+        if "_onnx" not in self.__dict__:
+            t0 = time.perf_counter()
+            self.__dict__["_onnx"] = _export_onnx(self.model, self.tokenizer, self.config)
+            self.info["onnx_export_seconds"] = round(time.perf_counter() - t0, 1)
+            self.info["score_backend"] = "onnx" if self.__dict__["_onnx"] is not None else "torch"
+        return self.__dict__["_onnx"]
 
 
 def fit_classifier(index: Any, task_texts: Sequence[str], prerank: np.ndarray,

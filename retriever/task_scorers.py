@@ -3,6 +3,7 @@ sentences alike: what learned fusion and `auto` need for TADPOLE's held-out prot
 
     classifier    the PU classifier's log-odds (`pu`, self-trained for `n_positive`)
     moore-lewis   Moore-Lewis, the task expanded by the classifier's top rows (`few_seeds`)
+    moore-lewis-plain  Moore-Lewis on the task alone (Moore & Lewis's original)
     density       mean cosine to the 10 nearest task sentences
     distance      Wang et al.'s centroid distance difference
     centroid      cosine to the task centroid
@@ -23,7 +24,7 @@ from .fusion import (FoldFit, FusionWeights, HeldoutFeatures, cross_fitted_featu
                      weights_from)
 from .scored import fit_scorer
 
-SCORERS = ("classifier", "moore-lewis", "density", "distance", "centroid")
+SCORERS = ("classifier", "moore-lewis", "moore-lewis-plain", "density", "distance", "centroid")
 FUSION_INPUTS = ("classifier", "moore-lewis", "density")
 
 
@@ -74,23 +75,26 @@ def fit_scorers(names: tuple[str, ...] | list[str], data: TaskData,
         raise InputError(f"unknown scorers {unknown}: use {', '.join(SCORERS)}")
     train = np.arange(len(data.texts)) if train is None else np.asarray(train)
     out: dict[str, Fitted] = {}
-    need_classifier = "classifier" in names or "moore-lewis" in names
-    if need_classifier:
+    expand = data.lexical.fraction > 0 and "moore-lewis" in names
+    if "classifier" in names or expand:
         out["classifier"] = _embedding_fit("classifier", data, train)
     for name in names:
         if name in ("density", "distance", "centroid"):
             out[name] = _embedding_fit(name, data, train)
-    if "moore-lewis" in names:
-        meaning = out["classifier"].corpus(None) if data.lexical.fraction > 0 else None
-        extra = (expansion_rows(meaning, data.n_positive, data.lexical.fraction)
-                 if meaning is not None else np.empty(0, dtype=np.int64))
-        model = LexicalModel(data.pool, [data.texts[i] for i in train], extra, data.seed,
-                             data.lexical.order)
-        out["moore-lewis"] = Fitted(
-            lambda rows: model.score_rows(rows),
-            lambda idx: model.score_texts([data.texts[i] for i in idx]),
-            {"expansion_rows": int(len(extra)), "lm_order": data.lexical.order})
+    train_texts = [data.texts[i] for i in train]
+    for name, fraction in (("moore-lewis", data.lexical.fraction), ("moore-lewis-plain", 0.0)):
+        if name not in names:
+            continue
+        extra = (expansion_rows(out["classifier"].corpus(None), data.n_positive, fraction)
+                 if fraction > 0 else np.empty(0, dtype=np.int64))
+        out[name] = _lexical_fit(data, train_texts, extra)
     return {n: out[n] for n in names}
+
+
+def _lexical_fit(data: TaskData, train_texts: list[str], extra: np.ndarray) -> Fitted:
+    model = LexicalModel(data.pool, train_texts, extra, data.seed, data.lexical.order)
+    return Fitted(model.score_rows, lambda idx: model.score_texts([data.texts[i] for i in idx]),
+                  {"expansion_rows": int(len(extra)), "lm_order": data.lexical.order})
 
 
 def fold_fits(names: tuple[str, ...] | list[str], data: TaskData) -> dict[str, FoldFit]:

@@ -340,3 +340,21 @@ def test_make_optimizer_groups_decay_and_prefix_rates():
                    for g in optimizer.param_groups)
     assert rates == [(0.0, 1e-4, 3), (0.0, 1e-2, 1), (0.01, 1e-4, 1), (0.01, 1e-2, 1)]
     assert optimizer.param_groups[0]["lr"] == 0.0            # warmup starts at zero
+
+
+def test_onnx_scoring_matches_torch(tiny_model):
+    import torch
+
+    torch.manual_seed(0)
+    model, tokenizer, _ = ft.load_base(tiny_model)
+    model.eval()
+    texts = _sentences("legal", 40, 1) + _sentences("sea", 40, 2)
+    config = ft.FinetuneConfig(model=tiny_model, max_length=16, score_batch_size=8,
+                               score_backend="onnx")
+    fitted = ft.FittedClassifier(model, tokenizer, config, torch.device("cpu"), {})
+    got = fitted.score(texts)
+    assert fitted.info["score_backend"] == "onnx"
+    expected = ft._score(model, tokenizer, texts, config, torch.device("cpu"), False)
+    assert np.allclose(got, expected, atol=1e-4)
+    with pytest.raises(InputError):
+        ft.FinetuneConfig(score_backend="tensorrt")
