@@ -103,12 +103,14 @@ class Run:
         self.done.setdefault(rec["key"], {}).update(rec)
 
     def tasks(self) -> list[tuple[Any, int, int]]:
+        """Every (seed set, size, repeat): first repeats, largest and smallest sizes first."""
         jobs = []
         for s in self.seed_sets:
             for size in self.args.sizes:
                 for rep in range(1 if size >= len(s.texts) else self.args.repeats):
                     jobs.append((s, size, rep))
-        return jobs
+        first = [max(self.args.sizes), min(self.args.sizes)]
+        return sorted(jobs, key=lambda j: (j[2], j[1] not in first, -j[1], j[0].domain))
 
 
 def evaluate(run: Run, name: str, scores: np.ndarray, relevant: np.ndarray,

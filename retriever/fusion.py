@@ -17,6 +17,9 @@ with TADPOLE's held-out protocol, never with oracle labels:
    kept non-negative (every scorer is "higher = more task-like"): a scorer whose weight comes out
    negative is dropped and the rest refitted.
 
+The callers' held-out fits of the PU classifier skip its self-training rounds (as `auto`'s
+always have): the rounds cost most of a fit, and the protocol runs one fit per fold.
+
 The held-out AUC of every single scorer, of the equal-weight sum and of the learned weights is
 returned beside the weights, so a selection says why it weighted as it did.
 """

@@ -56,9 +56,9 @@ class Fitted:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def _embedding_fit(name: str, data: TaskData, train: np.ndarray) -> Fitted:
+def _embedding_fit(name: str, data: TaskData, train: np.ndarray, rounds: int) -> Fitted:
     scorer, info = fit_scorer(name, data.index, data.embeddings[train], m=data.m,
-                              rounds=data.rounds, n_positive=data.n_positive, seed=data.seed)
+                              rounds=rounds, n_positive=data.n_positive, seed=data.seed)
     emb = data.index.embeddings
 
     def corpus(rows: np.ndarray | None) -> np.ndarray:
@@ -68,8 +68,11 @@ def _embedding_fit(name: str, data: TaskData, train: np.ndarray) -> Fitted:
 
 
 def fit_scorers(names: tuple[str, ...] | list[str], data: TaskData,
-                train: np.ndarray | None = None) -> dict[str, Fitted]:
-    """The named scorers fitted on the task sentences `train` (all when None)."""
+                train: np.ndarray | None = None, heldout: bool = False) -> dict[str, Fitted]:
+    """The named scorers fitted on the task sentences `train` (all when None). `heldout` fits
+    skip the classifier's self-training rounds (as `auto`'s held-out fits always have): the
+    rounds cost most of a fit, and the held-out protocol runs one fit per fold."""
+    rounds = 0 if heldout else data.rounds
     unknown = [n for n in names if n not in SCORERS]
     if unknown:
         raise InputError(f"unknown scorers {unknown}: use {', '.join(SCORERS)}")
@@ -77,10 +80,10 @@ def fit_scorers(names: tuple[str, ...] | list[str], data: TaskData,
     out: dict[str, Fitted] = {}
     expand = data.lexical.fraction > 0 and "moore-lewis" in names
     if "classifier" in names or expand:
-        out["classifier"] = _embedding_fit("classifier", data, train)
+        out["classifier"] = _embedding_fit("classifier", data, train, rounds)
     for name in names:
         if name in ("density", "distance", "centroid"):
-            out[name] = _embedding_fit(name, data, train)
+            out[name] = _embedding_fit(name, data, train, rounds)
     train_texts = [data.texts[i] for i in train]
     for name, fraction in (("moore-lewis", data.lexical.fraction), ("moore-lewis-plain", 0.0)):
         if name not in names:
@@ -106,7 +109,7 @@ def fold_fits(names: tuple[str, ...] | list[str], data: TaskData) -> dict[str, F
         key = np.asarray(train, np.int64).tobytes()
         if key not in memo:
             memo.clear()
-            memo[key] = fit_scorers(names, data, train)
+            memo[key] = fit_scorers(names, data, train, heldout=True)
         return memo[key]
 
     def fit_of(name: str) -> FoldFit:
