@@ -81,10 +81,13 @@ class Run:
         (args.cache / "scores").mkdir(exist_ok=True)
         self.embeddings = seed_embeddings(self.index, self.seed_sets, args.cache)
         self._pool: PoolText | None = None
-        self.log_path = args.cache / "tasks.jsonl"
         self.done: dict[str, dict] = {}
-        if self.log_path.exists():
-            for line in self.log_path.read_text().splitlines():
+        self.reload()
+
+    def reload(self) -> None:
+        """Read every stage's task log (one per stage, so two processes may run side by side)."""
+        for path in sorted(self.args.cache.glob("tasks-*.jsonl")):
+            for line in path.read_text().splitlines():
                 if line.strip():
                     rec = json.loads(line)
                     self.done.setdefault(rec["key"], {}).update(rec)
@@ -97,8 +100,8 @@ class Run:
             log.info("pool encoded in %.1fs", time.perf_counter() - t0)
         return self._pool
 
-    def record(self, rec: dict) -> None:
-        with open(self.log_path, "a", encoding="utf-8") as fh:
+    def record(self, stage: str, rec: dict) -> None:
+        with open(self.args.cache / f"tasks-{stage}.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(rec) + "\n")
         self.done.setdefault(rec["key"], {}).update(rec)
 
@@ -289,9 +292,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--domains", nargs="*")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--stages", nargs="+", default=["base", "finetune"],
+                   help="base and/or finetune (two processes may run one stage each)")
     p.add_argument("--finetune", nargs="*", default=[], metavar="SEEDS[:REPEAT]",
                    help="also run Domain-Finetune on these tasks (e.g. 2000 100:0)")
     p.add_argument("--finetune-candidates", default="1.5x")
+    p.add_argument("--finetune-domains", nargs="*",
+                   help="fine-tune only these domains, in this order (default: all, sorted)")
     p.add_argument("--prerank", default="fused")
     args = p.parse_args(argv)
     args.regenerate = "nice -n 10 .venv/bin/python -m benchmarks.quality_recall " + " ".join(
@@ -299,28 +306,36 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("tapt").setLevel(logging.WARNING)
     run = Run(args)
-    if not args.report_only:
+    if not args.report_only and "base" in args.stages:
         for s, size, rep in tqdm(run.tasks(), desc="tasks"):
             key = task_key(s.domain, min(size, len(s.texts)), rep)
             if "base" in run.done.get(key, {}):
                 continue
             t0 = time.perf_counter()
             result = base_task(run, s, size, rep)
-            run.record({"key": key, "base": result})
+            run.record("base", {"key": key, "base": result})
             got = {r["method"]: r["precision"] for r in result["rows"]
                    if r["budget"] == "oracle" and r["segment_size"] == 1}
             log.info("%s (%.0fs): %s", key, time.perf_counter() - t0,
                      ", ".join(f"{k} {v:.3f}" for k, v in sorted(got.items())))
     wanted = [tuple(int(v) for v in spec.split(":")) for spec in args.finetune]
-    for s, size, rep in run.tasks():
+    if args.report_only or "finetune" not in args.stages:
+        wanted = []
+    order = args.finetune_domains or sorted(s.domain for s in run.seed_sets)
+    jobs = sorted((j for j in run.tasks() if j[0].domain in order),
+                  key=lambda j: (j[2], order.index(j[0].domain)))
+    for s, size, rep in jobs:
         if not any(w[0] == size and (len(w) == 1 or w[1] == rep) for w in wanted):
             continue
         key = task_key(s.domain, min(size, len(s.texts)), rep)
-        if "finetune" in run.done.get(key, {}) or "base" not in run.done.get(key, {}):
+        while "base" not in run.done.get(key, {}):  # the base stage may run in another process
+            time.sleep(30)
+            run.reload()
+        if "finetune" in run.done.get(key, {}):
             continue
         t0 = time.perf_counter()
         result = finetune_task(run, s, size, rep, args.prerank)
-        run.record({"key": key, "finetune": result})
+        run.record("finetune", {"key": key, "finetune": result})
         got = {r["method"]: r["precision"] for r in result["rows"]
                if r["budget"] == "oracle" and r["segment_size"] == 1}
         log.info("%s finetune (%.0fs): %s %s", key, time.perf_counter() - t0, got,
