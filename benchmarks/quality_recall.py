@@ -247,6 +247,24 @@ def goals_markdown(agg: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def partial_markdown(partial: list[dict], agg: list[dict]) -> str:
+    """Methods run on some domains only (Domain-Finetune): per task, beside fused."""
+    if not partial:
+        return ""
+    cell = {(r["method"], r["seeds"], r["segment_size"], r["domain"], r["budget"]): r
+            for r in agg + partial}
+    lines = ["", "### Methods run on some tasks only: precision at the oracle budget (repeat 0)",
+             "", "| method | seeds | domain | size 1 | size 15 | fused, size 1 | fused, size 15 |",
+             "|---|---|---|---|---|---|---|"]
+    keys = sorted({(r["method"], r["seeds"], r["domain"]) for r in partial
+                   if r["domain"] != "all"})
+    for m, n, d in keys:
+        vals = [cell.get((mm, n, z, d, "oracle")) for mm in (m, "fused") for z in (1, 15)]
+        lines.append(f"| {m} | {n} | {d} | " + " | ".join(
+            f"{v['precision']:.3f}" if v else "-" for v in vals) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def report(run: Run) -> None:
     """recall.json, recall.md and PR curves from every finished task."""
     results, curves, info = [], {}, {}
@@ -263,6 +281,16 @@ def report(run: Run) -> None:
                 curves.setdefault(s.domain, {}).update(rec.get(part, {}).get("curves", {}))
         info[key] = {p: rec.get(p, {}).get("info") for p in ("base", "finetune", "auto")}
     agg = recall_report.aggregate(results)
+    n_domains = len(run.seed_sets)
+    domains_of: dict[tuple, set] = {}
+    for r in agg:
+        if r["domain"] != "all":
+            domains_of.setdefault((r["method"], r["seeds"], r["segment_size"]), set()).add(
+                r["domain"])
+    # a mean over some domains only is not comparable: such methods get their own table
+    complete = {k for k, v in domains_of.items() if len(v) == n_domains}
+    partial = [r for r in agg if (r["method"], r["seeds"], r["segment_size"]) not in complete]
+    agg = [r for r in agg if (r["method"], r["seeds"], r["segment_size"]) in complete]
     out = run.args.out
     out.mkdir(parents=True, exist_ok=True)
     oracle = {s.domain: int((run.labels == s.domain).sum()) for s in run.seed_sets}
@@ -273,7 +301,7 @@ def report(run: Run) -> None:
             "cpus": __import__("os").cpu_count(), "platform": platform.platform()},
         "oracle_sentences": oracle, "versions": library_versions(), "aggregate": agg,
         "task_info": info, "results": results, "pr_curves": curves})
-    md = recall_report.markdown(agg, [b for b, _ in BUDGETS])
+    md = recall_report.markdown(agg, [b for b, _ in BUDGETS]) + partial_markdown(partial, agg)
     with atomic_write(out / "recall.md", "w") as fh:
         fh.write("# Selection quality: new methods beside fused (`benchmarks/quality_recall.py`)\n\n"
                  f"Regenerate: `{run.args.regenerate}`\n\n" + goals_markdown(agg) + "\n"

@@ -227,7 +227,9 @@ def load_base(spec: str | None) -> tuple[Any, Any, str]:
         raise InputError(f"the tokenizer of {name} has no padding token", param="model")
     if not hasattr(encoder.config, "hidden_size"):
         raise InputError(f"model {name} is not a transformer encoder", param="model")
-    return _Classifier(encoder.float()), tokenizer, _weights_sha256(encoder)
+    from tapt.indexer.encoder import _state_sha256
+
+    return _Classifier(encoder.float()), tokenizer, _state_sha256(encoder)
 
 
 _LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
@@ -246,17 +248,6 @@ def freeze_below(model: Any, train_layers: int) -> int:
         else:
             log.warning("the model's layers are not numbered: all of them are trained")
     return sum(1 for p in model.parameters() if p.requires_grad)
-
-
-def _weights_sha256(module: Any) -> str:
-    h = hashlib.sha256()
-    state = module.state_dict()
-    for key in sorted(state):
-        tensor = state[key].detach().cpu().contiguous()
-        h.update(key.encode())
-        h.update(str(tensor.dtype).encode())
-        h.update(tensor.view(-1).view(dtype=__import__("torch").uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 class _Tokens:
