@@ -44,7 +44,9 @@ from tapt.indexer.index import Index
 from tapt.retriever import auto_all, scoring
 from tapt.retriever.bench import recall_report
 from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
-from tapt.retriever.bench.recall import FUSED_HYBRID, Shared, evaluate_fixed, fused_hybrid
+from tapt.retriever.bench.recall import Shared, evaluate_fixed
+from tapt.retriever.budget import parse_budget
+from tapt.retriever.methods import Context, by_sentence_scores, get_method
 from tapt.retriever.bench.run import seed_embeddings
 from tapt.retriever.finetune import FinetuneConfig, finetune_scores, transplant
 from tapt.retriever.few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
@@ -122,6 +124,29 @@ def evaluate(run: Run, name: str, scores: np.ndarray, relevant: np.ndarray,
     return [{"method": name, "seconds": round(seconds, 2), **r} for r in rows], curve
 
 
+class _Scores:
+    """A pre-ranking already computed (`Method.full_ranking` of fixed sentence scores)."""
+
+    def __init__(self, scores: np.ndarray) -> None:
+        self.scores = scores
+
+    def shared_params(self, params: Any) -> Any:
+        return params
+
+    def full_ranking(self, ctx: Context, params: Any):
+        return by_sentence_scores(ctx.view, self.scores, None, {}, threshold=-np.inf)
+
+
+def iforest_on(run: Run, emb: np.ndarray, scores: np.ndarray, n: int, seed: int):
+    """`tapt select iforest --candidates 1.2x --detector iforest` on candidates pre-ranked by
+    `scores` (segment size 1), the same as `--prerank fused` when `scores` are fused's."""
+    method = get_method("iforest")
+    params = method.make_params({"candidates": "1.2x", "detector": "iforest"}, explicit=())
+    ctx = Context(run.index, run.shared.view(1), parse_budget(f"{n}sent"), seed, emb)
+    adapter = type("Pre", (type(method),), {"_prerank": lambda self, p: _Scores(scores)})()
+    return adapter.rank(ctx, params)
+
+
 def base_task(run: Run, s, size: int, rep: int) -> dict:
     """Every method that needs no fine-tuning, on one task."""
     relevant = run.labels == s.domain
@@ -177,8 +202,7 @@ def base_task(run: Run, s, size: int, rep: int) -> dict:
     for name, pre in (("iforest-fused", "fused"), ("iforest-fused-learned-x", "fused-learned-x")):
         for b, nb in budgets.items():
             t0 = time.perf_counter()
-            ranking = fused_hybrid(run.shared, emb, arrays[pre], nb, rep,
-                                   FUSED_HYBRID["iforest-fused"])
+            ranking = iforest_on(run, emb, arrays[pre], nb, rep)
             rows.append({"method": name, "segment_size": 1, "budget": b, "budget_sentences": nb,
                          "seconds": round(seconds[pre] + time.perf_counter() - t0, 2),
                          **selection_scores(ranking.segments, relevant).to_json()})

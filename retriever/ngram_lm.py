@@ -155,9 +155,3 @@ def unigram_cross_entropy(lm: BigramLM, ids: np.ndarray, lengths: np.ndarray) ->
     logp = np.log2((counts + 1.0) / (lm.unigram_counts.sum() + V + 1.0))
     starts = np.concatenate(([0], np.cumsum(lengths - 1)[:-1]))
     return (-np.add.reduceat(logp, starts) / (lengths - 1)).astype(np.float32)
-
-
-def moore_lewis(in_domain: BigramLM, general: BigramLM, ids: np.ndarray,
-                lengths: np.ndarray) -> np.ndarray:
-    """Moore & Lewis 2010 score H_general(s) - H_in(s): higher = more in-domain."""
-    return general.cross_entropy(ids, lengths) - in_domain.cross_entropy(ids, lengths)

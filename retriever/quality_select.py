@@ -23,8 +23,7 @@ from .budget import Budget
 from .few_seeds import LexicalConfig, PoolText
 from .finetune import FinetuneConfig, finetune_scores, fit_classifier
 from .fusion import fold_split
-from .methods import Ranking, SegmentView
-from .scored import by_sentence_scores
+from .methods import Ranking, SegmentView, by_sentence_scores
 from .task_scorers import TaskData, corpus_sample, learned_fusion
 
 log = logging.getLogger(__name__)

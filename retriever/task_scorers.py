@@ -11,6 +11,7 @@ sentences alike: what learned fusion and `auto` need for TADPOLE's held-out prot
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -19,10 +20,10 @@ import numpy as np
 from tapt.errors import InputError
 from tapt.indexer.index import Index
 
+from .budget import parse_budget
 from .few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
 from .fusion import (FoldFit, FusionWeights, HeldoutFeatures, cross_fitted_features, fuse,
                      weights_from)
-from .scored import fit_scorer
 
 SCORERS = ("classifier", "moore-lewis", "moore-lewis-plain", "density", "distance", "centroid")
 FUSION_INPUTS = ("classifier", "moore-lewis", "density")
@@ -56,9 +57,18 @@ class Fitted:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def _embedding_fit(name: str, data: TaskData, train: np.ndarray, rounds: int) -> Fitted:
-    scorer, info = fit_scorer(name, data.index, data.embeddings[train], m=data.m,
-                              rounds=rounds, n_positive=data.n_positive, seed=data.seed)
+def _embedding_fit(name: str, data: TaskData, train: np.ndarray, heldout: bool) -> Fitted:
+    """The registered method's embedding scorer (`Method.scorer`), fitted on `train`."""
+    from .methods import Context, SegmentView, get_method
+
+    method = get_method(name)
+    params = method.make_params({k: v for k, v in (("m", data.m), ("rounds", data.rounds))
+                                 if k in {f.name for f in dataclasses.fields(method.Params)}},
+                                explicit=())
+    budget = parse_budget(f"{data.n_positive}sent") if data.n_positive else None
+    ctx = Context(data.index, SegmentView.of(data.index, 1), budget, data.seed,
+                  data.embeddings, data.texts)
+    scorer, info = method.scorer(ctx, data.embeddings[train], params, heldout=heldout)
     emb = data.index.embeddings
 
     def corpus(rows: np.ndarray | None) -> np.ndarray:
@@ -72,7 +82,6 @@ def fit_scorers(names: tuple[str, ...] | list[str], data: TaskData,
     """The named scorers fitted on the task sentences `train` (all when None). `heldout` fits
     skip the classifier's self-training rounds (as `auto`'s held-out fits always have): the
     rounds cost most of a fit, and the held-out protocol runs one fit per fold."""
-    rounds = 0 if heldout else data.rounds
     unknown = [n for n in names if n not in SCORERS]
     if unknown:
         raise InputError(f"unknown scorers {unknown}: use {', '.join(SCORERS)}")
@@ -80,10 +89,10 @@ def fit_scorers(names: tuple[str, ...] | list[str], data: TaskData,
     out: dict[str, Fitted] = {}
     expand = data.lexical.fraction > 0 and "moore-lewis" in names
     if "classifier" in names or expand:
-        out["classifier"] = _embedding_fit("classifier", data, train, rounds)
+        out["classifier"] = _embedding_fit("classifier", data, train, heldout)
     for name in names:
         if name in ("density", "distance", "centroid"):
-            out[name] = _embedding_fit(name, data, train, rounds)
+            out[name] = _embedding_fit(name, data, train, heldout)
     train_texts = [data.texts[i] for i in train]
     for name, fraction in (("moore-lewis", data.lexical.fraction), ("moore-lewis-plain", 0.0)):
         if name not in names:

@@ -14,7 +14,7 @@ from tapt.retriever.few_seeds import (LexicalConfig, LexicalModel, PoolText, exp
                                       expansion_rows)
 from tapt.retriever.ngram_lm import BigramLM, Vocabulary
 from tapt.retriever.oracle import sentence_labels
-from tapt.retriever.scored import moore_lewis_scores
+from tapt.retriever.ngram_lm import moore_lewis_scores
 from tapt.retriever.task_scorers import TaskData, fit_scorers, learned_fusion
 
 
@@ -358,3 +358,40 @@ def test_onnx_scoring_matches_torch(tiny_model):
     assert np.allclose(got, expected, atol=1e-4)
     with pytest.raises(InputError):
         ft.FinetuneConfig(score_backend="tensorrt")
+
+
+@pytest.mark.slow
+def test_registered_quality_methods_select_through_the_registry(fake_index, encoder, tiny_model,
+                                                                monkeypatch):
+    from tapt.retriever.select import SelectConfig, rank
+
+    monkeypatch.setenv("TAPT_CACHE_DIR", "off")
+    index = Index(fake_index)
+    labels = sentence_labels(index, "domain")
+    n = int((labels == "medical").sum())
+    texts = _sentences("medical", 30, 4)
+    task = encoder.encode(texts)
+    precision = lambda r: (labels[r.segments] == "medical").mean()  # noqa: E731
+    learned, _ = rank(index, SelectConfig("fused-learned", f"{n}sent", segment_size=1, folds=3,
+                                          sample=200), task, texts)
+    assert precision(learned) > 0.8 and set(learned.info["fusion"]["weights"]) == {
+        "classifier", "moore-lewis", "density"}
+    tuned, _ = rank(index, SelectConfig("finetune", f"{n}sent", segment_size=1,
+                                        finetune_model=tiny_model, steps=10), task, texts)
+    assert len(tuned.segments) == n and tuned.info["prerank"] == "fused"
+    chosen, _ = rank(index, SelectConfig("auto", f"{n}sent", segment_size=1, over="all"),
+                     task, texts)
+    assert chosen.info["chosen"] == chosen.info["heldout"][0]["name"]
+    assert {"fused", "fused-learned", "classifier"} <= {r["name"] for r in chosen.info["heldout"]}
+
+
+def test_registered_quality_method_parameters_are_checked():
+    from tapt.retriever.select import SelectConfig
+
+    for method, params in (("auto", {"with_finetune": True}), ("fused-learned", {"folds": 1}),
+                           ("fused-learned", {"expand": 2.0}), ("finetune", {"candidates": "z"}),
+                           ("finetune", {"finetune_device": "tpu"})):
+        with pytest.raises(InputError):
+            SelectConfig(method, "100sent", **params)
+    with pytest.raises(InputError, match="budget"):
+        SelectConfig("finetune")
