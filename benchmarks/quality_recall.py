@@ -324,7 +324,7 @@ def report(run: Run) -> None:
         "command": " ".join(shlex.quote(a) for a in sys.argv), "machine": {
             "cpus": __import__("os").cpu_count(), "platform": platform.platform()},
         "oracle_sentences": oracle, "versions": library_versions(), "aggregate": agg,
-        "task_info": info, "results": results, "pr_curves": curves})
+        "task_info": info, "pr_curves": curves})  # per-task rows: CACHE/tasks-*.jsonl
     md = recall_report.markdown(agg, [b for b, _ in BUDGETS]) + partial_markdown(partial, agg)
     with atomic_write(out / "recall.md", "w") as fh:
         fh.write("# Selection quality: new methods beside fused (`benchmarks/quality_recall.py`)\n\n"
@@ -353,8 +353,13 @@ def main(argv: list[str] | None = None) -> None:
                    help="fine-tune only these domains, in this order (default: all, sorted)")
     p.add_argument("--prerank", default="fused")
     args = p.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    for flag, values in (("--report-only", 0), ("--stages", len(args.stages))):
+        if flag in given:  # the command that makes everything, not this partial step
+            at = given.index(flag)
+            del given[at:at + 1 + values]
     args.regenerate = "nice -n 10 .venv/bin/python -m benchmarks.quality_recall " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+        shlex.quote(a) for a in given)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("tapt").setLevel(logging.WARNING)
     run = Run(args)
