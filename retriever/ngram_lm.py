@@ -143,3 +143,15 @@ def moore_lewis_scores(pool_texts: list[str], task_texts: list[str], seed: int =
     in_lm = BigramLM.fit(task_ids, task_len, len(vocab))
     general = BigramLM.fit(*select_sentences(ids, lengths, sample), len(vocab))
     return moore_lewis(in_lm, general, ids, lengths)
+
+
+def unigram_cross_entropy(lm: BigramLM, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per-sentence mean -log2 P1 of its predicted tokens under the model's add-one unigram alone
+    (order 1: what a handful of task sentences can estimate without a history)."""
+    _, word = _bigrams(ids, lengths)
+    V = lm.vocab_size
+    known = word < V
+    counts = np.where(known, lm.unigram_counts[np.where(known, word, 0)], 0.0)
+    logp = np.log2((counts + 1.0) / (lm.unigram_counts.sum() + V + 1.0))
+    starts = np.concatenate(([0], np.cumsum(lengths - 1)[:-1]))
+    return (-np.add.reduceat(logp, starts) / (lengths - 1)).astype(np.float32)
