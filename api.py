@@ -299,10 +299,10 @@ class Index(_IndexBase):
         return {**self.manifest, "disk_bytes": self.disk_bytes()}
 
     def select(self, method: str, task: Task | None = None, budget: str | float | None = None, *,
-               segment_size: int | None = None, seed: int = 0, text_field: str = "text",
-               model: str | None = None, device: str = "auto", backend: str = "auto",
-               batch_size: int = 64, progress: bool = False, encoder: Any = None,
-               **params: Any) -> Selection:
+               segment_size: int | None = None, seed: int = 0, context: str = "sentence",
+               text_field: str = "text", model: str | None = None, device: str = "auto",
+               backend: str = "auto", batch_size: int = 64, progress: bool = False,
+               encoder: Any = None, **params: Any) -> Selection:
         """Select the segments most like a task (`tapt select METHOD`).
 
         Args:
@@ -315,6 +315,9 @@ class Index(_IndexBase):
                 "2Mtok"; None where the method allows it (knn: the whole union).
             segment_size: Re-cut segments at this many sentences (default: the index's).
             seed: Seed of every random choice.
+            context: "sentence" ranks by each sentence's own score; "document" by its
+                document's shrunk mean score (usually more precise where corpus documents are
+                about one thing each: web pages, articles, books; see the selecting guide).
             text_field: The field with the text in JSONL task files.
             model: The index's model directory, if it moved.
             device: auto, cpu or cuda (for embedding the task).
@@ -345,7 +348,8 @@ class Index(_IndexBase):
         from tapt.retriever.select import SelectConfig, make_selection
         from tapt.retriever.task_input import resolve_task
 
-        config = SelectConfig(method, budget, segment_size=segment_size, seed=seed, **params)
+        config = SelectConfig(method, budget, segment_size=segment_size, seed=seed,
+                              context=context, **params)
         task_input = None
         if config.needs_task:
             if task is None:

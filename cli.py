@@ -697,6 +697,13 @@ def _select_command(method) -> click.Command:
         click.Option(["--seed"], type=int, default=0, show_default=True,
                      help="Seed of every random choice (the same seed gives the same selection)."),
     ]
+    if method.pools_documents(method.make_params()):
+        params.append(click.Option(
+            ["--context"], type=click.Choice(["sentence", "document"]), default="sentence",
+            show_default=True,
+            help="document: score each sentence by its whole document's (shrunk) mean score, "
+                 "so documents are kept or dropped together; usually more precise when corpus "
+                 "documents are about one thing each (web pages, articles, books)."))
     if method.needs_embeddings:
         params += [
             click.Option(["--model"], default=None,
@@ -726,14 +733,14 @@ def _select_command(method) -> click.Command:
 
 def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, out, overwrite,
                 as_json, segment_size, seed, task=(), text_field="text", budget=None, model=None,
-                device="auto", backend="auto", batch_size=64) -> None:
+                device="auto", backend="auto", batch_size=64, context="sentence") -> None:
     from tapt.indexer.index import Index
     from tapt.retriever.select import SelectConfig, make_selection
     from tapt.retriever.selection import check_selection_output
     from tapt.retriever.task_input import task_from_files
 
     config = SelectConfig(method.name, budget, segment_size=segment_size, seed=seed,
-                          explicit=given, **values)
+                          context=context, explicit=given, **values)
     ix = Index(idx)
     files = [t for t in task if t != "-"]
     if out != "-":

@@ -23,6 +23,7 @@ from tapt.indexer.index import Index
 from tapt.util.versions import library_versions, utc_now
 
 from .budget import parse_budget
+from .context import CONTEXTS
 from .methods import Context, CorpusCache, Memo, Method, Params, Ranking, SegmentView, get_method
 from .selection import Selection
 from .selection_file import SelectedSegment
@@ -40,6 +41,9 @@ class SelectConfig:
         budget: "0.2" (a fraction of segments), "5000" (segments), "20000sent", "2Mtok".
         segment_size: Re-cut segments at this many sentences (default: the index's).
         seed: Seed of every random choice.
+        context: "sentence" (each sentence's own score) or "document" (each sentence scored by
+            its document's shrunk mean score, `retriever.context`; methods that score every
+            sentence, `auto`, and `iforest` on such a pre-ranking).
         explicit: The parameters the user gave (default: every keyword in `params`).
         **params: The method's parameters (see `tapt.retriever.methods`).
 
@@ -49,7 +53,8 @@ class SelectConfig:
     """
 
     def __init__(self, method: str, budget: str | None = None, *, segment_size: int | None = None,
-                 seed: int = 0, explicit: Iterable[str] | None = None, **params: Any) -> None:
+                 seed: int = 0, context: str = "sentence", explicit: Iterable[str] | None = None,
+                 **params: Any) -> None:
         self.spec: Method = get_method(method)
         self.method: str = self.spec.name
         if budget is not None and not isinstance(budget, str):
@@ -67,6 +72,12 @@ class SelectConfig:
         self.segment_size = segment_size
         self.seed = int(seed)
         self.params: Params = self.spec.make_params(params, explicit)
+        if context not in CONTEXTS:
+            raise InputError(f"{context!r}: use one of {', '.join(CONTEXTS)}", param="context")
+        if context != "sentence" and not self.spec.pools_documents(self.params):
+            raise InputError(f"{self.method} does not rank by sentence scores, so there is "
+                             "nothing to pool over documents", param="context")
+        self.context = context
 
     @property
     def uses_embeddings(self) -> bool:
@@ -82,6 +93,7 @@ class SelectConfig:
 
     def to_manifest(self) -> dict[str, Any]:
         return {"budget": self.budget, "segment_size": self.segment_size, "seed": self.seed,
+                **({"context": self.context} if self.context != "sentence" else {}),
                 **self.params.to_dict()}
 
     def __repr__(self) -> str:
@@ -108,7 +120,7 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
         The ranking and the segment view it indexes.
     """
     corpus = corpus or CorpusCache(index)
-    view = corpus.view(config.segment_size)
+    view = corpus.view(config.segment_size, config.context)
     if config.uses_text and not task_texts:
         raise InputError(f"{config.method} needs the task's text (give the task as files or "
                          "strings, not as embeddings)", param="task")

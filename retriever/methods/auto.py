@@ -62,6 +62,9 @@ class Auto(Method):
     def uses_text(self, params):
         return params.over == "all"
 
+    def pools_documents(self, params):
+        return True
+
     def rank(self, ctx, params):
         if params.over == "all":
             return self._rank_all(ctx, params)

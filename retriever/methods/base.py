@@ -50,6 +50,7 @@ from tapt.errors import InputError
 
 from .. import scoring
 from ..budget import Budget, budget_target, cut
+from ..context import document_scores
 
 if TYPE_CHECKING:
     from tapt.indexer.index import Index
@@ -81,18 +82,23 @@ class Ranking:
 
 @dataclass
 class SegmentView:
-    """Segments of an index at one segment size, with their sentence and token counts."""
+    """Segments of an index at one segment size, with their sentence and token counts, and how
+    sentence scores are pooled before segments are ranked (`context`: "sentence" = not at all,
+    "document" = each sentence scored by its document's shrunk mean, see `retriever.context`)."""
 
     offsets: np.ndarray
     lengths: np.ndarray
     tokens: np.ndarray
+    context: str = "sentence"
+    doc_offsets: np.ndarray | None = None
 
     @classmethod
-    def of(cls, index: "Index", size: int | None) -> "SegmentView":
+    def of(cls, index: "Index", size: int | None, context: str = "sentence") -> "SegmentView":
         offsets = index.segments(size)
         lengths = np.diff(offsets)
         tok = np.add.reduceat(np.asarray(index.tokens, dtype=np.int64), offsets[:-1])
-        return cls(offsets, lengths, tok)
+        return cls(offsets, lengths, tok, context,
+                   index.doc_offsets if context == "document" else None)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -116,6 +122,9 @@ def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: B
                        info: dict[str, Any], threshold: float | None = None) -> Ranking:
     """Segments ranked by the mean score of their sentences; without a budget, those whose mean
     is above `threshold` (a method without a threshold needs a budget)."""
+    if view.context == "document":
+        sentence_scores, pooling = document_scores(sentence_scores, view.doc_offsets)
+        info["context"] = {"name": "document", **pooling.to_json()}
     seg_scores = scoring.segment_mean(sentence_scores, view.lengths)
     order = scoring.rank(seg_scores)
     if budget is None:
@@ -272,14 +281,14 @@ class CorpusCache:
     def __init__(self, index: "Index", share_vocabulary: bool = False) -> None:
         self.index = index
         self.share_vocabulary = share_vocabulary
-        self._views: dict[int | None, SegmentView] = {}
+        self._views: dict[tuple[int | None, str], SegmentView] = {}
         self._texts: list[str] | None = None
         self._lm: tuple["Vocabulary", tuple[np.ndarray, np.ndarray]] | None = None
 
-    def view(self, size: int | None) -> SegmentView:
-        if size not in self._views:
-            self._views[size] = SegmentView.of(self.index, size)
-        return self._views[size]
+    def view(self, size: int | None, context: str = "sentence") -> SegmentView:
+        if (size, context) not in self._views:
+            self._views[size, context] = SegmentView.of(self.index, size, context)
+        return self._views[size, context]
 
     def texts(self) -> list[str]:
         if self._texts is None:
@@ -434,6 +443,11 @@ class Method:
         """Whether this method, with these parameters, needs the task's embeddings."""
         return self.needs_embeddings
 
+    def pools_documents(self, params: Params) -> bool:
+        """Whether this method's ranking goes through sentence scores that `context` "document"
+        can pool (see `retriever.context`)."""
+        return False
+
     @property
     def scores_sentences(self) -> bool:
         """Whether the method implements `sentence_scores`."""
@@ -514,6 +528,9 @@ class SentenceScored(Method):
 
     threshold: ClassVar[float | None] = None
     can_prerank = True
+
+    def pools_documents(self, params: Params) -> bool:
+        return True
 
     def sentence_scores(self, ctx: Context, params: Params) -> tuple[np.ndarray, dict[str, Any]]:
         scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)

@@ -96,6 +96,11 @@ class IForest(Method):
         pre = self._prerank(params)
         return pre is not None and pre.uses_text(pre.shared_params(params))
 
+    def pools_documents(self, params):
+        pre = self._prerank(params)
+        return (parse_candidates(params.candidates)[0] != "all" and pre is not None
+                and pre.pools_documents(pre.shared_params(params)))
+
     def min_task(self, params):
         return 4 if params.detector == "auto" else self.min_task_sentences
 
