@@ -1038,6 +1038,11 @@ def bench() -> None:
 @click.option("--segment-sizes", default="1,15", show_default=True,
               help="Segment sizes for methods that score sentences (others rank at size 1).")
 @click.option("--domains", default=None, help="Only these domains (comma-separated).")
+@click.option("--context", "contexts", default="sentence", show_default=True,
+              type=click.Choice(["sentence", "document", "both"]),
+              help="How methods that score sentences are cut: by each sentence's own score, "
+                   "by its document's (rows named METHOD+document, see select --context), or "
+                   "both side by side.")
 @click.option("--label-field", default="domain", show_default=True)
 @click.option("--cache", default=".cache/bench", show_default=True, type=click.Path(file_okay=False),
               help="Seed embeddings, DSIR features and a built index are kept here (a new, "
@@ -1048,7 +1053,7 @@ def bench() -> None:
 @click.pass_context
 @_domain_errors
 def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, budgets, repeats,
-                         segment_sizes, domains, label_field, cache, out) -> None:
+                         segment_sizes, domains, contexts, label_field, cache, out) -> None:
     """Precision, recall and F1 of every method against oracle selections, DSIR beside them.
 
     \b
@@ -1065,7 +1070,8 @@ def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, 
         [m.strip() for m in methods.split(",") if m.strip()], _ints(seed_sizes, "--seed-sizes"),
         budgets, repeats, _ints(segment_sizes, "--segment-sizes"), Path(out), Path(cache),
         label_field=label_field, domains=domains.split(",") if domains else None,
-        progress=ctx.obj["progress"])
+        progress=ctx.obj["progress"],
+        contexts=("sentence", "document") if contexts == "both" else (contexts,))
     best = max((r for r in report["aggregate"] if r["domain"] == "all" and r["segment_size"] == 1),
                key=lambda r: r["f1"])
     click.echo(f"{len(report['results']):,} results in {report['seconds']:.0f} s; best mean F1 "

@@ -154,3 +154,21 @@ if __name__ == "__main__":
     rows = sorted(_without_timings(report["results"]).values(), key=lambda r: str(_row_key(r)))
     RECORDING.write_text(json.dumps(rows, indent=0) + "\n")
     print(f"recorded {len(rows)} rows -> {RECORDING}")
+
+
+def test_bench_recall_document_context_rows(fake_index, labelled_corpus, seeds_dir, tmp_path):
+    report = bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["centroid", "knn"], [30],
+                          "oracle", 1, [1], tmp_path / "out", tmp_path / "cache", progress=False,
+                          encoder=HashingEncoder(), contexts=("sentence", "document"))
+    names = {r["method"] for r in report["results"]}
+    assert names == {"centroid", "centroid+document", "knn"}   # knn ranks no sentence scores
+    assert report["config"]["contexts"] == ["sentence", "document"]
+    plain = [r for r in report["results"] if r["method"] == "centroid"]
+    pooled = [r for r in report["results"] if r["method"] == "centroid+document"]
+    assert len(plain) == len(pooled) > 0
+    # documents of this corpus are single-topic: pooling them never makes centroid worse here
+    assert np.mean([r["precision"] for r in pooled]) >= np.mean([r["precision"] for r in plain])
+    with pytest.raises(InputError):
+        bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["centroid"], [30], "oracle", 1,
+                     [1], tmp_path / "out2", tmp_path / "cache", progress=False,
+                     encoder=HashingEncoder(), contexts=("paragraph",))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -28,6 +28,7 @@ from tapt.errors import InputError
 from tapt.indexer.index import Index
 from tapt.retriever import scoring
 from tapt.retriever.budget import parse_budget
+from tapt.retriever.context import CONTEXTS, document_scores
 from tapt.retriever.methods import Context, CorpusCache, Memo, get_method, methods as registered
 from tapt.retriever.metrics import selection_scores
 from tapt.retriever.select import SelectConfig, rank
@@ -152,11 +153,34 @@ def _timed(memo: Memo, compute: Callable[[], Any]) -> tuple[Any, float]:
     return value, time.perf_counter() - t0 + memo.reused_seconds - before
 
 
+def context_name(method: str, context: str) -> str:
+    """A method's row name in the results: `fused`, or `fused+document` with document context."""
+    return method if context == "sentence" else f"{method}+{context}"
+
+
 def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], names: list[str],
-             budgets: dict[str, int], sizes: list[int], seed: int) -> tuple[list[dict], dict]:
-    """Every method on one task: result rows and PR curves (segment size 1)."""
+             budgets: dict[str, int], sizes: list[int], seed: int,
+             contexts: Sequence[str] = ("sentence",)) -> tuple[list[dict], dict]:
+    """Every method on one task: result rows and PR curves (segment size 1).
+
+    Methods that score sentences are also cut with each of `contexts` (`retriever.context`):
+    rows named `METHOD+document` for document context.
+    """
     relevant = shared.labels == domain
     rows, curves = [], {}
+
+    def emit(name: str, scores: np.ndarray, wanted: dict[str, int], seconds: float,
+             keep_curve: bool = True, pools: bool = False) -> None:
+        for ctx_name in contexts if pools else ("sentence",):
+            values = scores
+            if ctx_name == "document":
+                values, _ = document_scores(np.where(np.isfinite(scores), scores, -np.inf),
+                                            shared.index.doc_offsets)
+            got, curve = evaluate_fixed(values, shared, relevant, wanted, sizes)
+            label = context_name(name, ctx_name)
+            rows.extend({"method": label, "seconds": round(seconds, 2), **r} for r in got)
+            if keep_curve or label not in curves:
+                curves[label] = curve
     memo = Memo()
     table = bench_methods()
     for name in names:
@@ -177,17 +201,14 @@ def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], na
         if method.scores_sentences and not method.depends_on_budget(method_params):
             (scores, _), seconds = _timed(
                 memo, lambda: method.sentence_scores(context(None), method_params))
-            got, curves[name] = evaluate_fixed(scores, shared, relevant, budgets, sizes)
-            rows += [{"method": name, "seconds": round(seconds, 2), **r} for r in got]
+            emit(name, scores, budgets, seconds, pools=method.pools_documents(method_params))
             continue
         for budget_name, n in budgets.items():
             if method.scores_sentences:
                 (scores, _), seconds = _timed(
                     memo, lambda: method.sentence_scores(context(n), method_params))
-                got, curve = evaluate_fixed(scores, shared, relevant, {budget_name: n}, sizes)
-                rows += [{"method": name, "seconds": round(seconds, 2), **r} for r in got]
-                if budget_name == "oracle" or name not in curves:
-                    curves[name] = curve
+                emit(name, scores, {budget_name: n}, seconds, keep_curve=budget_name == "oracle",
+                     pools=method.pools_documents(method_params))
                 continue
             config = SelectConfig(method_name, f"{n}sent", segment_size=1, seed=seed,
                                   explicit=(), **params)
@@ -203,8 +224,13 @@ def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], na
 def run(shared: Shared, seed_sets: list[SeedSet], seed_embeddings: dict[str, np.ndarray],
         methods: list[str], seed_sizes: list[int], budgets: list[tuple[str, float]],
         repeats: int, sizes: list[int], progress: bool = True,
-        on_task: Callable[[list[dict]], None] | None = None) -> tuple[list[dict], dict]:
-    """The whole grid. Seed sizes >= the seed file's size run once (the whole file)."""
+        on_task: Callable[[list[dict]], None] | None = None,
+        contexts: Sequence[str] = ("sentence",)) -> tuple[list[dict], dict]:
+    """The whole grid. Seed sizes >= the seed file's size run once (the whole file); methods
+    that score sentences are cut with each of `contexts` ("sentence", "document")."""
+    bad = [c for c in contexts if c not in CONTEXTS]
+    if bad or not contexts:
+        raise InputError(f"{bad or 'none'}: use {', '.join(CONTEXTS)}", param="contexts")
     unknown = [m for m in methods if m not in all_methods()]
     if unknown:
         raise InputError(f"unknown methods {unknown}: use {', '.join(all_methods())} or all",
@@ -224,7 +250,7 @@ def run(shared: Shared, seed_sets: list[SeedSet], seed_embeddings: dict[str, np.
         task = seed_embeddings[s.domain][subset]
         texts = [s.texts[i] for i in subset]
         rows, task_curves = run_task(shared, s.domain, task, texts, methods, budget_sent, sizes,
-                                     seed=rep)
+                                     seed=rep, contexts=contexts)
         for r in rows:
             r.update({"domain": s.domain, "seeds": int(len(subset)), "repeat": rep})
         results += rows

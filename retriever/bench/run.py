@@ -8,7 +8,7 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -122,8 +122,10 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
                  seed_sizes: list[int], budgets: str, repeats: int, segment_sizes: list[int],
                  out_dir: Path, cache: Path, label_field: str = "domain",
                  domains: list[str] | None = None, progress: bool = True,
-                 encoder=None) -> dict[str, Any]:
-    """Run the grid and write recall.json, recall.md and pr-<domain>.png into `out_dir`."""
+                 encoder=None, contexts: Sequence[str] = ("sentence",)) -> dict[str, Any]:
+    """Run the grid and write recall.json, recall.md and pr-<domain>.png into `out_dir`
+    (`contexts`: also cut sentence-scoring methods with document context, rows `METHOD+document`).
+    """
     budget_list = recall.parse_budgets(budgets)
     if repeats < 1 or any(n < 2 for n in seed_sizes):
         raise InputError("`repeats` must be >= 1 and every one of `seed_sizes` >= 2")
@@ -143,7 +145,7 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
         extra["dsir_library_check"] = dsir_library_check(shared, seed_sets[0])
     embeddings = seed_embeddings(index, seed_sets, cache, encoder)
     results, curves = recall.run(shared, seed_sets, embeddings, methods, seed_sizes, budget_list,
-                                 repeats, segment_sizes, progress)
+                                 repeats, segment_sizes, progress, contexts=contexts)
     agg = recall_report.aggregate(results)
     oracle = {s.domain: int((labels == s.domain).sum()) for s in seed_sets}
     report = {
@@ -151,6 +153,7 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
         "index_counts": index.manifest["counts"], "model": index.manifest["model"]["name"],
         "config": {"methods": methods, "seed_sizes": seed_sizes, "budgets": budgets,
                    "repeats": repeats, "segment_sizes": segment_sizes, "label_field": label_field,
+                   "contexts": list(contexts),
                    "seeds_dir": str(seeds_dir), "pool": str(pool) if pool else None},
         "oracle_sentences": oracle, **extra, "seconds": round(time.perf_counter() - t_start, 1),
         "versions": library_versions(), "aggregate": agg, "results": results, "pr_curves": curves,
