@@ -54,8 +54,6 @@ from ..budget import Budget, budget_target, cut
 if TYPE_CHECKING:
     from tapt.indexer.index import Index
 
-    from ..ngram_lm import Vocabulary
-
 log = logging.getLogger(__name__)
 
 Scorer = Callable[[np.ndarray], np.ndarray]
@@ -254,12 +252,13 @@ class Memo:
 
 
 class CorpusCache:
-    """Per-index data that selections reuse: segment views, the stored texts and their
-    encoding for the bigram language models of Moore-Lewis.
+    """Per-index data that selections reuse: segment views, the stored texts (for benchmarks
+    that need them), and the vocabulary state of Moore-Lewis.
 
-    Each selection gets its own copy of the vocabulary, so a selection never depends on the
-    ones before it. `share_vocabulary=True` lets the vocabulary grow across tasks instead: the
-    published `tapt bench recall` numbers were made that way, and the benchmark keeps it.
+    Moore-Lewis's vocabulary is the corpus's words plus the task's, so a selection never depends
+    on the ones before it. `share_vocabulary=True` lets the vocabulary grow across tasks instead
+    (the words of earlier tasks count too): the published `tapt bench recall` numbers were made
+    that way, and the benchmark keeps it.
     """
 
     def __init__(self, index: "Index", share_vocabulary: bool = False) -> None:
@@ -267,7 +266,7 @@ class CorpusCache:
         self.share_vocabulary = share_vocabulary
         self._views: dict[int | None, SegmentView] = {}
         self._texts: list[str] | None = None
-        self._lm: tuple["Vocabulary", tuple[np.ndarray, np.ndarray]] | None = None
+        self.extra_words = np.empty(0, dtype=np.uint64)  # earlier tasks' words outside the corpus
 
     def view(self, size: int | None) -> SegmentView:
         if size not in self._views:
@@ -278,16 +277,6 @@ class CorpusCache:
         if self._texts is None:
             self._texts = self.index.store.texts(range(self.index.n_sentences))
         return self._texts
-
-    def lm_encoding(self) -> tuple["Vocabulary", tuple[np.ndarray, np.ndarray]]:
-        """The stored texts as token ids, and the vocabulary they were encoded with."""
-        from ..ngram_lm import Vocabulary
-
-        if self._lm is None:
-            vocab = Vocabulary()
-            self._lm = vocab, vocab.encode(self.texts())
-        vocab, encoded = self._lm
-        return (vocab if self.share_vocabulary else vocab.copy()), encoded
 
 
 @dataclass
