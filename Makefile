@@ -26,14 +26,16 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The documentation site (docs/ + mkdocs.yml) into site/; warnings are errors.
+# The documentation site (docs/ + mkdocs.yml) into site/; warnings are errors. Run through
+# `python -m`: the `mkdocs` script would put .venv/bin first on sys.path, where the API reference
+# would find the `tapt` console script instead of the package.
 docs: setup
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	$(PY) -m mkdocs build --strict --site-dir site
 
 docs-serve: setup
-	$(VENV)/bin/mkdocs serve
+	$(PY) -m mkdocs serve
 
-# Index the bundled sample once (cached), select for one domain's seeds three ways, score them.
+# Index the bundled sample once (cached), select for one domain's seeds four ways, score them.
 demo: setup $(DEMO)/index/manifest.json
 	@for m in centroid knn iforest fused; do \
 	  $(TAPT) -q select $$m $(DEMO)/index --task data/sample/seeds/$(DOMAIN).jsonl.gz \

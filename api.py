@@ -1,6 +1,7 @@
 """tapt's Python API: index a corpus once, select training data for a task in seconds, train.
 
-Example (the README's; `tests/test_api.py` runs it)::
+Example (the README's; `tests/test_api.py` runs the README's copy and checks that this one is
+the same):
 
     import tapt
 
@@ -11,7 +12,7 @@ Example (the README's; `tests/test_api.py` runs it)::
     print(sel.to_pandas().head())                     # text, weight, score, doc_key, meta ...
     sel.write("sel.jsonl")                            # the selection file `tapt train` reads
     sel.export("train.parquet")                       # or hf / jsonl / txt, for any trainer
-    tapt.train("sel.jsonl", "model-tapt", steps=1000)
+    tapt.train("sel.jsonl", "model-fused", steps=1000)
 
 Everything the command line does is here: `Index.build/open/add/verify/repair/reindex/info/
 select`, `Selection` (to pandas, Arrow, a Hugging Face dataset, files), `train` and
@@ -47,6 +48,17 @@ class Index(_IndexBase):
 
     Open one with `Index.open(path)` or create one with `Index.build(inputs, out)`. The object
     reads one generation of the index; `add`, `repair` and `reindex` reopen it on the new one.
+
+    Attributes:
+        path: The index directory.
+        manifest: The index manifest (model, counts, ingest options, FAISS, checksums).
+        n_sentences: Sentences (rows) in the index.
+        dim: Embedding dimensions.
+        segment_size: Sentences per segment unless a selection re-cuts them.
+        uuid: The index's identity, kept through `add`.
+        embeddings: The (n_sentences, dim) embeddings, memory-mapped, L2-normalised.
+        store: The text store: `store.texts(rows)` and `store.records(rows)` read sentences
+            and their metadata by row.
 
     Examples:
         >>> ix = tapt.Index.open(idx)
@@ -185,8 +197,8 @@ class Index(_IndexBase):
             encoder: An encoder object to use instead of loading the model (for tests).
 
         Returns:
-            The record of this add (sentences and documents added, duplicates skipped); this
-            object then reads the new generation.
+            The record of this add (sentences and documents added, duplicates skipped);
+                this object then reads the new generation.
         """
         from tapt.indexer.add import add_to_index
 
@@ -218,7 +230,14 @@ class Index(_IndexBase):
     @staticmethod
     def verify_path(path: PathLike, *, deep: bool = False, sample: int = 200,
                     model: str | None = None, progress: bool = True) -> "VerifyReport":
-        """`verify` for an index too damaged to open."""
+        """`verify` for an index too damaged to open.
+
+        Args:
+            path: The index directory; the other arguments are those of `verify`.
+
+        Returns:
+            The `VerifyReport`, as from `verify`.
+        """
         from tapt.indexer.verify import verify_index
 
         return verify_index(path, deep=deep, sample=sample, model=model, progress=progress)
@@ -226,9 +245,12 @@ class Index(_IndexBase):
     def repair(self, *, progress: bool = True) -> list[str]:
         """Rebuild what can be rebuilt without re-embedding (`tapt index repair`).
 
+        Args:
+            progress: Show progress bars.
+
         Returns:
             What was rebuilt (empty when nothing needed it); this object then reads the
-            repaired index.
+                repaired index.
         """
         done = self.repair_path(self.path, progress=progress)
         self._reopen()
@@ -236,10 +258,38 @@ class Index(_IndexBase):
 
     @staticmethod
     def repair_path(path: PathLike, *, progress: bool = True) -> list[str]:
-        """`repair` for an index too damaged to open (then `Index.open` it)."""
+        """`repair` for an index too damaged to open (then `Index.open` it).
+
+        Args:
+            path: The index directory.
+            progress: Show progress bars.
+
+        Returns:
+            What was rebuilt (empty when nothing needed it).
+        """
         from tapt.indexer.repair import repair_index
 
         return repair_index(path, progress=progress)
+
+    @classmethod
+    def upgrade(cls, path: PathLike, *, progress: bool = True) -> "Index":
+        """Convert an index of an older format to this tapt's (`tapt index upgrade`).
+
+        Only what the format changed is rewritten (no re-embedding); the new generation is
+        swapped in atomically, and an index whose files fail their recorded checksums is
+        refused rather than upgraded.
+
+        Args:
+            path: The index directory.
+            progress: Show progress bars.
+
+        Returns:
+            The upgraded index, open (unchanged when it was already current).
+        """
+        from tapt.indexer.upgrade import upgrade_index
+
+        upgrade_index(path, progress=progress)
+        return cls(path)
 
     def reindex(self, index_type: str = "auto", memory: str | int | None = None, *,
                 opq: bool = False, codes: str = "keep", progress: bool = True
@@ -266,7 +316,12 @@ class Index(_IndexBase):
         return manifest["faiss"]
 
     def info(self) -> dict[str, Any]:
-        """The manifest (counts, model, FAISS, build, versions) and `disk_bytes` per file."""
+        """What `tapt index info` shows.
+
+        Returns:
+            The manifest (counts, model, FAISS, build, versions) plus `disk_bytes`: the size
+                of every file of the index.
+        """
         return {**self.manifest, "disk_bytes": self.disk_bytes()}
 
     def select(self, method: str, task: Task | None = None, budget: str | float | None = None, *,
@@ -479,6 +534,9 @@ def evaluate_mlm(texts: PathLike | Sequence[PathLike], *, model: str | None = No
 def method_names() -> tuple[str, ...]:
     """The selection methods `Index.select` accepts, in listing order.
 
+    Returns:
+        The method names.
+
     Examples:
         >>> tapt.method_names()
         ('centroid', 'knn', 'iforest', 'random', 'distance', 'density', 'classifier', \
@@ -490,8 +548,13 @@ def method_names() -> tuple[str, ...]:
 
 
 def describe_methods() -> list[dict[str, Any]]:
-    """Every selection method: name, summary, budget need, whether it reads the task's text,
-    and its parameters with their defaults."""
+    """Every selection method and its parameters.
+
+    Returns:
+        One dict per method, in listing order: `name`, `summary`, `budget` ("required",
+            "optional" or "none"), `needs_text`, `needs_embeddings`, and `params` (each
+            parameter's default by name).
+    """
     import dataclasses
 
     from tapt.retriever.methods import methods

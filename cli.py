@@ -170,8 +170,9 @@ def index() -> None:
 
 
 _BACKEND_HELP = ("Encoder backend: torch, or the model exported once to ONNX (fp32, or int8 by dynamic "
-                 "quantisation; CPU only). auto = onnx (fp32, 1.7x torch, same selections) on CPU, torch "
-                 "on CUDA; onnx-int8 is 3.7x torch but its selections differ by 2-7%.")
+                 "quantisation; CPU only). auto = onnx (fp32: faster than torch on a CPU, same "
+                 "selections) on CPU, torch on CUDA; onnx-int8 is faster still, but its selections "
+                 "differ by a few percent (see the Performance docs).")
 
 
 def _backend_option(default_help: str = _BACKEND_HELP):
@@ -289,7 +290,8 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
               "[default: the packaged all-MiniLM-L6-v2].")
 @click.option("--segment-size", default=15, show_default=True, type=int,
               help="Sentences per segment (the selection unit).")
-@click.option("--batch-size", default=64, show_default=True, type=int)
+@click.option("--batch-size", default=64, show_default=True, type=int,
+              help="Sentences per encoder batch.")
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]))
 @_backend_option()
@@ -677,8 +679,9 @@ def _search_options(func):
                              "index's calibrated one, recall@100 >= 0.95].")(func)
 
 
-_TASK = click.option("--task", "-t", required=True, multiple=True, type=click.Path(exists=True),
-                     help="Task text: .txt/.jsonl(.gz) files or directories (repeatable).")
+_TASK = click.option("--task", "-t", required=True, multiple=True, metavar="PATH",
+                     help="Task text: files or folders in any corpus format, URLs, or - for "
+                          "standard input (repeatable).")
 
 
 def _flags_in_text(text: str) -> str:
@@ -747,14 +750,16 @@ def _select_command(method) -> click.Command:
                      help="Print one JSON object: method, counts, timings, output, info."),
         click.Option(["--segment-size"], type=click.IntRange(min=1), default=None,
                      help="Re-cut segments at this size [default: the index's]."),
-        click.Option(["--seed"], type=int, default=0, show_default=True),
+        click.Option(["--seed"], type=int, default=0, show_default=True,
+                     help="Seed of every random choice (the same seed gives the same selection)."),
     ]
     if method.needs_embeddings:
         params += [
             click.Option(["--model"], default=None,
                          help="Model directory if the index's recorded one cannot be found."),
             click.Option(["--device"], default="auto", show_default=True,
-                         type=click.Choice(["auto", "cpu", "cuda"])),
+                         type=click.Choice(["auto", "cpu", "cuda"]),
+                         help="Device that embeds the task."),
             click.Option(["--backend"], default="auto", show_default=True,
                          type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]),
                          help="Backend that embeds the task [auto: the one the index was built "
@@ -810,7 +815,10 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
                                "warnings": manifest["warnings"]}, default=str), err=to_stderr)
         return
     counts, info = manifest["counts"], manifest["info"]
-    extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in info.items())
+    scalars = {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool))}
+    extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in scalars.items())
+    if len(scalars) < len(info):
+        extra += " (--json for the details)"
     click.echo(
         f"{config.method}: selected {counts['segments']:,} segments ({counts['sentences']:,} "
         f"sentences, {counts['tokens']:,} tokens) of {counts['corpus_segments']:,} in "
@@ -837,7 +845,8 @@ _add_select_commands()
 
 @cli.command("eval", context_settings=CONTEXT)
 @click.argument("selections", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--index", "idx", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--index", "idx", required=True, type=click.Path(exists=True, file_okay=False),
+              help="The index the selections were made from.")
 @click.option("--label-field", default="domain", show_default=True,
               help="Metadata field holding the oracle label.")
 @click.option("--label", required=True, help="The label that counts as relevant (the task's).")
@@ -926,14 +935,18 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
                    "lambda; sample: draw examples with probability proportional to lambda.")
 @click.option("--steps", type=int, default=None, help="Optimizer steps (or give --epochs).")
 @click.option("--epochs", type=int, default=None, help="Passes over the (mixed) data.")
-@click.option("--batch-size", default=16, show_default=True, type=int)
+@click.option("--batch-size", default=16, show_default=True, type=int,
+              help="Examples per optimizer step.")
 @click.option("--max-length", default=128, show_default=True, type=int,
               help="Tokens per example; consecutive sentences of one segment are packed up to it.")
-@click.option("--lr", default=1e-4, show_default=True, type=float)
+@click.option("--lr", default=1e-4, show_default=True, type=float,
+              help="Peak learning rate.")
 @click.option("--warmup", default=0.06, show_default=True, type=float,
               help="Fraction of steps of linear warmup (then linear decay to 0).")
-@click.option("--weight-decay", default=0.01, show_default=True, type=float)
-@click.option("--mlm-probability", default=0.15, show_default=True, type=float)
+@click.option("--weight-decay", default=0.01, show_default=True, type=float,
+              help="AdamW weight decay (none on biases and LayerNorm).")
+@click.option("--mlm-probability", default=0.15, show_default=True, type=float,
+              help="Share of tokens masked.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
               help="Model directory to write (checkpoints go to OUT/checkpoints).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
@@ -951,7 +964,8 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
               help="How many of the newest checkpoints to keep.")
 @click.option("--delete-checkpoints", is_flag=True,
               help="Delete OUT/checkpoints once the run has finished.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed of data order, masks and head initialisation.")
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
               help="cuda trains with bf16 autocast where supported.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
@@ -1003,11 +1017,14 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
                    "standard input (repeatable).")
 @click.option("--text-field", default="text", show_default=True,
               help="Field/column with the text (JSONL, Parquet, CSV/TSV, Arrow, HF datasets).")
-@click.option("--max-length", default=128, show_default=True, type=int)
-@click.option("--batch-size", default=32, show_default=True, type=int)
+@click.option("--max-length", default=128, show_default=True, type=int,
+              help="Tokens per sequence.")
+@click.option("--batch-size", default=32, show_default=True, type=int,
+              help="Sequences per batch.")
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Masking seed: the same seed masks the same tokens for every model.")
-@click.option("--mlm-probability", default=0.15, show_default=True, type=float)
+@click.option("--mlm-probability", default=0.15, show_default=True, type=float,
+              help="Share of tokens masked.")
 @click.option("--pseudo-perplexity", "pseudo", is_flag=True,
               help="Mask every token in turn (Salazar et al. 2020): one pass per token, small inputs.")
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]))
@@ -1085,8 +1102,8 @@ def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, 
 
     \b
     Example:
-      tapt bench recall --pool ../shared/data/multidomain/pool.jsonl.gz \\
-          --seeds ../shared/data/multidomain/seeds --index .cache/pool-index \\
+      tapt bench recall --pool corpus/pool.jsonl.gz \\
+          --seeds corpus/seeds --index .cache/pool-index \\
           --methods all --seed-sizes 100,500,2000 --budgets oracle,0.5x,2x --repeats 3 \\
           --out benchmarks/results/recall
     """
@@ -1143,13 +1160,16 @@ def detectors() -> None:
 @click.option("--pca", default=0, show_default=True, type=int,
               help="Fit every detector in a PCA projection of this many dimensions.")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--model", default=None)
+@click.option("--model", default=None, help="The index's model directory, if it moved.")
 @click.option("--device", default="auto", show_default=True,
-              type=click.Choice(["auto", "cpu", "cuda"]))
+              type=click.Choice(["auto", "cpu", "cuda"]), help="Device that embeds the task.")
 @_backend_option("Backend that embeds the task [auto: the index's].")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the task's text (JSONL, Parquet, CSV/TSV, ...).")
+@click.option("--json", "as_json", is_flag=True, help="Print the detectors' scores as JSON.")
 @_domain_errors
-def detectors_rank_command(idx, task, pca, seed, model, device, backend, as_json) -> None:
+def detectors_rank_command(idx, task, pca, seed, model, device, backend, text_field,
+                           as_json) -> None:
     """Which detector separates this task from the corpus best (TADPOLE Table 1 protocol).
 
     \b
@@ -1161,7 +1181,8 @@ def detectors_rank_command(idx, task, pca, seed, model, device, backend, as_json
     from tapt.retriever.task_input import task_from_files
 
     ix = Index(idx)
-    sentences = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"]).sentences
+    sentences = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"],
+                                text_field=text_field).sentences
     rows = rank_detectors(ix, ix.load_encoder(model, device, backend).encode(sentences), seed=seed,
                           pca_dims=pca)
     if as_json:

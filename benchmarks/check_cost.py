@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What the damage checks cost (docs/reliability.md quotes this).
+"""What the damage checks cost (docs/reference/reliability.md quotes this).
 
 - centroid scoring over N stored rows (float32 and float16, memory-mapped, from the page cache)
   with the cosine-range check and without it (main's `retriever/scoring.py`, loaded from git);

@@ -82,7 +82,7 @@ def run_fuzz(trials: int, work: Path) -> list[str]:
     gap = wrong_by_file[modes[2][0]]
     lines += ["", "Wrong answers (commands) with hashing off, by damaged file: "
               + (", ".join(f"{k} {v}" for k, v in sorted(gap.items())) or "none") + ". These "
-              "are the documented limit (docs/reliability.md): with a usable cache, the default "
+              "are the documented limit (docs/reference/reliability.md): with a usable cache, the default "
               "hashes such files once per version, and `tapt index verify` always finds them."]
     return lines
 

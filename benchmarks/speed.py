@@ -8,6 +8,7 @@ own dates and commands are kept in the report), for re-running only the DSIR par
 
     python -m benchmarks.speed                 # everything (~15 min on 2 cores)
     python -m benchmarks.speed --reuse         # DSIR timing + assemble the existing results
+    python -m benchmarks.speed --markdown-only # only rewrite speed.md from speed.json
 """
 
 from __future__ import annotations
@@ -91,8 +92,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=Path, default=Path("data/sample/seeds"))
     p.add_argument("--dsir-domains", nargs="*", default=None, help="[default: every seed file]")
     p.add_argument("--out", type=Path, default=RESULTS / "speed")
+    p.add_argument("--markdown-only", action="store_true",
+                   help="measure nothing: rewrite OUT.md from OUT.json and the two results files")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.markdown_only:
+        report = json.loads(args.out.with_suffix(".json").read_text())
+        args.out.with_suffix(".md").write_text(
+            markdown(report, (RESULTS / "speed_encode.md").read_text(),
+                     (RESULTS / "speed_index.md").read_text()), encoding="utf-8")
+        return
     if not args.reuse:
         from . import speed_encode, speed_index
 

@@ -204,6 +204,13 @@ def summarise(runs: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, Any
     return summary
 
 
+def portable(command: str, result: dict[str, Any]) -> str:
+    """A recorded command as a reader types it: the repository's paths relative to it, its
+    virtualenv's `python` and `tapt` by name."""
+    root = str(Path(result["arguments"]["results"]).parent.parent)
+    return command.replace(f"{root}/.venv/bin/", "").replace(f"{root}/", "")
+
+
 def write_markdown(path: Path, result: dict[str, Any]) -> None:
     a = result["arguments"]
     lines = [
@@ -229,15 +236,16 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
     lines += ["", f"Total time {result['seconds']:.0f} s on {result['machine']}.", "",
               "Held-out split: seed documents shuffled with seed 12345, first half = task "
               "(selection, TAPT), second half = evaluation (whole documents).", "",
-              "## Commands", "", "```", " ".join(shlex.quote(x) for x in result["invocation"])]
-    lines += result["commands"] + ["```", ""]
+              "## Commands", "", "```",
+              portable(" ".join(shlex.quote(x) for x in result["invocation"]), result)]
+    lines += [portable(c, result) for c in result["commands"]] + ["```", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--index", required=True, type=Path, help="index of DATA/pool.jsonl.gz (--no-split)")
+    p.add_argument("--index", type=Path, help="index of DATA/pool.jsonl.gz (--no-split); required")
     p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "multidomain")
     p.add_argument("--domains", nargs="+", default=["medical", "legal"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -266,7 +274,15 @@ def main(argv: list[str] | None = None) -> None:
                    help="train nothing: report the runs an earlier invocation has scored")
     p.add_argument("--tapt", default=str(Path(sys.executable).with_name("tapt")),
                    help="the tapt executable")
+    p.add_argument("--markdown-only", action="store_true",
+                   help="measure nothing: rewrite RESULTS/NAME.md from RESULTS/NAME.json")
     args = p.parse_args(argv)
+    if args.markdown_only:
+        result = json.loads((args.results / f"{args.name}.json").read_text(encoding="utf-8"))
+        write_markdown(args.results / f"{args.name}.md", result)
+        return
+    if args.index is None:
+        p.error("--index is required")
     started = time.time()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.work.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence, TextIO
 
 import numpy as np
 
@@ -110,18 +110,23 @@ class Selection:
 
     @property
     def method(self) -> str:
+        """The method that made the selection."""
         return str(self.manifest.get("method"))
 
     @property
     def counts(self) -> dict[str, int]:
+        """Selected segments, sentences and tokens."""
         return dict(self.manifest.get("counts", {}))
 
     @property
     def info(self) -> dict[str, Any]:
+        """What the method reports about its run (e.g. knn's union size, auto's choice)."""
         return dict(self.manifest.get("info", {}))
 
     @property
     def warnings(self) -> list[str]:
+        """Warnings about the task or the budget (also logged), e.g. a task too small to fit
+        the method reliably."""
         return list(self.manifest.get("warnings", []))
 
     @property
@@ -142,35 +147,47 @@ class Selection:
 
     @property
     def scores(self) -> np.ndarray:
+        """The segments' scores (higher = more task-like), in rank order."""
         return np.array([s.score for s in self.segments], dtype=np.float64)
 
     @property
     def weights(self) -> np.ndarray:
+        """The segments' training weights (1.0, or lambda for continuous selections)."""
         return np.array([s.weight for s in self.segments], dtype=np.float64)
 
     @property
     def texts(self) -> list[str]:
+        """Each segment's text (its sentences joined by spaces), in rank order."""
         return [s.text for s in self.segments]
 
     @property
     def sentences(self) -> list[list[str]]:
+        """Each segment's sentences, in rank order."""
         return [s.sentences for s in self.segments]
 
     @property
     def doc_keys(self) -> list[str | None]:
+        """Each segment's document key in the corpus (None in version 1 files)."""
         return [s.doc_key for s in self.segments]
 
     @property
     def sources(self) -> list[str | None]:
+        """Each segment's input file (None in version 1 files)."""
         return [s.source for s in self.segments]
 
     @property
     def meta(self) -> list[dict[str, Any]]:
+        """Each segment's corpus metadata: the fields all of its sentences share."""
         return [s.meta for s in self.segments]
 
     def to_records(self) -> list[dict[str, Any]]:
-        """One training example per segment: text and weight first, then score, rank, ids,
-        corpus key, source file and metadata (`sentence_meta` where sentences differ)."""
+        """One training example per segment.
+
+        Returns:
+            One dict per segment, in rank order: `text` and `weight` first, then `score`,
+                `rank`, `id`, `doc`, `row_start`, `row_end`, `doc_key`, `source`, `meta`,
+                `sentence_meta` (where the sentences' fields differ), `sentences`, `method`.
+        """
         out = []
         for s in self.segments:
             out.append({"text": s.text, "weight": float(s.weight), "score": float(s.score),
@@ -196,6 +213,9 @@ class Selection:
         """A pyarrow Table, one row per segment. `meta` and `sentence_meta` are JSON text
         (their keys differ between corpora and rows; `json.loads` gives the dicts back).
 
+        Returns:
+            pyarrow.Table with the columns of `to_records`.
+
         Raises:
             InputError: pyarrow is not installed.
         """
@@ -213,6 +233,9 @@ class Selection:
     def to_hf_dataset(self) -> "datasets.Dataset":
         """A Hugging Face `datasets.Dataset` (the columns of `to_arrow`).
 
+        Returns:
+            datasets.Dataset, one row per segment.
+
         Raises:
             InputError: datasets (or pyarrow) is not installed.
         """
@@ -222,7 +245,11 @@ class Selection:
     # --- writing
 
     def inputs(self) -> list[str]:
-        """Paths this selection was made from (task files, the index): never an output."""
+        """Paths this selection was made from, which it never writes to.
+
+        Returns:
+            The task files and the index directory.
+        """
         task = self.manifest.get("task") or {}
         files = ([f for f in task.get("files", []) if f not in ("-", "<stdin>")]
                  if isinstance(task, dict) else [])
@@ -249,8 +276,12 @@ class Selection:
         self.path = path
         return path
 
-    def write_lines(self, stream) -> None:
-        """The selection file's lines to a text stream (stdout: no manifest is written)."""
+    def write_lines(self, stream: TextIO) -> None:
+        """The selection file's lines to a text stream (stdout: no manifest is written).
+
+        Args:
+            stream: A text stream, e.g. `sys.stdout`.
+        """
         for seg in self.segments:
             stream.write(seg.to_json() + "\n")
 
@@ -290,8 +321,17 @@ class Selection:
         return target
 
     def lines(self, format: Literal["jsonl", "txt"] = "jsonl") -> Iterator[str]:
-        """The export as text lines (newline-terminated): one JSON object, or for txt one
-        segment's text on one line, per segment."""
+        """The export as text lines (newline-terminated).
+
+        Args:
+            format: jsonl (one JSON object per segment) or txt (one segment's text per line).
+
+        Returns:
+            An iterator of lines.
+
+        Raises:
+            InputError: another format.
+        """
         if format not in ("jsonl", "txt"):
             raise InputError(f"{format} is not a line format (jsonl or txt)", param="format")
         for rec in self.to_records():

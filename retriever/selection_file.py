@@ -34,7 +34,23 @@ READABLE_VERSIONS = (1, 2)
 
 @dataclass(frozen=True)
 class SelectedSegment:
-    """One line of a selection file."""
+    """One selected segment: one line of a selection file.
+
+    Attributes:
+        id: The segment id at the selection's segment size.
+        rank: Position in the selection, 0 = best.
+        score: The method's score; higher is more task-like for every method.
+        weight: 1.0, or TADPOLE's lambda in (0, 1) for a continuous selection.
+        method: The method that selected it.
+        doc: The index's document number.
+        rows: The half-open range of sentence rows (FAISS row = text-store key) it covers.
+        text: Its sentences joined by spaces.
+        sentences: Its sentences.
+        doc_key: The corpus's own document key (None in version 1 files).
+        source: The input file it came from (None in version 1 files).
+        meta: The corpus fields that all of its sentences share.
+        sentence_meta: Each sentence's remaining fields, where they differ (else None).
+    """
 
     id: int
     rank: int

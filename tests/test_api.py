@@ -322,22 +322,36 @@ def sample_index(tmp_path_factory):
     return tapt.Index.build(pool, base / "idx", split=False, segment_size=5, progress=False)
 
 
-def readme_example() -> str:
-    """The example of `tapt.api`'s docstring (the indented block after "::"), up to the training
-    call (tiny-model training is tested above; the packaged model would take minutes)."""
+def docstring_example() -> str:
+    """The example of `tapt.api`'s docstring: the indented block after its first line ending
+    in a colon."""
     import tapt.api
 
-    lines = tapt.api.__doc__.split("::\n", 1)[1].splitlines()
+    lines = tapt.api.__doc__.split(":\n\n", 1)[1].splitlines()
     block = []
     for line in lines:
         if line.strip() and not line.startswith("    "):
             break
         block.append(line[4:])
-    return "\n".join(block).split("tapt.train(")[0]
+    return "\n".join(block).strip() + "\n"
+
+
+def readme_example() -> str:
+    """The README's Python example (its `python` section, which the docs site includes)."""
+    from test_docs import readme_section
+
+    section = readme_section("python")
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_and_docstring_examples_are_the_same():
+    assert readme_example() == docstring_example()
 
 
 def test_readme_example_runs(sample_index, tmp_path, monkeypatch):
-    code = readme_example()
+    # up to the training call (tiny-model training is tested above; the packaged model would
+    # take minutes)
+    code = readme_example().split("tapt.train(")[0]
     assert "tapt.Index.open" in code and 'ix.select("fused"' in code and "to_pandas" in code
     assert len(code.strip().splitlines()) <= 10
     monkeypatch.chdir(tmp_path)

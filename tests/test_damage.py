@@ -276,6 +276,18 @@ def test_format_1_index_is_refused_with_upgrade_named_then_upgraded(idx, medical
     assert select(run, idx, medical_task).exit_code == 0
 
 
+def test_python_api_upgrades_an_old_index(idx):
+    import tapt
+    from tapt.indexer.manifest import INDEX_FORMAT_VERSION
+
+    before = Index(idx).store.texts(range(Index(idx).n_sentences))
+    make_format_1(idx)
+    ix = tapt.Index.upgrade(idx, progress=False)
+    assert ix.format_version == INDEX_FORMAT_VERSION
+    assert ix.store.texts(range(ix.n_sentences)) == before
+    assert tapt.Index.upgrade(idx, progress=False).generation == ix.generation
+
+
 def test_a_damaged_format_1_index_is_not_upgraded(idx, run):
     make_format_1(idx)
     flip(idx / LMDB_DATA, record_offset_plain(idx), 0x01)

@@ -13,7 +13,7 @@ from index_fuzz import FILES, SHARDS, fuzz
 FAILURES = ("WRONG", "TRACEBACK", "SIGNAL", "MESSY")
 # With hashing on open turned off (as for files above the hashing limit without a cache), these
 # files are guarded by structure, CRCs and the seal alone; embeddings.npy and index.faiss then
-# rely on range, length and agreement checks, which a sign flip can pass (docs/reliability.md).
+# rely on range, length and agreement checks, which a sign flip can pass (docs/reference/reliability.md).
 # Lexical ids (like embeddings) are guarded by their checksums and range checks only.
 STRUCTURAL = ("manifest.json", *(f"shards/{s}/{name}" for s in SHARDS for name in (
     "shard.json", "docs.npy", "tokens.npy", "text.lmdb/data.mdb")))

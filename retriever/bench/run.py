@@ -77,19 +77,17 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def seed_embeddings(index: Index, seed_sets, cache: Path, encoder=None) -> dict[str, np.ndarray]:
-    """Embeddings of every seed sentence with the index's model, cached per model and file."""
-    out = {}
-    model = index.manifest["model"]["weights_sha256"]
-    for s in seed_sets:
-        key = hashlib.sha256(("\n".join(s.texts) + model).encode()).hexdigest()[:16]
-        path = cache / f"seeds-{s.domain}-{key}.npy"
-        if not path.exists():
-            encoder = encoder or index.load_encoder()
-            tmp = path.with_name(f".{path.name}.tmp.npy")
-            np.save(tmp, encoder.encode(s.texts))
-            tmp.replace(path)
-        out[s.domain] = np.load(path)
-    return out
+    """Embeddings of every seed sentence with the index's model (checked against the index).
+
+    They go through the task-embedding cache (`retriever.task_cache`), keyed by the model's full
+    fingerprint, backend and dtype and checksummed, so a model change or a damaged entry never
+    reuses stale vectors. `cache` is kept for callers; seed embeddings no longer live there.
+    """
+    from tapt.retriever.task_cache import encode_cached
+
+    encoder = encoder or index.load_encoder()
+    index.check_encoder(encoder)
+    return {s.domain: encode_cached(encoder, s.texts)[0] for s in seed_sets}
 
 
 def dsir_features(index: Index, texts: list[str], cache: Path, progress: bool):

@@ -62,7 +62,14 @@ BudgetNeed = Literal["required", "optional", "none"]
 
 @dataclass
 class Ranking:
-    """Selected segments in rank order with their scores and weights, plus what the method saw."""
+    """Selected segments in rank order with their scores and weights, plus what the method saw.
+
+    Attributes:
+        segments: Segment ids (at the context's segment size), best first.
+        scores: Their scores, higher = more task-like.
+        weights: Their training weights (1.0 unless the method weights segments).
+        info: What the method reports (recorded in the selection manifest's `info`).
+    """
 
     segments: np.ndarray
     scores: np.ndarray
@@ -426,18 +433,43 @@ class Method:
         return self.min_task_sentences
 
     def rank(self, ctx: Context, params: Params) -> Ranking:
-        """The selected segments in rank order (cut at `ctx.budget` when there is one)."""
+        """Select: what `tapt select NAME` and `Index.select(NAME, ...)` run.
+
+        Args:
+            ctx: The index, the task and the budget.
+            params: This method's validated parameters.
+
+        Returns:
+            The selected segments in rank order (cut at `ctx.budget` when there is one).
+        """
         raise NotImplementedError
 
     def full_ranking(self, ctx: Context, params: Params) -> Ranking:
-        """Every segment the method can rank, in order, uncut (for `can_prerank` methods)."""
+        """Every segment the method can rank, in order, uncut (for `can_prerank` methods).
+
+        Args:
+            ctx: The index and the task (its budget is ignored).
+            params: This method's validated parameters.
+
+        Returns:
+            The whole ranking.
+        """
         raise InputError(f"{self.name} cannot pre-rank candidates", param="prerank")
 
     def sentence_scores(self, ctx: Context, params: Params
                         ) -> tuple[np.ndarray, dict[str, Any]] | None:
-        """A score per corpus sentence whose segment means rank segments at any segment size
-        (None for methods that rank segments another way). `tapt bench recall` cuts these
-        at every budget and segment size."""
+        """A score per corpus sentence whose segment means rank segments at any segment size.
+
+        `tapt bench recall` cuts these at every budget and segment size.
+
+        Args:
+            ctx: The index, the task and the budget.
+            params: This method's validated parameters.
+
+        Returns:
+            (scores, info): one score per corpus sentence and what the method reports; None
+                for methods that rank segments another way.
+        """
         return None
 
     def depends_on_budget(self, params: Params) -> bool:
@@ -446,8 +478,18 @@ class Method:
 
     def scorer(self, ctx: Context, task: np.ndarray, params: Params, heldout: bool = False
                ) -> tuple[Scorer, dict[str, Any]]:
-        """A function rows -> scores fitted on `task` (the whole task, or its training part
-        when `heldout` is set by `auto`), and what the fit saw; for `auto_candidate` methods."""
+        """An embedding scorer fitted on the task, for `auto_candidate` methods.
+
+        Args:
+            ctx: The index and the selection's settings.
+            task: The task's embeddings (the whole task, or its training part when `auto`
+                holds some out).
+            params: This method's validated parameters.
+            heldout: Whether `task` is a training part (`auto`'s held-out protocol).
+
+        Returns:
+            (scorer, info): a function from embedding rows to scores, and what the fit saw.
+        """
         raise NotImplementedError(f"{self.name} has no embedding scorer")
 
 

@@ -31,6 +31,12 @@ M = TypeVar("M", bound=type)
 def register(cls: M) -> M:
     """Class decorator: register one instance of a `Method` subclass under its `name`.
 
+    Args:
+        cls: The `Method` subclass.
+
+    Returns:
+        The class, unchanged.
+
     Raises:
         ValueError: the class lacks a name or summary, or the name is taken.
     """
@@ -62,18 +68,32 @@ def _load() -> None:
 
 
 def methods() -> list[Method]:
-    """Every registered method, in listing order."""
+    """Every registered method, in listing order.
+
+    Returns:
+        The registered `Method` objects.
+    """
     _load()
     return sorted(_REGISTRY.values(), key=lambda m: (m.order, m.name))
 
 
 def method_names() -> tuple[str, ...]:
-    """The names of every registered method, in listing order."""
+    """The names of every registered method, in listing order.
+
+    Returns:
+        The names.
+    """
     return tuple(m.name for m in methods())
 
 
 def get_method(name: str) -> Method:
     """The registered method called `name`.
+
+    Args:
+        name: A method name, e.g. "fused".
+
+    Returns:
+        The registered `Method`.
 
     Raises:
         InputError: no method has that name (the message lists them).
@@ -87,10 +107,18 @@ def get_method(name: str) -> Method:
 
 
 def prerank_choices() -> tuple[str, ...]:
-    """Methods whose full ranking can supply candidates for detector rescoring."""
+    """Methods whose full ranking can supply candidates for detector rescoring.
+
+    Returns:
+        Their names: the choices of `iforest`'s `prerank`.
+    """
     return tuple(m.name for m in methods() if m.can_prerank)
 
 
 def auto_candidates() -> tuple[Method, ...]:
-    """Methods `auto` chooses from (each has an embedding `scorer`)."""
+    """Methods `auto` chooses from (each has an embedding `scorer`).
+
+    Returns:
+        The `Method` objects.
+    """
     return tuple(m for m in methods() if m.auto_candidate)
