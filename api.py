@@ -540,7 +540,7 @@ def method_names() -> tuple[str, ...]:
     Examples:
         >>> tapt.method_names()
         ('centroid', 'knn', 'iforest', 'random', 'distance', 'density', 'classifier', \
-'moore-lewis', 'fused', 'auto')
+'moore-lewis', 'fused', 'fused-learned', 'finetune', 'auto')
     """
     from tapt.retriever.methods import method_names as names
 
