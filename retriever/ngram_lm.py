@@ -249,15 +249,19 @@ class HashedLMs:
         out[h == EOS] = EOS
         return out.astype(np.int64)
 
-    def token_scores(self, hist: np.ndarray, word: np.ndarray) -> np.ndarray:
-        """log2 P_in - log2 P_general of each predicted token (hashes)."""
+    def token_log2(self, hist: np.ndarray, word: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(log2 P_in, log2 P_general) of each predicted token (hashes)."""
         h, w = self.dense(hist), self.dense(word)
         if self.order == 1:
-            return self.in_lm.unigram_log2(w) - self.general.unigram_log2(w)
-        return self.in_lm.log2_probs(h, w) - self.general.log2_probs(h, w)
+            return self.in_lm.unigram_log2(w), self.general.unigram_log2(w)
+        return self.in_lm.log2_probs(h, w), self.general.log2_probs(h, w)
+
+    @staticmethod
+    def _difference(lp_in: np.ndarray, lp_gen: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        return per_sentence(lp_gen, predicted) - per_sentence(lp_in, predicted)
 
     def _score(self, hist: np.ndarray, word: np.ndarray, predicted: np.ndarray) -> np.ndarray:
-        return -per_sentence(self.token_scores(hist, word), predicted)
+        return self._difference(*self.token_log2(hist, word), predicted)
 
     def score_all(self) -> np.ndarray:
         """The score of every corpus sentence (higher = more in-domain), shard by shard."""
@@ -265,13 +269,13 @@ class HashedLMs:
         scores = np.empty(len(lexicon), dtype=np.float32)
         for shard, offset in zip(lexicon.shards, lexicon.row_offsets[:-1].tolist()):
             vocab, pairs = np.asarray(shard.vocab), np.asarray(shard.bigrams)
-            per_type = self.token_scores(vocab[pairs[:, 0]], vocab[pairs[:, 1]])
+            lp_in, lp_gen = self.token_log2(vocab[pairs[:, 0]], vocab[pairs[:, 1]])
             offsets = np.asarray(shard.offsets)
             for lo in range(0, len(shard), _CHUNK_SENTENCES):
                 hi = min(len(shard), lo + _CHUNK_SENTENCES)
                 types = np.asarray(shard.lexical[offsets[lo]:offsets[hi]])
-                scores[offset + lo:offset + hi] = -per_sentence(per_type[types],
-                                                                np.diff(offsets[lo:hi + 1]))
+                scores[offset + lo:offset + hi] = self._difference(
+                    lp_in[types], lp_gen[types], np.diff(offsets[lo:hi + 1]))
         return scores
 
     def score_rows(self, rows: np.ndarray) -> np.ndarray:
