@@ -95,9 +95,11 @@ class Index(_IndexBase):
               text_field: str = "text", doc_field: str | None = "doc", text_docs: str = "auto",
               input_format: str | None = None, hf_datasets: Sequence[str] = (),
               hf_split: str | None = None, strict: bool = False, overwrite: bool = False,
-              restart: bool = False, embedding_dtype: str = "float32",
-              index_type: str = "auto", memory: str | int | None = None, opq: bool = False,
-              progress: bool = True, encoder: Any = None) -> "Index":
+              restart: bool = False, embedding_dtype: str = "auto", shards: int | None = None,
+              shard_size: int | str | None = None, codes: str = "none",
+              executor: Any = "local", index_type: str = "auto",
+              memory: str | int | None = None, opq: bool = False, progress: bool = True,
+              encoder: Any = None) -> "Index":
         """Embed a corpus into a new index (the options of `tapt index build`).
 
         An interrupted build is resumed by the same call.
@@ -123,7 +125,14 @@ class Index(_IndexBase):
             strict: Refuse folders holding files of no known format (default: skip them).
             overwrite: Replace an existing index at `out`.
             restart: Discard an interrupted build of `out` instead of resuming it.
-            embedding_dtype: float32, or float16 (half the disk; cosine error ~1e-4).
+            embedding_dtype: auto (float16 when the index has several shards or its corpus 1M
+                records or more, else float32), float32, or float16 (half the disk; cosine
+                error ~1e-4).
+            shards: Split the input files into this many shards (whole files each).
+            shard_size: Or: a new shard before a file would take a shard past this many
+                input records ("2M", 500000).
+            codes: "int8": also store int8 codes for `select(..., scan="codes")`.
+            executor: What runs the build's stages: "local", or an `Executor`.
             index_type: FAISS index: auto, flat, hnsw or ivfpq.
             memory: RAM budget for the FAISS index ("8G", "512M" or bytes).
             opq: IVF-PQ only: rotate with OPQ before quantising.
@@ -144,9 +153,16 @@ class Index(_IndexBase):
                              restart=restart,
                              progress=progress, index=index_type,
                              memory=DEFAULT_MEMORY if memory is None else memory, opq=opq,
-                             embedding_dtype=embedding_dtype)
+                             embedding_dtype=embedding_dtype, shards=shards,
+                             shard_size=shard_size, codes=codes,
+                             executor=executor if isinstance(executor, str) else "local")
+        from tapt.indexer.executors import EncoderSpec
+
+        spec = None if encoder is not None else EncoderSpec(model, device, backend)
         encoder = encoder or load_encoder(model, device=device, backend=backend)
-        build_index(_inputs(inputs, hf_datasets, hf_split), out, encoder, config)
+        build_index(_inputs(inputs, hf_datasets, hf_split), out, encoder, config,
+                    executor=None if isinstance(executor, str) else executor,
+                    encoder_spec=spec)
         return cls(out)
 
     def add(self, inputs: PathLike | Sequence[PathLike], *, model: str | None = None,
@@ -154,8 +170,11 @@ class Index(_IndexBase):
             text_field: str | None = None, doc_field: str | None = None,
             text_docs: str | None = None, input_format: str | None = None,
             hf_datasets: Sequence[str] = (), hf_split: str | None = None, strict: bool = False,
-            restart: bool = False, progress: bool = True, encoder: Any = None) -> dict[str, Any]:
-        """Append the documents of `inputs` the index does not hold yet (`tapt index add`).
+            shards: int | None = None, shard_size: int | str | None = None,
+            executor: Any = "local", restart: bool = False, progress: bool = True,
+            encoder: Any = None) -> dict[str, Any]:
+        """Append the documents of `inputs` the index does not hold yet, as new shards
+        (`tapt index add`); existing ids never change.
 
         Args:
             inputs: Corpus files, folders or URLs, read as by `build`.
@@ -170,6 +189,9 @@ class Index(_IndexBase):
             hf_datasets: Hugging Face Hub datasets to stream too ("NAME" or "NAME:CONFIG").
             hf_split: The split of `hf_datasets` and of DatasetDict folders.
             strict: Refuse folders holding files of no known format.
+            shards: Split the new files into this many shards (default: one).
+            shard_size: Or: a new shard every this many input records.
+            executor: What runs the add's stages: "local", or an `Executor`.
             restart: Discard an interrupted add instead of resuming it.
             progress: Show progress bars.
             encoder: An encoder object to use instead of loading the model (for tests).
@@ -184,7 +206,8 @@ class Index(_IndexBase):
         manifest = add_to_index(self.path, _inputs(inputs, hf_datasets, hf_split), encoder,
                                 batch_size=batch_size, restart=restart, progress=progress,
                                 text_field=text_field, doc_field=doc_field, text_docs=text_docs,
-                                input_format=input_format, hf_split=hf_split, strict=strict)
+                                input_format=input_format, hf_split=hf_split, strict=strict,
+                                shards=shards, shard_size=shard_size, executor=executor)
         self._reopen()
         return manifest["history"][-1]
 
@@ -269,13 +292,16 @@ class Index(_IndexBase):
         return cls(path)
 
     def reindex(self, index_type: str = "auto", memory: str | int | None = None, *,
-                opq: bool = False, progress: bool = True) -> dict[str, Any]:
-        """Change the FAISS index type from the stored embeddings (`tapt index reindex`).
+                opq: bool = False, codes: str = "keep", progress: bool = True
+                ) -> dict[str, Any]:
+        """Change the FAISS index type (every shard's part) and int8 codes from the stored
+        embeddings (`tapt index reindex`).
 
         Args:
             index_type: auto, flat, hnsw or ivfpq.
             memory: RAM budget for the FAISS index ("8G", "512M" or bytes).
             opq: IVF-PQ only: rotate with OPQ before quantising.
+            codes: keep, none, or int8 (compute int8 codes for `select(..., scan="codes")`).
             progress: Show progress bars.
 
         Returns:
@@ -285,7 +311,7 @@ class Index(_IndexBase):
         from tapt.indexer.reindex import reindex
 
         manifest = reindex(self.path, index_type, DEFAULT_MEMORY if memory is None else memory,
-                           opq=opq, progress=progress)
+                           opq=opq, progress=progress, codes=codes)
         self._reopen()
         return manifest["faiss"]
 
@@ -307,7 +333,8 @@ class Index(_IndexBase):
 
         Args:
             method: A selection method: centroid, knn, iforest, random, distance, density,
-                classifier, moore-lewis, fused, auto (`method_names()` lists them).
+                classifier, moore-lewis, fused, fused-learned, finetune, auto
+                (`method_names()` lists them).
             task: A file or folder, a list of them (`pathlib.Path`), a list of strings (the
                 task's text), or an (n, dim) array of embeddings from the index's model (then
                 methods that read text refuse). Not needed by random.
@@ -326,7 +353,8 @@ class Index(_IndexBase):
             progress: Show a progress bar while the task is embedded.
             encoder: An encoder object to use instead of loading the model (for tests).
             **params: The method's parameters, e.g. k=50 (knn), rounds=2 (classifier,
-                fused), candidates="10x", prerank="fused", detector="knn-dist" (iforest).
+                fused), candidates="10x", prerank="fused", detector="knn-dist" (iforest),
+                scan="codes" (centroid on an index with int8 codes).
 
         Returns:
             The selection, in memory (`.write(path)` saves it).
@@ -373,7 +401,7 @@ class Index(_IndexBase):
         return self._encoders[key]
 
     def _reopen(self) -> None:
-        for cached in ("faiss", "manifest_sha256"):
+        for cached in ("faiss", "manifest_sha256", "lexicon"):
             self.__dict__.pop(cached, None)
         _IndexBase.__init__(self, self.path)
         self._corpus = None

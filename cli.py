@@ -215,6 +215,26 @@ def _faiss_options(func):
     return func
 
 
+def _shard_options(func):
+    """--shards / --shard-size / --executor: how a build or add splits and runs its work."""
+    from tapt.indexer.executors import executor_names
+
+    options = [
+        click.option("--shards", type=click.IntRange(min=1), default=None,
+                     help="Split the input files into this many shards (whole files each, "
+                          "about equal record counts) [default: one shard]."),
+        click.option("--shard-size", default=None, metavar="COUNT",
+                     help="Or: start a new shard before a file would take the shard past this "
+                          "many input records (2M, 500k, ...)."),
+        click.option("--executor", default="local", show_default=True,
+                     type=click.Choice(executor_names()),
+                     help="What runs the build's stages (local: this process)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def _input_options(add: bool = False):
     """How corpus files are read (see indexer/formats): shared by `index build` and `index add`."""
     from tapt.indexer import formats
@@ -282,17 +302,23 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
               help="Replace an existing tapt index at --out (never anything else).")
 @click.option("--restart", is_flag=True,
               help="Discard an interrupted build of --out instead of resuming it.")
-@click.option("--embedding-dtype", default="float32", show_default=True,
-              type=click.Choice(["float32", "float16"]),
+@click.option("--embedding-dtype", default="auto", show_default=True,
+              type=click.Choice(["auto", "float32", "float16"]),
               help="Stored embeddings: float16 halves their disk and page-cache size (cosine error "
-                   "~1e-4); scoring always computes in float32.")
+                   "~1e-4); scoring always computes in float32. auto = float16 when the index has "
+                   "several shards or its corpus 1M records or more, else float32.")
+@_shard_options
+@click.option("--codes", default="none", show_default=True, type=click.Choice(["none", "int8"]),
+              help="Also store int8 codes of the embeddings, for `select --scan codes` on "
+                   "indexes too large to scan exactly (1 byte per dimension per sentence).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @_faiss_options
 @click.pass_context
 @_domain_errors
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
                 doc_field, text_docs, input_format, hf_datasets, hf_split, strict, overwrite,
-                restart, embedding_dtype, as_json, index_type, memory, opq) -> None:
+                restart, embedding_dtype, shards, shard_size, executor, codes, as_json, index_type,
+                memory, opq) -> None:
     """Embed CORPUS (files, folders or fsspec URLs) into an index.
 
     Formats, chosen by extension: JSONL (.jsonl/.ndjson/.jl/.json), plain text (.txt) and
@@ -300,14 +326,17 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
     save_to_disk folders; Hub datasets with --hf-dataset. Other fields and columns are kept as
     metadata. URLs (s3://, gs://, hf://, https://) need their fsspec backend installed.
 
-    Every input is checked before anything is embedded; then the work is committed every few
-    thousand sentences: if a build is killed or runs out of disk, the same command resumes it
-    (no sentence lost, none embedded twice).
+    Every input is checked before anything is embedded. The index is a set of shards, each a
+    group of whole input files (one shard unless --shards or --shard-size say otherwise), built
+    in stages (prepare, embed in parts, index, publish) by an executor; every finished shard and
+    part is recorded: if a build is killed or runs out of disk, the same command resumes it (no
+    sentence lost, none embedded twice).
 
     \b
     Examples:
       tapt index build data/sample/pool.jsonl.gz --out idx --no-split
       tapt index build shards/ --out web-idx --text-field text   # *.parquet, *.jsonl.zst ...
+      tapt index build web/ --out web-idx --shard-size 2M        # ~2M records per shard
       tapt index build wiki/ --out wiki-idx --model ./my-st-model --device cuda
       tapt index build --hf-dataset allenai/c4:en --hf-split validation --out c4-idx
     """
@@ -315,16 +344,20 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
     from tapt.indexer.encoder import load_encoder
 
     inputs = _inputs(corpus, hf_datasets, hf_split)
+    from tapt.indexer.executors import EncoderSpec
+
     config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
                          text_field=text_field, doc_field=doc_field or None, text_docs=text_docs,
                          input_format=input_format, hf_split=hf_split, strict=strict,
                          overwrite=overwrite, restart=restart, progress=ctx.obj["progress"],
                          index=index_type, memory=memory, opq=opq,
-                         embedding_dtype=embedding_dtype)
+                         embedding_dtype=embedding_dtype, shards=shards, shard_size=shard_size,
+                         codes=codes, executor=executor)
     check_index_output(out, inputs, overwrite)  # before the model is loaded
     encoder = load_encoder(model, device=device, backend=backend)
     try:
-        manifest = build_index(inputs, out, encoder, config)
+        manifest = build_index(inputs, out, encoder, config,
+                               encoder_spec=EncoderSpec(model, device, backend))
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the build is kept; run the same "
                            "command again to resume") from exc
@@ -334,7 +367,8 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
     counts, build = manifest["counts"], manifest["build"]
     click.echo(
         f"indexed {counts['sentences']:,} sentences ({counts['segments']:,} segments, "
-        f"{counts['documents']:,} documents) in {build['seconds']:.0f} s "
+        f"{counts['documents']:,} documents, {len(manifest['shards'])} shard(s)) in "
+        f"{build['seconds']:.0f} s "
         f"({build['sentences_per_second']} sentences/s, peak RSS {build['peak_rss_mb']:.0f} MB"
         f"{', resumed' if build.get('sessions', 1) > 1 else ''}) -> {out}"
     )
@@ -363,17 +397,21 @@ def _faiss_summary(info: dict) -> str:
               type=click.Choice(["auto", "cpu", "cuda"]))
 @_backend_option("Encoder backend [auto: the one IDX was built with, where the device allows].")
 @_input_options(add=True)
+@_shard_options
 @click.option("--restart", is_flag=True,
               help="Discard an interrupted add of IDX instead of resuming it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @click.pass_context
 @_domain_errors
 def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, doc_field,
-              text_docs, input_format, hf_datasets, hf_split, strict, restart, as_json) -> None:
-    """Append the documents of CORPUS that IDX does not hold yet (same model and settings).
+              text_docs, input_format, hf_datasets, hf_split, strict, shards, shard_size,
+              executor, restart, as_json) -> None:
+    """Append the documents of CORPUS that IDX does not hold yet, as new shards (same model
+    and settings).
 
     CORPUS is read as by `tapt index build` (any of its formats, folders, URLs, --hf-dataset).
-    Existing ids never change; documents whose sentences are already in the index are skipped.
+    Existing shards and ids never change; documents whose sentences are already in the index
+    are skipped.
     The add is crash-safe like a build (run it again to resume) and readers see the old index
     until the new one is complete.
 
@@ -392,7 +430,8 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
         manifest = add_to_index(idx, inputs, encoder, batch_size=batch_size,
                                 restart=restart, progress=ctx.obj["progress"],
                                 text_field=text_field, doc_field=doc_field, text_docs=text_docs,
-                                input_format=input_format, hf_split=hf_split, strict=strict)
+                                input_format=input_format, hf_split=hf_split, strict=strict,
+                                shards=shards, shard_size=shard_size, executor=executor)
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the add is kept; run the same "
                            "command again to resume") from exc
@@ -401,7 +440,8 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
         click.echo(json.dumps({"index": idx, "added": last, "counts": manifest["counts"],
                                "generation": manifest.get("generation")}))
         return
-    click.echo(f"added {last['sentences']:,} sentences ({last['documents']:,} documents, "
+    click.echo(f"added {last['sentences']:,} sentences ({last['documents']:,} documents in "
+               f"{len(last.get('shards', []))} new shard(s), "
                f"{last['duplicate_documents_skipped']:,} duplicate documents skipped) -> {idx} "
                f"now holds {manifest['counts']['sentences']:,} sentences")
 
@@ -437,6 +477,11 @@ def index_info(idx, as_json) -> None:
         f"skipped    {c['skipped_blank_records']:,} blank records; "
         f"{c['truncated_sentences']:,} sentences truncated for embedding",
         f"faiss      {_faiss_summary(m['faiss'])}",
+        *([f"shards     {len(m['shards'])}: " + ", ".join(
+            f"{e['name']} ({e['rows']:,} rows from {e['row_offset']:,})" for e in m["shards"][:4])
+           + (f" and {len(m['shards']) - 4} more" if len(m["shards"]) > 4 else "")
+           + ("; int8 codes" if m.get("codes") else "")] if m.get("shards") else
+          [f"shards     none: format {m['format_version']}, run tapt index upgrade {idx}"]),
         f"build      {m['build']['seconds']} s, {m['build']['sentences_per_second']} sentences/s on "
         f"{m['build']['device']} ({m['build'].get('backend', 'torch')}), "
         f"peak RSS {m['build']['peak_rss_mb']} MB",
@@ -478,12 +523,14 @@ def index_verify(ctx, idx, deep, sample, model, as_json) -> None:
     for f in report.findings:
         if as_json:
             click.echo(json.dumps({"check": f.check, "ok": f.ok, "detail": f.detail,
-                                   "repair": f.repair}))
+                                   "repair": f.repair, "shard": f.shard}))
         else:
-            click.echo(f"{'ok ' if f.ok else 'BAD'}  {f.check:<26} {f.detail}"
+            name = f"{f.shard}: {f.check}" if f.shard else f.check
+            click.echo(f"{'ok ' if f.ok else 'BAD'}  {name:<34} {f.detail}"
                        + (f"\n     -> {f.repair}" if f.repair else ""))
     if not report.ok:
-        bad = [f.check for f in report.findings if not f.ok]
+        bad = [f"{f.shard}: {f.check}" if f.shard else f.check
+               for f in report.findings if not f.ok]
         raise click.ClickException(f"{idx} failed {len(bad)} check(s): {', '.join(bad)}")
 
 
@@ -509,11 +556,14 @@ def index_repair(ctx, idx) -> None:
 @click.pass_context
 @_domain_errors
 def index_upgrade(ctx, idx) -> None:
-    """Bring an index of an older format to this tapt's format, without re-embedding.
+    """Bring an index of an older format to this tapt's format (3, sharded), without
+    re-embedding.
 
-    Format 1 indexes get a checksum on every text record and a sealed manifest; the files are
-    checked against their recorded checksums first, and the upgraded index replaces the old one
-    in one atomic swap. Selections made from it stay valid.
+    The index becomes one shard: its files are hard-linked, format 1's text records are
+    rewritten with checksums, and the lexical ids and document hashes format 3 stores are
+    computed from the stored text. The files are checked against their recorded checksums
+    first, and the upgraded index replaces the old one in one atomic swap. Selections made from
+    it stay valid.
 
     \b
     Example:
@@ -526,17 +576,22 @@ def index_upgrade(ctx, idx) -> None:
         click.echo(f"{idx}: already format {manifest['format_version']}; nothing to do")
         return
     click.echo(f"{idx}: format {manifest['upgraded']['from_format']} -> "
-               f"{manifest['format_version']} ({manifest['counts']['sentences']:,} text records "
-               "now carry checksums)")
+               f"{manifest['format_version']} ({manifest['counts']['sentences']:,} sentences in "
+               "one shard, text records with checksums, lexical ids stored)")
 
 
 @index.command("reindex", context_settings=CONTEXT)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @_faiss_options
+@click.option("--codes", default="keep", show_default=True,
+              type=click.Choice(["keep", "none", "int8"]),
+              help="int8: (re)compute int8 codes of the embeddings for `select --scan codes`; "
+                   "none: drop them.")
 @click.pass_context
 @_domain_errors
-def index_reindex(ctx, idx, index_type, memory, opq) -> None:
-    """Change IDX's FAISS index type from its stored embeddings (no re-embedding).
+def index_reindex(ctx, idx, index_type, memory, opq, codes) -> None:
+    """Change IDX's FAISS index type (every shard's part) and its int8 codes from its stored
+    embeddings (no re-embedding).
 
     The new index and manifest replace the old ones in one atomic swap; readers see either.
 
@@ -547,7 +602,8 @@ def index_reindex(ctx, idx, index_type, memory, opq) -> None:
     """
     from tapt.indexer.reindex import reindex
 
-    manifest = reindex(idx, index_type, memory, opq=opq, progress=ctx.obj["progress"])
+    manifest = reindex(idx, index_type, memory, opq=opq, progress=ctx.obj["progress"],
+                       codes=codes)
     info = manifest["faiss"]
     click.echo(f"{idx}: {info.get('previous')} -> {_faiss_summary(info)} "
                f"({info['build_seconds']} s, {info['bytes'] / 2**20:.1f} MiB)")

@@ -98,8 +98,8 @@ class Run:
     def pool(self) -> PoolText:
         if self._pool is None:
             t0 = time.perf_counter()
-            self._pool = PoolText.of(self.index.store.texts(range(self.index.n_sentences)))
-            log.info("pool encoded in %.1fs", time.perf_counter() - t0)
+            self._pool = PoolText.of_index(self.index)
+            log.info("stored lexical ids checked in %.1fs", time.perf_counter() - t0)
         return self._pool
 
     def record(self, stage: str, rec: dict) -> None:

@@ -1,21 +1,25 @@
-"""`tapt index add`: append new documents to an index, skipping documents it already holds.
+"""`tapt index add`: append new documents to an index as new shards, skipping documents it
+already holds.
 
-The add works on a copy of the index's files in a hidden sibling directory (`.NAME.adding`), with
-the same committed windows as a build (see `checkpoint`), so a killed add resumes. When it is
-complete the copy and the index are exchanged in one atomic rename (`renameat2(RENAME_EXCHANGE)`
-on Linux): a reader sees the old index or the new one, never a mix, and existing ids never change
-(new sentences get the next ids). The copy costs one pass over the index's files per add.
+The add builds a new generation in a hidden sibling directory (`.NAME.adding`): the index's
+shards are hard-linked into it unchanged (their ids never change), and the new documents become
+new shards after them, through the same resumable stages as a build (`build.run_stages`), so a
+killed add resumes. Documents whose normalised sentences the index (or an earlier new shard)
+holds are skipped, by the hashes every shard stores. New shards reuse the index's FAISS template
+(the trained quantizer of an IVF index) and code scales; the search parameter is calibrated again
+on the whole. When it is complete the new generation and the index are exchanged in one atomic
+rename (`renameat2(RENAME_EXCHANGE)` on Linux): a reader sees the old index or the new one, never
+a mix.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 import shutil
-import unicodedata
+import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -24,60 +28,22 @@ from tapt.util.files import storage_error
 from tapt.util.safety import check_output, is_tapt_index
 from tapt.util.versions import utc_now
 
-from . import checkpoint
-from .build import BuildConfig, build_into, corpus_paths, scan_corpus
+from . import checkpoint, stages
+from .build import (BuildConfig, Shared, calibrated_faiss, codes_section, corpus_paths,
+                    drop_training_files, index_stages, plan_shards, run_stages, scan_corpus,
+                    shard_entries, top_vocabulary)
 from .encoder import Encoder
-from .generations import exchange
+from .executors import EncoderSource, Executor, make_executor
+from .generations import exchange, mirror
 from .index import Index
-from .integrity import check_all_checksums, remember_index
-from .manifest import (DOCS, EMBEDDINGS, INDEX_FORMAT_VERSION, LMDB_DATA, STORE, TOKENS,
-                       write_index_manifest)
+from .index_choice import choice_from_manifest
+from .integrity import check_checksum, remember_index
+from .lexical import doc_hash, normalise_for_identity  # noqa: F401 - where add's callers look
+from .manifest import (DOC_HASHES, INDEX_FORMAT_VERSION, MANIFEST_NAME, SHARDS, VOCAB,
+                       read_shard_manifest, shard_name, write_index_manifest)
 from .reader import CorpusScan, InputSpec
-from .store import TextStore, close_reader
 
 log = logging.getLogger(__name__)
-
-
-# Invisible characters that make two renderings of one text differ byte for byte.
-_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
-
-
-def normalise_for_identity(text: str) -> str:
-    """The form two texts are compared in: Unicode NFC, without zero-width characters and
-    soft hyphens. Only for duplicate detection; stored text stays as the corpus gave it."""
-    return unicodedata.normalize("NFC", text).translate(_ZERO_WIDTH)
-
-
-def doc_hash(sentences: Iterable[str]) -> bytes:
-    """Identity of a document's content: its sentences, in order, normalised (NFC, no
-    zero-width characters), so Unicode variants of one document are one document."""
-    joined = "\n".join(normalise_for_identity(s) for s in sentences)
-    return hashlib.sha256(joined.encode("utf-8")).digest()[:16]
-
-
-def _existing_hashes(work: Path, rows: int, docs: int, label: Path) -> set[bytes]:
-    """Hashes of the committed documents in `work` (read before its store is opened for writing)."""
-    header = 128  # NpyAppender's fixed header; the header itself may be stale after a kill
-    offsets = np.fromfile(work / DOCS, dtype=np.int64, count=docs + 1, offset=header)
-    if len(offsets) != docs + 1 or offsets[-1] != rows:
-        raise InputError(f"{work} is inconsistent ({len(offsets) - 1} documents ending at row "
-                         f"{offsets[-1] if len(offsets) else 0}, {rows} rows committed): pass "
-                         "`restart`")
-    hashes: set[bytes] = set()
-    try:
-        texts = (r["text"] for r in TextStore(work / STORE, label=label).iter_records(range(rows)))
-        for d in range(docs):
-            hashes.add(doc_hash(itertools.islice(texts, int(offsets[d + 1] - offsets[d]))))
-    finally:
-        close_reader(work / STORE)
-    return hashes
-
-
-def _copy_index(index: Index, work: Path) -> None:
-    for name in (EMBEDDINGS, TOKENS, DOCS):
-        shutil.copyfile(index.path / name, work / name)
-    (work / STORE).mkdir()
-    shutil.copyfile(index.path / LMDB_DATA, work / LMDB_DATA)
 
 
 def check_add_inputs(index_path: Path, inputs: list[InputSpec] | CorpusScan) -> None:
@@ -91,19 +57,20 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                  progress: bool = True, *, text_field: str | None = None,
                  doc_field: str | None = None, text_docs: str | None = None,
                  input_format: str | None = None, hf_split: str | None = None,
-                 strict: bool = False) -> dict[str, Any]:
-    """Append the documents of `inputs` that the index does not hold yet; returns the manifest.
+                 strict: bool = False, shards: int | None = None,
+                 shard_size: int | str | None = None, executor: Executor | str | None = None,
+                 encoder_spec: Any = None) -> dict[str, Any]:
+    """Append the documents of `inputs` that the index does not hold yet, as new shards;
+    returns the new manifest.
 
     The reading options (`text_field`, `doc_field`, `text_docs`) default to the index's; the
-    others are as for a build (`tapt.indexer.reader.scan_inputs`).
+    others are as for a build (`tapt.indexer.reader.scan_inputs`). `shards` / `shard_size`
+    split the new files into several shards (default: one).
     """
     index = Index(path)
     check_add_inputs(index.path, list(inputs))
     index.check_encoder(encoder)
     old = index.manifest
-    # The add copies the index and records new checksums: damage copied now would be sealed as
-    # sound, so every file is checked first (one more read of what the copy reads anyway).
-    check_all_checksums(index.path, old, index.path)
     ingest = old["ingest"]
     config = BuildConfig(segment_size=old["segment_size"],
                          batch_size=batch_size or old["build"].get("batch_size", 64),
@@ -112,91 +79,141 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                          text_field=text_field or ingest["text_field"],
                          doc_field=ingest["doc_field"] if doc_field is None else doc_field,
                          text_docs=text_docs or ingest["text_docs"], input_format=input_format,
-                         hf_split=hf_split, strict=strict,
-                         progress=progress, **_faiss_request(old.get("faiss", {})),
-                         embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"))
+                         hf_split=hf_split, strict=strict, progress=progress,
+                         embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"),
+                         shards=shards, shard_size=shard_size)
     scan = scan_corpus(inputs, config)
     check_add_inputs(index.path, scan)
+    groups = plan_shards(scan, config)
+    first = len(index.shards)
     wanted = checkpoint.fingerprint({
         "inputs": scan.identity(),
         "index": index.manifest_sha256, "batch_size": config.batch_size,
         "read": [config.text_field, config.doc_field, config.text_docs, config.input_format,
                  config.hf_split],
+        "groups": groups,
         "store_format": INDEX_FORMAT_VERSION,
     })
+    runner, owned = make_executor(executor, progress)
+    old_shards = [(s.name, s.rows) for s in index.shards]
+    for shard in index.shards:   # the hashes that decide what is skipped must be sound
+        check_checksum(shard.directory / DOC_HASHES, shard.extra["checksums"].get(DOC_HASHES),
+                       shard.extra["where"] + DOC_HASHES, index.path, force=True)
     with checkpoint.BuildLock(index.path):
-        work, resumed = checkpoint.prepare_work_dir(index.path, wanted, restart, kind="adding")
+        work, plan = checkpoint.prepare_work_dir(index.path, wanted, restart, kind="adding")
         try:
-            if resumed is None:
-                _copy_index(index, work)
-                counts = old["counts"]
-                resumed = checkpoint.Progress(
-                    wanted, base_rows=index.n_sentences, rows=index.n_sentences,
-                    docs=counts["documents"], tokens=counts["tokens"],
-                    truncated=counts["truncated_sentences"], sessions=0)
-                checkpoint.commit(work, resumed)
-            seen = _existing_hashes(work, resumed.rows, resumed.docs, index.path)
-
-            def duplicate(sentences: list[str]) -> bool:
-                h = doc_hash(sentences)
-                if h in seen:
-                    return True
-                seen.add(h)
-                return False
-
-            manifest = build_into(work, scan, inputs, encoder, config, resumed, duplicate)
-            final = checkpoint.read_progress(work)
-            manifest = write_index_manifest(work, _merge_manifest(old, manifest, scan, inputs,
-                                                                  final))
+            start = time.perf_counter()
+            if plan is None:
+                mirror(index.path, work, skip=(MANIFEST_NAME,))
+                plan = checkpoint.Plan(
+                    wanted, [{"name": shard_name(first + i), "files": g}
+                             for i, g in enumerate(groups)], config.embedding_dtype,
+                    base_rows=index.n_sentences, base_docs=int(old["counts"]["documents"]),
+                    sessions=1)
+            else:
+                plan.sessions += 1
+            checkpoint.write_plan(work, plan)
+            built = run_stages(work, scan, plan, config, runner,
+                               EncoderSource(encoder, encoder_spec), encoder.dim, old_shards,
+                               dedupe_against=tuple(str(stages.shard_path(work, n))
+                                                    for n, _ in old_shards))
+            choice = choice_from_manifest(old.get("faiss", {}), built.rows, encoder.dim)
+            shared = _shared_of(index, work)
+            results, _ = index_stages(work, built, choice, "none", runner,
+                                      config.embedding_dtype, shared)
+            for name, _ in old_shards:
+                manifest_path = stages.shard_path(work, name) / "shard.json"
+                results[name] = {"manifest": read_shard_manifest(manifest_path.parent,
+                                                                 index.path),
+                                 "sha256": hashlib.sha256(manifest_path.read_bytes()).hexdigest()}
+            manifest = _new_manifest(work, index, built, results, choice, config, scan, inputs,
+                                     plan, time.perf_counter() - start)
+            drop_training_files(work)
+            manifest = write_index_manifest(work, manifest)
             exchange(work, index.path)
         except BaseException as exc:
-            committed = checkpoint.read_progress(work) if work.exists() else None
-            if committed is not None and committed.rows > committed.base_rows:
-                log.warning("kept this add's %s committed sentences in %s: run the same command "
-                            "again to resume", f"{committed.rows - committed.base_rows:,}", work)
+            committed = checkpoint.committed_rows(work) if work.exists() else 0
+            if committed:
+                log.warning("kept this add's %s embedded sentences in %s: run the same command "
+                            "again to resume", f"{committed:,}", work)
             else:
                 shutil.rmtree(work, ignore_errors=True)
             if isinstance(exc, OSError):
                 raise storage_error(exc, work, "adding to the index in") from exc
             raise
+        finally:
+            if owned:
+                runner.close()
         shutil.rmtree(work, ignore_errors=True)  # now the previous generation
-        (index.path / checkpoint.PROGRESS).unlink(missing_ok=True)
         remember_index(index.path, manifest)
     return manifest
 
 
-def _faiss_request(faiss_info: dict[str, Any]) -> dict[str, Any]:
-    """The index type request of the index (re-applied to the grown corpus); old ones: Flat."""
-    request = faiss_info.get("requested") or faiss_info.get("kind") or (
-        "flat" if faiss_info.get("factory", "Flat") == "Flat" else "auto")
-    out: dict[str, Any] = {"index": request,
-                           "opq": bool((faiss_info.get("params") or {}).get("opq", False))}
-    if faiss_info.get("memory_budget_bytes"):
-        out["memory"] = int(faiss_info["memory_budget_bytes"])
-    return out
+def _shared_of(index: Index, work: Path) -> Shared:
+    """What new shards share with the index's: its FAISS template (an IVF part emptied, so the
+    new parts use the same coarse quantizer and codebooks) and its code scales."""
+    from .faiss_index import template_of, write_faiss
+
+    template = template_sha = None
+    if index.manifest.get("faiss", {}).get("part_ids") == "global":
+        template = str(work / stages.TRAINED)
+        write_faiss(template_of(index.faiss.parts[0]), Path(template))
+        template_sha = hashlib.sha256(Path(template).read_bytes()).hexdigest()
+    scale = (index.manifest.get("codes") or {}).get("scale")
+    return Shared(template, template_sha, 0.0, scale)
 
 
-def _merge_manifest(old: dict[str, Any], new: dict[str, Any], scan, inputs,
-                    progress: checkpoint.Progress) -> dict[str, Any]:
-    """The new manifest keeps the index's identity and history and records this add."""
-    added_rows = new["counts"]["sentences"] - old["counts"]["sentences"]
-    added_docs = new["counts"]["documents"] - old["counts"]["documents"]
-    merged = dict(new)
-    merged["uuid"], merged["created"] = old["uuid"], old["created"]
+def _new_manifest(work: Path, index: Index, built, results: dict[str, dict[str, Any]], choice,
+                  config: BuildConfig, scan: CorpusScan, inputs, plan: checkpoint.Plan,
+                  seconds: float) -> dict[str, Any]:
+    """The new generation's manifest: the index's identity and history, every shard, this add."""
+    old = index.manifest
+    shards = shard_entries(work, built.names, built.row_offsets, results, config.segment_size)
+    base_vocab = np.load(work / VOCAB) if (work / VOCAB).is_file() else None
+    vocab_sha = top_vocabulary(work, built.new, base_vocab)
+    faiss_info = calibrated_faiss(work, built.names, built.row_offsets, choice, built.rows,
+                                  float((old.get("faiss", {}).get("train") or {})
+                                        .get("seconds") or 0), config.progress)
+    for key in ("reindexed", "previous", "requested", "memory_budget_bytes", "reason"):
+        if key in old.get("faiss", {}):
+            faiss_info[key] = old["faiss"][key]
+    faiss_info["bytes"] = sum(r["manifest"]["faiss"]["bytes"] for r in results.values())
+    new = [results[n]["manifest"] for n in built.new]
+    added_rows = sum(m["rows"] for m in new)
+    added_docs = sum(m["documents"] for m in new)
+    duplicates = sum(int(built.prepared[s["name"]].get("duplicates", 0)) for s in plan.shards)
+    merged = dict(old)
     merged["generation"] = int(old.get("generation", 1)) + 1
     merged.pop("same_content_as", None)  # new rows: earlier manifests name other content
     merged["updated"] = utc_now()
-    merged["build"] = old["build"]
+    merged["shards"] = shards
+    merged["faiss"] = faiss_info
+    merged["codes"] = codes_section((old.get("codes") or {}).get("scale"))
+    merged["files"] = {**old["files"], "embeddings": {**old["files"]["embeddings"],
+                                                      "shape": [built.rows, index.dim]}}
+    merged["lexical"] = {**old.get("lexical", {}),
+                         "vocabulary": int(len(np.load(work / VOCAB, mmap_mode="r")))}
+    merged["checksums"] = {**(old.get("checksums") or {}), VOCAB: vocab_sha}
     merged["ingest"] = {**old["ingest"],
                         "sources": old["ingest"]["sources"] + [str(p) for p in inputs],
                         "files": old["ingest"]["files"] + scan.manifest_files()}
-    merged["counts"] = {**new["counts"], "files": old["counts"]["files"] + len(scan.files),
-                        "skipped_blank_records": old["counts"]["skipped_blank_records"]
-                        + scan.skipped_blank}
+    merged["counts"] = {
+        "files": old["counts"]["files"] + len(scan.files),
+        "documents": old["counts"]["documents"] + added_docs,
+        "sentences": built.rows,
+        "segments": sum(s["segments"] for s in shards),
+        "tokens": old["counts"]["tokens"] + sum(m["tokens"] for m in new),
+        "truncated_sentences": old["counts"]["truncated_sentences"]
+        + sum(m["truncated_sentences"] for m in new),
+        "skipped_blank_records": old["counts"]["skipped_blank_records"]
+        + sum(int(built.prepared[s["name"]].get("skipped_blank_records", 0))
+              for s in plan.shards)}
     merged["history"] = list(old.get("history", [])) + [{
         "added": merged["updated"], "sources": [str(p) for p in inputs],
-        "documents": added_docs, "sentences": added_rows,
-        "duplicate_documents_skipped": progress.duplicates,
-        "embed_seconds": round(progress.embed_seconds, 2), "sessions": progress.sessions,
+        "shards": built.new, "documents": added_docs, "sentences": added_rows,
+        "duplicate_documents_skipped": duplicates,
+        "embed_seconds": round(sum(float(built.embedded[n].get("embed_seconds") or 0)
+                                   for n in built.new), 2),
+        "seconds": round(seconds, 2), "sessions": plan.sessions,
     }]
     return merged

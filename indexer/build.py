@@ -1,50 +1,72 @@
-"""`tapt index build`: corpus -> sentences -> segments -> embeddings -> FAISS + LMDB + manifest.
+"""`tapt index build`: corpus -> shards of whole files -> sentences -> embeddings -> FAISS parts.
 
-Everything is written into a hidden work directory beside the target that is renamed into place
-only when the build has finished, so no half-written index is ever visible under its name. The
-work is committed window by window (see `checkpoint`): a build that is killed, runs out of disk or
-is interrupted keeps its committed windows, and the same command resumes from them.
+The build runs in stages (see `stages`) behind an executor (see `executors`): prepare every
+shard (read, split, text store, offsets, lexical ids), embed every part of every shard, assemble
+each shard's embeddings, train what the shards share (one FAISS template, int8 code scales),
+index every shard, calibrate the search on the whole, and publish the top manifest last.
+
+Everything is written into a hidden work directory beside the target (`.NAME.building`) that is
+renamed into place only when the build has finished, so no half-written index is ever visible
+under its name. Each finished piece of work leaves a completion record (see `checkpoint`): a build
+that is killed, runs out of disk or is interrupted keeps its finished pieces, and the same command
+resumes from them.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
+import re
 import resource
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from tapt.errors import InputError, OutputError, StorageError
-from tapt.util.files import ensure_dir, sha256_file, storage_error
+from tapt.util.files import ensure_dir, fsync_path, sha256_file, storage_error
 from tapt.util.safety import check_output, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
 
-from . import checkpoint
+from . import checkpoint, stages
 from .encoder import Encoder, model_fingerprint, model_record
+from .executors import EncoderSource, Executor, Stage, executor_names, make_executor
 from .formats import ReadOptions
-from .faiss_index import build_faiss_index
-from .index_choice import DEFAULT_MEMORY, REQUESTS, choose_index, parse_memory
+from .index_choice import DEFAULT_MEMORY, REQUESTS, IndexChoice, choose_index, parse_memory
 from .integrity import remember_index
-from .manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT, INDEX_FORMAT_VERSION, LMDB_DATA,
-                       STORE, TOKENS, foreign_entries, write_index_manifest)
-from .npy import NpyAppender
-from .reader import CorpusScan, Document, InputSpec, TextDocs, iter_documents, scan_inputs
-from .readahead import read_ahead
-from .splitter import SentenceSplitter, segment_offsets
-from .store import TextStoreWriter
+from .lexical import union_vocabulary
+from .manifest import (EMBEDDINGS, INDEX_FORMAT, INDEX_FORMAT_VERSION, SHARDS, VOCAB,
+                       foreign_entries, shard_name, write_index_manifest)
+from .reader import CorpusScan, InputSpec, TextDocs, scan_inputs
 
 log = logging.getLogger(__name__)
 
 
-EMBEDDING_DTYPES = ("float32", "float16")
+EMBEDDING_DTYPES = ("auto", "float32", "float16")
+CODES = ("none", "int8")
+LARGE_ROWS = 1_000_000  # embedding_dtype auto: float16 from this many records, or when sharded
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)\s*$")
+
+
+def parse_count(spec: str | int, param: str = "shard_size") -> int:
+    """`2M`, `500k`, `1.5M`, `20000` -> a whole count (decimal units); InputError otherwise."""
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        value = float(spec)
+    else:
+        match = _COUNT.match(str(spec))
+        if not match:
+            raise InputError(f"{spec!r}: use a count like 2M, 500k or 20000", param=param)
+        value = float(match.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[
+            match.group(2).lower()]
+    if value < 1 or value != int(value):
+        raise InputError(f"{spec!r} must be a whole number of at least 1", param=param)
+    return int(value)
 
 
 @dataclass
@@ -67,7 +89,11 @@ class BuildConfig:
     index: str = "auto"             # FAISS type: auto, flat, hnsw or ivfpq (see index_choice)
     memory: str | int = DEFAULT_MEMORY  # budget for the FAISS index in RAM
     opq: bool = False
-    embedding_dtype: str = "float32"  # or float16: half the disk and page cache, cosine error ~1e-4
+    embedding_dtype: str = "auto"   # float16 when sharded or large (see `resolve_dtype`), float32
+    shards: int | None = None       # split the files into this many shards (whole files each)
+    shard_size: int | str | None = None  # or: a new shard every this many input records
+    codes: str = "none"             # int8: also store int8 codes for `scan="codes"` selection
+    executor: str = "local"
 
     def __post_init__(self) -> None:
         if self.segment_size < 1:
@@ -84,23 +110,74 @@ class BuildConfig:
         if self.embedding_dtype not in EMBEDDING_DTYPES:
             raise InputError(f"must be one of {', '.join(EMBEDDING_DTYPES)}",
                              param="embedding_dtype")
+        if self.shards is not None and (isinstance(self.shards, bool) or
+                                        not isinstance(self.shards, int) or self.shards < 1):
+            raise InputError("must be a whole number of at least 1", param="shards")
+        if self.shards is not None and self.shard_size is not None:
+            raise InputError("give `shards` or `shard_size`, not both", param="shard_size")
+        if self.shard_size is not None:
+            self.shard_size = parse_count(self.shard_size)
+        if self.codes not in CODES:
+            raise InputError(f"must be one of {', '.join(CODES)}", param="codes")
+        if self.executor not in executor_names():
+            raise InputError(f"unknown executor {self.executor!r}: use one of "
+                             f"{', '.join(executor_names())}", param="executor")
+
+    @property
+    def sharded(self) -> bool:
+        return self.shards is not None and self.shards > 1 or self.shard_size is not None
 
 
-@dataclass
-class _Pending:
-    """Sentences waiting for the next embedding window, with their store records."""
+def plan_shards(scan: CorpusScan, config: BuildConfig) -> list[list[int]]:
+    """Consecutive groups of the scan's files (whole files, reading order kept, so global ids
+    follow the files as in an unsharded build): `shards` groups of about equal record counts, or
+    a new group whenever the next file would take the group past `shard_size` records. Files
+    whose record count is unknown (streams) count as the average of the others."""
+    n = len(scan.files)
+    known = [f.scanned.records for f in scan.files if f.scanned is not None
+             and f.scanned.records is not None]
+    fill = (sum(known) / len(known)) if known else 1.0
+    sizes = [float(f.scanned.records) if f.scanned is not None and f.scanned.records is not None
+             else fill for f in scan.files]
+    if config.shard_size is not None:
+        groups: list[list[int]] = [[]]
+        total = 0.0
+        for i, size in enumerate(sizes):
+            if groups[-1] and total + size > int(config.shard_size):
+                groups.append([])
+                total = 0.0
+            groups[-1].append(i)
+            total += size
+        return groups
+    wanted = min(config.shards or 1, n)
+    if wanted < (config.shards or 1):
+        log.warning("%d shards asked for, but the corpus has %d input file(s): a shard holds "
+                    "whole files, so the index gets %d shard(s)", config.shards, n, wanted)
+    if wanted == 1:
+        return [list(range(n))]
+    cumulative = np.cumsum(sizes)
+    total = float(cumulative[-1])
+    groups, start = [], 0
+    for g in range(1, wanted):
+        target = total * g / wanted
+        end = int(np.searchsorted(cumulative, target, side="left")) + 1
+        end = max(end, start + 1)
+        end = min(end, n - (wanted - g))   # leave at least one file per later group
+        groups.append(list(range(start, end)))
+        start = end
+    groups.append(list(range(start, n)))
+    return [g for g in groups if g]
 
-    texts: list[str] = field(default_factory=list)
-    records: list[dict[str, Any]] = field(default_factory=list)
 
-
-def _sentences(doc: Document, doc_index: int, split: SentenceSplitter) -> Iterator[dict[str, Any]]:
-    pos = 0
-    for rec in doc.records:
-        for sentence in split(rec.text):
-            yield {"text": sentence, "doc": doc_index, "pos": pos, "doc_key": doc.key,
-                   "source": doc.source, "meta": rec.meta}
-            pos += 1
+def resolve_dtype(config: BuildConfig, scan: CorpusScan, shards: int) -> str:
+    """`embedding_dtype` auto: float16 when the index has more than one shard or its corpus at
+    least LARGE_ROWS records (half the disk and page cache; selections measured in
+    docs/scale.md), else float32."""
+    if config.embedding_dtype != "auto":
+        return config.embedding_dtype
+    records = scan.records
+    return "float16" if shards > 1 or (records is not None and records >= LARGE_ROWS) \
+        else "float32"
 
 
 def _peak_rss_mb() -> float:
@@ -161,14 +238,23 @@ def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
 
 
 def build_index(
-    inputs: list[InputSpec], out: str | Path, encoder: Encoder, config: BuildConfig | None = None
+    inputs: list[InputSpec], out: str | Path, encoder: Encoder, config: BuildConfig | None = None,
+    executor: Executor | str | None = None, encoder_spec: Any = None,
 ) -> dict[str, Any]:
     """Build an index directory at `out` (resuming an interrupted build of it) and return its
     manifest.
 
+    Args:
+        inputs: Corpus files, folders, URLs or HubDataset specs.
+        out: The index directory to create.
+        encoder: The model, loaded in this process.
+        config: The build's options.
+        executor: What runs the stages (default: `config.executor`, "local").
+        encoder_spec: How workers in other processes load the model (`executors.EncoderSpec`).
+
     Raises:
         OutputError: `out` may not be written (see `check_index_output`).
-        StorageError: the disk filled up or refused a write (committed windows are kept).
+        StorageError: the disk filled up or refused a write (finished work is kept).
     """
     config = config or BuildConfig()
     model_dir = [encoder.spec] if encoder.spec and Path(encoder.spec).is_dir() else []
@@ -180,19 +266,40 @@ def build_index(
         raise StorageError(f"cannot write into {parent}; choose a writable location")
     scan = scan_corpus(inputs, config)
     check_index_output(out, scan, config.overwrite)
+    groups = plan_shards(scan, config)
+    dtype = resolve_dtype(config, scan, len(groups))
     wanted = checkpoint.fingerprint({
         "inputs": scan.identity(),
         "model": [encoder.name, model_fingerprint(encoder), encoder.dim, encoder.max_length],
         "config": {k: v for k, v in vars(config).items()
                    if k not in ("overwrite", "restart", "progress", "index", "memory", "opq",
-                                "strict")},
+                                "strict", "executor", "batch_size", "embedding_dtype", "codes")},
+        "dtype": dtype, "groups": groups,
         "store_format": INDEX_FORMAT_VERSION,
     })
+    runner, owned = make_executor(executor or config.executor, config.progress)
     with checkpoint.BuildLock(out):
-        work, resumed = checkpoint.prepare_work_dir(out, wanted, config.restart)
+        work, plan = checkpoint.prepare_work_dir(out, wanted, config.restart)
         try:
-            manifest = build_into(work, scan, inputs, encoder, config,
-                                   resumed or checkpoint.Progress(wanted))
+            if plan is None:
+                plan = checkpoint.Plan(wanted, [{"name": shard_name(i), "files": g}
+                                                for i, g in enumerate(groups)], dtype)
+            else:
+                plan.sessions += 1
+                log.info("resuming the build in %s: %s sentences embedded", work,
+                         f"{checkpoint.committed_rows(work):,}")
+            checkpoint.write_plan(work, plan)
+            start = time.perf_counter()
+            source = EncoderSource(encoder, encoder_spec)
+            built = run_stages(work, scan, plan, config, runner, source, encoder.dim)
+            if built.rows == 0:
+                raise InputError("the corpus holds no sentences")
+            choice = choose_index(built.rows, encoder.dim, config.memory, config.index,
+                                  opq=config.opq)
+            log.info("faiss index: %s", choice.reason)
+            results, shared = index_stages(work, built, choice, config.codes, runner, dtype)
+            manifest = publish(work, built, results, shared, choice, config, scan, inputs,
+                               encoder, plan, time.perf_counter() - start)
             if out.exists() or out.is_symlink():
                 check_index_output(out, [], config.overwrite)  # still ours after the long build
                 old = parent / f".{out.name}.old-{os.getpid()}"
@@ -201,132 +308,206 @@ def build_index(
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 os.replace(work, out)
-            (out / checkpoint.PROGRESS).unlink(missing_ok=True)
             remember_index(out, manifest)  # hashed as written: later opens need not hash again
             return manifest
         except BaseException as exc:
-            committed = checkpoint.read_progress(work) if work.exists() else None
-            if committed is None or committed.rows == 0:
+            committed = checkpoint.committed_rows(work) if work.exists() else 0
+            prepared = work.exists() and any((work / SHARDS).glob(f"*/{stages.PREPARED}"))
+            if not committed and not prepared:
                 shutil.rmtree(work, ignore_errors=True)
             else:
-                log.warning("kept %s sentences of this build in %s: run the same command again "
-                            "to resume", f"{committed.rows:,}", work)
+                log.warning("kept %s embedded sentences of this build in %s: run the same "
+                            "command again to resume", f"{committed:,}", work)
             full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
                 isinstance(exc, StorageError) and str(exc).startswith("disk full"))
             if full:
-                where = f"; {committed.rows:,} sentences are committed" if committed else ""
-                raise StorageError(f"disk full while building {out}{where}: free space and run "
-                                   "the same command again to resume") from exc
+                raise StorageError(f"disk full while building {out}; {committed:,} sentences "
+                                   "are committed: free space and run the same command again "
+                                   "to resume") from exc
             if isinstance(exc, OSError):
                 raise storage_error(exc, work, "building") from exc
             raise
+        finally:
+            if owned:
+                runner.close()
 
 
-def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
-                progress: checkpoint.Progress,
-                skip_doc: Callable[[list[str]], bool] | None = None) -> dict[str, Any]:
-    """Embed into `tmp`, continuing from `progress`; `skip_doc(sentences)` drops a document."""
-    start = time.perf_counter()
-    splitter = SentenceSplitter(split=config.split)
-    store = TextStoreWriter(tmp / STORE)
-    resume = progress.rows > 0 or progress.docs_read > 0
-    if resume:
-        dropped = store.truncate(progress.rows)
-        progress.sessions += 1
-        if progress.sessions > 1:
-            log.info("resuming in %s: %s sentences of %s documents committed%s", tmp,
-                     f"{progress.rows:,}", f"{progress.docs:,}",
-                     f" ({dropped} uncommitted records dropped)" if dropped else "")
-    rows_at = progress.rows if resume else None
-    docs_at = progress.docs + 1 if resume else None
-    n_rows = progress.rows
-    pending = _Pending()
-    total = scan.records if not config.split else None
-    bar = tqdm(total=total, initial=n_rows - progress.base_rows if total else 0, unit="sent",
-               desc="embedding",
-               disable=not config.progress, dynamic_ncols=True, smoothing=0.05)
+@dataclass
+class Built:
+    """The shards a build or add holds after prepare, embed and assemble."""
 
-    emb_out = NpyAppender(tmp / EMBEDDINGS, np.dtype(config.embedding_dtype), (encoder.dim,),
-                          resume_rows=rows_at)
-    tok_out = NpyAppender(tmp / TOKENS, np.int32, resume_rows=rows_at)
-    doc_out = NpyAppender(tmp / DOCS, np.int64, resume_rows=docs_at)
-    if not resume:
-        doc_out.append(np.zeros(1, dtype=np.int64))
+    names: list[str]            # every shard with rows, in row order (an add's old ones first)
+    row_offsets: list[int]
+    prepared: dict[str, dict[str, Any]]
+    embedded: dict[str, dict[str, Any]]
+    new: list[str]              # the shards this build or add made
+    base_rows: int = 0
+    rows: int = 0               # every shard's rows
 
-    def flush(docs_read: int) -> None:
-        nonlocal n_rows
-        if pending.texts:
-            counts = encoder.token_counts(pending.texts)
-            t0 = time.perf_counter()
-            emb = encoder.encode(pending.texts, batch_size=config.batch_size)
-            progress.embed_seconds += time.perf_counter() - t0
-            emb_out.append(emb)
-            tok_out.append(counts)
-            ends = np.unique([r["doc"] for r in pending.records], return_counts=True)[1]
-            doc_out.append(n_rows + np.cumsum(ends))
-            for f in (emb_out, tok_out, doc_out):
-                f.sync()
-            store.put_many(n_rows, pending.records)
-            store.sync()
-            n_rows += len(pending.texts)
-            progress.tokens += int(counts.sum())
-            progress.truncated += int((counts > encoder.max_length).sum())
-            bar.update(len(pending.texts))
-        progress.rows = n_rows
-        progress.docs = doc_out.rows - 1
-        progress.docs_read = docs_read
-        checkpoint.commit(tmp, progress)
-        pending.texts.clear()
-        pending.records.clear()
 
-    def windows() -> Iterator[tuple[list[str], list[dict[str, Any]], int, int]]:
-        """(texts, records, documents read, duplicates skipped) per embedding window."""
-        doc_index, docs_read, duplicates = progress.docs, progress.docs_read, 0
-        texts: list[str] = []
-        records: list[dict[str, Any]] = []
-        for doc in iter_documents(scan, skip=progress.docs_read):
-            docs_read += 1
-            found = list(_sentences(doc, doc_index, splitter))
-            if found and skip_doc is not None and skip_doc([r["text"] for r in found]):
-                duplicates += 1
-                found = []
-            if found:
-                texts.extend(r["text"] for r in found)
-                records.extend(found)
-                doc_index += 1
-            if len(texts) >= config.window:
-                yield texts, records, docs_read, duplicates
-                texts, records, duplicates = [], [], 0
-        yield texts, records, docs_read, duplicates
+def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: BuildConfig,
+               runner: Executor, source: EncoderSource, dim: int,
+               old: list[tuple[str, int]] = (), dedupe_against: tuple[str, ...] = ()) -> Built:
+    """Prepare, embed and assemble the plan's shards (skipping finished ones); `old`: (name,
+    rows) of the shards an add appends to, whose rows come first; `dedupe_against`: shard
+    directories whose documents are skipped (an add), one shard after another."""
+    shard_root = work / SHARDS
+    shard_root.mkdir(exist_ok=True)
+    for leftover in shard_root.glob(".*.preparing-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    tasks = [stages.PrepareTask(str(work), s["name"], tuple(scan.files[i] for i in s["files"]),
+                                scan.options, config.split,
+                                records=sum(scan.files[i].scanned.records or 0
+                                            for i in s["files"]))
+             for s in plan.shards]
+    prepare = Stage("prepare", stages.prepare_shard, unit="rec", weight=lambda t: t.records or 1)
+    prepared = {t.shard: r for t in tasks
+                if (r := stages.prepared_record(work, t.shard)) is not None}  # resumed: skipped
+    if dedupe_against:
+        done: tuple[str, ...] = tuple(dedupe_against)
+        for task in tasks:   # each new shard skips the documents of the ones before it
+            task = stages.PrepareTask(**{**vars(task), "dedupe_against": done})
+            if task.shard not in prepared:
+                prepared[task.shard] = runner.map(prepare, [task])[0]
+            done += (str(stages.shard_path(work, task.shard)),)
+    else:
+        todo = [t for t in tasks if t.shard not in prepared]
+        prepared.update(zip([t.shard for t in todo], runner.map(prepare, todo)))
+    for name, p in prepared.items():
+        if p["rows"] == 0:   # a shard of blank or duplicate documents holds nothing: not kept
+            shutil.rmtree(stages.shard_path(work, name), ignore_errors=True)
+    new = [s["name"] for s in plan.shards if prepared[s["name"]]["rows"] > 0]
+    window = max(1, config.window)
+    embed_tasks, assemble_tasks = [], []
+    for name in new:
+        rows = int(prepared[name]["rows"])
+        if (stages.shard_path(work, name) / stages.EMBEDDED).is_file():
+            continue
+        parts = math.ceil(rows / window)
+        for p in range(parts):
+            if not stages.part_record_path(work, name, p).is_file():
+                embed_tasks.append(stages.EmbedTask(str(work), name, p, p * window,
+                                                    min(rows, (p + 1) * window),
+                                                    config.batch_size, plan.embedding_dtype))
+        assemble_tasks.append(stages.AssembleTask(str(work), name, parts, rows, dim,
+                                                  plan.embedding_dtype))
+    runner.map(Stage("embed", stages.embed_part, needs_encoder=True, unit="sent",
+                     weight=lambda t: t.rows), embed_tasks, source)
+    runner.map(Stage("assemble", stages.assemble_shard, unit="shard"), assemble_tasks)
+    embedded = {}
+    for name in new:
+        embedded[name] = stages.assemble_shard(stages.AssembleTask(  # the records (done: cheap)
+            str(work), name, 0, int(prepared[name]["rows"]), dim, plan.embedding_dtype))
+    names, offsets, at = [], [], 0
+    for name, rows in old:
+        names.append(name)
+        offsets.append(at)
+        at += rows
+    base_rows = at
+    for name in new:
+        names.append(name)
+        offsets.append(at)
+        at += int(prepared[name]["rows"])
+    return Built(names, offsets, prepared, embedded, new, base_rows, at)
 
-    try:
-        for texts, records, docs_read, duplicates in read_ahead(windows()):
-            pending.texts.extend(texts)
-            pending.records.extend(records)
-            progress.duplicates += duplicates
-            flush(docs_read)
-    finally:
-        bar.close()
-        emb_out.close()
-        tok_out.close()
-        doc_out.close()
-        store.close()
-    n_tokens, truncated, embed_seconds = progress.tokens, progress.truncated, progress.embed_seconds
-    if n_rows == 0:
-        raise InputError("the corpus holds no sentences")
+
+@dataclass
+class Shared:
+    """What the shards of one index share: the FAISS template and the int8 code scales."""
+
+    template: str | None = None
+    template_sha256: str | None = None
+    train_seconds: float = 0.0
+    code_scale: list[float] | None = None
+
+
+def index_stages(work: Path, built: Built, choice: IndexChoice, codes: str, runner: Executor,
+                 dtype: str, shared: Shared | None = None,
+                 keep_checksums: dict[str, dict[str, str]] | None = None
+                 ) -> tuple[dict[str, dict[str, Any]], Shared]:
+    """Train what the new shards share (unless an add passes the index's own `shared`) and
+    build each new shard's FAISS part; returns ({shard: index_shard result}, what was shared)."""
+    if shared is None:
+        trained = runner.map(Stage("train", stages.train_shared, unit="index"),
+                             [stages.TrainTask(str(work), tuple(built.new), choice, codes)])[0]
+        shared = Shared(trained["template"], trained["template_sha256"],
+                        trained["train_seconds"], trained["code_scale"])
+    template, template_sha, code_scale = shared.template, shared.template_sha256, \
+        shared.code_scale
+    tasks = [stages.IndexTask(str(work), name, built.row_offsets[built.names.index(name)],
+                              choice, template, template_sha,
+                              tuple(code_scale) if code_scale is not None else None,
+                              built.prepared[name], built.embedded[name], dtype,
+                              tuple(sorted((keep_checksums or {}).get(name, {}).items())))
+             for name in built.new]
+    results = runner.map(Stage("index", stages.index_shard, unit="shard"), tasks)
+    return {r["manifest"]["shard"]: r for r in results}, shared
+
+
+def drop_training_files(work: Path) -> None:
+    for leftover in (stages.TRAINED, stages.TRAIN_RECORD):
+        (work / leftover).unlink(missing_ok=True)
+
+
+def shard_entries(work: Path, names: list[str], offsets: list[int],
+                  results: dict[str, dict[str, Any]], segment_size: int) -> list[dict[str, Any]]:
+    """The top manifest's list of shards: offsets, counts and the SHA-256 of each shard.json."""
+    entries, doc_at, seg_at = [], 0, 0
+    for name, offset in zip(names, offsets):
+        m = results[name]["manifest"]
+        segments = stages.segments_of(stages.shard_path(work, name), segment_size)
+        entries.append({"name": name, "row_offset": offset, "rows": m["rows"],
+                        "doc_offset": doc_at, "documents": m["documents"],
+                        "segment_offset": seg_at, "segments": segments, "tokens": m["tokens"],
+                        "shard_sha256": results[name]["sha256"]})
+        doc_at += m["documents"]
+        seg_at += segments
+    return entries
+
+
+def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: IndexChoice,
+                     ntotal: int, train_seconds: float, progress: bool) -> dict[str, Any]:
+    """The top manifest's `faiss` section, its search parameter calibrated on every shard."""
+    from .faiss_index import (ShardedFaiss, calibrate_section, faiss_section, ids_are_global,
+                              read_faiss_index)
+    from .shards import RowView
+
+    info = faiss_section(choice, ntotal, train_seconds)
+    if not choice.approximate:
+        return info
+    view = RowView([np.load(stages.shard_path(work, n) / EMBEDDINGS, mmap_mode="r")
+                    for n in names])
+    parts = [read_faiss_index(stages.shard_path(work, n) / "index.faiss") for n in names]
+    return calibrate_section(info, ShardedFaiss(parts, offsets, ids_are_global(choice)), view,
+                             choice, progress)
+
+
+def top_vocabulary(work: Path, names: list[str], base: np.ndarray | None = None) -> str:
+    """Write the corpus vocabulary (sorted union of the shards' word hashes); its SHA-256."""
+    vocab = union_vocabulary([np.load(stages.shard_path(work, n) / VOCAB) for n in names])
+    if base is not None:
+        vocab = np.union1d(base, vocab).astype(np.uint64)
+    stages._save(work / VOCAB, vocab)
+    return sha256_file(work / VOCAB)
+
+
+def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared: Shared,
+            choice: IndexChoice, config: BuildConfig, scan: CorpusScan, inputs: list[InputSpec],
+            encoder: Encoder, plan: checkpoint.Plan, seconds: float) -> dict[str, Any]:
+    """Write the top manifest (last) into the work directory; returns it."""
+    shards = shard_entries(work, built.names, built.row_offsets, results, config.segment_size)
+    vocab_sha = top_vocabulary(work, built.names)
+    faiss_info = calibrated_faiss(work, built.names, built.row_offsets, choice, built.rows,
+                                  shared.train_seconds, config.progress)
+    faiss_info["bytes"] = sum(r["manifest"]["faiss"]["bytes"] for r in results.values())
+    faiss_info["build_seconds"] = round(sum(r["manifest"]["faiss"]["seconds"]
+                                            for r in results.values()), 2)
+    tokens = sum(r["manifest"]["tokens"] for r in results.values())
+    truncated = sum(r["manifest"]["truncated_sentences"] for r in results.values())
     if truncated:
         log.warning("%d of %d sentences are longer than the model's %d tokens and were truncated "
-                    "for embedding", truncated, n_rows, encoder.max_length)
-
-    docs = np.load(tmp / DOCS)
-    embeddings = np.load(tmp / EMBEDDINGS, mmap_mode="r")
-    t0 = time.perf_counter()
-    choice = choose_index(n_rows, encoder.dim, config.memory, config.index, opq=config.opq)
-    log.info("faiss index: %s", choice.reason)
-    faiss_info = build_faiss_index(embeddings, tmp / FAISS, choice, progress=config.progress)
-    faiss_seconds = time.perf_counter() - t0
-    n_segments = len(segment_offsets(docs, config.segment_size)) - 1
-    seconds = time.perf_counter() - start
+                    "for embedding", truncated, built.rows, encoder.max_length)
+    embed_seconds = sum(float(e.get("embed_seconds") or 0) for e in built.embedded.values())
     manifest = {
         "format": INDEX_FORMAT,
         "format_version": INDEX_FORMAT_VERSION,
@@ -348,37 +529,55 @@ def build_into(tmp: Path, scan, inputs, encoder: Encoder, config: BuildConfig,
         },
         "counts": {
             "files": len(scan.files),
-            "documents": len(docs) - 1,
-            "sentences": n_rows,
-            "segments": n_segments,
-            "tokens": n_tokens,
+            "documents": sum(s["documents"] for s in shards),
+            "sentences": built.rows,
+            "segments": sum(s["segments"] for s in shards),
+            "tokens": tokens,
             "truncated_sentences": truncated,
-            "skipped_blank_records": scan.skipped_blank,
+            "skipped_blank_records": sum(int(p.get("skipped_blank_records", 0))
+                                         for p in built.prepared.values()),
         },
+        "shards": shards,
         "faiss": faiss_info,
+        "codes": codes_section(shared.code_scale),
         "files": {
-            "embeddings": {"file": EMBEDDINGS, "dtype": config.embedding_dtype,
-                           "shape": [n_rows, encoder.dim]},
-            "tokens": TOKENS,
-            "documents": DOCS,
-            "store": STORE,
-            "store_records": "CRC32 (big-endian) of key + JSON, then the JSON",
-            "faiss": FAISS,
+            "embeddings": {"file": EMBEDDINGS, "dtype": plan.embedding_dtype,
+                           "shape": [built.rows, encoder.dim]},
+            "layout": f"{SHARDS}/NNNNNN/ (shard.json, text.lmdb, docs.npy, tokens.npy, "
+                      "embeddings.npy, index.faiss, lexical ids); global row = the shard's "
+                      "row_offset + its local row",
+            "store_records": "CRC32 (big-endian) of local key + JSON, then the JSON",
+            "vocabulary": VOCAB,
         },
+        "lexical": {"tokens": r"\w+|[^\w\s] of the lowercased text",
+                    "hash": "first 8 bytes (little-endian) of BLAKE2b of the word, UTF-8",
+                    "vocabulary": int(len(np.load(work / VOCAB, mmap_mode="r")))},
         "build": {
             "seconds": round(seconds, 2),
             "embed_seconds": round(embed_seconds, 2),
-            "faiss_seconds": round(faiss_seconds, 2),
-            "sentences_per_second": round(n_rows / embed_seconds, 1) if embed_seconds else None,
+            "faiss_seconds": faiss_info["build_seconds"],
+            "sentences_per_second": round(built.rows / embed_seconds, 1) if embed_seconds
+            else None,
             "peak_rss_mb": round(_peak_rss_mb(), 1),
             "device": encoder.device,
             "backend": getattr(encoder, "backend", "torch"),
             "batch_size": config.batch_size,
             "window": config.window,
-            "sessions": progress.sessions,
+            "shards": len(shards),
+            "sessions": plan.sessions,
         },
-        "checksums": {name: sha256_file(tmp / name) for name in
-                      (EMBEDDINGS, TOKENS, DOCS, FAISS, LMDB_DATA)},
+        "checksums": {VOCAB: vocab_sha},
         "versions": library_versions(),
     }
-    return write_index_manifest(tmp, manifest)
+    drop_training_files(work)
+    fsync_path(work / SHARDS)
+    return write_index_manifest(work, manifest)
+
+
+def codes_section(scale: list[float] | None) -> dict[str, Any] | None:
+    """The top manifest's `codes`: int8 codes x scale approximate each embedding row."""
+    if scale is None:
+        return None
+    return {"dtype": "int8", "file": "codes.npy", "scale": [float(x) for x in scale],
+            "rule": "code = clip(round(x / scale), -127, 127) per dimension; scale = the "
+                    "largest |x| of a seeded sample of rows / 127"}

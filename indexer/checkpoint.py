@@ -1,12 +1,14 @@
-"""Committed chunks of an index build, so that a killed build resumes where it stopped.
+"""The records that let an interrupted build resume: the plan, and one completion record per
+finished piece of work.
 
-A build writes into a hidden work directory beside the target (`.NAME.building`). After each
-embedding window it appends the window's rows to the `.npy` files, fsyncs them, writes the window's
-records to LMDB in one synced transaction, and only then replaces `progress.json` (fsync + rename):
-that file is the commit record. Everything past what it names is an uncommitted tail, cut off on
-resume (file lengths truncated, LMDB keys past the committed row count deleted). Windows always end
-on a document boundary, so the documents already read are skipped on resume, none is split or
-embedded twice, and every later window holds the same sentences as in an uninterrupted build.
+A build writes into a hidden work directory beside the target (`.NAME.building`). `plan.json`
+names the build (a fingerprint of its inputs, model and settings) and its shards (which input
+files each holds). Each stage leaves a completion record only once its output is complete and
+renamed into place: `shards/NNNNNN/prepared.json` (the shard's text store, offsets and lexical
+ids), `parts/part-PPPPPP.json` (one embedded part), `embedded.json` (the shard's embeddings
+assembled), `shard.json` (its FAISS part and checksums). Rerunning the same command skips every
+piece whose record exists; a process killed in the middle of a piece loses only that piece (its
+temporary files are ignored and removed).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import hashlib
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +27,19 @@ from tapt.util.files import storage_error, write_json_atomic
 
 log = logging.getLogger(__name__)
 
-PROGRESS = "progress.json"
-_VERSION = 1
+PLAN = "plan.json"
+_VERSION = 2
 
 
 @dataclass
-class Progress:
-    """What is committed: rows (sentences), documents kept and documents read from the input."""
+class Plan:
+    """What a build or add is: its fingerprint, its shards, where its rows start."""
 
     fingerprint: str
-    base_rows: int = 0          # rows the index held before this build or add began
-    rows: int = 0
-    docs: int = 0
-    docs_read: int = 0
-    tokens: int = 0
-    truncated: int = 0
-    duplicates: int = 0
-    embed_seconds: float = 0.0
+    shards: list[dict[str, Any]] = field(default_factory=list)  # name, files, records
+    embedding_dtype: str = "float32"
+    base_rows: int = 0          # rows the index held before this add began
+    base_docs: int = 0
     sessions: int = 1
 
     def to_json(self) -> dict[str, Any]:
@@ -88,45 +86,71 @@ class BuildLock:
             self._fh.close()
 
 
-def read_progress(work: Path) -> Progress | None:
-    """The last commit of an interrupted build, or None when nothing was committed."""
-    path = work / PROGRESS
+def read_plan(work: Path) -> Plan | None:
+    """The plan of an interrupted build, or None when there is none."""
+    path = work / PLAN
     if not path.is_file():
         return None
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         if raw.pop("version", None) != _VERSION:
             return None
-        return Progress(**raw)
+        return Plan(**raw)
     except (ValueError, TypeError) as exc:
         # Only written by rename, so a damaged file means outside tampering: start over.
         log.warning("ignoring unreadable %s (%s); the build starts over", path, exc)
         return None
 
 
-def commit(work: Path, progress: Progress) -> None:
-    write_json_atomic(work / PROGRESS, progress.to_json())
+def write_plan(work: Path, plan: Plan) -> None:
+    write_json_atomic(work / PLAN, plan.to_json())
+
+
+def commit_part(path: Path, record: dict[str, Any]) -> None:
+    """Write a part's completion record (the moment the part counts as done)."""
+    write_json_atomic(path, record)
+
+
+def committed_rows(work: Path) -> int:
+    """Sentences whose embeddings are committed in a work directory (parts and whole shards)."""
+    from .manifest import SHARDS
+
+    total = 0
+    for shard in sorted((work / SHARDS).glob("[0-9]*")):
+        done = shard / "embedded.json"
+        if done.is_file():
+            try:
+                total += int(json.loads(done.read_text())["rows"])
+                continue
+            except (ValueError, KeyError, TypeError):
+                pass
+        for record in (shard / "parts").glob("part-*.json"):
+            try:
+                total += int(json.loads(record.read_text())["rows"])
+            except (ValueError, KeyError, TypeError):
+                continue
+    return total
 
 
 def prepare_work_dir(out: Path, wanted: str, restart: bool, kind: str = "building"
-                     ) -> tuple[Path, Progress | None]:
+                     ) -> tuple[Path, Plan | None]:
     """Create the work directory, or find a resumable one with the same fingerprint.
 
-    Returns the directory and the committed progress to resume from (None: start fresh).
+    Returns the directory and the plan to resume (None: start fresh).
     """
     work = work_dir_for(out, kind)
     if work.exists():
-        progress = read_progress(work)
-        if progress is not None and progress.fingerprint == wanted and not restart:
-            return work, progress
-        if progress is not None and not restart:
+        plan = read_plan(work)
+        if plan is not None and plan.fingerprint == wanted and not restart:
+            return work, plan
+        if plan is not None and not restart:
             raise InputError(
                 f"an interrupted {'build' if kind == 'building' else 'add'} of {out} with other "
                 f"inputs or settings is in {work} "
-                f"({progress.rows:,} sentences committed): rerun that build to finish it, or "
-                "pass `restart` to discard it")
+                f"({committed_rows(work):,} sentences embedded): rerun that build to finish it, "
+                "or pass `restart` to discard it")
         remove_work_dir(work)
-        if progress is not None:
+        if plan is not None:
             log.info("discarded the interrupted build in %s (restart)", work)
     work.mkdir()
     return work, None

@@ -21,62 +21,124 @@ from tapt.util.files import atomic_write
 
 from .index_choice import (RESCORE_FACTOR, RESCORE_MIN, IndexChoice, choice_from_manifest,
                            rescore_k)
-from .integrity import check_results
+from .integrity import check_results, check_unit_rows
 from .rescore import exact_topk
 from .store import damaged
 
 log = logging.getLogger(__name__)
 
 FLAT_FACTORY = "Flat"
+FAISS_FILE = "index.faiss"
+FLAT_MARGIN = 100  # an exact search fetches k + this many per part, reranked from the embeddings
 _ADD_CHUNK = 65536
 _FALLBACK_DEFAULT = {"nprobe": 64, "efSearch": 128}
 AGREEMENT = 2e-3  # FAISS vs numpy inner products of the same float32 rows differ by ~1e-6
 
 
-def build_faiss_index(
-    embeddings: np.ndarray, path: Path, choice: IndexChoice | str = FLAT_FACTORY,
-    progress: bool = True, calibrate: bool = True,
-) -> dict[str, Any]:
-    """Create an inner-product index from (memory-mapped) embeddings, trained on a seeded sample
-    where the type needs it, added in chunks, calibrated and written (fsynced) to `path`.
-
-    Returns the manifest's `faiss` section. `choice` may be a bare factory string (old manifests).
-    """
+def new_faiss(choice: IndexChoice, dim: int):
+    """An empty FAISS index of the chosen type (untrained where the type needs training)."""
     import faiss
 
-    n, dim = embeddings.shape
-    if isinstance(choice, str):
-        choice = choice_from_manifest({"factory": choice}, n, dim)
-    t_start = time.perf_counter()
     index = faiss.index_factory(dim, choice.factory, faiss.METRIC_INNER_PRODUCT)
     if choice.kind == "hnsw":
         faiss.downcast_index(index).hnsw.efConstruction = int(
             choice.params.get("efConstruction", 40))
-    train_seconds = 0.0
-    if not index.is_trained:
-        t0 = time.perf_counter()
-        _train(faiss, index, embeddings, choice)
-        train_seconds = time.perf_counter() - t0
+    return index
+
+
+def train_template(embeddings: np.ndarray, choice: IndexChoice) -> tuple[Any, float]:
+    """The trained, empty index every shard of an index starts from (one coarse quantizer and
+    one set of codebooks for all shards), trained on a seeded sample of rows across the whole
+    index; None for types that need no training. Returns it and the seconds spent."""
+    index = new_faiss(choice, embeddings.shape[1])
+    if index.is_trained:
+        return None, 0.0
+    import faiss
+
+    t0 = time.perf_counter()
+    _train(faiss, index, embeddings, choice)
+    return index, time.perf_counter() - t0
+
+
+def ids_are_global(choice: IndexChoice) -> bool:
+    """IVF parts store global row ids (one trained quantizer, parts that could be merged);
+    Flat and HNSW parts hold their shard's rows in order (global id = row offset + position)."""
+    return choice.kind == "ivfpq"
+
+
+def build_part(rows: np.ndarray, choice: IndexChoice, template: Any, row_offset: int,
+               progress: bool = False):
+    """One shard's FAISS part: its rows added (with global ids where the type stores ids) to a
+    copy of the trained template, or to a new index."""
+    import faiss
+
+    index = faiss.clone_index(template) if template is not None else new_faiss(
+        choice, rows.shape[1])
+    n = len(rows)
     for start in tqdm(range(0, n, _ADD_CHUNK), desc="faiss add", unit="chunk",
-                      disable=not progress or n <= _ADD_CHUNK):
-        index.add(np.ascontiguousarray(embeddings[start:start + _ADD_CHUNK], dtype=np.float32))
+                      disable=not progress or n <= _ADD_CHUNK, leave=False):
+        block = np.ascontiguousarray(rows[start:start + _ADD_CHUNK], dtype=np.float32)
+        if ids_are_global(choice):
+            index.add_with_ids(block, np.arange(row_offset + start, row_offset + start
+                                                + len(block), dtype=np.int64))
+        else:
+            index.add(block)
+    return index
+
+
+def write_faiss(index, path: Path) -> int:
+    """Write a FAISS index atomically (through Python's file object, so a full or read-only
+    disk is an OSError -> StorageError; faiss's own writer reports a bare RuntimeError), fsynced;
+    returns its size in bytes."""
+    import faiss
+
+    with atomic_write(path, "wb") as fh:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
+    return os.path.getsize(path)
+
+
+def faiss_section(choice: IndexChoice, ntotal: int, train_seconds: float) -> dict[str, Any]:
+    """The top manifest's `faiss` section, before calibration."""
     info: dict[str, Any] = {"factory": choice.factory, "metric": "inner_product",
-                            "ntotal": int(index.ntotal), "file": path.name}
+                            "ntotal": int(ntotal), "file": FAISS_FILE,
+                            "part_ids": "global" if ids_are_global(choice) else "local"}
     info.update(choice.manifest())
     info["train"]["seconds"] = round(train_seconds, 2)
     if choice.approximate:
         info["rescore"] = {"factor": RESCORE_FACTOR.get(choice.kind, 1), "min": RESCORE_MIN}
-        if calibrate:
-            from .ann_recall import calibrate as calibrate_search
+    return info
 
-            info["search"] = calibrate_search(index, embeddings, choice, progress=progress)
-            info["rescore"]["factor"] = info["search"]["rescore_factor"]
-    # Through Python's file object, so a full or read-only disk is an OSError -> StorageError
-    # (faiss's own writer reports it as a bare RuntimeError), written atomically and fsynced.
-    with atomic_write(path, "wb") as fh:
-        faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
-    info["bytes"] = os.path.getsize(path)
-    info["build_seconds"] = round(time.perf_counter() - t_start, 2)
+
+def calibrate_section(info: dict[str, Any], index, embeddings: np.ndarray, choice: IndexChoice,
+                      progress: bool = False) -> dict[str, Any]:
+    """`info` with the default search parameter calibrated on the whole (sharded) index."""
+    if not choice.approximate:
+        return info
+    from .ann_recall import calibrate as calibrate_search
+
+    info = dict(info)
+    info["search"] = calibrate_search(index, embeddings, choice, progress=progress)
+    info["rescore"] = {**info["rescore"], "factor": info["search"]["rescore_factor"]}
+    return info
+
+
+def build_faiss_index(embeddings: np.ndarray, path: Path, choice: IndexChoice | str = FLAT_FACTORY,
+                      progress: bool = True, calibrate: bool = True) -> dict[str, Any]:
+    """One FAISS index over all of `embeddings` (a one-shard index's part), trained, added,
+    calibrated and written (fsynced) to `path`; returns its `faiss` section. `choice` may be a
+    bare factory string (old manifests)."""
+    n, dim = embeddings.shape
+    if isinstance(choice, str):
+        choice = choice_from_manifest({"factory": choice}, n, dim)
+    t0 = time.perf_counter()
+    template, train_seconds = train_template(embeddings, choice)
+    index = build_part(embeddings, choice, template, 0, progress)
+    info = faiss_section(choice, index.ntotal, train_seconds)
+    if calibrate:
+        info = calibrate_section(info, index, embeddings, choice, progress)
+    info["file"] = path.name
+    info["bytes"] = write_faiss(index, path)
+    info["build_seconds"] = round(time.perf_counter() - t0, 2)
     return info
 
 
@@ -99,6 +161,69 @@ def _train(faiss, index, embeddings: np.ndarray, choice: IndexChoice) -> None:
     index.train(sample)
 
 
+def template_of(part) -> Any:
+    """The trained, empty template of an IVF part (its quantizer and codebooks, no rows)."""
+    import faiss
+
+    template = faiss.clone_index(part)
+    template.reset()
+    return template
+
+
+class ShardedFaiss:
+    """The FAISS parts of a sharded index searched as one: each part is searched, its ids made
+    global, and the per-query results merged best first (ties by ascending id).
+
+    `search_part` and `merge_topk` are the two halves a worker per shard and a driver run."""
+
+    def __init__(self, parts: list[Any], row_offsets: list[int], global_ids: bool) -> None:
+        self.parts = parts
+        self.row_offsets = [int(o) for o in row_offsets]
+        self.global_ids = global_ids
+        self.ntotal = int(sum(p.ntotal for p in parts))
+        self.d = int(parts[0].d) if parts else 0
+        self.metric_type = parts[0].metric_type if parts else None
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        results = [search_part(p, queries, k, 0 if self.global_ids else off)
+                   for p, off in zip(self.parts, self.row_offsets)]
+        return merge_topk(results, k)
+
+    def set_param(self, name: str, value: int) -> None:
+        for part in self.parts:
+            set_search_param(part, name, value)
+
+
+def search_part(part, queries: np.ndarray, k: int, id_base: int = 0
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """One part's top min(k, its rows) per query, with global ids (-1 for none)."""
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    width = min(int(k), int(part.ntotal))
+    if width <= 0:
+        return (np.full((len(q), 0), -np.inf, dtype=np.float32),
+                np.full((len(q), 0), -1, dtype=np.int64))
+    sims, ids = part.search(q, width)
+    if id_base:
+        ids = np.where(ids >= 0, ids + id_base, ids)
+    return sims, ids
+
+
+def merge_topk(results: list[tuple[np.ndarray, np.ndarray]], k: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The best `k` per query of several parts' results, best first, ties by ascending id."""
+    if len(results) == 1 and results[0][1].shape[1] <= k:
+        sims, ids = results[0]
+    else:
+        sims = np.concatenate([r[0] for r in results], axis=1)
+        ids = np.concatenate([r[1] for r in results], axis=1)
+    valid = ids >= 0
+    order = np.lexsort((np.where(valid, ids, np.iinfo(np.int64).max),
+                        -np.where(valid, sims, -np.inf)), axis=-1)[:, :k]
+    sims = np.take_along_axis(sims, order, axis=1)
+    ids = np.take_along_axis(ids, order, axis=1)
+    return sims, ids
+
+
 def read_faiss_index(path: Path):
     """Load an index written by `build_faiss_index`, memory-mapped where the type allows it."""
     import faiss
@@ -110,9 +235,13 @@ def read_faiss_index(path: Path):
 
 
 def set_search_param(index, name: str, value: int) -> None:
-    """Set `nprobe` (IVF) or `efSearch` (HNSW) on an index, through any wrapping transform."""
+    """Set `nprobe` (IVF) or `efSearch` (HNSW) on an index (every part of a sharded one),
+    through any wrapping transform."""
     import faiss
 
+    if isinstance(index, ShardedFaiss):
+        index.set_param(name, value)
+        return
     faiss.ParameterSpace().set_index_parameter(index, name, int(value))
 
 
@@ -154,17 +283,36 @@ def knn_search(index, embeddings: np.ndarray, queries: np.ndarray, k: int,
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     kind, name, value = search_setting(faiss_info, n, dim, nprobe, ef_search)
     if kind == "flat":
-        sims, ids = index.search(queries, k)
+        # A few more than k, ranked by the stored embeddings: BLAS rounds a row's similarity
+        # by the block it was computed in, so near-ties at the cut fall the same way however
+        # the rows are sharded.
+        sims, ids = index.search(queries, min(n, k + FLAT_MARGIN))
         check_results(sims, ids, n, label)
-        exact, _ = exact_topk(embeddings, queries, ids, k, label=label)
+        exact = _row_sims(embeddings, queries, ids, label)
         valid = ids >= 0
         if (np.abs(np.where(valid, exact - sims, 0)) > AGREEMENT).any():
             q, j = np.argwhere(np.abs(np.where(valid, exact - sims, 0)) > AGREEMENT)[0]
             raise damaged(label, f"index.faiss and embeddings.npy disagree (query {int(q)}, "
                                  f"similarity {float(sims[q, j]):.4f} vs {float(exact[q, j]):.4f})")
-        return sims, ids
+        return exact_topk(embeddings, queries, ids, k, label=label)
     set_search_param(index, name, value)
     factor = (faiss_info.get("rescore") or {}).get("factor")
     sims, candidates = index.search(queries, rescore_k(k, kind, n, factor))
     check_results(sims, candidates, n, label)
     return exact_topk(embeddings, queries, candidates, k, label=label)
+
+
+def _row_sims(embeddings: np.ndarray, queries: np.ndarray, ids: np.ndarray,
+              label: str | Path | None) -> np.ndarray:
+    """Exact inner products of each query with its candidate rows (-inf for none), in the
+    candidates' order."""
+    out = np.full(ids.shape, -np.inf, dtype=np.float32)
+    valid = ids >= 0
+    if not valid.any():
+        return out
+    unique, inverse = np.unique(ids[valid], return_inverse=True)
+    rows = np.asarray(embeddings[unique], dtype=np.float32)
+    check_unit_rows(rows, unique, label, dtype=embeddings.dtype)
+    q_of = np.broadcast_to(np.arange(len(ids))[:, None], ids.shape)[valid]
+    out[valid] = np.einsum("ij,ij->i", rows[inverse], np.asarray(queries, np.float32)[q_of])
+    return out

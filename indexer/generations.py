@@ -41,7 +41,7 @@ def exchange(a: Path, b: Path) -> None:
     os.replace(aside, a)
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
+def link_or_copy(src: Path, dst: Path) -> None:
     try:
         os.link(src, dst)
     except OSError:
@@ -49,19 +49,23 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 
 def mirror(index_dir: Path, work: Path, skip: Iterable[str]) -> None:
-    """Hard-link (or copy) every file of the index into `work`, except the names in `skip`
-    (top-level names, or `dir/name` inside the text store)."""
+    """Hard-link (or copy) every file of the index into `work`, except the paths in `skip`
+    (relative to the index: `manifest.json`, `shards/000002/index.faiss`, `text.lmdb/data.mdb`;
+    a skipped directory is skipped whole). Hidden entries (temporary files) are never copied."""
     skip = set(skip)
-    for item in sorted(index_dir.iterdir()):
-        if item.name.startswith(".") or item.name in skip:
-            continue
-        if item.is_dir():
-            (work / item.name).mkdir()
-            for sub in sorted(item.iterdir()):
-                if sub.is_file() and f"{item.name}/{sub.name}" not in skip:
-                    _link_or_copy(sub, work / item.name / sub.name)
-        elif item.is_file():
-            _link_or_copy(item, work / item.name)
+
+    def copy(source: Path, target: Path, relative: str) -> None:
+        for item in sorted(source.iterdir()):
+            rel = f"{relative}{item.name}"
+            if item.name.startswith(".") or rel in skip:
+                continue
+            if item.is_dir() and not item.is_symlink():
+                (target / item.name).mkdir()
+                copy(item, target / item.name, rel + "/")
+            elif item.is_file():
+                link_or_copy(item, target / item.name)
+
+    copy(Path(index_dir), Path(work), "")
 
 
 def replace_generation(path: Path, kind: str, skip: Iterable[str],

@@ -1,11 +1,19 @@
-"""Open an index directory: the one loader the retriever (and `tapt index info`) reads through."""
+"""Open an index directory: the one loader the retriever (and `tapt index info`) reads through.
+
+An index of format 3 is a set of shards (see `manifest`); `Index` shows them as one: global row
+ids over `embeddings`, `tokens`, `codes` (row views), `store` (a sharded text store), `faiss`
+(every part searched, results merged) and `doc_offsets` (global). `shards` lists each shard's
+files and offsets for code that works shard by shard.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+import re
 import weakref
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -17,8 +25,10 @@ from tapt.errors import IndexFormatError, InputError, ModelMismatchError
 from . import integrity
 from .encoder import Encoder, model_differences
 from .identity import generation_mismatch
-from .manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LMDB_DATA, MANIFEST_NAME,
-                       STORE, TOKENS, read_index_manifest)
+from .manifest import (BIGRAMS, CODES, DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LEXICAL,
+                       LEXICAL_OFFSETS, LMDB_DATA, MANIFEST_NAME, SHARDS, STORE, TOKENS, VOCAB,
+                       read_index_manifest, read_shard_manifest)
+from .shards import RowView, ShardedStore, StoreShard
 from .splitter import segment_docs, segment_offsets
 from .store import TextStore, damaged
 
@@ -27,15 +37,42 @@ log = logging.getLogger(__name__)
 _PROC_FD = Path("/proc/self/fd")
 
 
+@dataclass
+class Shard:
+    """One shard as opened: where it is, its offsets, its manifest and its arrays."""
+
+    name: str
+    directory: Path             # through the index's directory handle (one generation)
+    row_offset: int
+    rows: int
+    doc_offset: int
+    documents: int
+    manifest: dict[str, Any]
+    embeddings: np.ndarray
+    tokens: np.ndarray
+    docs: np.ndarray
+    store: TextStore
+    faiss_fd: int | None = None
+    codes: np.ndarray | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def faiss_path(self) -> Path:
+        return Path(f"/proc/self/fd/{self.faiss_fd}") if self.faiss_fd is not None \
+            else self.directory / FAISS
+
+
 class Index:
-    """A built index: manifest, memory-mapped embeddings, document offsets, text store, FAISS.
+    """A built index: manifest, its shards' memory-mapped embeddings, document offsets, text
+    stores and FAISS parts, seen as one.
 
     Opening checks the index before it can answer (see `integrity`): a damaged or inconsistent
     index raises IndexFormatError naming what is damaged and what to run.
 
     Args:
         path: The index directory.
-        versions: Format versions accepted (`tapt index upgrade` also opens version 1).
+        versions: Format versions accepted (`tapt index upgrade`, `info` and `verify` also open
+            formats 1 and 2, as one shard whose files lie at the top).
         check_faiss: Refuse a missing, cut or (by checksum) damaged `index.faiss` on open;
             `tapt index repair`, which replaces it, opens without.
     """
@@ -70,52 +107,122 @@ class Index:
         label = self.path
         self.manifest: dict[str, Any] = read_index_manifest(base, self._versions, label=label)
         self._manifest_bytes = (base / MANIFEST_NAME).read_bytes()
-        faiss_files = (FAISS,) if self._check_faiss else ()
-        for name in (EMBEDDINGS, TOKENS, DOCS, *faiss_files):
-            if not (base / name).is_file():
-                fix = (f"tapt index repair {label} (rebuilds it from the stored embeddings)"
-                       if name == FAISS else f"tapt index verify {label}")
-                raise IndexFormatError(f"index {label} is incomplete: {name} is missing; run "
-                                       f"{fix}")
+        self._base = base
         try:
-            n, dim = int(self.manifest["counts"]["sentences"]), int(self.manifest["model"]["dim"])
-            documents = int(self.manifest["counts"]["documents"])
+            dim = int(self.manifest["model"]["dim"])
             emb_dtype = (self.manifest.get("files", {}).get("embeddings") or {}).get(
                 "dtype", "float32")
+            entries = (self.manifest["shards"] if self.format_version >= 3 else
+                       [{"name": "", "row_offset": 0, "rows": self.manifest["counts"]["sentences"],
+                         "doc_offset": 0, "documents": self.manifest["counts"]["documents"]}])
+            if not isinstance(entries, list) or not entries:
+                raise TypeError("no shards listed")
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise damaged(label, f"{MANIFEST_NAME} lacks its counts or model ({exc})") from exc
+            raise damaged(label, f"{MANIFEST_NAME} lacks its counts, shards or model ({exc})"
+                          ) from exc
+        self.shards: list[Shard] = []
+        row_at = doc_at = 0
+        for entry in entries:
+            shard = self._open_shard(base, entry, dim, emb_dtype, label)
+            if shard.row_offset != row_at or shard.doc_offset != doc_at:
+                raise damaged(label, f"{MANIFEST_NAME}: shard {shard.name} starts at row "
+                                     f"{shard.row_offset:,} / document {shard.doc_offset:,}, "
+                                     f"not {row_at:,} / {doc_at:,}")
+            row_at += shard.rows
+            doc_at += shard.documents
+            self.shards.append(shard)
+        counts = self.manifest.get("counts") or {}
+        if counts.get("sentences") != row_at or counts.get("documents") != doc_at:
+            raise damaged(label, f"{MANIFEST_NAME}: its shards hold {row_at:,} sentences in "
+                                 f"{doc_at:,} documents, its counts say "
+                                 f"{counts.get('sentences')} in {counts.get('documents')}")
+        self.embeddings = RowView([s.embeddings for s in self.shards])
+        self.tokens = RowView([s.tokens for s in self.shards])
+        self.row_offsets = self.embeddings.offsets
+        self.doc_offsets: np.ndarray = np.concatenate(
+            [[0]] + [s.docs[1:] + s.row_offset for s in self.shards]).astype(np.int64)
+        codes = [s.codes for s in self.shards]
+        self.codes: RowView | None = RowView(codes) if all(c is not None for c in codes) \
+            else None
+        self.store = (ShardedStore([StoreShard(s.store, s.row_offset, s.doc_offset, s.name)
+                                    for s in self.shards], label))
+
+    def _open_shard(self, base: Path, entry: dict[str, Any], dim: int, emb_dtype: str,
+                    label: Path) -> Shard:
+        """One shard's files, checked (formats 1 and 2: the top directory as one shard)."""
+        try:
+            name = str(entry["name"])
+            row_offset, n = int(entry["row_offset"]), int(entry["rows"])
+            doc_offset, documents = int(entry["doc_offset"]), int(entry["documents"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise damaged(label, f"{MANIFEST_NAME} lists a shard without its offsets ({exc})"
+                          ) from exc
+        if self.format_version >= 3:
+            if not re.fullmatch(r"\d{6}", name):
+                raise damaged(label, f"{MANIFEST_NAME} lists a shard named {name!r}")
+            directory = base / SHARDS / name
+            where = f"{SHARDS}/{name}/"
+            manifest = read_shard_manifest(directory, label, entry.get("shard_sha256"))
+            if manifest.get("rows") != n or manifest.get("documents") != documents:
+                raise damaged(label, f"shard {name}: shard.json holds {manifest.get('rows')} rows "
+                                     f"in {manifest.get('documents')} documents, manifest.json "
+                                     f"says {n} in {documents}")
+            faiss_info = manifest.get("faiss") or {}
+            checksums = manifest.get("checksums") or {}
+        else:
+            directory, where, manifest = base, "", self.manifest
+            faiss_info = self.manifest.get("faiss") or {}
+            checksums = self.manifest.get("checksums") or {}
+        faiss_files = (FAISS,) if self._check_faiss else ()
+        for file in (EMBEDDINGS, TOKENS, DOCS, *faiss_files):
+            if not (directory / file).is_file():
+                fix = (f"tapt index repair {label} (rebuilds it from the stored embeddings)"
+                       if file == FAISS else f"tapt index verify {label}")
+                raise IndexFormatError(f"index {label} is incomplete: {where}{file} is missing; "
+                                       f"run {fix}")
         arrays = {}
-        for name in (EMBEDDINGS, TOKENS, DOCS):
+        names = [EMBEDDINGS, TOKENS, DOCS] + ([CODES] if manifest.get("codes") and
+                                              self.format_version >= 3 else [])
+        for file in names:
             try:
-                arrays[name] = np.load(base / name, mmap_mode="r", allow_pickle=False)
+                arrays[file] = np.load(directory / file, mmap_mode="r", allow_pickle=False)
             except FileNotFoundError:
-                raise
+                raise IndexFormatError(f"index {label} is incomplete: {where}{file} is missing; "
+                                       f"run tapt index verify {label}") from None
             except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
-                raise damaged(label, f"{name} cannot be read ({type(exc).__name__}: "
+                raise damaged(label, f"{where}{file} cannot be read ({type(exc).__name__}: "
                                      f"{str(exc)[:200]})") from exc
-        integrity.check_npy(arrays[EMBEDDINGS], base / EMBEDDINGS, EMBEDDINGS, label, emb_dtype,
-                            (n, dim))
-        integrity.check_npy(arrays[TOKENS], base / TOKENS, TOKENS, label, np.int32, (n,))
-        integrity.check_npy(arrays[DOCS], base / DOCS, DOCS, label, np.int64, (documents + 1,))
-        checksums = self.manifest.get("checksums") or {}
+        integrity.check_npy(arrays[EMBEDDINGS], directory / EMBEDDINGS, where + EMBEDDINGS, label,
+                            emb_dtype, (n, dim))
+        integrity.check_npy(arrays[TOKENS], directory / TOKENS, where + TOKENS, label, np.int32,
+                            (n,))
+        integrity.check_npy(arrays[DOCS], directory / DOCS, where + DOCS, label, np.int64,
+                            (documents + 1,))
+        if CODES in arrays:
+            integrity.check_npy(arrays[CODES], directory / CODES, where + CODES, label, np.int8,
+                                (n, dim))
         if self._check_faiss:
-            integrity.check_faiss_file((base / FAISS).stat().st_size, self.manifest, label)
-        for name in (DOCS, TOKENS, EMBEDDINGS, LMDB_DATA, *faiss_files):
-            if (base / name).is_file():
-                integrity.check_checksum(base / name, checksums.get(name), name, label,
-                                         force=name in (DOCS, TOKENS))
-        self.embeddings: np.ndarray = arrays[EMBEDDINGS]
-        self.tokens: np.ndarray = arrays[TOKENS]
-        self.doc_offsets: np.ndarray = np.array(arrays[DOCS])
-        integrity.check_offsets(self.doc_offsets, n, documents, label)
-        integrity.check_tokens(self.tokens, label)
-        self.store = TextStore(base / STORE, checksummed=self.format_version >= 2, label=label)
-        self._faiss_fd: int | None = None  # (missing only when opened without check_faiss)
-        if (base / FAISS).is_file():
-            self._faiss_fd = os.open(base / FAISS, os.O_RDONLY)
-            weakref.finalize(self, os.close, self._faiss_fd)
-        self._faiss_path = Path(f"/proc/self/fd/{self._faiss_fd}") if base != self.path \
-            else self.path / FAISS
+            integrity.check_faiss_file((directory / FAISS).stat().st_size, {"faiss": faiss_info},
+                                       label, where + FAISS)
+        for file in (DOCS, TOKENS, EMBEDDINGS, LMDB_DATA, *faiss_files, *(
+                [CODES] if CODES in arrays else [])):
+            if (directory / file).is_file():
+                integrity.check_checksum(directory / file, checksums.get(file), where + file,
+                                         label, force=file in (DOCS, TOKENS))
+        docs = np.array(arrays[DOCS])
+        integrity.check_offsets(docs, n, documents, label, where + DOCS)
+        integrity.check_tokens(arrays[TOKENS], label, where + TOKENS)
+        store = TextStore(directory / STORE, checksummed=self.format_version >= 2, label=label)
+        faiss_fd = None
+        # with check_faiss the file was there a moment ago: if it is gone now, the directory was
+        # replaced under us (`index add`), and the OSError makes the caller retry on the new one
+        if self._check_faiss or (directory / FAISS).is_file():
+            faiss_fd = os.open(directory / FAISS, os.O_RDONLY)
+            weakref.finalize(self, os.close, faiss_fd)
+        return Shard(name or "000000", directory, row_offset, n, doc_offset, documents, manifest,
+                     arrays[EMBEDDINGS], arrays[TOKENS], docs, store,
+                     faiss_fd if base != self.path else None, arrays.get(CODES),
+                     {"faiss": faiss_info, "checksums": checksums, "where": where})
 
     @property
     def format_version(self) -> int:
@@ -154,23 +261,38 @@ class Index:
 
     @cached_property
     def faiss(self):
-        """The FAISS index, checked before use (its length and checksum on open): its header and
-        stored ids."""
-        from .faiss_index import read_faiss_index
+        """The FAISS parts of every shard as one searchable index (`ShardedFaiss`), each checked
+        before use (its length and checksum on open): its header and stored ids."""
+        from .faiss_index import ShardedFaiss, read_faiss_index
 
-        if self._faiss_fd is None:
-            raise IndexFormatError(f"index {self.path} is incomplete: {FAISS} is missing; run "
-                                   f"tapt index repair {self.path} (rebuilds it from the stored "
-                                   "embeddings)")
-        integrity.check_faiss_file(os.fstat(self._faiss_fd).st_size, self.manifest, self.path)
-        try:
-            index = read_faiss_index(self._faiss_path)
-        except (RuntimeError, MemoryError) as exc:
-            first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else ""
-            raise damaged(self.path, f"{FAISS} cannot be read ({first}); tapt index repair "
-                                     "rebuilds it from the stored embeddings") from exc
-        integrity.check_faiss_index(index, self.n_sentences, self.dim, self.path)
-        return index
+        parts = []
+        global_ids = self.manifest.get("faiss", {}).get("part_ids") == "global"
+        for shard in self.shards:
+            where = shard.extra["where"] + FAISS
+            if shard.faiss_fd is None and not (shard.directory / FAISS).is_file():
+                raise IndexFormatError(f"index {self.path} is incomplete: {where} is missing; "
+                                       f"run tapt index repair {self.path} (rebuilds it from the "
+                                       "stored embeddings)")
+            size = (os.fstat(shard.faiss_fd).st_size if shard.faiss_fd is not None
+                    else (shard.directory / FAISS).stat().st_size)
+            integrity.check_faiss_file(size, {"faiss": shard.extra["faiss"]}, self.path, where)
+            try:
+                part = read_faiss_index(shard.faiss_path)
+            except (RuntimeError, MemoryError) as exc:
+                first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else ""
+                raise damaged(self.path, f"{where} cannot be read ({first}); tapt index repair "
+                                         "rebuilds it from the stored embeddings") from exc
+            integrity.check_faiss_index(part, shard.rows, self.dim, self.path,
+                                        shard.row_offset if global_ids else 0, where)
+            parts.append(part)
+        return ShardedFaiss(parts, [s.row_offset for s in self.shards], global_ids)
+
+    @cached_property
+    def lexicon(self):
+        """The stored lexical ids of every shard (`lexical.Lexicon`), checked on first use."""
+        from .lexical import open_lexicon
+
+        return open_lexicon(self)
 
     def search(self, queries: np.ndarray, k: int, nprobe: int | None = None,
                ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -231,10 +353,19 @@ class Index:
         return encoder
 
     def disk_bytes(self) -> dict[str, int]:
-        sizes = {}
-        for item in sorted(self.path.iterdir()):
-            if item.is_dir():
-                sizes[item.name] = sum(f.stat().st_size for f in item.rglob("*") if f.is_file())
-            else:
-                sizes[item.name] = item.stat().st_size
+        """Bytes per file name, summed over the shards (`text.lmdb` counts its directory)."""
+        sizes: dict[str, int] = {}
+
+        def add(directory: Path) -> None:
+            for item in sorted(directory.iterdir()):
+                if item.name == SHARDS and item.is_dir():
+                    for shard in sorted(item.iterdir()):
+                        if shard.is_dir():
+                            add(shard)
+                    continue
+                size = (sum(f.stat().st_size for f in item.rglob("*") if f.is_file())
+                        if item.is_dir() else item.stat().st_size)
+                sizes[item.name] = sizes.get(item.name, 0) + size
+
+        add(self.path)
         return sizes

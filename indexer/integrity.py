@@ -78,11 +78,31 @@ def remember(path: Path, expected: str) -> None:
             write_checked(stamps / _stamp_name(ident), expected.encode())
 
 
+def recorded_checksums(index_dir: Path, manifest: dict[str, Any]) -> list[tuple[Path, str, str]]:
+    """(path, SHA-256, name for messages) of every file an index's manifests record a checksum
+    for: the top manifest's, and each shard's `shard.json` (format 3)."""
+    import json
+
+    from .manifest import SHARD_MANIFEST, SHARDS
+
+    index_dir = Path(index_dir)
+    out = [(index_dir / n, e, n) for n, e in (manifest.get("checksums") or {}).items()]
+    for entry in manifest.get("shards") or []:
+        directory = index_dir / SHARDS / str(entry.get("name"))
+        try:
+            shard = json.loads((directory / SHARD_MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        out += [(directory / n, e, f"{SHARDS}/{entry.get('name')}/{n}")
+                for n, e in (shard.get("checksums") or {}).items()]
+    return out
+
+
 def remember_index(index_dir: Path, manifest: dict[str, Any]) -> None:
-    """`remember` every file an index's manifest records a checksum for."""
-    for name, expected in (manifest.get("checksums") or {}).items():
-        if (Path(index_dir) / name).is_file():
-            remember(Path(index_dir) / name, expected)
+    """`remember` every file an index's manifests record a checksum for."""
+    for path, expected, _ in recorded_checksums(index_dir, manifest):
+        if path.is_file():
+            remember(path, expected)
 
 
 def check_checksum(path: Path, expected: str | None, name: str, label: str | Path,
@@ -121,10 +141,9 @@ def check_checksum(path: Path, expected: str | None, name: str, label: str | Pat
 
 def check_all_checksums(index_dir: Path, manifest: dict[str, Any], label: str | Path,
                         what: str = "") -> None:
-    """Hash every file the manifest records a checksum for, whatever its size (before a
+    """Hash every file the manifests record a checksum for, whatever its size (before a
     command seals the index's content again: add, upgrade). `what` ends the message."""
-    for name, expected in (manifest.get("checksums") or {}).items():
-        path = Path(index_dir) / name
+    for path, expected, name in recorded_checksums(index_dir, manifest):
         if path.is_file() and sha256_file(path, progress=path.stat().st_size > (1 << 30)) \
                 != expected:
             raise damaged(label, f"{name} does not match the checksum in its manifest{what}")
@@ -145,7 +164,8 @@ def check_npy(array: np.ndarray, path: Path, name: str, label: str | Path, dtype
             raise damaged(label, f"{name} is {size:,} bytes, {offset + array.nbytes:,} expected")
 
 
-def check_offsets(docs: np.ndarray, n: int, documents: int | None, label: str | Path) -> None:
+def check_offsets(docs: np.ndarray, n: int, documents: int | None, label: str | Path,
+                  name: str = "docs.npy") -> None:
     """Document offsets start at 0, rise strictly, end at the sentence count."""
     problem = None
     if docs.ndim != 1 or docs.dtype != np.int64 or len(docs) < 2:
@@ -160,35 +180,37 @@ def check_offsets(docs: np.ndarray, n: int, documents: int | None, label: str | 
             at = int(np.flatnonzero(steps <= 0)[0])
             problem = f"document {at} has {int(steps[at])} sentences (offsets must rise)"
     if problem:
-        raise damaged(label, f"docs.npy: {problem}")
+        raise damaged(label, f"{name}: {problem}")
 
 
-def check_tokens(tokens: np.ndarray, label: str | Path) -> None:
+def check_tokens(tokens: np.ndarray, label: str | Path, name: str = "tokens.npy") -> None:
     """Every sentence has at least one token (a count can never be 0 or negative)."""
     if len(tokens) and int(tokens.min()) < 1:
         at = int(np.argmin(tokens))
-        raise damaged(label, f"tokens.npy: sentence {at} has {int(tokens[at])} tokens")
+        raise damaged(label, f"{name}: sentence {at} has {int(tokens[at])} tokens")
 
 
-def check_faiss_file(size: int, manifest: dict[str, Any], label: str | Path) -> None:
+def check_faiss_file(size: int, manifest: dict[str, Any], label: str | Path,
+                     name: str = "index.faiss") -> None:
     """The FAISS file has the length its manifest records (a truncated one is never read)."""
     recorded = (manifest.get("faiss") or {}).get("bytes")
     if recorded is not None and size != int(recorded):
-        raise damaged(label, f"index.faiss is {size:,} bytes, the manifest records "
+        raise damaged(label, f"{name} is {size:,} bytes, the manifest records "
                              f"{int(recorded):,}")
 
 
-def check_faiss_index(index, n: int, dim: int, label: str | Path) -> None:
-    """Header and stored ids of a loaded FAISS index: row count, dimension, metric, and (for HNSW
-    graphs and IVF lists) every stored id in range, so a damaged file cannot make FAISS read
-    outside its arrays."""
+def check_faiss_index(index, n: int, dim: int, label: str | Path, id_base: int = 0,
+                      name: str = "index.faiss") -> None:
+    """Header and stored ids of a loaded FAISS index (one shard's part): row count, dimension,
+    metric, and (for HNSW graphs and IVF lists) every stored id in range (IVF parts store global
+    ids from `id_base`), so a damaged file cannot make FAISS read outside its arrays."""
     import faiss
 
     if index.ntotal != n or index.d != dim:
-        raise damaged(label, f"index.faiss holds {index.ntotal:,} rows of {index.d} dims; the "
+        raise damaged(label, f"{name} holds {index.ntotal:,} rows of {index.d} dims; the "
                              f"embeddings are {n:,} x {dim}")
     if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-        raise damaged(label, "index.faiss does not use inner products")
+        raise damaged(label, f"{name} does not use inner products")
     inner = index
     while hasattr(faiss.downcast_index(inner), "index") and not isinstance(
             faiss.downcast_index(inner), (faiss.IndexHNSW, faiss.IndexIVF)):
@@ -197,21 +219,21 @@ def check_faiss_index(index, n: int, dim: int, label: str | Path) -> None:
     if isinstance(inner, faiss.IndexHNSW):
         neighbors = faiss.vector_to_array(inner.hnsw.neighbors)
         if len(neighbors) and (neighbors.min() < -1 or neighbors.max() >= n):
-            raise damaged(label, "index.faiss: its HNSW graph links to rows that do not exist")
+            raise damaged(label, f"{name}: its HNSW graph links to rows that do not exist")
         levels = faiss.vector_to_array(inner.hnsw.levels)
         if len(levels) != n or (len(levels) and (levels.min() < 1)):
-            raise damaged(label, "index.faiss: its HNSW levels are inconsistent")
+            raise damaged(label, f"{name}: its HNSW levels are inconsistent")
         offsets = faiss.vector_to_array(inner.hnsw.offsets)
         if len(offsets) != n + 1 or (np.diff(offsets.astype(np.int64)) < 0).any() or (
                 len(offsets) and int(offsets[-1]) != len(neighbors)):
-            raise damaged(label, "index.faiss: its HNSW offsets are inconsistent")
+            raise damaged(label, f"{name}: its HNSW offsets are inconsistent")
         if n and not 0 <= inner.hnsw.entry_point < n:
-            raise damaged(label, "index.faiss: its HNSW entry point does not exist")
+            raise damaged(label, f"{name}: its HNSW entry point does not exist")
     elif isinstance(inner, faiss.IndexIVF):
         lists = faiss.downcast_InvertedLists(inner.invlists)
         sizes = np.array([lists.list_size(i) for i in range(inner.nlist)], dtype=np.int64)
         if sizes.sum() != n:
-            raise damaged(label, f"index.faiss: its inverted lists hold {int(sizes.sum()):,} rows, "
+            raise damaged(label, f"{name}: its inverted lists hold {int(sizes.sum()):,} rows, "
                                  f"not {n:,}")
         for i in np.flatnonzero(sizes).tolist():
             ids = np.empty(int(sizes[i]), dtype=np.int64)
@@ -220,8 +242,8 @@ def check_faiss_index(index, n: int, dim: int, label: str | Path) -> None:
                 faiss.memcpy(faiss.swig_ptr(ids), ptr, ids.nbytes)
             finally:
                 lists.release_ids(i, ptr)
-            if ids.min() < 0 or ids.max() >= n:
-                raise damaged(label, f"index.faiss: inverted list {i} holds rows that do not exist")
+            if ids.min() < id_base or ids.max() >= id_base + n:
+                raise damaged(label, f"{name}: inverted list {i} holds rows that do not exist")
 
 
 def check_results(sims: np.ndarray, ids: np.ndarray, n: int, label: str | Path) -> None:

@@ -1,12 +1,18 @@
-"""The index layout: its file names, and its manifest (`manifest.json`: format version, model
-identity, counts, checksums, versions), sealed by a checksum of its own content.
+"""The index layout: its file names, and its manifests, each sealed by a checksum of its own
+content.
 
 Format versions:
-    1  text records stored as plain JSON; no manifest seal (read only by `tapt index upgrade`)
-    2  every text record carries a CRC32 of its id and bytes; the manifest carries `self_sha256`,
-       a SHA-256 of its own canonical JSON; the model block records the model's full fingerprint;
-       `same_content_as` lists the manifests of the same rows and text (before a reindex,
-       repair or upgrade)
+    1  one directory; text records stored as plain JSON; no manifest seal
+    2  one directory; every text record carries a CRC32 of its id and bytes; the manifest carries
+       `self_sha256`, a SHA-256 of its own canonical JSON; the model block records the model's
+       full fingerprint; `same_content_as` lists the manifests of the same rows and text
+       (before a reindex, repair or upgrade)
+    3  sharded: `shards/NNNNNN/` directories, each a group of whole input files with its own
+       text store, offsets, token counts, embeddings, FAISS part and lexical ids, sealed by its
+       `shard.json`; the top `manifest.json` (written last) lists the shards with their row,
+       document and segment offsets and the SHA-256 of each `shard.json`. Global row id = the
+       shard's row offset + its local row. Formats 1 and 2 are read only by `tapt index upgrade`
+       (and `verify` / `info`, to say so).
 """
 
 from __future__ import annotations
@@ -22,10 +28,19 @@ from tapt.util.files import write_json_atomic
 from tapt.util.manifests import read_versioned_json
 
 INDEX_FORMAT = "tapt-index"
-INDEX_FORMAT_VERSION = 2
-UPGRADABLE_VERSIONS = (1,)
+INDEX_FORMAT_VERSION = 3
+UPGRADABLE_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 SEAL = "self_sha256"
+SHARD_FORMAT = "tapt-index-shard"
+SHARD_MANIFEST = "shard.json"
+SHARDS = "shards"
+VOCAB = "vocab.npy"            # top: sorted unique word hashes of the whole corpus; shard: local ids
+LEXICAL = "lexical.npy"        # per predicted token of every sentence: its bigram type id
+LEXICAL_OFFSETS = "lexical_offsets.npy"
+BIGRAMS = "bigrams.npy"        # per bigram type: (history, word) local word ids
+DOC_HASHES = "dochash.npy"     # per document: 16 bytes of SHA-256 of its normalised sentences
+CODES = "codes.npy"            # optional: int8 scalar-quantised embeddings for `scan="codes"`
 
 EMBEDDINGS = "embeddings.npy"
 TOKENS = "tokens.npy"
@@ -33,15 +48,33 @@ DOCS = "docs.npy"
 STORE = "text.lmdb"
 FAISS = "index.faiss"
 LMDB_DATA = f"{STORE}/data.mdb"
-# Everything tapt writes into an index directory (progress.json only while a build runs).
-INDEX_ENTRIES = frozenset({MANIFEST_NAME, EMBEDDINGS, TOKENS, DOCS, STORE, FAISS, "progress.json"})
+# Everything tapt writes into an index directory: formats 1 and 2 at the top; format 3 at the top
+# (manifest, vocabulary, shards/, and while a build runs its plan and stage records) and in each
+# shard directory.
+INDEX_ENTRIES = frozenset({MANIFEST_NAME, EMBEDDINGS, TOKENS, DOCS, STORE, FAISS, "progress.json",
+                           SHARDS, VOCAB, "plan.json", "faiss.trained", "codes.json"})
+SHARD_ENTRIES = frozenset({SHARD_MANIFEST, EMBEDDINGS, TOKENS, DOCS, STORE, FAISS, LEXICAL,
+                           LEXICAL_OFFSETS, BIGRAMS, VOCAB, DOC_HASHES, CODES, "prepared.json",
+                           "embedded.json", "parts"})
 STORE_ENTRIES = frozenset({"data.mdb", "lock.mdb"})
-_LEFTOVER = re.compile(r"^\..+\.(tmp|repair)-\d+$")  # a temporary file of a killed write
+_LEFTOVER = re.compile(r"^\..+\.(tmp|repair|preparing|indexing)-\d+$")  # a killed write's temp
+_SHARD_NAME = re.compile(r"^\d{6}$")
+_PART_NAME = re.compile(r"^(emb|tok|part)-\d{6}\.(npy|json)$")
 
 
-def upgrade_hint(index_dir: Path) -> str:
-    return (f"run tapt index upgrade {index_dir} (rewrites its text store with checksums; "
-            "no re-embedding)")
+def shard_name(number: int) -> str:
+    """The directory name of shard `number` (`000003`)."""
+    return f"{int(number):06d}"
+
+
+def shard_dir(index_dir: Path, name: str) -> Path:
+    return Path(index_dir) / SHARDS / name
+
+
+def upgrade_hint(index_dir: Path, version: int = 1) -> str:
+    what = ("moves its files into one shard by hard links and stores lexical ids"
+            if version == 2 else "rewrites its text store with checksums, then shards it")
+    return f"run tapt index upgrade {index_dir} ({what}; no re-embedding)"
 
 
 def _canonical(manifest: dict[str, Any]) -> bytes:
@@ -87,12 +120,51 @@ def read_index_manifest(index_dir: Path, versions: tuple[int, ...] = (INDEX_FORM
                                    IndexFormatError, rebuild="rebuild it with this tapt")
     version = manifest["format_version"]
     if version not in versions:
-        raise IndexFormatError(f"index {label} has format version {version}, without checksums "
-                               f"on its text records: {upgrade_hint(label)}")
+        what = ("an unsharded index" if version == 2 else
+                "without checksums on its text records")
+        raise IndexFormatError(f"index {label} has format version {version}, {what}: "
+                               f"{upgrade_hint(label, version)}")
     if version >= 2 and manifest.get(SEAL) != seal(manifest)[SEAL]:
         raise IndexFormatError(f"index {label} is damaged: {MANIFEST_NAME} does not match its own "
                                f"checksum (edited or corrupted); run tapt index verify {label}")
     return manifest
+
+
+def read_shard_manifest(directory: Path, label: str | Path, expected_sha256: str | None = None
+                        ) -> dict[str, Any]:
+    """A shard's `shard.json`, checked against its seal and (when given) the SHA-256 the top
+    manifest records for it."""
+    path = Path(directory) / SHARD_MANIFEST
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise IndexFormatError(f"index {label} is incomplete: {path.parent.name}/{SHARD_MANIFEST} "
+                               f"is missing; run tapt index verify {label}") from None
+    except OSError as exc:
+        raise IndexFormatError(f"index {label}: cannot read {path} ({exc.strerror or exc})"
+                               ) from exc
+    if expected_sha256 is not None and hashlib.sha256(raw).hexdigest() != expected_sha256:
+        raise IndexFormatError(f"index {label} is damaged: shard {path.parent.name}/{SHARD_MANIFEST} "
+                               "does not match the checksum in manifest.json; run tapt index "
+                               f"verify {label}")
+    try:
+        manifest = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise IndexFormatError(f"index {label} is damaged: {path.parent.name}/{SHARD_MANIFEST} is "
+                               f"not JSON; run tapt index verify {label}") from exc
+    if (not isinstance(manifest, dict) or manifest.get("format") != SHARD_FORMAT
+            or manifest.get(SEAL) != seal(manifest)[SEAL]):
+        raise IndexFormatError(f"index {label} is damaged: {path.parent.name}/{SHARD_MANIFEST} "
+                               f"does not match its own checksum; run tapt index verify {label}")
+    return manifest
+
+
+def write_shard_manifest(directory: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Seal and write a shard's `shard.json`; returns it and the SHA-256 of its bytes (what the
+    top manifest records)."""
+    sealed = seal({**manifest, "format": SHARD_FORMAT, "format_version": INDEX_FORMAT_VERSION})
+    write_json_atomic(Path(directory) / SHARD_MANIFEST, sealed)
+    return sealed, hashlib.sha256((Path(directory) / SHARD_MANIFEST).read_bytes()).hexdigest()
 
 
 def foreign_entries(index_dir: Path) -> list[str]:
@@ -105,6 +177,30 @@ def foreign_entries(index_dir: Path) -> list[str]:
         if item.name == STORE and item.is_dir():
             out += [f"{STORE}/{s.name}" for s in sorted(item.iterdir())
                     if s.name not in STORE_ENTRIES]
+        elif item.name == SHARDS and item.is_dir():
+            out += [f"{SHARDS}/{e}" for e in _foreign_in_shards(item)]
         elif item.name not in INDEX_ENTRIES or item.name == STORE:
             out.append(item.name)
+    return out
+
+
+def _foreign_in_shards(shards: Path) -> list[str]:
+    out = []
+    for shard in sorted(shards.iterdir()):
+        if _LEFTOVER.match(shard.name):
+            continue
+        if not (_SHARD_NAME.match(shard.name) and shard.is_dir() and not shard.is_symlink()):
+            out.append(shard.name)
+            continue
+        for item in sorted(shard.iterdir()):
+            if _LEFTOVER.match(item.name):
+                continue
+            if item.name == STORE and item.is_dir():
+                out += [f"{shard.name}/{STORE}/{s.name}" for s in sorted(item.iterdir())
+                        if s.name not in STORE_ENTRIES]
+            elif item.name == "parts" and item.is_dir():
+                out += [f"{shard.name}/parts/{p.name}" for p in sorted(item.iterdir())
+                        if not (_PART_NAME.match(p.name) or _LEFTOVER.match(p.name))]
+            elif item.name not in SHARD_ENTRIES or item.name in (STORE, "parts"):
+                out.append(f"{shard.name}/{item.name}")
     return out

@@ -74,3 +74,16 @@ class NpyAppender:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_WRITE_BLOCK = 1 << 24
+
+
+def write_npy(fh, array: np.ndarray) -> None:
+    """Write `array` as a `.npy` file to an open binary file through Python's `write` (numpy's
+    own writer reports a full disk as a short write without errno; this raises ENOSPC)."""
+    array = np.ascontiguousarray(array)
+    np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(array))
+    data = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+    for start in range(0, len(data), _WRITE_BLOCK):
+        fh.write(data[start:start + _WRITE_BLOCK])

@@ -1,69 +1,157 @@
-"""`tapt index reindex`: change an index's FAISS type from its stored embeddings, no re-embedding.
+"""`tapt index reindex`: change an index's FAISS type (and int8 codes) from its stored embeddings,
+no re-embedding.
 
-Crash-safe like `tapt index add`: the new `index.faiss` (written and fsynced under a temporary
-directory `.NAME.reindexing` that hard-links every other file of the index) and its manifest,
-with the new `faiss` section and the new checksum of `index.faiss`, are swapped in with the index
-in one atomic directory exchange (`generations`). A reader sees the old index or the new one,
-never a mix; a killed reindex leaves the index untouched (the next reindex removes the leftover
-directory). Rows and text do not change, so selections made before stay valid.
+Crash-safe like `tapt index add`: a new generation is written into a temporary directory
+(`.NAME.reindexing`) that hard-links every other file of the index; there the FAISS template is
+trained on a seeded sample across all shards and every shard's part is built (stages `train` and
+`index`, run by an executor), its `shard.json` sealed again, the search calibrated on the whole,
+and the new manifest written; then the new generation is swapped in with the index in one atomic
+directory exchange (`generations`). A reader sees the old index or the new one, never a mix; a
+killed reindex leaves the index untouched (the next reindex removes the leftover directory). Rows
+and text do not change, so selections made before stay valid.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from tapt.util.files import sha256_file
+from tapt.errors import InputError
 from tapt.util.versions import utc_now
 
-from .faiss_index import build_faiss_index
+from . import stages
+from .build import (Built, Shared, calibrated_faiss, codes_section, drop_training_files,
+                    index_stages)
+from .executors import Executor, make_executor
 from .generations import replace_generation
 from .index import Index
 from .index_choice import DEFAULT_MEMORY, IndexChoice, choose_index
-from .manifest import EMBEDDINGS, FAISS, MANIFEST_NAME, write_index_manifest
+from .manifest import (CODES, FAISS, MANIFEST_NAME, SHARD_MANIFEST, SHARDS, read_shard_manifest,
+                       write_index_manifest)
 
 log = logging.getLogger(__name__)
 
+CODE_CHOICES = ("keep", "none", "int8")
 
-def rebuild_faiss(index: Index, choice: IndexChoice, kind: str, progress: bool = True,
-                  keep: tuple[str, ...] = (), extra: dict[str, Any] | None = None
-                  ) -> dict[str, Any]:
-    """Swap in a new generation of `index` whose FAISS index is built as `choice` from the
-    stored embeddings; `keep` names keys of the old `faiss` section carried over, `extra` is
-    added to the new one. Returns the new manifest (which lists the old one under
-    `same_content_as`)."""
+
+def rebuild_parts(index: Index, choice: IndexChoice, kind: str, progress: bool = True,
+                  keep: tuple[str, ...] = (), extra: dict[str, Any] | None = None,
+                  shards: list[str] | None = None, codes: str = "keep",
+                  executor: Executor | str | None = None) -> dict[str, Any]:
+    """Swap in a new generation of `index` whose FAISS parts (of `shards`, default all) are
+    built as `choice` from the stored embeddings; `keep` names keys of the old `faiss` section
+    carried over, `extra` is added to the new one. Parts not rebuilt keep their files; the
+    template of rebuilt IVF parts is that of a kept part (the same quantizer), else trained
+    again. Returns the new manifest (which lists the old one under `same_content_as`)."""
     old = index.manifest
     previous = index.manifest_sha256
+    names = [s.name for s in index.shards]
+    rebuild = list(names if shards is None else shards)
+    if codes not in CODE_CHOICES:
+        raise InputError(f"must be one of {', '.join(CODE_CHOICES)}", param="codes")
+    codes = ("int8" if old.get("codes") else "none") if codes == "keep" else codes
+    if codes == "int8" and not old.get("codes"):
+        rebuild = list(names)   # new code scales: every shard gets codes
+    skip = [MANIFEST_NAME] + [f"{SHARDS}/{n}/{f}" for n in rebuild
+                              for f in (FAISS, SHARD_MANIFEST, CODES)]
+    runner, owned = make_executor(executor, progress)
 
     def write(work: Path) -> dict[str, Any]:
-        embeddings = np.load(work / EMBEDDINGS, mmap_mode="r")
-        info = build_faiss_index(embeddings, work / FAISS, choice, progress=progress)
+        kept = [n for n in names if n not in rebuild]
+        shared = None
+        if kept and codes == ("int8" if old.get("codes") else "none"):
+            shared = _shared_from_kept(index, kept, choice, work)
+        built = Built(names, [s.row_offset for s in index.shards],
+                      {s.name: {"rows": s.rows, "documents": s.documents,
+                                "duplicates": s.manifest.get("duplicate_documents_skipped", 0),
+                                "skipped_blank_records": s.manifest.get(
+                                    "skipped_blank_records", 0),
+                                "files": s.manifest.get("input_files", [])}
+                       for s in index.shards},
+                      {s.name: {"tokens": s.manifest.get("tokens"),
+                                "truncated": s.manifest.get("truncated_sentences", 0),
+                                "embed_seconds": s.manifest.get("embed_seconds")}
+                       for s in index.shards}, rebuild, 0, index.n_sentences)
+        if shared is None:
+            built_all = Built(**{**vars(built), "new": names})
+            results, shared = _index_with_checksums(work, built_all, choice, codes, runner,
+                                                    index, None)
+            # parts not asked for are rebuilt too when the template had to be trained again
+        else:
+            results, _ = _index_with_checksums(work, built, choice, codes, runner, index, shared)
+        for name in names:
+            if name not in results:
+                path = work / SHARDS / name / SHARD_MANIFEST
+                results[name] = {"manifest": read_shard_manifest(path.parent, index.path),
+                                 "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        info = calibrated_faiss(work, names, [s.row_offset for s in index.shards], choice,
+                                index.n_sentences, shared.train_seconds, progress)
         for key in keep:
             if key in old.get("faiss", {}):
                 info[key] = old["faiss"][key]
         info.update(extra or {})
+        info["bytes"] = sum(r["manifest"]["faiss"]["bytes"] for r in results.values())
+        info["build_seconds"] = round(sum(results[n]["manifest"]["faiss"].get("seconds", 0)
+                                          for n in rebuild if n in results), 2)
+        drop_training_files(work)
         manifest = dict(old)
         manifest["faiss"] = info
-        manifest["checksums"] = {**(old.get("checksums") or {}), FAISS: sha256_file(work / FAISS)}
+        manifest["codes"] = codes_section(shared.code_scale)
+        manifest["shards"] = [{**entry, "shard_sha256": results[entry["name"]]["sha256"]}
+                              for entry in old["shards"]]
         manifest["same_content_as"] = list(old.get("same_content_as") or []) + [previous]
         return write_index_manifest(work, manifest)
 
-    return replace_generation(index.path, kind, (FAISS, MANIFEST_NAME), write,
-                              based_on=previous)
+    try:
+        return replace_generation(index.path, kind, skip, write, based_on=previous)
+    finally:
+        if owned:
+            runner.close()
+
+
+def _index_with_checksums(work: Path, built: Built, choice: IndexChoice, codes: str,
+                          runner: Executor, index: Index, shared: Shared | None):
+    """`index_stages` over `built.new`, reusing the recorded checksums of unchanged files."""
+    results, shared = index_stages(work, built, choice, codes, runner,
+                                   index.manifest["files"]["embeddings"].get("dtype", "float32"),
+                                   shared, keep_checksums={
+                                       s.name: {k: v for k, v in s.extra["checksums"].items()
+                                                if k not in (FAISS, CODES)}
+                                       for s in index.shards})
+    return results, shared
+
+
+def _shared_from_kept(index: Index, kept: list[str], choice: IndexChoice, work: Path
+                      ) -> Shared | None:
+    """The template of a kept IVF part (so rebuilt parts share its quantizer), or a Shared
+    without template for types that need none; None when nothing can be reused."""
+    from .faiss_index import read_faiss_index, template_of, write_faiss
+
+    scale = (index.manifest.get("codes") or {}).get("scale")
+    if choice.kind != "ivfpq":
+        return Shared(None, None, 0.0, scale)
+    if index.manifest.get("faiss", {}).get("factory") != choice.factory:
+        return None
+    part = read_faiss_index(index.shards[[s.name for s in index.shards].index(kept[0])]
+                            .faiss_path)
+    path = work / stages.TRAINED
+    write_faiss(template_of(part), path)
+    return Shared(str(path), hashlib.sha256(path.read_bytes()).hexdigest(), 0.0, scale)
 
 
 def reindex(path: str | Path, index_type: str = "auto", memory: str | int = DEFAULT_MEMORY,
-            opq: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Rebuild the FAISS index of `path` as `index_type` within `memory`; returns the manifest."""
+            opq: bool = False, progress: bool = True, codes: str = "keep",
+            executor: Executor | str | None = None) -> dict[str, Any]:
+    """Rebuild the FAISS parts of `path` as `index_type` within `memory` (and its int8 codes:
+    `codes` keep, none or int8); returns the manifest."""
     index = Index(path)  # friendly errors for a missing, damaged or foreign index
     choice = choose_index(index.n_sentences, index.dim, memory, index_type, opq=opq)
     log.info("reindexing %s: %s", path, choice.reason)
     previous = index.manifest.get("faiss", {}).get("factory")
-
-    manifest = rebuild_faiss(index, choice, "reindexing", progress,
-                             extra={"reindexed": utc_now(), "previous": previous})
+    manifest = rebuild_parts(index, choice, "reindexing", progress, codes=codes,
+                             extra={"reindexed": utc_now(), "previous": previous},
+                             executor=executor)
     log.info("%s: %s -> %s", path, previous, manifest["faiss"]["factory"])
     return manifest

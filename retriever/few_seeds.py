@@ -18,31 +18,30 @@ from typing import Sequence
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.indexer.lexical import Lexicon
 
 from . import scoring
-from .ngram_lm import BigramLM, Vocabulary, moore_lewis, select_sentences, unigram_cross_entropy
+from .ngram_lm import HashedLMs
 
 
-@dataclass
 class PoolText:
-    """Every corpus sentence encoded once with one growing vocabulary (shared by all fits)."""
+    """Every corpus sentence as hashed word bigrams: an index's stored lexical ids (`of_index`,
+    nothing re-tokenised per task) or sentences held in memory (`of`, tokenised once)."""
 
-    vocab: Vocabulary
-    ids: np.ndarray
-    lengths: np.ndarray
+    def __init__(self, lexicon: Lexicon) -> None:
+        self.lexicon = lexicon
 
     @classmethod
     def of(cls, texts: Sequence[str]) -> "PoolText":
-        vocab = Vocabulary()
-        ids, lengths = vocab.encode(texts)
-        return cls(vocab, ids, lengths)
+        return cls(Lexicon.of_texts(texts))
+
+    @classmethod
+    def of_index(cls, index) -> "PoolText":
+        """The stored lexical ids of an open index (checked on first use)."""
+        return cls(index.lexicon)
 
     def __len__(self) -> int:
-        return len(self.lengths)
-
-    def rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The encoded sentences `rows`."""
-        return select_sentences(self.ids, self.lengths, np.asarray(rows, dtype=np.int64))
+        return len(self.lexicon)
 
 
 @dataclass(frozen=True)
@@ -72,41 +71,25 @@ def expansion_rows(meaning: np.ndarray, n_positive: int | None, fraction: float)
 
 
 class LexicalModel:
-    """An in-domain and a general LM over one vocabulary; `score` gives Moore-Lewis differences."""
+    """An in-domain and a general LM (`ngram_lm.HashedLMs`); `score_*` give Moore-Lewis
+    differences."""
 
     def __init__(self, pool: PoolText, task_texts: Sequence[str], extra_rows: np.ndarray,
                  seed: int, order: int = 2) -> None:
         if not task_texts:
             raise InputError("moore-lewis needs the task's text")
-        task_ids, task_len = pool.vocab.encode(task_texts)
-        extra_rows = np.asarray(extra_rows, dtype=np.int64)
-        if len(extra_rows):
-            ex_ids, ex_len = pool.rows(extra_rows)
-            task_ids, task_len = np.concatenate([task_ids, ex_ids]), np.concatenate([task_len,
-                                                                                      ex_len])
-        n_in = min(len(task_len), len(pool))
-        sample = np.sort(np.random.default_rng(seed).choice(len(pool), size=n_in, replace=False))
-        V = len(pool.vocab)
         self.pool, self.order = pool, order
-        self.in_lm = BigramLM.fit(task_ids, task_len, V)
-        self.general = BigramLM.fit(*pool.rows(sample), V)
-        self.in_sentences, self.general_sentences = int(len(task_len)), int(n_in)
-
-    def score_encoded(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        if self.order == 1:
-            return (unigram_cross_entropy(self.general, ids, lengths)
-                    - unigram_cross_entropy(self.in_lm, ids, lengths))
-        return moore_lewis(self.in_lm, self.general, ids, lengths)
+        self.models = HashedLMs(pool.lexicon, list(task_texts), extra_rows, seed, order=order)
+        self.in_sentences = int(self.models.in_sentences)
+        self.general_sentences = int(self.models.general_sentences)
 
     def score_rows(self, rows: np.ndarray | None = None) -> np.ndarray:
         """Scores of corpus rows (all of them when `rows` is None)."""
-        if rows is None:
-            return self.score_encoded(self.pool.ids, self.pool.lengths)
-        return self.score_encoded(*self.pool.rows(rows))
+        return self.models.score_all() if rows is None else self.models.score_rows(rows)
 
     def score_texts(self, texts: Sequence[str]) -> np.ndarray:
         """Scores of texts outside the corpus (their new words are unknown to both models)."""
-        return self.score_encoded(*self.pool.vocab.encode(texts))
+        return self.models.score_texts(list(texts))
 
 
 def expanded_moore_lewis(pool: PoolText, task_texts: Sequence[str], meaning: np.ndarray,

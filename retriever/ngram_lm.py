@@ -13,14 +13,12 @@ Counting and lookups are vectorised: bigrams are int64 keys `v * V + w`, counted
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
 
-_TOKEN = re.compile(r"\w+|[^\w\s]")
-BOS, EOS = 0, 1
+from tapt.indexer.lexical import BOS, EOS, TOKEN as _TOKEN
 
 
 class Vocabulary:
@@ -71,7 +69,10 @@ def select_sentences(ids: np.ndarray, lengths: np.ndarray, which: np.ndarray
 
 @dataclass
 class BigramLM:
-    """A Witten-Bell interpolated bigram model over a vocabulary of `vocab_size` ids."""
+    """A Witten-Bell interpolated bigram model over a vocabulary of `vocab_size` words, whose
+    ids run over [0, `size`) (`size` < `vocab_size` when only the words some model saw have ids
+    of their own and every other word shares the last id, counted nowhere: what a hashed corpus
+    needs, with the same probabilities)."""
 
     vocab_size: int
     unigram_counts: np.ndarray
@@ -79,41 +80,63 @@ class BigramLM:
     bigram_counts: np.ndarray
     history_counts: np.ndarray
     history_types: np.ndarray
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        self.size = int(self.size or self.vocab_size)
 
     @classmethod
-    def fit(cls, ids: np.ndarray, lengths: np.ndarray, vocab_size: int) -> "BigramLM":
-        hist, word = _bigrams(ids, lengths)
-        V = int(vocab_size)
-        unigram = np.bincount(word, minlength=V).astype(np.float64)
-        keys, counts = np.unique(hist * V + word, return_counts=True)
-        history_counts = np.bincount(hist, minlength=V).astype(np.float64)
-        history_types = np.bincount(keys // V, minlength=V).astype(np.float64)
-        return cls(V, unigram, keys, counts.astype(np.float64), history_counts, history_types)
+    def fit(cls, ids: np.ndarray, lengths: np.ndarray, vocab_size: int,
+            size: int | None = None) -> "BigramLM":
+        return cls.fit_pairs(*_bigrams(ids, lengths), vocab_size, size)
+
+    @classmethod
+    def fit_pairs(cls, hist: np.ndarray, word: np.ndarray, vocab_size: int,
+                  size: int | None = None) -> "BigramLM":
+        """Fit on the (history, word) pair of every predicted token."""
+        S = int(size or vocab_size)
+        unigram = np.bincount(word, minlength=S).astype(np.float64)
+        keys, counts = np.unique(hist * S + word, return_counts=True)
+        history_counts = np.bincount(hist, minlength=S).astype(np.float64)
+        history_types = np.bincount(keys // S, minlength=S).astype(np.float64)
+        return cls(int(vocab_size), unigram, keys, counts.astype(np.float64), history_counts,
+                   history_types, S)
 
     def log2_probs(self, hist: np.ndarray, word: np.ndarray) -> np.ndarray:
-        """log2 P(word | hist) for arrays of ids (ids >= vocab_size are unknown words)."""
-        V = self.vocab_size
-        known_w = word < V
+        """log2 P(word | hist) for arrays of ids (ids >= `size` are unknown words)."""
+        V, S = self.vocab_size, self.size
+        known_w = word < S
         w = np.where(known_w, word, 0)
-        h = np.where(hist < V, hist, 0)
+        h = np.where(hist < S, hist, 0)
         c_w = np.where(known_w, self.unigram_counts[w], 0.0)
         p1 = (c_w + 1.0) / (self.unigram_counts.sum() + V + 1.0)
-        c_h = np.where(hist < V, self.history_counts[h], 0.0)
-        t_h = np.where(hist < V, self.history_types[h], 0.0)
-        keys = h * V + w
+        c_h = np.where(hist < S, self.history_counts[h], 0.0)
+        t_h = np.where(hist < S, self.history_types[h], 0.0)
+        keys = h * S + w
         at = np.minimum(np.searchsorted(self.bigram_keys, keys), len(self.bigram_keys) - 1)
-        found = known_w & (hist < V) & (self.bigram_keys[at] == keys)
+        found = known_w & (hist < S) & (self.bigram_keys[at] == keys)
         c_hw = np.where(found, self.bigram_counts[at], 0.0)
         seen = c_h > 0
         p = np.where(seen, (c_hw + t_h * p1) / np.where(seen, c_h + t_h, 1.0), p1)
         return np.log2(p)
 
+    def unigram_log2(self, word: np.ndarray) -> np.ndarray:
+        """log2 P1(word), the add-one unigram alone (ids >= `size` are unknown words)."""
+        known = word < self.size
+        counts = np.where(known, self.unigram_counts[np.where(known, word, 0)], 0.0)
+        return np.log2((counts + 1.0) / (self.unigram_counts.sum() + self.vocab_size + 1.0))
+
     def cross_entropy(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Per-sentence mean -log2 P of its predicted tokens."""
         hist, word = _bigrams(ids, lengths)
-        logp = self.log2_probs(hist, word)
-        starts = np.concatenate(([0], np.cumsum(lengths - 1)[:-1]))
-        return (-np.add.reduceat(logp, starts) / (lengths - 1)).astype(np.float32)
+        return per_sentence(self.log2_probs(hist, word), lengths - 1)
+
+
+def per_sentence(logp: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """Cross-entropy of each sentence from the log2 probability of each of its predicted
+    tokens (`predicted`: how many each sentence has, all > 0)."""
+    starts = np.concatenate(([0], np.cumsum(predicted)[:-1]))
+    return (-np.add.reduceat(logp, starts) / predicted).astype(np.float32)
 
 
 def moore_lewis(in_domain: BigramLM, general: BigramLM, ids: np.ndarray,
@@ -145,13 +168,145 @@ def moore_lewis_scores(pool_texts: list[str], task_texts: list[str], seed: int =
     return moore_lewis(in_lm, general, ids, lengths)
 
 
+_CHUNK_SENTENCES = 1 << 20
+
+
+class HashedLMs:
+    """Moore-Lewis's two language models over an index's stored lexical ids
+    (`tapt.indexer.lexical.Lexicon`: hashed words and bigram types), fitted and applied without
+    reading or tokenising the corpus.
+
+    The in-domain model is fitted on the task (plus the corpus rows `extra_rows`), the general
+    one on a seeded random sample of as many corpus sentences. The numbers are those of models
+    over a vocabulary of the corpus's and the task's words (up to 64-bit hash collisions): every
+    word no model saw shares one id with zero counts, and the vocabulary size counts every
+    corpus word.
+
+    Args:
+        lexicon: The corpus's lexicon.
+        task_texts: The task's sentences.
+        extra_rows: Corpus rows added to the in-domain side (pseudo-relevance feedback).
+        seed: Seed of the general model's sample.
+        extra_words: Hashes of words outside the corpus that earlier tasks added to a shared
+            vocabulary (`CorpusCache(share_vocabulary=True)`); None for a vocabulary of its own.
+        order: 2 scores with the bigram models, 1 with their add-one unigrams.
+
+    Raises:
+        ValueError: no task text.
+    """
+
+    def __init__(self, lexicon, task_texts: list[str], extra_rows: np.ndarray = (),
+                 seed: int = 0, extra_words: np.ndarray | None = None, order: int = 2) -> None:
+        if not task_texts:
+            raise ValueError("Moore-Lewis needs the task's text")
+        self.lexicon, self.order = lexicon, order
+        t_hist, t_word, _ = self.text_pairs(task_texts)
+        extra_rows = np.unique(np.asarray(extra_rows, dtype=np.int64))
+        x_hist, x_word, _ = lexicon.pairs(extra_rows)
+        n = len(lexicon)
+        self.in_sentences = len(task_texts) + len(extra_rows)
+        self.general_sentences = min(self.in_sentences, n)
+        sample = np.sort(np.random.default_rng(seed).choice(n, size=self.general_sentences,
+                                                            replace=False))
+        s_hist, s_word, _ = lexicon.pairs(sample)
+        self.new = lexicon.new_words(t_word[t_word > EOS])
+        if extra_words is not None:
+            self.new = np.union1d(extra_words, self.new).astype(np.uint64)
+        vocab_size = 2 + len(lexicon.vocabulary) + len(self.new)
+        known = np.unique(np.concatenate([t_word, x_word, s_hist, s_word]))
+        self._known = known[known > EOS]
+        size = len(self._known) + 3   # <s>, </s>, the words some model saw, one for the others
+        self.in_lm = BigramLM.fit_pairs(self.dense(np.concatenate([t_hist, x_hist])),
+                                        self.dense(np.concatenate([t_word, x_word])),
+                                        vocab_size, size)
+        self.general = BigramLM.fit_pairs(self.dense(s_hist), self.dense(s_word), vocab_size,
+                                          size)
+
+    @staticmethod
+    def text_pairs(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(history hash, word hash) of every predicted token of `texts`, and how many tokens
+        each text predicts."""
+        from tapt.indexer.lexical import hash_words, words
+
+        tokenised = [words(t) for t in texts]
+        unique_words = sorted({w for ws in tokenised for w in ws})
+        hashes = dict(zip(unique_words, hash_words(unique_words).tolist()))
+        ids, lengths = [], []
+        for ws in tokenised:
+            ids += [BOS, *(hashes[w] for w in ws), EOS]
+            lengths.append(len(ws) + 2)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        return (*_bigrams(np.asarray(ids, dtype=np.uint64), lengths), lengths - 1)
+
+    def dense(self, hashes: np.ndarray) -> np.ndarray:
+        """Model ids of word hashes (the words no model saw share the last id)."""
+        h = np.asarray(hashes, dtype=np.uint64)
+        known = self._known
+        at = np.minimum(np.searchsorted(known, h), max(len(known) - 1, 0))
+        hit = (known[at] == h) if len(known) else np.zeros(len(h), dtype=bool)
+        out = np.where(hit, at + 2, len(known) + 2)
+        out[h == BOS] = BOS
+        out[h == EOS] = EOS
+        return out.astype(np.int64)
+
+    def token_log2(self, hist: np.ndarray, word: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(log2 P_in, log2 P_general) of each predicted token (hashes)."""
+        h, w = self.dense(hist), self.dense(word)
+        if self.order == 1:
+            return self.in_lm.unigram_log2(w), self.general.unigram_log2(w)
+        return self.in_lm.log2_probs(h, w), self.general.log2_probs(h, w)
+
+    @staticmethod
+    def _difference(lp_in: np.ndarray, lp_gen: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        return per_sentence(lp_gen, predicted) - per_sentence(lp_in, predicted)
+
+    def _score(self, hist: np.ndarray, word: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        return self._difference(*self.token_log2(hist, word), predicted)
+
+    def score_all(self) -> np.ndarray:
+        """The score of every corpus sentence (higher = more in-domain), shard by shard."""
+        lexicon = self.lexicon
+        scores = np.empty(len(lexicon), dtype=np.float32)
+        for shard, offset in zip(lexicon.shards, lexicon.row_offsets[:-1].tolist()):
+            vocab, pairs = np.asarray(shard.vocab), np.asarray(shard.bigrams)
+            lp_in, lp_gen = self.token_log2(vocab[pairs[:, 0]], vocab[pairs[:, 1]])
+            offsets = np.asarray(shard.offsets)
+            for lo in range(0, len(shard), _CHUNK_SENTENCES):
+                hi = min(len(shard), lo + _CHUNK_SENTENCES)
+                types = np.asarray(shard.lexical[offsets[lo]:offsets[hi]])
+                scores[offset + lo:offset + hi] = self._difference(
+                    lp_in[types], lp_gen[types], np.diff(offsets[lo:hi + 1]))
+        return scores
+
+    def score_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The scores of the corpus sentences `rows` (any order)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        order = np.argsort(rows, kind="stable")
+        hist, word, predicted = self.lexicon.pairs(rows[order])
+        out = np.empty(len(rows), dtype=np.float32)
+        out[order] = self._score(hist, word, predicted)
+        return out
+
+    def score_texts(self, texts: list[str]) -> np.ndarray:
+        """The scores of texts outside the corpus."""
+        return self._score(*self.text_pairs(texts))
+
+
+def moore_lewis_lexicon(lexicon, task_texts: list[str], seed: int = 0,
+                        extra_words: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """`moore_lewis_scores` of every corpus sentence from an index's stored lexical ids
+    (`HashedLMs`, the task alone on the in-domain side).
+
+    Returns:
+        The scores, and the task's words outside the corpus (with `extra_words`).
+    """
+    models = HashedLMs(lexicon, task_texts, seed=seed, extra_words=extra_words)
+    return models.score_all(), models.new
+
+
 def unigram_cross_entropy(lm: BigramLM, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Per-sentence mean -log2 P1 of its predicted tokens under the model's add-one unigram alone
     (order 1: what a handful of task sentences can estimate without a history)."""
     _, word = _bigrams(ids, lengths)
-    V = lm.vocab_size
-    known = word < V
-    counts = np.where(known, lm.unigram_counts[np.where(known, word, 0)], 0.0)
-    logp = np.log2((counts + 1.0) / (lm.unigram_counts.sum() + V + 1.0))
-    starts = np.concatenate(([0], np.cumsum(lengths - 1)[:-1]))
-    return (-np.add.reduceat(logp, starts) / (lengths - 1)).astype(np.float32)
+    return per_sentence(lm.unigram_log2(word), lengths - 1)

@@ -56,8 +56,8 @@ def _fit(pos: np.ndarray, neg: np.ndarray, C: float, seed: int):
 
 def _probability(model, rows: np.ndarray, chunk: int = 65536) -> np.ndarray:
     out = np.empty(len(rows), dtype=np.float32)
-    for start in range(0, len(rows), chunk):
-        block = np.asarray(rows[start:start + chunk], dtype=np.float32)
+    for start, block in scoring.blocks(rows, chunk):
+        block = np.asarray(block, dtype=np.float32)
         out[start:start + len(block)] = model.decision_function(block)
     return out
 

@@ -38,7 +38,7 @@ def _n_positive(budget: Budget | None) -> int | None:
 def task_data(index: Index, task: np.ndarray, task_texts: list[str] | None,
               budget: Budget, *, seed: int = 0, rounds: int = 2, m: int = 10,
               expand: float = 0.5, order: int = 2, pool: PoolText | None = None) -> TaskData:
-    """The task, with every stored sentence encoded for the n-gram models (pass `pool` to reuse).
+    """The task, on the index's stored lexical ids for the n-gram models (or `pool`).
     These methods rank by fitted scores with no natural threshold: they need a budget."""
     if budget is None:
         raise InputError("this method needs a budget", param="budget")
@@ -46,7 +46,7 @@ def task_data(index: Index, task: np.ndarray, task_texts: list[str] | None,
         raise InputError("this method needs the task's text", param="task")
     if task is None or len(task) != len(task_texts):
         raise InputError("this method needs one embedding per task sentence", param="task")
-    pool = pool or PoolText.of(index.store.texts(range(index.n_sentences)))
+    pool = pool or PoolText.of_index(index)
     return TaskData(index, pool, np.asarray(task), list(task_texts), _n_positive(budget),
                     seed=seed, m=m, rounds=rounds,
                     lexical=LexicalConfig(order=order, fraction=expand))

@@ -1,6 +1,9 @@
 """Pure array functions behind every selection method (no model, no FAISS, no I/O).
 
-Embeddings are L2-normalised float rows, so inner product == cosine similarity. Scores are
+Embeddings are L2-normalised float rows, so inner product == cosine similarity. Matrices may be
+memory maps or an index's row view over its shards (`tapt.indexer.shards.RowView`); full passes
+walk them in blocks of a fixed global grid (`blocks`), so that a sharded index gets exactly the
+scores of an unsharded one (BLAS rounds a row's result by the shape of the block it is in). Scores are
 "higher = more task-like" everywhere; anomaly scores are negated before they leave this module.
 A cosine outside [-1, 1] or a gathered row that is not unit length means damaged embeddings:
 IndexFormatError naming the rows, never a ranking.
@@ -28,32 +31,71 @@ def centroid(task_embeddings: np.ndarray) -> np.ndarray:
     return (mean / norm).astype(np.float32)
 
 
-def centroid_scores(embeddings: np.ndarray, query: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
-    """Cosine of every row to `query`, streamed in chunks over a (memory-mapped) matrix."""
+def blocks(matrix, size: int):
+    """(start, rows[start:start + size]) over the global grid of `size`-row blocks."""
+    if hasattr(matrix, "blocks"):
+        yield from matrix.blocks(size)
+        return
+    for start in range(0, len(matrix), size):
+        yield start, matrix[start:start + size]
+
+
+def centroid_scores(embeddings: np.ndarray, query: np.ndarray, chunk: int = CHUNK,
+                    scale: np.ndarray | None = None) -> np.ndarray:
+    """Cosine of every row to `query`, streamed in chunks over a (memory-mapped) matrix.
+
+    `scale`: the rows are int8 codes of the embeddings (`scan="codes"`), each dimension times
+    `scale` approximating it; the scores are those of the decoded rows."""
     out = np.empty(len(embeddings), dtype=np.float32)
     q = np.asarray(query, dtype=np.float32)
-    if not (getattr(embeddings, "dtype", None) == np.float16 and _half_scores(embeddings, q, out)):
-        for start in range(0, len(embeddings), chunk):
-            block = np.asarray(embeddings[start:start + chunk], dtype=np.float32)
-            out[start:start + len(block)] = block @ q
-    check_cosines(out, bound=float(np.linalg.norm(q)))  # damaged rows stop here, not rank first
+    if scale is not None:
+        q = q * np.asarray(scale, dtype=np.float32)
+    dtype = getattr(embeddings, "dtype", None)
+    if not (dtype in (np.float16, np.int8) and _cast_scores(embeddings, q, out)):
+        for start, block in blocks(embeddings, chunk):
+            out[start:start + len(block)] = np.asarray(block, dtype=np.float32) @ q
+    if scale is None:
+        check_cosines(out, bound=float(np.linalg.norm(q)))  # damaged rows stop here
     return out
 
 
-def _half_scores(embeddings: np.ndarray, q: np.ndarray, out: np.ndarray, rows: int = 2048) -> bool:
-    """float16 rows @ q into `out` through torch, whose half-to-float cast is vectorised (numpy's
-    runs ~0.5G values/s here, 14x slower than the product); 2,048 rows at a time stay in cache
-    between the cast and the product. False when torch is missing (the caller falls back)."""
+def code_scan_scores(embeddings, codes, scale: np.ndarray, query: np.ndarray,
+                     candidates: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cosine to `query` ranked on int8 codes, the best `candidates` rows rescored exactly.
+
+    Every row is scored on its codes (`scale` per dimension decodes them); the `candidates`
+    rows with the highest approximate scores are scored again from `embeddings` (checked as an
+    exact scan checks them), and keep those exact scores. Returns (scores, rescored rows).
+    """
+    approx = centroid_scores(codes, query, scale=scale)
+    n = min(max(int(candidates), 1), len(approx))
+    best = np.sort(np.argpartition(-approx, n - 1)[:n]) if n < len(approx) else np.arange(n)
+    q = np.asarray(query, dtype=np.float32)
+    exact = np.empty(len(best), dtype=np.float32)
+    for start in range(0, len(best), CHUNK):
+        rows = best[start:start + CHUNK]
+        exact[start:start + len(rows)] = np.asarray(embeddings[rows], dtype=np.float32) @ q
+    check_cosines(exact, bound=float(np.linalg.norm(q)))
+    approx[best] = exact
+    return approx, best
+
+
+def _cast_scores(embeddings: np.ndarray, q: np.ndarray, out: np.ndarray, rows: int = 2048
+                 ) -> bool:
+    """float16 (or int8) rows @ q into `out` through torch, whose cast to float is vectorised
+    (numpy's runs ~0.5G values/s here, 14x slower than the product); 2,048 rows at a time stay
+    in cache between the cast and the product. False when torch is missing (the caller falls
+    back)."""
     try:
         import torch
     except ImportError:
         return False
+    dst, qt = torch.from_numpy(out), torch.from_numpy(q)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a read-only memmap: torch warns, nothing is written to it
-        src = torch.from_numpy(np.asarray(embeddings))
-    dst, qt = torch.from_numpy(out), torch.from_numpy(q)
-    for start in range(0, len(out), rows):
-        torch.mv(src[start:start + rows].float(), qt, out=dst[start:start + rows])
+        for start, block in blocks(embeddings, rows):
+            torch.mv(torch.from_numpy(np.asarray(block)).float(), qt,
+                     out=dst[start:start + len(block)])
     return True
 
 
@@ -109,6 +151,21 @@ def rank(scores: np.ndarray) -> np.ndarray:
     return np.lexsort((np.arange(len(scores)), -np.asarray(scores, dtype=np.float64)))
 
 
+def rank_top(scores: np.ndarray, k: int) -> np.ndarray:
+    """A prefix of `rank(scores)` holding at least its first `k` indices: every index whose
+    score is at least the k-th best, in `rank`'s order (a partition, then a sort of the prefix
+    only: what a budget needs of a ranking of millions)."""
+    n = len(scores)
+    if k >= n:
+        return rank(scores)
+    neg = -np.asarray(scores, dtype=np.float64)
+    kth = np.partition(neg, max(int(k), 1) - 1)[max(int(k), 1) - 1]
+    if np.isnan(kth):
+        return rank(scores)
+    top = np.flatnonzero(neg <= kth)
+    return top[np.lexsort((top, neg[top]))]
+
+
 def zscore(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     std = values.std()
@@ -150,8 +207,8 @@ def topm_mean_similarity(rows: np.ndarray, task_embeddings: np.ndarray, m: int,
     t = np.asarray(task_embeddings, dtype=np.float32).T
     m = max(1, min(int(m), t.shape[1]))
     out = np.empty(len(rows), dtype=np.float32)
-    for start in range(0, len(rows), chunk):
-        sims = np.asarray(rows[start:start + chunk], dtype=np.float32) @ t
+    for start, block in blocks(rows, chunk):
+        sims = np.asarray(block, dtype=np.float32) @ t
         if m == 1:
             out[start:start + len(sims)] = sims.max(axis=1)
         else:
@@ -169,8 +226,8 @@ def distance_difference(rows: np.ndarray, task_mean: np.ndarray, corpus_mean: np
     """
     t, c = np.asarray(task_mean, np.float64), np.asarray(corpus_mean, np.float64)
     out = np.empty(len(rows), dtype=np.float32)
-    for start in range(0, len(rows), chunk):
-        block = np.asarray(rows[start:start + chunk], dtype=np.float64)
+    for start, block in blocks(rows, chunk):
+        block = np.asarray(block, dtype=np.float64)
         sq = (block * block).sum(axis=1)
         check_unit_rows(block, np.arange(start, start + len(block)), squared=sq,
                         dtype=getattr(rows, "dtype", None))

@@ -68,6 +68,99 @@ class HashingEncoder:
         return np.asarray([len(t.split()) + 2 for t in texts], dtype=np.int32)
 
 
+def shard_file(index: Path, name: str, shard: int | str = 0) -> Path:
+    """A file of one shard of an index (`shard_file(idx, "embeddings.npy")`: shard 000000's)."""
+    label = shard if isinstance(shard, str) else f"{shard:06d}"
+    return Path(index) / "shards" / label / name
+
+
+def shard_checksums(index: Path, shard: int | str = 0) -> dict[str, str]:
+    """The checksums a shard's `shard.json` records."""
+    return json.loads(shard_file(index, "shard.json", shard).read_text())["checksums"]
+
+
+def reseal_shard(index: Path, shard: int | str = 0, **changes) -> None:
+    """Record new checksums (name=sha256 pairs) in a shard's `shard.json` and seal it and the top
+    manifest again, as a careful forger would (what tapt must still catch by its other checks)."""
+    from tapt.indexer.manifest import (read_index_manifest, write_index_manifest,
+                                       write_shard_manifest)
+
+    path = shard_file(index, "shard.json", shard)
+    manifest = json.loads(path.read_text())
+    manifest["checksums"].update(changes)
+    _, sha = write_shard_manifest(path.parent, manifest)
+    top = read_index_manifest(Path(index))
+    for entry in top["shards"]:
+        if entry["name"] == path.parent.name:
+            entry["shard_sha256"] = sha
+    write_index_manifest(Path(index), top)
+
+
+def make_legacy(index: Path, version: int) -> None:
+    """Turn a one-shard index into one as tapt wrote format `version` (1 or 2): one directory,
+    no shards or lexical ids; format 1 without record checksums or a sealed manifest."""
+    import shutil
+
+    from tapt.indexer.index import Index
+    from tapt.indexer.manifest import write_index_manifest
+    from tapt.indexer.store import TextStoreWriter
+    from tapt.util.files import sha256_file
+
+    index = Path(index)
+    ix = Index(index)
+    records = ix.store.records(range(ix.n_sentences))
+    manifest = json.loads(json.dumps(ix.manifest))
+    shard = ix.shards[0].manifest
+    del ix
+    for name in ("embeddings.npy", "tokens.npy", "docs.npy", "index.faiss", "text.lmdb"):
+        shutil.move(str(shard_file(index, name)), str(index / name))
+    shutil.rmtree(index / "shards")
+    (index / "vocab.npy").unlink()
+    checksums = {k: v for k, v in shard["checksums"].items()
+                 if k in ("embeddings.npy", "tokens.npy", "docs.npy", "index.faiss",
+                          "text.lmdb/data.mdb")}
+    if version == 1:
+        shutil.rmtree(index / "text.lmdb")
+        writer = TextStoreWriter(index / "text.lmdb", checksummed=False)
+        writer.put_many(0, records)
+        writer.close()
+        checksums["text.lmdb/data.mdb"] = sha256_file(index / "text.lmdb" / "data.mdb")
+    for key in ("shards", "codes", "lexical", "self_sha256", "same_content_as"):
+        manifest.pop(key, None)
+    manifest["format_version"] = version
+    manifest["faiss"].pop("part_ids", None)
+    manifest["faiss"]["bytes"] = shard["faiss"]["bytes"]
+    manifest["files"] = {"embeddings": manifest["files"]["embeddings"], "tokens": "tokens.npy",
+                         "documents": "docs.npy", "store": "text.lmdb", "faiss": "index.faiss",
+                         **({"store_records": "CRC32 (big-endian) of key + JSON, then the JSON"}
+                            if version == 2 else {})}
+    manifest["checksums"] = checksums
+    if version == 1:
+        manifest["model"] = {k: v for k, v in manifest["model"].items()
+                             if k not in ("fingerprint", "config")}
+        (index / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    else:
+        write_index_manifest(index, manifest)
+
+
+def write_split_corpus(base: Path, parts: int = 3, docs_per_topic: int = 12, seed: int = 0
+                       ) -> list[Path]:
+    """The labelled corpus of `write_labelled_corpus`, cut at document boundaries into `parts`
+    files (so an index of them can have `parts` shards)."""
+    records = write_labelled_corpus(base / "whole.jsonl", docs_per_topic, seed)
+    (base / "whole.jsonl").unlink()
+    starts = [0] + [i for i in range(1, len(records)) if records[i]["doc"] != records[i - 1]["doc"]]
+    cuts = [starts[round(len(starts) * k / parts)] for k in range(parts)] + [len(records)]
+    paths = []
+    for k in range(parts):
+        path = base / f"part-{k}.jsonl"
+        with open(path, "w", encoding="utf-8") as fh:
+            for record in records[cuts[k]:cuts[k + 1]]:
+                fh.write(json.dumps(record) + "\n")
+        paths.append(path)
+    return paths
+
+
 def make_sentence(rng: random.Random, topic: str) -> str:
     words = [rng.choice(TOPICS[topic]) if rng.random() < 0.8 else rng.choice(COMMON)
              for _ in range(rng.randint(6, 12))]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Seeded damage to a small index, then every command: each must answer exactly as on the sound
+"""Seeded damage to a small two-shard index, then every command: each must answer exactly as on the sound
 index or fail with exactly one `Error:` line; no signal, no traceback, no wrong answer.
 
 A trial copies the index, flips random bytes of a random file or cuts it at a random length
@@ -29,8 +29,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-FILES = ("manifest.json", "embeddings.npy", "tokens.npy", "docs.npy", "index.faiss",
-         "text.lmdb/data.mdb")
+SHARD_FILES = ("shard.json", "embeddings.npy", "tokens.npy", "docs.npy", "index.faiss",
+               "text.lmdb/data.mdb", "lexical.npy", "lexical_offsets.npy", "bigrams.npy",
+               "vocab.npy", "dochash.npy")
+SHARDS = ("000000", "000001")
+FILES = ("manifest.json", "vocab.npy",
+         *(f"shards/{s}/{name}" for s in SHARDS for name in SHARD_FILES))
 SELECT = {"centroid": ["--budget", "4"], "knn": ["--k", "3"], "fused": ["--budget", "4"],
           "iforest": ["--budget", "4"]}
 _TIMING = re.compile(r" in \d+\.\d+ s|search seconds [\d.]+")
@@ -51,15 +55,16 @@ def commands(idx: Path, base: Path) -> list[tuple[str, list[str]]]:
 
 
 def make_base(base: Path) -> None:
-    """The sound index, its task and a selection made from it (built once)."""
-    from conftest import HashingEncoder, write_labelled_corpus, write_task
+    """The sound index (two shards), its task and a selection made from it (built once)."""
+    from conftest import HashingEncoder, write_split_corpus, write_task
     from tapt.indexer.build import BuildConfig, build_index
 
     base.mkdir(parents=True, exist_ok=True)
-    write_labelled_corpus(base / "pool.jsonl", docs_per_topic=4)
+    parts = write_split_corpus(base, parts=len(SHARDS), docs_per_topic=4)
     write_task(base / "task.txt", "medical", n=12)
-    build_index([base / "pool.jsonl"], base / "idx", HashingEncoder(),
-                BuildConfig(split=False, progress=False, segment_size=4))
+    build_index(parts, base / "idx", HashingEncoder(),
+                BuildConfig(split=False, progress=False, segment_size=4, shards=len(SHARDS),
+                            embedding_dtype="float32"))
     _cli(["select", "centroid", str(base / "idx"), "--task", str(base / "task.txt"),
           "--budget", "6", "--out", str(base / "before.jsonl")])
 

@@ -1,5 +1,6 @@
-"""`tapt index add`: appends equal a build of everything, duplicates are skipped, ids are stable,
-a killed add resumes, and readers during an add see one whole generation."""
+"""`tapt index add`: appends new shards whose content equals a build of everything, duplicates are
+skipped, existing shards and ids never change, a killed add resumes, and readers during an add
+see one whole generation."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from build_worker import assert_same_index
-from conftest import HashingEncoder, write_labelled_corpus
+from build_worker import assert_same_content
+from conftest import HashingEncoder, shard_file, write_labelled_corpus
 from tapt.indexer.add import add_to_index
 from tapt.indexer.build import BuildConfig, build_index
 from tapt.indexer.index import Index
@@ -62,12 +63,19 @@ def test_add_equals_building_everything_at_once(halves, both, tmp_path):
     before = Index(idx)
     first_uuid, old_rows = before.uuid, before.n_sentences
     old_texts = before.store.texts(range(old_rows))
+    old_shard = before.manifest["shards"][0]
+    inode = shard_file(idx, "embeddings.npy").stat().st_ino
     manifest = add_to_index(idx, [halves[1]], HashingEncoder(), progress=False)
-    assert_same_index(idx, both)
+    assert_same_content(idx, both)
     after = Index(idx)
     assert after.uuid == first_uuid and manifest["generation"] == 2
     assert after.store.texts(range(old_rows)) == old_texts          # ids are stable
     assert manifest["history"][-1]["sentences"] == after.n_sentences - old_rows
+    assert manifest["shards"][0] == old_shard                       # the old shard as it was
+    assert shard_file(idx, "embeddings.npy").stat().st_ino == inode  # not copied: linked
+    assert manifest["shards"][1]["name"] == "000001" and manifest["shards"][1][
+        "row_offset"] == old_rows
+    assert manifest["history"][-1]["shards"] == ["000001"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
@@ -95,7 +103,7 @@ def test_a_killed_add_resumes(halves, both, tmp_path):
     assert Index(idx).manifest.get("generation") == 1             # the index is untouched
     manifest = add_to_index(idx, [halves[1]], HashingEncoder(), progress=False)
     assert manifest["history"][-1]["sessions"] == 2
-    assert_same_index(idx, both)
+    assert_same_content(idx, both)
 
 
 def test_readers_during_an_add_see_one_whole_generation(halves, tmp_path):

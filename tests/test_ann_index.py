@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import tapt.indexer.encoder
 import tapt.indexer.index as index_module
 from tapt.cli import cli
-from conftest import HashingEncoder, write_labelled_corpus, write_task
+from conftest import HashingEncoder, shard_checksums, shard_file, write_labelled_corpus, write_task
 from tapt.indexer.ann_recall import ground_truth, recall_at_k, sample_queries
 from tapt.indexer.build import BuildConfig, build_index
 from tapt.indexer.faiss_index import build_faiss_index, knn_search, read_faiss_index
@@ -98,13 +98,15 @@ def test_knn_through_an_approximate_index_equals_exact_knn(idx, task_file):
 
 def test_reindex_round_trip_verify_and_repair(idx):
     before = Index(idx).manifest
+    before_sums = shard_checksums(idx)
     for kind in ("ivfpq", "hnsw", "flat"):
         manifest = reindex(idx, kind, progress=False)
         faiss_info = manifest["faiss"]
         assert faiss_info["kind"] == kind and faiss_info["ntotal"] == before["counts"]["sentences"]
         assert manifest["uuid"] == before["uuid"]
-        assert manifest["checksums"]["index.faiss"] == sha256_file(idx / "index.faiss")
-        assert manifest["checksums"]["embeddings.npy"] == before["checksums"]["embeddings.npy"]
+        sums = shard_checksums(idx)
+        assert sums["index.faiss"] == sha256_file(shard_file(idx, "index.faiss"))
+        assert sums["embeddings.npy"] == before_sums["embeddings.npy"]
         assert not list(idx.parent.glob(".idx.*")), "reindex left a work directory"
         report = verify_index(idx)
         assert report.ok, [f for f in report.findings if not f.ok]
@@ -112,7 +114,7 @@ def test_reindex_round_trip_verify_and_repair(idx):
             assert "search" in faiss_info and faiss_info["previous"]
     reindex(idx, "ivfpq", progress=False)
     recorded = Index(idx).manifest["faiss"]
-    (idx / "index.faiss").unlink()
+    shard_file(idx, "index.faiss").unlink()
     done = repair_index(idx, progress=False)
     assert done and recorded["factory"] in done[0]
     repaired = Index(idx).manifest["faiss"]
@@ -130,7 +132,7 @@ def test_old_flat_manifest_still_works(idx, task_file):
     sims, ids = ix.search(_task(task_file), 5)
     assert ids.shape == (40, 5) and (ids >= 0).all()
     assert verify_index(idx).ok
-    (idx / "index.faiss").unlink()
+    shard_file(idx, "index.faiss").unlink()
     assert repair_index(idx, progress=False) and verify_index(idx).ok
 
 
@@ -241,8 +243,8 @@ def test_float16_embeddings_select_verify_add_like_float32(tmp_path, labelled_co
         built[dtype] = Index(tmp_path / dtype)
     half, full = built["float16"], built["float32"]
     assert half.embeddings.dtype == np.float16 and half.manifest["files"]["embeddings"]["dtype"] == "float16"
-    assert (tmp_path / "float16" / "embeddings.npy").stat().st_size < \
-        0.6 * (tmp_path / "float32" / "embeddings.npy").stat().st_size
+    assert shard_file(tmp_path / "float16", "embeddings.npy").stat().st_size < \
+        0.6 * shard_file(tmp_path / "float32", "embeddings.npy").stat().st_size
     assert verify_index(tmp_path / "float16").ok
     task = encoder.encode(load_task([str(medical_task)], split=False).sentences)
     for method in ("centroid", "knn", "iforest"):

@@ -201,14 +201,14 @@ def test_index_build_add_verify_repair_reindex_info(tmp_path, medical_task):
     record = ix.add(more, encoder=enc, progress=False)
     assert record["sentences"] == len(added) and ix.n_sentences == len(records) + len(added)
     assert ix.verify(progress=False).ok
-    (ix.path / "index.faiss").unlink()
+    (ix.path / "shards" / "000000" / "index.faiss").unlink()
     assert not ix.verify(progress=False).ok
     with pytest.raises(IndexFormatError, match="index.faiss is missing"):
         tapt.Index.open(ix.path)
     assert not tapt.Index.verify_path(ix.path, progress=False).ok
     assert tapt.Index.repair_path(ix.path, progress=False)
     assert tapt.Index.open(ix.path).verify(progress=False).ok
-    (ix.path / "index.faiss").unlink()
+    (ix.path / "shards" / "000000" / "index.faiss").unlink()
     assert ix.repair(progress=False) and ix.verify(progress=False).ok
     assert ix.reindex("hnsw", progress=False)["kind"] == "hnsw"
     assert ix.select("knn", task=medical_task, encoder=enc, k=3).counts["segments"] > 0

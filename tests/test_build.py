@@ -1,9 +1,11 @@
 import json
+import pickle
 
 import numpy as np
 import pytest
 
-from conftest import HashingEncoder
+from build_worker import assert_same_content
+from conftest import HashingEncoder, shard_file, write_split_corpus
 from tapt.indexer.build import BuildConfig, build_index
 from tapt.errors import IndexFormatError, InputError, ModelMismatchError, OutputError
 from tapt.indexer.index import Index
@@ -40,7 +42,8 @@ def test_documents_and_segments_follow_the_doc_field(fake_index, labelled_corpus
 
 def test_manifest_records_model_counts_and_versions(fake_index):
     m = Index(fake_index).manifest
-    assert m["format_version"] == 2 and m["model"]["name"] == "hashing-test"
+    assert m["format_version"] == 3 and m["model"]["name"] == "hashing-test"
+    assert [s["name"] for s in m["shards"]] == ["000000"] and m["shards"][0]["row_offset"] == 0
     assert m["model"]["dim"] == 64 and m["model"]["normalized"] is True
     assert m["faiss"]["factory"] == "Flat" and m["segment_size"] == 4
     assert m["counts"]["sentences"] == m["files"]["embeddings"]["shape"][0]
@@ -122,3 +125,77 @@ def test_reading_an_index_writes_nothing_into_it(fake_index, medical_task, tmp_p
     run_selection(ix, SelectConfig(method="knn", k=3), tmp_path / "s.jsonl", [str(medical_task)],
                   HashingEncoder())
     assert snapshot() == before
+
+
+@pytest.fixture(scope="module")
+def split_corpus(tmp_path_factory):
+    return write_split_corpus(tmp_path_factory.mktemp("split"), parts=4, docs_per_topic=6)
+
+
+def _config(**kw) -> BuildConfig:
+    return BuildConfig(segment_size=4, split=False, progress=False, window=48,
+                       embedding_dtype="float32", **kw)
+
+
+def test_three_shard_build_equals_one_shard_build(split_corpus, tmp_path):
+    one = build_index(split_corpus, tmp_path / "one", HashingEncoder(), _config())
+    three = build_index(split_corpus, tmp_path / "three", HashingEncoder(), _config(shards=3))
+    assert len(one["shards"]) == 1 and len(three["shards"]) == 3
+    assert_same_content(tmp_path / "one", tmp_path / "three")
+    rows = [s["rows"] for s in three["shards"]]
+    assert [s["row_offset"] for s in three["shards"]] == [0, rows[0], rows[0] + rows[1]]
+    assert sum(s["segments"] for s in three["shards"]) == one["counts"]["segments"]
+    ix = Index(tmp_path / "three")
+    for shard in ix.shards:   # documents never cross a shard; global id = offset + local row
+        assert shard.docs[0] == 0 and shard.docs[-1] == shard.rows
+        first = ix.store.records([shard.row_offset])[0]
+        assert first["pos"] == 0 and first["doc"] == shard.doc_offset
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "three"]
+
+
+def test_shard_size_groups_whole_files_and_float16_is_the_sharded_default(split_corpus,
+                                                                         tmp_path):
+    records = [sum(1 for _ in open(p)) for p in split_corpus]
+    size = max(records) + min(records)
+    m = build_index(split_corpus, tmp_path / "idx", HashingEncoder(),
+                    BuildConfig(segment_size=4, split=False, progress=False, shard_size=size))
+    groups = [sh.manifest["input_files"] for sh in Index(tmp_path / "idx").shards]
+    assert [f for g in groups for f in g] == [str(p) for p in split_corpus]
+    assert all(sum(records[[str(p) for p in split_corpus].index(f)] for f in g) <= size
+               or len(g) == 1 for g in groups)
+    assert len(m["shards"]) >= 2 and m["files"]["embeddings"]["dtype"] == "float16"
+    one = build_index(split_corpus[:1], tmp_path / "small", HashingEncoder(),
+                      BuildConfig(split=False, progress=False))
+    assert one["files"]["embeddings"]["dtype"] == "float32"      # one shard, small: float32
+    with pytest.raises(InputError, match="shard_size"):
+        BuildConfig(shard_size="2X")
+    with pytest.raises(InputError, match="not both"):
+        BuildConfig(shards=2, shard_size="2M")
+    assert BuildConfig(shard_size="2M").shard_size == 2_000_000
+
+
+def test_stage_tasks_are_picklable_and_the_executor_is_pluggable(split_corpus, tmp_path):
+    """What a Ray executor needs: plain tasks it can ship, and `map` as the only entry point."""
+    from tapt.indexer import executors, stages
+
+    seen = []
+
+    class Recording(executors.LocalExecutor):
+        name = "recording"
+
+        def map(self, stage, tasks, encoder=None):
+            for task in tasks:
+                assert pickle.loads(pickle.dumps(task)) == task or stage.name == "prepare"
+                pickle.dumps(task)
+            seen.append((stage.name, len(tasks)))
+            return super().map(stage, tasks, encoder)
+
+    m = build_index(split_corpus, tmp_path / "idx", HashingEncoder(), _config(shards=2),
+                    executor=Recording(progress=False))
+    stage_names = [name for name, _ in seen]
+    assert stage_names == ["prepare", "embed", "assemble", "train", "index"]
+    assert dict(seen)["prepare"] == 2 and dict(seen)["embed"] == sum(
+        -(-s["rows"] // m["build"]["window"]) for s in m["shards"])
+    assert callable(stages.prepare_shard) and callable(stages.embed_part)
+    with pytest.raises(InputError, match="executor"):
+        BuildConfig(executor="nope")

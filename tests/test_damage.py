@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from hashing_cli import idx, one_error, run  # noqa: F401 - fixtures
-from conftest import HashingEncoder
+from conftest import HashingEncoder, make_legacy, reseal_shard, shard_file
 from tapt.indexer.add import add_to_index
 from tapt.indexer.index import Index
 from tapt.indexer.manifest import LMDB_DATA, STORE, write_index_manifest
@@ -55,12 +55,12 @@ def flip(path: Path, offset: int, mask: int = 0x40) -> None:
 def record_offset(idx: Path, sid: int) -> int:
     """Where the text of record `sid` lies in the LMDB data file."""
     text = Index(idx).store.texts([sid])[0].encode()
-    return (idx / LMDB_DATA).read_bytes().index(text) + 3
+    return (shard_file(idx, LMDB_DATA)).read_bytes().index(text) + 3
 
 
 def test_truncated_text_store_is_diagnosed_never_a_sigbus(idx, medical_task):
     """In a fresh process, as a user runs it: LMDB maps the file, a missing page is SIGBUS."""
-    data = idx / LMDB_DATA
+    data = shard_file(idx, LMDB_DATA)
     os.truncate(data, data.stat().st_size // 2)
     for argv, expected in (
             (["select", "centroid", idx, "--task", medical_task, "--budget", "3", "--out",
@@ -82,39 +82,54 @@ def test_truncated_text_store_is_diagnosed_never_a_sigbus(idx, medical_task):
 
 
 def test_flipped_byte_in_a_text_record_fails_when_read(idx, medical_task, run, large):
-    flip(idx / LMDB_DATA, record_offset(idx, 5), 0x01)
-    one_error(select(run, idx, medical_task, "fused"), "text record 5 fails its checksum",
-              "tapt index verify")
+    flip(shard_file(idx, LMDB_DATA), record_offset(idx, 5), 0x01)
+    everything = run("select", "centroid", idx, "--task", medical_task, "--budget", "1.0",
+                     "--out", idx.parent / "all.jsonl")      # reads every record
+    one_error(everything, "text record 5 fails its checksum", "tapt index verify")
     out = run("index", "verify", idx).output
     assert "1 damaged record(s) (first: 5)" in out
 
 
+def test_damaged_lexical_ids_stop_moore_lewis(idx, medical_task, run):
+    lexical = np.load(shard_file(idx, "lexical.npy"))
+    lexical[7] = lexical.max() + 10          # a bigram type that does not exist
+    np.save(shard_file(idx, "lexical.npy"), lexical)
+    one_error(select(run, idx, medical_task, "moore-lewis"), "lexical.npy",
+              "does not match the checksum")
+    reseal_shard(idx, **{"lexical.npy": sha256_file(shard_file(idx, "lexical.npy"))})
+    for method in ("moore-lewis", "fused"):   # a checksum that agrees: the range check holds
+        one_error(select(run, idx, medical_task, method), "lexical.npy names bigrams")
+    assert "lexical" in run("index", "verify", idx).output
+
+
 def test_flipped_byte_is_caught_by_the_checksum_on_open(idx, medical_task, run):
-    flip(idx / LMDB_DATA, record_offset(idx, 5), 0x01)
+    flip(shard_file(idx, LMDB_DATA), record_offset(idx, 5), 0x01)
     one_error(select(run, idx, medical_task), "text.lmdb/data.mdb does not match the checksum")
 
 
 def test_a_record_that_is_not_json_is_one_error_line(idx, medical_task, run, large):
-    env_path = idx / STORE
+    env_path = shard_file(idx, STORE)
     writer = TextStoreWriter(env_path)
     payload = b'{"text": "broken'
     with writer.env.begin(write=True) as txn:  # a valid checksum over bytes that are not JSON
         txn.put(key(3), zlib.crc32(payload, zlib.crc32(key(3))).to_bytes(4, "big") + payload)
     writer.close()
-    one_error(select(run, idx, medical_task, "moore-lewis"), "text record 3 is not valid JSON")
+    everything = run("select", "centroid", idx, "--task", medical_task, "--budget", "1.0",
+                     "--out", idx.parent / "all.jsonl")
+    one_error(everything, "text record 3 is not valid JSON")
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_flipped_exponent_in_embeddings_stops_every_method(idx, medical_task, run, large, method):
     row = 7
-    flip(idx / "embeddings.npy", 128 + 4 * 64 * row + 4 * 3 + 3, 0x40)  # exponent: x 2^64
+    flip(shard_file(idx, "embeddings.npy"), 128 + 4 * 64 * row + 4 * 3 + 3, 0x40)  # exponent: x 2^64
     line = one_error(select(run, idx, medical_task, method), "embeddings.npy row 7")
     assert "tapt index verify" in line
     assert not (idx.parent / f"{method}.jsonl").exists()
 
 
 def test_nan_row_and_every_score_range_check(idx, medical_task, run, large):
-    emb = np.load(idx / "embeddings.npy", mmap_mode="r+")
+    emb = np.load(shard_file(idx, "embeddings.npy"), mmap_mode="r+")
     emb[11, 0] = np.nan
     emb.flush()
     del emb
@@ -123,30 +138,30 @@ def test_nan_row_and_every_score_range_check(idx, medical_task, run, large):
 
 
 def test_truncated_and_flipped_faiss(idx, medical_task, run, large):
-    original = (idx / "index.faiss").read_bytes()
-    (idx / "index.faiss").write_bytes(original[: len(original) // 2])
+    original = (shard_file(idx, "index.faiss")).read_bytes()
+    (shard_file(idx, "index.faiss")).write_bytes(original[: len(original) // 2])
     one_error(select(run, idx, medical_task, "knn"), "index.faiss is", "bytes")
     one_error(select(run, idx, medical_task, "centroid"), "index.faiss is")  # checked on open
     # A flipped byte in the vector of a row knn returns: it disagrees with the embeddings.
-    (idx / "index.faiss").write_bytes(original)
+    (shard_file(idx, "index.faiss")).write_bytes(original)
     ix = Index(idx)
     best = int(ix.search(HashingEncoder().encode(["patient fever tumour dose"]), 1)[1][0, 0])
-    assert (idx / "index.faiss").read_bytes()[-ix.n_sentences * ix.dim * 4:] == \
+    assert (shard_file(idx, "index.faiss")).read_bytes()[-ix.n_sentences * ix.dim * 4:] == \
         np.ascontiguousarray(ix.embeddings, dtype=np.float32).tobytes()  # flat: vectors last
     vectors = len(original) - ix.n_sentences * ix.dim * 4
     del ix
     data = bytearray(original)
     data[vectors + best * 64 * 4 + 2] ^= 0x40
-    (idx / "index.faiss").write_bytes(bytes(data))
+    (shard_file(idx, "index.faiss")).write_bytes(bytes(data))
     task = idx.parent / "t.txt"
     task.write_text("patient fever tumour dose\n")
     one_error(select(run, idx, task, "knn"), "index.faiss and embeddings.npy disagree")
 
 
 def test_garbage_faiss_and_small_files_hashed_on_open(idx, medical_task, run):
-    flip(idx / "index.faiss", 200)
+    flip(shard_file(idx, "index.faiss"), 200)
     one_error(select(run, idx, medical_task, "knn"), "index.faiss does not match the checksum")
-    (idx / "index.faiss").write_bytes(b"not a faiss index" * 2000)
+    (shard_file(idx, "index.faiss")).write_bytes(b"not a faiss index" * 2000)
     one_error(select(run, idx, medical_task, "knn"), "index.faiss")
     done = run("index", "repair", idx)
     assert done.exit_code == 0 and "rebuilt index.faiss" in done.output
@@ -156,7 +171,7 @@ def test_garbage_faiss_and_small_files_hashed_on_open(idx, medical_task, run):
 @pytest.mark.parametrize("edit", ["docs shifted", "docs not rising", "docs end", "tokens zero",
                                   "tokens changed", "embeddings longer"])
 def test_edited_arrays_that_are_still_valid_are_refused(idx, medical_task, run, edit):
-    docs, tokens = np.load(idx / "docs.npy"), np.load(idx / "tokens.npy")
+    docs, tokens = np.load(shard_file(idx, "docs.npy")), np.load(shard_file(idx, "tokens.npy"))
     if edit == "docs shifted":
         docs[3] -= 1
     elif edit == "docs not rising":
@@ -168,11 +183,11 @@ def test_edited_arrays_that_are_still_valid_are_refused(idx, medical_task, run, 
     elif edit == "tokens changed":
         tokens[2] += 5
     if edit.startswith("docs"):
-        np.save(idx / "docs.npy", docs)
+        np.save(shard_file(idx, "docs.npy"), docs)
     elif edit.startswith("tokens"):
-        np.save(idx / "tokens.npy", tokens)
+        np.save(shard_file(idx, "tokens.npy"), tokens)
     else:
-        with open(idx / "embeddings.npy", "ab") as fh:
+        with open(shard_file(idx, "embeddings.npy"), "ab") as fh:
             fh.write(b"\0" * 256)
     for hashing in ("64M", "0"):
         os.environ["TAPT_HASH_ON_OPEN"] = hashing
@@ -183,12 +198,10 @@ def test_edited_arrays_that_are_still_valid_are_refused(idx, medical_task, run, 
 
 
 def test_offsets_are_checked_even_when_their_checksum_agrees(idx, medical_task, run):
-    docs = np.load(idx / "docs.npy")
+    docs = np.load(shard_file(idx, "docs.npy"))
     docs[3] = docs[4]
-    np.save(idx / "docs.npy", docs)
-    manifest = json.loads((idx / "manifest.json").read_text())
-    manifest["checksums"]["docs.npy"] = sha256_file(idx / "docs.npy")
-    write_index_manifest(idx, manifest)
+    np.save(shard_file(idx, "docs.npy"), docs)
+    reseal_shard(idx, **{"docs.npy": sha256_file(shard_file(idx, "docs.npy"))})
     one_error(select(run, idx, medical_task), "docs.npy: document 3 has 0 sentences")
 
 
@@ -240,22 +253,7 @@ def test_reindex_keeps_selections_valid(idx, medical_task, run, tmp_path):
 
 def make_format_1(idx: Path) -> None:
     """Turn a current index into one as tapt wrote format 1: bare JSON records, no seal."""
-    ix = Index(idx)
-    records = ix.store.records(range(ix.n_sentences))
-    manifest = dict(ix.manifest)
-    del ix
-    shutil.rmtree(idx / STORE)
-    writer = TextStoreWriter(idx / STORE, checksummed=False)
-    writer.put_many(0, records)
-    writer.close()
-    manifest["format_version"] = 1
-    for k in ("self_sha256", "same_content_as"):
-        manifest.pop(k, None)
-    manifest["files"].pop("store_records", None)
-    manifest["model"] = {k: v for k, v in manifest["model"].items()
-                         if k not in ("fingerprint", "config")}
-    manifest["checksums"][LMDB_DATA] = sha256_file(idx / LMDB_DATA)
-    (idx / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    make_legacy(idx, 1)
 
 
 def test_format_1_index_is_refused_with_upgrade_named_then_upgraded(idx, medical_task, run,
@@ -269,9 +267,9 @@ def test_format_1_index_is_refused_with_upgrade_named_then_upgraded(idx, medical
     assert "(format 1," in run("index", "info", idx).output
     old_sel = json.loads((idx / "manifest.json").read_text())
     done = run("index", "upgrade", idx)
-    assert done.exit_code == 0 and "format 1 -> 2" in done.output, done.output
+    assert done.exit_code == 0 and "format 1 -> 3" in done.output, done.output
     ix = Index(idx)
-    assert ix.format_version == 2 and ix.store.texts(range(ix.n_sentences)) == before
+    assert ix.format_version == 3 and ix.store.texts(range(ix.n_sentences)) == before
     assert ix.manifest["uuid"] == old_sel["uuid"] and ix.manifest["same_content_as"]
     assert run("index", "verify", idx).exit_code == 0
     assert "nothing to do" in run("index", "upgrade", idx).output
@@ -326,7 +324,7 @@ def test_large_files_are_hashed_once_per_version_and_remembered(idx, medical_tas
     integrity._VERIFIED.clear()                                 # as in a new process
     assert select(run, idx, medical_task).exit_code == 0
     assert "embeddings.npy" not in calls and "data.mdb" not in calls
-    flip(idx / "embeddings.npy", 128 + 4 * 64 * 9 + 4 * 5 + 3, 0x80)  # one sign bit
+    flip(shard_file(idx, "embeddings.npy"), 128 + 4 * 64 * 9 + 4 * 5 + 3, 0x80)  # one sign bit
     one_error(select(run, idx, medical_task), "embeddings.npy does not match the checksum")
     monkeypatch.setenv("TAPT_HASH_ON_OPEN", "0")                # large-file hashing off:
     assert select(run, idx, medical_task).exit_code == 0        # the documented gap

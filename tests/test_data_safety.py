@@ -135,7 +135,7 @@ def test_a_build_killed_by_a_full_disk_keeps_the_old_index(run, corpus, tmp_path
     """--overwrite of an index: the old one stays until the new one is complete."""
     import errno
 
-    import tapt.indexer.build as build
+    import tapt.indexer.stages as stages
 
     idx = tmp_path / "idx"
     assert run("index", "build", corpus, "--out", idx).exit_code == 0
@@ -144,7 +144,7 @@ def test_a_build_killed_by_a_full_disk_keeps_the_old_index(run, corpus, tmp_path
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(build, "build_faiss_index", full)
+    monkeypatch.setattr(stages, "build_part", full)
     one_error(run("index", "build", corpus, "--out", idx, "--overwrite"), "disk full")
     assert snapshot(idx) == before
     assert json.loads((idx / "manifest.json").read_text())["format"] == "tapt-index"

@@ -370,7 +370,7 @@ def test_same_sentences_from_five_formats_make_the_same_index(tmp_path):
         built[name] = {
             "records": [{k: r[k] for k in ("text", "doc", "pos", "doc_key", "meta")}
                         for r in records],
-            "docs": np.load(out / "docs.npy").tolist(),
+            "docs": ix.doc_offsets.tolist(),
             "embeddings": np.asarray(ix.embeddings).tolist(),
             "counts": {k: manifest["counts"][k] for k in
                        ("documents", "sentences", "segments", "skipped_blank_records")},

@@ -1,4 +1,5 @@
-"""Crash-safe builds: killed, interrupted or out of disk, the same command resumes row for row."""
+"""Crash-safe builds: killed, interrupted or out of disk, the same command resumes row for row
+(finished shards and parts are kept; a part in progress is lost and embedded again)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from build_worker import assert_same_index, kill_and_resume
-from conftest import HashingEncoder, write_labelled_corpus
-from tapt.indexer import checkpoint
+from conftest import HashingEncoder, write_labelled_corpus, write_split_corpus
+from tapt.indexer import checkpoint, stages
 from tapt.indexer.build import BuildConfig, build_index
 from tapt.errors import InputError, StorageError
 from tapt.indexer.index import Index
-from tapt.indexer.npy import NpyAppender
 
 
 
@@ -66,38 +66,39 @@ def test_interrupted_build_resumes_without_reembedding(corpus, reference, tmp_pa
     with pytest.raises(type(exc)):
         build_index([corpus], out, first, _config())
     assert not out.exists()
-    progress = checkpoint.read_progress(checkpoint.work_dir_for(out))
-    assert progress.rows == first.embedded > 0
+    committed = checkpoint.committed_rows(checkpoint.work_dir_for(out))
+    assert committed == first.embedded > 0
     second = CountingEncoder()
     manifest = build_index([corpus], out, second, _config())
-    assert second.embedded == manifest["counts"]["sentences"] - progress.rows
+    assert second.embedded == manifest["counts"]["sentences"] - committed
     assert manifest["build"]["sessions"] == 2
     assert_same_index(out, reference)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
-def test_uncommitted_tail_is_cut_off(corpus, reference, tmp_path, monkeypatch):
-    """Killed after a window's rows and LMDB records were written but before its commit record."""
+def test_a_part_without_its_record_is_embedded_again(corpus, reference, tmp_path, monkeypatch):
+    """Killed after a part's files were written but before its completion record."""
     out = tmp_path / "idx"
-    real_commit = checkpoint.commit
+    real_commit = checkpoint.commit_part
     calls = {"n": 0}
 
-    def dying_commit(work, progress):
+    def dying_commit(path, record):
         calls["n"] += 1
         if calls["n"] == 3:
             raise SystemExit("killed")
-        real_commit(work, progress)
+        real_commit(path, record)
 
-    monkeypatch.setattr(checkpoint, "commit", dying_commit)
+    monkeypatch.setattr(checkpoint, "commit_part", dying_commit)
     with pytest.raises(SystemExit):
         build_index([corpus], out, HashingEncoder(), _config())
-    monkeypatch.setattr(checkpoint, "commit", real_commit)
-    work = checkpoint.work_dir_for(out)
-    committed = checkpoint.read_progress(work).rows
-    on_disk = ((work / "embeddings.npy").stat().st_size - 128) // (4 * 64)
-    assert on_disk > committed          # a torn tail really is there
-    build_index([corpus], out, HashingEncoder(), _config())
+    monkeypatch.setattr(checkpoint, "commit_part", real_commit)
+    parts = checkpoint.work_dir_for(out) / "shards" / "000000" / "parts"
+    assert (parts / "emb-000002.npy").is_file()          # the torn part's files are there ...
+    assert not (parts / "part-000002.json").exists()     # ... without its record
+    second = CountingEncoder()
+    build_index([corpus], out, second, _config())
     assert_same_index(out, reference)
+    assert second.embedded == Index(out).n_sentences - 2 * 32
 
 
 def test_changed_inputs_or_settings_refuse_to_resume(corpus, tmp_path):
@@ -114,19 +115,19 @@ def test_changed_inputs_or_settings_refuse_to_resume(corpus, tmp_path):
 
 def test_disk_full_stops_clearly_and_resumes(corpus, reference, tmp_path, monkeypatch):
     out = tmp_path / "idx"
-    real_append = NpyAppender.append
+    real_save = stages._save
     calls = {"n": 0}
 
-    def full_disk(self, block):
+    def full_disk(path, array):
         calls["n"] += 1
-        if calls["n"] == 10:
+        if calls["n"] == 12:
             raise OSError(errno.ENOSPC, "No space left on device")
-        real_append(self, block)
+        real_save(path, array)
 
-    monkeypatch.setattr(NpyAppender, "append", full_disk)
+    monkeypatch.setattr(stages, "_save", full_disk)
     with pytest.raises(StorageError, match="disk full.*committed.*resume"):
         build_index([corpus], out, HashingEncoder(), _config())
-    monkeypatch.setattr(NpyAppender, "append", real_append)
+    monkeypatch.setattr(stages, "_save", real_save)
     assert not out.exists()
     build_index([corpus], out, HashingEncoder(), _config())
     assert_same_index(out, reference)
@@ -148,3 +149,19 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted(corpus, refe
     total = Index(reference).n_sentences
     assert any(0 < rows < total for rows in seen), f"no kill landed mid-build: {seen}"
     assert_same_index(out, reference)
+
+
+@pytest.fixture(scope="module")
+def split_corpus(tmp_path_factory) -> list[Path]:
+    return write_split_corpus(tmp_path_factory.mktemp("split-resume"), parts=3,
+                              docs_per_topic=8, seed=5)
+
+
+def test_sigkilled_sharded_build_resumes_to_the_uninterrupted_one(split_corpus, tmp_path):
+    reference = tmp_path / "reference"
+    build_index(split_corpus, reference, HashingEncoder(), _config(shards=3))
+    out = tmp_path / "idx"
+    seen = kill_and_resume(split_corpus, out, random.Random(7), kills=3, shards=3)
+    assert any(0 < rows < Index(reference).n_sentences for rows in seen), seen
+    assert_same_index(out, reference)
+    assert len(Index(out).shards) == 3

@@ -10,7 +10,7 @@ def test_a_shared_lock_file_inode_does_not_block_a_reader(fake_index, tmp_path):
     # The situation after `index add` deleted an old generation whose reader is still cached:
     # its lock.mdb inode comes back as another store's lock file. A hard link makes it certain.
     a, b = tmp_path / "a", tmp_path / "b"
-    shutil.copytree(fake_index / "text.lmdb", a)
+    shutil.copytree(fake_index / "shards" / "000000" / "text.lmdb", a)
     b.mkdir()
     shutil.copyfile(a / "data.mdb", b / "data.mdb")
     if not (a / "lock.mdb").exists():

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from tapt.cli import cli
-from conftest import HashingEncoder
+from conftest import HashingEncoder, shard_file
 from tapt.errors import IndexFormatError
 from tapt.indexer.index import Index
 from tapt.indexer.repair import repair_index
@@ -43,7 +43,7 @@ def test_a_sound_index_passes_every_check(idx):
 
 
 def test_flipped_byte_in_embeddings_is_found_and_needs_a_rebuild(idx):
-    path = idx / "embeddings.npy"
+    path = shard_file(idx, "embeddings.npy")
     data = bytearray(path.read_bytes())
     data[128 + 4 * 64 * 3 + 5] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -54,7 +54,7 @@ def test_flipped_byte_in_embeddings_is_found_and_needs_a_rebuild(idx):
 
 
 def test_truncated_embeddings(idx):
-    path = idx / "embeddings.npy"
+    path = shard_file(idx, "embeddings.npy")
     path.write_bytes(path.read_bytes()[:-4 * 64 * 2])
     bad = failed(verify_index(idx))
     assert "embeddings" in bad
@@ -62,7 +62,7 @@ def test_truncated_embeddings(idx):
 
 @pytest.mark.parametrize("damage", ["delete", "garbage", "other-rows"])
 def test_broken_faiss_is_repaired_from_the_embeddings(idx, damage):
-    path = idx / "index.faiss"
+    path = shard_file(idx, "index.faiss")
     if damage == "delete":
         path.unlink()
     elif damage == "garbage":
@@ -77,20 +77,20 @@ def test_broken_faiss_is_repaired_from_the_embeddings(idx, damage):
     bad = failed(verify_index(idx))
     assert bad and all("tapt index repair" in v for v in bad.values()), list(bad)
     done = repair_index(idx, progress=False)
-    assert done and "rebuilt index.faiss" in done[0]
+    assert done and "rebuilt index.faiss of shard(s) 000000" in done[0]
     assert verify_index(idx).ok
     assert repair_index(idx, progress=False) == []
 
 
 def test_missing_text_record_and_inconsistent_offsets(idx):
     n = json.loads((idx / "manifest.json").read_text())["counts"]["sentences"]
-    env = lmdb.open(str(idx / "text.lmdb"), subdir=True)
+    env = lmdb.open(str(shard_file(idx, "text.lmdb")), subdir=True)
     with env.begin(write=True) as txn:
         txn.delete(key(n - 1))
     env.close()
-    docs = np.load(idx / "docs.npy")
+    docs = np.load(shard_file(idx, "docs.npy"))
     docs[1] += 1
-    np.save(idx / "docs.npy", docs)
+    np.save(shard_file(idx, "docs.npy"), docs)
     bad = failed(verify_index(idx))
     assert "text store" in bad and "records" in bad["text store"]
     assert "checksum docs.npy" in bad and "checksum text.lmdb/data.mdb" in bad
@@ -101,7 +101,7 @@ def test_cli_verify_exit_status_and_json(idx):
     ok = runner.invoke(cli, ["-q", "index", "verify", str(idx), "--json"])
     assert ok.exit_code == 0, ok.output
     assert all(json.loads(line)["ok"] for line in ok.output.strip().splitlines())
-    (idx / "index.faiss").unlink()
+    (shard_file(idx, "index.faiss")).unlink()
     bad = runner.invoke(cli, ["-q", "index", "verify", str(idx)])
     assert bad.exit_code == 1 and "failed" in bad.output and "tapt index repair" in bad.output
     fixed = runner.invoke(cli, ["-q", "index", "repair", str(idx)])

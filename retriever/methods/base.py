@@ -55,8 +55,6 @@ from ..context import document_scores
 if TYPE_CHECKING:
     from tapt.indexer.index import Index
 
-    from ..ngram_lm import Vocabulary
-
 log = logging.getLogger(__name__)
 
 Scorer = Callable[[np.ndarray], np.ndarray]
@@ -118,6 +116,32 @@ def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budge
     return Ranking(chosen, scores[chosen], np.ones(len(chosen), dtype=np.float32), info)
 
 
+def budget_sentences(view: SegmentView, budget: Budget) -> float:
+    """About how many sentences a selection at `budget` holds (segments and tokens converted
+    at the corpus's mean sentences per segment and tokens per sentence)."""
+    target = budget_target(budget, view.lengths, view.tokens)
+    sentences = float(view.lengths.sum())
+    if budget.unit == "sentences":
+        return target
+    if budget.unit == "tokens":
+        return target * sentences / max(float(view.tokens.sum()), 1.0)
+    return target * sentences / max(len(view), 1)
+
+
+def budget_order(view: SegmentView, seg_scores: np.ndarray, budget: Budget) -> np.ndarray:
+    """The prefix of the ranking of `seg_scores` that `budget` cuts (`scoring.rank_top`, grown
+    until the budget is filled within it): the same segments as a sort of every score."""
+    target = budget_target(budget, view.lengths, view.tokens)
+    k = int(np.ceil(budget_sentences(view, budget) * len(view) / max(float(view.lengths.sum()),
+                                                                     1.0) * 1.25)) + 16
+    while True:
+        order = scoring.rank_top(seg_scores, k)
+        if len(order) == len(seg_scores) or len(cut(order, budget, target, view.lengths,
+                                                    view.tokens)) < len(order):
+            return order
+        k *= 2
+
+
 def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: Budget | None,
                        info: dict[str, Any], threshold: float | None = None) -> Ranking:
     """Segments ranked by the mean score of their sentences; without a budget, those whose mean
@@ -126,12 +150,12 @@ def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: B
         sentence_scores, pooling = document_scores(sentence_scores, view.doc_offsets)
         info["context"] = {"name": "document", **pooling.to_json()}
     seg_scores = scoring.segment_mean(sentence_scores, view.lengths)
+    if budget is not None:
+        return take(view, budget_order(view, seg_scores, budget), seg_scores, budget, info)
+    if threshold is None:
+        raise InputError("this method needs a budget", param="budget")
     order = scoring.rank(seg_scores)
-    if budget is None:
-        if threshold is None:
-            raise InputError("this method needs a budget", param="budget")
-        order = order[seg_scores[order] > threshold]
-    return take(view, order, seg_scores, budget, info)
+    return take(view, order[seg_scores[order] > threshold], seg_scores, None, info)
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -270,12 +294,13 @@ class Memo:
 
 
 class CorpusCache:
-    """Per-index data that selections reuse: segment views, the stored texts and their
-    encoding for the bigram language models of Moore-Lewis.
+    """Per-index data that selections reuse: segment views, the stored texts (for benchmarks
+    that need them), and the vocabulary state of Moore-Lewis.
 
-    Each selection gets its own copy of the vocabulary, so a selection never depends on the
-    ones before it. `share_vocabulary=True` lets the vocabulary grow across tasks instead: the
-    published `tapt bench recall` numbers were made that way, and the benchmark keeps it.
+    Moore-Lewis's vocabulary is the corpus's words plus the task's, so a selection never depends
+    on the ones before it. `share_vocabulary=True` lets the vocabulary grow across tasks instead
+    (the words of earlier tasks count too): the published `tapt bench recall` numbers were made
+    that way, and the benchmark keeps it.
     """
 
     def __init__(self, index: "Index", share_vocabulary: bool = False) -> None:
@@ -283,7 +308,7 @@ class CorpusCache:
         self.share_vocabulary = share_vocabulary
         self._views: dict[tuple[int | None, str], SegmentView] = {}
         self._texts: list[str] | None = None
-        self._lm: tuple["Vocabulary", tuple[np.ndarray, np.ndarray]] | None = None
+        self.extra_words = np.empty(0, dtype=np.uint64)  # earlier tasks' words outside the corpus
 
     def view(self, size: int | None, context: str = "sentence") -> SegmentView:
         if (size, context) not in self._views:
@@ -294,16 +319,6 @@ class CorpusCache:
         if self._texts is None:
             self._texts = self.index.store.texts(range(self.index.n_sentences))
         return self._texts
-
-    def lm_encoding(self) -> tuple["Vocabulary", tuple[np.ndarray, np.ndarray]]:
-        """The stored texts as token ids, and the vocabulary they were encoded with."""
-        from ..ngram_lm import Vocabulary
-
-        if self._lm is None:
-            vocab = Vocabulary()
-            self._lm = vocab, vocab.encode(self.texts())
-        vocab, encoded = self._lm
-        return (vocab if self.share_vocabulary else vocab.copy()), encoded
 
 
 @dataclass

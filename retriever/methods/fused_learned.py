@@ -26,11 +26,10 @@ class FusedLearnedParams(Params):
 
 
 def task_data(ctx, params, name: str) -> TaskData:
-    """The task of a selection, with the stored texts encoded for the n-gram models."""
+    """The task of a selection, on the index's stored lexical ids (for the n-gram models)."""
     texts = ctx.need_texts(name)
     task = ctx.need_task(name)
-    vocab, (ids, lengths) = ctx.corpus.lm_encoding()
-    return TaskData(ctx.index, PoolText(vocab, ids, lengths), task, list(texts), ctx.n_positive,
+    return TaskData(ctx.index, PoolText.of_index(ctx.index), task, list(texts), ctx.n_positive,
                     seed=ctx.seed, rounds=params.rounds,
                     lexical=LexicalConfig(fraction=getattr(params, "expand", 0.5)))
 

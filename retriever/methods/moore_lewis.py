@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ngram_lm import moore_lewis_scores
+from ..ngram_lm import moore_lewis_lexicon
 from .base import Context, SentenceScored
 from .registry import register
 
 
 def lexical_scores(ctx: Context, method: str = "moore-lewis") -> np.ndarray:
-    """Moore-Lewis scores of every stored sentence for the task, computed once per task."""
+    """Moore-Lewis scores of every stored sentence for the task, computed once per task from
+    the index's stored lexical ids (the corpus is not read or tokenised per task)."""
     texts = ctx.need_texts(method)
 
     def compute() -> np.ndarray:
-        vocab, encoded = ctx.corpus.lm_encoding()
-        return moore_lewis_scores([], texts, ctx.seed, vocab=vocab, pool_encoded=encoded)
+        corpus = ctx.corpus
+        shared = corpus.extra_words if corpus.share_vocabulary else None
+        scores, new = moore_lewis_lexicon(ctx.index.lexicon, texts, ctx.seed, shared)
+        if corpus.share_vocabulary:
+            corpus.extra_words = new
+        return scores
 
     return ctx.memo.get(("moore-lewis", ctx.seed), compute)
 

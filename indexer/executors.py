@@ -1,0 +1,160 @@
+"""Executors: what runs the stage functions of a build (and the per-shard work of other commands).
+
+Every stage of `tapt index build` (see `stages`) is a plain module-level function of one small,
+picklable task (paths, shard name, part number, settings) that is idempotent and writes only
+through temporary names renamed into place. An executor decides where the tasks run; the stage
+functions do not know. `LocalExecutor` runs them one after another in this process (with a
+progress bar); a Ray executor runs the same functions as Ray tasks, and the embedding stage in
+an actor pool that loads the model once per actor (`EncoderSource.spec`).
+
+    class Executor:
+        name: str
+        def map(self, stage: Stage, tasks: Sequence[T], encoder: EncoderSource | None = None
+                ) -> list[R]: ...
+        def close(self) -> None: ...
+
+`map` returns each task's result in task order, or raises the first task's exception after the
+others have stopped. Prepare, embed and assemble tasks that already completed (their completion
+record exists) are not passed to `map`: the driver filters them, so a rerun resumes; train and
+index tasks return their existing record at once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Sequence
+
+from tqdm.auto import tqdm
+
+from tapt.errors import InputError
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """How a worker process loads the build's model (picklable)."""
+
+    model: str | None
+    device: str = "auto"
+    backend: str = "auto"
+
+    def load(self):
+        from .encoder import load_encoder
+
+        return load_encoder(self.model, device=self.device, backend=self.backend)
+
+
+@dataclass
+class EncoderSource:
+    """The encoder of a stage that embeds: the loaded one (this process) and, where known, the
+    spec a worker in another process loads the same model from."""
+
+    encoder: Any = None
+    spec: EncoderSpec | None = None
+
+    def get(self):
+        if self.encoder is None:
+            if self.spec is None:
+                raise InputError("this stage needs an encoder")
+            self.encoder = self.spec.load()
+        return self.encoder
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its function, whether it takes an encoder, and how progress is counted.
+
+    Attributes:
+        name: "prepare", "embed", "assemble", "train", "index".
+        fn: fn(task) -> result, or fn(task, encoder) -> result when `needs_encoder`.
+        needs_encoder: The stage embeds text.
+        unit: What `weight(task)` counts, for progress bars ("shard", "sent").
+        weight: How much of the stage a task is (default 1).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    needs_encoder: bool = False
+    unit: str = "task"
+    weight: Callable[[Any], int] | None = None
+
+
+class Executor(ABC):
+    """Runs a stage's tasks (see the module docstring)."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def map(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource | None = None
+            ) -> list[Any]:
+        """Run `stage.fn` on every task; results in task order."""
+
+    def close(self) -> None:
+        """Release what the executor holds (workers, a cluster connection)."""
+
+
+class LocalExecutor(Executor):
+    """Runs the tasks one after another in this process.
+
+    Args:
+        progress: Show a progress bar per stage.
+    """
+
+    name = "local"
+
+    def __init__(self, progress: bool = True) -> None:
+        self.progress = progress
+
+    def map(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource | None = None
+            ) -> list[Any]:
+        if not tasks:
+            return []
+        weight = stage.weight or (lambda _: 1)
+        model = encoder.get() if stage.needs_encoder and encoder is not None else None
+        if stage.needs_encoder and model is None:
+            raise InputError(f"stage {stage.name} needs an encoder")
+        out = []
+        with tqdm(total=sum(weight(t) for t in tasks), desc=stage.name, unit=stage.unit,
+                  disable=not self.progress, dynamic_ncols=True, smoothing=0.05) as bar:
+            for task in tasks:
+                out.append(stage.fn(task, model) if stage.needs_encoder else stage.fn(task))
+                bar.update(weight(task))
+        return out
+
+
+_EXECUTORS: dict[str, type[Executor]] = {"local": LocalExecutor}
+
+
+def register_executor(cls: type[Executor]) -> type[Executor]:
+    """Class decorator: make an executor available by its `name` (`--executor NAME`)."""
+    _EXECUTORS[cls.name] = cls
+    return cls
+
+
+def executor_names() -> tuple[str, ...]:
+    return tuple(_EXECUTORS)
+
+
+def get_executor(name: str | Executor | None = "local", **options: Any) -> Executor:
+    """The executor called `name` (an Executor is returned as it is), made with `options`.
+
+    Raises:
+        InputError: no executor has that name.
+    """
+    if isinstance(name, Executor):
+        return name
+    try:
+        cls = _EXECUTORS[name or "local"]
+    except KeyError:
+        raise InputError(f"unknown executor {name!r}: use one of {', '.join(_EXECUTORS)}",
+                         param="executor") from None
+    return cls(**options)
+
+
+def make_executor(spec: str | Executor | None, progress: bool = True) -> tuple[Executor, bool]:
+    """(the executor, whether the caller made it and so closes it): an Executor object is used
+    as it is; a name makes one (the local one with `progress`)."""
+    if isinstance(spec, Executor):
+        return spec, False
+    name = spec or "local"
+    return get_executor(name, **({"progress": progress} if name == "local" else {})), True
