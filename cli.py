@@ -228,11 +228,40 @@ def _shard_options(func):
                           "many input records (2M, 500k, ...)."),
         click.option("--executor", default="local", show_default=True,
                      type=click.Choice(executor_names()),
-                     help="What runs the build's stages (local: this process)."),
+                     help="What runs the build's stages (local: this process; ray: a Ray "
+                          "cluster, see --ray-address; needs pip install 'tapt[ray]')."),
+        click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
+                     help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
+                          "local cluster on this machine]."),
+        click.option("--ray-workers", type=click.IntRange(min=1), default=None,
+                     help="--executor ray: embedding actors [default: GPUs / "
+                          "--gpus-per-worker, or the cluster's CPUs - 1]."),
+        click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
+                     help="--executor ray: GPUs per embedding actor (0.5: two per GPU) "
+                          "[default: 0, CPU actors]."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def _runner(executor: str, ray_address: str | None, ray_workers: int | None,
+            gpus_per_worker: float | None, progress: bool):
+    """The executor of a build or add: a name, or a RayExecutor made from the --ray-* options
+    (which the caller closes)."""
+    from tapt.errors import InputError
+    from tapt.indexer.executors import get_executor
+
+    ray_options = {"address": ray_address, "workers": ray_workers,
+                   "gpus_per_worker": gpus_per_worker}
+    if executor != "ray":
+        for flag, value in zip(("ray_address", "ray_workers", "gpus_per_worker"),
+                               ray_options.values()):
+            if value is not None:
+                raise InputError("only applies with `executor` ray", param=flag)
+        return executor
+    ray_options["gpus_per_worker"] = gpus_per_worker or 0.0
+    return get_executor("ray", progress=progress, **ray_options)
 
 
 def _input_options(add: bool = False):
@@ -317,8 +346,8 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
 @_domain_errors
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
                 doc_field, text_docs, input_format, hf_datasets, hf_split, strict, overwrite,
-                restart, embedding_dtype, shards, shard_size, executor, codes, as_json, index_type,
-                memory, opq) -> None:
+                restart, embedding_dtype, shards, shard_size, executor, ray_address, ray_workers,
+                gpus_per_worker, codes, as_json, index_type, memory, opq) -> None:
     """Embed CORPUS (files, folders or fsspec URLs) into an index.
 
     Formats, chosen by extension: JSONL (.jsonl/.ndjson/.jl/.json), plain text (.txt) and
@@ -354,13 +383,17 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
                          embedding_dtype=embedding_dtype, shards=shards, shard_size=shard_size,
                          codes=codes, executor=executor)
     check_index_output(out, inputs, overwrite)  # before the model is loaded
-    encoder = load_encoder(model, device=device, backend=backend)
+    runner = _runner(executor, ray_address, ray_workers, gpus_per_worker, ctx.obj["progress"])
     try:
-        manifest = build_index(inputs, out, encoder, config,
+        encoder = load_encoder(model, device=device, backend=backend)
+        manifest = build_index(inputs, out, encoder, config, executor=runner,
                                encoder_spec=EncoderSpec(model, device, backend))
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the build is kept; run the same "
                            "command again to resume") from exc
+    finally:
+        if not isinstance(runner, str):
+            runner.close()
     if as_json:
         click.echo(json.dumps({"index": out, "manifest": manifest}))
         return
@@ -405,7 +438,7 @@ def _faiss_summary(info: dict) -> str:
 @_domain_errors
 def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, doc_field,
               text_docs, input_format, hf_datasets, hf_split, strict, shards, shard_size,
-              executor, restart, as_json) -> None:
+              executor, ray_address, ray_workers, gpus_per_worker, restart, as_json) -> None:
     """Append the documents of CORPUS that IDX does not hold yet, as new shards (same model
     and settings).
 
@@ -426,15 +459,19 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
     ix = Index(idx)
     check_add_inputs(ix.path, inputs)  # before the model is loaded
     encoder = ix.load_encoder(model, device, backend)
+    runner = _runner(executor, ray_address, ray_workers, gpus_per_worker, ctx.obj["progress"])
     try:
         manifest = add_to_index(idx, inputs, encoder, batch_size=batch_size,
                                 restart=restart, progress=ctx.obj["progress"],
                                 text_field=text_field, doc_field=doc_field, text_docs=text_docs,
                                 input_format=input_format, hf_split=hf_split, strict=strict,
-                                shards=shards, shard_size=shard_size, executor=executor)
+                                shards=shards, shard_size=shard_size, executor=runner)
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the add is kept; run the same "
                            "command again to resume") from exc
+    finally:
+        if not isinstance(runner, str):
+            runner.close()
     last = manifest["history"][-1]
     if as_json:
         click.echo(json.dumps({"index": idx, "added": last, "counts": manifest["counts"],
