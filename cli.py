@@ -532,6 +532,57 @@ def index_info(idx, as_json) -> None:
     click.echo("\n".join(lines))
 
 
+@index.command("serve", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
+              help="The Ray cluster [default: RAY_ADDRESS, else a local cluster on this "
+                   "machine].")
+@click.option("--actors", type=click.IntRange(min=1), default=None,
+              help="Ray actors holding the shards (consecutive groups) [default: one per "
+                   "shard].")
+@click.option("--cpus-per-actor", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="CPUs Ray reserves for each actor.")
+@click.option("--requests", "requests_file", type=click.File("r", encoding="utf-8"),
+              default="-", show_default=True,
+              help="File of requests, one JSON object per line ('-': standard input).")
+@click.pass_context
+@_domain_errors
+def index_serve(ctx, idx, ray_address, actors, cpus_per_actor, requests_file) -> None:
+    """Hold IDX's shards in Ray actors and answer selection requests, one JSON per line.
+
+    A request: {"method": "centroid", "task": "task.jsonl" | {"files": [...]} | ["a task
+    sentence", ...], "budget": "0.2", "params": {"k": 50}, "out": "sel.jsonl", "id": 7}
+    (`params`, `segment_size`, `seed`, `out`, `overwrite` and `id` are optional). Each answer
+    is one JSON line on standard output: the selected segment ids in rank order and counts
+    (the selection file too, with "out"), or {"id": ..., "error": ...}. Exit status 1 when a
+    request failed. Needs Ray: pip install 'tapt[ray]'.
+
+    \b
+    Examples:
+      echo '{"method": "knn", "task": "task.txt", "params": {"k": 20}}' | tapt index serve idx
+      tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
+    """
+    from tapt.api import answer_request, serve
+
+    failed = answered = 0
+    with serve(idx, address=ray_address, actors=actors, cpus_per_actor=cpus_per_actor) as served:
+        if ctx.obj["progress"]:
+            click.echo(f"serving {idx}: {served.n_sentences:,} sentences in "
+                       f"{len(served.shards)} shard(s) on {len(served.servers.actors)} Ray "
+                       "actor(s); one JSON request per line", err=True)
+        for line in requests_file:
+            if not line.strip():
+                continue
+            reply = answer_request(served, line)
+            answered += 1
+            failed += "error" in reply
+            click.echo(json.dumps(reply))
+            sys.stdout.flush()
+    if failed:
+        raise click.ClickException(f"{failed} of {answered} request(s) failed (see their "
+                                   "\"error\" in the output)")
+
+
 @index.command("verify", context_settings=CONTEXT)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--deep", is_flag=True, help="Also re-embed a sample of stored sentences.")

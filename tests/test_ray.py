@@ -167,5 +167,70 @@ def test_plain_import_does_not_import_ray():
     assert out.stdout.strip() == "False"
 
 
+@pytest.fixture(scope="module")
+def one_shard_index(tmp_path_factory, corpus) -> Path:
+    out = tmp_path_factory.mktemp("ray-one") / "idx"
+    build_index(corpus, out, HashingEncoder(),
+                BuildConfig(**{**CONFIG, "shards": 1}, embedding_dtype="float16"))
+    return out
+
+
+METHODS = (("centroid", "12", {}), ("distance", "12", {}), ("density", "12", {"m": 3}),
+           ("classifier", "40sent", {}), ("knn", None, {"k": 5}), ("fused", "12", {}))
+
+
+def test_served_selection_equals_unsharded_select(cluster, local_index, one_shard_index,
+                                                  tmp_path):
+    one = tapt.Index.open(one_shard_index)
+    task = write_task(tmp_path / "task.txt", "legal", n=30)
+    want = {m: one.select(m, task, b, encoder=HashingEncoder(), **p) for m, b, p in METHODS}
+    # The default scoring grid: this small index's rows all score on the first actor, every
+    # FAISS search fans out to the 3; the same selection, score for score
+    with tapt.serve(local_index, actors=3, cpus_per_actor=0.5) as served:
+        assert len(served.shards) == 3 and len(served.servers.actors) == 3
+        for method, budget, params in METHODS:
+            got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
+            assert _ids(got) == _ids(want[method]) and len(got) > 0, method
+            assert [s.score for s in got] == [s.score for s in want[method]], method
+            assert got.manifest["index"] == served.identity()
+    # A 64-row grid puts rows on every actor; blocks then have other shapes than in one
+    # process (BLAS may round the last bit differently), the ranking is the same
+    with tapt.ServedIndex(local_index, actors=3, cpus_per_actor=0.5, grid=64) as served:
+        starts = [served.servers.ray.get(a.score.remote(len)) for a in served.servers.actors]
+        assert all(n > 0 for _, n in starts) and sum(n for _, n in starts) == 230
+        assert all(start % 64 == 0 for start, _ in starts)
+        for method, budget, params in METHODS:
+            got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
+            assert _ids(got) == _ids(want[method]), method
+            np.testing.assert_allclose([s.score for s in got],
+                                       [s.score for s in want[method]], rtol=0, atol=1e-6)
+
+
+def test_serve_cli_answers_requests_line_by_line(cluster, local_index, one_shard_index,
+                                                 tmp_path):
+    task = tmp_path / "task.txt"
+    write_task(task, "sea", n=20)
+    requests = [{"id": 1, "method": "centroid", "task": str(task), "budget": "5"},
+                {"id": 2, "method": "knn", "task": {"files": [str(task)]},
+                 "params": {"k": 3}, "out": str(tmp_path / "knn.jsonl")},
+                {"id": 3, "method": "centroid", "task": str(task), "budget": "-1"},
+                "not json"]
+    lines = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in requests)
+    out = subprocess.run([sys.executable, str(Path(__file__).parent / "hashing_cli.py"), "-q",
+                          "index", "serve", str(local_index), "--ray-address", cluster,
+                          "--actors", "2"], input=lines, capture_output=True, text=True,
+                         timeout=180)
+    answers = [json.loads(line) for line in out.stdout.splitlines()]
+    assert out.returncode == 1 and out.stderr.strip().splitlines()[-1] == \
+        "Error: 2 of 4 request(s) failed (see their \"error\" in the output)"
+    one = tapt.Index.open(one_shard_index)
+    want = one.select("centroid", Path(task), "5", encoder=HashingEncoder())
+    assert answers[0]["id"] == 1 and answers[0]["ids"] == _ids(want)
+    knn = one.select("knn", [Path(task)], k=3, encoder=HashingEncoder())
+    assert answers[1]["ids"] == _ids(knn) and Path(answers[1]["out"]).is_file()
+    assert answers[2]["id"] == 3 and "budget" in answers[2]["error"]
+    assert "request: not a JSON object" in answers[3]["error"]
+
+
 def _ids(selection) -> list[int]:
     return [s.id for s in selection]
