@@ -334,7 +334,8 @@ class Index(_IndexBase):
 
         Args:
             method: A selection method: centroid, knn, iforest, random, distance, density,
-                classifier, moore-lewis, fused, auto (`method_names()` lists them).
+                classifier, moore-lewis, fused, fused-learned, finetune, auto
+                (`method_names()` lists them).
             task: A file or folder, a list of them (`pathlib.Path`), a list of strings (the
                 task's text), or an (n, dim) array of embeddings from the index's model (then
                 methods that read text refuse). Not needed by random.
@@ -350,7 +351,8 @@ class Index(_IndexBase):
             progress: Show a progress bar while the task is embedded.
             encoder: An encoder object to use instead of loading the model (for tests).
             **params: The method's parameters, e.g. k=50 (knn), rounds=2 (classifier,
-                fused), candidates="10x", prerank="fused", detector="knn-dist" (iforest).
+                fused), candidates="10x", prerank="fused", detector="knn-dist" (iforest),
+                scan="codes" (centroid on an index with int8 codes).
 
         Returns:
             The selection, in memory (`.write(path)` saves it).
@@ -690,7 +692,7 @@ def method_names() -> tuple[str, ...]:
     Examples:
         >>> tapt.method_names()
         ('centroid', 'knn', 'iforest', 'random', 'distance', 'density', 'classifier', \
-'moore-lewis', 'fused', 'auto')
+'moore-lewis', 'fused', 'fused-learned', 'finetune', 'auto')
     """
     from tapt.retriever.methods import method_names as names
 

@@ -120,7 +120,7 @@ def union_vocabulary(vocabs: Iterable[np.ndarray]) -> np.ndarray:
 class ShardLexicon:
     """One shard's stored lexical arrays (memory-mapped)."""
 
-    def __init__(self, directory: Path, vocab: np.ndarray, bigrams: np.ndarray,
+    def __init__(self, directory: Path | None, vocab: np.ndarray, bigrams: np.ndarray,
                  lexical: np.ndarray, offsets: np.ndarray) -> None:
         self.directory = directory
         self.vocab, self.bigrams, self.lexical, self.offsets = vocab, bigrams, lexical, offsets
@@ -150,8 +150,22 @@ class Lexicon:
         self.row_offsets = np.asarray(row_offsets, dtype=np.int64)
         self.vocabulary = vocabulary
 
+    @classmethod
+    def of_texts(cls, texts: Iterable[str]) -> "Lexicon":
+        """The lexicon of sentences held in memory (tokenised here, as a build stores them)."""
+        writer = LexicalWriter()
+        for text in texts:
+            writer.add(text)
+        a = writer.arrays()
+        shard = ShardLexicon(None, a["vocab"], a["bigrams"], a["lexical"], a["lexical_offsets"])
+        return cls([shard], np.array([0, len(shard)]), union_vocabulary([a["vocab"]]))
+
+    def __len__(self) -> int:
+        return int(self.row_offsets[-1])
+
     def pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(history hashes, word hashes, predicted tokens per row) of global `rows` (sorted)."""
+        """(history hashes, word hashes, predicted tokens per row) of global `rows` (sorted
+        ascending: the pairs come shard by shard)."""
         rows = np.asarray(rows, dtype=np.int64)
         shard = np.searchsorted(self.row_offsets, rows, side="right") - 1
         hist, word, lengths = [], [], []

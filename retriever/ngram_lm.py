@@ -120,6 +120,12 @@ class BigramLM:
         p = np.where(seen, (c_hw + t_h * p1) / np.where(seen, c_h + t_h, 1.0), p1)
         return np.log2(p)
 
+    def unigram_log2(self, word: np.ndarray) -> np.ndarray:
+        """log2 P1(word), the add-one unigram alone (ids >= `size` are unknown words)."""
+        known = word < self.size
+        counts = np.where(known, self.unigram_counts[np.where(known, word, 0)], 0.0)
+        return np.log2((counts + 1.0) / (self.unigram_counts.sum() + self.vocab_size + 1.0))
+
     def cross_entropy(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Per-sentence mean -log2 P of its predicted tokens."""
         hist, word = _bigrams(ids, lengths)
@@ -165,73 +171,142 @@ def moore_lewis_scores(pool_texts: list[str], task_texts: list[str], seed: int =
 _CHUNK_SENTENCES = 1 << 20
 
 
-def moore_lewis_lexicon(lexicon, task_texts: list[str], seed: int = 0,
-                        extra_words: np.ndarray | None = None
-                        ) -> tuple[np.ndarray, np.ndarray]:
-    """`moore_lewis_scores` of every corpus sentence from an index's stored lexical ids
-    (`tapt.indexer.lexical.Lexicon`: hashed words and bigram types), without reading or
-    tokenising the corpus. The same numbers as `moore_lewis_scores` with a vocabulary of the
-    corpus (up to 64-bit hash collisions): every word no model saw shares one id with zero
-    counts, and the vocabulary size counts every corpus word.
+class HashedLMs:
+    """Moore-Lewis's two language models over an index's stored lexical ids
+    (`tapt.indexer.lexical.Lexicon`: hashed words and bigram types), fitted and applied without
+    reading or tokenising the corpus.
+
+    The in-domain model is fitted on the task (plus the corpus rows `extra_rows`), the general
+    one on a seeded random sample of as many corpus sentences. The numbers are those of models
+    over a vocabulary of the corpus's and the task's words (up to 64-bit hash collisions): every
+    word no model saw shares one id with zero counts, and the vocabulary size counts every
+    corpus word.
 
     Args:
-        lexicon: The index's lexicon.
+        lexicon: The corpus's lexicon.
         task_texts: The task's sentences.
-        seed: Seed of the general LM's sample of corpus sentences.
+        extra_rows: Corpus rows added to the in-domain side (pseudo-relevance feedback).
+        seed: Seed of the general model's sample.
         extra_words: Hashes of words outside the corpus that earlier tasks added to a shared
             vocabulary (`CorpusCache(share_vocabulary=True)`); None for a vocabulary of its own.
+        order: 2 scores with the bigram models, 1 with their add-one unigrams.
 
-    Returns:
-        The scores, and the task's words outside the corpus (with `extra_words`).
+    Raises:
+        ValueError: no task text.
     """
-    from tapt.indexer.lexical import hash_words, words
 
-    if not task_texts:
-        raise ValueError("Moore-Lewis needs the task's text")
-    tokenised = [words(t) for t in task_texts]
-    unique_words = sorted({w for ws in tokenised for w in ws})
-    hashes = dict(zip(unique_words, hash_words(unique_words).tolist()))
-    n = int(lexicon.row_offsets[-1])
-    sample = np.sort(np.random.default_rng(seed).choice(n, size=min(len(task_texts), n),
-                                                        replace=False))
-    s_hist, s_word, _ = lexicon.pairs(sample)
-    task_hashes = np.fromiter(hashes.values(), dtype=np.uint64, count=len(hashes))
-    new = lexicon.new_words(task_hashes)
-    if extra_words is not None:
-        new = np.union1d(extra_words, new).astype(np.uint64)
-    vocab_size = 2 + len(lexicon.vocabulary) + len(new)
-    known = np.unique(np.concatenate([task_hashes, s_hist, s_word]))
-    known = known[known > EOS]
-    other = 2 + len(known)
-    size = other + 1
+    def __init__(self, lexicon, task_texts: list[str], extra_rows: np.ndarray = (),
+                 seed: int = 0, extra_words: np.ndarray | None = None, order: int = 2) -> None:
+        if not task_texts:
+            raise ValueError("Moore-Lewis needs the task's text")
+        self.lexicon, self.order = lexicon, order
+        t_hist, t_word, _ = self.text_pairs(task_texts)
+        extra_rows = np.unique(np.asarray(extra_rows, dtype=np.int64))
+        x_hist, x_word, _ = lexicon.pairs(extra_rows)
+        n = len(lexicon)
+        self.in_sentences = len(task_texts) + len(extra_rows)
+        self.general_sentences = min(self.in_sentences, n)
+        sample = np.sort(np.random.default_rng(seed).choice(n, size=self.general_sentences,
+                                                            replace=False))
+        s_hist, s_word, _ = lexicon.pairs(sample)
+        self.new = lexicon.new_words(t_word[t_word > EOS])
+        if extra_words is not None:
+            self.new = np.union1d(extra_words, self.new).astype(np.uint64)
+        vocab_size = 2 + len(lexicon.vocabulary) + len(self.new)
+        known = np.unique(np.concatenate([t_word, x_word, s_hist, s_word]))
+        self._known = known[known > EOS]
+        size = len(self._known) + 3   # <s>, </s>, the words some model saw, one for the others
+        self.in_lm = BigramLM.fit_pairs(self.dense(np.concatenate([t_hist, x_hist])),
+                                        self.dense(np.concatenate([t_word, x_word])),
+                                        vocab_size, size)
+        self.general = BigramLM.fit_pairs(self.dense(s_hist), self.dense(s_word), vocab_size,
+                                          size)
 
-    def dense(h: np.ndarray) -> np.ndarray:
-        h = np.asarray(h, dtype=np.uint64)
+    @staticmethod
+    def text_pairs(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(history hash, word hash) of every predicted token of `texts`, and how many tokens
+        each text predicts."""
+        from tapt.indexer.lexical import hash_words, words
+
+        tokenised = [words(t) for t in texts]
+        unique_words = sorted({w for ws in tokenised for w in ws})
+        hashes = dict(zip(unique_words, hash_words(unique_words).tolist()))
+        ids, lengths = [], []
+        for ws in tokenised:
+            ids += [BOS, *(hashes[w] for w in ws), EOS]
+            lengths.append(len(ws) + 2)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        return (*_bigrams(np.asarray(ids, dtype=np.uint64), lengths), lengths - 1)
+
+    def dense(self, hashes: np.ndarray) -> np.ndarray:
+        """Model ids of word hashes (the words no model saw share the last id)."""
+        h = np.asarray(hashes, dtype=np.uint64)
+        known = self._known
         at = np.minimum(np.searchsorted(known, h), max(len(known) - 1, 0))
         hit = (known[at] == h) if len(known) else np.zeros(len(h), dtype=bool)
-        out = np.where(hit, at + 2, other)
+        out = np.where(hit, at + 2, len(known) + 2)
         out[h == BOS] = BOS
         out[h == EOS] = EOS
         return out.astype(np.int64)
 
-    task_ids, task_len = [], []
-    for ws in tokenised:
-        task_ids += [BOS, *(hashes[w] for w in ws), EOS]
-        task_len.append(len(ws) + 2)
-    in_lm = BigramLM.fit(dense(np.asarray(task_ids, dtype=np.uint64)),
-                         np.asarray(task_len, dtype=np.int64), vocab_size, size)
-    general = BigramLM.fit_pairs(dense(s_hist), dense(s_word), vocab_size, size)
-    scores = np.empty(n, dtype=np.float32)
-    for shard, offset in zip(lexicon.shards, lexicon.row_offsets[:-1].tolist()):
-        mapping = dense(np.asarray(shard.vocab))
-        pairs = np.asarray(shard.bigrams)
-        hist, word = mapping[pairs[:, 0]], mapping[pairs[:, 1]]
-        lp_in, lp_gen = in_lm.log2_probs(hist, word), general.log2_probs(hist, word)
-        offsets = np.asarray(shard.offsets)
-        for lo in range(0, len(shard), _CHUNK_SENTENCES):
-            hi = min(len(shard), lo + _CHUNK_SENTENCES)
-            types = np.asarray(shard.lexical[offsets[lo]:offsets[hi]])
-            predicted = np.diff(offsets[lo:hi + 1])
-            scores[offset + lo:offset + hi] = (per_sentence(lp_gen[types], predicted)
-                                               - per_sentence(lp_in[types], predicted))
-    return scores, new
+    def token_log2(self, hist: np.ndarray, word: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(log2 P_in, log2 P_general) of each predicted token (hashes)."""
+        h, w = self.dense(hist), self.dense(word)
+        if self.order == 1:
+            return self.in_lm.unigram_log2(w), self.general.unigram_log2(w)
+        return self.in_lm.log2_probs(h, w), self.general.log2_probs(h, w)
+
+    @staticmethod
+    def _difference(lp_in: np.ndarray, lp_gen: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        return per_sentence(lp_gen, predicted) - per_sentence(lp_in, predicted)
+
+    def _score(self, hist: np.ndarray, word: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        return self._difference(*self.token_log2(hist, word), predicted)
+
+    def score_all(self) -> np.ndarray:
+        """The score of every corpus sentence (higher = more in-domain), shard by shard."""
+        lexicon = self.lexicon
+        scores = np.empty(len(lexicon), dtype=np.float32)
+        for shard, offset in zip(lexicon.shards, lexicon.row_offsets[:-1].tolist()):
+            vocab, pairs = np.asarray(shard.vocab), np.asarray(shard.bigrams)
+            lp_in, lp_gen = self.token_log2(vocab[pairs[:, 0]], vocab[pairs[:, 1]])
+            offsets = np.asarray(shard.offsets)
+            for lo in range(0, len(shard), _CHUNK_SENTENCES):
+                hi = min(len(shard), lo + _CHUNK_SENTENCES)
+                types = np.asarray(shard.lexical[offsets[lo]:offsets[hi]])
+                scores[offset + lo:offset + hi] = self._difference(
+                    lp_in[types], lp_gen[types], np.diff(offsets[lo:hi + 1]))
+        return scores
+
+    def score_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The scores of the corpus sentences `rows` (any order)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        order = np.argsort(rows, kind="stable")
+        hist, word, predicted = self.lexicon.pairs(rows[order])
+        out = np.empty(len(rows), dtype=np.float32)
+        out[order] = self._score(hist, word, predicted)
+        return out
+
+    def score_texts(self, texts: list[str]) -> np.ndarray:
+        """The scores of texts outside the corpus."""
+        return self._score(*self.text_pairs(texts))
+
+
+def moore_lewis_lexicon(lexicon, task_texts: list[str], seed: int = 0,
+                        extra_words: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """`moore_lewis_scores` of every corpus sentence from an index's stored lexical ids
+    (`HashedLMs`, the task alone on the in-domain side).
+
+    Returns:
+        The scores, and the task's words outside the corpus (with `extra_words`).
+    """
+    models = HashedLMs(lexicon, task_texts, seed=seed, extra_words=extra_words)
+    return models.score_all(), models.new
+
+
+def unigram_cross_entropy(lm: BigramLM, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per-sentence mean -log2 P1 of its predicted tokens under the model's add-one unigram alone
+    (order 1: what a handful of task sentences can estimate without a history)."""
+    _, word = _bigrams(ids, lengths)
+    return per_sentence(lm.unigram_log2(word), lengths - 1)

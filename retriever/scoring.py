@@ -59,6 +59,27 @@ def centroid_scores(embeddings: np.ndarray, query: np.ndarray, chunk: int = CHUN
     return out
 
 
+def code_scan_scores(embeddings, codes, scale: np.ndarray, query: np.ndarray,
+                     candidates: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cosine to `query` ranked on int8 codes, the best `candidates` rows rescored exactly.
+
+    Every row is scored on its codes (`scale` per dimension decodes them); the `candidates`
+    rows with the highest approximate scores are scored again from `embeddings` (checked as an
+    exact scan checks them), and keep those exact scores. Returns (scores, rescored rows).
+    """
+    approx = centroid_scores(codes, query, scale=scale)
+    n = min(max(int(candidates), 1), len(approx))
+    best = np.sort(np.argpartition(-approx, n - 1)[:n]) if n < len(approx) else np.arange(n)
+    q = np.asarray(query, dtype=np.float32)
+    exact = np.empty(len(best), dtype=np.float32)
+    for start in range(0, len(best), CHUNK):
+        rows = best[start:start + CHUNK]
+        exact[start:start + len(rows)] = np.asarray(embeddings[rows], dtype=np.float32) @ q
+    check_cosines(exact, bound=float(np.linalg.norm(q)))
+    approx[best] = exact
+    return approx, best
+
+
 def _cast_scores(embeddings: np.ndarray, q: np.ndarray, out: np.ndarray, rows: int = 2048
                  ) -> bool:
     """float16 (or int8) rows @ q into `out` through torch, whose cast to float is vectorised

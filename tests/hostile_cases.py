@@ -129,7 +129,7 @@ CASES = [
     Case("NUL byte inside text", _build(_file("nul.txt", b"fine line\n" * 2000 + b"bad\x00line\n")),
          "error: nul.txt:2001: contains NUL bytes"),
     Case(f"a {BIG_LINE_MB} MB single line (--no-split)", _build(_big_line, "--no-split"),
-         "ok: 1 documents)"),
+         "ok: 1 documents, 1 shard(s))"),
     Case("1,000,000 empty lines", _build(_file("empty.txt", "\n" * 1_000_000)),
          "error: holds no text"),
     Case("1,000,000 empty lines around 3 lines of text",
@@ -220,15 +220,21 @@ def _damaged(damage: Callable[[Path], None], name: str = "idx") -> Callable[[Pat
     return make
 
 
+def _at(idx: Path, rel: str) -> Path:
+    """A file of the test index: top-level files, else shard 000000's (its only shard)."""
+    return idx / rel if rel in ("manifest.json", "vocab.npy") else \
+        idx / "shards" / "000000" / rel
+
+
 def _truncate(rel: str, keep: float = 0.5) -> Callable[[Path], None]:
-    return lambda idx: os.truncate(idx / rel, int((idx / rel).stat().st_size * keep))
+    return lambda idx: os.truncate(_at(idx, rel), int(_at(idx, rel).stat().st_size * keep))
 
 
 def _record_flip(idx: Path) -> None:
     from tapt.indexer.index import Index
 
     text = Index(idx).store.texts([5])[0].encode()
-    data = idx / "text.lmdb" / "data.mdb"
+    data = _at(idx, "text.lmdb/data.mdb")
     _flip(data, data.read_bytes().index(text) + 3, 0x01)
 
 
@@ -237,7 +243,7 @@ def _record_not_json(idx: Path) -> None:
 
     from tapt.indexer.store import TextStoreWriter, key
 
-    writer = TextStoreWriter(idx / "text.lmdb")
+    writer = TextStoreWriter(_at(idx, "text.lmdb"))
     payload = b'{"text": "cut'
     with writer.env.begin(write=True) as txn:
         txn.put(key(3), zlib.crc32(payload, zlib.crc32(key(3))).to_bytes(4, "big") + payload)
@@ -245,11 +251,11 @@ def _record_not_json(idx: Path) -> None:
 
 
 def _exponent(idx: Path) -> None:
-    _flip(idx / "embeddings.npy", 128 + 4 * 64 * 7 + 4 * 3 + 3, 0x40)
+    _flip(_at(idx, "embeddings.npy"), 128 + 4 * 64 * 7 + 4 * 3 + 3, 0x40)
 
 
 def _nan_row(idx: Path) -> None:
-    emb = np.load(idx / "embeddings.npy", mmap_mode="r+")
+    emb = np.load(_at(idx, "embeddings.npy"), mmap_mode="r+")
     emb[11, 0] = np.nan
     emb.flush()
 
@@ -260,8 +266,8 @@ def _faiss_row_flip(idx: Path) -> None:
 
     ix = Index(idx)
     best = int(ix.search(TruncatingEncoder().encode(["Patient fever therapy dose."]), 1)[1][0, 0])
-    vectors = (idx / "index.faiss").stat().st_size - ix.n_sentences * ix.dim * 4
-    _flip(idx / "index.faiss", vectors + best * ix.dim * 4 + 2, 0x40)
+    vectors = _at(idx, "index.faiss").stat().st_size - ix.n_sentences * ix.dim * 4
+    _flip(_at(idx, "index.faiss"), vectors + best * ix.dim * 4 + 2, 0x40)
 
 
 def _repaired(d: Path) -> None:
@@ -272,23 +278,21 @@ def _repaired(d: Path) -> None:
 
 def _edit_docs(reseal: bool) -> Callable[[Path], None]:
     def edit(idx: Path) -> None:
-        docs = np.load(idx / "docs.npy")
+        docs = np.load(_at(idx, "docs.npy"))
         docs[3] = docs[4] if reseal else docs[3] - 1
-        np.save(idx / "docs.npy", docs)
+        np.save(_at(idx, "docs.npy"), docs)
         if reseal:  # someone fixed the checksum too: the offsets themselves are checked
-            from tapt.indexer.manifest import write_index_manifest
+            from conftest import reseal_shard
             from tapt.util.files import sha256_file
 
-            manifest = json.loads((idx / "manifest.json").read_text())
-            manifest["checksums"]["docs.npy"] = sha256_file(idx / "docs.npy")
-            write_index_manifest(idx, manifest)
+            reseal_shard(idx, **{"docs.npy": sha256_file(_at(idx, "docs.npy"))})
     return edit
 
 
 def _edit_tokens(idx: Path) -> None:
-    tokens = np.load(idx / "tokens.npy")
+    tokens = np.load(_at(idx, "tokens.npy"))
     tokens[2] += 7
-    np.save(idx / "tokens.npy", tokens)
+    np.save(_at(idx, "tokens.npy"), tokens)
 
 
 def _edit_manifest(idx: Path) -> None:
@@ -296,23 +300,31 @@ def _edit_manifest(idx: Path) -> None:
     (idx / "manifest.json").write_text(text.replace('"segment_size": 4', '"segment_size": 5'))
 
 
-def _format_1(idx: Path) -> None:
-    from tapt.indexer.index import Index
-    from tapt.indexer.store import TextStoreWriter
+def _legacy(version: int) -> Callable[[Path], None]:
+    def make(idx: Path) -> None:
+        from conftest import make_legacy
+
+        make_legacy(idx, version)
+    return make
+
+
+def _lexical_out_of_range(idx: Path) -> None:
+    """A bigram type id past the end, its checksum forged: the range check must hold."""
+    from conftest import reseal_shard
     from tapt.util.files import sha256_file
 
-    ix = Index(idx)
-    records = ix.store.records(range(ix.n_sentences))
-    manifest = dict(ix.manifest)
-    del ix
-    shutil.rmtree(idx / "text.lmdb")
-    writer = TextStoreWriter(idx / "text.lmdb", checksummed=False)
-    writer.put_many(0, records)
-    writer.close()
-    manifest["format_version"] = 1
-    manifest.pop("self_sha256")
-    manifest["checksums"]["text.lmdb/data.mdb"] = sha256_file(idx / "text.lmdb" / "data.mdb")
-    (idx / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    lexical = np.load(_at(idx, "lexical.npy"))
+    lexical[4] = lexical.max() + 3
+    np.save(_at(idx, "lexical.npy"), lexical)
+    reseal_shard(idx, **{"lexical.npy": sha256_file(_at(idx, "lexical.npy"))})
+
+
+def _sel_all(idx: Callable[[Path], Path]) -> Callable[[Path], list[str]]:
+    """A selection of every segment: it reads every text record."""
+    def argv(d: Path) -> list[str]:
+        return ["select", "centroid", str(idx(d)), "--task", str(_task(d)), "--budget", "1.0",
+                "--out", str(d / "sel.jsonl")]
+    return argv
 
 
 def _selection_of(d: Path, idx: Path, name: str) -> Path:
@@ -565,17 +577,23 @@ SAFETY_CASES = [
          lambda d: ["index", "repair", str(_damaged(_truncate("text.lmdb/data.mdb"))(d))],
          "error: cannot repair", "damaged index", subprocess=True),
     Case("deleted text.lmdb/data.mdb: select",
-         _sel("centroid", _damaged(lambda i: (i / "text.lmdb" / "data.mdb").unlink())),
+         _sel("centroid", _damaged(lambda i: _at(i, "text.lmdb/data.mdb").unlink())),
          "error: missing", "damaged index"),
     Case("flipped byte in a text record: select fused",
          _sel("fused", _damaged(_record_flip)), "error: does not match the checksum",
          "damaged index"),
-    Case("flipped byte in a text record, hashing off: select fused",
-         _sel("fused", _damaged(_record_flip)), "error: text record 5 fails its checksum",
+    Case("flipped byte in a text record, hashing off: select every segment",
+         _sel_all(_damaged(_record_flip)), "error: text record 5 fails its checksum",
          "damaged index", env={"TAPT_HASH_ON_OPEN": "0"}),
-    Case("text record that is not JSON (valid CRC), hashing off: moore-lewis",
-         _sel("moore-lewis", _damaged(_record_not_json)), "error: text record 3 is not valid JSON",
+    Case("text record that is not JSON (valid CRC), hashing off: select every segment",
+         _sel_all(_damaged(_record_not_json)), "error: text record 3 is not valid JSON",
          "damaged index", env={"TAPT_HASH_ON_OPEN": "0"}),
+    Case("lexical ids out of range, checksum forged: moore-lewis",
+         _sel("moore-lewis", _damaged(_lexical_out_of_range)),
+         "error: lexical.npy names bigrams that do not exist", "damaged index"),
+    Case("flipped byte in lexical.npy: fused",
+         _sel("fused", _damaged(lambda i: _flip(_at(i, "lexical.npy"), 200))),
+         "error: lexical.npy does not match the checksum", "damaged index"),
     Case("flipped exponent byte in embeddings.npy: select centroid",
          _sel("centroid", _damaged(_exponent)), "error: embeddings.npy does not match",
          "damaged index"),
@@ -592,22 +610,22 @@ SAFETY_CASES = [
     Case("truncated index.faiss: select knn", _sel("knn", _damaged(_truncate("index.faiss"))),
          "error: index.faiss is", "damaged index"),
     Case("garbage index.faiss: select knn",
-         _sel("knn", _damaged(lambda i: (i / "index.faiss").write_bytes(b"junk" * 5000))),
+         _sel("knn", _damaged(lambda i: _at(i, "index.faiss").write_bytes(b"junk" * 5000))),
          "error: index.faiss", "damaged index"),
     Case("flipped byte in index.faiss: select knn",
-         _sel("knn", _damaged(lambda i: _flip(i / "index.faiss", 3000))),
+         _sel("knn", _damaged(lambda i: _flip(_at(i, "index.faiss"), 3000))),
          "error: index.faiss does not match the checksum", "damaged index"),
     Case("flipped byte in a returned FAISS row, hashing off: select knn",
          _sel("knn", _damaged(_faiss_row_flip)), "error: disagree", "damaged index",
          env={"TAPT_HASH_ON_OPEN": "0"}),
     Case("deleted index.faiss: select knn",
-         _sel("knn", _damaged(lambda i: (i / "index.faiss").unlink())),
+         _sel("knn", _damaged(lambda i: _at(i, "index.faiss").unlink())),
          "error: tapt index repair", "damaged index"),
     Case("deleted index.faiss: select centroid (a damaged index never answers)",
-         _sel("centroid", _damaged(lambda i: (i / "index.faiss").unlink())),
+         _sel("centroid", _damaged(lambda i: _at(i, "index.faiss").unlink())),
          "error: tapt index repair", "damaged index"),
     Case("deleted index.faiss: repair, then select knn",
-         lambda d: (_damaged(lambda i: (i / "index.faiss").unlink())(d),
+         lambda d: (_damaged(lambda i: _at(i, "index.faiss").unlink())(d),
                     _repaired(d), _sel("knn", lambda d: d / "idx")(d))[-1],
          "ok: knn: selected", "damaged index"),
     Case("docs.npy edited, still a valid array: select",
@@ -624,11 +642,11 @@ SAFETY_CASES = [
          "damaged index"),
     Case("manifest.json truncated: select",
          _sel("centroid", _damaged(_truncate("manifest.json"))), "error: manifest", "damaged index"),
-    Case("index of format 1: select", _sel("centroid", _damaged(_format_1)),
-         "error: tapt index upgrade", "damaged index"),
-    Case("index of format 1: upgrade",
-         lambda d: ["index", "upgrade", str(_damaged(_format_1)(d))], "ok: format 1 -> 2",
-         "damaged index"),
+    *[Case(f"index of format {v}: select", _sel("centroid", _damaged(_legacy(v))),
+           "error: tapt index upgrade", "damaged index") for v in (1, 2)],
+    *[Case(f"index of format {v}: upgrade",
+           lambda d, v=v: ["index", "upgrade", str(_damaged(_legacy(v))(d))],
+           f"ok: format {v} -> 3", "damaged index") for v in (1, 2)],
     Case("eval of a selection from another generation (after add)", _eval_other_generation,
          "error: another generation", "damaged index"),
     Case("eval of a selection made before a reindex", _eval_after_reindex,

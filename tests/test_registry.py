@@ -32,16 +32,18 @@ def test_each_method_is_one_module():
     by_module = {type(m).__module__.rsplit(".", 1)[1] for m in methods()}
     assert by_module == modules and len(methods()) == len(modules)
     assert method_names() == ("centroid", "knn", "iforest", "random", "distance", "density",
-                              "classifier", "moore-lewis", "fused", "auto")
+                              "classifier", "moore-lewis", "fused", "fused-learned", "finetune",
+                              "auto")
 
 
 def test_derived_lists():
     assert prerank_choices() == ("centroid", "knn", "distance", "density", "classifier",
-                                 "moore-lewis", "fused")
+                                 "moore-lewis", "fused", "fused-learned", "finetune")
     assert [m.name for m in auto_candidates()] == ["centroid", "distance", "density",
                                                    "classifier"]
     assert {m.name for m in methods() if m.budget == "optional"} == {"knn", "classifier", "auto"}
-    assert {m.name for m in methods() if m.needs_text} == {"moore-lewis", "fused"}
+    assert {m.name for m in methods() if m.needs_text} == {"moore-lewis", "fused",
+                                                           "fused-learned", "finetune"}
     assert {m.name for m in methods() if not m.needs_embeddings} == {"random", "moore-lewis"}
 
 

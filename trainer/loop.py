@@ -67,22 +67,10 @@ def _model_identity(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _optimizer(model: Any, config: TrainConfig, total_steps: int) -> tuple[Any, Any]:
-    """AdamW (no decay on biases and LayerNorm weights); linear warmup then linear decay to 0."""
-    import torch
-    from transformers import get_linear_schedule_with_warmup
+    """AdamW and its warmup/decay schedule for a training run (`trainer.optim`)."""
+    from tapt.util.training import make_optimizer
 
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.lr,
-    )
-    warmup_steps = round(config.warmup * total_steps)
-    return optimizer, get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+    return make_optimizer(model, config.lr, config.weight_decay, config.warmup, total_steps)
 
 
 def _final_loss(curve: list[float]) -> float | None:

@@ -21,6 +21,11 @@ log = logging.getLogger(__name__)
 class AutoParams(Params):
     m: int = param(10, "`m` of density when it is a candidate.", minimum=1)
     rounds: int = param(2, "Self-training rounds of the classifier when it is chosen.", minimum=0)
+    over: str = param("embeddings", "Candidates: the embedding scorers (held-out F1), or all: "
+                      "every scorer, fused and fused-learned (held-out AUC on cross-fitted "
+                      "folds; needs the task's text).", choices=("embeddings", "all"))
+    with_finetune: bool = param(False, "With `over` all, Domain-Finetune is a candidate too (one "
+                                "more fine-tuning).", requires=("over", "all"))
 
 
 def choose_method(ctx: Context, task: np.ndarray, params: Params) -> list[dict]:
@@ -54,7 +59,12 @@ class Auto(Method):
     warn_task_sentences = 20
     Params = AutoParams
 
+    def uses_text(self, params):
+        return params.over == "all"
+
     def rank(self, ctx, params):
+        if params.over == "all":
+            return self._rank_all(ctx, params)
         table = choose_method(ctx, ctx.need_task(self.name), params)
         best = get_method(table[0]["name"])
         log.info("auto: %s (held-out F1 %.3f)", best.name, table[0]["f1"])
@@ -64,3 +74,16 @@ class Auto(Method):
         ranking = best.rank(ctx, best.shared_params(params))
         ranking.info.update({"chosen": best.name, "method_f1": {r["name"]: r["f1"] for r in table}})
         return ranking
+
+    def _rank_all(self, ctx, params):
+        """Every method by held-out AUC (`retriever.auto_all`); the table is in the info."""
+        from ..finetune import FinetuneConfig
+        from ..quality_select import auto
+        from .fused_learned import task_data
+
+        if ctx.budget is None:
+            raise InputError("auto over all methods needs a budget", param="budget")
+        data = task_data(ctx, params, self.name)
+        config = FinetuneConfig(seed=ctx.seed) if params.with_finetune else None
+        return auto(ctx.index, ctx.view, data, ctx.budget, finetune_config=config,
+                    progress=ctx.progress)

@@ -110,6 +110,18 @@ def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budge
     return Ranking(chosen, scores[chosen], np.ones(len(chosen), dtype=np.float32), info)
 
 
+def budget_sentences(view: SegmentView, budget: Budget) -> float:
+    """About how many sentences a selection at `budget` holds (segments and tokens converted
+    at the corpus's mean sentences per segment and tokens per sentence)."""
+    target = budget_target(budget, view.lengths, view.tokens)
+    sentences = float(view.lengths.sum())
+    if budget.unit == "sentences":
+        return target
+    if budget.unit == "tokens":
+        return target * sentences / max(float(view.tokens.sum()), 1.0)
+    return target * sentences / max(len(view), 1)
+
+
 def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: Budget | None,
                        info: dict[str, Any], threshold: float | None = None) -> Ranking:
     """Segments ranked by the mean score of their sentences; without a budget, those whose mean

@@ -1,0 +1,124 @@
+"""Selection fans out over shards: an index of 3 shards selects exactly what an index of 1 shard
+of the same corpus selects (every deterministic method, row for row), and `scan` codes keeps at
+least 0.99 of the exact selection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLE, HashingEncoder, make_sentence, write_split_corpus
+from tapt.errors import InputError
+from tapt.indexer.build import BuildConfig, build_index
+from tapt.indexer.index import Index
+from tapt.retriever.methods.registry import methods
+from tapt.retriever.select import SelectConfig, rank
+
+# finetune fine-tunes a transformer for minutes per task (tests/test_quality_methods.py runs it);
+# every other registered method is deterministic given its seed.
+SLOW = {"finetune"}
+VARIANTS = {"auto": [{}, {"over": "all"}], "iforest": [{}, {"detector": "knn-dist"}],
+            "classifier": [{}, {"rounds": 0}]}
+
+
+def _config(**kw) -> BuildConfig:
+    return BuildConfig(segment_size=4, split=False, progress=False, window=64,
+                       embedding_dtype="float32", **kw)
+
+
+@pytest.fixture(scope="module")
+def indexes(tmp_path_factory):
+    base = tmp_path_factory.mktemp("shards")
+    files = write_split_corpus(base, parts=4, docs_per_topic=10, seed=4)
+    one = build_index(files, base / "one", HashingEncoder(), _config())
+    three = build_index(files, base / "three", HashingEncoder(), _config(shards=3))
+    assert len(one["shards"]) == 1 and len(three["shards"]) == 3
+    return Index(base / "one"), Index(base / "three")
+
+
+@pytest.fixture(scope="module")
+def task():
+    import random
+
+    rng = random.Random(11)
+    texts = [make_sentence(rng, "medical") for _ in range(30)]
+    return HashingEncoder().encode(texts), texts
+
+
+CASES = [(m.name, params) for m in methods() if m.name not in SLOW
+         for params in VARIANTS.get(m.name, [{}])]
+
+
+@pytest.mark.parametrize("method,params", CASES, ids=[f"{m}{p or ''}" for m, p in CASES])
+def test_three_shards_select_what_one_shard_selects(indexes, task, method, params):
+    one, three = indexes
+    embeddings, texts = task
+    budget = "120sent"
+    got = []
+    for index in (one, three):
+        config = SelectConfig(method, budget, seed=3, **params)
+        ranking, _ = rank(index, config, embeddings, texts)
+        got.append(ranking)
+    a, b = got
+    assert len(a.segments) > 0
+    assert np.array_equal(a.segments, b.segments)
+    assert np.allclose(a.scores, b.scores, rtol=0, atol=1e-5)
+    assert np.array_equal(a.weights, b.weights)
+
+
+def test_a_three_shard_selection_reads_the_same_text(indexes, task, tmp_path):
+    from tapt.retriever.select import make_selection
+    from tapt.retriever.task_input import resolve_task
+
+    one, three = indexes
+    texts = task[1]
+    rows = []
+    for index in (one, three):
+        selection = make_selection(index, SelectConfig("knn", "60sent", k=5),
+                                   resolve_task(texts, False, index.dim), encoder=HashingEncoder())
+        rows.append([(s.id, s.rows, s.text, s.doc_key) for s in selection])
+    assert rows[0] == rows[1] and len(rows[0]) > 0
+
+
+@pytest.fixture(scope="module")
+def coded(tmp_path_factory):
+    """6,000 real sentences of the bundled sample's pool in 3 shards, with int8 codes."""
+    import gzip
+    import json
+
+    base = tmp_path_factory.mktemp("coded")
+    with gzip.open(SAMPLE / "pool.jsonl.gz", "rt", encoding="utf-8") as fh:
+        records = [json.loads(line) for _, line in zip(range(6000), fh)]
+    files = []
+    for k in range(3):
+        path = base / f"part-{k}.jsonl"
+        with open(path, "w", encoding="utf-8") as out:
+            for r in records[k * len(records) // 3:(k + 1) * len(records) // 3]:
+                out.write(json.dumps(r) + "\n")
+        files.append(path)
+    build_index(files, base / "idx", HashingEncoder(dim=96),
+                BuildConfig(segment_size=1, split=False, progress=False, shards=3, codes="int8"))
+    with gzip.open(SAMPLE / "seeds" / "medical.jsonl.gz", "rt", encoding="utf-8") as fh:
+        seeds = [json.loads(line)["text"] for line in fh][:100]
+    return Index(base / "idx"), seeds
+
+
+def test_scanning_codes_keeps_the_exact_selection(coded):
+    index, seeds = coded
+    assert index.codes is not None and index.embeddings.dtype == np.float16
+    emb = HashingEncoder(dim=96).encode(seeds)
+    for budget in ("0.1", "300sent"):
+        exact, _ = rank(index, SelectConfig("centroid", budget), emb)
+        codes, _ = rank(index, SelectConfig("centroid", budget, scan="codes"), emb)
+        overlap = len(np.intersect1d(exact.segments, codes.segments)) / len(exact.segments)
+        assert overlap >= 0.99, (budget, overlap)
+        assert codes.info["scan"] == "codes" and codes.info["rescored_sentences"] >= 4 * len(
+            exact.segments) * 0.99
+
+
+def test_scanning_codes_needs_codes_and_a_budget(indexes, task):
+    one, _ = indexes
+    with pytest.raises(InputError, match="no int8 codes.*--codes int8"):
+        rank(one, SelectConfig("centroid", "0.1", scan="codes"), task[0])
+    with pytest.raises(InputError, match="rescore"):
+        SelectConfig("centroid", "0.1", rescore=2.0)
