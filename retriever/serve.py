@@ -9,8 +9,8 @@ FAISS candidates, reading the chosen text.
 
 What fans out:
 
-- the sentence scores of every method that scores sentences through its `scorer` (centroid,
-  distance, density, classifier...): the fitted scorer is sent to every actor;
+- the sentence scores of every method that scores the whole index with a fitted `scorer`
+  (centroid, distance, density, classifier...): the scorer is sent to every actor;
 - every FAISS search (knn, and methods that search): each actor searches its parts, the driver
   merges with `merge_topk`, exactly as `ShardedFaiss` does in one process.
 
@@ -35,7 +35,7 @@ from tapt.indexer.ray_executor import ExecutorError, connect, import_ray, task_e
 from tapt.indexer.shards import grid_ranges
 
 from . import scoring
-from .methods.base import Method, SentenceScored
+from .methods.base import Method
 
 GRID = scoring.CHUNK
 START_TIMEOUT = 600.0
@@ -202,18 +202,23 @@ class RemoteFaiss(ShardedFaiss):
 
 
 def served_method(spec: Method, servers: ShardServers) -> Method:
-    """`spec`, its sentence scores computed by the actors where it scores sentences through its
-    `scorer`; other methods as they are."""
+    """`spec`, its fitted scorer applied by the actors wherever the method scores the whole
+    index with it (`scorer(ctx.index.embeddings)`); other methods as they are."""
     cls = type(spec)
-    if not isinstance(spec, SentenceScored) or \
-            cls.sentence_scores is not SentenceScored.sentence_scores:
+    if cls.scorer is Method.scorer:
         return spec
 
-    def sentence_scores(self, ctx, params):
-        scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)
-        return servers.scores(scorer, ctx.index.n_sentences), info
+    def scorer(self, ctx, task, params, heldout=False):
+        fitted, info = super(served, self).scorer(ctx, task, params, heldout)
+        everything = ctx.index.embeddings
 
-    served = type(cls.__name__, (cls,), {"sentence_scores": sentence_scores,
-                                         "__module__": cls.__module__,
+        def apply(rows):
+            if rows is everything:
+                return servers.scores(fitted, len(everything))
+            return fitted(rows)
+
+        return apply, info
+
+    served = type(cls.__name__, (cls,), {"scorer": scorer, "__module__": cls.__module__,
                                          "__doc__": cls.__doc__})
     return served()

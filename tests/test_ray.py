@@ -188,11 +188,18 @@ def test_served_selection_equals_unsharded_select(cluster, local_index, one_shar
     # FAISS search fans out to the 3; the same selection, score for score
     with tapt.serve(local_index, actors=3, cpus_per_actor=0.5) as served:
         assert len(served.shards) == 3 and len(served.servers.actors) == 3
+        remote = {"score": 0, "search": 0}
+        for name, obj, attr in (("score", served.servers, "scores"),
+                                ("search", served.faiss, "search")):
+            setattr(obj, attr, _counted(remote, name, getattr(obj, attr)))
         for method, budget, params in METHODS:
+            before = dict(remote)
             got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
             assert _ids(got) == _ids(want[method]) and len(got) > 0, method
             assert [s.score for s in got] == [s.score for s in want[method]], method
             assert got.manifest["index"] == served.identity()
+            fanned = "search" if method == "knn" else "score"
+            assert remote[fanned] > before[fanned] or method == "fused", method
     # A 64-row grid puts rows on every actor; blocks then have other shapes than in one
     # process (BLAS may round the last bit differently), the ranking is the same
     with tapt.ServedIndex(local_index, actors=3, cpus_per_actor=0.5, grid=64) as served:
@@ -230,6 +237,14 @@ def test_serve_cli_answers_requests_line_by_line(cluster, local_index, one_shard
     assert answers[1]["ids"] == _ids(knn) and Path(answers[1]["out"]).is_file()
     assert answers[2]["id"] == 3 and "budget" in answers[2]["error"]
     assert "request: not a JSON object" in answers[3]["error"]
+
+
+def _counted(counts: dict[str, int], name: str, fn):
+    def call(*args, **kwargs):
+        counts[name] += 1
+        return fn(*args, **kwargs)
+
+    return call
 
 
 def _ids(selection) -> list[int]:
