@@ -419,6 +419,14 @@ class ServedIndex(Index):
     scores and FAISS searches are computed by the actors, one per shard or group of shards
     (see `tapt.retriever.serve`), the rest here. Close it (or use it in a `with` block) to stop
     the actors.
+
+    Args:
+        path: The index directory (on a file system every node of the cluster sees).
+        address: The Ray cluster, as for `serve`.
+        actors: How many actors (default: one per shard).
+        cpus_per_actor: CPUs Ray reserves for each actor.
+        grid: Rows per block of the scoring grid (default 65,536; smaller values spread a
+            small index over the actors, with scores equal only to the last bit or so).
     """
 
     def __init__(self, path: PathLike, *, address: str | None = None,
