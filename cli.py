@@ -230,10 +230,10 @@ def _shard_options(func):
                      type=click.Choice(executor_names()),
                      help="What runs the build's stages (local: this process; ray: a Ray "
                           "cluster, see --ray-address; needs pip install 'tapt[ray]')."),
-        click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
+        click.option("--ray-address", "address", default=None, metavar="auto|HOST:PORT",
                      help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
                           "local cluster on this machine]."),
-        click.option("--ray-workers", type=click.IntRange(min=1), default=None,
+        click.option("--ray-workers", "workers", type=click.IntRange(min=1), default=None,
                      help="--executor ray: embedding actors [default: GPUs / "
                           "--gpus-per-worker, or the cluster's CPUs - 1]."),
         click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
@@ -245,20 +245,18 @@ def _shard_options(func):
     return func
 
 
-def _runner(executor: str, ray_address: str | None, ray_workers: int | None,
+def _runner(executor: str, address: str | None, workers: int | None,
             gpus_per_worker: float | None, progress: bool):
     """The executor of a build or add: a name, or a RayExecutor made from the --ray-* options
     (which the caller closes)."""
     from tapt.errors import InputError
     from tapt.indexer.executors import get_executor
 
-    ray_options = {"address": ray_address, "workers": ray_workers,
-                   "gpus_per_worker": gpus_per_worker}
+    ray_options = {"address": address, "workers": workers, "gpus_per_worker": gpus_per_worker}
     if executor != "ray":
-        for flag, value in zip(("ray_address", "ray_workers", "gpus_per_worker"),
-                               ray_options.values()):
+        for name, value in ray_options.items():
             if value is not None:
-                raise InputError("only applies with `executor` ray", param=flag)
+                raise InputError("only applies with `executor` ray", param=name)
         return executor
     ray_options["gpus_per_worker"] = gpus_per_worker or 0.0
     return get_executor("ray", progress=progress, **ray_options)
@@ -346,7 +344,7 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
 @_domain_errors
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
                 doc_field, text_docs, input_format, hf_datasets, hf_split, strict, overwrite,
-                restart, embedding_dtype, shards, shard_size, executor, ray_address, ray_workers,
+                restart, embedding_dtype, shards, shard_size, executor, address, workers,
                 gpus_per_worker, codes, as_json, index_type, memory, opq) -> None:
     """Embed CORPUS (files, folders or fsspec URLs) into an index.
 
@@ -383,7 +381,7 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
                          embedding_dtype=embedding_dtype, shards=shards, shard_size=shard_size,
                          codes=codes, executor=executor)
     check_index_output(out, inputs, overwrite)  # before the model is loaded
-    runner = _runner(executor, ray_address, ray_workers, gpus_per_worker, ctx.obj["progress"])
+    runner = _runner(executor, address, workers, gpus_per_worker, ctx.obj["progress"])
     try:
         encoder = load_encoder(model, device=device, backend=backend)
         manifest = build_index(inputs, out, encoder, config, executor=runner,
@@ -438,7 +436,7 @@ def _faiss_summary(info: dict) -> str:
 @_domain_errors
 def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, doc_field,
               text_docs, input_format, hf_datasets, hf_split, strict, shards, shard_size,
-              executor, ray_address, ray_workers, gpus_per_worker, restart, as_json) -> None:
+              executor, address, workers, gpus_per_worker, restart, as_json) -> None:
     """Append the documents of CORPUS that IDX does not hold yet, as new shards (same model
     and settings).
 
@@ -459,7 +457,7 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
     ix = Index(idx)
     check_add_inputs(ix.path, inputs)  # before the model is loaded
     encoder = ix.load_encoder(model, device, backend)
-    runner = _runner(executor, ray_address, ray_workers, gpus_per_worker, ctx.obj["progress"])
+    runner = _runner(executor, address, workers, gpus_per_worker, ctx.obj["progress"])
     try:
         manifest = add_to_index(idx, inputs, encoder, batch_size=batch_size,
                                 restart=restart, progress=ctx.obj["progress"],
@@ -534,7 +532,7 @@ def index_info(idx, as_json) -> None:
 
 @index.command("serve", context_settings=CONTEXT)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
-@click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
+@click.option("--ray-address", "address", default=None, metavar="auto|HOST:PORT",
               help="The Ray cluster [default: RAY_ADDRESS, else a local cluster on this "
                    "machine].")
 @click.option("--actors", type=click.IntRange(min=1), default=None,
@@ -547,7 +545,7 @@ def index_info(idx, as_json) -> None:
               help="File of requests, one JSON object per line ('-': standard input).")
 @click.pass_context
 @_domain_errors
-def index_serve(ctx, idx, ray_address, actors, cpus_per_actor, requests_file) -> None:
+def index_serve(ctx, idx, address, actors, cpus_per_actor, requests_file) -> None:
     """Hold IDX's shards in Ray actors and answer selection requests, one JSON per line.
 
     A request: {"method": "centroid", "task": "task.jsonl" | {"files": [...]} | ["a task
@@ -565,7 +563,7 @@ def index_serve(ctx, idx, ray_address, actors, cpus_per_actor, requests_file) ->
     from tapt.api import answer_request, serve
 
     failed = answered = 0
-    with serve(idx, address=ray_address, actors=actors, cpus_per_actor=cpus_per_actor) as served:
+    with serve(idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor) as served:
         if ctx.obj["progress"]:
             click.echo(f"serving {idx}: {served.n_sentences:,} sentences in "
                        f"{len(served.shards)} shard(s) on {len(served.servers.actors)} Ray "

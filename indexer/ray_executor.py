@@ -51,14 +51,15 @@ class ExecutorError(TaptError):
     finished work is kept for resuming."""
 
 
-def import_ray():
-    """The `ray` module; InputError saying what to install when it is missing."""
+def import_ray(needed_by: str = "the ray executor", param: str | None = "executor"):
+    """The `ray` module; InputError (about `param`) saying what to install when it is
+    missing."""
     try:
         import ray
         import ray.data  # noqa: F401 - the embed stage needs Ray Data too
     except ImportError as exc:
-        raise InputError(f"the ray executor needs Ray, which is not installed: {INSTALL_HINT}",
-                         param="executor") from exc
+        raise InputError(f"{needed_by} needs Ray, which is not installed: {INSTALL_HINT}",
+                         param=param) from exc
     return ray
 
 
@@ -81,7 +82,7 @@ def connect(address: str | None = None, quiet: bool = True) -> bool:
         where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
         raise ExecutorError(f"cannot connect to the Ray cluster at {where} ({_first_line(exc)});"
                             " start one with `ray start --head` or check the address",
-                            param="ray_address") from exc
+                            param="address") from exc
     return True
 
 
@@ -184,7 +185,7 @@ class RayExecutor(Executor):
                  timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> None:
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                     or workers < 1):
-            raise InputError("must be a whole number of at least 1", param="ray_workers")
+            raise InputError("must be a whole number of at least 1", param="workers")
         if not gpus_per_worker >= 0:
             raise InputError("must be 0 or more", param="gpus_per_worker")
         if not timeout > 0:
@@ -215,7 +216,7 @@ class RayExecutor(Executor):
         if cpus < 2:
             raise InputError(f"the Ray cluster has {cpus} CPU(s): the embedding pool needs one "
                              "per worker plus one left free for Ray Data's other tasks "
-                             "(ray issue 44687)", param="ray_address")
+                             "(ray issue 44687)", param="address")
         if self.gpus_per_worker > 0:
             if gpus < self.gpus_per_worker:
                 raise InputError(f"the Ray cluster has {gpus:g} GPU(s), a worker needs "
@@ -269,7 +270,7 @@ class RayExecutor(Executor):
                         raise ExecutorError(f"no {stage.name} task finished in "
                                             f"{self.timeout:g} s on the Ray cluster; the "
                                             "finished ones are kept: run the same command "
-                                            "again to resume", param="timeout")
+                                            "again to resume")
                     for ref in done:
                         i = where[ref]
                         try:
@@ -293,7 +294,7 @@ class RayExecutor(Executor):
         size = min(self.pool_size(), len(tasks))
         source = worker_source(encoder)
         items = [{"i": i, "task": cloudpickle.dumps(t)} for i, t in enumerate(tasks)]
-        with _data_context(ray, self.progress):
+        with _data_context(ray):
             ds = ray.data.from_items(items, override_num_blocks=len(items))
             with warnings.catch_warnings():
                 # Ray 2.60 sets the pool's restarts and retries only through `ray_remote_args`
@@ -321,21 +322,25 @@ class RayExecutor(Executor):
 
 
 @contextlib.contextmanager
-def _data_context(ray, progress: bool) -> Iterator[None]:
+def _data_context(ray) -> Iterator[None]:
     """Ray Data settings of one embed stage, restored afterwards: no errored block tolerated,
-    the task's own exception raised, progress bars as asked."""
+    the task's own exception raised, no bars or INFO lines of its own (tapt's bar counts
+    sentences)."""
     ctx = ray.data.DataContext.get_current()
     wanted = {"max_errored_blocks": 0, "raise_original_map_exception": True,
               "enable_progress_bars": False, "print_on_execution_start": False}
-    _ = progress  # tapt's own bar counts sentences; Ray Data's would count blocks
     saved = {k: getattr(ctx, k) for k in wanted if hasattr(ctx, k)}
+    logger = logging.getLogger("ray.data")
+    level = logger.level
     for k in saved:
         setattr(ctx, k, wanted[k])
+    logger.setLevel(max(level, logging.WARNING))
     try:
         yield
     finally:
         for k, v in saved.items():
             setattr(ctx, k, v)
+        logger.setLevel(level)
 
 
 def _rows_within(ds, timeout: float, stage: str) -> Iterator[dict[str, Any]]:
@@ -360,7 +365,7 @@ def _rows_within(ds, timeout: float, stage: str) -> Iterator[dict[str, Any]]:
         except queue.Empty:
             raise ExecutorError(f"no {stage} part finished in {timeout:g} s on the Ray "
                                 "cluster; the finished parts are kept: run the same command "
-                                "again to resume", param="timeout") from None
+                                "again to resume") from None
         if kind == "row":
             yield value
         elif kind == "error":

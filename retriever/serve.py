@@ -112,7 +112,7 @@ class ShardServers:
             raise InputError("must be a whole number of at least 1", param="actors")
         if not cpus_per_actor > 0:
             raise InputError("must be more than 0", param="cpus_per_actor")
-        self.ray = import_ray()
+        self.ray = import_ray("serving an index", param=None)
         self._owned = connect(address)
         count = min(actors or n, n)
         cpus = float(self.ray.cluster_resources().get("CPU", 0))
