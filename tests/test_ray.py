@@ -69,6 +69,18 @@ def test_ray_build_equals_local(cluster, corpus, local_index, tmp_path):
         assert _ids(a) == _ids(b) and len(a) == 10
 
 
+def test_ray_add_equals_local_add(cluster, corpus, tmp_path):
+    from tapt.indexer.add import add_to_index
+
+    for name, executor in (("local", "local"), ("ray", RayExecutor(progress=False))):
+        build_index(corpus[:2], tmp_path / name, HashingEncoder(),
+                    BuildConfig(**{**CONFIG, "shards": 2}))
+        add_to_index(tmp_path / name, corpus[2:], HashingEncoder(), progress=False,
+                     executor=executor)
+    assert len(Index(tmp_path / "ray").shards) == 3
+    assert_same_index(tmp_path / "local", tmp_path / "ray")
+
+
 def test_worker_killed_once_is_retried(cluster, corpus, local_index, tmp_path):
     _ray_build(corpus, tmp_path / "idx", CrashingEncoder(str(tmp_path / "crashed")))
     assert (tmp_path / "crashed").exists()  # an actor did die mid-part
