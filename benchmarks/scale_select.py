@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -111,6 +112,37 @@ def timed_select(index: SyntheticIndex, view: SegmentView, task: np.ndarray, bud
     return time.perf_counter() - t0, ranking.segments, ranking.info
 
 
+def parts_of_a_selection(index: SyntheticIndex, view: SegmentView, task: np.ndarray,
+                         budget: str, repeats: int) -> dict[str, Any]:
+    """Best seconds of each step of a selection at the largest size: the scan of every row
+    (float16 embeddings, int8 codes) and the global ranking and cut of the sentence scores."""
+    from tapt.retriever import scoring
+    from tapt.retriever.methods.base import by_sentence_scores
+
+    query = scoring.centroid(task)
+    scale = np.asarray(index.manifest["codes"]["scale"], dtype=np.float32)
+    steps = {"scan_float16_s": lambda: scoring.centroid_scores(index.embeddings, query),
+             "scan_int8_codes_s": lambda: scoring.centroid_scores(index.codes, query,
+                                                                  scale=scale)}
+    out: dict[str, Any] = {"rows": index.n_sentences, "budget": budget}
+    scores = None
+    for name, step in steps.items():
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            scores = step()
+            times.append(time.perf_counter() - t0)
+        out[name] = round(min(times), 3)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        by_sentence_scores(view, scores, parse_budget(budget), {})
+        times.append(time.perf_counter() - t0)
+    out["rank_and_cut_s"] = round(min(times), 3)
+    out["load_average"] = round(os.getloadavg()[0], 1)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -139,7 +171,8 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.mv(torch.ones(4, 4), torch.ones(4))
     results = []
-    for k in (int(x) for x in args.sizes.split(",")):
+    sizes = [int(x) for x in args.sizes.split(",")]
+    for k in sizes:
         index = SyntheticIndex(args.work, min(k, args.shards), made["scale"])
         n = index.n_sentences
         view = SegmentView(np.arange(n + 1, dtype=np.int64), np.ones(n, dtype=np.int64),
@@ -158,14 +191,24 @@ def main(argv: list[str] | None = None) -> None:
                              **({"rescored": info.get("rescored_sentences")}
                                 if name == "codes" else {})}
                 log.info("%s rows, %s, %s: %s", f"{n:,}", budget, name, row[name])
+            row["load_average"] = round(os.getloadavg()[0], 1)
             row["overlap"] = round(len(np.intersect1d(picks["exact"], picks["codes"]))
                                    / len(picks["exact"]), 5)
             results.append(row)
+    breakdown = []
+    for k in sorted({sizes[0], sizes[-1]}):   # the smallest (in the page cache) and the largest
+        index = SyntheticIndex(args.work, min(k, args.shards), made["scale"])
+        n = index.n_sentences
+        view = SegmentView(np.arange(n + 1, dtype=np.int64), np.ones(n, dtype=np.int64),
+                           np.full(n, 20, dtype=np.int64))
+        breakdown.append(parts_of_a_selection(index, view, task, args.budgets.split(",")[-1],
+                                              args.repeats))
+        log.info("breakdown at %s rows: %s", f"{n:,}", breakdown[-1])
     report = {"created": utc_now(), "machine": machine(), "versions": library_versions(),
               "argv": sys.argv[1:] if argv is None else argv, "synthetic": made["spec"],
               "embedding_bytes_per_row": int(centre.dtype.itemsize * args.dim),
               "code_bytes_per_row": args.dim, "make_seconds": made["seconds"],
-              "results": results}
+              "results": results, "breakdown": breakdown}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "select_latency.json").write_text(json.dumps(report, indent=2))
     (args.out / "select_latency.md").write_text(markdown(report))
@@ -178,7 +221,9 @@ def markdown(report: dict[str, Any]) -> str:
         "## Measured: selection latency on a sharded index (synthetic rows)",
         "",
         f"Measured {report['created']} on {report['machine'].get('cpu', '?')} "
-        f"({report['machine'].get('cores')} cores, shared with other work); centroid, "
+        f"({report['machine'].get('cores')} cores, shared with other developers' test suites: "
+        "the load average column is the machine's 1-minute load when each row finished); "
+        "centroid, "
         "sentence-level segments, one process (local executor); torch imported before timing.",
         "",
         f"Rows: {spec['rows']:,} synthetic unit vectors in {spec['dim']} dimensions, "
@@ -193,14 +238,22 @@ def markdown(report: dict[str, Any]) -> str:
         + " ".join(report["argv"]),
         "",
         "| rows | shards | budget | exact first / best (s) | codes first / best (s) | "
-        "rescored rows | overlap with exact |",
-        "|---:|---:|---|---:|---:|---:|---:|",
+        "rescored rows | overlap with exact | load average |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in report["results"]:
         lines.append(f"| {r['rows']:,} | {r['shards']} | {r['budget']} | "
                      f"{r['exact']['first_s']:.2f} / {r['exact']['best_s']:.2f} | "
                      f"{r['codes']['first_s']:.2f} / {r['codes']['best_s']:.2f} | "
-                     f"{r['codes']['rescored']:,} | {r['overlap']:.4f} |")
+                     f"{r['codes']['rescored']:,} | {r['overlap']:.4f} | "
+                     f"{r.get('load_average', '?')} |")
+    lines += ["", "Where the time goes (best of the repeats; each step alone):", "",
+              "| rows | scan every float16 row (s) | scan every int8 code (s) | "
+              "rank and cut (s) | budget | load average |", "|---:|---:|---:|---:|---|---:|"]
+    for b in report["breakdown"]:
+        lines.append(f"| {b['rows']:,} | {b['scan_float16_s']:.2f} | "
+                     f"{b['scan_int8_codes_s']:.2f} | {b['rank_and_cut_s']:.2f} | "
+                     f"{b['budget']} | {b.get('load_average', '?')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -361,16 +361,18 @@ def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: Buil
                                             for i in s["files"]))
              for s in plan.shards]
     prepare = Stage("prepare", stages.prepare_shard, unit="rec", weight=lambda t: t.records or 1)
+    prepared = {t.shard: r for t in tasks
+                if (r := stages.prepared_record(work, t.shard)) is not None}  # resumed: skipped
     if dedupe_against:
-        prepared_list = []
         done: tuple[str, ...] = tuple(dedupe_against)
         for task in tasks:   # each new shard skips the documents of the ones before it
             task = stages.PrepareTask(**{**vars(task), "dedupe_against": done})
-            prepared_list += runner.map(prepare, [task])
+            if task.shard not in prepared:
+                prepared[task.shard] = runner.map(prepare, [task])[0]
             done += (str(stages.shard_path(work, task.shard)),)
     else:
-        prepared_list = runner.map(prepare, tasks)
-    prepared = {p["shard"]: p for p in prepared_list}
+        todo = [t for t in tasks if t.shard not in prepared]
+        prepared.update(zip([t.shard for t in todo], runner.map(prepare, todo)))
     for name, p in prepared.items():
         if p["rows"] == 0:   # a shard of blank or duplicate documents holds nothing: not kept
             shutil.rmtree(stages.shard_path(work, name), ignore_errors=True)

@@ -14,8 +14,9 @@ an actor pool that loads the model once per actor (`EncoderSource.spec`).
         def close(self) -> None: ...
 
 `map` returns each task's result in task order, or raises the first task's exception after the
-others have stopped. Tasks that already completed (their completion record exists) are not
-passed to `map`: the driver filters them, so a rerun resumes.
+others have stopped. Prepare, embed and assemble tasks that already completed (their completion
+record exists) are not passed to `map`: the driver filters them, so a rerun resumes; train and
+index tasks return their existing record at once.
 """
 
 from __future__ import annotations

@@ -132,6 +132,11 @@ class DocHashes:
         return False
 
 
+def prepared_record(work: str | Path, shard: str) -> dict[str, Any] | None:
+    """The completion record of a prepared shard, or None."""
+    return _read_json(shard_path(work, shard) / PREPARED)
+
+
 def prepare_shard(task: PrepareTask) -> dict[str, Any]:
     """Read one shard's files into its directory; returns its `prepared.json` record."""
     final = shard_path(task.work, task.shard)

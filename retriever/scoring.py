@@ -151,6 +151,21 @@ def rank(scores: np.ndarray) -> np.ndarray:
     return np.lexsort((np.arange(len(scores)), -np.asarray(scores, dtype=np.float64)))
 
 
+def rank_top(scores: np.ndarray, k: int) -> np.ndarray:
+    """A prefix of `rank(scores)` holding at least its first `k` indices: every index whose
+    score is at least the k-th best, in `rank`'s order (a partition, then a sort of the prefix
+    only: what a budget needs of a ranking of millions)."""
+    n = len(scores)
+    if k >= n:
+        return rank(scores)
+    neg = -np.asarray(scores, dtype=np.float64)
+    kth = np.partition(neg, max(int(k), 1) - 1)[max(int(k), 1) - 1]
+    if np.isnan(kth):
+        return rank(scores)
+    top = np.flatnonzero(neg <= kth)
+    return top[np.lexsort((top, neg[top]))]
+
+
 def zscore(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     std = values.std()

@@ -93,3 +93,30 @@ def test_budget_larger_than_corpus():
         budget_target(parse_budget("5"), np.ones(4), np.ones(4))
     with pytest.raises(BudgetError, match="larger than the corpus"):
         budget_target(parse_budget("10sent"), np.ones(4), np.ones(4))
+
+
+def test_a_budget_ranks_only_the_prefix_it_cuts_with_the_full_ranking_s_order():
+    """`budget_order` (partition, then sort of the prefix) cuts exactly what a sort of every
+    score cuts: ties by ascending segment, NaN last, for every budget unit."""
+    from tapt.retriever.budget import budget_target, cut, parse_budget
+    from tapt.retriever.methods.base import SegmentView, budget_order
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        n = int(rng.integers(10, 300))
+        s = (rng.integers(0, 5, n) if trial % 2 else rng.standard_normal(n)).astype(np.float32)
+        if trial % 5 == 0:
+            s[rng.integers(0, n, 3)] = np.nan
+        lengths = rng.integers(1, 6, n)
+        tokens = lengths * rng.integers(5, 30, n)
+        view = SegmentView(np.concatenate([[0], np.cumsum(lengths)]), lengths, tokens)
+        full = scoring.rank(s)
+        for spec in ("0.1", "0.5", "3", f"{max(1, int(lengths.sum() * 0.3))}sent",
+                     f"{max(1, int(tokens.sum() * 0.2))}tok"):
+            budget = parse_budget(spec)
+            target = budget_target(budget, lengths, tokens)
+            assert np.array_equal(cut(budget_order(view, s, budget), budget, target, lengths,
+                                      tokens), cut(full, budget, target, lengths, tokens))
+        k = int(rng.integers(1, n + 1))
+        top = scoring.rank_top(s, k)
+        assert len(top) >= k and np.array_equal(top, full[:len(top)])

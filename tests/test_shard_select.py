@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import SAMPLE, HashingEncoder, make_sentence, write_split_corpus
-from tapt.errors import InputError
+from tapt.errors import IndexFormatError, InputError
 from tapt.indexer.build import BuildConfig, build_index
 from tapt.indexer.index import Index
 from tapt.retriever.methods.registry import methods
@@ -122,3 +122,33 @@ def test_scanning_codes_needs_codes_and_a_budget(indexes, task):
         rank(one, SelectConfig("centroid", "0.1", scan="codes"), task[0])
     with pytest.raises(InputError, match="rescore"):
         SelectConfig("centroid", "0.1", rescore=2.0)
+
+
+def test_codes_added_by_reindex_are_verified_and_checked_on_open(tmp_path):
+    """`reindex(codes="int8")` gives an index codes (same rows, same content); `verify` passes;
+    a flipped byte in a shard's codes.npy is refused on open, never ranked on."""
+    import shutil
+
+    from tapt.indexer.index_choice import DEFAULT_MEMORY
+    from tapt.indexer.reindex import reindex
+    from tapt.indexer.verify import verify_index
+
+    files = write_split_corpus(tmp_path, parts=3, docs_per_topic=4, seed=2)
+    build_index(files, tmp_path / "idx", HashingEncoder(), _config(shards=3))
+    reindex(tmp_path / "idx", "auto", DEFAULT_MEMORY, progress=False, codes="int8")
+    index = Index(tmp_path / "idx")
+    assert index.codes is not None and len(index.codes) == index.n_sentences
+    assert all((s.directory / "codes.npy").is_file() for s in index.shards)
+    assert verify_index(tmp_path / "idx").ok
+    emb = HashingEncoder().encode(["Patient fever therapy dose clinical."] * 3)
+    exact, _ = rank(index, SelectConfig("centroid", "40sent"), emb)
+    coded, _ = rank(index, SelectConfig("centroid", "40sent", scan="codes"), emb)
+    assert np.array_equal(exact.segments, coded.segments)
+    del index
+    shutil.copytree(tmp_path / "idx", tmp_path / "bad")
+    path = tmp_path / "bad" / "shards" / "000001" / "codes.npy"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match="codes.npy does not match the checksum"):
+        rank(Index(tmp_path / "bad"), SelectConfig("centroid", "40sent", scan="codes"), emb)

@@ -122,17 +122,31 @@ def budget_sentences(view: SegmentView, budget: Budget) -> float:
     return target * sentences / max(len(view), 1)
 
 
+def budget_order(view: SegmentView, seg_scores: np.ndarray, budget: Budget) -> np.ndarray:
+    """The prefix of the ranking of `seg_scores` that `budget` cuts (`scoring.rank_top`, grown
+    until the budget is filled within it): the same segments as a sort of every score."""
+    target = budget_target(budget, view.lengths, view.tokens)
+    k = int(np.ceil(budget_sentences(view, budget) * len(view) / max(float(view.lengths.sum()),
+                                                                     1.0) * 1.25)) + 16
+    while True:
+        order = scoring.rank_top(seg_scores, k)
+        if len(order) == len(seg_scores) or len(cut(order, budget, target, view.lengths,
+                                                    view.tokens)) < len(order):
+            return order
+        k *= 2
+
+
 def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: Budget | None,
                        info: dict[str, Any], threshold: float | None = None) -> Ranking:
     """Segments ranked by the mean score of their sentences; without a budget, those whose mean
     is above `threshold` (a method without a threshold needs a budget)."""
     seg_scores = scoring.segment_mean(sentence_scores, view.lengths)
+    if budget is not None:
+        return take(view, budget_order(view, seg_scores, budget), seg_scores, budget, info)
+    if threshold is None:
+        raise InputError("this method needs a budget", param="budget")
     order = scoring.rank(seg_scores)
-    if budget is None:
-        if threshold is None:
-            raise InputError("this method needs a budget", param="budget")
-        order = order[seg_scores[order] > threshold]
-    return take(view, order, seg_scores, budget, info)
+    return take(view, order[seg_scores[order] > threshold], seg_scores, None, info)
 
 
 # ----------------------------------------------------------------------------- parameters
