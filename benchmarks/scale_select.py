@@ -103,6 +103,12 @@ class SyntheticIndex:
         self.n_sentences = len(self.embeddings)
 
 
+def sentence_view(n: int) -> SegmentView:
+    """Segments of one sentence each (20 tokens a sentence, for token budgets)."""
+    return SegmentView(np.arange(n + 1, dtype=np.int64), np.ones(n, dtype=np.int64),
+                       np.full(n, 20, dtype=np.int64))
+
+
 def timed_select(index: SyntheticIndex, view: SegmentView, task: np.ndarray, budget: str,
                  params: dict[str, Any]) -> tuple[float, np.ndarray, dict[str, Any]]:
     method = get_method("centroid")
@@ -175,8 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     for k in sizes:
         index = SyntheticIndex(args.work, min(k, args.shards), made["scale"])
         n = index.n_sentences
-        view = SegmentView(np.arange(n + 1, dtype=np.int64), np.ones(n, dtype=np.int64),
-                           np.full(n, 20, dtype=np.int64))
+        view = sentence_view(n)
         for budget in args.budgets.split(","):
             row: dict[str, Any] = {"rows": n, "shards": min(k, args.shards), "budget": budget}
             picks = {}
@@ -199,8 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     for k in sorted({sizes[0], sizes[-1]}):   # the smallest (in the page cache) and the largest
         index = SyntheticIndex(args.work, min(k, args.shards), made["scale"])
         n = index.n_sentences
-        view = SegmentView(np.arange(n + 1, dtype=np.int64), np.ones(n, dtype=np.int64),
-                           np.full(n, 20, dtype=np.int64))
+        view = sentence_view(n)
         breakdown.append(parts_of_a_selection(index, view, task, args.budgets.split(",")[-1],
                                               args.repeats))
         log.info("breakdown at %s rows: %s", f"{n:,}", breakdown[-1])
