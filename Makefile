@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt torch
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ray]"
 	touch $@
 
 test: setup

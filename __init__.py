@@ -22,6 +22,8 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - running from an uni
 _LAZY = {
     "Index": "tapt.api",
     "Selection": "tapt.api",
+    "ServedIndex": "tapt.api",
+    "serve": "tapt.api",
     "train": "tapt.api",
     "evaluate_mlm": "tapt.api",
     "method_names": "tapt.api",

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Index", "Selection", "train", "evaluate_mlm", "method_names", "describe_methods"]
+__all__ = ["Index", "ServedIndex", "Selection", "serve", "train", "evaluate_mlm",
+           "method_names", "describe_methods"]
 
 PathLike = str | os.PathLike
 Task = PathLike | Sequence[PathLike] | Sequence[str] | np.ndarray
@@ -376,8 +377,8 @@ class Index(_IndexBase):
         from tapt.retriever.select import SelectConfig, make_selection
         from tapt.retriever.task_input import resolve_task
 
-        config = SelectConfig(method, budget, segment_size=segment_size, seed=seed,
-                              context=context, **params)
+        config = self._configured(SelectConfig(method, budget, segment_size=segment_size,
+                                               seed=seed, context=context, **params))
         task_input = None
         if config.needs_task:
             if task is None:
@@ -390,6 +391,10 @@ class Index(_IndexBase):
             self._corpus = CorpusCache(self)
         return make_selection(self, config, task_input, encoder=encoder, batch_size=batch_size,
                               progress=progress, corpus=self._corpus)
+
+    def _configured(self, config):
+        """The selection's configuration as this index runs it (`ServedIndex`: fanned out)."""
+        return config
 
     def _checked_encoder(self, encoder: Any, model: str | None, device: str, backend: str):
         if encoder is not None:
@@ -408,6 +413,158 @@ class Index(_IndexBase):
 
     def __repr__(self) -> str:
         return f"<tapt.Index {self.path}: {self.n_sentences:,} sentences, dim {self.dim}>"
+
+
+class ServedIndex(Index):
+    """An index whose shards Ray actors hold in memory, for many selections (`serve`).
+
+    `select` takes the arguments of `Index.select` and returns the same selection: sentence
+    scores and FAISS searches are computed by the actors, one per shard or group of shards
+    (see `tapt.retriever.serve`), the rest here. Close it (or use it in a `with` block) to stop
+    the actors.
+
+    Args:
+        path: The index directory (on a file system every node of the cluster sees).
+        address: The Ray cluster, as for `serve`.
+        actors: How many actors (default: one per shard).
+        cpus_per_actor: CPUs Ray reserves for each actor.
+        grid: Rows per block of the scoring grid (default 65,536; smaller values spread a
+            small index over the actors, with scores equal only to the last bit or so).
+    """
+
+    def __init__(self, path: PathLike, *, address: str | None = None,
+                 actors: int | None = None, cpus_per_actor: float = 1.0,
+                 grid: int | None = None) -> None:
+        super().__init__(path)
+        self._serve_options = {"address": address, "actors": actors,
+                               "cpus_per_actor": cpus_per_actor, "grid": grid}
+        self.servers = self._start(**self._serve_options)
+
+    def _start(self, address, actors, cpus_per_actor, grid):
+        from tapt.retriever.serve import GRID, ShardServers
+
+        servers = ShardServers(self, address, actors, cpus_per_actor, grid or GRID)
+        self.__dict__["faiss"] = servers.faiss(self)
+        return servers
+
+    def _configured(self, config):
+        from tapt.retriever.serve import served_method
+
+        config.spec = served_method(config.spec, self.servers)
+        return config
+
+    def _reopen(self) -> None:
+        """After `add`, `repair` or `reindex`: the actors are restarted on the new generation."""
+        super()._reopen()
+        options = self._serve_options
+        self.servers.close()
+        self.servers = self._start(**options)
+
+    def close(self) -> None:
+        """Stop the actors (and the local Ray cluster this object started, if any)."""
+        self.servers.close()
+
+    def __enter__(self) -> "ServedIndex":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<tapt.ServedIndex {self.path}: {self.n_sentences:,} sentences in "
+                f"{len(self.shards)} shard(s) on {len(self.servers.actors)} Ray actor(s)>")
+
+
+def serve(path: PathLike, *, address: str | None = None, actors: int | None = None,
+          cpus_per_actor: float = 1.0) -> ServedIndex:
+    """Load an index's shards into Ray actors and return a handle that selects from them
+    (`tapt index serve`). Needs Ray (`pip install 'tapt[ray]'`).
+
+    Args:
+        path: The index directory (on a file system every node of the cluster sees).
+        address: The Ray cluster: "auto", "HOST:PORT" (default: the one this process is
+            connected to, else RAY_ADDRESS, else a local cluster started here).
+        actors: How many actors, each holding consecutive shards (default: one per shard).
+        cpus_per_actor: CPUs Ray reserves for each actor.
+
+    Returns:
+        A `ServedIndex`: `.select(method, task, budget, **params)` as `Index.select`,
+            `.close()` when done.
+
+    Raises:
+        InputError: Ray is not installed, or a setting cannot work.
+        IndexFormatError: the index is damaged, or the actors see another generation of it.
+
+    Examples:
+        >>> with tapt.serve(idx, actors=1) as served:        # doctest: +SKIP
+        ...     sel = served.select("centroid", task=["A rash on both arms."], budget="50sent")
+    """
+    return ServedIndex(path, address=address, actors=actors, cpus_per_actor=cpus_per_actor)
+
+
+REQUEST_KEYS = ("id", "method", "task", "budget", "params", "segment_size", "seed", "out",
+                "overwrite")
+
+
+def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, Any]:
+    """Answer one selection request (`tapt index serve` reads them line by line).
+
+    Args:
+        served: The index (a `ServedIndex`, or any `Index`).
+        request: A JSON object (or its text) with `method`, `task` (a task file's path, a list
+            of paths under "files", or a list of sentences), `budget`, and optionally `params`
+            (the method's parameters), `segment_size`, `seed`, `out` (write the selection file
+            there), `overwrite` and `id` (echoed).
+
+    Returns:
+        {"id", "method", "segments", "sentences", "ids" (segment ids in rank order), "out",
+        "seconds"}, or {"id", "error"} when the request cannot be answered.
+    """
+    import json
+    import time
+    from pathlib import Path
+
+    from tapt.errors import TaptError
+
+    start = time.perf_counter()
+    rid = None
+    try:
+        if isinstance(request, str):
+            try:
+                request = json.loads(request)
+            except ValueError as exc:
+                raise InputError(f"not a JSON object ({exc})", param="request") from None
+        if not isinstance(request, dict):
+            raise InputError("a request is a JSON object", param="request")
+        rid = request.get("id")
+        unknown = sorted(set(request) - set(REQUEST_KEYS))
+        if unknown:
+            raise InputError(f"unknown key(s) {', '.join(unknown)}: a request has "
+                             f"{', '.join(REQUEST_KEYS)}", param="request")
+        if "method" not in request:
+            raise InputError("needs a method", param="method")
+        task = request.get("task")
+        if isinstance(task, str):
+            task = Path(task)
+        elif isinstance(task, dict) and set(task) == {"files"}:
+            task = [Path(p) for p in task["files"]]
+        params = request.get("params") or {}
+        if not isinstance(params, dict):
+            raise InputError("must be a JSON object of the method's parameters", param="params")
+        selection = served.select(request["method"], task, request.get("budget"),
+                                  segment_size=request.get("segment_size"),
+                                  seed=request.get("seed", 0), **params)
+        out = request.get("out")
+        if out is not None:
+            out = str(selection.write(out, overwrite=bool(request.get("overwrite", False))))
+        return {"id": rid, "method": selection.method, "segments": len(selection),
+                "sentences": selection.counts["sentences"],
+                "ids": [int(i) for i in selection.ids], "out": out,
+                "seconds": round(time.perf_counter() - start, 3)}
+    except TaptError as exc:
+        return {"id": rid, "error": str(exc)}
+    except OSError as exc:  # a task or output path the system refuses
+        return {"id": rid, "error": f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")}
 
 
 def _paths(inputs: PathLike | Sequence[PathLike]) -> list[str]:

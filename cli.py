@@ -228,11 +228,38 @@ def _shard_options(func):
                           "many input records (2M, 500k, ...)."),
         click.option("--executor", default="local", show_default=True,
                      type=click.Choice(executor_names()),
-                     help="What runs the build's stages (local: this process)."),
+                     help="What runs the build's stages (local: this process; ray: a Ray "
+                          "cluster, see --ray-address; needs pip install 'tapt[ray]')."),
+        click.option("--ray-address", "address", default=None, metavar="auto|HOST:PORT",
+                     help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
+                          "local cluster on this machine]."),
+        click.option("--ray-workers", "workers", type=click.IntRange(min=1), default=None,
+                     help="--executor ray: embedding actors [default: GPUs / "
+                          "--gpus-per-worker, or the cluster's CPUs - 1]."),
+        click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
+                     help="--executor ray: GPUs per embedding actor (0.5: two per GPU) "
+                          "[default: 0, CPU actors]."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def _runner(executor: str, address: str | None, workers: int | None,
+            gpus_per_worker: float | None, progress: bool):
+    """The executor of a build or add: a name, or a RayExecutor made from the --ray-* options
+    (which the caller closes)."""
+    from tapt.errors import InputError
+    from tapt.indexer.executors import get_executor
+
+    ray_options = {"address": address, "workers": workers, "gpus_per_worker": gpus_per_worker}
+    if executor != "ray":
+        for name, value in ray_options.items():
+            if value is not None:
+                raise InputError("only applies with `executor` ray", param=name)
+        return executor
+    ray_options["gpus_per_worker"] = gpus_per_worker or 0.0
+    return get_executor("ray", progress=progress, **ray_options)
 
 
 def _input_options(add: bool = False):
@@ -317,8 +344,8 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
 @_domain_errors
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
                 doc_field, text_docs, input_format, hf_datasets, hf_split, strict, overwrite,
-                restart, embedding_dtype, shards, shard_size, executor, codes, as_json, index_type,
-                memory, opq) -> None:
+                restart, embedding_dtype, shards, shard_size, executor, address, workers,
+                gpus_per_worker, codes, as_json, index_type, memory, opq) -> None:
     """Embed CORPUS (files, folders or fsspec URLs) into an index.
 
     Formats, chosen by extension: JSONL (.jsonl/.ndjson/.jl/.json), plain text (.txt) and
@@ -354,13 +381,17 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
                          embedding_dtype=embedding_dtype, shards=shards, shard_size=shard_size,
                          codes=codes, executor=executor)
     check_index_output(out, inputs, overwrite)  # before the model is loaded
-    encoder = load_encoder(model, device=device, backend=backend)
+    runner = _runner(executor, address, workers, gpus_per_worker, ctx.obj["progress"])
     try:
-        manifest = build_index(inputs, out, encoder, config,
+        encoder = load_encoder(model, device=device, backend=backend)
+        manifest = build_index(inputs, out, encoder, config, executor=runner,
                                encoder_spec=EncoderSpec(model, device, backend))
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the build is kept; run the same "
                            "command again to resume") from exc
+    finally:
+        if not isinstance(runner, str):
+            runner.close()
     if as_json:
         click.echo(json.dumps({"index": out, "manifest": manifest}))
         return
@@ -405,7 +436,7 @@ def _faiss_summary(info: dict) -> str:
 @_domain_errors
 def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, doc_field,
               text_docs, input_format, hf_datasets, hf_split, strict, shards, shard_size,
-              executor, restart, as_json) -> None:
+              executor, address, workers, gpus_per_worker, restart, as_json) -> None:
     """Append the documents of CORPUS that IDX does not hold yet, as new shards (same model
     and settings).
 
@@ -426,15 +457,19 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
     ix = Index(idx)
     check_add_inputs(ix.path, inputs)  # before the model is loaded
     encoder = ix.load_encoder(model, device, backend)
+    runner = _runner(executor, address, workers, gpus_per_worker, ctx.obj["progress"])
     try:
         manifest = add_to_index(idx, inputs, encoder, batch_size=batch_size,
                                 restart=restart, progress=ctx.obj["progress"],
                                 text_field=text_field, doc_field=doc_field, text_docs=text_docs,
                                 input_format=input_format, hf_split=hf_split, strict=strict,
-                                shards=shards, shard_size=shard_size, executor=executor)
+                                shards=shards, shard_size=shard_size, executor=runner)
     except KeyboardInterrupt as exc:
         raise _Interrupted("interrupted: the committed part of the add is kept; run the same "
                            "command again to resume") from exc
+    finally:
+        if not isinstance(runner, str):
+            runner.close()
     last = manifest["history"][-1]
     if as_json:
         click.echo(json.dumps({"index": idx, "added": last, "counts": manifest["counts"],
@@ -493,6 +528,57 @@ def index_info(idx, as_json) -> None:
         "versions   " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
     ]
     click.echo("\n".join(lines))
+
+
+@index.command("serve", context_settings=CONTEXT)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.option("--ray-address", "address", default=None, metavar="auto|HOST:PORT",
+              help="The Ray cluster [default: RAY_ADDRESS, else a local cluster on this "
+                   "machine].")
+@click.option("--actors", type=click.IntRange(min=1), default=None,
+              help="Ray actors holding the shards (consecutive groups) [default: one per "
+                   "shard].")
+@click.option("--cpus-per-actor", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="CPUs Ray reserves for each actor.")
+@click.option("--requests", "requests_file", type=click.File("r", encoding="utf-8"),
+              default="-", show_default=True,
+              help="File of requests, one JSON object per line ('-': standard input).")
+@click.pass_context
+@_domain_errors
+def index_serve(ctx, idx, address, actors, cpus_per_actor, requests_file) -> None:
+    """Hold IDX's shards in Ray actors and answer selection requests, one JSON per line.
+
+    A request: {"method": "centroid", "task": "task.jsonl" | {"files": [...]} | ["a task
+    sentence", ...], "budget": "0.2", "params": {"k": 50}, "out": "sel.jsonl", "id": 7}
+    (`params`, `segment_size`, `seed`, `out`, `overwrite` and `id` are optional). Each answer
+    is one JSON line on standard output: the selected segment ids in rank order and counts
+    (the selection file too, with "out"), or {"id": ..., "error": ...}. Exit status 1 when a
+    request failed. Needs Ray: pip install 'tapt[ray]'.
+
+    \b
+    Examples:
+      echo '{"method": "knn", "task": "task.txt", "params": {"k": 20}}' | tapt index serve idx
+      tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
+    """
+    from tapt.api import answer_request, serve
+
+    failed = answered = 0
+    with serve(idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor) as served:
+        if ctx.obj["progress"]:
+            click.echo(f"serving {idx}: {served.n_sentences:,} sentences in "
+                       f"{len(served.shards)} shard(s) on {len(served.servers.actors)} Ray "
+                       "actor(s); one JSON request per line", err=True)
+        for line in requests_file:
+            if not line.strip():
+                continue
+            reply = answer_request(served, line)
+            answered += 1
+            failed += "error" in reply
+            click.echo(json.dumps(reply))
+            sys.stdout.flush()
+    if failed:
+        raise click.ClickException(f"{failed} of {answered} request(s) failed (see their "
+                                   "\"error\" in the output)")
 
 
 @index.command("verify", context_settings=CONTEXT)

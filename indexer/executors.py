@@ -158,3 +158,6 @@ def make_executor(spec: str | Executor | None, progress: bool = True) -> tuple[E
         return spec, False
     name = spec or "local"
     return get_executor(name, **({"progress": progress} if name == "local" else {})), True
+
+
+from . import ray_executor  # noqa: E402,F401 - registers "ray" (Ray itself is imported on use)

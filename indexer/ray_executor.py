@@ -1,0 +1,374 @@
+"""The Ray executor: a build's stages on a Ray cluster (`--executor ray`).
+
+prepare, assemble, train and index tasks run as Ray tasks (one CPU each); the embed stage runs
+as a Ray Data `map_batches` over an actor pool (`compute=ActorPoolStrategy`), one part per call:
+each actor loads the model once (from the build's `EncoderSpec`, or a copy of the encoder
+object when there is none) and calls the same idempotent stage function as the local executor,
+which writes its files under temporary names and renames them, so a retried call writes the
+same part. Resuming is tapt's own: the driver passes only unfinished tasks (Ray Data keeps no
+state between runs).
+
+Ray is imported only when a `RayExecutor` is made; without it that fails with one error saying
+what to install. Guarded pitfalls:
+
+- an actor pool that takes every CPU leaves none for Ray Data's other tasks and hangs (ray issue
+  44687): the pool is at most the cluster's CPUs - 1 (clamped, with a warning);
+- a dead actor in a pool with unlimited restarts and errored blocks retries forever (62746):
+  actors restart at most `retries` times, each call is retried at most `retries` times, no
+  errored block is tolerated, and `timeout` seconds without a finished task end the stage;
+- a worker that dies, and every error a task raises, reaches the caller as one exception (the
+  task's own TaptError or OSError where it raised one, else ExecutorError), never a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import queue
+import re
+import threading
+import warnings
+from typing import Any, Iterator, Sequence
+
+from tqdm.auto import tqdm
+
+from tapt.errors import InputError, TaptError
+
+from .executors import EncoderSource, EncoderSpec, Executor, Stage, register_executor
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'tapt[ray]'"
+DEFAULT_TIMEOUT = 3600.0
+DEFAULT_RETRIES = 3
+
+
+class ExecutorError(TaptError):
+    """Work on the cluster failed (a worker died, the cluster went away, nothing progressed);
+    finished work is kept for resuming."""
+
+
+def import_ray(needed_by: str = "the ray executor", param: str | None = "executor"):
+    """The `ray` module; InputError (about `param`) saying what to install when it is
+    missing."""
+    try:
+        import ray
+        import ray.data  # noqa: F401 - the embed stage needs Ray Data too
+    except ImportError as exc:
+        raise InputError(f"{needed_by} needs Ray, which is not installed: {INSTALL_HINT}",
+                         param=param) from exc
+    return ray
+
+
+def connect(address: str | None = None, quiet: bool = True) -> bool:
+    """Connect this process to Ray: an existing connection is used as it is; `address`
+    ("auto", "HOST:PORT", "ray://...") joins a running cluster; None joins the cluster named by
+    RAY_ADDRESS or starts a local one. Returns whether this call connected (and so may
+    disconnect).
+
+    Raises:
+        ExecutorError: no cluster at that address.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=not quiet,
+                 logging_level=logging.WARNING, configure_logging=True)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
+        raise ExecutorError(f"cannot connect to the Ray cluster at {where} ({_first_line(exc)});"
+                            " start one with `ray start --head` or check the address",
+                            param="address") from exc
+    return True
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = _ANSI.sub("", str(exc)).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def task_error(exc: BaseException, stage: str) -> BaseException:
+    """What a failed Ray task or actor call becomes for the caller: the task's own TaptError or
+    OSError (a full disk stays a full disk), else one ExecutorError line."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, (TaptError, OSError)) and not _is_ray_error(cause):
+            return cause
+        cause = getattr(cause, "cause", None) or cause.__cause__
+    root = exc
+    while getattr(root, "cause", None) is not None and root.cause is not root:
+        root = root.cause
+    return ExecutorError(f"the {stage} stage failed on the Ray cluster ({_first_line(root)}); "
+                         "the finished parts are kept: run the same command again to resume")
+
+
+def _is_ray_error(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith("ray.")
+
+
+def worker_source(encoder: EncoderSource) -> EncoderSource:
+    """What an actor loads its model from: the build's spec; else, for tapt's own encoders,
+    their model and backend; else a copy of the encoder object (small test encoders).
+
+    Raises:
+        InputError: none of these can reach another process.
+    """
+    from ray import cloudpickle
+
+    if encoder.spec is not None:
+        return EncoderSource(None, encoder.spec)
+    loaded = encoder.get()
+    if type(loaded).__module__.startswith("tapt.indexer."):  # tapt's own: loaded by its spec
+        return EncoderSource(None, EncoderSpec(loaded.spec, "auto",
+                                               getattr(loaded, "backend", "auto")))
+    try:
+        cloudpickle.dumps(loaded)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure means the same
+        raise InputError(f"the encoder {type(loaded).__name__} cannot be sent to Ray workers "
+                         f"({_first_line(exc)}); give the model by name or directory",
+                         param="executor") from exc
+    return EncoderSource(loaded, None)
+
+
+def _run_task(fn, task):
+    return fn(task)
+
+
+class _EmbedActor:
+    """One actor of the embed pool: the model loaded once, one part per call."""
+
+    def __init__(self, fn, source: EncoderSource) -> None:
+        self.fn = fn
+        self.encoder = source.get()
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        from ray import cloudpickle
+
+        records = [json.dumps(self.fn(cloudpickle.loads(bytes(blob)), self.encoder))
+                   for blob in batch["task"]]
+        return {"i": batch["i"], "record": records}
+
+
+@register_executor
+class RayExecutor(Executor):
+    """Runs a build's stages on a Ray cluster (see the module docstring).
+
+    Args:
+        address: The cluster: "auto", "HOST:PORT" or "ray://HOST:PORT" (default: RAY_ADDRESS,
+            else a local cluster started here and stopped by `close`). A process already
+            connected to Ray uses its connection.
+        workers: Actors in the embedding pool (default: GPUs / `gpus_per_worker` with GPUs,
+            else the cluster's CPUs - 1; never more than CPUs - 1).
+        gpus_per_worker: GPUs per embedding actor (0: CPU actors; 0.5: two actors per GPU).
+        progress: Show a progress bar per stage.
+        timeout: Seconds without any finished task before a stage fails.
+        retries: Restarts of a dead actor, retries of a task whose worker died.
+
+    Raises:
+        InputError: Ray is not installed, or a setting cannot work.
+        ExecutorError: the cluster cannot be reached.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, workers: int | None = None,
+                 gpus_per_worker: float = 0.0, progress: bool = True,
+                 timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                    or workers < 1):
+            raise InputError("must be a whole number of at least 1", param="workers")
+        if not gpus_per_worker >= 0:
+            raise InputError("must be 0 or more", param="gpus_per_worker")
+        if not timeout > 0:
+            raise InputError("must be more than 0 seconds", param="timeout")
+        if retries < 0:
+            raise InputError("must be 0 or more", param="retries")
+        self.ray = import_ray()
+        self.address, self.workers, self.gpus_per_worker = address, workers, float(gpus_per_worker)
+        self.progress, self.timeout, self.retries = progress, float(timeout), int(retries)
+        self._owned = connect(address, quiet=not progress)
+
+    def close(self) -> None:
+        if self._owned and self.ray.is_initialized():
+            self.ray.shutdown()
+        self._owned = False
+
+    # ------------------------------------------------------------------ sizing
+
+    def pool_size(self) -> int:
+        """Actors of the embedding pool on this cluster (see `workers`), at most its CPUs - 1
+        so that Ray Data's own tasks always find a CPU (ray issue 44687).
+
+        Raises:
+            InputError: the cluster has fewer than 2 CPUs, or none of the GPUs asked for.
+        """
+        resources = self.ray.cluster_resources()
+        cpus, gpus = int(resources.get("CPU", 0)), float(resources.get("GPU", 0))
+        if cpus < 2:
+            raise InputError(f"the Ray cluster has {cpus} CPU(s): the embedding pool needs one "
+                             "per worker plus one left free for Ray Data's other tasks "
+                             "(ray issue 44687)", param="address")
+        if self.gpus_per_worker > 0:
+            if gpus < self.gpus_per_worker:
+                raise InputError(f"the Ray cluster has {gpus:g} GPU(s), a worker needs "
+                                 f"{self.gpus_per_worker:g}", param="gpus_per_worker")
+            default = int(math.floor(gpus / self.gpus_per_worker + 1e-9))
+        else:
+            default = cpus - 1
+        wanted = self.workers or default
+        if wanted > cpus - 1:
+            log.warning("%d embedding workers asked for, but the Ray cluster has %d CPUs: using "
+                        "%d, leaving one CPU for Ray Data's other tasks (ray issue 44687)",
+                        wanted, cpus, cpus - 1)
+            wanted = cpus - 1
+        return max(1, wanted)
+
+    # ------------------------------------------------------------------ map
+
+    def map(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource | None = None
+            ) -> list[Any]:
+        if not tasks:
+            return []
+        if stage.needs_encoder:
+            if encoder is None:
+                raise InputError(f"stage {stage.name} needs an encoder")
+            results = self._map_pool(stage, tasks, encoder)
+        else:
+            results = self._map_tasks(stage, tasks)
+        return results
+
+    def _bar(self, stage: Stage, tasks: Sequence[Any]) -> tqdm:
+        weight = stage.weight or (lambda _: 1)
+        return tqdm(total=sum(weight(t) for t in tasks), desc=f"{stage.name} (ray)",
+                    unit=stage.unit, disable=not self.progress, dynamic_ncols=True,
+                    smoothing=0.05)
+
+    def _map_tasks(self, stage: Stage, tasks: Sequence[Any]) -> list[Any]:
+        ray = self.ray
+        remote = ray.remote(num_cpus=1, max_retries=self.retries, retry_exceptions=False)(
+            _run_task)
+        fn = ray.put(stage.fn)
+        refs = [remote.remote(fn, task) for task in tasks]
+        where = {ref: i for i, ref in enumerate(refs)}
+        out: list[Any] = [None] * len(tasks)
+        weight = stage.weight or (lambda _: 1)
+        pending = list(refs)
+        try:
+            with self._bar(stage, tasks) as bar:
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=1, timeout=self.timeout)
+                    if not done:
+                        raise ExecutorError(f"no {stage.name} task finished in "
+                                            f"{self.timeout:g} s on the Ray cluster; the "
+                                            "finished ones are kept: run the same command "
+                                            "again to resume")
+                    for ref in done:
+                        i = where[ref]
+                        try:
+                            out[i] = ray.get(ref)
+                        except Exception as exc:  # noqa: BLE001 - becomes one tapt error
+                            raise task_error(exc, stage.name) from exc
+                        bar.update(weight(tasks[i]))
+        except BaseException:
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+            raise
+        return out
+
+    def _map_pool(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource
+                  ) -> list[Any]:
+        from ray import cloudpickle
+        from ray.data import ActorPoolStrategy
+
+        ray = self.ray
+        size = min(self.pool_size(), len(tasks))
+        source = worker_source(encoder)
+        items = [{"i": i, "task": cloudpickle.dumps(t)} for i, t in enumerate(tasks)]
+        with _data_context(ray):
+            ds = ray.data.from_items(items, override_num_blocks=len(items))
+            with warnings.catch_warnings():
+                # Ray 2.60 sets the pool's restarts and retries only through `ray_remote_args`
+                # (deprecated for 2.64); its defaults, unbounded, are what hangs (ray #62746)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                ds = ds.map_batches(
+                    _EmbedActor, batch_size=1, batch_format="numpy",
+                    fn_constructor_kwargs={"fn": stage.fn, "source": source},
+                    compute=ActorPoolStrategy(size=size), num_cpus=1,
+                    num_gpus=self.gpus_per_worker or None,
+                    max_restarts=self.retries, max_task_retries=self.retries)
+            out: list[Any] = [None] * len(tasks)
+            weight = stage.weight or (lambda _: 1)
+            with self._bar(stage, tasks) as bar:
+                for row in _rows_within(ds, self.timeout, stage.name):
+                    i = int(row["i"])
+                    out[i] = json.loads(str(row["record"]))
+                    bar.update(weight(tasks[i]))
+        missing = [i for i, r in enumerate(out) if r is None]
+        if missing:
+            raise ExecutorError(f"the {stage.name} stage returned no result for {len(missing)} "
+                                "task(s); the finished parts are kept: run the same command "
+                                "again to resume")
+        return out
+
+
+@contextlib.contextmanager
+def _data_context(ray) -> Iterator[None]:
+    """Ray Data settings of one embed stage, restored afterwards: no errored block tolerated,
+    the task's own exception raised, no bars or INFO lines of its own (tapt's bar counts
+    sentences)."""
+    ctx = ray.data.DataContext.get_current()
+    wanted = {"max_errored_blocks": 0, "raise_original_map_exception": True,
+              "enable_progress_bars": False, "print_on_execution_start": False}
+    saved = {k: getattr(ctx, k) for k in wanted if hasattr(ctx, k)}
+    logger = logging.getLogger("ray.data")
+    level = logger.level
+    for k in saved:
+        setattr(ctx, k, wanted[k])
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(ctx, k, v)
+        logger.setLevel(level)
+
+
+def _rows_within(ds, timeout: float, stage: str) -> Iterator[dict[str, Any]]:
+    """The dataset's rows as they come; ExecutorError when none comes for `timeout` seconds
+    (the consuming thread is left to Ray's shutdown), the task's error when one fails."""
+    results: queue.Queue = queue.Queue(maxsize=64)
+    end = object()
+
+    def consume() -> None:
+        try:
+            for row in ds.iter_rows():
+                results.put(("row", row))
+            results.put(("end", end))
+        except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread
+            results.put(("error", exc))
+
+    thread = threading.Thread(target=consume, name=f"tapt-{stage}", daemon=True)
+    thread.start()
+    while True:
+        try:
+            kind, value = results.get(timeout=timeout)
+        except queue.Empty:
+            raise ExecutorError(f"no {stage} part finished in {timeout:g} s on the Ray "
+                                "cluster; the finished parts are kept: run the same command "
+                                "again to resume") from None
+        if kind == "row":
+            yield value
+        elif kind == "error":
+            raise task_error(value, stage) from value
+        else:
+            return

@@ -1,0 +1,224 @@
+"""Serving an index from Ray actors: its shards held in memory, selections fanned out to them.
+
+`ShardServers` starts one actor per group of consecutive shards (`ShardServer`); each opens the
+index (checked as any open is), keeps its rows of the embeddings in RAM and its shards' FAISS
+parts loaded, and answers two calls: `score(scorer)` (a sentence scorer applied to its rows) and
+`search(queries, k)` (its parts' top-k with global ids). The driver keeps the index open too
+(memory-mapped) for everything else a selection does: the segment view, the exact rescoring of
+FAISS candidates, reading the chosen text.
+
+What fans out:
+
+- the sentence scores of every method that scores the whole index with a fitted `scorer`
+  (centroid, distance, density, classifier...): the scorer is sent to every actor;
+- every FAISS search (knn, and methods that search): each actor searches its parts, the driver
+  merges with `merge_topk`, exactly as `ShardedFaiss` does in one process.
+
+Methods that rank another way run on the driver over its memory maps, as in `Index.select`.
+
+Identical scores: scorers walk their rows in blocks whose shape BLAS rounds by, on a grid of
+global rows (`scoring.blocks`). An actor holds the rows of the `grid`-row blocks that start in
+its shards (`shards.grid_ranges`), so every block it scores starts at a multiple of `grid` and,
+as `grid` is a multiple of every block size the scorers use, has exactly the rows it has in a
+single process: a served selection equals `Index.select`, row for row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from tapt.errors import IndexFormatError, InputError
+from tapt.indexer.faiss_index import ShardedFaiss, merge_topk, search_part, set_search_param
+from tapt.indexer.ray_executor import ExecutorError, connect, import_ray, task_error
+from tapt.indexer.shards import grid_ranges
+
+from . import scoring
+from .methods.base import Method
+
+GRID = scoring.CHUNK
+START_TIMEOUT = 600.0
+
+
+class ShardServer:
+    """One actor's share of a served index (created through Ray, see `ShardServers`).
+
+    Args:
+        path: The index directory (on a file system this actor's node sees).
+        shards: Positions of its shards in the index's shard list.
+        grid: Rows per block of the scoring grid (see the module docstring).
+    """
+
+    def __init__(self, path: str, shards: Sequence[int], grid: int = GRID) -> None:
+        from tapt.indexer.faiss_index import read_faiss_index
+        from tapt.indexer.index import Index
+
+        index = Index(path)
+        self._identity = index.identity()
+        offsets = np.array([s.row_offset for s in index.shards] + [index.n_sentences])
+        ranges = grid_ranges(offsets, grid)
+        mine = [r for s in shards for r in ranges[s]]
+        self.start = mine[0][0] if mine else 0
+        self.stop = mine[-1][1] if mine else 0
+        self.rows = np.array(index.embeddings[self.start:self.stop])  # in RAM, not mapped
+        global_ids = index.manifest.get("faiss", {}).get("part_ids") == "global"
+        self.parts = [(read_faiss_index(index.shards[s].faiss_path),
+                       0 if global_ids else index.shards[s].row_offset) for s in shards]
+
+    def identity(self) -> dict[str, Any]:
+        return self._identity
+
+    def score(self, scorer) -> tuple[int, np.ndarray]:
+        """(first row, the scorer's scores of this actor's rows)."""
+        return self.start, np.asarray(scorer(self.rows))
+
+    def search(self, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [search_part(part, queries, k, base) for part, base in self.parts]
+
+    def set_param(self, name: str, value: int) -> None:
+        for part, _ in self.parts:
+            set_search_param(part, name, value)
+
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes)
+
+
+class ShardServers:
+    """The actors serving one index.
+
+    Args:
+        index: The index, open in this process (the actors must find it at the same path).
+        address: The Ray cluster ("auto", "HOST:PORT"; default: the one this process is
+            connected to, else RAY_ADDRESS, else a new local one).
+        actors: How many actors (consecutive groups of shards); default one per shard.
+        cpus_per_actor: CPUs Ray reserves for each actor.
+        grid: Rows per block of the scoring grid (a multiple of `scoring.CHUNK`'s divisors;
+            smaller only in tests).
+        timeout: Seconds the actors may take to load their shards.
+
+    Raises:
+        InputError: Ray is not installed, or a setting cannot work.
+        IndexFormatError: an actor opened another generation of the index than this process.
+        ExecutorError: the actors failed or did not start within `timeout`.
+    """
+
+    def __init__(self, index, address: str | None = None, actors: int | None = None,
+                 cpus_per_actor: float = 1.0, grid: int = GRID,
+                 timeout: float = START_TIMEOUT) -> None:
+        n = len(index.shards)
+        if actors is not None and (isinstance(actors, bool) or not isinstance(actors, int)
+                                   or actors < 1):
+            raise InputError("must be a whole number of at least 1", param="actors")
+        if not cpus_per_actor > 0:
+            raise InputError("must be more than 0", param="cpus_per_actor")
+        self.ray = import_ray("serving an index", param=None)
+        self._owned = connect(address)
+        count = min(actors or n, n)
+        cpus = float(self.ray.cluster_resources().get("CPU", 0))
+        if count * cpus_per_actor > cpus + 1e-9:
+            self.close()
+            raise InputError(f"{count} actor(s) of {cpus_per_actor:g} CPU need "
+                             f"{count * cpus_per_actor:g} CPUs, the Ray cluster has {cpus:g} "
+                             "(an actor that cannot be placed waits forever): pass fewer "
+                             "`actors` or a smaller `cpus_per_actor`", param="actors")
+        groups = [list(g) for g in np.array_split(np.arange(n), count)]
+        # a dead actor comes back for the next request; the call it died in fails (no retries:
+        # a call on a stopped actor must fail at once, not wait for one)
+        remote = self.ray.remote(num_cpus=cpus_per_actor, max_restarts=2,
+                                 max_task_retries=0)(ShardServer)
+        self.actors = [remote.remote(str(index.path), g, grid) for g in groups]
+        self.groups = groups
+        try:
+            identities = self.ray.get([a.identity.remote() for a in self.actors],
+                                      timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - one tapt error, the actors stopped
+            self.close()
+            if isinstance(exc, self.ray.exceptions.GetTimeoutError):
+                raise ExecutorError(f"the {count} serving actor(s) did not load {index.path} "
+                                    f"within {timeout:g} s", param="timeout") from exc
+            raise task_error(exc, "serve") from exc
+        wanted = index.identity()
+        if any(i != wanted for i in identities):
+            self.close()
+            raise IndexFormatError(f"the Ray actors opened another generation of {index.path} "
+                                   "than this process (the index changed, or the path is not "
+                                   "the same directory on every node): serve it again")
+
+    def _get(self, refs: list[Any], what: str) -> list[Any]:
+        try:
+            return self.ray.get(refs)
+        except Exception as exc:  # noqa: BLE001 - the task's own error, or one ExecutorError
+            raise task_error(exc, what) from exc
+
+    def scores(self, scorer, n: int) -> np.ndarray:
+        """The scorer's score of every row, computed by the actors."""
+        ref = self.ray.put(scorer)
+        out = np.empty(n, dtype=np.float32)
+        for start, part in self._get([a.score.remote(ref) for a in self.actors], "score"):
+            out[start:start + len(part)] = part
+        return out
+
+    def faiss(self, index) -> "RemoteFaiss":
+        """The actors' FAISS parts as one searchable index of `index`'s rows."""
+        return RemoteFaiss(self, index.n_sentences, index.dim)
+
+    def close(self) -> None:
+        """Stop the actors (waiting until Ray has their CPUs back) and a cluster started here."""
+        actors = getattr(self, "actors", [])
+        for actor in actors:
+            self.ray.kill(actor, no_restart=True)
+        for actor in actors:
+            try:
+                self.ray.get(actor.identity.remote(), timeout=30)
+            except Exception:  # noqa: BLE001 - the call fails once the actor is gone
+                pass
+        self.actors = []
+        if self._owned and self.ray.is_initialized():
+            self.ray.shutdown()
+        self._owned = False
+
+
+class RemoteFaiss(ShardedFaiss):
+    """The FAISS parts of a served index: each actor searches its own, the results are merged
+    here (`merge_topk`), as `ShardedFaiss` does in one process."""
+
+    def __init__(self, servers: ShardServers, ntotal: int, d: int) -> None:
+        import faiss
+
+        self.servers, self.parts, self.row_offsets, self.global_ids = servers, [], [], True
+        self.ntotal, self.d, self.metric_type = int(ntotal), int(d), faiss.METRIC_INNER_PRODUCT
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        ref = self.servers.ray.put(q)
+        found = self.servers._get([a.search.remote(ref, int(k))
+                                   for a in self.servers.actors], "search")
+        return merge_topk([r for results in found for r in results], k)
+
+    def set_param(self, name: str, value: int) -> None:
+        self.servers._get([a.set_param.remote(name, value) for a in self.servers.actors],
+                          "search")
+
+
+def served_method(spec: Method, servers: ShardServers) -> Method:
+    """`spec`, its fitted scorer applied by the actors wherever the method scores the whole
+    index with it (`scorer(ctx.index.embeddings)`); other methods as they are."""
+    cls = type(spec)
+    if cls.scorer is Method.scorer:
+        return spec
+
+    def scorer(self, ctx, task, params, heldout=False):
+        fitted, info = super(served, self).scorer(ctx, task, params, heldout)
+        everything = ctx.index.embeddings
+
+        def apply(rows):
+            if rows is everything:
+                return servers.scores(fitted, len(everything))
+            return fitted(rows)
+
+        return apply, info
+
+    served = type(cls.__name__, (cls,), {"scorer": scorer, "__module__": cls.__module__,
+                                         "__doc__": cls.__doc__})
+    return served()

@@ -1,0 +1,263 @@
+"""The Ray executor and `tapt index serve` on a local 2-CPU Ray cluster (started once here).
+
+Skipped when Ray is not installed (`pip install 'tapt[ray]'`; `make test` installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from build_worker import assert_same_index  # noqa: E402
+from conftest import HashingEncoder, write_split_corpus, write_task  # noqa: E402
+from ray_worker import CONFIG, WORKER, CrashingEncoder, ship_by_value  # noqa: E402
+
+import tapt  # noqa: E402
+from tapt.errors import TaptError  # noqa: E402
+from tapt.indexer import checkpoint  # noqa: E402
+from tapt.indexer.build import BuildConfig, build_index  # noqa: E402
+from tapt.indexer.index import Index  # noqa: E402
+from tapt.indexer.ray_executor import ExecutorError, RayExecutor  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    ship_by_value()
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> list[str]:
+    return [str(p) for p in write_split_corpus(tmp_path_factory.mktemp("ray-corpus"), parts=3,
+                                               docs_per_topic=6)]
+
+
+@pytest.fixture(scope="module")
+def local_index(tmp_path_factory, corpus) -> Path:
+    out = tmp_path_factory.mktemp("ray-local") / "idx"
+    build_index(corpus, out, HashingEncoder(), BuildConfig(**CONFIG))
+    return out
+
+
+def _ray_build(corpus, out, encoder, **options):
+    runner = RayExecutor(progress=False, **options)
+    return build_index(corpus, out, encoder, BuildConfig(**CONFIG, executor="ray"),
+                       executor=runner)
+
+
+def test_ray_build_equals_local(cluster, corpus, local_index, tmp_path):
+    manifest = _ray_build(corpus, tmp_path / "idx", HashingEncoder())
+    assert len(manifest["shards"]) == 3
+    assert_same_index(local_index, tmp_path / "idx")
+    task = write_task(tmp_path / "task.txt", "medical", n=20)
+    local, built = tapt.Index.open(local_index), tapt.Index.open(tmp_path / "idx")
+    for method in ("centroid", "knn"):
+        a = local.select(method, task, budget="10", encoder=HashingEncoder())
+        b = built.select(method, task, budget="10", encoder=HashingEncoder())
+        assert _ids(a) == _ids(b) and len(a) == 10
+
+
+def test_ray_add_equals_local_add(cluster, corpus, tmp_path):
+    from tapt.indexer.add import add_to_index
+
+    for name, executor in (("local", "local"), ("ray", RayExecutor(progress=False))):
+        build_index(corpus[:2], tmp_path / name, HashingEncoder(),
+                    BuildConfig(**{**CONFIG, "shards": 2}))
+        add_to_index(tmp_path / name, corpus[2:], HashingEncoder(), progress=False,
+                     executor=executor)
+    assert len(Index(tmp_path / "ray").shards) == 3
+    assert_same_index(tmp_path / "local", tmp_path / "ray")
+
+
+def test_worker_killed_once_is_retried(cluster, corpus, local_index, tmp_path):
+    _ray_build(corpus, tmp_path / "idx", CrashingEncoder(str(tmp_path / "crashed")))
+    assert (tmp_path / "crashed").exists()  # an actor did die mid-part
+    assert_same_index(local_index, tmp_path / "idx")
+
+
+def test_worker_always_killed_is_one_error_then_resumes(cluster, corpus, local_index, tmp_path):
+    with pytest.raises(ExecutorError, match=r"embed stage failed .* run the same command again"):
+        _ray_build(corpus, tmp_path / "idx", CrashingEncoder(str(tmp_path / "m"), always=True),
+                   retries=1, timeout=120)
+    assert (tmp_path / ".idx.building").is_dir() and not (tmp_path / "idx").exists()
+    _ray_build(corpus, tmp_path / "idx", HashingEncoder())
+    assert_same_index(local_index, tmp_path / "idx")
+
+
+def test_killed_driver_resumes_without_redoing_parts(cluster, corpus, local_index, tmp_path):
+    out, work = tmp_path / "idx", tmp_path / ".idx.building"
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    child = subprocess.Popen([sys.executable, str(WORKER), cluster, ",".join(corpus), str(out),
+                              str(first)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    committed, deadline = 0, time.monotonic() + 120
+    while time.monotonic() < deadline and child.poll() is None:
+        committed = checkpoint.committed_rows(work) if work.is_dir() else 0
+        if committed >= 32:   # two parts or more embedded, the rest not yet
+            break
+        time.sleep(0.05)
+    assert child.poll() is None, child.communicate()[1][-2000:]
+    child.send_signal(signal.SIGKILL)
+    child.communicate()
+    committed = checkpoint.committed_rows(work)
+    total = Index(local_index).n_sentences
+    assert 0 < committed < total and not out.exists()
+    rerun = subprocess.run([sys.executable, str(WORKER), cluster, ",".join(corpus), str(out),
+                            str(second)], capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    redone = sum(int(n) for n in second.read_text().split())
+    assert redone == total - committed   # only the parts missing at the kill were embedded
+    assert_same_index(local_index, out)
+    assert Index(out).manifest["build"]["sessions"] == 2
+
+
+def test_cli_ray_options_need_the_ray_executor(tmp_path, corpus):
+    from click.testing import CliRunner
+
+    from tapt.cli import cli
+
+    result = CliRunner().invoke(cli, ["-q", "index", "build", *corpus, "--out",
+                                      str(tmp_path / "x"), "--ray-workers", "2"])
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: --ray-workers: only applies with --executor ray"
+
+
+def test_cli_build_with_the_packaged_model(cluster, tmp_path):
+    """The user's path: `tapt index build --executor ray` joins the cluster, and each actor
+    loads the model from the build's spec."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"Sentence number {i} about topic {i % 3}."})
+                              + "\n" for i in range(24)))
+    out = subprocess.run([sys.executable, "-m", "tapt.cli", "-q", "index", "build", str(corpus),
+                          "--out", str(tmp_path / "idx"), "--no-split", "--executor", "ray",
+                          "--ray-address", cluster, "--shards", "1", "--json"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    manifest = json.loads(out.stdout)["manifest"]
+    assert manifest["counts"]["sentences"] == 24 and manifest["model"]["dim"] == 384
+
+
+def test_pool_leaves_a_cpu_for_ray_data(cluster, caplog):
+    runner = RayExecutor(workers=8, progress=False)
+    assert runner.pool_size() == 1   # 2 CPUs: one actor, one CPU for Ray Data's tasks (#44687)
+    assert "ray issue 44687" in caplog.text
+    with pytest.raises(TaptError, match="GPU"):
+        RayExecutor(gpus_per_worker=1, progress=False).pool_size()
+
+
+def test_without_ray_one_error(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(TaptError, match=r"pip install 'tapt\[ray\]'"):
+        RayExecutor(progress=False)
+
+
+def test_plain_import_does_not_import_ray():
+    code = ("import sys, tapt.cli, tapt.api, tapt.indexer.build, tapt.indexer.executors; "
+            "print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.fixture(scope="module")
+def one_shard_index(tmp_path_factory, corpus) -> Path:
+    out = tmp_path_factory.mktemp("ray-one") / "idx"
+    build_index(corpus, out, HashingEncoder(),
+                BuildConfig(**{**CONFIG, "shards": 1}, embedding_dtype="float16"))
+    return out
+
+
+METHODS = (("centroid", "12", {}), ("distance", "12", {}), ("density", "12", {"m": 3}),
+           ("classifier", "40sent", {}), ("knn", None, {"k": 5}), ("fused", "12", {}))
+
+
+def test_served_selection_equals_unsharded_select(cluster, local_index, one_shard_index,
+                                                  tmp_path):
+    one = tapt.Index.open(one_shard_index)
+    task = write_task(tmp_path / "task.txt", "legal", n=30)
+    want = {m: one.select(m, task, b, encoder=HashingEncoder(), **p) for m, b, p in METHODS}
+    # The default scoring grid: this small index's rows all score on the first actor, every
+    # FAISS search fans out to the 3; the same selection, score for score
+    with tapt.serve(local_index, actors=3, cpus_per_actor=0.5) as served:
+        assert len(served.shards) == 3 and len(served.servers.actors) == 3
+        remote = {"score": 0, "search": 0}
+        for name, obj, attr in (("score", served.servers, "scores"),
+                                ("search", served.faiss, "search")):
+            setattr(obj, attr, _counted(remote, name, getattr(obj, attr)))
+        for method, budget, params in METHODS:
+            before = dict(remote)
+            got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
+            assert _ids(got) == _ids(want[method]) and len(got) > 0, method
+            assert [s.score for s in got] == [s.score for s in want[method]], method
+            assert got.manifest["index"] == served.identity()
+            fanned = "search" if method == "knn" else "score"
+            assert remote[fanned] > before[fanned] or method == "fused", method
+    # A 64-row grid puts rows on every actor; blocks then have other shapes than in one
+    # process (BLAS may round the last bit differently), the ranking is the same
+    with tapt.ServedIndex(local_index, actors=3, cpus_per_actor=0.5, grid=64) as served:
+        starts = [served.servers.ray.get(a.score.remote(len)) for a in served.servers.actors]
+        assert all(n > 0 for _, n in starts) and sum(n for _, n in starts) == 230
+        assert all(start % 64 == 0 for start, _ in starts)
+        for method, budget, params in METHODS:
+            got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
+            assert _ids(got) == _ids(want[method]), method
+            np.testing.assert_allclose([s.score for s in got],
+                                       [s.score for s in want[method]], rtol=0, atol=1e-6)
+
+
+def test_serve_cli_answers_requests_line_by_line(cluster, local_index, one_shard_index,
+                                                 tmp_path):
+    task = tmp_path / "task.txt"
+    write_task(task, "sea", n=20)
+    requests = [{"id": 1, "method": "centroid", "task": str(task), "budget": "5"},
+                {"id": 2, "method": "knn", "task": {"files": [str(task)]},
+                 "params": {"k": 3}, "out": str(tmp_path / "knn.jsonl")},
+                {"id": 3, "method": "centroid", "task": str(task), "budget": "-1"},
+                "not json"]
+    lines = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in requests)
+    out = subprocess.run([sys.executable, str(Path(__file__).parent / "hashing_cli.py"), "-q",
+                          "index", "serve", str(local_index), "--ray-address", cluster,
+                          "--actors", "2"], input=lines, capture_output=True, text=True,
+                         timeout=180)
+    answers = [json.loads(line) for line in out.stdout.splitlines()]
+    assert out.returncode == 1 and out.stderr.strip().splitlines()[-1] == \
+        "Error: 2 of 4 request(s) failed (see their \"error\" in the output)"
+    one = tapt.Index.open(one_shard_index)
+    want = one.select("centroid", Path(task), "5", encoder=HashingEncoder())
+    assert answers[0]["id"] == 1 and answers[0]["ids"] == _ids(want)
+    knn = one.select("knn", [Path(task)], k=3, encoder=HashingEncoder())
+    assert answers[1]["ids"] == _ids(knn) and Path(answers[1]["out"]).is_file()
+    assert answers[2]["id"] == 3 and "budget" in answers[2]["error"]
+    assert "request: not a JSON object" in answers[3]["error"]
+
+
+def _counted(counts: dict[str, int], name: str, fn):
+    def call(*args, **kwargs):
+        counts[name] += 1
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def _ids(selection) -> list[int]:
+    return [s.id for s in selection]
