@@ -118,7 +118,8 @@ def upgrade_index(path: str | Path, progress: bool = True) -> tuple[dict[str, An
             "truncated_sentences": int(counts.get("truncated_sentences", 0)),
             "duplicate_documents_skipped": 0,
             "skipped_blank_records": int(counts.get("skipped_blank_records", 0)),
-            "input_files": [f.get("path") for f in old.get("ingest", {}).get("files", [])],
+            "input_files": [f.get("path") if isinstance(f, dict) else str(f)  # format 1: paths
+                            for f in old.get("ingest", {}).get("files", [])],
             "embeddings": old["files"]["embeddings"],
             "faiss": {"factory": faiss_info.get("factory"), "ntotal": n,
                       "bytes": faiss_info.get("bytes") or (shard / FAISS).stat().st_size,

@@ -282,6 +282,11 @@ def test_python_api_upgrades_an_old_index(idx):
 
     before = Index(idx).store.texts(range(Index(idx).n_sentences))
     make_format_1(idx)
+    # tapt 0.1 listed its input files as bare paths
+    manifest = json.loads((idx / "manifest.json").read_text())
+    files = manifest["ingest"]["files"]
+    manifest["ingest"]["files"] = [f["path"] if isinstance(f, dict) else f for f in files]
+    (idx / "manifest.json").write_text(json.dumps(manifest))
     ix = tapt.Index.upgrade(idx, progress=False)
     assert ix.format_version == INDEX_FORMAT_VERSION
     assert ix.store.texts(range(ix.n_sentences)) == before

@@ -66,6 +66,18 @@ def test_three_shards_select_what_one_shard_selects(indexes, task, method, param
     assert np.array_equal(a.weights, b.weights)
 
 
+@pytest.mark.parametrize("method", ["centroid", "fused"])
+def test_document_context_is_the_same_over_shards(indexes, task, method):
+    one, three = indexes
+    embeddings, texts = task
+    got = [rank(index, SelectConfig(method, "120sent", seed=3, context="document"),
+                embeddings, texts)[0] for index in (one, three)]
+    plain = rank(one, SelectConfig(method, "120sent", seed=3), embeddings, texts)[0]
+    assert np.array_equal(got[0].segments, got[1].segments)
+    assert np.allclose(got[0].scores, got[1].scores, rtol=0, atol=1e-5)
+    assert got[0].info["context"]["pooled"] and "context" not in plain.info
+
+
 def test_a_three_shard_selection_reads_the_same_text(indexes, task, tmp_path):
     from tapt.retriever.select import make_selection
     from tapt.retriever.task_input import resolve_task
