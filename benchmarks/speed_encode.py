@@ -558,8 +558,8 @@ def markdown(r: dict[str, Any]) -> str:
                   "FLOPs: only matrix products, counted from the model's shapes: useful = every "
                   "text at its own length (what the model has to compute); padded = every row of "
                   "a batch at the batch's longest length (what a dense kernel computes). Share = "
-                  "useful FLOP/s of that round / the same round's reference rate; median over "
-                  "rounds (min-max).", ""]
+                  "useful FLOP/s of an encoding / its bracketing reference rate; padded share "
+                  "likewise with padded FLOPs; median over rounds (min-max).", ""]
     lines += [f"| backend | batch | sentences/s | x {ref} | MFLOP/sent (useful) | padding overhead "
               f"| useful GFLOP/s | share of reference, useful | share, padded | useful share of "
               f"square | cosine to {ref} (mean / min) |",
