@@ -162,9 +162,10 @@ def pick_device(device: str) -> str:
 
 
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
-# Measured on the 2-core CPU (benchmarks/results/speed_encode.md): the fp32 ONNX export embeds 1.7x
-# faster than torch with identical selections; int8 is 3.7x faster but its selections overlap
-# fp32's only 0.93-0.98 at the oracle budget, so it is opt-in. On CUDA, torch (fp32, measured).
+# Measured on the 2-core CPUs (benchmarks/results/speed_encode.md, docs/performance-encoding.md):
+# the fp32 ONNX export (run as the fused graph) embeds faster than torch with identical
+# selections; int8 is faster still but its selections overlap fp32's only 0.93-0.98 at the oracle
+# budget, so it is opt-in. On CUDA, torch (fp32, measured).
 CPU_DEFAULT = "onnx"
 
 

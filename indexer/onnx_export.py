@@ -1,7 +1,12 @@
-"""Export a sentence-transformers model to ONNX (fp32, or int8 by dynamic quantisation), cached.
+"""Export a sentence-transformers model to ONNX (fp32, fused fp32, or int8 by dynamic
+quantisation), cached.
 
 The whole module pipeline (transformer, pooling, normalisation, any dense layers) is traced into one
 graph, so the ONNX model returns the same sentence embedding as `SentenceTransformer.encode`. The
+`onnx-fused` variant is traced with eager attention (whose pattern ONNX Runtime's transformer
+optimizer recognises; the SDPA trace it does not) and rewritten by that optimizer into fused
+operators (Attention with the QKV projections in one matrix product and a per-row length mask,
+EmbedLayerNormalization, SkipLayerNormalization, BiasGelu). The
 export is checked against torch on probe sentences before it is cached, and cached under the user
 cache directory by the model's full fingerprint (weights, module configs, tokenizer, maximum
 length), so it happens once per model and machine, never per run. Each entry records its size and
@@ -17,6 +22,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +37,9 @@ log = logging.getLogger(__name__)
 EXPORT_VERSION = 2  # 2: keyed by the full model fingerprint, size and SHA-256 recorded
 OPSET = 17
 # int8 dynamic quantisation changes embeddings a little (mean cosine ~0.99 to fp32); anything far
-# below that means the quantised graph is broken, not merely approximate.
-MIN_COSINE = {"onnx": 0.9999, "onnx-int8": 0.95}
+# below that means the quantised graph is broken, not merely approximate. Fusion only reorders
+# fp32 arithmetic, so the fused graph must agree with torch as closely as the plain one.
+MIN_COSINE = {"onnx": 0.9999, "onnx-fused": 0.9999, "onnx-int8": 0.95}
 _PROBES = [
     "The patient was given 5 mg of the drug twice a day.",
     "Section 2(b) of the Act applies to every contract signed after 1 January.",
@@ -87,7 +94,8 @@ def entry_problem(target: Path) -> str | None:
 
 
 def ensure_onnx(model, fingerprint: str, variant: str) -> Path:
-    """Path of the cached ONNX file of `model` for `variant` (`onnx` or `onnx-int8`), made if
+    """Path of the cached ONNX file of `model` for `variant` (`onnx`, `onnx-fused` or
+    `onnx-int8`), made if
     missing; a damaged entry is exported again (with a warning). Without a writable cache the
     export is kept in a temporary directory for this process only."""
     if variant not in MIN_COSINE:
@@ -145,17 +153,18 @@ def _export(model, work: Path, variant: str) -> dict[str, Any]:
     features = model.tokenizer(_PROBES, padding=True, truncation=True, return_tensors="pt")
     names = list(features.keys())
     fp32 = work / "model-fp32.onnx"
+    fused = variant == "onnx-fused"
     dynamic = {n: {0: "batch", 1: "tokens"} for n in names}
     dynamic["sentence_embedding"] = {0: "batch"}
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), _attention(model, fused):
             warnings.simplefilter("ignore")  # tracer warnings about shape-dependent Python branches
             torch.onnx.export(_Pipeline(model, names), tuple(features[n] for n in names), str(fp32),
                               input_names=names, output_names=["sentence_embedding"],
                               dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
     except Exception as exc:  # noqa: BLE001 - any exporter failure means "this model cannot go to ONNX"
         raise TaptError(f"cannot export this model to ONNX ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); use --backend torch"
+                        f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); use `backend` torch"
                         ) from exc
     out = work / "model.onnx"
     if variant == "onnx-int8":
@@ -170,18 +179,67 @@ def _export(model, work: Path, variant: str) -> dict[str, Any]:
         finally:
             root.setLevel(level)
         fp32.unlink()
+    elif fused:
+        fusion = _fuse(model, fp32, out)
+        fp32.unlink()
     else:
         fp32.rename(out)
     cosine = _check(model, out, names)
     if cosine < MIN_COSINE[variant]:
         raise TaptError(f"the {variant} export disagrees with torch (mean cosine {cosine:.4f} < "
-                        f"{MIN_COSINE[variant]}); use --backend torch")
+                        f"{MIN_COSINE[variant]}); use `backend` torch")
     import onnxruntime
     from tapt.util.versions import library_versions
 
     return {"variant": variant, "opset": OPSET, "inputs": names, "probe_cosine_to_torch": cosine,
+            **({"fused_operators": fusion} if fused else {}),
             "export_version": EXPORT_VERSION, "onnxruntime": onnxruntime.__version__,
             "versions": library_versions()}
+
+
+@contextmanager
+def _attention(model, eager: bool):
+    """Trace with eager attention when `eager` (the pattern ONNX Runtime's fusion recognises),
+    restoring the model's own implementation afterwards."""
+    auto = getattr(model[0], "auto_model", None) if eager and len(model) else None
+    before = getattr(getattr(auto, "config", None), "_attn_implementation", None)
+    if auto is None or before in (None, "eager") or not hasattr(auto, "set_attn_implementation"):
+        yield
+        return
+    auto.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        auto.set_attn_implementation(before)
+
+
+def _fuse(model, source: Path, out: Path) -> dict[str, int]:
+    """Rewrite `source` into `out` with ONNX Runtime's transformer fusions; returns the count of
+    each fused operator (empty when the optimizer cannot handle this architecture, in which case
+    `out` is the plain graph: correct, only not faster)."""
+    config = getattr(getattr(model[0], "auto_model", None), "config", None) if len(model) else None
+    heads = getattr(config, "num_attention_heads", 0) or 0
+    hidden = getattr(config, "hidden_size", 0) or 0
+    try:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        before = logging.root.manager.disable
+        logging.disable(logging.WARNING)  # the optimizer logs every fusion pass at INFO
+        try:
+            optimized = optimize_model(str(source), model_type="bert", num_heads=int(heads),
+                                       hidden_size=int(hidden), opt_level=0)
+            counts = {k: int(v) for k, v in optimized.get_fused_operator_statistics().items()
+                      if v}
+            optimized.save_model_to_file(str(out))
+        finally:
+            logging.disable(before)
+        return counts
+    except Exception as exc:  # noqa: BLE001 - an architecture the optimizer does not know
+        log.info("ONNX Runtime's transformer optimizer cannot fuse this model (%s: %s); "
+                 "using the plain graph", type(exc).__name__, str(exc).splitlines()[0][:200]
+                 if str(exc) else "")
+        shutil.copyfile(source, out)
+        return {}
 
 
 def _check(model, path: Path, names: list[str]) -> float:

@@ -68,7 +68,8 @@ def test_onnx_backends_agree_with_torch_and_export_once(minilm, backend, floor):
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     assert (got * ref).sum(axis=1).min() >= floor
     np.testing.assert_array_equal(onnx.token_counts(PROBES), minilm.token_counts(PROBES))
-    cached = export_dir(minilm.fingerprint, backend) / "model.onnx"
+    assert onnx.graph == {"onnx": "onnx-fused"}.get(backend, backend)  # fp32 runs fused
+    cached = export_dir(minilm.fingerprint, onnx.graph) / "model.onnx"
     assert onnx.path == cached and cached.is_file()
     stamp = cached.stat().st_mtime_ns
     again = load_encoder(None, device="cpu", backend=backend)
@@ -154,7 +155,7 @@ def test_a_truncated_onnx_export_is_made_again_never_a_traceback(minilm, caplog)
     from tapt.indexer.onnx_export import export_dir
 
     first = load_encoder(None, device="cpu", backend="onnx")
-    cached = export_dir(minilm.fingerprint, "onnx") / "model.onnx"
+    cached = export_dir(minilm.fingerprint, "onnx-fused") / "model.onnx"
     assert first.path == cached
     cached.write_bytes(cached.read_bytes()[: cached.stat().st_size // 3])
     with caplog.at_level("WARNING"):
@@ -163,3 +164,36 @@ def test_a_truncated_onnx_export_is_made_again_never_a_traceback(minilm, caplog)
                for r in caplog.records)
     assert again.path == cached and cached.stat().st_size > 3 * 1000
     np.testing.assert_allclose(again.encode(PROBES), first.encode(PROBES), atol=1e-5)
+
+
+def test_fused_graph_has_fused_operators_and_embeds_like_the_plain_one(minilm):
+    from tapt.indexer.onnx_encoder import OnnxEncoder
+
+    fused = OnnxEncoder(minilm, "onnx")
+    plain = OnnxEncoder(minilm, "onnx", fused=False, max_tokens=40)
+    assert plain.graph == "onnx" and plain.path.parent.name.endswith("-onnx-v2")
+    info = json.loads((fused.path.parent / "export.json").read_text())
+    assert info["fused_operators"]["Attention"] == 6  # one per layer: QKV in one product
+    assert {"SkipLayerNormalization", "BiasGelu"} <= set(info["fused_operators"])
+    assert info["probe_cosine_to_torch"] >= 0.9999
+    texts = PROBES * 5 + ["word " * 300]  # uneven lengths, one truncated to the maximum
+    got, ref = fused.encode(texts, batch_size=4), plain.encode(texts, batch_size=4)
+    assert (got * ref).sum(axis=1).min() >= 0.99999
+    np.testing.assert_allclose(got, minilm.encode(texts), atol=1e-4)
+
+
+def test_an_architecture_the_optimizer_cannot_fuse_keeps_the_plain_graph(minilm, tmp_path,
+                                                                           monkeypatch):
+    import onnxruntime.transformers.optimizer as optimizer
+
+    from tapt.indexer import onnx_export
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("unknown pattern")
+
+    monkeypatch.setattr(optimizer, "optimize_model", refuse)
+    monkeypatch.setenv("TAPT_CACHE_DIR", str(tmp_path / "cache"))
+    path = onnx_export.ensure_onnx(minilm.model, minilm.fingerprint, "onnx-fused")
+    info = json.loads((path.parent / "export.json").read_text())
+    assert info["fused_operators"] == {} and info["probe_cosine_to_torch"] >= 0.9999
+    assert onnx_export.entry_problem(path.parent) is None
