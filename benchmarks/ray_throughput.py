@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import logging
 import os
 import shutil
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from tapt.util.files import atomic_write, write_json_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -238,8 +238,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
               "ray_start_seconds": started, "runs": summaries,
               "max_embedding_difference": worst, "command": command.strip()}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "throughput.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "throughput.md").write_text(markdown(result))
+    write_json_atomic(args.out / "throughput.json", result)
+    with atomic_write(args.out / "throughput.md") as fh:
+        fh.write(markdown(result))
     print(markdown(result))
     return result
 

@@ -38,6 +38,7 @@ from tapt.indexer.stages import code_scale, encode_codes
 from tapt.retriever.budget import parse_budget
 from tapt.retriever.methods import Context, SegmentView, get_method
 from tapt.util.versions import library_versions, utc_now
+from tapt.util.files import atomic_write, write_json_atomic
 
 from .speed_encode import machine
 
@@ -86,7 +87,7 @@ def make_shards(work: Path, rows: int, shards: int, dim: int, clusters: int, noi
             for start in range(0, len(part), CHUNK):
                 out.append(encode_codes(part[start:start + CHUNK], scale))
     made = {"spec": record, "scale": scale.tolist(), "seconds": round(time.perf_counter() - t0)}
-    done.write_text(json.dumps(made))
+    write_json_atomic(done, made)
     return made
 
 
@@ -214,8 +215,9 @@ def main(argv: list[str] | None = None) -> None:
               "code_bytes_per_row": args.dim, "make_seconds": made["seconds"],
               "results": results, "breakdown": breakdown}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "select_latency.json").write_text(json.dumps(report, indent=2))
-    (args.out / "select_latency.md").write_text(markdown(report))
+    write_json_atomic(args.out / "select_latency.json", report)
+    with atomic_write(args.out / "select_latency.md") as fh:
+        fh.write(markdown(report))
     print(markdown(report))
 
 

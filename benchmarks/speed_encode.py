@@ -33,6 +33,7 @@ import numpy as np
 from tapt.indexer.encoder import SentenceTransformerEncoder, load_encoder, pick_device
 from tapt.util.versions import library_versions, utc_now
 from tapt.indexer.onnx_encoder import default_threads
+from tapt.util.files import atomic_write, write_json_atomic
 
 log = logging.getLogger("speed_encode")
 
@@ -439,8 +440,9 @@ def main(argv: list[str] | None = None) -> None:
               "invocation": ["python", "-m", "benchmarks.speed_encode", *(argv if argv is not None else sys.argv[1:])],
               "seconds": round(time.perf_counter() - start, 1), "versions": library_versions()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    args.out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
+    write_json_atomic(args.out.with_suffix(".json"), result)
+    with atomic_write(args.out.with_suffix(".md")) as fh:
+        fh.write(markdown(result))
     print(markdown(result))
 
 
