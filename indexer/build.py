@@ -224,6 +224,11 @@ def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
     is inside a tapt index. Returns `out` resolved."""
     inputs = corpus_paths(inputs)
     target = Path(out).expanduser().resolve()
+    try:
+        Path(out).is_symlink() or target.exists()
+    except OSError as exc:              # a name too long, a directory we may not search...
+        raise OutputError(f"{str(out)[:200]}: cannot be used ({exc.strerror or exc})",
+                          param="out") from None
     if target.is_dir() and is_tapt_index(target):
         extra = foreign_entries(target)
         if extra:

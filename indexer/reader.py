@@ -187,10 +187,16 @@ def expand_inputs(inputs: InputSpec | Iterable[InputSpec], options: ReadOptions 
         if isinstance(source, HubSource):
             found.append(InputFile(source, formats.get("hf-hub")))
             continue
-        if not source.exists():
+        try:
+            exists = source.exists()
+            is_dir = exists and source.is_dir()
+        except OSError as exc:          # a name too long, a permission denied on the way...
+            raise InputError(f"{str(raw)[:200]}: cannot be opened "
+                             f"({exc.strerror or type(exc).__name__})") from None
+        if not exists:
             raise InputError(f"{raw}: does not exist" + (
                 "" if source.local is not None else " (or cannot be reached)"))
-        if source.is_dir():
+        if is_dir:
             forced = formats.get(options.input_format) if options.input_format else None
             fmt = forced if forced is not None and forced.folder else formats.folder_format(source)
             found.extend([InputFile(source, fmt)] if fmt is not None else _folder(source, options))

@@ -465,3 +465,9 @@ def test_cli_hub_dataset_offline_is_one_error_line(tmp_path, cli_runner, monkeyp
     assert result.output.startswith("Error: --hf-dataset: someone/corpus: cannot reach the Hugging"), \
         result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "idx").exists()
+
+
+def test_a_path_the_system_cannot_open_is_one_input_error(tmp_path):
+    too_long = tmp_path / ("a" * 300 + ".txt")
+    with pytest.raises(InputError, match="cannot be opened .*too long"):
+        scan_inputs([str(too_long)])

@@ -62,3 +62,28 @@ def test_cli_wording_names_flags():
     err = OutputError("x exists; pass `overwrite` to replace it", param="out")
     assert str(err) == "out: x exists; pass `overwrite` to replace it"
     assert err.render(lambda n: "--" + n) == "--out: x exists; pass --overwrite to replace it"
+
+
+def test_paths_the_system_cannot_use_are_one_error(fake_index, medical_task, tmp_path):
+    from click.testing import CliRunner
+
+    from tapt.cli import cli
+
+    long = str(tmp_path / ("x" * 300))
+    runner = CliRunner()
+    cases = [
+        (["select", "centroid", str(fake_index), "--task", long, "--budget", "0.1", "--out",
+          str(tmp_path / "s.jsonl")], "cannot be opened (File name too long)"),
+        (["select", "centroid", str(fake_index), "--task", str(medical_task), "--budget", "0.1",
+          "--out", long], "cannot be used (File name too long)"),
+        (["index", "build", str(medical_task), "--out", long],
+         "cannot be used (File name too long)"),
+        (["index", "build", long, "--out", str(tmp_path / "idx")],
+         "cannot be opened (File name too long)"),
+    ]
+    for args, message in cases:
+        result = runner.invoke(cli, ["-q", *args], obj={"progress": False})
+        lines = result.output.strip().splitlines()
+        assert result.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error:"), args
+        assert message in lines[0] and "internal error" not in lines[0], lines[0]
+    assert not (tmp_path / "s.jsonl").exists() and not (tmp_path / "idx").exists()

@@ -40,9 +40,18 @@ def enclosing_index(path: str | Path) -> Path | None:
     """The tapt index directory that `path` lies in (or is), if any."""
     here = _resolved(path)
     for candidate in (here, *here.parents):
-        if candidate.is_dir() and is_tapt_index(candidate):
+        if _is_dir(candidate) and is_tapt_index(candidate):
             return candidate
     return None
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether `path` is a directory; False where it cannot even be looked at (the command
+    reading it reports that)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (),
@@ -74,12 +83,17 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
         if target == source:
             raise OutputError(f"{out} is also an input of this command; choose another path",
                               param=param)
-        if source.is_dir() and target.is_relative_to(source):
+        if _is_dir(source) and target.is_relative_to(source):
             raise OutputError(f"{out} lies inside the input {raw}; choose a path outside it",
                               param=param)
         if target.is_relative_to(source) is False and source.is_relative_to(target):
             raise OutputError(f"{out} contains the input {raw}; choose another path",
                               param=param)
+    try:
+        target.exists()
+    except OSError as exc:              # a name too long, a directory we may not search...
+        raise OutputError(f"{str(out)[:200]}: cannot be used ({exc.strerror or exc})",
+                          param=param) from None
     index = enclosing_index(target.parent if not target.exists() else target)
     if index is not None and not (directory and index == target and ours is not None
                                   and ours(target)):
