@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from tapt.errors import TaptError
+from tapt.retriever.context import CONTEXTS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _STATE = {"verbose": 0}  # -v count of the running invocation, for tracebacks of internal errors
@@ -841,7 +842,7 @@ def _select_command(method) -> click.Command:
     ]
     if method.pools_documents(method.make_params()):
         params.append(click.Option(
-            ["--context"], type=click.Choice(["sentence", "document"]), default="sentence",
+            ["--context"], type=click.Choice(CONTEXTS), default="sentence",
             show_default=True,
             help="document: score each sentence by its whole document's (shrunk) mean score, "
                  "so documents are kept or dropped together; usually more precise when corpus "
@@ -1181,7 +1182,7 @@ def bench() -> None:
               help="Segment sizes for methods that score sentences (others rank at size 1).")
 @click.option("--domains", default=None, help="Only these domains (comma-separated).")
 @click.option("--context", "contexts", default="sentence", show_default=True,
-              type=click.Choice(["sentence", "document", "both"]),
+              type=click.Choice([*CONTEXTS, "both"]),
               help="How methods that score sentences are cut: by each sentence's own score, "
                    "by its document's (rows named METHOD+document, see select --context), or "
                    "both side by side.")
@@ -1213,7 +1214,7 @@ def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, 
         budgets, repeats, _ints(segment_sizes, "--segment-sizes"), Path(out), Path(cache),
         label_field=label_field, domains=domains.split(",") if domains else None,
         progress=ctx.obj["progress"],
-        contexts=("sentence", "document") if contexts == "both" else (contexts,))
+        contexts=CONTEXTS if contexts == "both" else (contexts,))
     best = max((r for r in report["aggregate"] if r["domain"] == "all" and r["segment_size"] == 1),
                key=lambda r: r["f1"])
     click.echo(f"{len(report['results']):,} results in {report['seconds']:.0f} s; best mean F1 "

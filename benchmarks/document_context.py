@@ -15,6 +15,7 @@ labels are only used to count precision and recall.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import shlex
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python -m benchmarks.document_context " + shlex.join(sys.argv[1:] if argv is None
                                                                          else argv),
         "machine": f"{platform.machine()} {platform.processor() or platform.system()}, "
-                   f"{__import__('os').cpu_count()} CPUs",
+                   f"{os.cpu_count()} CPUs",
         "versions": library_versions(),
         "rows": index.n_sentences, "documents": int(len(index.doc_offsets)),
         "pooling_seconds_median": float(np.median(seconds)) if seconds else 0.0,

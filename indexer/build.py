@@ -31,7 +31,7 @@ import numpy as np
 
 from tapt.errors import InputError, OutputError, StorageError
 from tapt.util.files import ensure_dir, fsync_path, sha256_file, storage_error
-from tapt.util.safety import check_output, enclosing_index, is_tapt_index
+from tapt.util.safety import check_output, check_usable, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
 
 from . import checkpoint, stages
@@ -223,12 +223,8 @@ def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
     a tapt index holding nothing else; never an input, inside one, or around one; and no input
     is inside a tapt index. Returns `out` resolved."""
     inputs = corpus_paths(inputs)
+    check_usable(out)
     target = Path(out).expanduser().resolve()
-    try:
-        Path(out).is_symlink() or target.exists()
-    except OSError as exc:              # a name too long, a directory we may not search...
-        raise OutputError(f"{str(out)[:200]}: cannot be used ({exc.strerror or exc})",
-                          param="out") from None
     if target.is_dir() and is_tapt_index(target):
         extra = foreign_entries(target)
         if extra:

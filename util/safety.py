@@ -54,6 +54,24 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
+def check_usable(out: str | Path, param: str | None = "out") -> None:
+    """Refuse an output path the system cannot even look at (a name too long, a directory that
+    may not be searched) with one OutputError naming it.
+
+    Args:
+        out: The path a command will write.
+        param: The parameter name that holds `out`, for messages.
+
+    Raises:
+        OutputError: the path cannot be examined.
+    """
+    try:
+        Path(out).is_symlink() or _resolved(out).exists()
+    except OSError as exc:              # a name too long, a directory we may not search...
+        raise OutputError(f"{str(out)[:200]}: cannot be used ({exc.strerror or exc})",
+                          param=param) from None
+
+
 def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (),
                  overwrite: bool = False, ours: Callable[[Path], bool] | None = None,
                  ours_needs_overwrite: bool = False, directory: bool = False,
@@ -89,11 +107,7 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
         if target.is_relative_to(source) is False and source.is_relative_to(target):
             raise OutputError(f"{out} contains the input {raw}; choose another path",
                               param=param)
-    try:
-        target.exists()
-    except OSError as exc:              # a name too long, a directory we may not search...
-        raise OutputError(f"{str(out)[:200]}: cannot be used ({exc.strerror or exc})",
-                          param=param) from None
+    check_usable(out, param)
     index = enclosing_index(target.parent if not target.exists() else target)
     if index is not None and not (directory and index == target and ours is not None
                                   and ours(target)):

@@ -174,8 +174,7 @@ def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], na
         for ctx_name in contexts if pools else ("sentence",):
             values = scores
             if ctx_name == "document":
-                values, _ = document_scores(np.where(np.isfinite(scores), scores, -np.inf),
-                                            shared.index.doc_offsets)
+                values, _ = document_scores(scores, shared.index.doc_offsets)
             got, curve = evaluate_fixed(values, shared, relevant, wanted, sizes)
             label = context_name(name, ctx_name)
             rows.extend({"method": label, "seconds": round(seconds, 2), **r} for r in got)
