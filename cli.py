@@ -240,27 +240,32 @@ def _shard_options(func):
         click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
                      help="--executor ray: GPUs per embedding actor (0.5: two per GPU) "
                           "[default: 0, CPU actors]."),
+        click.option("--ray-timeout", "timeout", type=click.FloatRange(min=0, min_open=True),
+                     default=None, metavar="SECONDS",
+                     help="--executor ray: fail a stage when no task of it finishes for this "
+                          "long (the cluster lost its workers, or cannot place them) "
+                          "[default: 3600]."),
+        click.option("--ray-retries", "retries", type=click.IntRange(min=0), default=None,
+                     help="--executor ray: restarts of a dead embedding actor and retries of "
+                          "a task whose worker died [default: 3]."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def _runner(executor: str, address: str | None, workers: int | None,
-            gpus_per_worker: float | None, progress: bool):
+def _runner(executor: str, progress: bool, **ray_options):
     """The executor of a build or add: a name, or a RayExecutor made from the --ray-* options
-    (which the caller closes)."""
+    (which the caller closes); an option left unset keeps the executor's default."""
     from tapt.errors import InputError
     from tapt.indexer.executors import get_executor
 
-    ray_options = {"address": address, "workers": workers, "gpus_per_worker": gpus_per_worker}
+    given = {name: value for name, value in ray_options.items() if value is not None}
     if executor != "ray":
-        for name, value in ray_options.items():
-            if value is not None:
-                raise InputError("only applies with `executor` ray", param=name)
+        for name in given:
+            raise InputError("only applies with `executor` ray", param=name)
         return executor
-    ray_options["gpus_per_worker"] = gpus_per_worker or 0.0
-    return get_executor("ray", progress=progress, **ray_options)
+    return get_executor("ray", progress=progress, **given)
 
 
 def _input_options(add: bool = False):
@@ -336,6 +341,10 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
                    "~1e-4); scoring always computes in float32. auto = float16 when the index has "
                    "several shards or its corpus 1M records or more, else float32.")
 @_shard_options
+@click.option("--part-size", "window", default="4096", show_default=True, metavar="ROWS",
+              help="Sentences per embed part: the unit a resumed build redoes and a Ray embed "
+                   "task embeds (64k for corpora of 10^9 sentences and more, so a Ray driver "
+                   "tracks fewer parts).")
 @click.option("--codes", default="none", show_default=True, type=click.Choice(["none", "int8"]),
               help="Also store int8 codes of the embeddings, for `select --scan codes` on "
                    "indexes too large to scan exactly (1 byte per dimension per sentence).")
@@ -346,7 +355,8 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
                 doc_field, text_docs, input_format, hf_datasets, hf_split, strict, overwrite,
                 restart, embedding_dtype, shards, shard_size, executor, address, workers,
-                gpus_per_worker, codes, as_json, index_type, memory, opq) -> None:
+                gpus_per_worker, timeout, retries, window, codes, as_json, index_type, memory,
+                opq) -> None:
     """Embed CORPUS (files, folders or fsspec URLs) into an index.
 
     Formats, chosen by extension: JSONL (.jsonl/.ndjson/.jl/.json), plain text (.txt) and
@@ -368,7 +378,7 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
       tapt index build wiki/ --out wiki-idx --model ./my-st-model --device cuda
       tapt index build --hf-dataset allenai/c4:en --hf-split validation --out c4-idx
     """
-    from tapt.indexer.build import BuildConfig, build_index, check_index_output
+    from tapt.indexer.build import BuildConfig, build_index, check_index_output, parse_count
     from tapt.indexer.encoder import load_encoder
 
     inputs = _inputs(corpus, hf_datasets, hf_split)
@@ -380,9 +390,11 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
                          overwrite=overwrite, restart=restart, progress=ctx.obj["progress"],
                          index=index_type, memory=memory, opq=opq,
                          embedding_dtype=embedding_dtype, shards=shards, shard_size=shard_size,
-                         codes=codes, executor=executor)
+                         codes=codes, executor=executor,
+                         window=parse_count(window, param="window"))
     check_index_output(out, inputs, overwrite)  # before the model is loaded
-    runner = _runner(executor, address, workers, gpus_per_worker, ctx.obj["progress"])
+    runner = _runner(executor, ctx.obj["progress"], address=address, workers=workers,
+                     gpus_per_worker=gpus_per_worker, timeout=timeout, retries=retries)
     try:
         encoder = load_encoder(model, device=device, backend=backend)
         manifest = build_index(inputs, out, encoder, config, executor=runner,
@@ -437,7 +449,8 @@ def _faiss_summary(info: dict) -> str:
 @_domain_errors
 def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, doc_field,
               text_docs, input_format, hf_datasets, hf_split, strict, shards, shard_size,
-              executor, address, workers, gpus_per_worker, restart, as_json) -> None:
+              executor, address, workers, gpus_per_worker, timeout, retries, restart,
+              as_json) -> None:
     """Append the documents of CORPUS that IDX does not hold yet, as new shards (same model
     and settings).
 
@@ -458,7 +471,8 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
     ix = Index(idx)
     check_add_inputs(ix.path, inputs)  # before the model is loaded
     encoder = ix.load_encoder(model, device, backend)
-    runner = _runner(executor, address, workers, gpus_per_worker, ctx.obj["progress"])
+    runner = _runner(executor, ctx.obj["progress"], address=address, workers=workers,
+                     gpus_per_worker=gpus_per_worker, timeout=timeout, retries=retries)
     try:
         manifest = add_to_index(idx, inputs, encoder, batch_size=batch_size,
                                 restart=restart, progress=ctx.obj["progress"],

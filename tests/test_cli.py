@@ -80,6 +80,8 @@ def test_random_needs_no_task(real_index, tmp_path):
      "not a tapt index"),
     (["index", "build", "{tmp}/nothing.txt", "--out", "{tmp}/i2"], "does not exist"),
     (["index", "build", "{bin}", "--out", "{tmp}/i3"], "NUL bytes"),
+    (["index", "build", "{task}", "--out", "{tmp}/i3", "--part-size", "0"],
+     "--part-size: '0' must be a whole number of at least 1"),
 ])
 def test_bad_input_gives_one_line_and_writes_nothing(real_index, real_sample, tmp_path, args,
                                                      message):

@@ -122,15 +122,42 @@ def test_killed_driver_resumes_without_redoing_parts(cluster, corpus, local_inde
     assert Index(out).manifest["build"]["sessions"] == 2
 
 
-def test_cli_ray_options_need_the_ray_executor(tmp_path, corpus):
+@pytest.mark.parametrize("flag,value", [("--ray-workers", "2"), ("--ray-timeout", "30"),
+                                        ("--ray-retries", "0")])
+def test_cli_ray_options_need_the_ray_executor(tmp_path, corpus, flag, value):
     from click.testing import CliRunner
 
     from tapt.cli import cli
 
     result = CliRunner().invoke(cli, ["-q", "index", "build", *corpus, "--out",
-                                      str(tmp_path / "x"), "--ray-workers", "2"])
+                                      str(tmp_path / "x"), flag, value])
     assert result.exit_code == 1
-    assert result.output.strip() == "Error: --ray-workers: only applies with --executor ray"
+    assert result.output.strip() == f"Error: {flag}: only applies with --executor ray"
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_ray_options_reach_the_executor(tmp_path, corpus, monkeypatch):
+    """Each --ray-* option given is passed to the Ray executor; one not given keeps its
+    default."""
+    from click.testing import CliRunner
+
+    from tapt.cli import cli
+    from tapt.indexer import executors
+
+    seen = {}
+
+    def fake(name, **options):
+        seen.update(options, name=name)
+        raise TaptError("stopped before the build")
+
+    monkeypatch.setattr(executors, "get_executor", fake)
+    result = CliRunner().invoke(cli, ["-q", "index", "build", *corpus, "--out",
+                                      str(tmp_path / "x"), "--executor", "ray",
+                                      "--ray-timeout", "42.5", "--ray-retries", "0",
+                                      "--ray-workers", "3"])
+    assert result.output.strip() == "Error: stopped before the build"
+    assert seen == {"name": "ray", "progress": False, "timeout": 42.5, "retries": 0,
+                    "workers": 3}
 
 
 def test_cli_build_with_the_packaged_model(cluster, tmp_path):
@@ -141,12 +168,14 @@ def test_cli_build_with_the_packaged_model(cluster, tmp_path):
                               + "\n" for i in range(24)))
     out = subprocess.run([sys.executable, "-m", "tapt.cli", "-q", "index", "build", str(corpus),
                           "--out", str(tmp_path / "idx"), "--no-split", "--executor", "ray",
-                          "--ray-address", cluster, "--shards", "1", "--json"],
+                          "--ray-address", cluster, "--shards", "1", "--part-size", "10", "--batch-size", "8",
+                          "--json"],
                          capture_output=True, text=True, timeout=300,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
     manifest = json.loads(out.stdout)["manifest"]
     assert manifest["counts"]["sentences"] == 24 and manifest["model"]["dim"] == 384
+    assert manifest["build"]["window"] == 10    # three embed parts of at most 10 rows
 
 
 def test_pool_leaves_a_cpu_for_ray_data(cluster, caplog):
