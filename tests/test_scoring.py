@@ -48,6 +48,67 @@ def test_rank_breaks_ties_by_index():
     assert scoring.rank(np.array([0.1, 0.5, 0.5, -1.0])).tolist() == [1, 2, 0, 3]
 
 
+def test_segment_mean_of_one_sentence_segments_is_the_reduceat_result():
+    rng = np.random.default_rng(2)
+    for values in (rng.standard_normal(999).astype(np.float32), rng.standard_normal(999)):
+        ones = np.ones(len(values), dtype=np.int64)
+        by_runs = (np.add.reduceat(values.astype(np.float64), np.arange(len(values)))
+                   / ones).astype(np.float32)
+        got = scoring.segment_mean(values, ones)
+        assert got.dtype == np.float32 and got is not values
+        np.testing.assert_array_equal(got, by_runs)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int8])
+def test_a_threaded_scan_gives_the_scores_of_one_thread(dtype):
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((20_000, 48)).astype(np.float32)
+    rows = (rows / np.abs(rows).max() * 100).astype(dtype) if dtype == np.int8 else \
+        rows.astype(dtype)
+    q = rng.standard_normal(48).astype(np.float32)
+    one, four = np.empty(len(rows), np.float32), np.empty(len(rows), np.float32)
+    assert scoring._cast_scores(rows, q, one, rows=512, threads=1)
+    assert scoring._cast_scores(rows, q, four, rows=512, threads=4)
+    np.testing.assert_array_equal(one, four)
+    np.testing.assert_allclose(one, rows.astype(np.float32) @ q, rtol=1e-4, atol=1e-3)
+
+
+def _lexsort_rank(scores):
+    return np.lexsort((np.arange(len(scores)), -np.asarray(scores, dtype=np.float64)))
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "specials", "nan", "float64", "float64-exact",
+                                  "int", "big-int", "float16"])
+def test_rank_equals_the_two_key_sort_for_every_kind_of_score(kind):
+    """The packed-key sort and its fallback give exactly the (descending score, ascending
+    index) order: ties, -0.0 == 0.0, infinities, NaN last, values float32 cannot hold."""
+    rng = np.random.default_rng(1)
+    for n in (0, 1, 2, 7, 1000, 50_000):
+        s = rng.standard_normal(n).astype(np.float32)
+        if kind == "ties":
+            s = rng.integers(-3, 4, n).astype(np.float32)
+        elif kind == "specials" and n:
+            s[rng.integers(0, n, 6)] = rng.choice(
+                np.array([0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45], dtype=np.float32), 6)
+        elif kind == "nan" and n:
+            s[rng.integers(0, n, 3)] = np.nan
+        elif kind == "float64":
+            s = rng.standard_normal(n) * (1 + 1e-12)
+        elif kind == "float64-exact":
+            s = s.astype(np.float64)
+        elif kind == "int":
+            s = rng.integers(-5, 5, n)
+        elif kind == "big-int":
+            s = rng.integers(2**40, 2**40 + 4, n)
+        elif kind == "float16":
+            s = s.astype(np.float16)
+        before = s.copy()
+        got = scoring.rank(s)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, _lexsort_rank(s))
+        np.testing.assert_array_equal(s, before)   # the caller's scores are not written
+
+
 def test_lambda_weights_follow_the_formula():
     anomaly = np.array([1.0, 2.0, 3.0, 10.0])
     z = (anomaly - anomaly.mean()) / anomaly.std()
