@@ -48,16 +48,38 @@ def centroid_scores(embeddings: np.ndarray, query: np.ndarray, chunk: int = CHUN
 
     `scale`: the rows are int8 codes of the embeddings (`scan="codes"`), each dimension times
     `scale` approximating it; the scores are those of the decoded rows."""
-    out = np.empty(len(embeddings), dtype=np.float32)
     q = np.asarray(query, dtype=np.float32)
     if scale is not None:
         q = q * np.asarray(scale, dtype=np.float32)
-    dtype = getattr(embeddings, "dtype", None)
-    if not (dtype in (np.float16, np.int8) and _cast_scores(embeddings, q, out)):
-        for start, block in blocks(embeddings, chunk):
-            out[start:start + len(block)] = np.asarray(block, dtype=np.float32) @ q
+    out = linear_scores(embeddings, q, chunk=chunk)
     if scale is None:
         check_cosines(out, bound=float(np.linalg.norm(q)))  # damaged rows stop here
+    return out
+
+
+def linear_scores(rows: np.ndarray, weights: np.ndarray, bias: float = 0.0,
+                  chunk: int = CHUNK) -> np.ndarray:
+    """rows @ weights + bias in float32, streamed over a (memory-mapped, sharded) matrix:
+    float16 and int8 rows through `_cast_scores`, float32 rows by BLAS in `chunk`-row blocks
+    of the global grid.
+
+    Args:
+        rows: (n, d) rows.
+        weights: (d,) weights.
+        bias: Added to every score.
+        chunk: Rows per block of float32 rows.
+
+    Returns:
+        (n,) float32 scores.
+    """
+    out = np.empty(len(rows), dtype=np.float32)
+    w = np.ascontiguousarray(weights, dtype=np.float32)
+    if not (getattr(rows, "dtype", None) in (np.float16, np.int8) and
+            _cast_scores(rows, w, out)):
+        for start, block in blocks(rows, chunk):
+            out[start:start + len(block)] = np.asarray(block, dtype=np.float32) @ w
+    if bias:
+        out += np.float32(bias)
     return out
 
 

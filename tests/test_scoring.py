@@ -73,6 +73,16 @@ def test_a_threaded_scan_gives_the_scores_of_one_thread(dtype):
     np.testing.assert_allclose(one, rows.astype(np.float32) @ q, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_linear_scores_are_the_product_plus_bias(dtype):
+    rng = np.random.default_rng(4)
+    rows = rng.standard_normal((5000, 32)).astype(dtype)
+    w = rng.standard_normal(32)
+    got = scoring.linear_scores(rows, w, bias=-1.5, chunk=1000)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, rows.astype(np.float64) @ w - 1.5, rtol=1e-5, atol=1e-4)
+
+
 def _lexsort_rank(scores):
     return np.lexsort((np.arange(len(scores)), -np.asarray(scores, dtype=np.float64)))
 
