@@ -103,22 +103,42 @@ class BigramLM:
                    history_types, S)
 
     def log2_probs(self, hist: np.ndarray, word: np.ndarray) -> np.ndarray:
-        """log2 P(word | hist) for arrays of ids (ids >= `size` are unknown words)."""
-        V, S = self.vocab_size, self.size
-        known_w = word < S
-        w = np.where(known_w, word, 0)
-        h = np.where(hist < S, hist, 0)
-        c_w = np.where(known_w, self.unigram_counts[w], 0.0)
-        p1 = (c_w + 1.0) / (self.unigram_counts.sum() + V + 1.0)
-        c_h = np.where(hist < S, self.history_counts[h], 0.0)
-        t_h = np.where(hist < S, self.history_types[h], 0.0)
-        keys = h * S + w
-        at = np.minimum(np.searchsorted(self.bigram_keys, keys), len(self.bigram_keys) - 1)
-        found = known_w & (hist < S) & (self.bigram_keys[at] == keys)
-        c_hw = np.where(found, self.bigram_counts[at], 0.0)
+        """log2 P(word | hist) for arrays of ids (ids >= `size` are unknown words).
+
+        The per-id terms (add-one unigram, history count and types) are computed once per id
+        and gathered; the bigram table is searched only for pairs whose history and word both
+        occur in the model (no other pair can be in it)."""
+        S = self.size
+        unknown_w, unknown_h = word >= S, hist >= S
+        w = np.where(unknown_w, 0, word) if unknown_w.any() else word
+        h = np.where(unknown_h, 0, hist) if unknown_h.any() else hist
+        p1 = self._unigram_p1()[w]
+        c_h, t_h = self.history_counts[h], self.history_types[h]
+        if unknown_w.any():
+            p1[unknown_w] = self._unknown_p1()
+        if unknown_h.any():
+            c_h[unknown_h] = 0.0
+            t_h[unknown_h] = 0.0
+        c_hw = np.zeros(len(w), dtype=np.float64)
+        maybe = np.flatnonzero((c_h > 0) & (self.unigram_counts[w] > 0) & ~unknown_w)
+        if len(maybe) and len(self.bigram_keys):
+            keys = h[maybe] * S + w[maybe]
+            at = np.minimum(np.searchsorted(self.bigram_keys, keys), len(self.bigram_keys) - 1)
+            found = self.bigram_keys[at] == keys
+            c_hw[maybe[found]] = self.bigram_counts[at[found]]
         seen = c_h > 0
         p = np.where(seen, (c_hw + t_h * p1) / np.where(seen, c_h + t_h, 1.0), p1)
         return np.log2(p)
+
+    def _unigram_p1(self) -> np.ndarray:
+        """The add-one unigram probability of every model id."""
+        if getattr(self, "_p1", None) is None:
+            self._p1 = ((self.unigram_counts + 1.0)
+                        / (self.unigram_counts.sum() + self.vocab_size + 1.0))
+        return self._p1
+
+    def _unknown_p1(self) -> float:
+        return 1.0 / (self.unigram_counts.sum() + self.vocab_size + 1.0)
 
     def unigram_log2(self, word: np.ndarray) -> np.ndarray:
         """log2 P1(word), the add-one unigram alone (ids >= `size` are unknown words)."""

@@ -206,3 +206,29 @@ def test_stored_lexicon_scores_every_row_as_it_scores_rows_one_by_one(fake_index
     every = models.score_all()
     rows = np.random.default_rng(0).permutation(len(every))[:200]
     np.testing.assert_array_equal(every[rows], models.score_rows(rows))
+
+
+def test_bigram_log2_probs_follow_the_interpolated_formula():
+    """log2 P(w | h) of `BigramLM` (per-id terms gathered, the bigram table searched only where
+    a pair can be in it) equals Witten-Bell-style interpolation computed pair by pair, for
+    seen and unseen pairs, unknown words and unknown histories."""
+    from tapt.retriever.ngram_lm import BigramLM
+
+    rng = np.random.default_rng(6)
+    S, V = 40, 100
+    hist, word = rng.integers(0, S, 3000), rng.integers(2, S, 3000)
+    lm = BigramLM.fit_pairs(hist, word, V, S)
+    qh = np.concatenate([rng.integers(0, S + 5, 2000), hist[:300]])
+    qw = np.concatenate([rng.integers(0, S + 5, 2000), word[:300]])
+    total = lm.unigram_counts.sum()
+    pairs = {}
+    for a, b in zip(hist.tolist(), word.tolist()):
+        pairs[a, b] = pairs.get((a, b), 0) + 1
+    expected = []
+    for a, b in zip(qh.tolist(), qw.tolist()):
+        p1 = ((lm.unigram_counts[b] if b < S else 0.0) + 1.0) / (total + V + 1.0)
+        c_h = lm.history_counts[a] if a < S else 0.0
+        t_h = lm.history_types[a] if a < S else 0.0
+        c_hw = pairs.get((a, b), 0) if a < S and b < S else 0
+        expected.append(np.log2((c_hw + t_h * p1) / (c_h + t_h)) if c_h > 0 else np.log2(p1))
+    np.testing.assert_allclose(lm.log2_probs(qh, qw), expected, rtol=1e-12)
