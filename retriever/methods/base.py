@@ -48,7 +48,7 @@ import numpy as np
 
 from tapt.errors import InputError
 
-from .. import scoring
+from .. import scoring, topcut
 from ..budget import Budget, budget_target, cut
 from ..context import document_scores
 
@@ -551,11 +551,43 @@ class SentenceScored(Method):
         scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)
         return scorer(ctx.index.embeddings), info
 
+    def row_scorer(self, ctx: Context, params: Params) -> tuple[Scorer, dict[str, Any]] | None:
+        """The fitted scorer whose scores of `ctx.index.embeddings` are `sentence_scores`, or
+        None where they come another way (a method that overrides `sentence_scores` overrides
+        this too). With one, a budget's cut streams (`budget_candidates`)."""
+        if type(self).sentence_scores is not SentenceScored.sentence_scores:
+            return None
+        return self.scorer(ctx, ctx.need_task(self.name), params)
+
+    def budget_candidates(self, ctx: Context, scorer: Scorer, cut: topcut.Cut
+                          ) -> topcut.Candidates:
+        """The segments `cut` keeps of the ranking by `scorer`'s mean sentence scores, in rank
+        order: every row scored block by block on the global grid, only the running cut kept
+        (`topcut.scan_cut`); the segments and scores of the whole-array path, bit for bit."""
+        view = ctx.view
+        measure = cut.measure(view.lengths, view.tokens)
+        kept, pieces = topcut.scan_cut(ctx.index.embeddings, scorer, view.offsets, 0, measure,
+                                       cut, progress=ctx.progress)
+        return topcut.merge(kept, topcut.join_pieces(pieces, view.offsets, measure), cut)
+
     def depends_on_budget(self, params: Params) -> bool:
         return False
 
     def rank(self, ctx: Context, params: Params) -> Ranking:
-        scores, info = self.sentence_scores(ctx, params)
+        """With a budget and sentence context, a fitted row scorer's cut streams
+        (`budget_candidates`: no score per sentence is kept); otherwise every sentence's score
+        is computed, then ranked (`by_sentence_scores`)."""
+        fitted = self.row_scorer(ctx, params)
+        if fitted is None:
+            scores, info = self.sentence_scores(ctx, params)
+        elif ctx.budget is not None and ctx.view.context == "sentence":
+            view = ctx.view
+            target = budget_target(ctx.budget, view.lengths, view.tokens)
+            chosen = self.budget_candidates(ctx, fitted[0], topcut.Cut.of(ctx.budget, target))
+            return Ranking(chosen.ids, chosen.scores, np.ones(len(chosen), dtype=np.float32),
+                           dict(fitted[1]))
+        else:
+            scores, info = fitted[0](ctx.index.embeddings), fitted[1]
         return by_sentence_scores(ctx.view, scores, ctx.budget, dict(info), self.threshold)
 
     def full_ranking(self, ctx: Context, params: Params) -> Ranking:
