@@ -87,4 +87,9 @@ def segment_offsets(doc_offsets: np.ndarray, size: int) -> np.ndarray:
 
 def segment_docs(doc_offsets: np.ndarray, seg_offsets: np.ndarray) -> np.ndarray:
     """Document index of every segment."""
-    return np.searchsorted(np.asarray(doc_offsets), np.asarray(seg_offsets[:-1]), side="right") - 1
+    return docs_of_rows(doc_offsets, np.asarray(seg_offsets[:-1]))
+
+
+def docs_of_rows(doc_offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Document index of each sentence row."""
+    return np.searchsorted(np.asarray(doc_offsets), np.asarray(rows), side="right") - 1

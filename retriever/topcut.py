@@ -120,6 +120,22 @@ class Candidates:
         return (self.scores > score) | ((self.scores == score) & (self.ids < id_))
 
 
+def ranked_prefix(scores: np.ndarray, cut: Cut, measure: np.ndarray | None = None
+                  ) -> np.ndarray:
+    """Positions of the cut of consecutive segments' `scores` (ties by position), in rank
+    order: `scoring.rank_top` (a partition, then a sort of the prefix) grown until the cut
+    fits in it, so a block of segments costs no full sort."""
+    n = len(scores)
+    k = min(n, int(np.ceil(cut.target)) + 1)
+    while True:
+        order = scoring.rank_top(scores, k)
+        ones = np.ones(len(order), np.int64) if measure is None else measure[order]
+        keep = cut.length(ones)
+        if keep < len(order) or len(order) == n:
+            return order[:keep]
+        k = min(n, 2 * k)
+
+
 def merge(a: Candidates, b: Candidates, cut: Cut) -> Candidates:
     """The cut of two candidate sets together (each may be cut already or not)."""
     return Candidates.concat([a, b]).cut(cut)
@@ -216,10 +232,11 @@ class SegmentStream:
             stop = int(self.offsets[done]) - base
             lengths = np.diff(self.offsets[seg:done + 1])
             means = scoring.segment_mean(buf[:stop], lengths)
-            ids = np.arange(self.first + seg, self.first + done, dtype=np.int64)
-            measure = (np.ones(len(ids), np.int64) if self.measure is None
-                       else np.asarray(self.measure[seg:done], dtype=np.int64))
-            self.top.add(Candidates(ids, means, measure))
+            measure = None if self.measure is None else self.measure[seg:done]
+            best = ranked_prefix(means, self.top.cut, measure)
+            self.top.add(Candidates(best + (self.first + seg), means[best],
+                                    np.ones(len(best), np.int64) if measure is None
+                                    else np.asarray(measure[best], dtype=np.int64)))
             buf, base, seg = buf[stop:], int(self.offsets[done]), done
         self._carry = np.array(buf, dtype=np.float32)
         self._carry_start, self._seg = base, seg
@@ -260,12 +277,18 @@ def join_pieces(pieces: list[Piece], offsets: np.ndarray,
                       np.array(sizes, np.int64))
 
 
+# rows per scorer call of a streamed scan: a multiple of `scoring.CHUNK` (so of every block size
+# the scorers use); 8 of them keep a call's scores at 2 MB and its fixed costs (handing blocks
+# to the scan threads, a partition of the block's segment means) small beside the scan
+BLOCK = 8 * scoring.CHUNK
+
+
 def scan_cut(rows, scorer, offsets: np.ndarray, first: int, measure: np.ndarray | None,
-             cut: Cut, start: int = 0, block: int = scoring.CHUNK,
+             cut: Cut, start: int = 0, block: int = BLOCK,
              progress: bool = False) -> tuple[Candidates, list[Piece]]:
     """Score `rows` (global rows `start`..) block by block and keep the budget's cut.
 
-    Blocks are `block` rows of `rows`' own grid (`scoring.blocks`): when `start` is a multiple
+    Blocks are `block` rows of `rows`' own grid (as `scoring.blocks`): when `start` is a multiple
     of `block` (and `block` of every block size the scorer uses), each row is scored in a block
     of the shape it has in a scan of every row, so the scores are those of `scorer(every row)`
     bit for bit.
@@ -283,8 +306,9 @@ def scan_cut(rows, scorer, offsets: np.ndarray, first: int, measure: np.ndarray 
     from tqdm.auto import tqdm
 
     stream = SegmentStream(offsets, first, measure, cut, start)
-    total = -(-len(rows) // block)
-    for _, part in tqdm(scoring.blocks(rows, block), total=total, desc="score", unit="block",
-                        disable=not progress, leave=False):
-        stream.feed(scorer(part))
+    # a block that spans two shards stays a view of both (`RowView.window`), not a copy
+    window = getattr(rows, "window", lambda lo, hi: rows[lo:hi])
+    for lo in tqdm(range(0, len(rows), block), desc="score", unit="block", leave=False,
+                   disable=not progress):
+        stream.feed(scorer(window(lo, min(lo + block, len(rows)))))
     return stream.finish()

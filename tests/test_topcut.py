@@ -203,3 +203,33 @@ def test_methods_that_cannot_stream_keep_the_whole_array_path(index, task, monke
                              ("classifier", None, {})):
         rank(index, SelectConfig(method, spec, **kw), embeddings, texts)
     assert called == []
+
+
+def test_segment_tokens_sum_shard_by_shard():
+    from tapt.indexer.shards import RowView
+    from tapt.retriever.methods.base import segment_tokens
+
+    rng = np.random.default_rng(8)
+    counts = [rng.integers(1, 50, size=n).astype(np.int32) for n in (7, 1, 12)]
+    tokens = RowView(counts)
+    whole = np.concatenate(counts).astype(np.int64)
+    for offsets in ([0, 3, 7, 8, 10, 20], [0, 7, 8, 20], [0, 5, 9, 20], [0, 20]):
+        offsets = np.array(offsets)
+        np.testing.assert_array_equal(segment_tokens(tokens, offsets),
+                                      np.add.reduceat(whole, offsets[:-1]))
+
+
+def test_a_window_over_shards_is_a_view_not_a_copy():
+    from tapt.indexer.shards import RowView
+
+    parts = [np.arange(10 * k, 10 * k + 10, dtype=np.float32).reshape(5, 2) for k in range(3)]
+    rows = RowView(parts)
+    whole = np.concatenate(parts)
+    for lo, hi in ((0, 15), (3, 12), (6, 9), (4, 100), (14, 15)):
+        got = rows.window(lo, hi)
+        np.testing.assert_array_equal(np.asarray(got), whole[lo:hi])
+        if isinstance(got, RowView):
+            assert got.n_parts > 1 and all(np.shares_memory(p, parts[i + lo // 5])
+                                           for i, (_, p) in enumerate(got.parts()))
+        else:
+            assert np.shares_memory(got, parts[lo // 5])

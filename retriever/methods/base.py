@@ -94,12 +94,26 @@ class SegmentView:
     def of(cls, index: "Index", size: int | None, context: str = "sentence") -> "SegmentView":
         offsets = index.segments(size)
         lengths = np.diff(offsets)
-        tok = np.add.reduceat(np.asarray(index.tokens, dtype=np.int64), offsets[:-1])
-        return cls(offsets, lengths, tok, context,
+        return cls(offsets, lengths, segment_tokens(index.tokens, offsets), context,
                    index.doc_offsets if context == "document" else None)
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+
+def segment_tokens(tokens, offsets: np.ndarray) -> np.ndarray:
+    """Tokens of every segment (int64), summed shard by shard of a `RowView` of per-sentence
+    counts: segments never cross shards, so no whole-corpus copy of the counts is made."""
+    out = np.empty(len(offsets) - 1, dtype=np.int64)
+    parts = list(tokens.parts()) if hasattr(tokens, "parts") else [(0, tokens)]
+    for start, part in parts:
+        lo, hi = np.searchsorted(offsets, [start, start + len(part)])
+        if hi == lo:
+            continue
+        if int(offsets[lo]) != start or int(offsets[hi]) != start + len(part):  # across shards
+            return np.add.reduceat(np.asarray(tokens, dtype=np.int64), offsets[:-1])
+        out[lo:hi] = np.add.reduceat(part, offsets[lo:hi] - start, dtype=np.int64)
+    return out
 
 
 def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budget | None,
