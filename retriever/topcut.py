@@ -27,6 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tapt.errors import IndexFormatError
+from tapt.indexer.integrity import rows_from
+
 from . import scoring
 from .budget import Budget
 
@@ -310,5 +313,9 @@ def scan_cut(rows, scorer, offsets: np.ndarray, first: int, measure: np.ndarray 
     window = getattr(rows, "window", lambda lo, hi: rows[lo:hi])
     for lo in tqdm(range(0, len(rows), block), desc="score", unit="block", leave=False,
                    disable=not progress):
-        stream.feed(scorer(window(lo, min(lo + block, len(rows)))))
+        try:
+            scores = scorer(window(lo, min(lo + block, len(rows))))
+        except IndexFormatError as exc:    # damaged rows, named by their place in the block
+            raise rows_from(exc, start + lo) from exc
+        stream.feed(scores)
     return stream.finish()

@@ -233,3 +233,21 @@ def test_a_window_over_shards_is_a_view_not_a_copy():
                                            for i, (_, p) in enumerate(got.parts()))
         else:
             assert np.shares_memory(got, parts[lo // 5])
+
+
+def test_damaged_rows_are_named_by_their_global_row():
+    from tapt.errors import IndexFormatError
+
+    rng = np.random.default_rng(4)
+    rows = rng.standard_normal((300, 8)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    rows[[150, 151, 153]] *= 3                      # not unit length: cosines beyond 1
+    query = scoring.centroid(rows[:10])
+    offsets = np.arange(0, 301, 3)
+    with pytest.raises(IndexFormatError, match=r"row 150-151, 153 scores"):
+        topcut.scan_cut(rows, lambda r: scoring.centroid_scores(r, query, chunk=16), offsets, 0,
+                        None, topcut.Cut(5, "segments"), block=64)
+    with pytest.raises(IndexFormatError, match=r"row 1150-1151, 1153 scores"):   # an actor's rows
+        topcut.scan_cut(rows[:200], lambda r: scoring.centroid_scores(r, query, chunk=16),
+                        offsets[:67] + 1000, 0, None, topcut.Cut(5, "segments"), start=1000,
+                        block=64)
