@@ -1,4 +1,4 @@
-"""A budget's cut of a segment ranking, kept while sentence scores stream (pure arrays, no I/O).
+"""A budget's cut of a segment ranking, kept while sentence scores stream (bounded memory).
 
 A selection with a budget needs only the segments its cut holds, not a score for every
 sentence. `budget.cut` takes the prefix of the ranking (descending score, ties by ascending
@@ -241,7 +241,7 @@ class SegmentStream:
                                     np.ones(len(best), np.int64) if measure is None
                                     else np.asarray(measure[best], dtype=np.int64)))
             buf, base, seg = buf[stop:], int(self.offsets[done]), done
-        self._carry = np.array(buf, dtype=np.float32)
+        self._carry = np.array(buf)                # a copy, in the scores' own dtype
         self._carry_start, self._seg = base, seg
 
     def finish(self) -> tuple[Candidates, list[Piece]]:

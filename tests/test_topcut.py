@@ -251,3 +251,16 @@ def test_damaged_rows_are_named_by_their_global_row():
         topcut.scan_cut(rows[:200], lambda r: scoring.centroid_scores(r, query, chunk=16),
                         offsets[:67] + 1000, 0, None, topcut.Cut(5, "segments"), start=1000,
                         block=64)
+
+
+def test_float64_scores_stream_like_the_whole_array():
+    rng, offsets, scores, tokens = _case(17, 6, False, False)
+    scores = rng.standard_normal(len(scores))   # float64 values no float32 holds
+    for spec in ("0.3", "50sent", "400tok"):
+        want_ids, want_scores, c = _whole(scores, offsets, tokens, spec)
+        stream = topcut.SegmentStream(offsets, 0, c.measure(np.diff(offsets), tokens), c)
+        for lo in range(0, len(scores), 29):           # blocks end inside segments
+            stream.feed(scores[lo:lo + 29])
+        got, _ = stream.finish()
+        np.testing.assert_array_equal(got.ids, want_ids, err_msg=spec)
+        np.testing.assert_array_equal(got.scores, want_scores, err_msg=spec)
