@@ -1,28 +1,44 @@
-"""Selection latency on a large sharded index: exact float16 scan vs `scan="codes"` (int8).
+"""Selection latency on a large sharded index: centroid (exact float16 scan vs `scan="codes"`),
+knn and fused, each the registered method itself on a real tapt index of synthetic rows.
 
 The rows are synthetic (no encoder could embed 10M sentences on this machine in a session): a
 seeded mixture of `--clusters` Gaussian blobs on the unit sphere in `--dim` dimensions (each row
-= its cluster's random unit centre + isotropic noise of norm ~`--noise`, renormalised), stored as
-a build stores them: one directory per shard with `embeddings.npy` (float16) and `codes.npy`
-(int8, with the scale and rounding rule of `tapt index build --codes int8`: `stages.code_scale`
-on a seeded sample across shards, `stages.encode_codes`). The task is 100 fresh rows of cluster
-0. Selection runs the registered `centroid` method itself (`Method.rank` on a `Context`) over the
-shards' memory maps seen as one (`shards.RowView`), at sentence-level segments; what it does not
-time: opening an index (checks and hashing, once per process) and reading the selected text.
+= its cluster's random unit centre + isotropic noise of norm ~`--noise`, renormalised), each
+with a seeded synthetic sentence (Zipf-distributed made-up words, a share of them from its
+cluster's topic words). `benchmarks.synthetic_index` builds them into a real index with tapt's
+own build stages, the embed stage replaced by the rows: prepare (text store, lexical ids), train
+and index (the FAISS part `index_choice` picks for the row count and `--memory`, one coarse
+quantizer trained on a seeded sample across shards; int8 codes as `--codes int8` stores them),
+publish (the search calibration of `tapt index build`). Selections run `Method.rank` on a
+`Context` over the opened `Index` (its shards seen as one), at sentence-level segments; what is
+not timed: opening the index, its FAISS parts and lexical ids (checks, once per process), and
+reading the selected text.
 
-Each configuration runs `--repeats` times; the first run of the exact scan after the codes runs
-finds the embeddings partly evicted from the page cache by other work on the machine, so both
-the first and the best time are reported. The codes selection is compared with the exact one
-(overlap of the selected rows).
+- centroid: the task is 100 fresh rows of cluster 0; measured on prefixes of the shards
+  (`--sizes`); the codes selection is compared with the exact one (overlap of the selected
+  rows).
+- knn: `--knn-queries` fresh rows from `--knn-clusters` clusters, `k` = `--knn-k`, the index's
+  calibrated nprobe, no budget (the whole union); recall@k of the index's search after rescoring
+  against an exact brute-force top-k for a seeded subsample of `--recall-queries` queries, and
+  the selection for that subsample compared with the selection from the exact top-k.
+- fused: `--fused-task` fresh rows of one cluster with their sentences as the task texts, a
+  budget of half the cluster's corpus rows (`--fused-budget`); Moore-Lewis reads the stored
+  lexical ids. Its time is split into Moore-Lewis, the classifier (with the fusion) and the
+  ranking; the precision of the selection against the task's cluster is a sanity check.
+
+Each configuration runs `--repeats` times; the first run finds data partly evicted from the
+page cache by other work on the machine, so both the first and the best time are reported.
 
     nice -n 10 .venv/bin/python -m benchmarks.scale_select --rows 10000000 --shards 10 \\
-        --work .cache/scale --out benchmarks/results/scale
+        --work .cache/scale10m --out benchmarks/results/scale
+
+builds a 10M-row index of about 17 GB under `--work` first (skipped when it exists; see
+docs/scale.md for the build's time), then measures centroid, knn and fused (`--methods`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -32,75 +48,33 @@ from typing import Any
 
 import numpy as np
 
-from tapt.indexer.npy import NpyAppender
+from tapt.indexer.ann_recall import ground_truth, recall_at_k
+from tapt.indexer.faiss_index import search_setting
+from tapt.indexer.index import Index
 from tapt.indexer.shards import RowView
-from tapt.indexer.stages import code_scale, encode_codes
 from tapt.retriever.budget import parse_budget
 from tapt.retriever.methods import Context, SegmentView, get_method
-from tapt.util.versions import library_versions, utc_now
+from tapt.retriever.methods.base import Memo
+from tapt.retriever.scoring import rows_of_segments
 from tapt.util.files import atomic_write, write_json_atomic
+from tapt.util.versions import library_versions, utc_now
 
 from .speed_encode import machine
+from .synthetic_index import Sentences, Spec, blob_rows, centres, make_index
 
 log = logging.getLogger("scale_select")
-CHUNK = 1 << 18
+METHODS = ("centroid", "knn", "fused")
 
 
-def blob_rows(rng: np.random.Generator, centres: np.ndarray, labels: np.ndarray,
-              noise: float) -> np.ndarray:
-    """Unit rows near the centres of `labels`."""
-    dim = centres.shape[1]
-    x = centres[labels] + rng.standard_normal((len(labels), dim), dtype=np.float32) * (
-        noise / np.sqrt(dim))
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    return x
+class ShardPrefix:
+    """The first shards of an index, as the centroid method reads an index: embeddings, codes
+    and the codes' scale (for latency at fewer rows without building another index)."""
 
-
-def make_shards(work: Path, rows: int, shards: int, dim: int, clusters: int, noise: float,
-                seed: int) -> dict[str, Any]:
-    """Write the synthetic shards (skipped when `work/made.json` says they exist)."""
-    record = {"rows": rows, "shards": shards, "dim": dim, "clusters": clusters, "noise": noise,
-              "seed": seed}
-    done = work / "made.json"
-    if done.is_file() and json.loads(done.read_text()).get("spec") == record:
-        return json.loads(done.read_text())
-    work.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((clusters, dim), dtype=np.float32)
-    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    per = -(-rows // shards)
-    t0 = time.perf_counter()
-    for s in range(shards):
-        n = min(per, rows - s * per)
-        directory = work / f"{s:06d}"
-        directory.mkdir(exist_ok=True)
-        with NpyAppender(directory / "embeddings.npy", np.float16, (dim,)) as out:
-            for start in range(0, n, CHUNK):
-                labels = rng.integers(0, clusters, size=min(CHUNK, n - start))
-                out.append(blob_rows(rng, centres, labels, noise).astype(np.float16))
-        log.info("shard %d: %d rows (%.0f s)", s, n, time.perf_counter() - t0)
-    view = RowView([np.load(work / f"{s:06d}" / "embeddings.npy", mmap_mode="r")
-                    for s in range(shards)])
-    scale = code_scale(view, seed)
-    for s, (_, part) in enumerate(view.parts()):
-        with NpyAppender(work / f"{s:06d}" / "codes.npy", np.int8, (dim,)) as out:
-            for start in range(0, len(part), CHUNK):
-                out.append(encode_codes(part[start:start + CHUNK], scale))
-    made = {"spec": record, "scale": scale.tolist(), "seconds": round(time.perf_counter() - t0)}
-    write_json_atomic(done, made)
-    return made
-
-
-class SyntheticIndex:
-    """What the centroid method reads from an index: embeddings, codes and the codes' scale."""
-
-    def __init__(self, work: Path, shards: int, scale: list[float]) -> None:
-        self.path = work
-        self.embeddings = RowView([np.load(work / f"{s:06d}" / "embeddings.npy", mmap_mode="r")
-                                   for s in range(shards)])
-        self.codes = RowView([np.load(work / f"{s:06d}" / "codes.npy", mmap_mode="r")
-                              for s in range(shards)])
-        self.manifest = {"codes": {"dtype": "int8", "scale": scale}}
+    def __init__(self, index: Index, shards: int) -> None:
+        self.path = index.path
+        self.embeddings = RowView([s.embeddings for s in index.shards[:shards]])
+        self.codes = RowView([s.codes for s in index.shards[:shards]])
+        self.manifest = {"codes": index.manifest["codes"]}
         self.n_sentences = len(self.embeddings)
 
 
@@ -110,7 +84,7 @@ def sentence_view(n: int) -> SegmentView:
                        np.full(n, 20, dtype=np.int64))
 
 
-def timed_select(index: SyntheticIndex, view: SegmentView, task: np.ndarray, budget: str,
+def timed_select(index: Index | ShardPrefix, view: SegmentView, task: np.ndarray, budget: str,
                  params: dict[str, Any]) -> tuple[float, np.ndarray, dict[str, Any]]:
     method = get_method("centroid")
     ctx = Context(index, view, parse_budget(budget), 0, task)
@@ -119,7 +93,7 @@ def timed_select(index: SyntheticIndex, view: SegmentView, task: np.ndarray, bud
     return time.perf_counter() - t0, ranking.segments, ranking.info
 
 
-def parts_of_a_selection(index: SyntheticIndex, view: SegmentView, task: np.ndarray,
+def parts_of_a_selection(index: Index | ShardPrefix, view: SegmentView, task: np.ndarray,
                          budget: str, repeats: int) -> dict[str, Any]:
     """Best seconds of each step of a selection at the largest size: the scan of every row
     (float16 embeddings, int8 codes) and the global ranking and cut of the sentence scores."""
@@ -150,6 +124,172 @@ def parts_of_a_selection(index: SyntheticIndex, view: SegmentView, task: np.ndar
     return out
 
 
+def measure_centroid(index: Index, args: argparse.Namespace, spec: Spec
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Exact vs codes centroid selections on prefixes of the shards, and where the time goes."""
+    rng = np.random.default_rng(args.seed + 1)
+    task = blob_rows(rng, centres(spec), np.zeros(100, dtype=np.int64), spec.noise)
+    results = []
+    sizes = [min(int(x), len(index.shards)) for x in args.sizes.split(",")]
+    for k in sizes:
+        part = index if k == len(index.shards) else ShardPrefix(index, k)
+        n = part.n_sentences
+        view = sentence_view(n)
+        for budget in args.budgets.split(","):
+            row: dict[str, Any] = {"rows": n, "shards": k, "budget": budget}
+            picks = {}
+            for name, params in (("exact", {}), ("codes", {"scan": "codes",
+                                                           "rescore": args.rescore})):
+                times = []
+                for _ in range(args.repeats):
+                    seconds, segments, info = timed_select(part, view, task, budget, params)
+                    times.append(seconds)
+                picks[name] = segments
+                row[name] = {"first_s": round(times[0], 3), "best_s": round(min(times), 3),
+                             **({"rescored": info.get("rescored_sentences")}
+                                if name == "codes" else {})}
+                log.info("centroid, %s rows, %s, %s: %s", f"{n:,}", budget, name, row[name])
+            row["load_average"] = round(os.getloadavg()[0], 1)
+            row["overlap"] = round(len(np.intersect1d(picks["exact"], picks["codes"]))
+                                   / len(picks["exact"]), 5)
+            results.append(row)
+    breakdown = []
+    for k in sorted({sizes[0], sizes[-1]}):   # the smallest (in the page cache) and the largest
+        part = index if k == len(index.shards) else ShardPrefix(index, k)
+        breakdown.append(parts_of_a_selection(part, sentence_view(part.n_sentences), task,
+                                              args.budgets.split(",")[-1], args.repeats))
+        log.info("breakdown at %s rows: %s", f"{part.n_sentences:,}", breakdown[-1])
+    return results, breakdown
+
+
+class ExactSearch:
+    """An index whose search is exact brute force (`ann_recall.ground_truth`): the reference a
+    knn selection is compared with. Everything else is the index's own."""
+
+    def __init__(self, index: Index) -> None:
+        self.embeddings, self.n_sentences, self.dim = index.embeddings, index.n_sentences, \
+            index.dim
+        self.manifest = {"faiss": {"factory": "exact brute force"}}
+        self.path = index.path
+        self._last: tuple[bytes, int, tuple[np.ndarray, np.ndarray]] | None = None
+
+    def search(self, queries: np.ndarray, k: int, nprobe: int | None = None,
+               ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The exact top-k (the last answer is kept: a scan of every row per call)."""
+        key = np.ascontiguousarray(queries, dtype=np.float32).tobytes()
+        if self._last is None or self._last[:2] != (key, k):
+            self._last = (key, k, ground_truth(self.embeddings, queries, k))
+        return self._last[2]
+
+
+def measure_knn(index: Index, args: argparse.Namespace, spec: Spec) -> dict[str, Any]:
+    """Latency, recall after rescoring and agreement with exact search of the knn method."""
+    rng = np.random.default_rng([args.seed, 2])
+    clusters = np.sort(rng.choice(spec.clusters, size=min(args.knn_clusters, spec.clusters),
+                                  replace=False))
+    labels = clusters[np.arange(args.knn_queries) % len(clusters)]
+    task = blob_rows(rng, centres(spec), labels, spec.noise)
+    method = get_method("knn")
+    params = method.make_params({"k": args.knn_k})
+    view = sentence_view(index.n_sentences)
+    runs = []
+    for _ in range(args.repeats):
+        ctx = Context(index, view, None, args.seed, task)
+        t0 = time.perf_counter()
+        ranking = method.rank(ctx, params)
+        runs.append((time.perf_counter() - t0, ranking.info))
+        log.info("knn, %s rows: %.3f s (search and rescoring %.3f s)", f"{index.n_sentences:,}",
+                 runs[-1][0], ranking.info["search_seconds"])
+    best, info = min(runs, key=lambda r: r[0])
+    faiss_info = index.manifest.get("faiss", {})
+    kind, param, value = search_setting(faiss_info, index.n_sentences, index.dim)
+    sub = np.sort(rng.choice(len(task), size=min(args.recall_queries, len(task)),
+                             replace=False))
+    t0 = time.perf_counter()
+    reference = ExactSearch(index)
+    _, truth = reference.search(task[sub], params.k)
+    exact_s = time.perf_counter() - t0
+    _, found = index.search(task[sub], params.k)
+    recall = recall_at_k(found, truth)
+    ours = method.rank(Context(index, view, None, args.seed, task[sub]), params).segments
+    exact = method.rank(Context(reference, view, None, args.seed, task[sub]), params).segments
+    out = {"rows": index.n_sentences, "shards": len(index.shards), "queries": len(task),
+           "query_clusters": len(clusters), "k": params.k, "factory": faiss_info.get("factory"),
+           "kind": kind, "search_param": param, "search_value": value,
+           "rescore_factor": (faiss_info.get("rescore") or {}).get("factor"),
+           "calibrated_recall": (faiss_info.get("search") or {}).get("recall"),
+           "first_s": round(runs[0][0], 3), "best_s": round(best, 3),
+           "best_search_and_rescore_s": info["search_seconds"],
+           "union_sentences": info["union_sentences"],
+           "recall_queries": len(sub), "recall_at_k": round(recall, 4),
+           "exact_seconds_for_recall_queries": round(exact_s, 1),
+           "selection_vs_exact": {"selected": int(len(ours)), "exact": int(len(exact)),
+                                  "overlap": round(len(np.intersect1d(ours, exact))
+                                                   / max(len(exact), 1), 5),
+                                  "same_order": bool(np.array_equal(ours, exact))},
+           "load_average": round(os.getloadavg()[0], 1)}
+    log.info("knn: %s", out)
+    return out
+
+
+class TimedMemo(Memo):
+    """A task's memo that also keeps the seconds each intermediate result took to compute
+    (Moore-Lewis's scores, the fused scores), to split a method's time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: dict[Any, float] = {}
+
+    def get(self, key: Any, compute):
+        def timed():
+            t0 = time.perf_counter()
+            value = compute()
+            self.seconds[key] = time.perf_counter() - t0
+            return value
+
+        return super().get(key, timed)
+
+
+def measure_fused(index: Index, args: argparse.Namespace, spec: Spec, labels: np.ndarray
+                  ) -> dict[str, Any]:
+    """Latency of fused, split into its parts, and its precision against the task's cluster."""
+    rng = np.random.default_rng([args.seed, 3])
+    cluster = int(rng.integers(spec.clusters))
+    task_labels = np.full(args.fused_task, cluster, dtype=np.int64)
+    task = blob_rows(rng, centres(spec), task_labels, spec.noise)
+    texts, _ = Sentences(spec).make(rng, task_labels)
+    members = int((labels == cluster).sum())
+    budget = args.fused_budget or f"{max(1, members // 2)}sent"
+    method = get_method("fused")
+    params = method.make_params({})
+    view = sentence_view(index.n_sentences)
+    runs = []
+    for _ in range(args.repeats):
+        memo = TimedMemo()
+        ctx = Context(index, view, parse_budget(budget), args.seed, task, texts, memo=memo)
+        t0 = time.perf_counter()
+        ranking = method.rank(ctx, params)
+        total = time.perf_counter() - t0
+        ml = next(v for k, v in memo.seconds.items() if k[0] == "moore-lewis")
+        fused = next(v for k, v in memo.seconds.items() if k[0] == "fused")
+        runs.append({"total_s": total, "moore_lewis_s": ml, "classifier_and_fusion_s": fused - ml,
+                     "rank_and_cut_s": total - fused})
+        log.info("fused, %s rows: %s", f"{index.n_sentences:,}",
+                 {k: round(v, 3) for k, v in runs[-1].items()})
+    rows = rows_of_segments(view.offsets, ranking.segments)
+    best = min(runs, key=lambda r: r["total_s"])
+    out = {"rows": index.n_sentences, "shards": len(index.shards), "task_rows": len(task),
+           "cluster": cluster, "cluster_rows": members, "budget": budget,
+           "first_s": round(runs[0]["total_s"], 3), "best_s": round(best["total_s"], 3),
+           "best_parts_s": {k: round(v, 3) for k, v in best.items() if k != "total_s"},
+           "selected_sentences": int(len(rows)),
+           "precision": round(float((labels[rows] == cluster).mean()) if len(rows) else 0.0, 4),
+           "classifier_rounds": len(ranking.info.get("rounds", [])),
+           "load_average": round(os.getloadavg()[0], 1)}
+    log.info("fused: %s", out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -158,62 +298,51 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clusters", type=int, default=2000)
     parser.add_argument("--noise", type=float, default=1.2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sizes", default="1,3,10", help="Shard counts to measure (prefixes).")
+    parser.add_argument("--memory", default=Spec.memory,
+                        help="FAISS memory budget of the build (as `tapt index build --memory`).")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"Comma-separated, of {', '.join(METHODS)}.")
+    parser.add_argument("--sizes", default="1,3,10",
+                        help="Shard counts to measure centroid at (prefixes).")
     parser.add_argument("--budgets", default="10000sent,100000sent")
     parser.add_argument("--rescore", type=float, default=4.0)
+    parser.add_argument("--knn-queries", type=int, default=2000)
+    parser.add_argument("--knn-clusters", type=int, default=8)
+    parser.add_argument("--knn-k", type=int, default=100)
+    parser.add_argument("--recall-queries", type=int, default=200)
+    parser.add_argument("--fused-task", type=int, default=1000)
+    parser.add_argument("--fused-budget", default=None,
+                        help="Default: half the task cluster's rows, in sentences.")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--work", type=Path, default=Path(".cache/scale"))
+    parser.add_argument("--work", type=Path, default=Path(".cache/scale10m"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/scale"))
+    parser.add_argument("-q", "--quiet", action="store_true", help="No progress bars.")
     args = parser.parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown or not methods:
+        parser.error(f"--methods: use some of {', '.join(METHODS)}")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    made = make_shards(args.work, args.rows, args.shards, args.dim, args.clusters, args.noise,
-                       args.seed)
-    rng = np.random.default_rng(args.seed + 1)
-    centre = np.load(args.work / "000000" / "embeddings.npy", mmap_mode="r")  # for the dtype
-    centres = np.random.default_rng(args.seed).standard_normal((args.clusters, args.dim),
-                                                               dtype=np.float32)
-    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    task = blob_rows(rng, centres, np.zeros(100, dtype=np.int64), args.noise)
+    spec = Spec(rows=args.rows, shards=args.shards, dim=args.dim, clusters=args.clusters,
+                noise=args.noise, seed=args.seed, memory=args.memory)
+    made = make_index(args.work, spec, progress=not args.quiet)
+    index = Index(args.work / "index")
+    index.faiss, index.lexicon  # noqa: B018 - opened (and checked) before timing
     import torch  # imported once before timing: the CLI's select imports it to embed the task
 
     torch.mv(torch.ones(4, 4), torch.ones(4))
-    results = []
-    sizes = [int(x) for x in args.sizes.split(",")]
-    for k in sizes:
-        index = SyntheticIndex(args.work, min(k, args.shards), made["scale"])
-        n = index.n_sentences
-        view = sentence_view(n)
-        for budget in args.budgets.split(","):
-            row: dict[str, Any] = {"rows": n, "shards": min(k, args.shards), "budget": budget}
-            picks = {}
-            for name, params in (("exact", {}), ("codes", {"scan": "codes",
-                                                           "rescore": args.rescore})):
-                times = []
-                for _ in range(args.repeats):
-                    seconds, segments, info = timed_select(index, view, task, budget, params)
-                    times.append(seconds)
-                picks[name] = segments
-                row[name] = {"first_s": round(times[0], 3), "best_s": round(min(times), 3),
-                             **({"rescored": info.get("rescored_sentences")}
-                                if name == "codes" else {})}
-                log.info("%s rows, %s, %s: %s", f"{n:,}", budget, name, row[name])
-            row["load_average"] = round(os.getloadavg()[0], 1)
-            row["overlap"] = round(len(np.intersect1d(picks["exact"], picks["codes"]))
-                                   / len(picks["exact"]), 5)
-            results.append(row)
-    breakdown = []
-    for k in sorted({sizes[0], sizes[-1]}):   # the smallest (in the page cache) and the largest
-        index = SyntheticIndex(args.work, min(k, args.shards), made["scale"])
-        n = index.n_sentences
-        view = sentence_view(n)
-        breakdown.append(parts_of_a_selection(index, view, task, args.budgets.split(",")[-1],
-                                              args.repeats))
-        log.info("breakdown at %s rows: %s", f"{n:,}", breakdown[-1])
-    report = {"created": utc_now(), "machine": machine(), "versions": library_versions(),
-              "argv": sys.argv[1:] if argv is None else argv, "synthetic": made["spec"],
-              "embedding_bytes_per_row": int(centre.dtype.itemsize * args.dim),
-              "code_bytes_per_row": args.dim, "make_seconds": made["seconds"],
-              "results": results, "breakdown": breakdown}
+    report: dict[str, Any] = {
+        "created": utc_now(), "machine": machine(), "versions": library_versions(),
+        "argv": sys.argv[1:] if argv is None else argv, "synthetic": made["spec"],
+        "index": {k: made[k] for k in ("factory", "reason", "seconds", "bytes")},
+        "embedding_bytes_per_row": int(index.embeddings.dtype.itemsize * args.dim),
+        "code_bytes_per_row": args.dim, "methods": methods}
+    if "centroid" in methods:
+        report["results"], report["breakdown"] = measure_centroid(index, args, spec)
+    if "knn" in methods:
+        report["knn"] = measure_knn(index, args, spec)
+    if "fused" in methods:
+        report["fused"] = measure_fused(index, args, spec, np.load(args.work / "labels.npy"))
     args.out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out / "select_latency.json", report)
     with atomic_write(args.out / "select_latency.md") as fh:
@@ -223,43 +352,104 @@ def main(argv: list[str] | None = None) -> None:
 
 def markdown(report: dict[str, Any]) -> str:
     spec = report["synthetic"]
+    built = report["index"]
     lines = [
         "## Measured: selection latency on a sharded index (synthetic rows)",
         "",
         f"Measured {report['created']} on {report['machine'].get('cpu', '?')} "
         f"({report['machine'].get('cores')} cores, shared with other developers' test suites: "
         "the load average column is the machine's 1-minute load when each row finished); "
-        "centroid, "
+        f"{', '.join(report['methods'])}, "
         "sentence-level segments, one process (local executor); torch imported before timing.",
         "",
         f"Rows: {spec['rows']:,} synthetic unit vectors in {spec['dim']} dimensions, "
         f"{spec['clusters']:,} Gaussian blobs (noise {spec['noise']}), seed {spec['seed']}, "
         f"{spec['shards']} shards; float16 embeddings ({report['embedding_bytes_per_row']} "
-        f"bytes a row) and int8 codes ({report['code_bytes_per_row']} bytes a row). The task: "
-        "100 fresh rows of blob 0. Not timed: opening the index, reading the selected text.",
+        f"bytes a row) and int8 codes ({report['code_bytes_per_row']} bytes a row). Each row "
+        f"has a synthetic sentence of {spec['min_words']}-{spec['max_words']} words: Zipf "
+        f"({spec['zipf']}) over {spec['vocab']:,} made-up words, {spec['topic_share']:.0%} of "
+        f"them from its blob's {spec['topic_words']} topic words. Built into a real index by "
+        "tapt's build stages, the embed stage replaced by the rows "
+        f"(`benchmarks/synthetic_index.py`): FAISS part {built['factory']} "
+        f"({built['reason'].split(';')[0]}). Not timed: opening the index, its FAISS parts and "
+        "lexical ids, reading the selected text.",
         "",
         "Regenerate:",
         "",
         "    nice -n 10 .venv/bin/python -m benchmarks.scale_select "
         + " ".join(report["argv"]),
         "",
-        "| rows | shards | budget | exact first / best (s) | codes first / best (s) | "
-        "rescored rows | overlap with exact | load average |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
-    for r in report["results"]:
-        lines.append(f"| {r['rows']:,} | {r['shards']} | {r['budget']} | "
-                     f"{r['exact']['first_s']:.2f} / {r['exact']['best_s']:.2f} | "
-                     f"{r['codes']['first_s']:.2f} / {r['codes']['best_s']:.2f} | "
-                     f"{r['codes']['rescored']:,} | {r['overlap']:.4f} | "
-                     f"{r.get('load_average', '?')} |")
-    lines += ["", "Where the time goes (best of the repeats; each step alone):", "",
-              "| rows | scan every float16 row (s) | scan every int8 code (s) | "
-              "rank and cut (s) | budget | load average |", "|---:|---:|---:|---:|---|---:|"]
-    for b in report["breakdown"]:
-        lines.append(f"| {b['rows']:,} | {b['scan_float16_s']:.2f} | "
-                     f"{b['scan_int8_codes_s']:.2f} | {b['rank_and_cut_s']:.2f} | "
-                     f"{b['budget']} | {b.get('load_average', '?')} |")
+    if "results" in report:
+        lines += [
+            "Centroid; the task: 100 fresh rows of blob 0.",
+            "",
+            "| rows | shards | budget | exact first / best (s) | codes first / best (s) | "
+            "rescored rows | overlap with exact | load average |",
+            "|---:|---:|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in report["results"]:
+            lines.append(f"| {r['rows']:,} | {r['shards']} | {r['budget']} | "
+                         f"{r['exact']['first_s']:.2f} / {r['exact']['best_s']:.2f} | "
+                         f"{r['codes']['first_s']:.2f} / {r['codes']['best_s']:.2f} | "
+                         f"{r['codes']['rescored']:,} | {r['overlap']:.4f} | "
+                         f"{r.get('load_average', '?')} |")
+        lines += ["", "Where the time goes (best of the repeats; each step alone):", "",
+                  "| rows | scan every float16 row (s) | scan every int8 code (s) | "
+                  "rank and cut (s) | budget | load average |", "|---:|---:|---:|---:|---|---:|"]
+        for b in report["breakdown"]:
+            lines.append(f"| {b['rows']:,} | {b['scan_float16_s']:.2f} | "
+                         f"{b['scan_int8_codes_s']:.2f} | {b['rank_and_cut_s']:.2f} | "
+                         f"{b['budget']} | {b.get('load_average', '?')} |")
+        lines.append("")
+    if "knn" in report:
+        k = report["knn"]
+        sel = k["selection_vs_exact"]
+        setting = (f"{k['search_param']} {k['search_value']}, {k['rescore_factor']} x k "
+                   "candidates" if k["search_param"] else "exact")
+        lines += [
+            f"knn; the task: {k['queries']:,} fresh rows of {k['query_clusters']} blobs, "
+            f"k = {k['k']}, no budget (the whole union); the search setting is the one the "
+            "build calibrated. Recall@k: the index's search after exact rescoring against "
+            f"brute force, for {k['recall_queries']} of the queries (seeded); the selection for "
+            "those queries against the selection from the brute-force neighbours.",
+            "",
+            "| rows | shards | FAISS part | search setting | first / best (s) | "
+            "search + rescoring in the best (s) | union sentences | recall@k | "
+            "selection overlap with exact (same order) | load average |",
+            "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
+            f"| {k['rows']:,} | {k['shards']} | {k['factory']} | {setting} | "
+            f"{k['first_s']:.2f} / {k['best_s']:.2f} | {k['best_search_and_rescore_s']:.2f} | "
+            f"{k['union_sentences']:,} | {k['recall_at_k']:.4f} | "
+            f"{sel['overlap']:.4f} ({'yes' if sel['same_order'] else 'no'}) | "
+            f"{k['load_average']} |",
+            "",
+        ]
+    if "fused" in report:
+        f = report["fused"]
+        parts = f["best_parts_s"]
+        lines += [
+            f"fused (classifier + Moore-Lewis); the task: {f['task_rows']:,} fresh rows of blob "
+            f"{f['cluster']} with their synthetic sentences as the task texts "
+            f"({f['cluster_rows']:,} corpus rows in that blob); precision = the share of "
+            "selected sentences from that blob.",
+            "",
+            "| rows | shards | budget | first / best (s) | Moore-Lewis (s) | "
+            "classifier + fusion (s) | rank and cut (s) | precision | load average |",
+            "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+            f"| {f['rows']:,} | {f['shards']} | {f['budget']} | {f['first_s']:.2f} / "
+            f"{f['best_s']:.2f} | {parts['moore_lewis_s']:.2f} | "
+            f"{parts['classifier_and_fusion_s']:.2f} | {parts['rank_and_cut_s']:.2f} | "
+            f"{f['precision']:.4f} | {f['load_average']} |",
+            "",
+        ]
+    seconds = built["seconds"]
+    gb = sum(built["bytes"].values()) / 1e9
+    lines += [
+        "The synthetic index's build (seconds, this machine): "
+        + ", ".join(f"{k.replace('_', ' ')} {v:,.0f}" for k, v in seconds.items())
+        + f"; {gb:.1f} GB on disk.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -183,26 +183,66 @@ class ShardedFaiss:
         self.ntotal = int(sum(p.ntotal for p in parts))
         self.d = int(parts[0].d) if parts else 0
         self.metric_type = parts[0].metric_type if parts else None
+        self._shared: bool | None = None
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        results = [search_part(p, queries, k, 0 if self.global_ids else off)
-                   for p, off in zip(self.parts, self.row_offsets)]
+        bases = [0 if self.global_ids else off for off in self.row_offsets]
+        if len(self.parts) > 1 and self.shares_quantizer():
+            # one coarse assignment for every part (they were trained as one index)
+            q = np.ascontiguousarray(queries, dtype=np.float32)
+            quantizer = self.parts[0].quantizer
+            coarse_sims, lists = quantizer.search(q, int(self.parts[0].nprobe))
+            results = [search_part(p, q, k, base, (lists, coarse_sims))
+                       for p, base in zip(self.parts, bases)]
+        else:
+            results = [search_part(p, queries, k, base) for p, base in zip(self.parts, bases)]
         return merge_topk(results, k)
+
+    def shares_quantizer(self) -> bool:
+        """Whether every part is a plain IVF index over the same coarse centroids (what a
+        sharded build trains), so one assignment of the queries serves them all."""
+        if self._shared is None:
+            self._shared = _same_ivf_quantizer(self.parts)
+        return self._shared
 
     def set_param(self, name: str, value: int) -> None:
         for part in self.parts:
             set_search_param(part, name, value)
 
 
-def search_part(part, queries: np.ndarray, k: int, id_base: int = 0
+def _same_ivf_quantizer(parts: list[Any]) -> bool:
+    import faiss
+
+    if not parts or not all(isinstance(p, faiss.IndexIVF) for p in parts):
+        return False
+    first = parts[0]
+    if any(p.nlist != first.nlist or p.nprobe != first.nprobe or p.d != first.d
+           or p.metric_type != first.metric_type for p in parts):
+        return False
+    try:
+        centroids = first.quantizer.reconstruct_n(0, first.nlist)
+        return all(np.array_equal(p.quantizer.reconstruct_n(0, p.nlist), centroids)
+                   for p in parts[1:])
+    except RuntimeError:  # a quantizer that cannot give its centroids back
+        return False
+
+
+def search_part(part, queries: np.ndarray, k: int, id_base: int = 0,
+                assigned: tuple[np.ndarray, np.ndarray] | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """One part's top min(k, its rows) per query, with global ids (-1 for none)."""
+    """One part's top min(k, its rows) per query, with global ids (-1 for none).
+
+    `assigned`: (lists, similarities) of each query's `nprobe` nearest coarse centroids, for an
+    IVF part whose quantizer they came from (searched without assigning again)."""
     q = np.ascontiguousarray(queries, dtype=np.float32)
     width = min(int(k), int(part.ntotal))
     if width <= 0:
         return (np.full((len(q), 0), -np.inf, dtype=np.float32),
                 np.full((len(q), 0), -1, dtype=np.int64))
-    sims, ids = part.search(q, width)
+    if assigned is not None:
+        sims, ids = part.search_preassigned(q, width, assigned[0], assigned[1])
+    else:
+        sims, ids = part.search(q, width)
     if id_base:
         ids = np.where(ids >= 0, ids + id_base, ids)
     return sims, ids

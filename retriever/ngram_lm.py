@@ -251,7 +251,10 @@ class HashedLMs:
 
     def token_log2(self, hist: np.ndarray, word: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(log2 P_in, log2 P_general) of each predicted token (hashes)."""
-        h, w = self.dense(hist), self.dense(word)
+        return self.model_log2(self.dense(hist), self.dense(word))
+
+    def model_log2(self, h: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(log2 P_in, log2 P_general) of each predicted token (model ids, see `dense`)."""
         if self.order == 1:
             return self.in_lm.unigram_log2(w), self.general.unigram_log2(w)
         return self.in_lm.log2_probs(h, w), self.general.log2_probs(h, w)
@@ -268,8 +271,9 @@ class HashedLMs:
         lexicon = self.lexicon
         scores = np.empty(len(lexicon), dtype=np.float32)
         for shard, offset in zip(lexicon.shards, lexicon.row_offsets[:-1].tolist()):
-            vocab, pairs = np.asarray(shard.vocab), np.asarray(shard.bigrams)
-            lp_in, lp_gen = self.token_log2(vocab[pairs[:, 0]], vocab[pairs[:, 1]])
+            # model ids of the shard's words once, not of both words of every bigram type
+            ids, pairs = self.dense(np.asarray(shard.vocab)), np.asarray(shard.bigrams)
+            lp_in, lp_gen = self.model_log2(ids[pairs[:, 0]], ids[pairs[:, 1]])
             offsets = np.asarray(shard.offsets)
             for lo in range(0, len(shard), _CHUNK_SENTENCES):
                 hi = min(len(shard), lo + _CHUNK_SENTENCES)

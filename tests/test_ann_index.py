@@ -257,3 +257,39 @@ def test_float16_embeddings_select_verify_add_like_float32(tmp_path, labelled_co
     grown = Index(tmp_path / "float16")
     assert grown.embeddings.dtype == np.float16 and grown.n_sentences == half.n_sentences + 1
     assert verify_index(tmp_path / "float16").ok
+
+
+@pytest.mark.parametrize("factory", ["IVF16,Flat", "IVF16,PQ8x4fs", "IVF16,SQ8"])
+def test_parts_with_one_quantizer_are_assigned_once_with_the_same_results(factory):
+    """Parts trained as one index (a sharded build) are searched with one coarse assignment
+    of the queries (`search_preassigned`): the same neighbours and similarities as searching
+    each part on its own; parts with different quantizers keep the per-part search."""
+    import faiss
+
+    from tapt.indexer.faiss_index import ShardedFaiss
+
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((3000, 32)).astype(np.float32)
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    template = faiss.index_factory(32, factory, faiss.METRIC_INNER_PRODUCT)
+    template.train(data[:2000])
+    parts = []
+    for start in range(0, 3000, 1000):
+        part = faiss.clone_index(template)
+        part.add_with_ids(data[start:start + 1000], np.arange(start, start + 1000))
+        part.nprobe = 4
+        parts.append(part)
+    queries = rng.standard_normal((50, 32)).astype(np.float32)
+    shared = ShardedFaiss(parts, [0, 1000, 2000], global_ids=True)
+    alone = ShardedFaiss(parts, [0, 1000, 2000], global_ids=True)
+    alone._shared = False
+    assert shared.shares_quantizer()
+    got, want = shared.search(queries, 20), alone.search(queries, 20)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[0], want[0])
+
+    other = faiss.index_factory(32, factory, faiss.METRIC_INNER_PRODUCT)
+    other.train(data[1000:])                       # another quantizer: not shared
+    other.add_with_ids(data[:10], np.arange(3000, 3010))
+    other.nprobe = 4
+    assert not ShardedFaiss(parts + [other], [0, 1000, 2000, 3000], True).shares_quantizer()

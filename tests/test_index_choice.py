@@ -83,3 +83,12 @@ def test_old_manifests_and_recorded_choices():
     assert (again.kind, again.factory, again.params, again.train_size, again.seed) == (
         chosen.kind, chosen.factory, chosen.params, chosen.train_size, 3)
     assert again.search_sweep == chosen.search_sweep
+
+
+@pytest.mark.parametrize("n", [50_000, 1_000_000, 10_000_000, 100_000_000])
+def test_ivf_training_has_the_rows_faiss_asks_for_every_list(n):
+    from tapt.indexer.index_choice import TRAIN_PER_LIST, ivf_nlist, ivf_train_size
+
+    nlist = ivf_nlist(n)
+    assert ivf_train_size(n, nlist) >= min(n, 39 * nlist)   # faiss warns below 39 per list
+    assert ivf_train_size(n, nlist) == min(n, max(10_000, TRAIN_PER_LIST * nlist))

@@ -192,3 +192,17 @@ def test_classifier_without_budget_keeps_probable_rows(fake_index, medical_task)
     ranking, _ = rank(ix, SelectConfig(method="classifier", rounds=0, segment_size=1),
                       HashingEncoder().encode(texts))
     assert len(ranking.segments) > 0 and (ranking.scores > 0).all()
+
+
+def test_stored_lexicon_scores_every_row_as_it_scores_rows_one_by_one(fake_index):
+    """`score_all` (model ids looked up once per shard word, then per bigram type) gives each
+    sentence the score `score_rows` gives it from its own (history, word) hashes."""
+    from tapt.indexer.index import Index
+    from tapt.retriever.ngram_lm import HashedLMs
+
+    index = Index(fake_index)
+    task = ["the patient had a fever and a cough", "blood flow to the kidneys was reduced"]
+    models = HashedLMs(index.lexicon, task, seed=1)
+    every = models.score_all()
+    rows = np.random.default_rng(0).permutation(len(every))[:200]
+    np.testing.assert_array_equal(every[rows], models.score_rows(rows))
