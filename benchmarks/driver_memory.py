@@ -1,28 +1,32 @@
-"""Peak driver memory of a budgeted `centroid` selection: the whole-array path vs the streamed cut.
+"""Peak driver memory of a budgeted `centroid` selection, before and after the streamed cut.
 
-Rows: the synthetic float16 shards of `benchmarks/scale_select.py` (its shard writer, same
-seeded blobs, same task of 100 fresh rows of blob 0), seen as one `RowView` over memory maps.
-Each measurement runs in a fresh process (`--one`) that selects once:
+The index: `benchmarks/synthetic_index.py`'s real tapt index of synthetic rows (Gaussian blobs
+on the unit sphere, float16, one sentence per document, built by tapt's own stages), the task
+100 fresh rows of blob 0 given as embeddings. Each measurement runs in a fresh process
+(`--one`) that opens the index and selects once. Two comparisons:
 
-- `whole`: what every budgeted selection did before: one float32 score per sentence
-  (`Method.sentence_scores`), then segment means, ranking and cut (`by_sentence_scores`);
-- `streamed`: `Method.rank`, which now streams the budget's cut (`retriever.topcut`).
+- `Index.select("centroid", task, budget)` with the code of `--before` (a git revision of this
+  repository, extracted with `git archive` and put first on the child's PYTHONPATH; the child
+  records where `tapt` was imported from) and with this checkout (*after*);
+- `Method.rank` on the first 1 or 2 shards (`scale_select.ShardPrefix`), segments of 1 or 4
+  rows, by this checkout: *whole* (one score per sentence, then `by_sentence_scores`, as every
+  budgeted selection did before) against *streamed* (the budget's cut kept while the rows are
+  scored), to show what grows with the rows.
 
-What is recorded, in that process:
+Recorded in the child, around the selection only:
 
-- `ru_maxrss`: `resource.getrusage(RUSAGE_SELF).ru_maxrss`, the peak resident set. It counts
-  the pages of the memory-mapped embeddings the scan touched (file-backed, shared with the page
-  cache, 768 bytes a row), so both paths include them;
-- `anon_peak`: the peak of `RssAnon` in /proc/self/status (the process's own memory, without
-  the mapped files), sampled every millisecond by a thread;
-- `numpy_peak`: the peak of the memory `tracemalloc` traces during the selection (numpy's
-  array allocations; not torch's, which here only casts 2,048 rows at a time);
-- the same before the selection (`*_before`: imports, the segment view, the task), the
-  selection's seconds, and a digest of the selected segment ids and scores (both paths must
-  give the same).
+- `ru_maxrss`: `resource.getrusage(RUSAGE_SELF).ru_maxrss`, the process's peak resident set.
+  It counts the pages of the memory-mapped embeddings the scan touched (file-backed, shared
+  with the page cache: 768 bytes a row), the same in both;
+- `anon`: the peak of `RssAnon` (/proc/self/status: the process's own memory, not the mapped
+  files), sampled every millisecond, minus its value before the selection;
+- `traced`: the peak of what `tracemalloc` traces during the selection (numpy arrays and
+  Python objects; not torch's buffers, which here only cast 2,048 rows at a time);
+- the selection's seconds and a digest of the selected segment ids and scores (before and
+  after, whole and streamed, must select the same).
 
     nice -n 10 .venv/bin/python -m benchmarks.driver_memory --rows 2000000 --shards 2 \\
-        --work /tmp/topcut-scale --out benchmarks/results/scale
+        --work .cache/driver-memory --before 9e17213 --out benchmarks/results/scale
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ import numpy as np
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
 
-from .scale_select import SyntheticIndex, blob_rows, make_shards
 from .speed_encode import machine
+from .synthetic_index import Spec, blob_rows, centres, make_index
 
 log = logging.getLogger("driver_memory")
 MB = 1 << 20
@@ -93,49 +97,79 @@ def segment_view(n: int, size: int):
     return SegmentView(offsets, lengths, lengths * 20)
 
 
+def _spec(args: argparse.Namespace) -> Spec:
+    return Spec(rows=args.rows, shards=args.shards, dim=args.dim, clusters=args.clusters,
+                noise=args.noise, seed=args.seed)
+
+
 def one(args: argparse.Namespace) -> dict[str, Any]:
     """One selection in this process; what it measured."""
     import torch
 
-    from tapt.retriever.budget import parse_budget
-    from tapt.retriever.methods import Context, get_method
-    from tapt.retriever.methods.base import by_sentence_scores
+    import tapt
+    from tapt.indexer.index import Index
 
     torch.mv(torch.ones(4, 4), torch.ones(4))
-    made = json.loads((args.work / "made.json").read_text())
-    index = SyntheticIndex(args.work, args.prefix, made["scale"])
+    spec = _spec(args)
     rng = np.random.default_rng(args.seed + 1)
-    centres = np.random.default_rng(args.seed).standard_normal((args.clusters, args.dim),
-                                                               dtype=np.float32)
-    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    task = blob_rows(rng, centres, np.zeros(100, dtype=np.int64), args.noise)
-    view = segment_view(index.n_sentences, args.size)
-    method = get_method("centroid")
-    params = method.make_params({})
-    ctx = Context(index, view, parse_budget(args.budget), 0, task)
+    task = blob_rows(rng, centres(spec), np.zeros(100, dtype=np.int64), spec.noise)
+    if args.path in ("before", "after"):
+        index = tapt.Index.open(args.work / "index")
+
+        def select():
+            sel = index.select("centroid", task=task, budget=args.budget)
+            return sel.ids, sel.scores.astype(np.float32), index.n_sentences, len(sel)
+    else:
+        from tapt.retriever.budget import parse_budget
+        from tapt.retriever.methods import Context, get_method
+        from tapt.retriever.methods.base import by_sentence_scores
+
+        from .scale_select import ShardPrefix
+
+        index = Index(args.work / "index")
+        part = index if args.prefix == len(index.shards) else ShardPrefix(index, args.prefix)
+        view = segment_view(part.n_sentences, args.size)
+        method = get_method("centroid")
+        params = method.make_params({})
+        ctx = Context(part, view, parse_budget(args.budget), 0, task)
+
+        def select():
+            if args.path == "whole":
+                scores, info = method.sentence_scores(ctx, params)
+                ranking = by_sentence_scores(view, scores, ctx.budget, dict(info))
+            else:
+                ranking = method.rank(ctx, params)
+            return ranking.segments, ranking.scores, part.n_sentences, len(ranking.segments)
+
+    if args.warm:      # a first selection builds the segment view the second one reuses
+        select()
     before = {"ru_maxrss_before": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
               "anon_before": _anon_bytes()}
     tracemalloc.start()
     t0 = time.perf_counter()
     with AnonPeak() as anon:
-        if args.path == "whole":
-            scores, info = method.sentence_scores(ctx, params)
-            ranking = by_sentence_scores(view, scores, ctx.budget, dict(info))
-            del scores
-        else:
-            ranking = method.rank(ctx, params)
+        ids, scores, rows, selected = select()
     seconds = time.perf_counter() - t0
-    numpy_peak = tracemalloc.get_traced_memory()[1]
+    traced = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    digest = hashlib.sha256(np.asarray(ranking.segments, np.int64).tobytes()
-                            + np.asarray(ranking.scores, np.float32).tobytes()).hexdigest()
-    return {"path": args.path, "rows": index.n_sentences, "segment_size": args.size,
-            "segments": len(view), "budget": args.budget, "selected": int(len(ranking.segments)),
-            "seconds": round(seconds, 3), **before, "anon_peak": anon.peak,
-            "numpy_peak": numpy_peak,
+    digest = hashlib.sha256(np.asarray(ids, np.int64).tobytes()
+                            + np.asarray(scores, np.float32).tobytes()).hexdigest()
+    return {"path": args.path, "warm": args.warm, "code": str(Path(tapt.__file__).parent),
+            "rows": int(rows),
+            "segment_size": args.size, "budget": args.budget, "selected": int(selected),
+            "seconds": round(seconds, 3), **before, "anon_peak": anon.peak, "traced_peak": traced,
             "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "view_bytes": int(view.offsets.nbytes + view.lengths.nbytes + view.tokens.nbytes),
             "digest": digest[:16]}
+
+
+def _before_tree(rev: str, where: Path) -> Path:
+    """The repository at `rev`, importable as `tapt` from the returned directory."""
+    root = where / rev
+    if not (root / "tapt" / "api.py").is_file():
+        (root / "tapt").mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", rev], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(root / "tapt")], input=archive, check=True)
+    return root
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -146,54 +180,71 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clusters", type=int, default=2000)
     parser.add_argument("--noise", type=float, default=1.2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--prefixes", default="1,2",
-                        help="Shard counts to select from (the first k shards: 1M rows each "
-                             "by default), to show what grows with the rows.")
-    parser.add_argument("--sizes", default="1,4", help="Segment sizes (sentences).")
-    parser.add_argument("--budgets", default="10000sent,100000sent,0.2")
-    parser.add_argument("--work", type=Path, default=Path(".cache/scale-memory"))
+    parser.add_argument("--before", default="9e17213",
+                        help="Git revision whose Index.select is the 'before'.")
+    parser.add_argument("--budgets", default="1000sent,10000sent,100000sent")
+    parser.add_argument("--path-budgets", default="10000sent,100000sent,0.2",
+                        help="Budgets of the whole / streamed comparison.")
+    parser.add_argument("--sizes", default="1,4", help="Segment sizes of that comparison.")
+    parser.add_argument("--work", type=Path, default=Path(".cache/driver-memory"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/scale"))
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--path", choices=("whole", "streamed"), help=argparse.SUPPRESS)
-    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--prefix", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--path", choices=("before", "after", "whole", "streamed"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--prefix", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--budget", help=argparse.SUPPRESS)
+    parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(one(args)))
         return
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    made = make_shards(args.work, args.rows, args.shards, args.dim, args.clusters, args.noise,
-                       args.seed)
+    made = make_index(args.work, _spec(args))
+    old = _before_tree(args.before, args.work.parent / (args.work.name + "-code"))
     common = ["--rows", str(args.rows), "--shards", str(args.shards), "--dim", str(args.dim),
               "--clusters", str(args.clusters), "--noise", str(args.noise), "--seed",
               str(args.seed), "--work", str(args.work)]
-    results = []
-    cells = [(k, size, budget) for k in [int(x) for x in args.prefixes.split(",")]
-             for size in [int(x) for x in args.sizes.split(",")]
-             for budget in args.budgets.split(",")]
-    for k, size, budget in cells:
-        pair = {}
-        for path in ("whole", "streamed"):
-            out = subprocess.run([sys.executable, "-m", "benchmarks.driver_memory", "--one",
-                                  "--path", path, "--size", str(size), "--budget", budget,
-                                  "--prefix", str(min(k, args.shards)), *common],
-                                 capture_output=True, text=True, check=True)
-            pair[path] = json.loads(out.stdout.strip().splitlines()[-1])
-            log.info("%s", pair[path])
-        if pair["whole"]["digest"] != pair["streamed"]["digest"]:
-            raise SystemExit(f"{k} shard(s), size {size}, {budget}: the two paths selected "
-                             "differently")
-        results.append({"rows": pair["whole"]["rows"], "segment_size": size, "budget": budget,
-                        **pair, "load_average": round(os.getloadavg()[0], 1)})
+
+    def run(path: str, budget: str, *extra: str) -> dict[str, Any]:
+        env = dict(os.environ)
+        if path == "before":
+            env["PYTHONPATH"] = os.pathsep.join([str(old), str(Path.cwd())])
+        out = subprocess.run([sys.executable, "-m", "benchmarks.driver_memory", "--one",
+                              "--path", path, "--budget", budget, *extra, *common],
+                             capture_output=True, text=True, check=True, env=env)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        log.info("%s", got)
+        if path == "before" and not got["code"].startswith(str(old)):
+            raise SystemExit(f"the 'before' run imported tapt from {got['code']}")
+        return got
+
+    def pair(a: str, b: str, budget: str, *extra: str) -> dict[str, Any]:
+        got = {a: run(a, budget, *extra), b: run(b, budget, *extra)}
+        if got[a]["digest"] != got[b]["digest"]:
+            raise SystemExit(f"{a} and {b} selected differently at {budget} {extra}")
+        return {"rows": got[a]["rows"], "budget": budget, **got,
+                "load_average": round(os.getloadavg()[0], 1)}
+
+    selects = [{**pair("before", "after", budget, *(["--warm"] if warm else [])), "warm": warm}
+               for warm in (False, True) for budget in args.budgets.split(",")]
+    paths = [{**pair("whole", "streamed", budget, "--prefix", str(k), "--size", str(size)),
+              "segment_size": size}
+             for k in sorted({1, args.shards}) for size in [int(x) for x in args.sizes.split(",")]
+             for budget in args.path_budgets.split(",")]
     report = {"created": utc_now(), "machine": machine(), "versions": library_versions(),
               "argv": sys.argv[1:] if argv is None else argv, "synthetic": made["spec"],
-              "results": results}
+              "before": args.before, "select": selects, "paths": paths}
     args.out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out / "driver_memory.json", report)
     with atomic_write(args.out / "driver_memory.md") as fh:
         fh.write(markdown(report))
     print(markdown(report))
+
+
+def _mb(r: dict[str, Any], key: str) -> str:
+    value = r[key + "_peak"] - (r[key + "_before"] if key == "anon" else 0)
+    return f"{value / MB:.0f}"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -202,41 +253,52 @@ def markdown(report: dict[str, Any]) -> str:
         "## Measured: peak driver memory of a budgeted centroid selection",
         "",
         f"Measured {report['created']} on {report['machine'].get('cpu', '?')} "
-        f"({report['machine'].get('cores')} cores, shared). Rows: {spec['rows']:,} synthetic "
-        f"float16 unit vectors in {spec['dim']} dimensions ({spec['shards']} shards; the "
-        "1M-row rows select from the first shard alone; "
-        "`benchmarks/scale_select.py`'s shard writer, seed "
-        f"{spec['seed']}), memory-mapped; segments of 1 or 4 consecutive sentences; the task "
-        "100 fresh rows of blob 0. Each cell is one fresh process that selects once "
-        "(`benchmarks/driver_memory.py --one`). *whole*: one score per sentence, then "
-        "`by_sentence_scores` (every budgeted selection before this change); *streamed*: "
-        "`Method.rank`, the budget's cut kept while the rows are scored (`retriever.topcut`). "
-        "Both selected the same segments and scores (digest compared) in every row.",
+        f"({report['machine'].get('cores')} cores, shared with other developers' work). The "
+        f"index: {spec['rows']:,} synthetic float16 rows in {spec['dim']} dimensions, "
+        f"{spec['shards']} shards, one sentence per document (`benchmarks/synthetic_index.py`, "
+        f"seed {spec['seed']}); the task 100 fresh rows of blob 0, as embeddings. Every cell "
+        "is one fresh process that opens the index and selects once "
+        "(`benchmarks/driver_memory.py`); the two sides of each cell selected the same "
+        "segments and scores (digest compared).",
         "",
         "*anon*: the peak of the process's own resident memory (RssAnon, sampled every ms) "
-        "minus its value before the selection (imports, segment view, task); *numpy*: the peak "
-        "of numpy's allocations during the selection (tracemalloc); *ru_maxrss*: the process's "
-        "peak resident set, which also counts the pages of the memory-mapped embeddings the "
-        "scan touched (the same in both paths).",
+        "minus its value before the selection; *traced*: the peak of numpy's and Python's "
+        "allocations during the selection (tracemalloc); *ru_maxrss*: the process's peak "
+        "resident set, which also counts the pages of the memory-mapped embeddings the scan "
+        "touched (768 bytes a row, the same on both sides).",
         "",
-        "Regenerate:",
+        f"`Index.select(\"centroid\", ...)`, ranking and reading the chosen text included: "
+        f"*before* = revision {report['before']} (whole arrays), *after* = the streamed cut. "
+        "*first*: the process's first selection, which also builds the index's segment view "
+        "(one entry per segment, kept for later selections); *again*: a second selection "
+        "in the same process (the view reused, as in a served index):",
         "",
-        "    nice -n 10 .venv/bin/python -m benchmarks.driver_memory " + " ".join(report["argv"]),
-        "",
-        "| rows | segment size | budget | selected | anon whole / streamed (MB) | numpy whole / "
-        "streamed (MB) | ru_maxrss whole / streamed (MB) | seconds whole / streamed | "
-        "segment view (MB) |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| rows | selection | budget | selected | anon before / after (MB) | traced before / after (MB) | "
+        "ru_maxrss before / after (MB) | seconds before / after |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
     ]
-    for r in report["results"]:
+    for r in report["select"]:
+        b, a = r["before"], r["after"]
+        lines.append(f"| {r['rows']:,} | {'again' if r['warm'] else 'first'} | {r['budget']} | {a['selected']:,} | "
+                     f"{_mb(b, 'anon')} / {_mb(a, 'anon')} | "
+                     f"{_mb(b, 'traced')} / {_mb(a, 'traced')} | "
+                     f"{b['ru_maxrss'] / MB:.0f} / {a['ru_maxrss'] / MB:.0f} | "
+                     f"{b['seconds']:.2f} / {a['seconds']:.2f} |")
+    lines += ["", "The ranking alone (`Method.rank` on the first shard or both; segments of "
+              "1 or 4 rows), *whole* = a score per sentence then `by_sentence_scores`, "
+              "*streamed* = the cut kept while the rows are scored, same code otherwise:", "",
+              "| rows | segment size | budget | selected | anon whole / streamed (MB) | "
+              "traced whole / streamed (MB) | seconds whole / streamed |",
+              "|---:|---:|---|---:|---:|---:|---:|"]
+    for r in report["paths"]:
         w, s = r["whole"], r["streamed"]
-        lines.append(
-            f"| {r['rows']:,} | {r['segment_size']} | {r['budget']} | {s['selected']:,} | "
-            f"{(w['anon_peak'] - w['anon_before']) / MB:.0f} / "
-            f"{(s['anon_peak'] - s['anon_before']) / MB:.0f} | "
-            f"{w['numpy_peak'] / MB:.0f} / {s['numpy_peak'] / MB:.0f} | "
-            f"{w['ru_maxrss'] / MB:.0f} / {s['ru_maxrss'] / MB:.0f} | "
-            f"{w['seconds']:.2f} / {s['seconds']:.2f} | {s['view_bytes'] / MB:.0f} |")
+        lines.append(f"| {r['rows']:,} | {r['segment_size']} | {r['budget']} | "
+                     f"{s['selected']:,} | {_mb(w, 'anon')} / {_mb(s, 'anon')} | "
+                     f"{_mb(w, 'traced')} / {_mb(s, 'traced')} | "
+                     f"{w['seconds']:.2f} / {s['seconds']:.2f} |")
+    lines += ["", "Regenerate:", "",
+              "    nice -n 10 .venv/bin/python -m benchmarks.driver_memory "
+              + " ".join(report["argv"])]
     return "\n".join(lines) + "\n"
 
 
