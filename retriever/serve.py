@@ -10,12 +10,13 @@ rescoring of FAISS candidates, reading the chosen text.
 
 What fans out:
 
-- a selection with a budget (sentence context) by a method that scores the whole index with a
-  fitted `scorer` (centroid, distance, density, classifier...): every actor returns only the
-  budget's cut of its own segments (`topcut`) and the scores of the few rows of segments its
-  rows begin or end inside; the driver merges them. No score per sentence crosses Ray;
-- the other uses of those scorers (no budget, document context, `auto`): the scorer is sent to
-  every actor, each returns the scores of its rows;
+- a selection with a budget that streams (`methods.base.streams`: sentence context, at most
+  1/16 of the sentences) by a method that scores the whole index with a fitted `scorer`
+  (centroid, distance, density, classifier...): every actor returns only the budget's cut of
+  its own segments (`topcut`) and the scores of the few rows of segments its rows begin or end
+  inside; the driver merges them. No score per sentence crosses Ray;
+- the other uses of those scorers (no budget or a larger one, document context, `auto`): the
+  scorer is sent to every actor, each returns the scores of its rows;
 - every FAISS search (knn, and methods that search): each actor searches its parts, the driver
   merges with `merge_topk`, exactly as `ShardedFaiss` does in one process.
 

@@ -108,7 +108,9 @@ class Candidates:
 
     def ordered(self) -> "Candidates":
         """In `scoring.rank`'s order: descending score, then ascending id, NaN last."""
-        order = np.lexsort((self.ids, -self.scores.astype(np.float64)))
+        scores = self.scores if self.scores.dtype == np.float32 else \
+            self.scores.astype(np.float64)
+        order = np.lexsort((self.ids, -scores))   # float32 negates exactly, in half the bytes
         return self.take(order)
 
     def cut(self, cut: Cut) -> "Candidates":

@@ -246,7 +246,10 @@ def _check_fan_out(i: int, method: str, before: dict[str, int], remote: dict[str
 
 
 def test_served_selection_equals_unsharded_select(cluster, local_index, one_shard_index,
-                                                  tmp_path):
+                                                  tmp_path, monkeypatch):
+    from tapt.retriever.methods import base
+
+    monkeypatch.setattr(base, "STREAM_SHARE", 1.0)   # every budget of this small corpus streams
     one = tapt.Index.open(one_shard_index)
     task = write_task(tmp_path / "task.txt", "legal", n=30)
     want = [one.select(m, task, b, encoder=HashingEncoder(), **p) for m, b, p in METHODS]

@@ -153,6 +153,9 @@ def _full_path(index, config, embeddings):
 @pytest.mark.parametrize("size", [1, 3, 5])
 def test_methods_stream_the_selection_of_the_whole_array_path(index, task, method, params, size,
                                                               monkeypatch):
+    from tapt.retriever.methods import base
+
+    monkeypatch.setattr(base, "STREAM_SHARE", 1.0)   # every budget of this small corpus
     embeddings, texts = task
     for spec in ("0.2", "9", "60sent", "700tok"):
         config = SelectConfig(method, spec, segment_size=size, seed=1, **params)
@@ -264,3 +267,21 @@ def test_float64_scores_stream_like_the_whole_array():
         got, _ = stream.finish()
         np.testing.assert_array_equal(got.ids, want_ids, err_msg=spec)
         np.testing.assert_array_equal(got.scores, want_scores, err_msg=spec)
+
+
+def test_only_a_budget_that_is_a_small_share_of_the_corpus_streams(index, task, monkeypatch):
+    from tapt.retriever.methods import base
+
+    embeddings, texts = task
+    calls = []
+    real = topcut.scan_cut
+    monkeypatch.setattr(topcut, "scan_cut", lambda *a, **k: calls.append(1) or real(*a, **k))
+    n = index.n_sentences
+    small, large = f"{int(n * base.STREAM_SHARE)}sent", f"{int(n * base.STREAM_SHARE) + 30}sent"
+    for spec, streamed in ((small, True), (large, False), ("0.5", False)):
+        calls.clear()
+        config = SelectConfig("centroid", spec, seed=1)
+        got, _ = rank(index, config, embeddings, texts)
+        assert bool(calls) == streamed, spec
+        want = _full_path(index, config, embeddings)
+        np.testing.assert_array_equal(got.segments, want.segments)
