@@ -22,12 +22,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tapt.errors import InputError
+from tapt.errors import IndexFormatError, InputError
 from tapt.util.cache import read_checked, readable_cache, writable_cache, write_checked
 from tapt.util.files import sha256_file
 
@@ -257,6 +258,19 @@ def check_results(sims: np.ndarray, ids: np.ndarray, n: int, label: str | Path) 
 
 COSINE_SLACK = 5e-3   # float16 rows are unit length to ~4e-3
 UNIT_SLACK = {np.dtype(np.float32): 1e-3, np.dtype(np.float16): 4e-3}
+
+
+_ROWS = re.compile(r"(embeddings\.npy row )([0-9][0-9, -]*[0-9]|[0-9])")
+
+
+def rows_from(exc: IndexFormatError, offset: int) -> IndexFormatError:
+    """The damage report of a check of rows counted from 0 (a block of a scan), its row
+    numbers counted from `offset` instead (the block's first global row)."""
+    def shift(match: re.Match) -> str:
+        return match.group(1) + re.sub(r"[0-9]+", lambda m: str(int(m.group()) + offset),
+                                       match.group(2))
+
+    return IndexFormatError(_ROWS.sub(shift, exc.message), param=exc.param)
 
 
 def _rows(ids: np.ndarray) -> str:

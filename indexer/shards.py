@@ -85,6 +85,18 @@ class RowView:
         for offset, part in zip(self.offsets[:-1].tolist(), self._parts):
             yield int(offset), part
 
+    def window(self, start: int, stop: int) -> "np.ndarray | RowView":
+        """Rows [start, stop) without a copy: a slice of one shard's array, or a row view of
+        the slices of the shards the range spans."""
+        stop = min(stop, len(self))
+        first = bisect.bisect_right(self.offsets, start) - 1
+        last = bisect.bisect_right(self.offsets, max(start, stop - 1)) - 1
+        if stop <= start or first == last:
+            return self._range(start, stop)
+        return RowView([self._parts[s][max(start, int(self.offsets[s])) - int(self.offsets[s]):
+                                       min(stop, int(self.offsets[s + 1])) - int(self.offsets[s])]
+                        for s in range(first, last + 1)])
+
     def blocks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
         """(start, rows[start:start + size]) over the global grid of `size`-row blocks."""
         for start in range(0, len(self), size):

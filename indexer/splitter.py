@@ -73,18 +73,31 @@ def segment_offsets(doc_offsets: np.ndarray, size: int) -> np.ndarray:
     if size < 1:
         raise ValueError("segment size must be >= 1")
     doc_offsets = np.asarray(doc_offsets, dtype=np.int64)
-    starts, ends = doc_offsets[:-1], doc_offsets[1:]
-    lengths = ends - starts
-    per_doc = np.maximum((lengths + size - 1) // size, 0)
+    starts = doc_offsets[:-1]
+    per_doc = np.maximum((np.diff(doc_offsets) + size - 1) // size, 0)
     n_segments = int(per_doc.sum())
-    doc_of_segment = np.repeat(np.arange(len(starts)), per_doc)
-    first_segment = np.concatenate(([0], np.cumsum(per_doc)[:-1])) if len(per_doc) else per_doc
-    within = np.arange(n_segments) - np.repeat(first_segment, per_doc)
-    seg_starts = starts[doc_of_segment] + within * size
-    total = int(doc_offsets[-1]) if len(doc_offsets) else 0
-    return np.concatenate((seg_starts, [total])).astype(np.int64)
+    # segment s of document d starts at starts[d] - first_segment[d] * size + s * size: the
+    # per-document base repeated (with one more entry for the end) straight into the result,
+    # then s * size added in chunks; this runs over every segment of a corpus, so it holds
+    # one int64 per segment and no more
+    base = np.cumsum(per_doc)
+    base -= per_doc
+    base *= -size
+    base += starts
+    out = np.repeat(np.append(base, 0), np.append(per_doc, 1))
+    del base, per_doc
+    for lo in range(0, n_segments, 1 << 20):
+        hi = min(n_segments, lo + (1 << 20))
+        out[lo:hi] += np.arange(lo, hi, dtype=np.int64) * size
+    out[-1] = int(doc_offsets[-1]) if len(doc_offsets) else 0
+    return out
 
 
 def segment_docs(doc_offsets: np.ndarray, seg_offsets: np.ndarray) -> np.ndarray:
     """Document index of every segment."""
-    return np.searchsorted(np.asarray(doc_offsets), np.asarray(seg_offsets[:-1]), side="right") - 1
+    return docs_of_rows(doc_offsets, np.asarray(seg_offsets[:-1]))
+
+
+def docs_of_rows(doc_offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Document index of each sentence row."""
+    return np.searchsorted(np.asarray(doc_offsets), np.asarray(rows), side="right") - 1

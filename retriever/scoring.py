@@ -130,9 +130,22 @@ def _cast_scores(embeddings: np.ndarray, q: np.ndarray, out: np.ndarray, rows: i
         if workers == 1:
             work(0)
         else:
-            with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(work, range(workers)))
+            list(_scan_pool(workers).map(work, range(workers)))
     return True
+
+
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
+def _scan_pool(workers: int) -> ThreadPoolExecutor:
+    """One pool of `workers` threads per process, kept between scans: a scan in blocks (a
+    streamed budget cut, `topcut.scan_cut`) would otherwise start new threads per block, and
+    each new thread's allocator arena and torch thread state stay in the process (measured:
+    tens of MB over a 2M-row scan)."""
+    key = (os.getpid(), workers)      # a forked child starts its own
+    if key not in _POOLS:
+        _POOLS[key] = ThreadPoolExecutor(workers, thread_name_prefix="tapt-scan")
+    return _POOLS[key]
 
 
 def scan_threads() -> int:

@@ -20,6 +20,7 @@ import numpy as np
 from tapt.errors import InputError
 from tapt.indexer.encoder import Encoder
 from tapt.indexer.index import Index
+from tapt.indexer.splitter import docs_of_rows
 from tapt.util.versions import library_versions, utc_now
 
 from .budget import parse_budget
@@ -244,7 +245,8 @@ def run_selection(index: Index, config: SelectConfig, out: str | Path,
 def materialise(index: Index, view: SegmentView, ranking: Ranking,
                 method: str) -> list[SelectedSegment]:
     """The ranked segments with their text, document key, source and metadata."""
-    docs = index.segment_docs(view.offsets)
+    # the documents of the chosen segments only (not one per corpus segment)
+    docs = docs_of_rows(index.doc_offsets, view.offsets[ranking.segments]).tolist()
     out = []
     for rank_, seg in enumerate(ranking.segments.tolist()):
         lo, hi = int(view.offsets[seg]), int(view.offsets[seg + 1])
@@ -253,7 +255,8 @@ def materialise(index: Index, view: SegmentView, ranking: Ranking,
         meta, sentence_meta = split_meta([r.get("meta") or {} for r in records])
         out.append(SelectedSegment(
             id=seg, rank=rank_, score=float(ranking.scores[rank_]),
-            weight=float(ranking.weights[rank_]), method=method, doc=int(docs[seg]), rows=(lo, hi),
+            weight=float(ranking.weights[rank_]), method=method, doc=int(docs[rank_]),
+            rows=(lo, hi),
             text=" ".join(sentences), sentences=sentences, doc_key=records[0].get("doc_key"),
             source=records[0].get("source"), meta=meta, sentence_meta=sentence_meta,
         ))

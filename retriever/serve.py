@@ -2,15 +2,21 @@
 
 `ShardServers` starts one actor per group of consecutive shards (`ShardServer`); each opens the
 index (checked as any open is), keeps its rows of the embeddings in RAM and its shards' FAISS
-parts loaded, and answers two calls: `score(scorer)` (a sentence scorer applied to its rows) and
-`search(queries, k)` (its parts' top-k with global ids). The driver keeps the index open too
-(memory-mapped) for everything else a selection does: the segment view, the exact rescoring of
-FAISS candidates, reading the chosen text.
+parts loaded, and answers three calls: `top(scorer, cut, ...)` (a budget's cut of the segments
+of its rows ranked by a sentence scorer), `score(scorer)` (the scorer's score of every one of its
+rows) and `search(queries, k)` (its parts' top-k with global ids). The driver keeps the index
+open too (memory-mapped) for everything else a selection does: the segment view, the exact
+rescoring of FAISS candidates, reading the chosen text.
 
 What fans out:
 
-- the sentence scores of every method that scores the whole index with a fitted `scorer`
-  (centroid, distance, density, classifier...): the scorer is sent to every actor;
+- a selection with a budget that streams (`methods.base.streams`: sentence context, at most
+  1/16 of the sentences) by a method that scores the whole index with a fitted `scorer`
+  (centroid, distance, density, classifier...): every actor returns only the budget's cut of
+  its own segments (`topcut`) and the scores of the few rows of segments its rows begin or end
+  inside; the driver merges them. No score per sentence crosses Ray;
+- the other uses of those scorers (no budget or a larger one, document context, `auto`): the
+  scorer is sent to every actor, each returns the scores of its rows;
 - every FAISS search (knn, and methods that search): each actor searches its parts, the driver
   merges with `merge_topk`, exactly as `ShardedFaiss` does in one process.
 
@@ -34,7 +40,7 @@ from tapt.indexer.faiss_index import ShardedFaiss, merge_topk, search_part, set_
 from tapt.indexer.ray_executor import ExecutorError, connect, import_ray, task_error
 from tapt.indexer.shards import grid_ranges
 
-from . import scoring
+from . import scoring, topcut
 from .methods.base import Method
 
 GRID = scoring.CHUNK
@@ -56,11 +62,7 @@ class ShardServer:
 
         index = Index(path)
         self._identity = index.identity()
-        offsets = np.array([s.row_offset for s in index.shards] + [index.n_sentences])
-        ranges = grid_ranges(offsets, grid)
-        mine = [r for s in shards for r in ranges[s]]
-        self.start = mine[0][0] if mine else 0
-        self.stop = mine[-1][1] if mine else 0
+        self.start, self.stop = span(index, shards, grid)
         self.rows = np.array(index.embeddings[self.start:self.stop])  # in RAM, not mapped
         global_ids = index.manifest.get("faiss", {}).get("part_ids") == "global"
         self.parts = [(read_faiss_index(index.shards[s].faiss_path),
@@ -72,6 +74,13 @@ class ShardServer:
     def score(self, scorer) -> tuple[int, np.ndarray]:
         """(first row, the scorer's scores of this actor's rows)."""
         return self.start, np.asarray(scorer(self.rows))
+
+    def top(self, scorer, cut: topcut.Cut, offsets: np.ndarray, first: int,
+            measure: np.ndarray | None) -> tuple[topcut.Candidates, list[topcut.Piece]]:
+        """The cut of this actor's whole segments ranked by the scorer's mean scores, and the
+        pieces of the segments its rows begin or end inside (`topcut.scan_cut`; `offsets`,
+        `first`, `measure`: the segments that meet its rows)."""
+        return topcut.scan_cut(self.rows, scorer, offsets, first, measure, cut, self.start)
 
     def search(self, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         return [search_part(part, queries, k, base) for part, base in self.parts]
@@ -129,6 +138,7 @@ class ShardServers:
                                  max_task_retries=0)(ShardServer)
         self.actors = [remote.remote(str(index.path), g, grid) for g in groups]
         self.groups = groups
+        self.spans = [span(index, g, grid) for g in groups]
         try:
             identities = self.ray.get([a.identity.remote() for a in self.actors],
                                       timeout=timeout)
@@ -158,6 +168,27 @@ class ShardServers:
         for start, part in self._get([a.score.remote(ref) for a in self.actors], "score"):
             out[start:start + len(part)] = part
         return out
+
+    def top(self, scorer, view, cut: topcut.Cut) -> topcut.Candidates:
+        """The budget's cut of the segments of `view` ranked by the scorer's mean sentence
+        scores: each actor cuts its own segments, the driver merges the cuts and completes the
+        segments that straddle two actors' rows (equal to `SentenceScored.budget_candidates`
+        in one process)."""
+        ref = self.ray.put(scorer)
+        measure = cut.measure(view.lengths, view.tokens)
+        calls = []
+        for actor, (start, stop) in zip(self.actors, self.spans):
+            if stop <= start:
+                continue
+            first = int(np.searchsorted(view.offsets, start, side="right")) - 1
+            last = int(np.searchsorted(view.offsets, stop, side="left"))
+            calls.append(actor.top.remote(ref, cut, view.offsets[first:last + 1], first,
+                                          None if measure is None else measure[first:last]))
+        kept, pieces = topcut.Candidates.empty(), []
+        for part, edges in self._get(calls, "score"):
+            kept = topcut.merge(kept, part, cut)
+            pieces += edges
+        return topcut.merge(kept, topcut.join_pieces(pieces, view.offsets, measure), cut)
 
     def faiss(self, index) -> "RemoteFaiss":
         """The actors' FAISS parts as one searchable index of `index`'s rows."""
@@ -201,24 +232,47 @@ class RemoteFaiss(ShardedFaiss):
                           "search")
 
 
+def span(index, shards: Sequence[int], grid: int) -> tuple[int, int]:
+    """The rows [start, stop) an actor of these shards holds: the `grid`-row blocks that start
+    in them (`shards.grid_ranges`); (0, 0) when none does."""
+    offsets = np.array([s.row_offset for s in index.shards] + [index.n_sentences])
+    ranges = grid_ranges(offsets, grid)
+    mine = [r for s in shards for r in ranges[s]]
+    return (mine[0][0], mine[-1][1]) if mine else (0, 0)
+
+
+class ServedScorer:
+    """A fitted scorer whose scan of every row the actors do (`ShardServers.scores`); other
+    rows are scored here."""
+
+    def __init__(self, fitted, servers: ShardServers, everything) -> None:
+        self.fitted, self.servers, self.everything = fitted, servers, everything
+
+    def __call__(self, rows):
+        if rows is self.everything:
+            return self.servers.scores(self.fitted, len(rows))
+        return self.fitted(rows)
+
+
 def served_method(spec: Method, servers: ShardServers) -> Method:
     """`spec`, its fitted scorer applied by the actors wherever the method scores the whole
-    index with it (`scorer(ctx.index.embeddings)`); other methods as they are."""
+    index with it (`scorer(ctx.index.embeddings)`), and a budget's cut of its ranking made by
+    the actors (`ShardServers.top`); other methods as they are."""
     cls = type(spec)
     if cls.scorer is Method.scorer:
         return spec
 
     def scorer(self, ctx, task, params, heldout=False):
         fitted, info = super(served, self).scorer(ctx, task, params, heldout)
-        everything = ctx.index.embeddings
+        return ServedScorer(fitted, servers, ctx.index.embeddings), info
 
-        def apply(rows):
-            if rows is everything:
-                return servers.scores(fitted, len(everything))
-            return fitted(rows)
+    def budget_candidates(self, ctx, scorer, cut):
+        if isinstance(scorer, ServedScorer):
+            return servers.top(scorer.fitted, ctx.view, cut)
+        return super(served, self).budget_candidates(ctx, scorer, cut)
 
-        return apply, info
-
-    served = type(cls.__name__, (cls,), {"scorer": scorer, "__module__": cls.__module__,
-                                         "__doc__": cls.__doc__})
+    members = {"scorer": scorer, "__module__": cls.__module__, "__doc__": cls.__doc__}
+    if hasattr(cls, "budget_candidates"):
+        members["budget_candidates"] = budget_candidates
+    served = type(cls.__name__, (cls,), members)
     return served()

@@ -217,41 +217,72 @@ def one_shard_index(tmp_path_factory, corpus) -> Path:
 
 
 METHODS = (("centroid", "12", {}), ("distance", "12", {}), ("density", "12", {"m": 3}),
-           ("classifier", "40sent", {}), ("knn", None, {"k": 5}), ("fused", "12", {}))
+           ("classifier", "40sent", {}), ("knn", None, {"k": 5}), ("fused", "12", {}),
+           ("centroid", "0.3", {"segment_size": 3}), ("distance", "25sent", {"segment_size": 5}),
+           ("density", "400tok", {"m": 2}), ("centroid", "30sent", {"segment_size": 1}),
+           ("centroid", "1.0", {"segment_size": 5}),   # every segment: those actors share too
+           ("classifier", None, {"rounds": 0}), ("centroid", "20sent", {"context": "document"}))
+# a budget's cut at sentence context: each actor cuts its own segments (`ShardServers.top`)
+CUT_BY_ACTORS = {i for i, (m, b, p) in enumerate(METHODS)
+                 if m in ("centroid", "distance", "density", "classifier") and b is not None
+                 and p.get("context", "sentence") == "sentence"}
+
+
+def _served_calls(served) -> dict[str, int]:
+    remote = {"score": 0, "search": 0, "top": 0}
+    for name, obj, attr in (("score", served.servers, "scores"),
+                            ("search", served.faiss, "search"), ("top", served.servers, "top")):
+        setattr(obj, attr, _counted(remote, name, getattr(obj, attr)))
+    return remote
+
+
+def _check_fan_out(i: int, method: str, before: dict[str, int], remote: dict[str, int]) -> None:
+    if i in CUT_BY_ACTORS:      # no score per sentence crosses Ray
+        assert remote["top"] > before["top"] and remote["score"] == before["score"], method
+    elif method == "knn":
+        assert remote["search"] > before["search"]
+    elif method != "fused":
+        assert remote["score"] > before["score"] and remote["top"] == before["top"], method
 
 
 def test_served_selection_equals_unsharded_select(cluster, local_index, one_shard_index,
-                                                  tmp_path):
+                                                  tmp_path, monkeypatch):
+    from tapt.retriever.methods import base
+
+    monkeypatch.setattr(base, "STREAM_SHARE", 1.0)   # every budget of this small corpus streams
     one = tapt.Index.open(one_shard_index)
     task = write_task(tmp_path / "task.txt", "legal", n=30)
-    want = {m: one.select(m, task, b, encoder=HashingEncoder(), **p) for m, b, p in METHODS}
+    want = [one.select(m, task, b, encoder=HashingEncoder(), **p) for m, b, p in METHODS]
     # The default scoring grid: this small index's rows all score on the first actor, every
     # FAISS search fans out to the 3; the same selection, score for score
     with tapt.serve(local_index, actors=3, cpus_per_actor=0.5) as served:
         assert len(served.shards) == 3 and len(served.servers.actors) == 3
-        remote = {"score": 0, "search": 0}
-        for name, obj, attr in (("score", served.servers, "scores"),
-                                ("search", served.faiss, "search")):
-            setattr(obj, attr, _counted(remote, name, getattr(obj, attr)))
-        for method, budget, params in METHODS:
+        remote = _served_calls(served)
+        for i, (method, budget, params) in enumerate(METHODS):
             before = dict(remote)
             got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
-            assert _ids(got) == _ids(want[method]) and len(got) > 0, method
-            assert [s.score for s in got] == [s.score for s in want[method]], method
+            assert _ids(got) == _ids(want[i]) and len(got) > 0, method
+            assert [s.score for s in got] == [s.score for s in want[i]], method
             assert got.manifest["index"] == served.identity()
-            fanned = "search" if method == "knn" else "score"
-            assert remote[fanned] > before[fanned] or method == "fused", method
-    # A 64-row grid puts rows on every actor; blocks then have other shapes than in one
-    # process (BLAS may round the last bit differently), the ranking is the same
+            _check_fan_out(i, method, before, remote)
+    # A 64-row grid puts rows on every actor, and actors' rows begin and end inside segments
+    # (whose pieces the driver joins); blocks then have other shapes than in one process (BLAS
+    # may round the last bit differently), the ranking is the same
     with tapt.ServedIndex(local_index, actors=3, cpus_per_actor=0.5, grid=64) as served:
         starts = [served.servers.ray.get(a.score.remote(len)) for a in served.servers.actors]
         assert all(n > 0 for _, n in starts) and sum(n for _, n in starts) == 230
         assert all(start % 64 == 0 for start, _ in starts)
-        for method, budget, params in METHODS:
+        assert [tuple(s) for s in served.servers.spans] == [(a, a + n) for a, n in starts]
+        offsets = served.segments(5)
+        assert any(b not in offsets for b, _ in starts[1:])   # an actor begins mid-segment
+        remote = _served_calls(served)
+        for i, (method, budget, params) in enumerate(METHODS):
+            before = dict(remote)
             got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
-            assert _ids(got) == _ids(want[method]), method
+            assert _ids(got) == _ids(want[i]), method
             np.testing.assert_allclose([s.score for s in got],
-                                       [s.score for s in want[method]], rtol=0, atol=1e-6)
+                                       [s.score for s in want[i]], rtol=0, atol=1e-6)
+            _check_fan_out(i, method, before, remote)
 
 
 def test_serve_cli_answers_requests_line_by_line(cluster, local_index, one_shard_index,

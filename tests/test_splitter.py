@@ -20,6 +20,13 @@ def test_segments_cut_documents_and_never_cross_them():
     assert segment_docs(docs, offsets).tolist() == [0, 1, 2, 2, 2, 2, 3, 3, 3, 4]
 
 
+def test_segments_of_empty_documents_and_of_none():
+    docs = np.array([0, 0, 3, 3, 3, 10, 10])
+    assert segment_offsets(docs, 3).tolist() == [0, 3, 6, 9, 10]
+    assert segment_offsets(np.array([0]), 4).tolist() == [0]
+    assert segment_offsets(np.array([0, 0]), 4).tolist() == [0]
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_segment_property_random_documents(seed):
     rng = np.random.default_rng(seed)

@@ -48,7 +48,7 @@ import numpy as np
 
 from tapt.errors import InputError
 
-from .. import scoring
+from .. import scoring, topcut
 from ..budget import Budget, budget_target, cut
 from ..context import document_scores
 
@@ -94,12 +94,40 @@ class SegmentView:
     def of(cls, index: "Index", size: int | None, context: str = "sentence") -> "SegmentView":
         offsets = index.segments(size)
         lengths = np.diff(offsets)
-        tok = np.add.reduceat(np.asarray(index.tokens, dtype=np.int64), offsets[:-1])
-        return cls(offsets, lengths, tok, context,
+        return cls(offsets, lengths, segment_tokens(index.tokens, offsets), context,
                    index.doc_offsets if context == "document" else None)
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+
+def segment_tokens(tokens, offsets: np.ndarray) -> np.ndarray:
+    """Tokens of every segment (int64), summed shard by shard of a `RowView` of per-sentence
+    counts: segments never cross shards, so no whole-corpus copy of the counts is made."""
+    out = np.empty(len(offsets) - 1, dtype=np.int64)
+    parts = list(tokens.parts()) if hasattr(tokens, "parts") else [(0, tokens)]
+    for start, part in parts:
+        lo, hi = np.searchsorted(offsets, [start, start + len(part)])
+        if hi == lo:
+            continue
+        if int(offsets[lo]) != start or int(offsets[hi]) != start + len(part):  # across shards
+            return np.add.reduceat(np.asarray(tokens, dtype=np.int64), offsets[:-1])
+        out[lo:hi] = np.add.reduceat(part, offsets[lo:hi] - start, dtype=np.int64)
+    return out
+
+
+# The largest budget, as a share of the corpus's sentences, whose cut streams. A streamed cut
+# holds ~220 bytes per segment it keeps at the peak of a merge (measured, 400,000 kept), the
+# whole-array path ~16 bytes per corpus sentence: above ~7% the whole arrays are the smaller.
+STREAM_SHARE = 1 / 16
+
+
+def streams(ctx: "Context") -> bool:
+    """Whether a selection's budget cut streams (`SentenceScored.budget_candidates`): a budget
+    of at most `STREAM_SHARE` of the sentences, at sentence context."""
+    if ctx.budget is None or ctx.view.context != "sentence":
+        return False
+    return budget_sentences(ctx.view, ctx.budget) <= STREAM_SHARE * float(ctx.view.lengths.sum())
 
 
 def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budget | None,
@@ -551,11 +579,43 @@ class SentenceScored(Method):
         scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)
         return scorer(ctx.index.embeddings), info
 
+    def row_scorer(self, ctx: Context, params: Params) -> tuple[Scorer, dict[str, Any]] | None:
+        """The fitted scorer whose scores of `ctx.index.embeddings` are `sentence_scores`, or
+        None where they come another way (a method that overrides `sentence_scores` overrides
+        this too). With one, a budget's cut streams (`budget_candidates`)."""
+        if type(self).sentence_scores is not SentenceScored.sentence_scores:
+            return None
+        return self.scorer(ctx, ctx.need_task(self.name), params)
+
+    def budget_candidates(self, ctx: Context, scorer: Scorer, cut: topcut.Cut
+                          ) -> topcut.Candidates:
+        """The segments `cut` keeps of the ranking by `scorer`'s mean sentence scores, in rank
+        order: every row scored block by block on the global grid, only the running cut kept
+        (`topcut.scan_cut`); the segments and scores of the whole-array path, bit for bit."""
+        view = ctx.view
+        measure = cut.measure(view.lengths, view.tokens)
+        kept, pieces = topcut.scan_cut(ctx.index.embeddings, scorer, view.offsets, 0, measure,
+                                       cut, progress=ctx.progress)
+        return topcut.merge(kept, topcut.join_pieces(pieces, view.offsets, measure), cut)
+
     def depends_on_budget(self, params: Params) -> bool:
         return False
 
     def rank(self, ctx: Context, params: Params) -> Ranking:
-        scores, info = self.sentence_scores(ctx, params)
+        """With a budget that `streams`, a fitted row scorer's cut streams
+        (`budget_candidates`: no score per sentence is kept); otherwise every sentence's score
+        is computed, then ranked (`by_sentence_scores`). Both give the same selection."""
+        fitted = self.row_scorer(ctx, params)
+        if fitted is None:
+            scores, info = self.sentence_scores(ctx, params)
+        elif streams(ctx):
+            view = ctx.view
+            target = budget_target(ctx.budget, view.lengths, view.tokens)
+            chosen = self.budget_candidates(ctx, fitted[0], topcut.Cut.of(ctx.budget, target))
+            return Ranking(chosen.ids, chosen.scores, np.ones(len(chosen), dtype=np.float32),
+                           dict(fitted[1]))
+        else:
+            scores, info = fitted[0](ctx.index.embeddings), fitted[1]
         return by_sentence_scores(ctx.view, scores, ctx.budget, dict(info), self.threshold)
 
     def full_ranking(self, ctx: Context, params: Params) -> Ranking:

@@ -62,5 +62,10 @@ class Centroid(SentenceScored):
             scoring.centroid(ctx.need_task(self.name)), wanted)
         return scores, {"scan": "codes", "rescored_sentences": int(len(rescored))}
 
+    def row_scorer(self, ctx, params):
+        if params.scan != "exact":
+            return None
+        return self.scorer(ctx, ctx.need_task(self.name), params)
+
     def depends_on_budget(self, params):
         return params.scan == "codes"

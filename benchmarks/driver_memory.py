@@ -1,0 +1,312 @@
+"""Peak driver memory of a budgeted `centroid` selection, before and after the streamed cut.
+
+The index: `benchmarks/synthetic_index.py`'s real tapt index of synthetic rows (Gaussian blobs
+on the unit sphere, float16, one sentence per document, built by tapt's own stages), the task
+100 fresh rows of blob 0 given as embeddings. Each measurement runs in a fresh process
+(`--one`) that opens the index and selects once. Two comparisons:
+
+- `Index.select("centroid", task, budget)` with the code of `--before` (a git revision of this
+  repository, extracted with `git archive` and put first on the child's PYTHONPATH; the child
+  records where `tapt` was imported from) and with this checkout (*after*);
+- `Method.rank` on the first 1 or 2 shards (`scale_select.ShardPrefix`), segments of 1 or 4
+  rows, by this checkout: *whole* (one score per sentence, then `by_sentence_scores`, as every
+  budgeted selection did before) against *streamed* (the budget's cut kept while the rows are
+  scored), to show what grows with the rows.
+
+Recorded in the child, around the selection only:
+
+- `ru_maxrss`: `resource.getrusage(RUSAGE_SELF).ru_maxrss`, the process's peak resident set.
+  It counts the pages of the memory-mapped embeddings the scan touched (file-backed, shared
+  with the page cache: 768 bytes a row), the same in both;
+- `anon`: the peak of `RssAnon` (/proc/self/status: the process's own memory, not the mapped
+  files), sampled every millisecond, minus its value before the selection;
+- `traced`: the peak of what `tracemalloc` traces during the selection (numpy arrays and
+  Python objects; not torch's buffers, which here only cast 2,048 rows at a time);
+- the selection's seconds and a digest of the selected segment ids and scores (before and
+  after, whole and streamed, must select the same).
+
+    nice -n 10 .venv/bin/python -m benchmarks.driver_memory --rows 2000000 --shards 2 \\
+        --work .cache/driver-memory --before 9e17213 --out benchmarks/results/scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tapt.util.files import atomic_write, write_json_atomic
+from tapt.util.versions import library_versions, utc_now
+
+from .speed_encode import machine
+from .synthetic_index import Spec, blob_rows, centres, make_index
+
+log = logging.getLogger("driver_memory")
+MB = 1 << 20
+
+
+def _anon_bytes() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class AnonPeak:
+    """The peak of RssAnon while the block runs (sampled every `interval` seconds)."""
+
+    def __init__(self, interval: float = 0.001) -> None:
+        self.interval, self.peak, self._stop = interval, 0, threading.Event()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _anon_bytes())
+            time.sleep(self.interval)
+
+    def __enter__(self) -> "AnonPeak":
+        self.peak = _anon_bytes()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _anon_bytes())
+
+
+def segment_view(n: int, size: int):
+    """Segments of `size` consecutive sentences (20 tokens a sentence)."""
+    from tapt.retriever.methods import SegmentView
+
+    offsets = np.append(np.arange(0, n, size, dtype=np.int64), n)
+    lengths = np.diff(offsets)
+    return SegmentView(offsets, lengths, lengths * 20)
+
+
+def _spec(args: argparse.Namespace) -> Spec:
+    return Spec(rows=args.rows, shards=args.shards, dim=args.dim, clusters=args.clusters,
+                noise=args.noise, seed=args.seed)
+
+
+def one(args: argparse.Namespace) -> dict[str, Any]:
+    """One selection in this process; what it measured."""
+    import torch
+
+    import tapt
+    from tapt.indexer.index import Index
+
+    torch.mv(torch.ones(4, 4), torch.ones(4))
+    spec = _spec(args)
+    rng = np.random.default_rng(args.seed + 1)
+    task = blob_rows(rng, centres(spec), np.zeros(100, dtype=np.int64), spec.noise)
+    if args.path in ("before", "after"):
+        index = tapt.Index.open(args.work / "index")
+
+        def select():
+            sel = index.select("centroid", task=task, budget=args.budget)
+            return sel.ids, sel.scores.astype(np.float32), index.n_sentences, len(sel)
+    else:
+        from tapt.retriever.budget import parse_budget
+        from tapt.retriever.methods import Context, get_method
+        from tapt.retriever.methods.base import by_sentence_scores
+
+        from .scale_select import ShardPrefix
+
+        index = Index(args.work / "index")
+        part = index if args.prefix == len(index.shards) else ShardPrefix(index, args.prefix)
+        view = segment_view(part.n_sentences, args.size)
+        method = get_method("centroid")
+        params = method.make_params({})
+        ctx = Context(part, view, parse_budget(args.budget), 0, task)
+        if args.path == "streamed":   # also above the share where `rank` would not stream
+            from tapt.retriever.methods import base
+
+            base.STREAM_SHARE = 1.0
+
+        def select():
+            if args.path == "whole":
+                scores, info = method.sentence_scores(ctx, params)
+                ranking = by_sentence_scores(view, scores, ctx.budget, dict(info))
+            else:
+                ranking = method.rank(ctx, params)
+            return ranking.segments, ranking.scores, part.n_sentences, len(ranking.segments)
+
+    if args.warm:      # a first selection builds the segment view the second one reuses
+        select()
+    before = {"ru_maxrss_before": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+              "anon_before": _anon_bytes()}
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    with AnonPeak() as anon:
+        ids, scores, rows, selected = select()
+    seconds = time.perf_counter() - t0
+    traced = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    digest = hashlib.sha256(np.asarray(ids, np.int64).tobytes()
+                            + np.asarray(scores, np.float32).tobytes()).hexdigest()
+    return {"path": args.path, "warm": args.warm, "code": str(Path(tapt.__file__).parent),
+            "rows": int(rows),
+            "segment_size": args.size, "budget": args.budget, "selected": int(selected),
+            "seconds": round(seconds, 3), **before, "anon_peak": anon.peak, "traced_peak": traced,
+            "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "digest": digest[:16]}
+
+
+def _before_tree(rev: str, where: Path) -> Path:
+    """The repository at `rev`, importable as `tapt` from the returned directory."""
+    root = where / rev
+    if not (root / "tapt" / "api.py").is_file():
+        (root / "tapt").mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", rev], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(root / "tapt")], input=archive, check=True)
+    return root
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--clusters", type=int, default=2000)
+    parser.add_argument("--noise", type=float, default=1.2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--before", default="9e17213",
+                        help="Git revision whose Index.select is the 'before'.")
+    parser.add_argument("--budgets", default="1000sent,10000sent,100000sent")
+    parser.add_argument("--path-budgets", default="10000sent,100000sent,0.2",
+                        help="Budgets of the whole / streamed comparison.")
+    parser.add_argument("--sizes", default="1,4", help="Segment sizes of that comparison.")
+    parser.add_argument("--work", type=Path, default=Path(".cache/driver-memory"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/scale"))
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--path", choices=("before", "after", "whole", "streamed"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--prefix", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--budget", help=argparse.SUPPRESS)
+    parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args)))
+        return
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    made = make_index(args.work, _spec(args))
+    old = _before_tree(args.before, args.work.parent / (args.work.name + "-code"))
+    common = ["--rows", str(args.rows), "--shards", str(args.shards), "--dim", str(args.dim),
+              "--clusters", str(args.clusters), "--noise", str(args.noise), "--seed",
+              str(args.seed), "--work", str(args.work)]
+
+    def run(path: str, budget: str, *extra: str) -> dict[str, Any]:
+        env = dict(os.environ)
+        if path == "before":
+            env["PYTHONPATH"] = os.pathsep.join([str(old), str(Path.cwd())])
+        out = subprocess.run([sys.executable, "-m", "benchmarks.driver_memory", "--one",
+                              "--path", path, "--budget", budget, *extra, *common],
+                             capture_output=True, text=True, check=True, env=env)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        log.info("%s", got)
+        if path == "before" and not got["code"].startswith(str(old)):
+            raise SystemExit(f"the 'before' run imported tapt from {got['code']}")
+        return got
+
+    def pair(a: str, b: str, budget: str, *extra: str) -> dict[str, Any]:
+        got = {a: run(a, budget, *extra), b: run(b, budget, *extra)}
+        if got[a]["digest"] != got[b]["digest"]:
+            raise SystemExit(f"{a} and {b} selected differently at {budget} {extra}")
+        return {"rows": got[a]["rows"], "budget": budget, **got,
+                "load_average": round(os.getloadavg()[0], 1)}
+
+    selects = [{**pair("before", "after", budget, *(["--warm"] if warm else [])), "warm": warm}
+               for warm in (False, True) for budget in args.budgets.split(",")]
+    paths = [{**pair("whole", "streamed", budget, "--prefix", str(k), "--size", str(size)),
+              "segment_size": size}
+             for k in sorted({1, args.shards}) for size in [int(x) for x in args.sizes.split(",")]
+             for budget in args.path_budgets.split(",")]
+    report = {"created": utc_now(), "machine": machine(), "versions": library_versions(),
+              "argv": sys.argv[1:] if argv is None else argv, "synthetic": made["spec"],
+              "before": args.before, "select": selects, "paths": paths}
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(args.out / "driver_memory.json", report)
+    with atomic_write(args.out / "driver_memory.md") as fh:
+        fh.write(markdown(report))
+    print(markdown(report))
+
+
+def _mb(r: dict[str, Any], key: str) -> str:
+    value = r[key + "_peak"] - (r[key + "_before"] if key == "anon" else 0)
+    return f"{value / MB:.0f}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    spec = report["synthetic"]
+    lines = [
+        "## Measured: peak driver memory of a budgeted centroid selection",
+        "",
+        f"Measured {report['created']} on {report['machine'].get('cpu', '?')} "
+        f"({report['machine'].get('cores')} cores, shared with other developers' work). The "
+        f"index: {spec['rows']:,} synthetic float16 rows in {spec['dim']} dimensions, "
+        f"{spec['shards']} shards, one sentence per document (`benchmarks/synthetic_index.py`, "
+        f"seed {spec['seed']}); the task 100 fresh rows of blob 0, as embeddings. Every cell "
+        "is one fresh process that opens the index and selects once "
+        "(`benchmarks/driver_memory.py`); the two sides of each cell selected the same "
+        "segments and scores (digest compared).",
+        "",
+        "*anon*: the peak of the process's own resident memory (RssAnon, sampled every ms) "
+        "minus its value before the selection; *traced*: the peak of numpy's and Python's "
+        "allocations during the selection (tracemalloc); *ru_maxrss*: the process's peak "
+        "resident set, which also counts the pages of the memory-mapped embeddings the scan "
+        "touched (768 bytes a row, the same on both sides).",
+        "",
+        f"`Index.select(\"centroid\", ...)`, ranking and reading the chosen text included: "
+        f"*before* = revision {report['before']} (whole arrays), *after* = the streamed cut. "
+        "*first*: the process's first selection, which also builds the index's segment view "
+        "(one entry per segment, kept for later selections); *again*: a second selection "
+        "in the same process (the view reused, as in a served index):",
+        "",
+        "| rows | selection | budget | selected | anon before / after (MB) | traced before / after (MB) | "
+        "ru_maxrss before / after (MB) | seconds before / after |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["select"]:
+        b, a = r["before"], r["after"]
+        lines.append(f"| {r['rows']:,} | {'again' if r['warm'] else 'first'} | {r['budget']} | {a['selected']:,} | "
+                     f"{_mb(b, 'anon')} / {_mb(a, 'anon')} | "
+                     f"{_mb(b, 'traced')} / {_mb(a, 'traced')} | "
+                     f"{b['ru_maxrss'] / MB:.0f} / {a['ru_maxrss'] / MB:.0f} | "
+                     f"{b['seconds']:.2f} / {a['seconds']:.2f} |")
+    lines += ["", "The ranking alone (`Method.rank` on the first shard or both; segments of "
+              "1 or 4 rows), *whole* = a score per sentence then `by_sentence_scores`, "
+              "*streamed* = the cut kept while the rows are scored (forced here for every "
+              "budget; `Index.select` streams only a budget of at most 1/16 of the sentences, "
+              "`methods.base.STREAM_SHARE`), same code otherwise:", "",
+              "| rows | segment size | budget | selected | anon whole / streamed (MB) | "
+              "traced whole / streamed (MB) | seconds whole / streamed |",
+              "|---:|---:|---|---:|---:|---:|---:|"]
+    for r in report["paths"]:
+        w, s = r["whole"], r["streamed"]
+        lines.append(f"| {r['rows']:,} | {r['segment_size']} | {r['budget']} | "
+                     f"{s['selected']:,} | {_mb(w, 'anon')} / {_mb(s, 'anon')} | "
+                     f"{_mb(w, 'traced')} / {_mb(s, 'traced')} | "
+                     f"{w['seconds']:.2f} / {s['seconds']:.2f} |")
+    lines += ["", "Regenerate:", "",
+              "    nice -n 10 .venv/bin/python -m benchmarks.driver_memory "
+              + " ".join(report["argv"])]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
