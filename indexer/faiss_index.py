@@ -22,6 +22,7 @@ from tapt.util.files import atomic_write
 from .index_choice import (RESCORE_FACTOR, RESCORE_MIN, IndexChoice, choice_from_manifest,
                            rescore_k)
 from .integrity import check_results, check_unit_rows
+from .npy import as_float32
 from .rescore import exact_topk
 from .store import damaged
 
@@ -77,7 +78,7 @@ def build_part(rows: np.ndarray, choice: IndexChoice, template: Any, row_offset:
     n = len(rows)
     for start in tqdm(range(0, n, _ADD_CHUNK), desc="faiss add", unit="chunk",
                       disable=not progress or n <= _ADD_CHUNK, leave=False):
-        block = np.ascontiguousarray(rows[start:start + _ADD_CHUNK], dtype=np.float32)
+        block = np.ascontiguousarray(as_float32(rows[start:start + _ADD_CHUNK]))
         if ids_are_global(choice):
             index.add_with_ids(block, np.arange(row_offset + start, row_offset + start
                                                 + len(block), dtype=np.int64))
@@ -148,7 +149,7 @@ def _train(faiss, index, embeddings: np.ndarray, choice: IndexChoice) -> None:
     size = min(n, choice.train_size or n)
     rng = np.random.default_rng(choice.seed)
     rows = np.sort(rng.choice(n, size=size, replace=False)) if size < n else np.arange(n)
-    sample = np.ascontiguousarray(embeddings[rows], dtype=np.float32)
+    sample = np.ascontiguousarray(as_float32(embeddings[rows]))
     try:
         ivf = faiss.extract_index_ivf(index)
         ivf.cp.seed = choice.seed
@@ -351,7 +352,7 @@ def _row_sims(embeddings: np.ndarray, queries: np.ndarray, ids: np.ndarray,
     if not valid.any():
         return out
     unique, inverse = np.unique(ids[valid], return_inverse=True)
-    rows = np.asarray(embeddings[unique], dtype=np.float32)
+    rows = as_float32(embeddings[unique])
     check_unit_rows(rows, unique, label, dtype=embeddings.dtype)
     q_of = np.broadcast_to(np.arange(len(ids))[:, None], ids.shape)[valid]
     out[valid] = np.einsum("ij,ij->i", rows[inverse], np.asarray(queries, np.float32)[q_of])

@@ -1,4 +1,5 @@
-"""Append rows to a `.npy` file whose length is not known in advance.
+"""Append rows to a `.npy` file whose length is not known in advance, and read stored rows
+as float32.
 
 The header is written with room to spare and rewritten with the final shape on close, so the
 file is a plain `.npy` that `np.load(..., mmap_mode="r")` maps without copying.
@@ -13,6 +14,45 @@ from pathlib import Path
 import numpy as np
 
 _HEADER_LEN = 128
+_TORCH_CAST_MIN = 1 << 16   # values; below this numpy's own cast is as fast
+
+
+def as_float32(rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """`rows` as a float32 array (the same values: float16 and int8 convert exactly).
+
+    float16 rows are converted by torch when it is installed: numpy's float16 cast runs about
+    0.5G values/s on the project's CPUs, torch's is vectorised (over 10x faster). A loop that
+    converts block after block should pass `out`: writing into fresh memory costs page faults
+    that can exceed the conversion itself.
+
+    Args:
+        rows: Any array (a memory map, a gathered block).
+        out: A float32 array of the same shape to write into (default: a new one, or `rows`
+            itself when it already is float32).
+
+    Returns:
+        The float32 rows (`out` when given).
+    """
+    rows = np.asarray(rows)
+    if rows.dtype == np.float16 and rows.size >= _TORCH_CAST_MIN:
+        try:
+            import torch
+        except ImportError:
+            pass
+        else:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a read-only memmap: nothing is written to it
+                source = torch.from_numpy(rows)
+                if out is None:
+                    return source.float().numpy()
+                torch.from_numpy(out).copy_(source)
+                return out
+    if out is None:
+        return rows.astype(np.float32, copy=False)
+    np.copyto(out, rows, casting="unsafe")
+    return out
 
 
 def _header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .integrity import check_unit_rows
+from .npy import as_float32
 
 _GATHER_BYTES = 32 << 20  # rows gathered per block of queries
 
@@ -32,6 +33,10 @@ def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarr
     if nq == 0 or k == 0:
         return sims_out, ids_out
     step = max(1, _GATHER_BYTES // max(1, width * dim * 4))
+    # reused for every block of queries (fresh memory per block costs more page faults than
+    # the work): the gathered rows as float32, and those rows per query and candidate
+    rows_buf = np.empty((min(step, nq) * width, dim), dtype=np.float32)
+    vecs_buf = np.empty(min(step, nq) * width * dim, dtype=np.float32)
     for start in range(0, nq, step):
         cand = np.asarray(candidates[start:start + step], dtype=np.int64)
         valid = cand >= 0
@@ -39,10 +44,12 @@ def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarr
             continue
         safe = np.where(valid, cand, cand[valid][0])
         unique, inverse = np.unique(safe, return_inverse=True)
-        rows = np.asarray(embeddings[unique], dtype=np.float32)   # ascending ids: sequential reads
+        # ascending ids: sequential reads
+        rows = as_float32(embeddings[unique], out=rows_buf[:len(unique)])
         check_unit_rows(rows, unique, label, squared=np.einsum("ij,ij->i", rows, rows),
                         dtype=embeddings.dtype)
-        vecs = rows[inverse.reshape(safe.shape)]
+        vecs = vecs_buf[:safe.size * dim].reshape(*safe.shape, dim)
+        np.take(rows, inverse.reshape(safe.shape), axis=0, out=vecs)
         sims = np.einsum("ckd,cd->ck", vecs, queries[start:start + step])
         sims[~valid] = -np.inf
         order = np.lexsort((np.where(valid, cand, np.iinfo(np.int64).max), -sims), axis=-1)[:, :k]
