@@ -293,3 +293,33 @@ def test_parts_with_one_quantizer_are_assigned_once_with_the_same_results(factor
     other.add_with_ids(data[:10], np.arange(3000, 3010))
     other.nprobe = 4
     assert not ShardedFaiss(parts + [other], [0, 1000, 2000, 3000], True).shares_quantizer()
+
+
+def test_merged_results_are_the_best_k_of_every_part_in_order():
+    """`merge_topk` (a partition per query, then a sort of the best k) returns exactly what a
+    two-key sort of every part's results returns: similarity descending, ties by ascending id,
+    missing results (-1) last."""
+    from tapt.indexer.faiss_index import merge_topk
+
+    rng = np.random.default_rng(10)
+    for trial in range(60):
+        nq, parts = int(rng.integers(1, 6)), int(rng.integers(2, 5))
+        results, base = [], 0
+        for _ in range(parts):
+            width = int(rng.integers(0, 30))
+            sims = rng.integers(-3, 3, (nq, width)).astype(np.float32) / 2   # many ties
+            ids = base + rng.permuted(np.tile(np.arange(width), (nq, 1)), axis=1)
+            ids[rng.random((nq, width)) < 0.2] = -1
+            sims[ids < 0] = -np.inf
+            results.append((sims, ids.astype(np.int64)))
+            base += 1000
+        sims = np.concatenate([r[0] for r in results], axis=1)
+        ids = np.concatenate([r[1] for r in results], axis=1)
+        valid = ids >= 0
+        full = np.lexsort((np.where(valid, ids, np.iinfo(np.int64).max),
+                           -np.where(valid, sims, -np.inf)), axis=-1)
+        for k in (1, 5, 17, 200):
+            got_sims, got_ids = merge_topk(results, k)
+            want = full[:, :k]
+            np.testing.assert_array_equal(got_ids, np.take_along_axis(ids, want, axis=1))
+            np.testing.assert_array_equal(got_sims, np.take_along_axis(sims, want, axis=1))
