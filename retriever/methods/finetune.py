@@ -42,7 +42,7 @@ class Finetune(SentenceScored):
     from the text store). Minutes per task on a CPU; the classifier is cached per task, model
     and parameters.
 
-    \\b
+    \b
     Example:
       tapt select finetune idx --task task.jsonl --budget 20000sent --out sel.jsonl
     """

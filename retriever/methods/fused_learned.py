@@ -44,7 +44,7 @@ class FusedLearned(SentenceScored):
     most confident rows, which helps most when the task is small. The selection's info holds
     the weights and the held-out AUC of every scorer.
 
-    \\b
+    \b
     Example:
       tapt select fused-learned idx --task task.jsonl --budget 20000sent --out sel.jsonl
     """
