@@ -88,8 +88,16 @@ def cut(order: np.ndarray, budget: Budget, target: float, seg_lengths: np.ndarra
         seg_tokens: np.ndarray) -> np.ndarray:
     """The prefix of a ranking that fills the budget (all of it if the ranking is too short)."""
     if budget.unit in ("fraction", "segments"):
-        return order[: int(target)]
+        return order[:cut_length(budget.unit, target, order)]
     measure = seg_lengths if budget.unit == "sentences" else seg_tokens
-    running = np.cumsum(measure[order])
-    count = int(np.searchsorted(running, target, side="left")) + 1
-    return order[: min(count, len(order))]
+    return order[:cut_length(budget.unit, target, measure[order])]
+
+
+def cut_length(unit: Unit, target: float, measure: np.ndarray) -> int:
+    """How many segments of a ranking a budget keeps: the first `target` for a segment count
+    or fraction; for sentences or tokens, up to the first whose running `measure` (each
+    ranked segment's sentences or tokens) reaches `target`, that one included."""
+    if unit in ("fraction", "segments"):
+        return min(int(target), len(measure))
+    running = np.cumsum(measure)
+    return min(int(np.searchsorted(running, target, side="left")) + 1, len(measure))

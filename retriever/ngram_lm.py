@@ -14,6 +14,7 @@ Counting and lookups are vectorised: bigrams are int64 keys `v * V + w`, counted
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable
 
 import numpy as np
@@ -112,7 +113,7 @@ class BigramLM:
         unknown_w, unknown_h = word >= S, hist >= S
         w = np.where(unknown_w, 0, word) if unknown_w.any() else word
         h = np.where(unknown_h, 0, hist) if unknown_h.any() else hist
-        p1 = self._unigram_p1()[w]
+        p1 = self._unigram_p1[w]
         c_h, t_h = self.history_counts[h], self.history_types[h]
         if unknown_w.any():
             p1[unknown_w] = self._unknown_p1()
@@ -130,12 +131,10 @@ class BigramLM:
         p = np.where(seen, (c_hw + t_h * p1) / np.where(seen, c_h + t_h, 1.0), p1)
         return np.log2(p)
 
+    @cached_property
     def _unigram_p1(self) -> np.ndarray:
         """The add-one unigram probability of every model id."""
-        if getattr(self, "_p1", None) is None:
-            self._p1 = ((self.unigram_counts + 1.0)
-                        / (self.unigram_counts.sum() + self.vocab_size + 1.0))
-        return self._p1
+        return (self.unigram_counts + 1.0) / (self.unigram_counts.sum() + self.vocab_size + 1.0)
 
     def _unknown_p1(self) -> float:
         return 1.0 / (self.unigram_counts.sum() + self.vocab_size + 1.0)

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from tapt.indexer.integrity import check_cosines, check_unit_rows
+from tapt.indexer.npy import as_float32
 
 CHUNK = 65536
 
@@ -98,7 +99,7 @@ def code_scan_scores(embeddings, codes, scale: np.ndarray, query: np.ndarray,
     exact = np.empty(len(best), dtype=np.float32)
     for start in range(0, len(best), CHUNK):
         rows = best[start:start + CHUNK]
-        exact[start:start + len(rows)] = np.asarray(embeddings[rows], dtype=np.float32) @ q
+        exact[start:start + len(rows)] = as_float32(embeddings[rows]) @ q
     check_cosines(exact, bound=float(np.linalg.norm(q)))
     approx[best] = exact
     return approx, best

@@ -31,7 +31,7 @@ from tapt.errors import IndexFormatError
 from tapt.indexer.integrity import rows_from
 
 from . import scoring
-from .budget import Budget
+from .budget import Budget, cut_length
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,8 @@ class Cut:
 
     def length(self, measure: np.ndarray) -> int:
         """How many of the candidates, in rank order with this `measure`, the cut keeps
-        (`budget.cut`'s rule)."""
-        if self.by_count:
-            return min(int(self.target), len(measure))
-        running = np.cumsum(measure)
-        return min(int(np.searchsorted(running, self.target, side="left")) + 1, len(measure))
+        (`budget.cut_length`)."""
+        return cut_length(self.unit, self.target, measure)
 
     def filled(self, measure: np.ndarray) -> bool:
         """Whether candidates with this `measure` (already cut) reach the target."""
@@ -125,13 +122,13 @@ class Candidates:
         return (self.scores > score) | ((self.scores == score) & (self.ids < id_))
 
 
-def ranked_prefix(scores: np.ndarray, cut: Cut, measure: np.ndarray | None = None
-                  ) -> np.ndarray:
+def ranked_prefix(scores: np.ndarray, cut: Cut, measure: np.ndarray | None = None,
+                  k: int | None = None) -> np.ndarray:
     """Positions of the cut of consecutive segments' `scores` (ties by position), in rank
-    order: `scoring.rank_top` (a partition, then a sort of the prefix) grown until the cut
-    fits in it, so a block of segments costs no full sort."""
+    order: `scoring.rank_top` (a partition, then a sort of the prefix) grown from `k`
+    (default: the target + 1) until the cut fits in it, so a ranking costs no full sort."""
     n = len(scores)
-    k = min(n, int(np.ceil(cut.target)) + 1)
+    k = min(n, int(np.ceil(cut.target)) + 1 if k is None else max(int(k), 1))
     while True:
         order = scoring.rank_top(scores, k)
         ones = np.ones(len(order), np.int64) if measure is None else measure[order]

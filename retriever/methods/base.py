@@ -157,17 +157,14 @@ def budget_sentences(view: SegmentView, budget: Budget) -> float:
 
 
 def budget_order(view: SegmentView, seg_scores: np.ndarray, budget: Budget) -> np.ndarray:
-    """The prefix of the ranking of `seg_scores` that `budget` cuts (`scoring.rank_top`, grown
-    until the budget is filled within it): the same segments as a sort of every score."""
-    target = budget_target(budget, view.lengths, view.tokens)
-    k = int(np.ceil(budget_sentences(view, budget) * len(view) / max(float(view.lengths.sum()),
-                                                                     1.0) * 1.25)) + 16
-    while True:
-        order = scoring.rank_top(seg_scores, k)
-        if len(order) == len(seg_scores) or len(cut(order, budget, target, view.lengths,
-                                                    view.tokens)) < len(order):
-            return order
-        k *= 2
+    """The segments `budget` cuts of the ranking of `seg_scores`, in rank order
+    (`topcut.ranked_prefix`, from a guess of the segments the budget holds): the same segments
+    as a sort of every score."""
+    where = topcut.Cut.of(budget, budget_target(budget, view.lengths, view.tokens))
+    guess = int(np.ceil(budget_sentences(view, budget) * len(view)
+                        / max(float(view.lengths.sum()), 1.0) * 1.25)) + 16
+    return topcut.ranked_prefix(seg_scores, where, where.measure(view.lengths, view.tokens),
+                                guess)
 
 
 def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: Budget | None,
