@@ -19,6 +19,7 @@ import numpy as np
 
 from tapt.indexer.integrity import check_cosines, check_unit_rows
 from tapt.indexer.npy import as_float32
+from tapt.util.ordering import descending_bits
 
 CHUNK = 65536
 
@@ -227,16 +228,12 @@ def _packed_rank(scores: np.ndarray) -> np.ndarray | None:
     n = len(scores)
     if n >= 1 << 32 or scores.ndim != 1 or scores.dtype.kind not in "fiu":
         return None
-    f = scores.astype(np.float32)  # a copy; the caller's array is never written
+    f = scores.astype(np.float32, copy=False)
     if scores.dtype != np.float32 and not np.array_equal(f, scores):
         return None
     if np.isnan(f).any():
         return None
-    f += np.float32(0.0)          # -0.0 -> +0.0: equal scores, one key (lexsort ties them)
-    np.negative(f, out=f)         # ascending keys = descending scores
-    bits = f.view(np.uint32)
-    # IEEE order as unsigned order: negatives flip every bit, positives set the sign bit
-    mono = np.where(bits >> 31, ~bits, bits | np.uint32(0x80000000)).astype(np.uint64)
+    mono = descending_bits(f).astype(np.uint64)   # -0.0 and +0.0 one key, as lexsort ties them
     mono <<= np.uint64(32)
     mono |= np.arange(n, dtype=np.uint64)
     mono.sort()

@@ -323,3 +323,36 @@ def test_merged_results_are_the_best_k_of_every_part_in_order():
             want = full[:, :k]
             np.testing.assert_array_equal(got_ids, np.take_along_axis(ids, want, axis=1))
             np.testing.assert_array_equal(got_sims, np.take_along_axis(sims, want, axis=1))
+
+
+def test_merge_keys_and_fallback_agree():
+    """The packed-key merge equals the two-key sort it replaces for near-ties of every kind
+    (fast-scan similarities repeat, +0.0 and -0.0, ids far above 2^32 with a narrow spread);
+    NaN, float64 and ids spread over 2^32 take the two-key sort and still rank NaN last."""
+    from tapt.indexer.faiss_index import _merge_lexsort, merge_topk
+
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        nq, parts = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        base = int(rng.choice([0, 10**10]))
+        spread = 1000 if trial % 5 else 2**33            # every fifth: ids over 2^32 apart
+        results = []
+        for p in range(parts):
+            width = int(rng.integers(0, 25))
+            sims = rng.integers(-3, 3, (nq, width)).astype(np.float32) / 2
+            sims[rng.random((nq, width)) < 0.1] = -0.0
+            ids = base + p * spread + rng.permuted(np.tile(np.arange(width), (nq, 1)), axis=1)
+            ids[rng.random((nq, width)) < 0.2] = -1
+            sims[ids < 0] = -np.inf
+            if trial % 7 == 0 and width:
+                sims[0, 0] = np.nan
+            if trial % 11 == 0:
+                sims = sims.astype(np.float64)
+            results.append((sims, ids.astype(np.int64)))
+        width = sum(r[1].shape[1] for r in results)
+        for k in (1, 4, 30):
+            got_sims, got_ids = merge_topk(results, k)
+            want_sims, want_ids = _merge_lexsort(results, min(k, width))
+            np.testing.assert_array_equal(got_ids, want_ids)
+            np.testing.assert_array_equal(got_sims, want_sims)
+            assert (got_sims[got_ids < 0] == -np.inf).all()
