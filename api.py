@@ -453,6 +453,14 @@ class ServedIndex(Index):
         config.spec = served_method(config.spec, self.servers)
         return config
 
+    def score_rows(self, scorer):
+        """`Index.score_rows`, each actor scoring the rows it holds."""
+        return self.servers.scores(scorer, self.n_sentences)
+
+    def lexicon_scores(self, score_shard):
+        """`Index.lexicon_scores`, each actor scoring its own shards."""
+        return self.servers.lexicon_scores(score_shard, self.n_sentences)
+
     def _reopen(self) -> None:
         """After `add`, `repair` or `reindex`: the actors are restarted on the new generation."""
         super()._reopen()

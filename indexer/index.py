@@ -16,7 +16,7 @@ import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -293,6 +293,18 @@ class Index:
         from .lexical import open_lexicon
 
         return open_lexicon(self)
+
+    def score_rows(self, scorer: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """`scorer` of every stored embedding (a row scorer walks the rows in blocks of the
+        global grid, `retriever.scoring.blocks`). A served index has the actors that hold the
+        rows run it, with the same scores."""
+        return np.asarray(scorer(self.embeddings))
+
+    def lexicon_scores(self, score_shard: Callable[[Any], np.ndarray]) -> np.ndarray:
+        """One float32 score per sentence from its shard's stored lexical ids: `score_shard`
+        (a function of one `lexical.ShardLexicon`) run on every shard, in row order. A served
+        index runs it in the actors that hold the shards."""
+        return self.lexicon.map_shards(score_shard)
 
     def search(self, queries: np.ndarray, k: int, nprobe: int | None = None,
                ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ import re
 import unicodedata
 from array import array
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -162,6 +162,21 @@ class Lexicon:
 
     def __len__(self) -> int:
         return int(self.row_offsets[-1])
+
+    def map_shards(self, score_shard: Callable[[ShardLexicon], np.ndarray]) -> np.ndarray:
+        """One float32 score per sentence: `score_shard` of every shard, in row order.
+
+        Args:
+            score_shard: A function of one shard's lexicon to the scores of its sentences.
+
+        Returns:
+            (sentences,) float32 scores.
+        """
+        out = np.empty(len(self), dtype=np.float32)
+        for shard, start, stop in zip(self.shards, self.row_offsets[:-1].tolist(),
+                                      self.row_offsets[1:].tolist()):
+            out[start:stop] = score_shard(shard)
+        return out
 
     def pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(history hashes, word hashes, predicted tokens per row) of global `rows` (sorted

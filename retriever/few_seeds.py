@@ -28,8 +28,11 @@ class PoolText:
     """Every corpus sentence as hashed word bigrams: an index's stored lexical ids (`of_index`,
     nothing re-tokenised per task) or sentences held in memory (`of`, tokenised once)."""
 
-    def __init__(self, lexicon: Lexicon) -> None:
+    def __init__(self, lexicon: Lexicon, apply=None) -> None:
+        """`apply`: runs a function of one shard's lexicon on every shard (default the
+        lexicon's `map_shards`; an index's `lexicon_scores`, which a served index fans out)."""
         self.lexicon = lexicon
+        self.apply = apply or lexicon.map_shards
 
     @classmethod
     def of(cls, texts: Sequence[str]) -> "PoolText":
@@ -38,7 +41,7 @@ class PoolText:
     @classmethod
     def of_index(cls, index) -> "PoolText":
         """The stored lexical ids of an open index (checked on first use)."""
-        return cls(index.lexicon)
+        return cls(index.lexicon, index.lexicon_scores)
 
     def __len__(self) -> int:
         return len(self.lexicon)
@@ -85,7 +88,9 @@ class LexicalModel:
 
     def score_rows(self, rows: np.ndarray | None = None) -> np.ndarray:
         """Scores of corpus rows (all of them when `rows` is None)."""
-        return self.models.score_all() if rows is None else self.models.score_rows(rows)
+        if rows is None:
+            return self.models.score_all(self.pool.apply)
+        return self.models.score_rows(rows)
 
     def score_texts(self, texts: Sequence[str]) -> np.ndarray:
         """Scores of texts outside the corpus (their new words are unknown to both models)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -285,21 +285,34 @@ class HashedLMs:
     def _score(self, hist: np.ndarray, word: np.ndarray, predicted: np.ndarray) -> np.ndarray:
         return self._difference(*self.token_log2(hist, word), predicted)
 
-    def score_all(self) -> np.ndarray:
-        """The score of every corpus sentence (higher = more in-domain), shard by shard."""
-        lexicon = self.lexicon
-        scores = np.empty(len(lexicon), dtype=np.float32)
-        for shard, offset in zip(lexicon.shards, lexicon.row_offsets[:-1].tolist()):
-            # model ids of the shard's words once, not of both words of every bigram type
-            ids, pairs = self.dense(np.asarray(shard.vocab)), np.asarray(shard.bigrams)
-            lp_in, lp_gen = self.model_log2(ids[pairs[:, 0]], ids[pairs[:, 1]])
-            offsets = np.asarray(shard.offsets)
-            for lo in range(0, len(shard), _CHUNK_SENTENCES):
-                hi = min(len(shard), lo + _CHUNK_SENTENCES)
-                types = np.asarray(shard.lexical[offsets[lo]:offsets[hi]])
-                scores[offset + lo:offset + hi] = self._difference(
-                    lp_in[types], lp_gen[types], np.diff(offsets[lo:hi + 1]))
+    def score_all(self, apply: Callable[[Callable[[Any], np.ndarray]], np.ndarray] | None = None
+                  ) -> np.ndarray:
+        """The score of every corpus sentence (higher = more in-domain), shard by shard.
+
+        Args:
+            apply: Runs `score_shard` on every shard and returns the scores in row order
+                (default: the lexicon's own `map_shards`; a served index passes its actors').
+        """
+        return (apply or self.lexicon.map_shards)(self.score_shard)
+
+    def score_shard(self, shard) -> np.ndarray:
+        """The scores of one shard's sentences (`lexical.ShardLexicon`), in its row order."""
+        # model ids of the shard's words once, not of both words of every bigram type
+        ids, pairs = self.dense(np.asarray(shard.vocab)), np.asarray(shard.bigrams)
+        lp_in, lp_gen = self.model_log2(ids[pairs[:, 0]], ids[pairs[:, 1]])
+        offsets = np.asarray(shard.offsets)
+        scores = np.empty(len(shard), dtype=np.float32)
+        for lo in range(0, len(shard), _CHUNK_SENTENCES):
+            hi = min(len(shard), lo + _CHUNK_SENTENCES)
+            types = np.asarray(shard.lexical[offsets[lo]:offsets[hi]])
+            scores[lo:hi] = self._difference(lp_in[types], lp_gen[types],
+                                             np.diff(offsets[lo:hi + 1]))
         return scores
+
+    def __getstate__(self) -> dict[str, Any]:
+        # sent to the actors of a served index without the driver's memory-mapped lexicon
+        # (each actor scores its shards from its own)
+        return {**self.__dict__, "lexicon": None}
 
     def score_rows(self, rows: np.ndarray) -> np.ndarray:
         """The scores of the corpus sentences `rows` (any order)."""
@@ -316,16 +329,17 @@ class HashedLMs:
 
 
 def moore_lewis_lexicon(lexicon, task_texts: list[str], seed: int = 0,
-                        extra_words: np.ndarray | None = None
+                        extra_words: np.ndarray | None = None,
+                        apply: Callable[[Callable[[Any], np.ndarray]], np.ndarray] | None = None
                         ) -> tuple[np.ndarray, np.ndarray]:
     """`moore_lewis_scores` of every corpus sentence from an index's stored lexical ids
-    (`HashedLMs`, the task alone on the in-domain side).
+    (`HashedLMs`, the task alone on the in-domain side; `apply`: see `HashedLMs.score_all`).
 
     Returns:
         The scores, and the task's words outside the corpus (with `extra_words`).
     """
     models = HashedLMs(lexicon, task_texts, seed=seed, extra_words=extra_words)
-    return models.score_all(), models.new
+    return models.score_all(apply), models.new
 
 
 def unigram_cross_entropy(lm: BigramLM, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -61,9 +62,15 @@ def _probability(model, rows: np.ndarray) -> np.ndarray:
 
 
 def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
-                  n_positive: int | None, config: PUConfig
+                  n_positive: int | None, config: PUConfig,
+                  score_rows: Callable[[Callable[[np.ndarray], np.ndarray]], np.ndarray]
+                  | None = None
                   ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray], dict]:
-    """Scores (log-odds) of every corpus row, the final scorer, and what each round used."""
+    """Scores (log-odds) of every corpus row, the final scorer, and what each round used.
+
+    `score_rows` applies a row scorer to every corpus row (default: to `corpus`; an index's
+    `score_rows`, which a served index runs in its actors)."""
+    score_rows = score_rows or (lambda scorer: scorer(corpus))
     rng = np.random.default_rng(config.seed)
     n = len(corpus)
     order = scoring.rank(prerank)
@@ -75,7 +82,7 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
     for round_ in range(config.rounds + 1):
         pos = task if not len(pos_rows) else np.vstack([task, np.asarray(corpus[pos_rows])])
         model = _fit(pos, np.asarray(corpus[neg_rows]), config.C, config.seed)
-        scores = _probability(model, corpus)
+        scores = score_rows(partial(_probability, model))
         info["rounds"].append({"positives": int(len(pos)), "negatives": int(len(neg_rows))})
         if round_ == config.rounds:
             break
@@ -90,4 +97,4 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
         neg_rows = np.sort(rng.choice(rest, size=n_neg, replace=False))
         log.debug("PU round %d: %d pseudo-positives, %d negatives", round_ + 1, take, n_neg)
     info["positive_estimate"] = int((scores > 0).sum())
-    return scores, lambda rows: _probability(model, rows), info
+    return scores, partial(_probability, model), info

@@ -2,9 +2,10 @@
 
 `ShardServers` starts one actor per group of consecutive shards (`ShardServer`); each opens the
 index (checked as any open is), keeps its rows of the embeddings in RAM and its shards' FAISS
-parts loaded, and answers three calls: `top(scorer, cut, ...)` (a budget's cut of the segments
+parts loaded, and answers four calls: `top(scorer, cut, ...)` (a budget's cut of the segments
 of its rows ranked by a sentence scorer), `score(scorer)` (the scorer's score of every one of its
-rows) and `search(queries, k)` (its parts' top-k with global ids). The driver keeps the index
+rows), `lexicon_scores(score_shard)` (a score of each of its shards' sentences from their
+stored lexical ids) and `search(queries, k)` (its parts' top-k with global ids). The driver keeps the index
 open too (memory-mapped) for everything else a selection does: the segment view, the exact
 rescoring of FAISS candidates, reading the chosen text.
 
@@ -18,7 +19,10 @@ What fans out:
 - the other uses of those scorers (no budget or a larger one, document context, `auto`): the
   scorer is sent to every actor, each returns the scores of its rows;
 - every FAISS search (knn, and methods that search): each actor searches its parts, the driver
-  merges with `merge_topk`, exactly as `ShardedFaiss` does in one process.
+  merges with `merge_topk`, exactly as `ShardedFaiss` does in one process;
+- scores from the stored lexical ids (Moore-Lewis, and the Moore-Lewis half of `fused` and
+  `fused-learned`): the fitted models are sent to every actor, each scores its own shards
+  (`Index.lexicon_scores`).
 
 Methods that rank another way run on the driver over its memory maps, as in `Index.select`.
 
@@ -61,6 +65,7 @@ class ShardServer:
         from tapt.indexer.index import Index
 
         index = Index(path)
+        self.index, self.shards = index, list(shards)
         self._identity = index.identity()
         self.start, self.stop = span(index, shards, grid)
         self.rows = np.array(index.embeddings[self.start:self.stop])  # in RAM, not mapped
@@ -81,6 +86,14 @@ class ShardServer:
         pieces of the segments its rows begin or end inside (`topcut.scan_cut`; `offsets`,
         `first`, `measure`: the segments that meet its rows)."""
         return topcut.scan_cut(self.rows, scorer, offsets, first, measure, cut, self.start)
+
+    def lexicon_scores(self, score_shard) -> list[tuple[int, np.ndarray]]:
+        """(first row, scores) of each of this actor's shards by `score_shard` of its stored
+        lexical ids (`Index.lexicon_scores`)."""
+        lexicon = self.index.lexicon
+        return [(int(lexicon.row_offsets[s]), np.asarray(score_shard(lexicon.shards[s]),
+                                                          dtype=np.float32))
+                for s in self.shards]
 
     def search(self, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         return [search_part(part, queries, k, base) for part, base in self.parts]
@@ -167,6 +180,16 @@ class ShardServers:
         out = np.empty(n, dtype=np.float32)
         for start, part in self._get([a.score.remote(ref) for a in self.actors], "score"):
             out[start:start + len(part)] = part
+        return out
+
+    def lexicon_scores(self, score_shard, n: int) -> np.ndarray:
+        """`score_shard` of every shard's stored lexical ids, run by the actors that hold the
+        shards (`Index.lexicon_scores`)."""
+        ref = self.ray.put(score_shard)
+        out = np.empty(n, dtype=np.float32)
+        for found in self._get([a.lexicon_scores.remote(ref) for a in self.actors], "score"):
+            for start, part in found:
+                out[start:start + len(part)] = part
         return out
 
     def top(self, scorer, view, cut: topcut.Cut) -> topcut.Candidates:

@@ -72,7 +72,9 @@ def _embedding_fit(name: str, data: TaskData, train: np.ndarray, heldout: bool) 
     emb = data.index.embeddings
 
     def corpus(rows: np.ndarray | None) -> np.ndarray:
-        return scorer(emb if rows is None else np.asarray(emb[np.asarray(rows)]))
+        if rows is None:
+            return data.index.score_rows(scorer)
+        return scorer(np.asarray(emb[np.asarray(rows)]))
 
     return Fitted(corpus, lambda idx: scorer(data.embeddings[idx]), info)
 

@@ -221,7 +221,8 @@ METHODS = (("centroid", "12", {}), ("distance", "12", {}), ("density", "12", {"m
            ("centroid", "0.3", {"segment_size": 3}), ("distance", "25sent", {"segment_size": 5}),
            ("density", "400tok", {"m": 2}), ("centroid", "30sent", {"segment_size": 1}),
            ("centroid", "1.0", {"segment_size": 5}),   # every segment: those actors share too
-           ("classifier", None, {"rounds": 0}), ("centroid", "20sent", {"context": "document"}))
+           ("classifier", None, {"rounds": 0}), ("centroid", "20sent", {"context": "document"}),
+           ("moore-lewis", "12", {}))
 # a budget's cut at sentence context: each actor cuts its own segments (`ShardServers.top`)
 CUT_BY_ACTORS = {i for i, (m, b, p) in enumerate(METHODS)
                  if m in ("centroid", "distance", "density", "classifier") and b is not None
@@ -229,19 +230,28 @@ CUT_BY_ACTORS = {i for i, (m, b, p) in enumerate(METHODS)
 
 
 def _served_calls(served) -> dict[str, int]:
-    remote = {"score": 0, "search": 0, "top": 0}
+    remote = {"score": 0, "search": 0, "top": 0, "lexicon": 0}
     for name, obj, attr in (("score", served.servers, "scores"),
-                            ("search", served.faiss, "search"), ("top", served.servers, "top")):
+                            ("search", served.faiss, "search"), ("top", served.servers, "top"),
+                            ("lexicon", served.servers, "lexicon_scores")):
         setattr(obj, attr, _counted(remote, name, getattr(obj, attr)))
     return remote
 
 
 def _check_fan_out(i: int, method: str, before: dict[str, int], remote: dict[str, int]) -> None:
-    if i in CUT_BY_ACTORS:      # no score per sentence crosses Ray
-        assert remote["top"] > before["top"] and remote["score"] == before["score"], method
+    if i in CUT_BY_ACTORS:      # the budget's cut by the actors
+        assert remote["top"] > before["top"], method
+        # no score per sentence crosses Ray, but for the classifier's fit: its pre-ranking and
+        # each self-training round score every row in the actors
+        fit_scans = 3 + 1 if method == "classifier" else 0
+        assert remote["score"] == before["score"] + fit_scans, method
     elif method == "knn":
         assert remote["search"] > before["search"]
-    elif method != "fused":
+    elif method in ("fused", "moore-lewis"):   # each actor scores its shards' lexical ids
+        assert remote["lexicon"] > before["lexicon"], method
+        if method == "fused":                  # and its rows by the classifier
+            assert remote["score"] > before["score"], method
+    else:
         assert remote["score"] > before["score"] and remote["top"] == before["top"], method
 
 

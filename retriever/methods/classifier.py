@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from .. import scoring
 from ..pu import PUConfig, pu_classifier
@@ -40,11 +41,13 @@ class Classifier(SentenceScored):
 
     def scorer(self, ctx, task, params, heldout=False):
         """`heldout`: positive only (no self-training), as `auto` fits it on 90% of the task."""
-        prerank = scoring.centroid_scores(ctx.index.embeddings, scoring.centroid(task))
+        index = ctx.index
+        prerank = index.score_rows(partial(scoring.centroid_scores, query=scoring.centroid(task)))
         rounds = 0 if heldout else params.rounds
         n_positive = None if heldout else ctx.n_positive
-        _, scorer, info = pu_classifier(ctx.index.embeddings, task, prerank, n_positive,
-                                        PUConfig(rounds=rounds, seed=ctx.seed))
+        _, scorer, info = pu_classifier(index.embeddings, task, prerank, n_positive,
+                                        PUConfig(rounds=rounds, seed=ctx.seed),
+                                        score_rows=index.score_rows)
         return scorer, info
 
     def depends_on_budget(self, params):

@@ -41,7 +41,7 @@ class Fused(SentenceScored):
         def compute():
             lexical = lexical_scores(ctx, self.name)
             scorer, info = classifier.scorer(ctx, task, classifier.shared_params(params))
-            return scoring.fuse_zscores(scorer(ctx.index.embeddings), lexical), info
+            return scoring.fuse_zscores(ctx.index.score_rows(scorer), lexical), info
 
         key = ("fused", ctx.n_positive, params.rounds, ctx.seed)
         scores, info = ctx.memo.get(key, compute)

@@ -11,13 +11,15 @@ from .registry import register
 
 def lexical_scores(ctx: Context, method: str = "moore-lewis") -> np.ndarray:
     """Moore-Lewis scores of every stored sentence for the task, computed once per task from
-    the index's stored lexical ids (the corpus is not read or tokenised per task)."""
+    the index's stored lexical ids (the corpus is not read or tokenised per task; a served
+    index's actors score their own shards)."""
     texts = ctx.need_texts(method)
 
     def compute() -> np.ndarray:
         corpus = ctx.corpus
         shared = corpus.extra_words if corpus.share_vocabulary else None
-        scores, new = moore_lewis_lexicon(ctx.index.lexicon, texts, ctx.seed, shared)
+        scores, new = moore_lewis_lexicon(ctx.index.lexicon, texts, ctx.seed, shared,
+                                          apply=ctx.index.lexicon_scores)
         if corpus.share_vocabulary:
             corpus.extra_words = new
         return scores
