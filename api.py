@@ -430,20 +430,24 @@ class ServedIndex(Index):
         cpus_per_actor: CPUs Ray reserves for each actor.
         grid: Rows per block of the scoring grid (default 65,536; smaller values spread a
             small index over the actors, with scores equal only to the last bit or so).
+        hold: What the actors hold in RAM: "rows" (the float16 embeddings) or "codes" (the
+            int8 codes, half the bytes: for `centroid` with `scan` codes; other scans read
+            the embeddings from disk or the page cache).
     """
 
     def __init__(self, path: PathLike, *, address: str | None = None,
                  actors: int | None = None, cpus_per_actor: float = 1.0,
-                 grid: int | None = None) -> None:
+                 grid: int | None = None, hold: str = "rows") -> None:
         super().__init__(path)
         self._serve_options = {"address": address, "actors": actors,
-                               "cpus_per_actor": cpus_per_actor, "grid": grid}
+                               "cpus_per_actor": cpus_per_actor, "grid": grid, "hold": hold}
         self.servers = self._start(**self._serve_options)
 
-    def _start(self, address, actors, cpus_per_actor, grid):
+    def _start(self, address, actors, cpus_per_actor, grid, hold):
         from tapt.retriever.serve import GRID, ShardServers
 
-        servers = ShardServers(self, address, actors, cpus_per_actor, grid or GRID)
+        servers = ShardServers(self, address, actors, cpus_per_actor, grid or GRID,
+                               hold=hold)
         self.__dict__["faiss"] = servers.faiss(self)
         return servers
 
@@ -456,6 +460,12 @@ class ServedIndex(Index):
     def score_rows(self, scorer):
         """`Index.score_rows`, each actor scoring the rows it holds."""
         return self.servers.scores(scorer, self.n_sentences)
+
+    def score_codes(self, scorer):
+        """`Index.score_codes`, each actor scoring the codes of the rows it holds."""
+        if self.codes is None:
+            return super().score_codes(scorer)      # the error
+        return self.servers.scores(scorer, self.n_sentences, on="codes")
 
     def lexicon_scores(self, score_shard):
         """`Index.lexicon_scores`, each actor scoring its own shards."""
@@ -484,7 +494,7 @@ class ServedIndex(Index):
 
 
 def serve(path: PathLike, *, address: str | None = None, actors: int | None = None,
-          cpus_per_actor: float = 1.0) -> ServedIndex:
+          cpus_per_actor: float = 1.0, hold: str = "rows") -> ServedIndex:
     """Load an index's shards into Ray actors and return a handle that selects from them
     (`tapt index serve`). Needs Ray (`pip install 'tapt[ray]'`).
 
@@ -494,6 +504,8 @@ def serve(path: PathLike, *, address: str | None = None, actors: int | None = No
             connected to, else RAY_ADDRESS, else a local cluster started here).
         actors: How many actors, each holding consecutive shards (default: one per shard).
         cpus_per_actor: CPUs Ray reserves for each actor.
+        hold: What the actors hold in RAM: "rows" (float16 embeddings) or "codes" (int8
+            codes, half the RAM; see `ServedIndex`).
 
     Returns:
         A `ServedIndex`: `.select(method, task, budget, **params)` as `Index.select`,
@@ -507,7 +519,8 @@ def serve(path: PathLike, *, address: str | None = None, actors: int | None = No
         >>> with tapt.serve(idx, actors=1) as served:        # doctest: +SKIP
         ...     sel = served.select("centroid", task=["A rash on both arms."], budget="50sent")
     """
-    return ServedIndex(path, address=address, actors=actors, cpus_per_actor=cpus_per_actor)
+    return ServedIndex(path, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
+                       hold=hold)
 
 
 REQUEST_KEYS = ("id", "method", "task", "budget", "params", "segment_size", "seed", "out",

@@ -555,12 +555,16 @@ def index_info(idx, as_json) -> None:
                    "shard].")
 @click.option("--cpus-per-actor", type=click.FloatRange(min=0, min_open=True), default=1.0,
               show_default=True, help="CPUs Ray reserves for each actor.")
+@click.option("--hold", type=click.Choice(["rows", "codes"]), default="rows", show_default=True,
+              help="What the actors keep in RAM: the float16 embeddings, or the int8 codes "
+                   "(half the RAM; for centroid --scan codes: other scans then read the "
+                   "embeddings from disk).")
 @click.option("--requests", "requests_file", type=click.File("r", encoding="utf-8"),
               default="-", show_default=True,
               help="File of requests, one JSON object per line ('-': standard input).")
 @click.pass_context
 @_domain_errors
-def index_serve(ctx, idx, address, actors, cpus_per_actor, requests_file) -> None:
+def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) -> None:
     """Hold IDX's shards in Ray actors and answer selection requests, one JSON per line.
 
     A request: {"method": "centroid", "task": "task.jsonl" | {"files": [...]} | ["a task
@@ -574,11 +578,13 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, requests_file) -> Non
     Examples:
       echo '{"method": "knn", "task": "task.txt", "params": {"k": 20}}' | tapt index serve idx
       tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
+      tapt index serve idx --hold codes < requests.jsonl    # centroid with "scan": "codes"
     """
     from tapt.api import answer_request, serve
 
     failed = answered = 0
-    with serve(idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor) as served:
+    with serve(idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
+               hold=hold) as served:
         if ctx.obj["progress"]:
             click.echo(f"serving {idx}: {served.n_sentences:,} sentences in "
                        f"{len(served.shards)} shard(s) on {len(served.servers.actors)} Ray "

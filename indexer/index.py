@@ -300,6 +300,14 @@ class Index:
         rows run it, with the same scores."""
         return np.asarray(scorer(self.embeddings))
 
+    def score_codes(self, scorer: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """`scorer` of every row's int8 codes (`codes`; the index must have them), as
+        `score_rows` of the embeddings."""
+        if self.codes is None:
+            raise InputError(f"index {self.path} has no int8 codes: run tapt index reindex "
+                             f"{self.path} --codes int8")
+        return np.asarray(scorer(self.codes))
+
     def lexicon_scores(self, score_shard: Callable[[Any], np.ndarray]) -> np.ndarray:
         """One float32 score per sentence from its shard's stored lexical ids: `score_shard`
         (a function of one `lexical.ShardLexicon`) run on every shard, in row order. A served

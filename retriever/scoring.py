@@ -3,8 +3,8 @@
 Embeddings are L2-normalised float rows, so inner product == cosine similarity. Matrices may be
 memory maps or an index's row view over its shards (`tapt.indexer.shards.RowView`); full passes
 walk them in blocks of a fixed global grid (`blocks`), so that a sharded index gets exactly the
-scores of an unsharded one (BLAS rounds a row's result by the shape of the block it is in). Scores are
-"higher = more task-like" everywhere; anomaly scores are negated before they leave this module.
+scores of an unsharded one (BLAS rounds a row's result by the shape of the block it is in).
+Scores are "higher = more task-like" everywhere; anomaly scores are negated before they leave this module.
 A cosine outside [-1, 1] or a gathered row that is not unit length means damaged embeddings:
 IndexFormatError naming the rows, never a ranking.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 
@@ -86,14 +87,17 @@ def linear_scores(rows: np.ndarray, weights: np.ndarray, bias: float = 0.0,
 
 
 def code_scan_scores(embeddings, codes, scale: np.ndarray, query: np.ndarray,
-                     candidates: int) -> tuple[np.ndarray, np.ndarray]:
+                     candidates: int, score_codes=None) -> tuple[np.ndarray, np.ndarray]:
     """Cosine to `query` ranked on int8 codes, the best `candidates` rows rescored exactly.
 
     Every row is scored on its codes (`scale` per dimension decodes them); the `candidates`
     rows with the highest approximate scores are scored again from `embeddings` (checked as an
-    exact scan checks them), and keep those exact scores. Returns (scores, rescored rows).
+    exact scan checks them), and keep those exact scores. `score_codes` applies a row scorer
+    to every row's codes (default: to `codes`; a served index's actors). Returns (scores,
+    rescored rows).
     """
-    approx = centroid_scores(codes, query, scale=scale)
+    scorer = partial(centroid_scores, query=query, scale=scale)
+    approx = score_codes(scorer) if score_codes is not None else scorer(codes)
     n = min(max(int(candidates), 1), len(approx))
     best = np.sort(np.argpartition(-approx, n - 1)[:n]) if n < len(approx) else np.arange(n)
     q = np.asarray(query, dtype=np.float32)

@@ -1,11 +1,12 @@
 """Serving an index from Ray actors: its shards held in memory, selections fanned out to them.
 
 `ShardServers` starts one actor per group of consecutive shards (`ShardServer`); each opens the
-index (checked as any open is), keeps its rows of the embeddings in RAM and its shards' FAISS
-parts loaded, and answers four calls: `top(scorer, cut, ...)` (a budget's cut of the segments
-of its rows ranked by a sentence scorer), `score(scorer)` (the scorer's score of every one of its
-rows), `lexicon_scores(score_shard)` (a score of each of its shards' sentences from their
-stored lexical ids) and `search(queries, k)` (its parts' top-k with global ids). The driver keeps the index
+index (checked as any open is), keeps its rows of the embeddings (or, `hold` codes, their int8
+codes) in RAM and its shards' FAISS parts loaded, and answers four calls: `top(scorer, cut,
+...)` (a budget's cut of the segments of its rows ranked by a sentence scorer), `score(scorer,
+on)` (the scorer's score of every one of its rows, or of their codes), `lexicon_scores(
+score_shard)` (a score of each of its shards' sentences from their stored lexical ids) and
+`search(queries, k)` (its parts' top-k with global ids). The driver keeps the index
 open too (memory-mapped) for everything else a selection does: the segment view, the exact
 rescoring of FAISS candidates, reading the chosen text.
 
@@ -20,6 +21,8 @@ What fans out:
   scorer is sent to every actor, each returns the scores of its rows;
 - every FAISS search (knn, and methods that search): each actor searches its parts, the driver
   merges with `merge_topk`, exactly as `ShardedFaiss` does in one process;
+- `centroid` with `scan` codes: each actor scores its rows' int8 codes (held in RAM with
+  `hold` codes, half the bytes of float16 rows); the driver rescores the best exactly;
 - scores from the stored lexical ids (Moore-Lewis, and the Moore-Lewis half of `fused` and
   `fused-learned`): the fitted models are sent to every actor, each scores its own shards
   (`Index.lexicon_scores`).
@@ -48,6 +51,7 @@ from . import scoring, topcut
 from .methods.base import Method
 
 GRID = scoring.CHUNK
+HOLD = ("rows", "codes")
 START_TIMEOUT = 600.0
 
 
@@ -58,9 +62,13 @@ class ShardServer:
         path: The index directory (on a file system this actor's node sees).
         shards: Positions of its shards in the index's shard list.
         grid: Rows per block of the scoring grid (see the module docstring).
+        hold: What it copies into RAM: `rows` (the float16 embeddings) or `codes` (the int8
+            codes, half the bytes; the embeddings stay memory-mapped, read when a method
+            scores rows).
     """
 
-    def __init__(self, path: str, shards: Sequence[int], grid: int = GRID) -> None:
+    def __init__(self, path: str, shards: Sequence[int], grid: int = GRID,
+                 hold: str = "rows") -> None:
         from tapt.indexer.faiss_index import read_faiss_index
         from tapt.indexer.index import Index
 
@@ -68,7 +76,11 @@ class ShardServer:
         self.index, self.shards = index, list(shards)
         self._identity = index.identity()
         self.start, self.stop = span(index, shards, grid)
-        self.rows = np.array(index.embeddings[self.start:self.stop])  # in RAM, not mapped
+        rows = _window(index.embeddings, self.start, self.stop)
+        codes = None if index.codes is None else _window(index.codes, self.start, self.stop)
+        # what it holds in RAM, not mapped
+        self.rows = np.array(rows) if hold == "rows" else rows
+        self.codes = np.array(codes) if hold == "codes" and codes is not None else codes
         global_ids = index.manifest.get("faiss", {}).get("part_ids") == "global"
         self.parts = [(read_faiss_index(index.shards[s].faiss_path),
                        0 if global_ids else index.shards[s].row_offset) for s in shards]
@@ -76,9 +88,9 @@ class ShardServer:
     def identity(self) -> dict[str, Any]:
         return self._identity
 
-    def score(self, scorer) -> tuple[int, np.ndarray]:
-        """(first row, the scorer's scores of this actor's rows)."""
-        return self.start, np.asarray(scorer(self.rows))
+    def score(self, scorer, on: str = "rows") -> tuple[int, np.ndarray]:
+        """(first row, the scorer's scores of this actor's rows, or of their int8 codes)."""
+        return self.start, np.asarray(scorer(self.rows if on == "rows" else self.codes))
 
     def top(self, scorer, cut: topcut.Cut, offsets: np.ndarray, first: int,
             measure: np.ndarray | None) -> tuple[topcut.Candidates, list[topcut.Piece]]:
@@ -103,7 +115,15 @@ class ShardServer:
             set_search_param(part, name, value)
 
     def nbytes(self) -> int:
-        return int(self.rows.nbytes)
+        """Bytes of rows or codes this actor holds in RAM."""
+        held = [a for a in (self.rows, self.codes) if isinstance(a, np.ndarray)
+                and not isinstance(a, np.memmap)]
+        return int(sum(a.nbytes for a in held))
+
+
+def _window(rows, start: int, stop: int):
+    """Rows [start, stop) of a row view or array, without a copy."""
+    return rows.window(start, stop) if hasattr(rows, "window") else rows[start:stop]
 
 
 class ShardServers:
@@ -118,6 +138,8 @@ class ShardServers:
         grid: Rows per block of the scoring grid (a multiple of `scoring.CHUNK`'s divisors;
             smaller only in tests).
         timeout: Seconds the actors may take to load their shards.
+        hold: What each actor holds in RAM: `rows` (float16 embeddings) or `codes` (int8
+            codes; an index built or reindexed with `codes` int8).
 
     Raises:
         InputError: Ray is not installed, or a setting cannot work.
@@ -127,8 +149,13 @@ class ShardServers:
 
     def __init__(self, index, address: str | None = None, actors: int | None = None,
                  cpus_per_actor: float = 1.0, grid: int = GRID,
-                 timeout: float = START_TIMEOUT) -> None:
+                 timeout: float = START_TIMEOUT, hold: str = "rows") -> None:
         n = len(index.shards)
+        if hold not in HOLD:
+            raise InputError(f"must be one of {', '.join(HOLD)}", param="hold")
+        if hold == "codes" and index.codes is None:
+            raise InputError(f"index {index.path} has no int8 codes to hold: run tapt index "
+                             f"reindex {index.path} --codes int8", param="hold")
         if actors is not None and (isinstance(actors, bool) or not isinstance(actors, int)
                                    or actors < 1):
             raise InputError("must be a whole number of at least 1", param="actors")
@@ -149,7 +176,7 @@ class ShardServers:
         # a call on a stopped actor must fail at once, not wait for one)
         remote = self.ray.remote(num_cpus=cpus_per_actor, max_restarts=2,
                                  max_task_retries=0)(ShardServer)
-        self.actors = [remote.remote(str(index.path), g, grid) for g in groups]
+        self.actors = [remote.remote(str(index.path), g, grid, hold) for g in groups]
         self.groups = groups
         self.spans = [span(index, g, grid) for g in groups]
         try:
@@ -174,11 +201,12 @@ class ShardServers:
         except Exception as exc:  # noqa: BLE001 - the task's own error, or one ExecutorError
             raise task_error(exc, what) from exc
 
-    def scores(self, scorer, n: int) -> np.ndarray:
-        """The scorer's score of every row, computed by the actors."""
+    def scores(self, scorer, n: int, on: str = "rows") -> np.ndarray:
+        """The scorer's score of every row (`on` codes: of every row's int8 codes), computed
+        by the actors."""
         ref = self.ray.put(scorer)
         out = np.empty(n, dtype=np.float32)
-        for start, part in self._get([a.score.remote(ref) for a in self.actors], "score"):
+        for start, part in self._get([a.score.remote(ref, on) for a in self.actors], "score"):
             out[start:start + len(part)] = part
         return out
 

@@ -59,7 +59,7 @@ class Centroid(SentenceScored):
         wanted = int(np.ceil(params.rescore * budget_sentences(ctx.view, ctx.budget)))
         scores, rescored = scoring.code_scan_scores(
             index.embeddings, index.codes, np.asarray(codes["scale"], dtype=np.float32),
-            scoring.centroid(ctx.need_task(self.name)), wanted)
+            scoring.centroid(ctx.need_task(self.name)), wanted, score_codes=index.score_codes)
         return scores, {"scan": "codes", "rescored_sentences": int(len(rescored))}
 
     def row_scorer(self, ctx, params):
