@@ -34,6 +34,7 @@ from tapt.retriever.selection import Selection
 
 if TYPE_CHECKING:
     from tapt.indexer.verify import VerifyReport
+    from tapt.retriever.select import SelectConfig
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +378,7 @@ class Index(_IndexBase):
         from tapt.retriever.select import SelectConfig, make_selection
         from tapt.retriever.task_input import resolve_task
 
-        config = self._configured(SelectConfig(method, budget, segment_size=segment_size,
+        config = self.configure(SelectConfig(method, budget, segment_size=segment_size,
                                                seed=seed, context=context, **params))
         task_input = None
         if config.needs_task:
@@ -392,8 +393,16 @@ class Index(_IndexBase):
         return make_selection(self, config, task_input, encoder=encoder, batch_size=batch_size,
                               progress=progress, corpus=self._corpus)
 
-    def _configured(self, config):
-        """The selection's configuration as this index runs it (`ServedIndex`: fanned out)."""
+    def configure(self, config: SelectConfig) -> SelectConfig:
+        """The selection configuration (`retriever.select.SelectConfig`) as this index runs it:
+        unchanged here; a `ServedIndex` fans its method out to the actors.
+
+        Args:
+            config: What to select.
+
+        Returns:
+            The configuration to pass to `retriever.select.make_selection` with this index.
+        """
         return config
 
     def _checked_encoder(self, encoder: Any, model: str | None, device: str, backend: str):
@@ -451,7 +460,8 @@ class ServedIndex(Index):
         self.__dict__["faiss"] = servers.faiss(self)
         return servers
 
-    def _configured(self, config):
+    def configure(self, config: SelectConfig) -> SelectConfig:
+        """`Index.configure`: the method fanned out to the actors (`serve.served_method`)."""
         from tapt.retriever.serve import served_method
 
         config.spec = served_method(config.spec, self.servers)

@@ -859,6 +859,20 @@ def _select_command(method) -> click.Command:
                      help="Re-cut segments at this size [default: the index's]."),
         click.Option(["--seed"], type=int, default=0, show_default=True,
                      help="Seed of every random choice (the same seed gives the same selection)."),
+        click.Option(["--executor"], type=click.Choice(["local", "ray"]), default="local",
+                     show_default=True,
+                     help="local: this process; ray: the index's shards loaded into Ray actors "
+                          "for this selection, which score and search them (as `tapt index "
+                          "serve`; the same selection; needs pip install 'tapt[ray]')."),
+        click.Option(["--ray-address", "address"], default=None, metavar="auto|HOST:PORT",
+                     help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
+                          "local cluster on this machine]."),
+        click.Option(["--actors"], type=click.IntRange(min=1), default=None,
+                     help="--executor ray: actors holding the shards [default: one per "
+                          "shard]."),
+        click.Option(["--cpus-per-actor"], type=click.FloatRange(min=0, min_open=True),
+                     default=None, help="--executor ray: CPUs Ray reserves for each actor "
+                                        "[default: 1]."),
     ]
     if method.pools_documents(method.make_params()):
         params.append(click.Option(
@@ -895,13 +909,22 @@ def _select_command(method) -> click.Command:
 
 
 def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, out, overwrite,
-                as_json, segment_size, seed, task=(), text_field="text", budget=None, model=None,
+                as_json, segment_size, seed, executor="local", address=None, actors=None,
+                cpus_per_actor=None, task=(), text_field="text", budget=None, model=None,
                 device="auto", backend="auto", batch_size=64, context="sentence") -> None:
-    from tapt.indexer.index import Index
+    from contextlib import nullcontext
+
+    from tapt.api import Index, ServedIndex
+    from tapt.errors import InputError
     from tapt.retriever.select import SelectConfig, make_selection
     from tapt.retriever.selection import check_selection_output
     from tapt.retriever.task_input import task_from_files
 
+    if executor != "ray":
+        for name, value in (("address", address), ("actors", actors),
+                            ("cpus_per_actor", cpus_per_actor)):
+            if value is not None:
+                raise InputError("only applies with `executor` ray", param=name)
     config = SelectConfig(method.name, budget, segment_size=segment_size, seed=seed,
                           context=context, explicit=given, **values)
     ix = Index(idx)
@@ -913,8 +936,12 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
         task_input = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"],
                                      text_field)
     encoder = ix.load_encoder(model, device, backend) if config.uses_embeddings else None
-    selection = make_selection(ix, config, task_input, encoder=encoder, batch_size=batch_size,
-                               progress=ctx.obj["progress"])
+    if executor == "ray":
+        ix = ServedIndex(idx, address=address, actors=actors,
+                         cpus_per_actor=1.0 if cpus_per_actor is None else cpus_per_actor)
+    with ix if executor == "ray" else nullcontext(ix):
+        selection = make_selection(ix, ix.configure(config), task_input, encoder=encoder,
+                                   batch_size=batch_size, progress=ctx.obj["progress"])
     if out == "-":
         selection.write_lines(click.get_text_stream("stdout"))
     else:

@@ -77,6 +77,12 @@ class ShardPrefix:
         self.manifest = {"codes": index.manifest["codes"]}
         self.n_sentences = len(self.embeddings)
 
+    def score_rows(self, scorer):
+        return Index.score_rows(self, scorer)
+
+    def score_codes(self, scorer):
+        return Index.score_codes(self, scorer)
+
 
 def sentence_view(n: int) -> SegmentView:
     """Segments of one sentence each (20 tokens a sentence, for token budgets)."""

@@ -356,6 +356,41 @@ def test_serve_cli_answers_requests_line_by_line(cluster, local_index, one_shard
     assert "request: not a JSON object" in answers[3]["error"]
 
 
+def test_cli_select_on_ray_actors_equals_local(cluster, local_index, tmp_path):
+    """`tapt select METHOD --executor ray` loads the shards into actors for one selection and
+    writes the selection the local executor writes."""
+    task = tmp_path / "task.txt"
+    write_task(task, "sea", n=20)
+    cli = str(Path(__file__).parent / "hashing_cli.py")
+    for method, extra in (("fused", ["--budget", "8"]), ("knn", ["-k", "3"])):
+        written = {}
+        for executor in ("local", "ray"):
+            out = tmp_path / f"{method}-{executor}.jsonl"
+            ray_args = ["--executor", "ray", "--ray-address", cluster, "--actors", "2",
+                        "--cpus-per-actor", "0.5"] if executor == "ray" else []
+            run = subprocess.run([sys.executable, cli, "-q", "select", method, str(local_index),
+                                  "--task", str(task), *extra, "--out", str(out), *ray_args],
+                                 capture_output=True, text=True, timeout=180)
+            assert run.returncode == 0, run.stderr
+            written[executor] = out.read_text()
+        assert written["ray"] == written["local"] and written["local"], method
+
+
+@pytest.mark.parametrize("flag,value", [("--ray-address", "auto"), ("--actors", "2"),
+                                        ("--cpus-per-actor", "1")])
+def test_cli_select_ray_options_need_the_ray_executor(tmp_path, local_index, flag, value):
+    from click.testing import CliRunner
+
+    from tapt.cli import cli
+
+    out = tmp_path / "sel.jsonl"
+    result = CliRunner().invoke(cli, ["-q", "select", "random", str(local_index), "--budget",
+                                      "3", "--out", str(out), flag, value])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {flag}: only applies with --executor ray"
+    assert not out.exists()
+
+
 def _counted(counts: dict[str, int], name: str, fn):
     def call(*args, **kwargs):
         counts[name] += 1
