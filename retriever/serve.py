@@ -17,8 +17,9 @@ What fans out:
   (centroid, distance, density, classifier...): every actor returns only the budget's cut of
   its own segments (`topcut`) and the scores of the few rows of segments its rows begin or end
   inside; the driver merges them. No score per sentence crosses Ray;
-- the other uses of those scorers (no budget or a larger one, document context, `auto`): the
-  scorer is sent to every actor, each returns the scores of its rows;
+- every other scan of every row by a scorer (`Index.score_rows`: no budget or a larger one,
+  document context, `auto`, iforest's pre-ranking, the classifier's fit): the scorer is sent
+  to every actor, each returns the scores of its rows;
 - every FAISS search (knn, and methods that search): each actor searches its parts, the driver
   merges with `merge_topk`, exactly as `ShardedFaiss` does in one process;
 - `centroid` with `scan` codes: each actor scores its rows' int8 codes (held in RAM with

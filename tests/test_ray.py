@@ -222,7 +222,7 @@ METHODS = (("centroid", "12", {}), ("distance", "12", {}), ("density", "12", {"m
            ("density", "400tok", {"m": 2}), ("centroid", "30sent", {"segment_size": 1}),
            ("centroid", "1.0", {"segment_size": 5}),   # every segment: those actors share too
            ("classifier", None, {"rounds": 0}), ("centroid", "20sent", {"context": "document"}),
-           ("moore-lewis", "12", {}))
+           ("moore-lewis", "12", {}), ("iforest", "12", {"prerank": "fused"}))
 # a budget's cut at sentence context: each actor cuts its own segments (`ShardServers.top`)
 CUT_BY_ACTORS = {i for i, (m, b, p) in enumerate(METHODS)
                  if m in ("centroid", "distance", "density", "classifier") and b is not None
@@ -247,10 +247,10 @@ def _check_fan_out(i: int, method: str, before: dict[str, int], remote: dict[str
         assert remote["score"] == before["score"] + fit_scans, method
     elif method == "knn":
         assert remote["search"] > before["search"]
-    elif method in ("fused", "moore-lewis"):   # each actor scores its shards' lexical ids
+    elif method in ("fused", "moore-lewis", "iforest"):  # each actor scores its lexical ids
         assert remote["lexicon"] > before["lexicon"], method
-        if method == "fused":                  # and its rows by the classifier
-            assert remote["score"] > before["score"], method
+        if method != "moore-lewis":         # and its rows by the classifier (iforest's
+            assert remote["score"] > before["score"], method   # fused pre-ranking)
     else:
         assert remote["score"] > before["score"] and remote["top"] == before["top"], method
 

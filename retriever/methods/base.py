@@ -574,7 +574,7 @@ class SentenceScored(Method):
 
     def sentence_scores(self, ctx: Context, params: Params) -> tuple[np.ndarray, dict[str, Any]]:
         scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)
-        return scorer(ctx.index.embeddings), info
+        return ctx.index.score_rows(scorer), info
 
     def row_scorer(self, ctx: Context, params: Params) -> tuple[Scorer, dict[str, Any]] | None:
         """The fitted scorer whose scores of `ctx.index.embeddings` are `sentence_scores`, or
@@ -612,7 +612,7 @@ class SentenceScored(Method):
             return Ranking(chosen.ids, chosen.scores, np.ones(len(chosen), dtype=np.float32),
                            dict(fitted[1]))
         else:
-            scores, info = fitted[0](ctx.index.embeddings), fitted[1]
+            scores, info = ctx.index.score_rows(fitted[0]), fitted[1]
         return by_sentence_scores(ctx.view, scores, ctx.budget, dict(info), self.threshold)
 
     def full_ranking(self, ctx: Context, params: Params) -> Ranking:
