@@ -71,10 +71,13 @@ def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarr
 def _by_shared_candidates(candidates: np.ndarray) -> np.ndarray:
     """The queries in an order that puts queries with many common candidates together (by a
     MinHash of their candidate sets), so a block of queries gathers fewer distinct rows."""
-    ids = np.asarray(candidates, dtype=np.int64)
-    hashed = ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    hashed[ids < 0] = np.iinfo(np.uint64).max
-    return np.argsort(hashed.min(axis=1), kind="stable")
+    signature = np.empty(len(candidates), dtype=np.uint64)
+    for start in range(0, len(candidates), 4096):      # bounded temporaries for any task
+        ids = np.asarray(candidates[start:start + 4096], dtype=np.int64)
+        hashed = ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        hashed[ids < 0] = np.iinfo(np.uint64).max
+        signature[start:start + len(ids)] = hashed.min(axis=1)
+    return np.argsort(signature, kind="stable")
 
 
 def _exact_sims(rows: np.ndarray, queries: np.ndarray, inverse: np.ndarray, valid: np.ndarray,
