@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -189,16 +189,14 @@ class ShardedFaiss:
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         bases = [0 if self.global_ids else off for off in self.row_offsets]
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        assigned = None
         if len(self.parts) > 1 and self.shares_quantizer():
             # one coarse assignment for every part (they were trained as one index)
-            q = np.ascontiguousarray(queries, dtype=np.float32)
-            quantizer = self.parts[0].quantizer
-            coarse_sims, lists = quantizer.search(q, int(self.parts[0].nprobe))
-            results = [search_part(p, q, k, base, (lists, coarse_sims))
-                       for p, base in zip(self.parts, bases)]
-        else:
-            results = [search_part(p, queries, k, base) for p, base in zip(self.parts, bases)]
-        return merge_topk(results, k)
+            coarse_sims, lists = self.parts[0].quantizer.search(q, int(self.parts[0].nprobe))
+            assigned = (lists, coarse_sims)
+        return merge_in_groups((search_part(p, q, k, base, assigned)
+                                for p, base in zip(self.parts, bases)), k)
 
     def shares_quantizer(self) -> bool:
         """Whether every part is a plain IVF index over the same coarse centroids (what a
@@ -248,6 +246,24 @@ def search_part(part, queries: np.ndarray, k: int, id_base: int = 0,
     if id_base:
         ids = np.where(ids >= 0, ids + id_base, ids)
     return sims, ids
+
+
+MERGE_GROUP = 16   # parts' results merged at a time: memory bounded whatever the shard count
+
+
+def merge_in_groups(results: Iterable[tuple[np.ndarray, np.ndarray]], k: int,
+                    group: int = MERGE_GROUP) -> tuple[np.ndarray, np.ndarray]:
+    """`merge_topk` of results that arrive one part at a time, `group` parts merged at once:
+    the same answer (the best k of a union are among the best k of its groups), holding
+    `group` x k results per query instead of one per part's result."""
+    pending: list[tuple[np.ndarray, np.ndarray]] = []
+    for result in results:
+        pending.append(result)
+        if len(pending) >= group:
+            pending = [merge_topk(pending, k)]
+    if not pending:
+        raise ValueError("merge_in_groups needs at least one part's results")
+    return merge_topk(pending, k)
 
 
 def merge_topk(results: list[tuple[np.ndarray, np.ndarray]], k: int

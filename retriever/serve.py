@@ -21,7 +21,8 @@ What fans out:
   document context, `auto`, iforest's pre-ranking, the classifier's fit): the scorer is sent
   to every actor, each returns the scores of its rows;
 - every FAISS search (knn, and methods that search): each actor searches its parts, the driver
-  merges with `merge_topk`, exactly as `ShardedFaiss` does in one process;
+  merges with `merge_topk`, exactly as `ShardedFaiss` does in one process (each actor merges
+  its own parts first);
 - `centroid` with `scan` codes: each actor scores its rows' int8 codes (held in RAM with
   `hold` codes, half the bytes of float16 rows); the driver rescores the best exactly;
 - scores from the stored lexical ids (Moore-Lewis, and the Moore-Lewis half of `fused` and
@@ -44,7 +45,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from tapt.errors import IndexFormatError, InputError
-from tapt.indexer.faiss_index import ShardedFaiss, merge_topk, search_part, set_search_param
+from tapt.indexer.faiss_index import (ShardedFaiss, merge_in_groups, search_part,
+                                      set_search_param)
 from tapt.indexer.ray_executor import ExecutorError, connect, import_ray, task_error
 from tapt.indexer.shards import grid_ranges
 
@@ -108,8 +110,13 @@ class ShardServer:
                                                           dtype=np.float32))
                 for s in self.shards]
 
-    def search(self, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [search_part(part, queries, k, base) for part, base in self.parts]
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The best `k` per query of this actor's parts (global ids), merged here: one k-wide
+        result crosses Ray whatever the number of parts; None without parts."""
+        if not self.parts:
+            return None
+        return merge_in_groups((search_part(part, queries, k, base)
+                                for part, base in self.parts), k)
 
     def set_param(self, name: str, value: int) -> None:
         for part, _ in self.parts:
@@ -264,7 +271,7 @@ class ShardServers:
 
 class RemoteFaiss(ShardedFaiss):
     """The FAISS parts of a served index: each actor searches its own, the results are merged
-    here (`merge_topk`), as `ShardedFaiss` does in one process."""
+    here (`merge_in_groups`), as `ShardedFaiss` does in one process."""
 
     def __init__(self, servers: ShardServers, ntotal: int, d: int) -> None:
         import faiss
@@ -277,7 +284,7 @@ class RemoteFaiss(ShardedFaiss):
         ref = self.servers.ray.put(q)
         found = self.servers._get([a.search.remote(ref, int(k))
                                    for a in self.servers.actors], "search")
-        return merge_topk([r for results in found for r in results], k)
+        return merge_in_groups((r for r in found if r is not None), k)
 
     def set_param(self, name: str, value: int) -> None:
         self.servers._get([a.set_param.remote(name, value) for a in self.servers.actors],
