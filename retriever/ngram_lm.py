@@ -299,13 +299,16 @@ class HashedLMs:
         """The scores of one shard's sentences (`lexical.ShardLexicon`), in its row order."""
         # model ids of the shard's words once, not of both words of every bigram type
         ids, pairs = self.dense(np.asarray(shard.vocab)), np.asarray(shard.bigrams)
-        lp_in, lp_gen = self.model_log2(ids[pairs[:, 0]], ids[pairs[:, 1]])
+        # both models' log-probabilities of a type side by side: one gather of 16 bytes per
+        # token (2.5x faster than two gathers through int32 ids)
+        both = np.stack(self.model_log2(ids[pairs[:, 0]], ids[pairs[:, 1]]), axis=1)
         offsets = np.asarray(shard.offsets)
         scores = np.empty(len(shard), dtype=np.float32)
         for lo in range(0, len(shard), _CHUNK_SENTENCES):
             hi = min(len(shard), lo + _CHUNK_SENTENCES)
-            types = np.asarray(shard.lexical[offsets[lo]:offsets[hi]])
-            scores[lo:hi] = self._difference(lp_in[types], lp_gen[types],
+            types = np.asarray(shard.lexical[offsets[lo]:offsets[hi]], dtype=np.intp)
+            token = np.take(both, types, axis=0)
+            scores[lo:hi] = self._difference(token[:, 0], token[:, 1],
                                              np.diff(offsets[lo:hi + 1]))
         return scores
 
