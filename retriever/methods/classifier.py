@@ -41,14 +41,30 @@ class Classifier(SentenceScored):
 
     def scorer(self, ctx, task, params, heldout=False):
         """`heldout`: positive only (no self-training), as `auto` fits it on 90% of the task."""
+        scorer, _, info = self.fit(ctx, task, params, heldout)
+        return scorer, info
+
+    def fit(self, ctx, task, params, heldout=False):
+        """The fitted scorer, its scores of every corpus row (the last round's, which the
+        scorer would give again) and what the fit used.
+
+        Args:
+            ctx: The selection's context.
+            task: The task's embeddings (the positives).
+            params: The classifier's parameters.
+            heldout: Positive only (no self-training rounds).
+
+        Returns:
+            (scorer, scores of every row, info).
+        """
         index = ctx.index
         prerank = index.score_rows(partial(scoring.centroid_scores, query=scoring.centroid(task)))
         rounds = 0 if heldout else params.rounds
         n_positive = None if heldout else ctx.n_positive
-        _, scorer, info = pu_classifier(index.embeddings, task, prerank, n_positive,
-                                        PUConfig(rounds=rounds, seed=ctx.seed),
-                                        score_rows=index.score_rows)
-        return scorer, info
+        scores, scorer, info = pu_classifier(index.embeddings, task, prerank, n_positive,
+                                             PUConfig(rounds=rounds, seed=ctx.seed),
+                                             score_rows=index.score_rows)
+        return scorer, scores, info
 
     def depends_on_budget(self, params):
         return params.rounds > 0

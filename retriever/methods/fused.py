@@ -40,8 +40,8 @@ class Fused(SentenceScored):
 
         def compute():
             lexical = lexical_scores(ctx, self.name)
-            scorer, info = classifier.scorer(ctx, task, classifier.shared_params(params))
-            return scoring.fuse_zscores(ctx.index.score_rows(scorer), lexical), info
+            _, meaning, info = classifier.fit(ctx, task, classifier.shared_params(params))
+            return scoring.fuse_zscores(meaning, lexical), info
 
         key = ("fused", ctx.n_positive, params.rounds, ctx.seed)
         scores, info = ctx.memo.get(key, compute)
