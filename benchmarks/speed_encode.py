@@ -8,8 +8,11 @@ in the pool, sentence level) and the selected ids are compared with torch fp32's
 
     python -m benchmarks.speed_encode --pool data/sample/pool.jsonl.gz --seeds data/sample/seeds \
         --backends torch onnx onnx-int8 --out benchmarks/results/speed_encode
-    python -m benchmarks.speed_encode --device cuda --backends torch-fp32 torch-fp16 torch-bf16 \
-        --batch-sizes 64 256 1024 --out $OUT/speed_encode_gpu            # on a GPU machine
+    python -m benchmarks.speed_encode --device cuda --backends st torch-fp32 torch-fp16 \
+        torch-bf16 --batch-sizes 64 256 1024 --out $OUT/speed_encode_gpu   # on a GPU machine
+
+`st` (and `st-fp16` on CUDA) is sentence-transformers' own `SentenceTransformer.encode` on the
+same model: the baseline, measured in the same run.
 """
 
 from __future__ import annotations
@@ -232,7 +235,23 @@ def _transformer_config(encoder):
     return model[0].auto_model.config
 
 
+class SentenceTransformersBaseline(SentenceTransformerEncoder):
+    """sentence-transformers' own `SentenceTransformer.encode` on the same model (`st`, `st-fp16`
+    on CUDA): the baseline tapt's encoders are compared with, batches formed as it forms them
+    (tapt's CUDA path tokenises once and feeds length-sorted batches itself)."""
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        emb = self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=False)
+        return np.ascontiguousarray(emb, dtype=np.float32)
+
+
 def make_encoder(variant: str, spec: str | None, device: str, threads: int | None):
+    if variant in ("st", "st-fp16"):
+        if variant == "st-fp16" and device == "cpu":
+            raise SystemExit("st-fp16 is a CUDA variant; on the CPU use st (fp32)")
+        return SentenceTransformersBaseline(spec, device=device,
+                                            dtype="float16" if variant == "st-fp16" else "float32")
     if variant.startswith("torch"):
         dtype = {"torch": "float16", "torch-fp32": "float32", "torch-fp16": "float16",
                  "torch-bf16": "bfloat16"}[variant]
@@ -330,8 +349,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--backends", nargs="+", default=["torch", "onnx-plain", "onnx", "onnx-int8"],
-                   help="torch, onnx-plain (the unfused fp32 graph), onnx, onnx-int8; on CUDA "
-                        "torch-fp32, torch-fp16, torch-bf16")
+                   help="st (sentence-transformers' own encode: the baseline), torch, "
+                        "onnx-plain (the unfused fp32 graph), onnx, onnx-int8; on CUDA st, "
+                        "st-fp16, torch-fp32, torch-fp16, torch-bf16")
     p.add_argument("--agree", nargs="+", default=None,
                    help="backends whose selections --seeds compares [default: all]")
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[64])
@@ -524,7 +544,7 @@ def summarise(rounds: list[dict[str, Any]], plans: dict[tuple, dict[str, float]]
 def _precision(variant: str, device: str) -> str:
     if variant == "onnx-int8":
         return "int8"
-    if variant in ("torch-fp16",) or (variant == "torch" and device.startswith("cuda")):
+    if variant in ("torch-fp16", "st-fp16") or (variant == "torch" and device.startswith("cuda")):
         return "fp16"
     return "bf16" if variant == "torch-bf16" else "fp32"
 
