@@ -3,6 +3,11 @@
 With `ann_recall` (exact ground truth and recall via faiss.contrib) the only indexer modules that
 import faiss. Which index to build is decided in `index_choice`; every search of an approximate
 index fetches more candidates than asked and ranks them by exact inner products (`rescore`).
+
+With faiss-gpu installed (`pip install 'tapt[gpu]'`, in place of faiss-cpu) and a GPU visible,
+the two steps of a build that grow with the IVF lists x rows run on the GPUs: the k-means
+assignments of quantizer training and the coarse assignment of every added row. The indexes
+themselves stay CPU indexes (the same files); `TAPT_FAISS_GPU=0` keeps everything on the CPU.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -48,6 +54,52 @@ def new_faiss(choice: IndexChoice, dim: int):
     return index
 
 
+def faiss_gpus() -> int:
+    """GPUs FAISS can use in this process: 0 without faiss-gpu, without a visible GPU, or with
+    the environment variable TAPT_FAISS_GPU=0."""
+    if os.environ.get("TAPT_FAISS_GPU", "1").strip() == "0":
+        return 0
+    import faiss
+
+    if not hasattr(faiss, "StandardGpuResources"):
+        return 0
+    try:
+        return int(faiss.get_num_gpus())
+    except (AttributeError, RuntimeError):
+        return 0
+
+
+@contextmanager
+def _gpu_assignment(index, stage: str):
+    """Within: an IVF index's k-means training (`stage` "train") or the coarse assignment of
+    the rows it adds ("add") runs on every visible GPU (`faiss_gpus`); the index stays a CPU
+    index and is left as it was. Yields whether the GPUs are used."""
+    import faiss
+
+    try:
+        ivf = faiss.extract_index_ivf(index) if faiss_gpus() else None
+    except RuntimeError:          # not an IVF index
+        ivf = None
+    if ivf is None or (stage == "add" and not ivf.is_trained):
+        yield False
+        return
+    cpu_quantizer = ivf.quantizer
+    if stage == "train":
+        on_gpu = faiss.index_cpu_to_all_gpus(faiss.IndexFlat(ivf.d, cpu_quantizer.metric_type))
+        ivf.clustering_index = on_gpu
+    else:
+        on_gpu = faiss.index_cpu_to_all_gpus(cpu_quantizer)
+        ivf.quantizer = on_gpu
+    try:
+        yield True
+    finally:
+        if stage == "train":
+            ivf.clustering_index = None
+        else:
+            ivf.quantizer = cpu_quantizer
+        del on_gpu
+
+
 def train_template(embeddings: np.ndarray, choice: IndexChoice) -> tuple[Any, float]:
     """The trained, empty index every shard of an index starts from (one coarse quantizer and
     one set of codebooks for all shards), trained on a seeded sample of rows across the whole
@@ -77,14 +129,15 @@ def build_part(rows: np.ndarray, choice: IndexChoice, template: Any, row_offset:
     index = faiss.clone_index(template) if template is not None else new_faiss(
         choice, rows.shape[1])
     n = len(rows)
-    for start in tqdm(range(0, n, _ADD_CHUNK), desc="faiss add", unit="chunk",
-                      disable=not progress or n <= _ADD_CHUNK, leave=False):
-        block = np.ascontiguousarray(as_float32(rows[start:start + _ADD_CHUNK]))
-        if ids_are_global(choice):
-            index.add_with_ids(block, np.arange(row_offset + start, row_offset + start
-                                                + len(block), dtype=np.int64))
-        else:
-            index.add(block)
+    with _gpu_assignment(index, "add"):
+        for start in tqdm(range(0, n, _ADD_CHUNK), desc="faiss add", unit="chunk",
+                          disable=not progress or n <= _ADD_CHUNK, leave=False):
+            block = np.ascontiguousarray(as_float32(rows[start:start + _ADD_CHUNK]))
+            if ids_are_global(choice):
+                index.add_with_ids(block, np.arange(row_offset + start, row_offset + start
+                                                    + len(block), dtype=np.int64))
+            else:
+                index.add(block)
     return index
 
 
@@ -159,8 +212,10 @@ def _train(faiss, index, embeddings: np.ndarray, choice: IndexChoice) -> None:
             pq.cp.seed = choice.seed
     except RuntimeError:
         pass
-    log.info("training %s on %s of %s rows", choice.factory, f"{size:,}", f"{n:,}")
-    index.train(sample)
+    with _gpu_assignment(index, "train") as on_gpu:
+        log.info("training %s on %s of %s rows%s", choice.factory, f"{size:,}", f"{n:,}",
+                 f" (k-means on {faiss_gpus()} GPU(s))" if on_gpu else "")
+        index.train(sample)
 
 
 def template_of(part) -> Any:

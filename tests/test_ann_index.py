@@ -380,3 +380,45 @@ def test_merging_in_groups_equals_one_merge():
                 got = merge_in_groups(iter(results), k, group=group)
                 np.testing.assert_array_equal(got[1], want[1])
                 np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_faiss_gpu_steps_leave_the_cpu_index_they_would_build(tmp_path, monkeypatch):
+    """With faiss-gpu and a GPU (simulated: a CPU copy stands in for every GPU index), k-means
+    assignment and the adds' coarse assignment run on "the GPU" and the written index is the
+    one a CPU build writes; the index keeps its own quantizer and no clustering index."""
+    import faiss
+
+    from tapt.indexer import faiss_index as fi
+    from tapt.indexer.index_choice import choice_from_manifest
+
+    handed = []
+
+    def to_gpus(index):
+        copy = faiss.clone_index(index)
+        handed.append(copy)
+        return copy
+
+    monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", to_gpus, raising=False)
+    monkeypatch.setattr(faiss, "StandardGpuResources", object, raising=False)
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
+    rng = np.random.default_rng(13)
+    rows = rng.standard_normal((3000, 32)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    for factory in ("IVF32,Flat", "IVF32,PQ16x4fs"):
+        choice = choice_from_manifest({"factory": factory}, len(rows), 32)
+        assert fi.faiss_gpus() == 1
+        template, _ = fi.train_template(rows, choice)
+        part = fi.build_part(rows, choice, template, 0)
+        assert len(handed) == 2            # the training's k-means, the adds' assignment
+        ivf = faiss.extract_index_ivf(part)
+        assert ivf.clustering_index is None
+        assert all(int(ivf.quantizer.this) != int(h.this) for h in handed)
+        gpu_bytes = faiss.serialize_index(part)
+        monkeypatch.setenv("TAPT_FAISS_GPU", "0")
+        assert fi.faiss_gpus() == 0
+        template, _ = fi.train_template(rows, choice)
+        cpu_bytes = faiss.serialize_index(fi.build_part(rows, choice, template, 0))
+        assert len(handed) == 2
+        np.testing.assert_array_equal(gpu_bytes, cpu_bytes)
+        monkeypatch.delenv("TAPT_FAISS_GPU")
+        handed.clear()
