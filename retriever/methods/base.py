@@ -92,8 +92,12 @@ class SegmentView:
 
     @classmethod
     def of(cls, index: "Index", size: int | None, context: str = "sentence") -> "SegmentView":
+        """The view of `index` at segment size `size` (default: the index's).
+
+        Sentence and token counts are int32 (16 bytes a segment with the int64 offsets, not
+        24: 1.6 GB less at 10^9 one-sentence segments); sums over them are taken in int64."""
         offsets = index.segments(size)
-        lengths = np.diff(offsets)
+        lengths = np.diff(offsets).astype(np.int32)
         return cls(offsets, lengths, segment_tokens(index.tokens, offsets), context,
                    index.doc_offsets if context == "document" else None)
 
@@ -102,16 +106,17 @@ class SegmentView:
 
 
 def segment_tokens(tokens, offsets: np.ndarray) -> np.ndarray:
-    """Tokens of every segment (int64), summed shard by shard of a `RowView` of per-sentence
+    """Tokens of every segment (int32), summed shard by shard of a `RowView` of per-sentence
     counts: segments never cross shards, so no whole-corpus copy of the counts is made."""
-    out = np.empty(len(offsets) - 1, dtype=np.int64)
+    out = np.empty(len(offsets) - 1, dtype=np.int32)
     parts = list(tokens.parts()) if hasattr(tokens, "parts") else [(0, tokens)]
     for start, part in parts:
         lo, hi = np.searchsorted(offsets, [start, start + len(part)])
         if hi == lo:
             continue
         if int(offsets[lo]) != start or int(offsets[hi]) != start + len(part):  # across shards
-            return np.add.reduceat(np.asarray(tokens, dtype=np.int64), offsets[:-1])
+            return np.add.reduceat(np.asarray(tokens, dtype=np.int64),
+                                   offsets[:-1]).astype(np.int32)
         out[lo:hi] = np.add.reduceat(part, offsets[lo:hi] - start, dtype=np.int64)
     return out
 
