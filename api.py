@@ -469,10 +469,6 @@ class ServedIndex(Index):
 
     def score_rows(self, scorer):
         """`Index.score_rows`, each actor scoring the rows it holds."""
-        from tapt.retriever.serve import ServedScorer
-
-        if isinstance(scorer, ServedScorer):     # a served method's: send what it wraps
-            scorer = scorer.fitted
         return self.servers.scores(scorer, self.n_sentences)
 
     def score_codes(self, scorer):

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from tapt.errors import InputError
 from tapt.util.files import atomic_write
-from tapt.util.ordering import descending_bits
+from tapt.util.ordering import descending_bits, descending_values
 
 from .index_choice import (RESCORE_FACTOR, RESCORE_MIN, IndexChoice, choice_from_manifest,
                            rescore_k)
@@ -360,9 +360,7 @@ def merge_topk(results: list[tuple[np.ndarray, np.ndarray]], k: int
     missing = top == none
     ids = (top & np.uint64(0xFFFFFFFF)).astype(np.int64) + lowest
     ids[missing] = -1
-    high = (top >> np.uint64(32)).astype(np.uint32)
-    bits = np.where(high >> 31, high ^ np.uint32(0x80000000), ~high)
-    sims = np.subtract(np.float32(0), bits.view(np.float32))   # +0.0, never -0.0
+    sims = descending_values((top >> np.uint64(32)).astype(np.uint32))
     sims[missing] = -np.inf
     return sims, ids
 

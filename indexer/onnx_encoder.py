@@ -9,13 +9,13 @@ asks for the plain trace; both are the same arithmetic up to float rounding.
 from __future__ import annotations
 
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import numpy as np
 
 from tapt.errors import TaptError
+from tapt.util.machine import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +28,8 @@ TOKEN_BUDGET = 2048
 
 
 def default_threads() -> int:
-    """Cores this process may use (cgroup/affinity aware where the OS tells)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    """ONNX Runtime's intra-op threads unless told: the cores this process may use."""
+    return usable_cores()
 
 
 class OnnxEncoder:

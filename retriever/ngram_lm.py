@@ -142,8 +142,8 @@ class BigramLM:
     def unigram_log2(self, word: np.ndarray) -> np.ndarray:
         """log2 P1(word), the add-one unigram alone (ids >= `size` are unknown words)."""
         known = word < self.size
-        counts = np.where(known, self.unigram_counts[np.where(known, word, 0)], 0.0)
-        return np.log2((counts + 1.0) / (self.unigram_counts.sum() + self.vocab_size + 1.0))
+        return np.log2(np.where(known, self._unigram_p1[np.where(known, word, 0)],
+                                self._unknown_p1()))
 
     def cross_entropy(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Per-sentence mean -log2 P of its predicted tokens."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from tapt.indexer.integrity import check_cosines, check_unit_rows
 from tapt.indexer.npy import as_float32
+from tapt.util.machine import usable_cores
 from tapt.util.ordering import descending_bits
 
 CHUNK = 65536
@@ -157,11 +158,7 @@ def _scan_pool(workers: int) -> ThreadPoolExecutor:
 def scan_threads() -> int:
     """Threads of a full scan: the cores this process may use, at most 4 (measured on 2 cores:
     10M float16 rows in 0.75 s with 2 threads, 0.90 s with one)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 4))
+    return min(usable_cores(), 4)
 
 
 def max_similarity(rows: np.ndarray, task_embeddings: np.ndarray, chunk: int = 8192,

@@ -300,38 +300,17 @@ def span(index, shards: Sequence[int], grid: int) -> tuple[int, int]:
     return (mine[0][0], mine[-1][1]) if mine else (0, 0)
 
 
-class ServedScorer:
-    """A fitted scorer whose scan of every row the actors do (`ShardServers.scores`); other
-    rows are scored here."""
-
-    def __init__(self, fitted, servers: ShardServers, everything) -> None:
-        self.fitted, self.servers, self.everything = fitted, servers, everything
-
-    def __call__(self, rows):
-        if rows is self.everything:
-            return self.servers.scores(self.fitted, len(rows))
-        return self.fitted(rows)
-
-
 def served_method(spec: Method, servers: ShardServers) -> Method:
-    """`spec`, its fitted scorer applied by the actors wherever the method scores the whole
-    index with it (`scorer(ctx.index.embeddings)`), and a budget's cut of its ranking made by
-    the actors (`ShardServers.top`); other methods as they are."""
+    """`spec`, with a budget's cut of its ranking by a fitted row scorer made by the actors
+    (`ShardServers.top`); its scans of every row reach the actors through the served index's
+    `score_rows`. Methods without such a cut as they are."""
     cls = type(spec)
-    if cls.scorer is Method.scorer:
+    if not hasattr(cls, "budget_candidates"):
         return spec
 
-    def scorer(self, ctx, task, params, heldout=False):
-        fitted, info = super(served, self).scorer(ctx, task, params, heldout)
-        return ServedScorer(fitted, servers, ctx.index.embeddings), info
-
     def budget_candidates(self, ctx, scorer, cut):
-        if isinstance(scorer, ServedScorer):
-            return servers.top(scorer.fitted, ctx.view, cut)
-        return super(served, self).budget_candidates(ctx, scorer, cut)
+        return servers.top(scorer, ctx.view, cut)
 
-    members = {"scorer": scorer, "__module__": cls.__module__, "__doc__": cls.__doc__}
-    if hasattr(cls, "budget_candidates"):
-        members["budget_candidates"] = budget_candidates
-    served = type(cls.__name__, (cls,), members)
+    served = type(cls.__name__, (cls,), {"budget_candidates": budget_candidates,
+                                         "__module__": cls.__module__, "__doc__": cls.__doc__})
     return served()

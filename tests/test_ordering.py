@@ -25,3 +25,12 @@ def test_out_is_written_and_input_kept():
     assert descending_bits(values, out=out) is out
     np.testing.assert_array_equal(values, before)
     np.testing.assert_array_equal(np.argsort(out.ravel()), [0, 2, 3, 1])
+
+
+def test_values_come_back_from_their_keys():
+    from tapt.util.ordering import descending_values
+
+    values = np.float32([np.inf, 2.5, 1e-45, 0.0, -0.0, -1e-45, -3.0, -np.inf])
+    back = descending_values(descending_bits(values))
+    np.testing.assert_array_equal(back, values)
+    assert not np.signbit(back[4])          # -0.0 returns as +0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["descending_bits"]
+__all__ = ["descending_bits", "descending_values"]
 
 
 def descending_bits(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -30,3 +30,17 @@ def descending_bits(values: np.ndarray, out: np.ndarray | None = None) -> np.nda
         out = np.empty(values.shape, dtype=np.uint32)
     np.bitwise_xor(bits, mask, out=out.view(np.int32))
     return out
+
+
+def descending_values(keys: np.ndarray) -> np.ndarray:
+    """The float32 values of `descending_bits` keys (-0.0 comes back as +0.0).
+
+    Args:
+        keys: uint32 keys (or the high halves of packed keys, cast to uint32).
+
+    Returns:
+        float32 values.
+    """
+    keys = np.asarray(keys, dtype=np.uint32)
+    bits = np.where(keys >> 31, keys ^ np.uint32(0x80000000), ~keys)
+    return np.subtract(np.float32(0), bits.view(np.float32))   # +0.0, never -0.0

@@ -95,7 +95,7 @@ class SegmentView:
         """The view of `index` at segment size `size` (default: the index's).
 
         Sentence and token counts are int32 (16 bytes a segment with the int64 offsets, not
-        24: 1.6 GB less at 10^9 one-sentence segments); sums over them are taken in int64."""
+        24: 8 GB less at 10^9 one-sentence segments); sums over them are taken in int64."""
         offsets = index.segments(size)
         lengths = np.diff(offsets).astype(np.int32)
         return cls(offsets, lengths, segment_tokens(index.tokens, offsets), context,
