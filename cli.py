@@ -557,8 +557,8 @@ def index_info(idx, as_json) -> None:
               show_default=True, help="CPUs Ray reserves for each actor.")
 @click.option("--hold", type=click.Choice(["rows", "codes"]), default="rows", show_default=True,
               help="What the actors keep in RAM: the float16 embeddings, or the int8 codes "
-                   "(half the RAM; for centroid --scan codes: other scans then read the "
-                   "embeddings from disk).")
+                   "(half the RAM; for --scan codes of centroid, distance, classifier, fused: "
+                   "other scans then read the embeddings from disk).")
 @click.option("--requests", "requests_file", type=click.File("r", encoding="utf-8"),
               default="-", show_default=True,
               help="File of requests, one JSON object per line ('-': standard input).")
@@ -578,7 +578,7 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
     Examples:
       echo '{"method": "knn", "task": "task.txt", "params": {"k": 20}}' | tapt index serve idx
       tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
-      tapt index serve idx --hold codes < requests.jsonl    # centroid with "scan": "codes"
+      tapt index serve idx --hold codes < requests.jsonl    # requests with "scan": "codes"
     """
     from tapt.api import answer_request, serve
 

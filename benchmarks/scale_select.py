@@ -108,9 +108,9 @@ def parts_of_a_selection(index: Index | ShardPrefix, view: SegmentView, task: np
 
     query = scoring.centroid(task)
     scale = np.asarray(index.manifest["codes"]["scale"], dtype=np.float32)
+    on_codes = scoring.Linear(query, cosine=True).for_codes(scale)
     steps = {"scan_float16_s": lambda: scoring.centroid_scores(index.embeddings, query),
-             "scan_int8_codes_s": lambda: scoring.centroid_scores(index.codes, query,
-                                                                  scale=scale)}
+             "scan_int8_codes_s": lambda: on_codes(index.codes)}
     out: dict[str, Any] = {"rows": index.n_sentences, "budget": budget}
     scores = None
     for name, step in steps.items():
@@ -256,9 +256,10 @@ class TimedMemo(Memo):
         return super().get(key, timed)
 
 
-def measure_fused(index: Index, args: argparse.Namespace, spec: Spec, labels: np.ndarray
-                  ) -> dict[str, Any]:
-    """Latency of fused, split into its parts, and its precision against the task's cluster."""
+def measure_fused(index: Index, args: argparse.Namespace, spec: Spec, labels: np.ndarray,
+                  scan: str = "exact") -> tuple[dict[str, Any], np.ndarray]:
+    """Latency of fused (`scan` exact or codes), split into its parts, and its precision
+    against the task's cluster; with the selected rows."""
     rng = np.random.default_rng([args.seed, 3])
     cluster = int(rng.integers(spec.clusters))
     task_labels = np.full(args.fused_task, cluster, dtype=np.int64)
@@ -267,7 +268,7 @@ def measure_fused(index: Index, args: argparse.Namespace, spec: Spec, labels: np
     members = int((labels == cluster).sum())
     budget = args.fused_budget or f"{max(1, members // 2)}sent"
     method = get_method("fused")
-    params = method.make_params({})
+    params = method.make_params({"scan": scan})
     view = sentence_view(index.n_sentences)
     runs = []
     for _ in range(args.repeats):
@@ -284,7 +285,8 @@ def measure_fused(index: Index, args: argparse.Namespace, spec: Spec, labels: np
                  {k: round(v, 3) for k, v in runs[-1].items()})
     rows = rows_of_segments(view.offsets, ranking.segments)
     best = min(runs, key=lambda r: r["total_s"])
-    out = {"rows": index.n_sentences, "shards": len(index.shards), "task_rows": len(task),
+    out = {"scan": scan, "rows": index.n_sentences, "shards": len(index.shards),
+           "task_rows": len(task),
            "cluster": cluster, "cluster_rows": members, "budget": budget,
            "first_s": round(runs[0]["total_s"], 3), "best_s": round(best["total_s"], 3),
            "best_parts_s": {k: round(v, 3) for k, v in best.items() if k != "total_s"},
@@ -292,8 +294,8 @@ def measure_fused(index: Index, args: argparse.Namespace, spec: Spec, labels: np
            "precision": round(float((labels[rows] == cluster).mean()) if len(rows) else 0.0, 4),
            "classifier_rounds": len(ranking.info.get("rounds", [])),
            "load_average": round(os.getloadavg()[0], 1)}
-    log.info("fused: %s", out)
-    return out
+    log.info("fused, scan %s: %s", scan, out)
+    return out, rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -348,7 +350,11 @@ def main(argv: list[str] | None = None) -> None:
     if "knn" in methods:
         report["knn"] = measure_knn(index, args, spec)
     if "fused" in methods:
-        report["fused"] = measure_fused(index, args, spec, np.load(args.work / "labels.npy"))
+        labels = np.load(args.work / "labels.npy")
+        report["fused"], exact = measure_fused(index, args, spec, labels)
+        report["fused_codes"], coded = measure_fused(index, args, spec, labels, scan="codes")
+        report["fused_codes"]["overlap_with_exact"] = round(
+            len(np.intersect1d(exact, coded)) / max(len(exact), 1), 4)
     args.out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out / "select_latency.json", report)
     with atomic_write(args.out / "select_latency.md") as fh:
@@ -433,22 +439,29 @@ def markdown(report: dict[str, Any]) -> str:
         ]
     if "fused" in report:
         f = report["fused"]
-        parts = f["best_parts_s"]
         lines += [
             f"fused (classifier + Moore-Lewis); the task: {f['task_rows']:,} fresh rows of blob "
             f"{f['cluster']} with their synthetic sentences as the task texts "
             f"({f['cluster_rows']:,} corpus rows in that blob); precision = the share of "
-            "selected sentences from that blob.",
+            "selected sentences from that blob. `scan` codes: the classifier half fits and "
+            "scores on the int8 codes, the best 4 x budget sentences rescored exactly.",
             "",
-            "| rows | shards | budget | first / best (s) | Moore-Lewis (s) | "
-            "classifier + fusion (s) | rank and cut (s) | precision | load average |",
-            "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
-            f"| {f['rows']:,} | {f['shards']} | {f['budget']} | {f['first_s']:.2f} / "
-            f"{f['best_s']:.2f} | {parts['moore_lewis_s']:.2f} | "
-            f"{parts['classifier_and_fusion_s']:.2f} | {parts['rank_and_cut_s']:.2f} | "
-            f"{f['precision']:.4f} | {f['load_average']} |",
-            "",
+            "| rows | shards | scan | budget | first / best (s) | Moore-Lewis (s) | "
+            "classifier + fusion (s) | rank and cut (s) | precision | overlap with exact | "
+            "load average |",
+            "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
+        for f in (report["fused"], report.get("fused_codes")):
+            if f is None:
+                continue
+            parts = f["best_parts_s"]
+            lines.append(
+                f"| {f['rows']:,} | {f['shards']} | {f.get('scan', 'exact')} | {f['budget']} | "
+                f"{f['first_s']:.2f} / {f['best_s']:.2f} | {parts['moore_lewis_s']:.2f} | "
+                f"{parts['classifier_and_fusion_s']:.2f} | {parts['rank_and_cut_s']:.2f} | "
+                f"{f['precision']:.4f} | {f.get('overlap_with_exact', 1.0):.4f} | "
+                f"{f['load_average']} |")
+        lines.append("")
     seconds = built["seconds"]
     gb = sum(built["bytes"].values()) / 1e9
     lines += [

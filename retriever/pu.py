@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -55,10 +54,11 @@ def _fit(pos: np.ndarray, neg: np.ndarray, C: float, seed: int):
                               random_state=seed).fit(x, y)
 
 
-def _probability(model, rows: np.ndarray) -> np.ndarray:
-    """The fitted logistic regression's log-odds of every row (its decision function, a linear
-    score: one float32 pass over the rows, float16 ones cast block by block)."""
-    return scoring.linear_scores(rows, model.coef_[0], float(model.intercept_[0]))
+def _log_odds(model) -> scoring.Linear:
+    """The fitted logistic regression's log-odds as a row scorer (its decision function, a
+    linear score: one float32 pass over the rows, float16 ones cast block by block)."""
+    return scoring.Linear(np.asarray(model.coef_[0], dtype=np.float32),
+                          float(model.intercept_[0]))
 
 
 def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
@@ -82,7 +82,7 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
     for round_ in range(config.rounds + 1):
         pos = task if not len(pos_rows) else np.vstack([task, np.asarray(corpus[pos_rows])])
         model = _fit(pos, np.asarray(corpus[neg_rows]), config.C, config.seed)
-        scores = score_rows(partial(_probability, model))
+        scores = score_rows(_log_odds(model))
         info["rounds"].append({"positives": int(len(pos)), "negatives": int(len(neg_rows))})
         if round_ == config.rounds:
             break
@@ -97,4 +97,4 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
         neg_rows = np.sort(rng.choice(rest, size=n_neg, replace=False))
         log.debug("PU round %d: %d pseudo-positives, %d negatives", round_ + 1, take, n_neg)
     info["positive_estimate"] = int((scores > 0).sum())
-    return scores, partial(_probability, model), info
+    return scores, _log_odds(model), info

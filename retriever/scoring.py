@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,19 +46,10 @@ def blocks(matrix, size: int):
         yield start, matrix[start:start + size]
 
 
-def centroid_scores(embeddings: np.ndarray, query: np.ndarray, chunk: int = CHUNK,
-                    scale: np.ndarray | None = None) -> np.ndarray:
-    """Cosine of every row to `query`, streamed in chunks over a (memory-mapped) matrix.
-
-    `scale`: the rows are int8 codes of the embeddings (`scan="codes"`), each dimension times
-    `scale` approximating it; the scores are those of the decoded rows."""
-    q = np.asarray(query, dtype=np.float32)
-    if scale is not None:
-        q = q * np.asarray(scale, dtype=np.float32)
-    out = linear_scores(embeddings, q, chunk=chunk)
-    if scale is None:
-        check_cosines(out, bound=float(np.linalg.norm(q)))  # damaged rows stop here
-    return out
+def centroid_scores(embeddings: np.ndarray, query: np.ndarray, chunk: int = CHUNK
+                    ) -> np.ndarray:
+    """Cosine of every row to `query`, streamed in chunks over a (memory-mapped) matrix."""
+    return Linear(np.asarray(query, dtype=np.float32), cosine=True)(embeddings, chunk)
 
 
 def linear_scores(rows: np.ndarray, weights: np.ndarray, bias: float = 0.0,
@@ -69,14 +60,14 @@ def linear_scores(rows: np.ndarray, weights: np.ndarray, bias: float = 0.0,
 
     Args:
         rows: (n, d) rows.
-        weights: (d,) weights.
+        weights: (d,) weights, or (d, m) for m scores per row.
         bias: Added to every score.
         chunk: Rows per block of float32 rows.
 
     Returns:
-        (n,) float32 scores.
+        (n,) float32 scores ((n, m) for (d, m) weights).
     """
-    out = np.empty(len(rows), dtype=np.float32)
+    out = np.empty((len(rows),) + np.shape(weights)[1:], dtype=np.float32)
     w = np.ascontiguousarray(weights, dtype=np.float32)
     if not (getattr(rows, "dtype", None) in (np.float16, np.int8) and
             _cast_scores(rows, w, out)):
@@ -87,26 +78,94 @@ def linear_scores(rows: np.ndarray, weights: np.ndarray, bias: float = 0.0,
     return out
 
 
-def code_scan_scores(embeddings, codes, scale: np.ndarray, query: np.ndarray,
-                     candidates: int, score_codes=None) -> tuple[np.ndarray, np.ndarray]:
-    """Cosine to `query` ranked on int8 codes, the best `candidates` rows rescored exactly.
+@dataclass(frozen=True, eq=False)
+class Linear:
+    """A linear row scorer: `rows @ weights + bias` in float32 (`linear_scores`).
 
-    Every row is scored on its codes (`scale` per dimension decodes them); the `candidates`
-    rows with the highest approximate scores are scored again from `embeddings` (checked as an
-    exact scan checks them), and keep those exact scores. `score_codes` applies a row scorer
-    to every row's codes (default: to `codes`; a served index's actors). Returns (scores,
-    rescored rows).
+    Attributes:
+        weights: (d,) weights.
+        bias: Added to every score.
+        cosine: The weights are a unit query of unit rows, so every score is a cosine: scores
+            outside [-|weights|, |weights|] mean damaged rows (IndexFormatError, never a
+            ranking).
     """
-    scorer = partial(centroid_scores, query=query, scale=scale)
-    approx = score_codes(scorer) if score_codes is not None else scorer(codes)
-    n = min(max(int(candidates), 1), len(approx))
-    best = np.sort(np.argpartition(-approx, n - 1)[:n]) if n < len(approx) else np.arange(n)
-    q = np.asarray(query, dtype=np.float32)
+
+    weights: np.ndarray
+    bias: float = 0.0
+    cosine: bool = False
+
+    def __call__(self, rows: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
+        out = linear_scores(rows, self.weights, self.bias, chunk=chunk)
+        if self.cosine:
+            check_cosines(out, bound=float(np.linalg.norm(self.weights)))
+        return out
+
+    def for_codes(self, scale: np.ndarray) -> "Linear":
+        """The scorer of int8 code rows whose scores are this one's of the decoded rows
+        (each dimension times `scale`): the scale folded into the weights, one pass."""
+        return Linear(np.asarray(self.weights, np.float32) * np.asarray(scale, np.float32),
+                      self.bias)
+
+
+@dataclass(frozen=True, eq=False)
+class DistanceDifference:
+    """`distance_difference` as a row scorer (Wang et al. 2017).
+
+    Attributes:
+        task_mean: The task's mean embedding (not normalised).
+        corpus_mean: The mean embedding of a sample of the corpus.
+    """
+
+    task_mean: np.ndarray
+    corpus_mean: np.ndarray
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        return distance_difference(rows, self.task_mean, self.corpus_mean)
+
+    def for_codes(self, scale: np.ndarray) -> "_ProjectedDistance":
+        """The scorer of int8 code rows: both dot products on the codes (the scale folded in),
+        the rows' squared norm taken as 1, which the rows the codes approximate have."""
+        t, c = np.asarray(self.task_mean, np.float64), np.asarray(self.corpus_mean, np.float64)
+        weights = np.stack([t, c], axis=1) * np.asarray(scale, np.float64)[:, None]
+        return _ProjectedDistance(weights.astype(np.float32), float(t @ t), float(c @ c))
+
+
+@dataclass(frozen=True, eq=False)
+class _ProjectedDistance:
+    weights: np.ndarray          # (d, 2): task mean, corpus mean
+    task_sq: float
+    corpus_sq: float
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        p = linear_scores(rows, self.weights).astype(np.float64)
+        d_task = np.sqrt(np.maximum(1.0 - 2 * p[:, 0] + self.task_sq, 0))
+        d_corpus = np.sqrt(np.maximum(1.0 - 2 * p[:, 1] + self.corpus_sq, 0))
+        return (d_corpus - d_task).astype(np.float32)
+
+
+def rescore_best(embeddings, scorer, approx: np.ndarray, candidates: int,
+                 by: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The `candidates` rows with the highest `approx` scores (or `by` values) scored again
+    exactly.
+
+    Args:
+        embeddings: The stored rows (a memory map or an index's `RowView`).
+        scorer: The exact row scorer (it checks the gathered rows as a full scan checks them).
+        approx: Every row's approximate score (from its int8 codes); overwritten.
+        candidates: How many rows to rescore.
+        by: What picks the rows, when it is not `approx` itself (a fused score that
+            `approx` is part of).
+
+    Returns:
+        (scores: `approx` with the rescored rows' exact scores, the rescored rows ascending).
+    """
+    key = approx if by is None else np.asarray(by)
+    n = min(max(int(candidates), 1), len(key))
+    best = np.sort(np.argpartition(-key, n - 1)[:n]) if n < len(key) else np.arange(n)
     exact = np.empty(len(best), dtype=np.float32)
     for start in range(0, len(best), CHUNK):
         rows = best[start:start + CHUNK]
-        exact[start:start + len(rows)] = as_float32(embeddings[rows]) @ q
-    check_cosines(exact, bound=float(np.linalg.norm(q)))
+        exact[start:start + len(rows)] = scorer(as_float32(embeddings[rows]))
     approx[best] = exact
     return approx, best
 
@@ -124,13 +183,14 @@ def _cast_scores(embeddings: np.ndarray, q: np.ndarray, out: np.ndarray, rows: i
     except ImportError:
         return False
     dst, qt = torch.from_numpy(out), torch.from_numpy(q)
+    product = torch.mv if q.ndim == 1 else torch.mm
     n = len(embeddings)
     workers = max(1, min(threads or scan_threads(), -(-n // rows)))
 
     def work(first: int) -> None:
         for start in range(first * rows, n, rows * workers):
             block = np.asarray(embeddings[start:start + rows])
-            torch.mv(torch.from_numpy(block).float(), qt, out=dst[start:start + len(block)])
+            product(torch.from_numpy(block).float(), qt, out=dst[start:start + len(block)])
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a read-only memmap: torch warns, nothing is written to it

@@ -35,6 +35,36 @@ def test_distance_difference_by_hand():
     assert np.allclose(out, [np.sqrt(0.4), -np.sqrt(0.4)])
 
 
+def test_scorers_on_codes_score_the_decoded_rows():
+    """`for_codes(scale)` of a scorer gives its scores of the rows the codes decode to (rows
+    chosen to decode exactly: unit rows on a 0.2 grid), in one pass over the int8 codes."""
+    codes = np.array([[5, 0], [0, 5], [3, 4], [4, -3]], dtype=np.int8)
+    scale = np.full(2, 0.2, dtype=np.float32)
+    rows = codes * np.float64(0.2)
+    query = unit([[1.0, 2.0]])[0]
+    linear = scoring.Linear(query, bias=-0.25)
+    np.testing.assert_allclose(linear.for_codes(scale)(codes), rows @ query - 0.25, atol=1e-6)
+    t_mean, c_mean = np.array([0.1, 0.7]), np.array([0.5, 0.2])
+    distance = scoring.DistanceDifference(t_mean, c_mean)
+    np.testing.assert_allclose(distance.for_codes(scale)(codes),
+                               scoring.distance_difference(rows, t_mean, c_mean), atol=1e-6)
+    assert distance.for_codes(scale)(codes).dtype == np.float32
+    # two scores per row (m = 2 weights) stream through the int8 cast as one
+    two = scoring.linear_scores(codes, np.stack([query, -query], axis=1))
+    np.testing.assert_allclose(two, np.stack([codes @ query, -(codes @ query)], axis=1),
+                               rtol=1e-6)
+
+
+def test_rescore_best_replaces_only_the_best_approximations():
+    exact = np.array([0.9, 0.1, 0.5, 0.3, 0.7], dtype=np.float32)
+    rows = np.eye(5, dtype=np.float32)
+    approx = exact + np.array([-0.05, 0.02, 0.01, 0.05, -0.01], dtype=np.float32)
+    scores, best = scoring.rescore_best(rows, scoring.Linear(exact), approx.copy(), 2)
+    assert best.tolist() == [0, 4]
+    np.testing.assert_array_equal(scores[best], exact[best])
+    np.testing.assert_array_equal(scores[[1, 2, 3]], approx[[1, 2, 3]])
+
+
 def test_fuse_zscores_by_hand():
     a = np.array([1.0, 2.0, 3.0])            # z = -1.2247, 0, 1.2247
     b = np.array([30.0, 10.0, 20.0])         # z = 1.2247, -1.2247, 0

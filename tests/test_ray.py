@@ -298,15 +298,18 @@ def test_served_selection_equals_unsharded_select(cluster, local_index, one_shar
 def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, corpus,
                                                                      local_index, tmp_path):
     """`hold` codes: the actors keep int8 codes in RAM (half the bytes of the float16 rows) and
-    score them for `scan` codes; exact scans read the rows from the memory maps. Both select
-    as `Index.select` does, score for score."""
+    score them for `scan` codes (centroid, the classifier's fit and scores, fused's classifier
+    half); exact scans
+    read the rows from the memory maps. Both select as `Index.select` does, score for score."""
     out = tmp_path / "codes-idx"
     build_index(corpus, out, HashingEncoder(),
                 BuildConfig(**CONFIG, codes="int8", embedding_dtype="float16"))
     index = tapt.Index.open(out)
     task = write_task(tmp_path / "task.txt", "medical", n=20)
-    runs = [("30sent", {"scan": "codes"}), ("30sent", {}), ("0.2", {"scan": "codes"})]
-    want = [index.select("centroid", task, b, encoder=HashingEncoder(), **p) for b, p in runs]
+    runs = [("centroid", "30sent", {"scan": "codes"}), ("centroid", "30sent", {}),
+            ("centroid", "0.2", {"scan": "codes"}), ("classifier", "30sent", {"scan": "codes"}),
+            ("fused", "30sent", {"scan": "codes"})]
+    want = [index.select(m, task, b, encoder=HashingEncoder(), **p) for m, b, p in runs]
     held = {}
     for hold in ("codes", "rows"):
         with tapt.serve(out, actors=3, cpus_per_actor=0.5, hold=hold) as served:
@@ -314,11 +317,13 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
             scores = served.servers.scores
             served.servers.scores = lambda scorer, n, on="rows": (scanned.append(on),
                                                                  scores(scorer, n, on))[1]
-            for (budget, params), expected in zip(runs, want):
-                got = served.select("centroid", task, budget, encoder=HashingEncoder(), **params)
-                assert _ids(got) == _ids(expected) and len(got) > 0, (hold, params)
+            for (method, budget, params), expected in zip(runs, want):
+                got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
+                assert _ids(got) == _ids(expected) and len(got) > 0, (hold, method, params)
                 assert [s.score for s in got] == [s.score for s in expected], (hold, params)
-            assert scanned.count("codes") == 2     # the two code scans, in the actors
+            # the two centroid code scans and the classifier's four (pre-ranking, 3 rounds)
+            # twice (classifier, fused's half), in the actors
+            assert scanned.count("codes") == 10 and "rows" not in scanned[-8:]
             held[hold] = sum(served.servers.ray.get([a.nbytes.remote()
                                                      for a in served.servers.actors]))
     assert held["rows"] == index.n_sentences * index.dim * 2

@@ -44,6 +44,9 @@ def test_reports_have_every_method(run):
     assert set(fused["best_parts_s"]) == {"moore_lewis_s", "classifier_and_fusion_s",
                                           "rank_and_cut_s"}
     assert fused["selected_sentences"] == int(fused["budget"].removesuffix("sent"))
+    codes = report["fused_codes"]
+    assert codes["scan"] == "codes" and fused["scan"] == "exact"
+    assert codes["budget"] == fused["budget"] and 0 <= codes["overlap_with_exact"] <= 1
     markdown = (run / "out" / "select_latency.md").read_text()
     for heading in ("Centroid; the task", "knn; the task", "fused (classifier + Moore-Lewis)",
                     "The synthetic index's build"):

@@ -299,6 +299,48 @@ class NoParams(Params):
     """A method without parameters of its own."""
 
 
+@dataclass(frozen=True)
+class ScanParams(Params):
+    """Parameters of a `SentenceScored` method whose scorer can run on an index's int8 codes
+    (its `scorer` returns an object with `for_codes`, such as `scoring.Linear`)."""
+
+    scan: Literal["exact", "codes"] = param(
+        "exact", "exact: score every stored embedding; codes: score (and fit on) the index's "
+                 "int8 codes (an index built or reindexed with `codes` int8), then rescore "
+                 "the best `rescore` x budget sentences exactly.")
+    rescore: float = param(4.0, "With `scan` codes: how many times the budget's sentences are "
+                                "rescored from the stored embeddings.", minimum=1.0,
+                           requires=("scan", "codes"))
+
+
+def scans_codes(params: Params) -> bool:
+    """Whether a method's parameters ask it to scan the int8 codes (`ScanParams`)."""
+    return getattr(params, "scan", "exact") == "codes"
+
+
+def code_scale(index: "Index") -> np.ndarray:
+    """The per-dimension scale that decodes `index`'s int8 codes.
+
+    Raises:
+        InputError: the index has no codes (naming the reindex command that adds them).
+    """
+    codes = index.manifest.get("codes")
+    if index.codes is None or not codes:
+        raise InputError(f"index {index.path} has no int8 codes: run tapt index reindex "
+                         f"{index.path} --codes int8", param="scan")
+    return np.asarray(codes["scale"], dtype=np.float32)
+
+
+def scan_rows(ctx: "Context", params: Params) -> Callable[[Scorer], np.ndarray]:
+    """How a method's full scans score every corpus row: exactly (`Index.score_rows`), or with
+    `scan` codes on the int8 codes (`Index.score_codes` of the scorer's `for_codes`). A served
+    index runs either in its actors."""
+    if not scans_codes(params):
+        return ctx.index.score_rows
+    scale = code_scale(ctx.index)
+    return lambda scorer: ctx.index.score_codes(scorer.for_codes(scale))
+
+
 # ----------------------------------------------------------------------------- context
 
 
@@ -578,14 +620,33 @@ class SentenceScored(Method):
         return True
 
     def sentence_scores(self, ctx: Context, params: Params) -> tuple[np.ndarray, dict[str, Any]]:
+        """Every row's score by the fitted `scorer`; with `scan` codes (`ScanParams`), every
+        row's score on its int8 codes, the best `rescore` x budget sentences rescored exactly
+        from the stored embeddings (the selection's segments mix both)."""
+        if not scans_codes(params):
+            scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)
+            return ctx.index.score_rows(scorer), info
+        code_scale(ctx.index)                      # before any fitting
+        if ctx.budget is None:
+            raise InputError("scanning codes needs a budget", param="budget")
+        wanted = int(np.ceil(params.rescore * budget_sentences(ctx.view, ctx.budget)))
+        scorer, approx, info = self.fitted_scores(ctx, params)
+        scores, rescored = scoring.rescore_best(ctx.index.embeddings, scorer, approx, wanted)
+        return scores, {**info, "scan": "codes", "rescored_sentences": int(len(rescored))}
+
+    def fitted_scores(self, ctx: Context, params: Params
+                      ) -> tuple[Scorer, np.ndarray, dict[str, Any]]:
+        """The fitted scorer, its scores of every corpus row (`scan_rows`: on the codes with
+        `scan` codes) and what the fit saw. A method whose fit ends with those scores (the
+        classifier's last round) overrides this to return them instead of scanning again."""
         scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)
-        return ctx.index.score_rows(scorer), info
+        return scorer, scan_rows(ctx, params)(scorer), info
 
     def row_scorer(self, ctx: Context, params: Params) -> tuple[Scorer, dict[str, Any]] | None:
         """The fitted scorer whose scores of `ctx.index.embeddings` are `sentence_scores`, or
         None where they come another way (a method that overrides `sentence_scores` overrides
-        this too). With one, a budget's cut streams (`budget_candidates`)."""
-        if type(self).sentence_scores is not SentenceScored.sentence_scores:
+        this too; `scan` codes). With one, a budget's cut streams (`budget_candidates`)."""
+        if type(self).sentence_scores is not SentenceScored.sentence_scores or scans_codes(params):
             return None
         return self.scorer(ctx, ctx.need_task(self.name), params)
 
@@ -601,7 +662,7 @@ class SentenceScored(Method):
         return topcut.merge(kept, topcut.join_pieces(pieces, view.offsets, measure), cut)
 
     def depends_on_budget(self, params: Params) -> bool:
-        return False
+        return scans_codes(params)         # how many rows are rescored
 
     def rank(self, ctx: Context, params: Params) -> Ranking:
         """With a budget that `streams`, a fitted row scorer's cut streams

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 from .. import scoring
 from ..pu import PUConfig, pu_classifier
-from .base import Params, SentenceScored, param
+from .base import ScanParams, SentenceScored, param, scan_rows, scans_codes
 from .registry import register
 
 
 @dataclass(frozen=True)
-class ClassifierParams(Params):
+class ClassifierParams(ScanParams):
     rounds: int = param(2, "Self-training rounds (0 = positive only: trained on the task alone).",
                         minimum=0)
 
@@ -29,6 +28,7 @@ class Classifier(SentenceScored):
     Examples:
       tapt select classifier idx --task task.jsonl --budget 20000sent --out sel.jsonl
       tapt select classifier idx --task task.jsonl --rounds 0 --out probable.jsonl
+      tapt select classifier idx --task task.jsonl --budget 0.1 --scan codes --out sel.jsonl
     """
     order = 70
     budget = "optional"
@@ -46,7 +46,8 @@ class Classifier(SentenceScored):
 
     def fit(self, ctx, task, params, heldout=False):
         """The fitted scorer, its scores of every corpus row (the last round's, which the
-        scorer would give again) and what the fit used.
+        scorer would give again) and what the fit used. With `scan` codes every scan of the
+        fit (the centroid pre-ranking, each round's scores) runs on the int8 codes.
 
         Args:
             ctx: The selection's context.
@@ -57,14 +58,17 @@ class Classifier(SentenceScored):
         Returns:
             (scorer, scores of every row, info).
         """
-        index = ctx.index
-        prerank = index.score_rows(partial(scoring.centroid_scores, query=scoring.centroid(task)))
+        scan = scan_rows(ctx, params)
+        prerank = scan(scoring.Linear(scoring.centroid(task), cosine=True))
         rounds = 0 if heldout else params.rounds
         n_positive = None if heldout else ctx.n_positive
-        scores, scorer, info = pu_classifier(index.embeddings, task, prerank, n_positive,
+        scores, scorer, info = pu_classifier(ctx.index.embeddings, task, prerank, n_positive,
                                              PUConfig(rounds=rounds, seed=ctx.seed),
-                                             score_rows=index.score_rows)
+                                             score_rows=scan)
         return scorer, scores, info
 
+    def fitted_scores(self, ctx, params):
+        return self.fit(ctx, ctx.need_task(self.name), params)
+
     def depends_on_budget(self, params):
-        return params.rounds > 0
+        return params.rounds > 0 or scans_codes(params)

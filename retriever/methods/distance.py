@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import scoring
 from ..choose_detector import corpus_rows
-from .base import SentenceScored
+from .base import ScanParams, SentenceScored
 from .registry import register
 
 
@@ -18,15 +18,16 @@ class Distance(SentenceScored):
     the corpus (Wang et al. 2017); higher = closer to the task than to the corpus.
 
     \b
-    Example:
+    Examples:
       tapt select distance idx --task task.jsonl --budget 0.2 --out sel.jsonl
+      tapt select distance idx --task task.jsonl --budget 0.2 --scan codes --out sel.jsonl
     """
     order = 50
     auto_candidate = True
+    Params = ScanParams
 
     def scorer(self, ctx, task, params, heldout=False):
         sample = corpus_rows(ctx.index, max(len(task), 1000), np.random.default_rng(ctx.seed))
         t_mean = np.asarray(task, np.float64).mean(axis=0)
         c_mean = np.asarray(ctx.index.embeddings[sample], np.float64).mean(axis=0)
-        return ((lambda rows: scoring.distance_difference(rows, t_mean, c_mean)),
-                {"corpus_sample": int(len(sample))})
+        return scoring.DistanceDifference(t_mean, c_mean), {"corpus_sample": int(len(sample))}

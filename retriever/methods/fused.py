@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from tapt.errors import InputError
+
 from .. import scoring
-from .base import Params, SentenceScored, param
+from .base import ScanParams, SentenceScored, budget_sentences, code_scale, param, scans_codes
 from .moore_lewis import lexical_scores
 from .registry import get_method, register
 
 
 @dataclass(frozen=True)
-class FusedParams(Params):
+class FusedParams(ScanParams):
     rounds: int = param(2, "Self-training rounds of the classifier half.", minimum=0)
 
 
@@ -22,10 +26,13 @@ class Fused(SentenceScored):
     help = """The most precise method on the benchmark: the two disagree usefully (the classifier
     sees meaning, Moore-Lewis the domain's words) and their errors overlap little. It reads
     every stored sentence's text, so it costs a few seconds more than the classifier alone.
+    With `scan` codes the classifier half fits and scores on the int8 codes, and the meaning
+    scores of the best `rescore` x budget sentences by the fused score are rescored exactly.
 
     \b
-    Example:
+    Examples:
       tapt select fused idx --task task.jsonl --budget 20000sent --out sel.jsonl
+      tapt select fused idx --task task.jsonl --budget 20000sent --scan codes --out sel.jsonl
     """
     order = 90
     needs_text = True
@@ -37,15 +44,27 @@ class Fused(SentenceScored):
         texts = ctx.need_texts(self.name)          # before any fitting
         task = ctx.need_task(self.name)
         classifier = get_method("classifier")
+        codes = scans_codes(params)
+        if codes:
+            code_scale(ctx.index)
+            if ctx.budget is None:
+                raise InputError("scanning codes needs a budget", param="budget")
 
         def compute():
             lexical = lexical_scores(ctx, self.name)
-            _, meaning, info = classifier.fit(ctx, task, classifier.shared_params(params))
+            scorer, meaning, info = classifier.fit(ctx, task, classifier.shared_params(params))
+            if codes:
+                wanted = int(np.ceil(params.rescore * budget_sentences(ctx.view, ctx.budget)))
+                meaning, rescored = scoring.rescore_best(
+                    ctx.index.embeddings, scorer, meaning, wanted,
+                    by=scoring.fuse_zscores(meaning, lexical))
+                info = {**info, "scan": "codes", "rescored_sentences": int(len(rescored))}
             return scoring.fuse_zscores(meaning, lexical), info
 
-        key = ("fused", ctx.n_positive, params.rounds, ctx.seed)
+        key = ("fused", ctx.n_positive, params.rounds, ctx.seed, params.scan,
+               params.rescore, ctx.budget.spec if codes else None)
         scores, info = ctx.memo.get(key, compute)
         return scores, {**info, "general_lm_sentences": len(texts)}
 
     def depends_on_budget(self, params):
-        return params.rounds > 0
+        return params.rounds > 0 or scans_codes(params)
