@@ -150,7 +150,8 @@ def rescore_best(embeddings, scorer, approx: np.ndarray, candidates: int,
 
     Args:
         embeddings: The stored rows (a memory map or an index's `RowView`).
-        scorer: The exact row scorer (it checks the gathered rows as a full scan checks them).
+        scorer: The exact row scorer. The gathered rows must be unit length (damaged ones
+            raise IndexFormatError, as in every gather).
         approx: Every row's approximate score (from its int8 codes); overwritten.
         candidates: How many rows to rescore.
         by: What picks the rows, when it is not `approx` itself (a fused score that
@@ -165,7 +166,9 @@ def rescore_best(embeddings, scorer, approx: np.ndarray, candidates: int,
     exact = np.empty(len(best), dtype=np.float32)
     for start in range(0, len(best), CHUNK):
         rows = best[start:start + CHUNK]
-        exact[start:start + len(rows)] = scorer(as_float32(embeddings[rows]))
+        block = as_float32(embeddings[rows])
+        check_unit_rows(block, rows, dtype=getattr(embeddings, "dtype", None))
+        exact[start:start + len(rows)] = scorer(block)
     approx[best] = exact
     return approx, best
 

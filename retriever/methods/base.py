@@ -331,6 +331,19 @@ def code_scale(index: "Index") -> np.ndarray:
     return np.asarray(codes["scale"], dtype=np.float32)
 
 
+def rescored_rows(ctx: "Context", params: Params) -> int:
+    """How many rows a `scan` codes selection rescores exactly: `rescore` x the budget's
+    sentences. Checked before any fitting.
+
+    Raises:
+        InputError: the index has no codes, or the selection has no budget.
+    """
+    code_scale(ctx.index)
+    if ctx.budget is None:
+        raise InputError("scanning codes needs a budget", param="budget")
+    return int(np.ceil(params.rescore * budget_sentences(ctx.view, ctx.budget)))
+
+
 def scan_rows(ctx: "Context", params: Params) -> Callable[[Scorer], np.ndarray]:
     """How a method's full scans score every corpus row: exactly (`Index.score_rows`), or with
     `scan` codes on the int8 codes (`Index.score_codes` of the scorer's `for_codes`). A served
@@ -626,10 +639,7 @@ class SentenceScored(Method):
         if not scans_codes(params):
             scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)
             return ctx.index.score_rows(scorer), info
-        code_scale(ctx.index)                      # before any fitting
-        if ctx.budget is None:
-            raise InputError("scanning codes needs a budget", param="budget")
-        wanted = int(np.ceil(params.rescore * budget_sentences(ctx.view, ctx.budget)))
+        wanted = rescored_rows(ctx, params)
         scorer, approx, info = self.fitted_scores(ctx, params)
         scores, rescored = scoring.rescore_best(ctx.index.embeddings, scorer, approx, wanted)
         return scores, {**info, "scan": "codes", "rescored_sentences": int(len(rescored))}

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from tapt.errors import InputError
-
 from .. import scoring
-from .base import ScanParams, SentenceScored, budget_sentences, code_scale, param, scans_codes
+from .base import ScanParams, SentenceScored, param, rescored_rows, scans_codes
 from .moore_lewis import lexical_scores
 from .registry import get_method, register
 
@@ -45,16 +41,12 @@ class Fused(SentenceScored):
         task = ctx.need_task(self.name)
         classifier = get_method("classifier")
         codes = scans_codes(params)
-        if codes:
-            code_scale(ctx.index)
-            if ctx.budget is None:
-                raise InputError("scanning codes needs a budget", param="budget")
+        wanted = rescored_rows(ctx, params) if codes else 0
 
         def compute():
             lexical = lexical_scores(ctx, self.name)
             scorer, meaning, info = classifier.fit(ctx, task, classifier.shared_params(params))
             if codes:
-                wanted = int(np.ceil(params.rescore * budget_sentences(ctx.view, ctx.budget)))
                 meaning, rescored = scoring.rescore_best(
                     ctx.index.embeddings, scorer, meaning, wanted,
                     by=scoring.fuse_zscores(meaning, lexical))
