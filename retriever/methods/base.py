@@ -305,9 +305,10 @@ class ScanParams(Params):
     (its `scorer` returns an object with `for_codes`, such as `scoring.Linear`)."""
 
     scan: Literal["exact", "codes"] = param(
-        "exact", "exact: score every stored embedding; codes: score (and fit on) the index's "
-                 "int8 codes (an index built or reindexed with `codes` int8), then rescore "
-                 "the best `rescore` x budget sentences exactly.")
+        "exact", "exact: score every stored embedding; codes: score every row on the index's "
+                 "int8 codes (an index built or reindexed with `codes` int8; the classifier's "
+                 "fit scans them too), then rescore the best `rescore` x budget sentences "
+                 "exactly.")
     rescore: float = param(4.0, "With `scan` codes: how many times the budget's sentences are "
                                 "rescored from the stored embeddings.", minimum=1.0,
                            requires=("scan", "codes"))
