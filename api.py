@@ -356,8 +356,8 @@ class Index(_IndexBase):
             encoder: An encoder object to use instead of loading the model (for tests).
             **params: The method's parameters, e.g. k=50 (knn), rounds=2 (classifier,
                 fused), candidates="10x", prerank="fused", detector="knn-dist" (iforest),
-                scan="codes" (centroid, distance, classifier, fused on an index with int8
-                codes).
+                scan="codes" (centroid, distance, density, classifier, fused on an index with
+                int8 codes).
 
         Returns:
             The selection, in memory (`.write(path)` saves it).
@@ -441,8 +441,8 @@ class ServedIndex(Index):
         grid: Rows per block of the scoring grid (default 65,536; smaller values spread a
             small index over the actors, with scores equal only to the last bit or so).
         hold: What the actors hold in RAM: "rows" (the float16 embeddings) or "codes" (the
-            int8 codes, half the bytes: for `scan` codes of centroid, distance, classifier
-            and fused; other scans read the embeddings from disk or the page cache).
+            int8 codes, half the bytes: for `scan` codes (centroid, distance, density,
+            classifier, fused); other scans read the embeddings from disk or the page cache).
     """
 
     def __init__(self, path: PathLike, *, address: str | None = None,

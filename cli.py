@@ -557,7 +557,7 @@ def index_info(idx, as_json) -> None:
               show_default=True, help="CPUs Ray reserves for each actor.")
 @click.option("--hold", type=click.Choice(["rows", "codes"]), default="rows", show_default=True,
               help="What the actors keep in RAM: the float16 embeddings, or the int8 codes "
-                   "(half the RAM; for --scan codes of centroid, distance, classifier, fused: "
+                   "(half the RAM; for --scan codes of the methods that have it: "
                    "other scans then read the embeddings from disk).")
 @click.option("--requests", "requests_file", type=click.File("r", encoding="utf-8"),
               default="-", show_default=True,

@@ -3,11 +3,11 @@
 
 For each domain of the labelled pool, the task is a seeded subset of the domain's seed sentences
 (`--seed-sizes`, the first subset of `tapt bench recall`), the budget the oracle's size in
-sentences, at segment size 1. Each method (`--methods`: centroid, distance, classifier, fused)
-selects with an exact scan and with `scan` codes (`rescore` 4). Reported per method and seed
-size, as means over the domains: the precision of both, the overlap of the codes selection with
-the exact one, and the overlap of two exact selections with different seeds (how much the
-selection moves with the seed alone; 1.0 for methods without random draws).
+sentences, at segment size 1. Each method (`--methods`: centroid, distance, density,
+classifier, fused) selects with an exact scan and with `scan` codes (`rescore` 4). Reported per
+method and seed size, as means over the domains: the precision of both, the overlap of the codes
+selection with the exact one, and the overlap of two exact selections with different seeds (how
+much the selection moves with the seed alone; 1.0 for methods without random draws).
 
 The index must have int8 codes; make them on a copy of the quality benchmark's index:
 
@@ -40,7 +40,7 @@ from tapt.util.versions import library_versions, utc_now
 
 from .speed_encode import machine
 
-METHODS = ("centroid", "distance", "classifier", "fused")
+METHODS = ("centroid", "distance", "density", "classifier", "fused")
 
 
 def selected_rows(index: Index, corpus: CorpusCache, method: str, budget: str, seed: int,

@@ -15,6 +15,8 @@ import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 import numpy as np
 
@@ -354,10 +356,11 @@ def lambda_weights(anomaly: np.ndarray, C: float, alpha: float) -> np.ndarray:
 
 
 def topm_mean_similarity(rows: np.ndarray, task_embeddings: np.ndarray, m: int,
-                         chunk: int = 4096) -> np.ndarray:
+                         chunk: int = 4096, check: bool = True) -> np.ndarray:
     """For each row, the mean cosine to its `m` most similar task sentences (a density score).
 
     m = 1 is the best similarity to any task sentence (kNN-TAPT's score, over every row).
+    `check`: the scores are cosines, checked to lie in [-1, 1] (off for approximations).
     """
     t = np.asarray(task_embeddings, dtype=np.float32).T
     m = max(1, min(int(m), t.shape[1]))
@@ -369,8 +372,31 @@ def topm_mean_similarity(rows: np.ndarray, task_embeddings: np.ndarray, m: int,
         else:
             top = np.partition(sims, sims.shape[1] - m, axis=1)[:, -m:]
             out[start:start + len(sims)] = top.mean(axis=1)
-    check_cosines(out)
+    if check:
+        check_cosines(out)
     return out
+
+
+@dataclass(frozen=True, eq=False)
+class TopMeanSimilarity:
+    """`topm_mean_similarity` as a row scorer.
+
+    Attributes:
+        task: The task's embeddings, (n_task, d).
+        m: How many of the most similar task sentences each row's score averages.
+    """
+
+    task: np.ndarray
+    m: int
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        return topm_mean_similarity(rows, self.task, self.m)
+
+    def for_codes(self, scale: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """The scorer of int8 code rows: the same scores of the decoded rows, the scale folded
+        into the task's embeddings."""
+        scaled = np.asarray(self.task, np.float32) * np.asarray(scale, np.float32)
+        return partial(topm_mean_similarity, task_embeddings=scaled, m=self.m, check=False)
 
 
 def distance_difference(rows: np.ndarray, task_mean: np.ndarray, corpus_mean: np.ndarray,

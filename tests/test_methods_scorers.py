@@ -49,6 +49,10 @@ def test_scorers_on_codes_score_the_decoded_rows():
     np.testing.assert_allclose(distance.for_codes(scale)(codes),
                                scoring.distance_difference(rows, t_mean, c_mean), atol=1e-6)
     assert distance.for_codes(scale)(codes).dtype == np.float32
+    task = unit([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])
+    for m in (1, 2):
+        np.testing.assert_allclose(scoring.TopMeanSimilarity(task, m).for_codes(scale)(codes),
+                                   scoring.topm_mean_similarity(rows, task, m), atol=1e-6)
     # two scores per row (m = 2 weights) stream through the int8 cast as one
     two = scoring.linear_scores(codes, np.stack([query, -query], axis=1))
     np.testing.assert_allclose(two, np.stack([codes @ query, -(codes @ query)], axis=1),

@@ -115,7 +115,7 @@ def coded(tmp_path_factory):
     return Index(base / "idx"), seeds
 
 
-@pytest.mark.parametrize("method", ["centroid", "distance"])
+@pytest.mark.parametrize("method", ["centroid", "distance", "density"])
 def test_scanning_codes_keeps_the_exact_selection(coded, method):
     index, seeds = coded
     assert index.codes is not None and index.embeddings.dtype == np.float16

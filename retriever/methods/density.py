@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import scoring
-from .base import Params, SentenceScored, param
+from .base import ScanParams, SentenceScored, param
 from .registry import register
 
 
 @dataclass(frozen=True)
-class DensityParams(Params):
+class DensityParams(ScanParams):
     m: int = param(10, "Mean cosine to the m nearest task sentences (1 = best cosine to any).",
                    minimum=1)
 
@@ -26,10 +26,11 @@ class Density(SentenceScored):
     Examples:
       tapt select density idx --task task.jsonl --budget 20000sent --m 10 --out sel.jsonl
       tapt select density idx --task task.jsonl --budget 0.2 --m 1 --out best-cosine.jsonl
+      tapt select density idx --task task.jsonl --budget 0.2 --scan codes --out sel.jsonl
     """
     order = 60
     auto_candidate = True
     Params = DensityParams
 
     def scorer(self, ctx, task, params, heldout=False):
-        return (lambda rows: scoring.topm_mean_similarity(rows, task, params.m)), {"m": params.m}
+        return scoring.TopMeanSimilarity(task, params.m), {"m": params.m}
