@@ -165,14 +165,20 @@ def rescore_best(embeddings, scorer, approx: np.ndarray, candidates: int,
     key = approx if by is None else np.asarray(by)
     n = min(max(int(candidates), 1), len(key))
     best = np.sort(np.argpartition(-key, n - 1)[:n]) if n < len(key) else np.arange(n)
-    exact = np.empty(len(best), dtype=np.float32)
-    for start in range(0, len(best), CHUNK):
-        rows = best[start:start + CHUNK]
-        block = as_float32(embeddings[rows])
-        check_unit_rows(block, rows, dtype=getattr(embeddings, "dtype", None))
-        exact[start:start + len(rows)] = scorer(block)
-    approx[best] = exact
+    approx[best] = exact_scores(embeddings, scorer, best)
     return approx, best
+
+
+def exact_scores(embeddings, scorer, rows: np.ndarray) -> np.ndarray:
+    """`scorer`'s scores of the stored rows `rows` (ascending), gathered `CHUNK` at a time;
+    each gathered row must be unit length (damaged ones raise IndexFormatError)."""
+    out = np.empty(len(rows), dtype=np.float32)
+    for start in range(0, len(rows), CHUNK):
+        ids = rows[start:start + CHUNK]
+        block = as_float32(embeddings[ids])
+        check_unit_rows(block, ids, dtype=getattr(embeddings, "dtype", None))
+        out[start:start + len(ids)] = scorer(block)
+    return out
 
 
 def _cast_scores(embeddings: np.ndarray, q: np.ndarray, out: np.ndarray, rows: int = 2048,

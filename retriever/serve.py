@@ -96,11 +96,14 @@ class ShardServer:
         return self.start, np.asarray(scorer(self.rows if on == "rows" else self.codes))
 
     def top(self, scorer, cut: topcut.Cut, offsets: np.ndarray, first: int,
-            measure: np.ndarray | None) -> tuple[topcut.Candidates, list[topcut.Piece]]:
-        """The cut of this actor's whole segments ranked by the scorer's mean scores, and the
-        pieces of the segments its rows begin or end inside (`topcut.scan_cut`; `offsets`,
-        `first`, `measure`: the segments that meet its rows)."""
-        return topcut.scan_cut(self.rows, scorer, offsets, first, measure, cut, self.start)
+            measure: np.ndarray | None, on: str = "rows"
+            ) -> tuple[topcut.Candidates, list[topcut.Piece]]:
+        """The cut of this actor's whole segments ranked by the scorer's mean scores (of its
+        rows, or with `on` codes of their int8 codes), and the pieces of the segments its rows
+        begin or end inside (`topcut.scan_cut`; `offsets`, `first`, `measure`: the segments
+        that meet its rows)."""
+        return topcut.scan_cut(self.rows if on == "rows" else self.codes, scorer, offsets, first,
+                               measure, cut, self.start)
 
     def lexicon_scores(self, score_shard) -> list[tuple[int, np.ndarray]]:
         """(first row, scores) of each of this actor's shards by `score_shard` of its stored
@@ -228,11 +231,11 @@ class ShardServers:
                 out[start:start + len(part)] = part
         return out
 
-    def top(self, scorer, view, cut: topcut.Cut) -> topcut.Candidates:
+    def top(self, scorer, view, cut: topcut.Cut, on: str = "rows") -> topcut.Candidates:
         """The budget's cut of the segments of `view` ranked by the scorer's mean sentence
-        scores: each actor cuts its own segments, the driver merges the cuts and completes the
-        segments that straddle two actors' rows (equal to `SentenceScored.budget_candidates`
-        in one process)."""
+        scores (`on` codes: scores of the int8 codes): each actor cuts its own segments, the
+        driver merges the cuts and completes the segments that straddle two actors' rows
+        (equal to `SentenceScored.budget_candidates` in one process)."""
         ref = self.ray.put(scorer)
         measure = cut.measure(view.lengths, view.tokens)
         calls = []
@@ -242,7 +245,7 @@ class ShardServers:
             first = int(np.searchsorted(view.offsets, start, side="right")) - 1
             last = int(np.searchsorted(view.offsets, stop, side="left"))
             calls.append(actor.top.remote(ref, cut, view.offsets[first:last + 1], first,
-                                          None if measure is None else measure[first:last]))
+                                          None if measure is None else measure[first:last], on))
         kept, pieces = topcut.Candidates.empty(), []
         for part, edges in self._get(calls, "score"):
             kept = topcut.merge(kept, part, cut)
@@ -308,8 +311,8 @@ def served_method(spec: Method, servers: ShardServers) -> Method:
     if not hasattr(cls, "budget_candidates"):
         return spec
 
-    def budget_candidates(self, ctx, scorer, cut):
-        return servers.top(scorer, ctx.view, cut)
+    def budget_candidates(self, ctx, scorer, cut, on="rows"):
+        return servers.top(scorer, ctx.view, cut, on)
 
     served = type(cls.__name__, (cls,), {"budget_candidates": budget_candidates,
                                          "__module__": cls.__module__, "__doc__": cls.__doc__})

@@ -296,11 +296,14 @@ def test_served_selection_equals_unsharded_select(cluster, local_index, one_shar
 
 
 def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, corpus,
-                                                                     local_index, tmp_path):
+                                                                     local_index, tmp_path,
+                                                                     monkeypatch):
     """`hold` codes: the actors keep int8 codes in RAM (half the bytes of the float16 rows) and
     score them for `scan` codes (centroid, the classifier's fit and scores, fused's classifier
-    half); exact scans
-    read the rows from the memory maps. Both select as `Index.select` does, score for score."""
+    half), or cut their candidates on them as a stream; exact scans read the rows from the
+    memory maps. All select as `Index.select` does, score for score."""
+    from tapt.retriever.methods import base
+
     out = tmp_path / "codes-idx"
     build_index(corpus, out, HashingEncoder(),
                 BuildConfig(**CONFIG, codes="int8", embedding_dtype="float16"))
@@ -324,6 +327,16 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
             # the two centroid code scans and the classifier's four (pre-ranking, 3 rounds)
             # twice (classifier, fused's half), in the actors
             assert scanned.count("codes") == 10 and "rows" not in scanned[-8:]
+            tops = []
+            top = served.servers.top
+            served.servers.top = lambda scorer, view, cut, on="rows": (tops.append(on),
+                                                                      top(scorer, view, cut, on))[1]
+            with monkeypatch.context() as patch:
+                patch.setattr(base, "STREAM_SHARE", 1.0)     # the candidates' cut streams
+                got = served.select("centroid", task, "30sent", encoder=HashingEncoder(),
+                                    scan="codes")
+            assert tops == ["codes"] and _ids(got) == _ids(want[0])
+            assert [s.score for s in got] == [s.score for s in want[0]]
             held[hold] = sum(served.servers.ray.get([a.nbytes.remote()
                                                      for a in served.servers.actors]))
     assert held["rows"] == index.n_sentences * index.dim * 2

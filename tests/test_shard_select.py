@@ -148,6 +148,34 @@ def test_a_classifier_fitted_on_codes_differs_from_the_exact_fit_as_a_seed_does(
     assert overlap(exact[0], codes) >= overlap(exact[0], exact[1]) - 0.05
 
 
+@pytest.mark.parametrize("method", ["centroid", "distance", "density"])
+def test_a_streamed_codes_cut_selects_what_the_whole_array_path_selects(coded, method,
+                                                                        monkeypatch):
+    """`scan` codes ranks candidates: the best `rescore` x budget segments on the codes, cut
+    as a stream when few enough (only the cut kept) or from every segment's score otherwise;
+    both give the same segments and exact scores, at every budget unit and segment size."""
+    from tapt.retriever.methods import base
+
+    index, seeds = coded
+    emb = HashingEncoder(dim=96).encode(seeds)
+    for size, budget in ((1, "300sent"), (5, "40"), (5, "0.01"), (3, "3000tok")):
+        got = []
+        for share in (1.0, 0.0):                   # everything streams / nothing does
+            monkeypatch.setattr(base, "STREAM_SHARE", share)
+            ranking, _ = rank(index, SelectConfig(method, budget, segment_size=size,
+                                                  scan="codes"), emb)
+            got.append(ranking)
+        streamed, whole = got
+        assert len(streamed.segments) > 10 and streamed.info["scan"] == "codes"
+        assert np.array_equal(streamed.segments, whole.segments), (size, budget)
+        assert np.array_equal(streamed.scores, whole.scores), (size, budget)
+        assert np.all(np.diff(streamed.scores) <= 0)
+        monkeypatch.undo()
+        exact, _ = rank(index, SelectConfig(method, budget, segment_size=size), emb)
+        same = len(np.intersect1d(exact.segments, streamed.segments)) / len(exact.segments)
+        assert same >= 0.99, (size, budget, same)
+
+
 def test_scanning_codes_without_a_budget_is_refused_before_fitting(coded):
     index, seeds = coded
     with pytest.raises(InputError, match="scanning codes needs a budget"):

@@ -127,12 +127,14 @@ def segment_tokens(tokens, offsets: np.ndarray) -> np.ndarray:
 STREAM_SHARE = 1 / 16
 
 
-def streams(ctx: "Context") -> bool:
+def streams(ctx: "Context", factor: float = 1.0) -> bool:
     """Whether a selection's budget cut streams (`SentenceScored.budget_candidates`): a budget
-    of at most `STREAM_SHARE` of the sentences, at sentence context."""
+    (times `factor`: a wider cut of candidates) of at most `STREAM_SHARE` of the sentences, at
+    sentence context."""
     if ctx.budget is None or ctx.view.context != "sentence":
         return False
-    return budget_sentences(ctx.view, ctx.budget) <= STREAM_SHARE * float(ctx.view.lengths.sum())
+    return (factor * budget_sentences(ctx.view, ctx.budget)
+            <= STREAM_SHARE * float(ctx.view.lengths.sum()))
 
 
 def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budget | None,
@@ -307,11 +309,11 @@ class ScanParams(Params):
     scan: Literal["exact", "codes"] = param(
         "exact", "exact: score every stored embedding; codes: score every row on the index's "
                  "int8 codes (an index built or reindexed with `codes` int8; the classifier's "
-                 "fit scans them too), then rescore the best `rescore` x budget sentences "
-                 "exactly.")
-    rescore: float = param(4.0, "With `scan` codes: how many times the budget's sentences are "
-                                "rescored from the stored embeddings.", minimum=1.0,
-                           requires=("scan", "codes"))
+                 "fit scans them too), then rescore the best `rescore` x budget exactly.")
+    rescore: float = param(4.0, "With `scan` codes: how many times the budget is rescored from "
+                                "the stored embeddings (the best segments by their code "
+                                "scores, or sentences where a fit ranks every row).",
+                           minimum=1.0, requires=("scan", "codes"))
 
 
 def scans_codes(params: Params) -> bool:
@@ -661,15 +663,17 @@ class SentenceScored(Method):
             return None
         return self.scorer(ctx, ctx.need_task(self.name), params)
 
-    def budget_candidates(self, ctx: Context, scorer: Scorer, cut: topcut.Cut
-                          ) -> topcut.Candidates:
+    def budget_candidates(self, ctx: Context, scorer: Scorer, cut: topcut.Cut,
+                          on: str = "rows") -> topcut.Candidates:
         """The segments `cut` keeps of the ranking by `scorer`'s mean sentence scores, in rank
-        order: every row scored block by block on the global grid, only the running cut kept
-        (`topcut.scan_cut`); the segments and scores of the whole-array path, bit for bit."""
+        order: every row (`on` codes: every row's int8 codes) scored block by block on the
+        global grid, only the running cut kept (`topcut.scan_cut`); the segments and scores of
+        the whole-array path, bit for bit."""
         view = ctx.view
         measure = cut.measure(view.lengths, view.tokens)
-        kept, pieces = topcut.scan_cut(ctx.index.embeddings, scorer, view.offsets, 0, measure,
-                                       cut, progress=ctx.progress)
+        rows = ctx.index.codes if on == "codes" else ctx.index.embeddings
+        kept, pieces = topcut.scan_cut(rows, scorer, view.offsets, 0, measure, cut,
+                                       progress=ctx.progress)
         return topcut.merge(kept, topcut.join_pieces(pieces, view.offsets, measure), cut)
 
     def depends_on_budget(self, params: Params) -> bool:
@@ -678,7 +682,13 @@ class SentenceScored(Method):
     def rank(self, ctx: Context, params: Params) -> Ranking:
         """With a budget that `streams`, a fitted row scorer's cut streams
         (`budget_candidates`: no score per sentence is kept); otherwise every sentence's score
-        is computed, then ranked (`by_sentence_scores`). Both give the same selection."""
+        is computed, then ranked (`by_sentence_scores`). Both give the same selection. With
+        `scan` codes, a budget and sentence context, a method whose fit scans nothing ranks
+        candidates (`code_rank`)."""
+        if (scans_codes(params) and ctx.budget is not None and ctx.view.context == "sentence"
+                and type(self).sentence_scores is SentenceScored.sentence_scores
+                and type(self).fitted_scores is SentenceScored.fitted_scores):
+            return self.code_rank(ctx, params)
         fitted = self.row_scorer(ctx, params)
         if fitted is None:
             scores, info = self.sentence_scores(ctx, params)
@@ -691,6 +701,35 @@ class SentenceScored(Method):
         else:
             scores, info = ctx.index.score_rows(fitted[0]), fitted[1]
         return by_sentence_scores(ctx.view, scores, ctx.budget, dict(info), self.threshold)
+
+    def code_rank(self, ctx: Context, params: Params) -> Ranking:
+        """`scan` codes: the best `rescore` x budget segments by their mean score on the int8
+        codes are the candidates (a streamed cut when that many `streams`, else a ranking of
+        every segment's score), their rows are scored again exactly, and the budget is cut
+        of the candidates ranked by their exact means. Only the candidates' scores are kept,
+        so the driver's memory does not grow with the corpus on the streamed path."""
+        view, budget = ctx.view, ctx.budget
+        scale = code_scale(ctx.index)
+        scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)
+        on_codes = scorer.for_codes(scale)
+        target = budget_target(budget, view.lengths, view.tokens)
+        wide = topcut.Cut.of(budget, target * params.rescore)
+        if streams(ctx, params.rescore):
+            ids = self.budget_candidates(ctx, on_codes, wide, on="codes").ids
+        else:
+            approx = scoring.segment_mean(ctx.index.score_codes(on_codes), view.lengths)
+            ids = topcut.ranked_prefix(approx, wide, wide.measure(view.lengths, view.tokens))
+        ids = np.sort(np.asarray(ids, dtype=np.int64))
+        rows = scoring.rows_of_segments(view.offsets, ids)
+        exact = scoring.segment_mean(scoring.exact_scores(ctx.index.embeddings, scorer, rows),
+                                     view.lengths[ids])
+        order = scoring.rank(exact)                 # ties by ascending segment id
+        chosen = cut(ids[order], budget, target, view.lengths, view.tokens)
+        info = {**info, "scan": "codes", "rescored_sentences": int(len(rows))}
+        if budget.unit in ("fraction", "segments") and len(chosen) < target:
+            info["budget_shortfall"] = f"only {len(chosen)} candidate segments for {int(target)}"
+        return Ranking(chosen, exact[order[:len(chosen)]],
+                       np.ones(len(chosen), dtype=np.float32), info)
 
     def full_ranking(self, ctx: Context, params: Params) -> Ranking:
         scores, info = self.sentence_scores(ctx, params)
