@@ -160,11 +160,18 @@ class TopCut:
         self._pending_n = 0
         self._full = False
 
+    def bound(self) -> tuple[float, int] | None:
+        """(score, id) of the last kept candidate once the cut is full: only candidates that
+        rank before it can still enter; None before."""
+        if not self._full:
+            return None
+        last = len(self.kept) - 1
+        return float(self.kept.scores[last]), int(self.kept.ids[last])
+
     def add(self, more: Candidates) -> None:
-        if self._full and len(more):
-            last = len(self.kept) - 1
-            more = more.take(more.before(float(self.kept.scores[last]),
-                                         int(self.kept.ids[last])))
+        bound = self.bound()
+        if bound is not None and len(more):
+            more = more.take(more.before(*bound))
         if not len(more):
             return
         self._pending.append(more)
@@ -235,7 +242,14 @@ class SegmentStream:
             lengths = np.diff(self.offsets[seg:done + 1])
             means = scoring.segment_mean(buf[:stop], lengths)
             measure = None if self.measure is None else self.measure[seg:done]
-            best = ranked_prefix(means, self.top.cut, measure)
+            bound = self.top.bound()
+            if bound is None:
+                best = ranked_prefix(means, self.top.cut, measure)
+            else:   # what ranks after the cut's last cannot enter: rank only the rest
+                ids = np.arange(self.first + seg, self.first + done)
+                live = np.flatnonzero(Candidates(ids, means, ids).before(*bound))
+                best = live[ranked_prefix(means[live], self.top.cut,
+                                          None if measure is None else measure[live])]
             self.top.add(Candidates(best + (self.first + seg), means[best],
                                     np.ones(len(best), np.int64) if measure is None
                                     else np.asarray(measure[best], dtype=np.int64)))
