@@ -38,6 +38,7 @@ from tapt.retriever.select import SelectConfig, rank
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
 
+from .scale_select import overlap
 from .speed_encode import machine
 
 METHODS = ("centroid", "distance", "density", "classifier", "fused")
@@ -50,10 +51,6 @@ def selected_rows(index: Index, corpus: CorpusCache, method: str, budget: str, s
     t0 = time.perf_counter()
     ranking, _ = rank(index, config, task, texts, corpus=corpus)
     return np.sort(ranking.segments), time.perf_counter() - t0
-
-
-def overlap(a: np.ndarray, b: np.ndarray) -> float:
-    return len(np.intersect1d(a, b, assume_unique=True)) / max(len(a), 1)
 
 
 def run(index: Index, seeds_dir: Path, methods: list[str], seed_sizes: list[int],

@@ -84,6 +84,11 @@ class ShardPrefix:
         return Index.score_codes(self, scorer)
 
 
+def overlap(reference: np.ndarray, other: np.ndarray) -> float:
+    """The share of `reference`'s selected ids that `other` selects too."""
+    return len(np.intersect1d(reference, other)) / max(len(reference), 1)
+
+
 def sentence_view(n: int) -> SegmentView:
     """Segments of one sentence each (20 tokens a sentence, for token budgets)."""
     return SegmentView(np.arange(n + 1, dtype=np.int64), np.ones(n, dtype=np.int64),
@@ -156,8 +161,7 @@ def measure_centroid(index: Index, args: argparse.Namespace, spec: Spec
                                 if name == "codes" else {})}
                 log.info("centroid, %s rows, %s, %s: %s", f"{n:,}", budget, name, row[name])
             row["load_average"] = round(os.getloadavg()[0], 1)
-            row["overlap"] = round(len(np.intersect1d(picks["exact"], picks["codes"]))
-                                   / len(picks["exact"]), 5)
+            row["overlap"] = round(overlap(picks["exact"], picks["codes"]), 5)
             results.append(row)
     breakdown = []
     for k in sorted({sizes[0], sizes[-1]}):   # the smallest (in the page cache) and the largest
@@ -230,8 +234,7 @@ def measure_knn(index: Index, args: argparse.Namespace, spec: Spec) -> dict[str,
            "recall_queries": len(sub), "recall_at_k": round(recall, 4),
            "exact_seconds_for_recall_queries": round(exact_s, 1),
            "selection_vs_exact": {"selected": int(len(ours)), "exact": int(len(exact)),
-                                  "overlap": round(len(np.intersect1d(ours, exact))
-                                                   / max(len(exact), 1), 5),
+                                  "overlap": round(overlap(exact, ours), 5),
                                   "same_order": bool(np.array_equal(ours, exact))},
            "load_average": round(os.getloadavg()[0], 1)}
     log.info("knn: %s", out)
@@ -353,8 +356,7 @@ def main(argv: list[str] | None = None) -> None:
         labels = np.load(args.work / "labels.npy")
         report["fused"], exact = measure_fused(index, args, spec, labels)
         report["fused_codes"], coded = measure_fused(index, args, spec, labels, scan="codes")
-        report["fused_codes"]["overlap_with_exact"] = round(
-            len(np.intersect1d(exact, coded)) / max(len(exact), 1), 4)
+        report["fused_codes"]["overlap_with_exact"] = round(overlap(exact, coded), 4)
     args.out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out / "select_latency.json", report)
     with atomic_write(args.out / "select_latency.md") as fh:

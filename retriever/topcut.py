@@ -117,9 +117,15 @@ class Candidates:
 
     def before(self, score: float, id_: int) -> np.ndarray:
         """Which candidates rank before the segment (`score`, `id_`)."""
-        if np.isnan(score):
-            return ~np.isnan(self.scores) | (self.ids < id_)
-        return (self.scores > score) | ((self.scores == score) & (self.ids < id_))
+        return ranks_before(self.scores, self.ids, score, id_)
+
+
+def ranks_before(scores: np.ndarray, ids: np.ndarray, score: float, id_: int) -> np.ndarray:
+    """Which segments (`scores`, `ids`) rank before the segment (`score`, `id_`) in
+    `scoring.rank`'s order: higher score, then lower id; NaN last."""
+    if np.isnan(score):
+        return ~np.isnan(scores) | (ids < id_)
+    return (scores > score) | ((scores == score) & (ids < id_))
 
 
 def ranked_prefix(scores: np.ndarray, cut: Cut, measure: np.ndarray | None = None,
@@ -247,7 +253,7 @@ class SegmentStream:
                 best = ranked_prefix(means, self.top.cut, measure)
             else:   # what ranks after the cut's last cannot enter: rank only the rest
                 ids = np.arange(self.first + seg, self.first + done)
-                live = np.flatnonzero(Candidates(ids, means, ids).before(*bound))
+                live = np.flatnonzero(ranks_before(means, ids, *bound))
                 best = live[ranked_prefix(means[live], self.top.cut,
                                           None if measure is None else measure[live])]
             self.top.add(Candidates(best + (self.first + seg), means[best],

@@ -145,10 +145,15 @@ def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budge
     else:
         target = budget_target(budget, view.lengths, view.tokens)
         chosen = cut(order, budget, target, view.lengths, view.tokens)
-        if budget.unit in ("fraction", "segments") and len(chosen) < target:
-            info["budget_shortfall"] = f"only {len(chosen)} candidate segments for {int(target)}"
-            log.warning("budget %s asks for more than the %d candidates", budget.spec, len(chosen))
+        note_shortfall(budget, target, len(chosen), info)
     return Ranking(chosen, scores[chosen], np.ones(len(chosen), dtype=np.float32), info)
+
+
+def note_shortfall(budget: Budget, target: float, chosen: int, info: dict[str, Any]) -> None:
+    """Record (and warn) when a segment-count budget got fewer candidates than it asks for."""
+    if budget.unit in ("fraction", "segments") and chosen < target:
+        info["budget_shortfall"] = f"only {chosen} candidate segments for {int(target)}"
+        log.warning("budget %s asks for more than the %d candidates", budget.spec, chosen)
 
 
 def budget_sentences(view: SegmentView, budget: Budget) -> float:
@@ -726,8 +731,7 @@ class SentenceScored(Method):
         order = scoring.rank(exact)                 # ties by ascending segment id
         chosen = cut(ids[order], budget, target, view.lengths, view.tokens)
         info = {**info, "scan": "codes", "rescored_sentences": int(len(rows))}
-        if budget.unit in ("fraction", "segments") and len(chosen) < target:
-            info["budget_shortfall"] = f"only {len(chosen)} candidate segments for {int(target)}"
+        note_shortfall(budget, target, len(chosen), info)
         return Ranking(chosen, exact[order[:len(chosen)]],
                        np.ones(len(chosen), dtype=np.float32), info)
 

@@ -40,21 +40,19 @@ class Fused(SentenceScored):
         texts = ctx.need_texts(self.name)          # before any fitting
         task = ctx.need_task(self.name)
         classifier = get_method("classifier")
-        codes = scans_codes(params)
-        wanted = rescored_rows(ctx, params) if codes else 0
+        wanted = rescored_rows(ctx, params) if scans_codes(params) else 0   # 0: exact
 
         def compute():
             lexical = lexical_scores(ctx, self.name)
             scorer, meaning, info = classifier.fit(ctx, task, classifier.shared_params(params))
-            if codes:
+            if wanted:
                 meaning, rescored = scoring.rescore_best(
                     ctx.index.embeddings, scorer, meaning, wanted,
                     by=scoring.fuse_zscores(meaning, lexical))
                 info = {**info, "scan": "codes", "rescored_sentences": int(len(rescored))}
             return scoring.fuse_zscores(meaning, lexical), info
 
-        key = ("fused", ctx.n_positive, params.rounds, ctx.seed, params.scan,
-               params.rescore, ctx.budget.spec if codes else None)
+        key = ("fused", ctx.n_positive, params.rounds, ctx.seed, wanted)
         scores, info = ctx.memo.get(key, compute)
         return scores, {**info, "general_lm_sentences": len(texts)}
 
