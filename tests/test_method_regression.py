@@ -1,7 +1,8 @@
 """Every method's selection on the fake index, row for row, against a recording.
 
 The recording (tests/data/method_selections.json) was made before the methods moved into the
-registry; a refactoring must reproduce it exactly (segment ids, float32 scores and weights, info).
+registry; a refactoring must reproduce it: the same segment ids and info, float32 scores and
+weights to within BLAS rounding (which differs between CPUs).
 After a deliberate change of a method's numerics, re-record with
 `python tests/test_method_regression.py` and say why in the commit.
 """
@@ -104,8 +105,13 @@ def test_selection_is_row_for_row_the_recorded_one(recorded, current, case):
         assert got.get("error") == want["error"], got
         return
     assert got["segments"] == want["segments"]
-    assert np.array_equal(np.float32(got["scores"]), np.float32(want["scores"]))
-    assert np.array_equal(np.float32(got["weights"]), np.float32(want["weights"]))
+    # Scores to within a few float32 ulps, not bit for bit: BLAS picks its kernels by CPU
+    # (AVX2 and AVX-512 sum in different orders), and a score is a sum of products. The largest
+    # drift seen between those two machines: 1.2e-4 (iforest in a PCA projection), else 5e-7.
+    np.testing.assert_allclose(np.float32(got["scores"]), np.float32(want["scores"]),
+                               rtol=1e-4, atol=2e-4)
+    np.testing.assert_allclose(np.float32(got["weights"]), np.float32(want["weights"]),
+                               rtol=1e-4, atol=1e-5)
     assert got["info"] == want["info"]
 
 
