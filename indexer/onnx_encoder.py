@@ -103,5 +103,6 @@ class OnnxEncoder:
         return out
 
     def token_counts(self, texts: Sequence[str]) -> np.ndarray:
-        ids = self.tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
-        return np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(texts))
+        from .batching import token_lengths
+
+        return token_lengths(self.tokenizer, texts)

@@ -71,3 +71,102 @@ def test_token_budget_batches_cover_every_row_within_both_limits():
     # the budget cuts where lengths change, so it pads less than fixed-size batches
     assert padded_tokens(lengths, batches) < padded_tokens(lengths, plain)
     assert padded_tokens(lengths, [np.arange(500)]) == 500 * 400
+
+
+HOSTILE = ["", " ", "\t\n", "[SEP] inside [CLS] text [PAD] [MASK]", "word " * 400,
+           "Ünïcödé, 中文字符 and emoji 🤖🚀", "control\x00chars\x1b[31m here", "a", "UPPER lower",
+           "don't stop pre-training: it's 2020!", "x" * 3000]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("max_length", [8, 32, None])
+def test_fast_tokenize_equals_the_tokenizer_call(tokenizer, monkeypatch, threads, max_length):
+    import itertools
+
+    from tapt.indexer import batching
+
+    monkeypatch.setattr(batching, "CHUNK", 4)  # several chunks, so threads really split them
+    texts = HOSTILE + [f"sentence number {i} of the test" for i in range(9)]
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    assert batching._backend(tokenizer, max_length) is not None  # the fast path is taken
+    state = (tokenizer.backend_tokenizer.truncation, tokenizer.backend_tokenizer.padding)
+    lengths, columns = batching.tokenize(tokenizer, texts, max_length, names, threads=threads)
+    counts = batching.token_lengths(tokenizer, texts, threads=threads)
+    state_after = (tokenizer.backend_tokenizer.truncation, tokenizer.backend_tokenizer.padding)
+    assert state_after == state  # the caller's tokenizer is not reconfigured
+    kwargs = {"truncation": True, "max_length": max_length} if max_length else {}
+    ref = tokenizer(texts, add_special_tokens=True, **kwargs)
+    assert lengths.tolist() == [len(x) for x in ref["input_ids"]]
+    assert set(columns) == set(names)
+    for name in names:
+        np.testing.assert_array_equal(
+            columns[name], np.fromiter(itertools.chain.from_iterable(ref[name]), dtype=np.int64))
+    full = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    assert counts.dtype == np.int32 and counts.tolist() == [len(x) for x in full]
+
+
+def test_left_truncation_follows_the_tokenizer():
+    from transformers import AutoTokenizer
+
+    from tapt.indexer.batching import tokenize
+    from tapt.indexer.models import resolve_model
+
+    left = AutoTokenizer.from_pretrained(resolve_model(None), truncation_side="left")
+    texts = ["the first words are cut away when the text is too long", "short"]
+    lengths, columns = tokenize(left, texts, 6, ("input_ids",))
+    ref = left(texts, truncation=True, max_length=6)["input_ids"]
+    assert lengths.tolist() == [6, 3]
+    assert columns["input_ids"].tolist() == ref[0] + ref[1]
+
+
+def test_a_tokenizer_without_a_fast_backend_takes_its_own_path(tokenizer):
+    from tapt.indexer.batching import SortedBatches, _backend, token_lengths
+
+    class Plain:  # the calling convention of a slow (Python) Hugging Face tokenizer
+        is_fast = False
+        pad_token_id = 0
+        padding_side = "right"
+
+        def __call__(self, texts, **kwargs):
+            return tokenizer(texts, **kwargs)
+
+    texts = ["one two three", "", "a longer text of several words"]
+    assert _backend(Plain(), 16) is None
+    slow = SortedBatches(Plain(), texts, 16, ("input_ids", "attention_mask"))
+    fast = SortedBatches(tokenizer, texts, 16, ("input_ids", "attention_mask"))
+    assert slow.lengths.tolist() == fast.lengths.tolist()
+    for name in ("input_ids", "attention_mask"):
+        np.testing.assert_array_equal(slow.columns[name], fast.columns[name])
+    assert token_lengths(Plain(), texts).tolist() == token_lengths(tokenizer, texts).tolist()
+
+
+def test_a_tokenizer_without_token_type_ids_returns_none(tmp_path):
+    from transformers import AutoTokenizer
+
+    from tapt.indexer.batching import tokenize
+    from tapt.indexer.models import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(None))
+    tok.model_input_names = ["input_ids", "attention_mask"]
+    texts = ["two texts", "here"]
+    _, columns = tokenize(tok, texts, 16, ("input_ids", "attention_mask", "token_type_ids"))
+    assert set(columns) == set(tok(texts)) == {"input_ids", "attention_mask"}
+
+
+def test_pad_to_a_multiple_like_the_tokenizer_but_not_past_max_length(tokenizer):
+    from tapt.indexer.batching import SortedBatches
+
+    texts = ["one", "two words here", "a sentence of several more words than that", "x y"]
+    tokens = SortedBatches(tokenizer, texts, max_length=13,
+                           names=("input_ids", "attention_mask", "token_type_ids"))
+    widths = []
+    for rows in tokens.batches(2):
+        got = tokens.features(rows, pad_to=8)
+        longest = int(tokens.lengths[rows].max())
+        width = max(longest, min(-(-longest // 8) * 8, 13))
+        ref = tokenizer([texts[j] for j in rows], padding="max_length", truncation=True,
+                        max_length=width, return_tensors="np")
+        for name, array in got.items():
+            np.testing.assert_array_equal(array, ref[name])
+        widths.append(array.shape[1])
+    assert widths == [8, 13]  # 4 -> 8; the truncated 13 is not padded to 16

@@ -41,6 +41,21 @@ def test_real_encoder_embeds_normalised_and_counts_tokens(minilm):
     assert len(minilm.weights_sha256) == 64 and minilm.name == DEFAULT_MODEL
 
 
+def test_the_cuda_batching_path_embeds_like_sentence_transformers(minilm, monkeypatch):
+    """The CUDA path's own batching (tokenised once, sorted, padded to multiples of 8, put
+    back in order) run on the CPU, where only pinning needs a GPU: the same vectors."""
+    import torch
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+    texts = ["A short sentence.", "", "word " * 300, "Another, slightly longer one here.",
+             "x", "Ünïcödé text and 中文", "ten words in this sentence are enough to be longer"]
+    got = minilm._encode_cuda(texts, batch_size=3)
+    ref = minilm.encode(texts, batch_size=3)
+    assert got.shape == ref.shape == (len(texts), 384)
+    np.testing.assert_allclose(got, ref, atol=2e-5)
+    assert minilm._encode_cuda([], batch_size=3).shape == (0, 384)
+
+
 def test_missing_model_directory_is_an_input_error(tmp_path):
     from tapt.indexer.encoder import SentenceTransformerEncoder
     from tapt.errors import InputError
