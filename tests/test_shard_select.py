@@ -239,3 +239,31 @@ def test_codes_added_by_reindex_are_verified_and_checked_on_open(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(IndexFormatError, match="codes.npy does not match the checksum"):
         rank(Index(tmp_path / "bad"), SelectConfig("centroid", "40sent", scan="codes"), emb)
+
+
+@pytest.mark.parametrize("prerank", ["centroid", "distance", "classifier"])
+def test_iforest_prerank_streams_the_same_candidates(indexes, task, prerank, monkeypatch):
+    """iforest's candidates, cut while the pre-ranking's rows stream (no score per sentence),
+    are the prefix of the pre-ranking's full ranking: the same selection, score for score."""
+    from tapt.retriever.methods import base
+
+    _, three = indexes
+    embeddings, texts = task
+    got, calls = [], []
+    full = base.SentenceScored.full_ranking
+    monkeypatch.setattr(base.SentenceScored, "full_ranking",
+                        lambda self, ctx, params: (calls.append(1), full(self, ctx, params))[1])
+    for share in (1.0, 0.0):                       # everything streams / nothing does
+        monkeypatch.setattr(base, "STREAM_SHARE", share)
+        calls.clear()
+        for candidates in ("3x", "40"):
+            config = SelectConfig("iforest", "60sent", seed=3, prerank=prerank,
+                                  candidates=candidates)
+            ranking, _ = rank(three, config, embeddings, texts)
+            got.append(ranking)
+        assert bool(calls) == (share == 0.0)
+    for streamed, whole in zip(got[:2], got[2:]):
+        assert len(streamed.segments) > 5
+        assert streamed.info["candidate_segments"] == whole.info["candidate_segments"]
+        assert np.array_equal(streamed.segments, whole.segments)
+        assert np.array_equal(streamed.scores, whole.scores)

@@ -589,6 +589,20 @@ class Method:
         """
         raise InputError(f"{self.name} cannot pre-rank candidates", param="prerank")
 
+    def top_segments(self, ctx: Context, params: Params, count: int) -> np.ndarray:
+        """The first `count` segments of `full_ranking`, in rank order: the candidates a
+        rescoring method (iforest) takes from this pre-ranking.
+
+        Args:
+            ctx: The index and the task (its budget is ignored).
+            params: This method's validated parameters.
+            count: How many segments.
+
+        Returns:
+            Segment ids, best first (fewer where the ranking holds fewer).
+        """
+        return self.full_ranking(ctx, params).segments[:count]
+
     def sentence_scores(self, ctx: Context, params: Params
                         ) -> tuple[np.ndarray, dict[str, Any]] | None:
         """A score per corpus sentence whose segment means rank segments at any segment size.
@@ -738,3 +752,14 @@ class SentenceScored(Method):
     def full_ranking(self, ctx: Context, params: Params) -> Ranking:
         scores, info = self.sentence_scores(ctx, params)
         return by_sentence_scores(ctx.view, scores, None, dict(info), threshold=-np.inf)
+
+    def top_segments(self, ctx: Context, params: Params, count: int) -> np.ndarray:
+        """With a fitted row scorer, at sentence context, and at most `STREAM_SHARE` of the
+        segments: a streamed cut of `count` segments (`budget_candidates`; no score per
+        sentence kept), the same segments as `full_ranking`'s prefix."""
+        fitted = self.row_scorer(ctx, params)
+        if (fitted is None or ctx.view.context != "sentence"
+                or count > STREAM_SHARE * len(ctx.view)):
+            return super().top_segments(ctx, params, count)
+        chosen = self.budget_candidates(ctx, fitted[0], topcut.Cut(float(count), "segments"))
+        return chosen.ids[chosen.scores > -np.inf]      # as full_ranking drops -inf and NaN

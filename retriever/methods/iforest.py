@@ -112,14 +112,13 @@ class IForest(Method):
             pool = np.arange(len(view))
         else:
             pre_method = self._prerank(params)
-            pre = pre_method.full_ranking(ctx, pre_method.shared_params(params))
             if kind == "times":
                 wanted = len(take(view, np.arange(len(view)), np.zeros(len(view)), budget,
                                   {}).segments)
                 size = int(math.ceil(value * wanted))
             else:
                 size = int(value)
-            pool = pre.segments[:size]
+            pool = pre_method.top_segments(ctx, pre_method.shared_params(params), size)
         rng = np.random.default_rng(ctx.seed)
         n_sample = min(max(1, int(math.ceil(0.1 * len(task)))), index.n_sentences)
         sample_rows = np.sort(rng.choice(index.n_sentences, size=n_sample, replace=False))
