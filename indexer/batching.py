@@ -25,13 +25,24 @@ from ..util.machine import usable_cores
 CHUNK = 1024  # texts per backend call: large enough to amortise the call, small enough to spread
 _backends: "weakref.WeakKeyDictionary[Any, dict[int | None, Any]]" = weakref.WeakKeyDictionary()
 _backends_lock = threading.Lock()
+_FIELDS = {"input_ids": "ids", "token_type_ids": "type_ids", "attention_mask": "attention_mask"}
+
+
+# Text the Python call of some tokenizers treats apart from the backend (special tokens, case,
+# accents, spacing, non-Latin scripts, control characters): the copy must tokenise it the same.
+PROBES = ("", " ", "Hello, World!", "[CLS] [SEP] [PAD] [MASK] <s> </s> <pad> <unk> <|endoftext|>",
+          "  leading and trailing spaces  ", "Ünïcödé àccents, ß and ﬁ ligatures",
+          "中文字符, 日本語のテキスト and 한국어", "emoji 🤖🚀 and symbols ©®™ ½",
+          "tabs\tand\nnewlines\r\n", "control\x00chars\x1b[31m", "don't stop pre-training",
+          "MiXeD CaSe WoRdS", "word " * 80, "x" * 600)
 
 
 def _backend(tokenizer: Any, max_length: int | None) -> Any | None:
     """A private copy of a fast tokenizer's Rust backend that truncates at `max_length` (None:
-    never) and never pads, or None where the tokenizer has no such backend or adds Python-side
-    behaviour the backend would not reproduce. A copy, so the caller's tokenizer is not changed
-    and threads share a tokenizer that nothing mutates."""
+    never) and never pads, or None where the tokenizer has no such backend or its Python call
+    does something the backend does not (checked once per tokenizer and length on `PROBES`).
+    A copy, so the caller's tokenizer is not changed and threads share a tokenizer that
+    nothing mutates."""
     if not getattr(tokenizer, "is_fast", False) or getattr(tokenizer, "split_special_tokens", False):
         return None
     source = getattr(tokenizer, "backend_tokenizer", None)
@@ -42,8 +53,7 @@ def _backend(tokenizer: Any, max_length: int | None) -> Any | None:
             cached = _backends.setdefault(tokenizer, {})
         except TypeError:  # not weak-referenceable: build a copy per call
             cached = {}
-        backend = cached.get(max_length)
-        if backend is None:
+        if max_length not in cached:
             from tokenizers import Tokenizer
 
             backend = Tokenizer.from_str(source.to_str())
@@ -53,8 +63,23 @@ def _backend(tokenizer: Any, max_length: int | None) -> Any | None:
             else:
                 backend.enable_truncation(int(max_length), stride=0, strategy="longest_first",
                                           direction=getattr(tokenizer, "truncation_side", "right"))
-            cached[max_length] = backend
-    return backend
+            cached[max_length] = backend if _same_as_call(tokenizer, backend, max_length) else None
+        return cached[max_length]
+
+
+def _same_as_call(tokenizer: Any, backend: Any, max_length: int | None) -> bool:
+    """Whether `backend` gives `PROBES` the ids, type ids and masks of the tokenizer's call
+    (made on a copy of the tokenizer, whose call reconfigures its own backend)."""
+    import copy
+
+    kwargs = {"truncation": True, "max_length": max_length} if max_length else {}
+    try:
+        want = copy.deepcopy(tokenizer)(list(PROBES), add_special_tokens=True, **kwargs)
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot copy or call keeps its own path
+        return False
+    got = backend.encode_batch(list(PROBES), add_special_tokens=True)
+    return all(name not in want or [getattr(e, field) for e in got] == list(want[name])
+               for name, field in _FIELDS.items())
 
 
 def _encode_chunks(backend: Any, texts: list[str], threads: int | None) -> list[list[Any]]:
@@ -66,9 +91,6 @@ def _encode_chunks(backend: Any, texts: list[str], threads: int | None) -> list[
         return [fast(chunk, add_special_tokens=True) for chunk in chunks]
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(lambda chunk: fast(chunk, add_special_tokens=True), chunks))
-
-
-_FIELDS = {"input_ids": "ids", "token_type_ids": "type_ids", "attention_mask": "attention_mask"}
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int | None,

@@ -170,3 +170,28 @@ def test_pad_to_a_multiple_like_the_tokenizer_but_not_past_max_length(tokenizer)
             np.testing.assert_array_equal(array, ref[name])
         widths.append(array.shape[1])
     assert widths == [8, 13]  # 4 -> 8; the truncated 13 is not padded to 16
+
+
+def test_a_tokenizer_whose_call_differs_from_its_backend_takes_its_own_path():
+    """A tokenizer that rewrites text in Python before its backend sees it: the probes catch
+    it, and its own call tokenises (ids as the call gives them, not the backend's)."""
+    import itertools
+
+    from transformers import AutoTokenizer
+
+    from tapt.indexer.batching import _backend, tokenize
+    from tapt.indexer.models import resolve_model
+
+    base = type(AutoTokenizer.from_pretrained(resolve_model(None)))
+
+    class Rewriting(base):
+        def __call__(self, text, *args, **kwargs):
+            return super().__call__([t.replace("o", "0") for t in text], *args, **kwargs)
+
+    tok = Rewriting.from_pretrained(resolve_model(None))
+    assert _backend(tok, 16) is None and _backend(tok, None) is None
+    texts = ["good morning to you", "no", "plain text"]
+    lengths, columns = tokenize(tok, texts, 16, ("input_ids",))
+    ref = tok(texts, truncation=True, max_length=16)["input_ids"]
+    assert columns["input_ids"].tolist() == list(itertools.chain.from_iterable(ref))
+    assert lengths.tolist() == [len(x) for x in ref]
