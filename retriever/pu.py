@@ -61,6 +61,17 @@ def _log_odds(model) -> scoring.Linear:
                           float(model.intercept_[0]))
 
 
+def _sample_ranks(rng: np.random.Generator, scores: np.ndarray, start: int, wanted: int,
+                  most: int) -> np.ndarray:
+    """Sorted rows drawn without replacement from the ranking of `scores` below position
+    `start`: `rng.choice(rank(scores)[start:], ...)` (the same draws: `choice` picks positions
+    from the population's size alone), without holding the ranking."""
+    population = len(scores) - start
+    size = min(population, wanted, most)
+    positions = rng.choice(population, size=size, replace=False)
+    return np.sort(scoring.rows_at_ranks(scores, start + positions))
+
+
 def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
                   n_positive: int | None, config: PUConfig,
                   score_rows: Callable[[Callable[[np.ndarray], np.ndarray]], np.ndarray]
@@ -73,11 +84,9 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
     score_rows = score_rows or (lambda scorer: scorer(corpus))
     rng = np.random.default_rng(config.seed)
     n = len(corpus)
-    order = scoring.rank(prerank)
-    bottom = order[n // 3:]
     pos_rows = np.empty(0, dtype=np.int64)
-    n_neg = min(len(bottom), int(config.negatives * len(task)), config.max_train)
-    neg_rows = np.sort(rng.choice(bottom, size=n_neg, replace=False))
+    neg_rows = _sample_ranks(rng, prerank, n // 3, int(config.negatives * len(task)),
+                             config.max_train)
     info: dict = {"rounds": []}
     for round_ in range(config.rounds + 1):
         pos = task if not len(pos_rows) else np.vstack([task, np.asarray(corpus[pos_rows])])
@@ -88,13 +97,13 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
             break
         k = int(n_positive) if n_positive else int((scores > 0).sum())
         k = max(1, min(k, n - 1))
-        order = scoring.rank(scores)
-        top = order[: max(1, int(config.positive_fraction * k))]
-        take = min(len(top), config.max_train // 2)
-        pos_rows = np.sort(rng.choice(top, size=take, replace=False))
-        rest = order[min(2 * k, n - 1):]
-        n_neg = min(len(rest), int(config.negatives * (len(task) + take)), config.max_train)
-        neg_rows = np.sort(rng.choice(rest, size=n_neg, replace=False))
+        n_top = min(n, max(1, int(config.positive_fraction * k)))
+        top = scoring.rank_top(scores, n_top)[:n_top]
+        take = min(n_top, config.max_train // 2)
+        pos_rows = np.sort(top[rng.choice(n_top, size=take, replace=False)])
+        neg_rows = _sample_ranks(rng, scores, min(2 * k, n - 1),
+                                 int(config.negatives * (len(task) + take)), config.max_train)
+        n_neg = len(neg_rows)
         log.debug("PU round %d: %d pseudo-positives, %d negatives", round_ + 1, take, n_neg)
     info["positive_estimate"] = int((scores > 0).sum())
     return scores, _log_odds(model), info

@@ -26,6 +26,7 @@ from tapt.util.machine import usable_cores
 from tapt.util.ordering import descending_bits
 
 CHUNK = 65536
+KEY_BLOCK = 1 << 20   # rows whose ranking keys are built at once (~20 MB of temporaries)
 
 
 def centroid(task_embeddings: np.ndarray) -> np.ndarray:
@@ -297,6 +298,18 @@ def rank(scores: np.ndarray) -> np.ndarray:
 
 def _packed_rank(scores: np.ndarray) -> np.ndarray | None:
     """`rank` through one integer sort, or None when the scores do not fit its key."""
+    keys = _packed_keys(scores)
+    if keys is None:
+        return None
+    keys.sort()
+    keys &= np.uint64(0xFFFFFFFF)
+    return keys.view(np.int64)          # indices < 2^32: the same values, no copy
+
+
+def _packed_keys(scores: np.ndarray) -> np.ndarray | None:
+    """One uint64 key per score, unique and in `rank`'s order (the score's descending bits
+    above the index; 8 bytes a row, built block by block), or None when the scores do not fit
+    it (NaN, float64 values a float32 cannot hold, 2^32 rows or more)."""
     n = len(scores)
     if n >= 1 << 32 or scores.ndim != 1 or scores.dtype.kind not in "fiu":
         return None
@@ -305,11 +318,34 @@ def _packed_rank(scores: np.ndarray) -> np.ndarray | None:
         return None
     if np.isnan(f).any():
         return None
-    mono = descending_bits(f).astype(np.uint64)   # -0.0 and +0.0 one key, as lexsort ties them
-    mono <<= np.uint64(32)
-    mono |= np.arange(n, dtype=np.uint64)
-    mono.sort()
-    return (mono & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    keys = np.empty(n, dtype=np.uint64)
+    for start in range(0, n, KEY_BLOCK):           # block temporaries, not 8 bytes a row more
+        stop = min(n, start + KEY_BLOCK)
+        block = keys[start:stop]
+        np.copyto(block, descending_bits(f[start:stop]))   # -0.0 and +0.0 one key, as lexsort
+        block <<= np.uint64(32)
+        block |= np.arange(start, stop, dtype=np.uint64)
+    return keys
+
+
+def rows_at_ranks(scores: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """`rank(scores)[ranks]`: the indices at these positions of the ranking, holding one 8-byte
+    key per score instead of the ranking and its copies (what sampling from a stretch of a
+    ranking of every corpus row needs).
+
+    Args:
+        scores: One score per row.
+        ranks: Positions in the ranking (0 = the best), any order.
+
+    Returns:
+        int64 indices, one per position.
+    """
+    ranks = np.asarray(ranks, dtype=np.int64)
+    keys = _packed_keys(np.asarray(scores))
+    if keys is None:
+        return rank(scores)[ranks]
+    keys.sort()
+    return (keys[ranks] & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
 def rank_top(scores: np.ndarray, k: int) -> np.ndarray:

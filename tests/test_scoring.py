@@ -115,8 +115,21 @@ def test_rank_equals_the_two_key_sort_for_every_kind_of_score(kind):
         before = s.copy()
         got = scoring.rank(s)
         assert got.dtype == np.int64
-        np.testing.assert_array_equal(got, _lexsort_rank(s))
+        want = _lexsort_rank(s)
+        np.testing.assert_array_equal(got, want)
+        positions = rng.integers(0, n, 40) if n else np.empty(0, np.int64)
+        at = scoring.rows_at_ranks(s, positions)
+        assert at.dtype == np.int64
+        np.testing.assert_array_equal(at, want[positions])
         np.testing.assert_array_equal(s, before)   # the caller's scores are not written
+
+
+def test_ranking_keys_get_their_index_block_by_block(monkeypatch):
+    monkeypatch.setattr(scoring, "KEY_BLOCK", 7)
+    s = np.random.default_rng(2).integers(-2, 3, 100).astype(np.float32)   # ties everywhere
+    np.testing.assert_array_equal(scoring.rank(s), _lexsort_rank(s))
+    np.testing.assert_array_equal(scoring.rows_at_ranks(s, [0, 50, 99, 7]),
+                                  _lexsort_rank(s)[[0, 50, 99, 7]])
 
 
 def test_lambda_weights_follow_the_formula():
@@ -191,3 +204,21 @@ def test_a_budget_ranks_only_the_prefix_it_cuts_with_the_full_ranking_s_order():
         k = int(rng.integers(1, n + 1))
         top = scoring.rank_top(s, k)
         assert len(top) >= k and np.array_equal(top, full[:len(top)])
+
+
+@pytest.mark.parametrize("n,start,wanted", [(100, 33, 20), (60_000, 20_000, 300),
+                                            (60_000, 20_000, 39_000), (30_000, 29_999, 5),
+                                            (50, 0, 50)])
+def test_sampling_below_a_rank_draws_what_choice_draws_from_the_ranking(n, start, wanted):
+    """`pu._sample_ranks` = `rng.choice(rank(scores)[start:], ...)`, sorted, draw for draw:
+    both of numpy's algorithms (a set for few draws from many, a permutation otherwise)."""
+    from tapt.retriever.pu import _sample_ranks
+
+    scores = np.random.default_rng(3).integers(-50, 50, n).astype(np.float32)   # many ties
+    size = min(n - start, wanted)
+    rng_old, rng_new = np.random.default_rng(5), np.random.default_rng(5)
+    old = np.sort(rng_old.choice(scoring.rank(scores)[start:], size=size, replace=False))
+    new = _sample_ranks(rng_new, scores, start, wanted, 10**9)
+    np.testing.assert_array_equal(new, old)
+    assert rng_new.random() == rng_old.random()     # the generator moved on alike
+    assert len(new) == size and len(np.unique(new)) == size

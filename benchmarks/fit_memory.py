@@ -1,0 +1,86 @@
+"""Peak memory of the classifier's fit and of a ranking of every row, per corpus row.
+
+The PU classifier (`classifier`, and the meaning half of `fused`) scores every corpus row once
+per self-training round and samples its negatives from a stretch of the ranking of those
+scores. This measures, with `tracemalloc` (numpy's allocations included), the peak of
+`pu.pu_classifier` on synthetic unit rows (the corpus and its pre-ranking already in memory,
+not counted) and of `scoring.rank` of one float32 score per row, and prints a digest of the
+fit's scores so that two revisions can be compared for equal results.
+
+    python -m benchmarks.fit_memory --rows 4000000 --out benchmarks/results/scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tapt.retriever import scoring
+from tapt.retriever.pu import PUConfig, pu_classifier
+from tapt.util.files import atomic_write, write_json_atomic
+from tapt.util.versions import utc_now
+
+
+def traced(fn: Callable[[], Any]) -> tuple[Any, int, float]:
+    """`fn()`, the peak of what it allocated (bytes) and its seconds."""
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        out = fn()
+        return out, tracemalloc.get_traced_memory()[1], time.perf_counter() - t0
+    finally:
+        tracemalloc.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=4_000_000)
+    p.add_argument("--dim", type=int, default=32, help="dimensions of the synthetic rows")
+    p.add_argument("--task", type=int, default=200, help="task rows")
+    p.add_argument("--positives", type=int, default=20_000, help="n_positive (the budget)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--label", default="", help="what this run measures (e.g. a revision)")
+    p.add_argument("--out", type=Path, default=None, help="write fit_memory[-LABEL].{json,md}")
+    args = p.parse_args(argv)
+    rng = np.random.default_rng(0)
+    corpus = rng.standard_normal((args.rows, args.dim), dtype=np.float32)
+    corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
+    task = corpus[: args.task] + np.float32(0.1)
+    prerank = scoring.Linear(scoring.centroid(task), cosine=True)(corpus)
+    config = PUConfig(rounds=args.rounds, seed=0)
+    # warm-up on a slice: imports (scikit-learn) and first-call allocations are not per row
+    pu_classifier(corpus[:5000], task, prerank[:5000], 200, config)
+    (scores, _, _), fit_peak, fit_s = traced(
+        lambda: pu_classifier(corpus, task, prerank, args.positives, config))
+    _, rank_peak, rank_s = traced(lambda: scoring.rank(prerank))
+    n = args.rows
+    report = {"date": utc_now(), "label": args.label, "rows": n, "dim": args.dim,
+              "task": args.task, "n_positive": args.positives, "rounds": args.rounds,
+              "fit_peak_bytes": fit_peak, "fit_bytes_per_row": round(fit_peak / n, 2),
+              "fit_seconds": round(fit_s, 2), "rank_peak_bytes": rank_peak,
+              "rank_bytes_per_row": round(rank_peak / n, 2), "rank_seconds": round(rank_s, 2),
+              "scores_sha256": hashlib.sha256(np.ascontiguousarray(scores).tobytes()).hexdigest(),
+              "command": "python -m benchmarks.fit_memory " + " ".join(argv or sys.argv[1:])}
+    line = (f"{args.label or 'this revision'}: {n:,} rows, fit peak {fit_peak / 1e6:.0f} MB "
+            f"({report['fit_bytes_per_row']} B/row, {report['fit_seconds']} s), rank peak "
+            f"{rank_peak / 1e6:.0f} MB ({report['rank_bytes_per_row']} B/row), scores sha256 "
+            f"{report['scores_sha256'][:16]}")
+    print(line)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        stem = "fit_memory" + (f"-{args.label}" if args.label else "")
+        write_json_atomic(args.out / f"{stem}.json", report)
+        with atomic_write(args.out / f"{stem}.md") as fh:
+            fh.write(f"{line}\n\nCommand: `{report['command']}` ({report['date']})\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
