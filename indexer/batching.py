@@ -3,11 +3,12 @@
 A fast tokenizer's Rust backend tokenises all texts in chunks on every usable core (it releases
 the GIL, so threads scale; offsets are not computed), then batches of similar length are padded
 with numpy, so padding is minimal and nothing is tokenised twice. On a GPU this keeps the host
-ahead of the model: one core tokenises ~15,000 short sentences a second, far below what a GPU
-embeds. A batch holds at most
-`batch_size` texts and, when `max_tokens` is given, at most that many tokens after padding (rows x
-longest row), so short texts go in long batches and long texts in short ones: every batch is a
-matrix product of about the same height, whatever the length mix.
+ahead of the model: one core tokenises ~20,000 short sentences a second
+(`benchmarks/tokenize_speed.py`), far fewer than a GPU embeds.
+
+A batch holds at most `batch_size` texts and, when `max_tokens` is given, at most that many
+tokens after padding (rows x longest row), so short texts go in long batches and long texts in
+short ones: every batch is a matrix product of about the same height, whatever the length mix.
 """
 
 from __future__ import annotations
