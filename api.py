@@ -396,7 +396,8 @@ class Index(_IndexBase):
 
     def configure(self, config: SelectConfig) -> SelectConfig:
         """The selection configuration (`retriever.select.SelectConfig`) as this index runs it:
-        unchanged here; a `ServedIndex` fans its method out to the actors.
+        unchanged here (a `ServedIndex` fans out through its scans instead: `score_rows`,
+        `top_cut`, `lexicon_scores`, its FAISS search); a subclass may adapt it.
 
         Args:
             config: What to select.
@@ -461,12 +462,12 @@ class ServedIndex(Index):
         self.__dict__["faiss"] = servers.faiss(self)
         return servers
 
-    def configure(self, config: SelectConfig) -> SelectConfig:
-        """`Index.configure`: the method fanned out to the actors (`serve.served_method`)."""
-        from tapt.retriever.serve import served_method
-
-        config.spec = served_method(config.spec, self.servers)
-        return config
+    def top_cut(self, scorer, view, cut, on: str = "rows"):
+        """A budget's cut of the segments ranked by a row scorer's mean sentence scores, made
+        by the actors (`ShardServers.top`): what `SentenceScored.budget_candidates` computes in
+        one process, for every method that streams a cut, nested ones (iforest's pre-ranking)
+        included."""
+        return self.servers.top(scorer, view, cut, on)
 
     def score_rows(self, scorer):
         """`Index.score_rows`, each actor scoring the rows it holds."""

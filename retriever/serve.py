@@ -51,7 +51,6 @@ from tapt.indexer.ray_executor import ExecutorError, connect, import_ray, task_e
 from tapt.indexer.shards import grid_ranges
 
 from . import scoring, topcut
-from .methods.base import Method
 
 GRID = scoring.CHUNK
 HOLD = ("rows", "codes")
@@ -301,19 +300,3 @@ def span(index, shards: Sequence[int], grid: int) -> tuple[int, int]:
     ranges = grid_ranges(offsets, grid)
     mine = [r for s in shards for r in ranges[s]]
     return (mine[0][0], mine[-1][1]) if mine else (0, 0)
-
-
-def served_method(spec: Method, servers: ShardServers) -> Method:
-    """`spec`, with a budget's cut of its ranking by a fitted row scorer made by the actors
-    (`ShardServers.top`); its scans of every row reach the actors through the served index's
-    `score_rows`. Methods without such a cut as they are."""
-    cls = type(spec)
-    if not hasattr(cls, "budget_candidates"):
-        return spec
-
-    def budget_candidates(self, ctx, scorer, cut, on="rows"):
-        return servers.top(scorer, ctx.view, cut, on)
-
-    served = type(cls.__name__, (cls,), {"budget_candidates": budget_candidates,
-                                         "__module__": cls.__module__, "__doc__": cls.__doc__})
-    return served()

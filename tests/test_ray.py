@@ -222,11 +222,15 @@ METHODS = (("centroid", "12", {}), ("distance", "12", {}), ("density", "12", {"m
            ("density", "400tok", {"m": 2}), ("centroid", "30sent", {"segment_size": 1}),
            ("centroid", "1.0", {"segment_size": 5}),   # every segment: those actors share too
            ("classifier", None, {"rounds": 0}), ("centroid", "20sent", {"context": "document"}),
-           ("moore-lewis", "12", {}), ("iforest", "12", {"prerank": "fused"}))
-# a budget's cut at sentence context: each actor cuts its own segments (`ShardServers.top`)
+           ("moore-lewis", "12", {}), ("iforest", "12", {"prerank": "fused"}),
+           ("iforest", "12", {"prerank": "centroid", "detector": "knn-dist",
+                              "candidates": "2x"}))
+# a budget's cut at sentence context: each actor cuts its own segments (`ShardServers.top`),
+# also for iforest's candidates from a row-scorer pre-ranking (`Method.top_segments`)
 CUT_BY_ACTORS = {i for i, (m, b, p) in enumerate(METHODS)
-                 if m in ("centroid", "distance", "density", "classifier") and b is not None
-                 and p.get("context", "sentence") == "sentence"}
+                 if (m in ("centroid", "distance", "density", "classifier")
+                     or p.get("prerank") == "centroid")
+                 and b is not None and p.get("context", "sentence") == "sentence"}
 
 
 def _served_calls(served) -> dict[str, int]:

@@ -687,8 +687,12 @@ class SentenceScored(Method):
         """The segments `cut` keeps of the ranking by `scorer`'s mean sentence scores, in rank
         order: every row (`on` codes: every row's int8 codes) scored block by block on the
         global grid, only the running cut kept (`topcut.scan_cut`); the segments and scores of
-        the whole-array path, bit for bit."""
+        the whole-array path, bit for bit. An index with a `top_cut` (a served index) makes
+        the cut itself, as its `score_rows` scores rows."""
         view = ctx.view
+        top_cut = getattr(ctx.index, "top_cut", None)
+        if top_cut is not None:          # a served index: its actors cut their own rows
+            return top_cut(scorer, view, cut, on)
         measure = cut.measure(view.lengths, view.tokens)
         rows = ctx.index.codes if on == "codes" else ctx.index.embeddings
         kept, pieces = topcut.scan_cut(rows, scorer, view.offsets, 0, measure, cut,
