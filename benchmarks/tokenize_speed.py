@@ -10,7 +10,9 @@ This measures, on the same texts and in one run:
 - *backend, T threads*: `indexer.batching.tokenize`, the fast tokenizer's Rust backend in chunks
   on T threads (offsets not computed), the same columns;
 - *token counts*: `indexer.batching.token_lengths` (untruncated, what the build stores), on
-  every usable core.
+  every usable core;
+- *CUDA path, model stubbed*: the encoder's whole CUDA path on the CPU with a model that
+  returns zeros: the host's ceiling for that path.
 
 Every path's ids are checked equal to the tokenizer call's before a time is reported.
 
@@ -61,6 +63,36 @@ def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
+def stubbed_cuda_path(model: str | None, texts: list[str], batch_size: int, repeats: int
+                      ) -> float:
+    """Median seconds of the CUDA encoding path's host work: `_encode_cuda` run on the CPU with
+    the model stubbed (a zero vector per row, at once) and pinning a no-op. Tokenising, sorting,
+    padding one batch ahead, tensors and the loop: the rate no GPU can raise."""
+    import torch
+
+    from tapt.indexer.encoder import SentenceTransformerEncoder
+
+    encoder = SentenceTransformerEncoder(model, device="cpu")
+    real = encoder.model
+
+    class Stub:
+        tokenizer = real.tokenizer
+
+        def __call__(self, features):
+            return {"sentence_embedding": torch.zeros((features["input_ids"].shape[0],
+                                                       encoder.dim))}
+
+    pin = torch.Tensor.pin_memory
+    encoder.model, torch.Tensor.pin_memory = Stub(), (lambda self: self)
+    try:
+        seconds, out = timed(lambda: encoder._encode_cuda(texts, batch_size), repeats)
+    finally:
+        encoder.model, torch.Tensor.pin_memory = real, pin
+    if out.shape != (len(texts), encoder.dim):
+        raise RuntimeError(f"the stubbed CUDA path returned {out.shape}")
+    return seconds
+
+
 def thread_counts(cores: int) -> list[int]:
     counts = [1]
     while counts[-1] * 2 <= cores:
@@ -74,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=None, help="first N texts of the pool [all]")
     p.add_argument("--model", default=None, help="model directory or name [packaged default]")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=256,
+                   help="batch of the stubbed CUDA path [256, the GPU runs' best]")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/tokenize_speed"))
     args = p.parse_args(argv)
     from transformers import AutoTokenizer
@@ -113,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             rows.append({"path": "token counts", "parallelism": parallelism, "threads": cores,
                          "seconds": seconds})
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        rows.append({"path": f"CUDA path, model stubbed (batch {args.batch_size})",
+                     "parallelism": "false", "threads": cores,
+                     "seconds": stubbed_cuda_path(args.model, texts, args.batch_size,
+                                                  args.repeats)})
     finally:
         if before is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
@@ -141,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
              "tests set it false; the tokenizers library turns it off in a forked process "
              "that used it before); *threads*: tapt's own threads, each tokenising a chunk of "
              f"{CHUNK} texts (the GIL is released meanwhile). x call: against the tokenizer call "
-             "with parallelism false.", "",
+             "with parallelism false. *CUDA path, model stubbed*: the encoder's CUDA path "
+             "(`_encode_cuda`: tokenising, sorting, padding one batch ahead, tensors, the "
+             "loop) run on the CPU with a model that returns zeros and pinning a no-op: the "
+             "host's ceiling for that path, whatever the GPU.", "",
              "| path | parallelism | threads | µs/sentence | sentences/s | x call |",
              "|---|---|---:|---:|---:|---:|"]
     for row in rows:

@@ -22,10 +22,12 @@ def test_tokenize_speed_report(tmp_path):
     assert report["texts"] == 300 and report["max_length"] == 256
     cores = report["usable_cores"]
     for parallelism in ("false", "true"):
-        rows = [r for r in report["rows"] if r["parallelism"] == parallelism]
+        rows = [r for r in report["rows"] if r["parallelism"] == parallelism
+                and not r["path"].startswith("CUDA path")]
         assert [r["path"] for r in rows][0] == "tokenizer call"
         assert [r["threads"] for r in rows if r["path"] == "backend"][-1] == cores
         assert [r["path"] for r in rows][-1] == "token counts"
+    assert report["rows"][-1]["path"] == "CUDA path, model stubbed (batch 256)"
     assert all(r["sentences_per_s"] > 0 and r["us_per_sentence"] > 0 for r in report["rows"])
     assert report["rows"][0]["x_call"] == 1.0
     table = (tmp_path / "tokenize_speed.md").read_text()
