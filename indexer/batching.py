@@ -206,6 +206,24 @@ class SortedBatches:
         self.pad_id = int(tokenizer.pad_token_id or 0)
         self.left = getattr(tokenizer, "padding_side", "right") == "left"
 
+    def full_lengths(self, tokenizer: Any, texts: Sequence[str]) -> np.ndarray:
+        """Untruncated token counts of the texts (int32, `token_lengths`): their lengths here,
+        counted again only where a text reached `max_length` (below it nothing was cut).
+
+        Args:
+            tokenizer: the tokenizer these tokens came from.
+            texts: the same texts, in the same order.
+
+        Returns:
+            One count per text.
+        """
+        out = self.lengths.astype(np.int32)
+        if self.max_length:
+            at_limit = np.flatnonzero(self.lengths >= self.max_length)
+            if len(at_limit):
+                out[at_limit] = token_lengths(tokenizer, [texts[i] for i in at_limit])
+        return out
+
     def batches(self, batch_size: int, max_tokens: int | None = None) -> list[np.ndarray]:
         """Row indices of each batch, shortest texts first (see `plan_batches`)."""
         return plan_batches(self.lengths, batch_size, max_tokens)

@@ -38,6 +38,27 @@ class Encoder(Protocol):
         ...
 
 
+def encode_counted(encoder: Encoder, texts: Sequence[str], batch_size: int = 64
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """`encoder.encode(texts)` and `encoder.token_counts(texts)` together: tokenised once where
+    the encoder can (its `encode_counted`; tapt's encoders recount only texts cut at their
+    maximum length), else the two calls.
+
+    Args:
+        encoder: Any `Encoder`.
+        texts: The texts.
+        batch_size: Texts per batch.
+
+    Returns:
+        (embeddings, counts): as `encode` and `token_counts` return them.
+    """
+    both = getattr(encoder, "encode_counted", None)
+    if both is not None:
+        return both(texts, batch_size=batch_size)
+    counts = np.asarray(encoder.token_counts(texts), dtype=np.int32)
+    return encoder.encode(texts, batch_size=batch_size), counts
+
+
 # Model-config keys that change what a transformer computes; stable across library versions
 # (paths, versions and training-only settings are left out, so a moved or re-saved model matches).
 _ARCHITECTURE_KEYS = ("model_type", "hidden_act", "layer_norm_eps", "position_embedding_type",
@@ -243,6 +264,14 @@ class SentenceTransformerEncoder:
     def weights_sha256(self) -> str:
         return self._hash
 
+    def encode_counted(self, texts: Sequence[str], batch_size: int = 64
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """`encode` and `token_counts` (see `encode_counted`); on CUDA tokenised once."""
+        if self.device.startswith("cuda"):
+            return self._encode_cuda(list(texts), batch_size, counted=True)
+        counts = self.token_counts(texts)
+        return self.encode(texts, batch_size=batch_size), counts
+
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         if self.device.startswith("cuda"):
             return self._encode_cuda(list(texts), batch_size)
@@ -255,17 +284,20 @@ class SentenceTransformerEncoder:
         )
         return np.ascontiguousarray(emb, dtype=np.float32)
 
-    def _encode_cuda(self, texts: list[str], batch_size: int) -> np.ndarray:
+    def _encode_cuda(self, texts: list[str], batch_size: int, counted: bool = False
+                     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Tokenised once on every core, length-sorted batches padded (to a multiple of
         CUDA_PAD_TO) one ahead on a thread into pinned memory, results kept on the GPU and copied
-        back once: the GPU never waits on the host."""
+        back once: the GPU never waits on the host. `counted`: also the untruncated token
+        counts, from the same tokenisation (`SortedBatches.full_lengths`)."""
         import torch
         from concurrent.futures import ThreadPoolExecutor
 
         from .batching import SortedBatches
 
         if not texts:
-            return np.empty((0, self.dim), dtype=np.float32)
+            empty = np.empty((0, self.dim), dtype=np.float32)
+            return (empty, np.empty(0, dtype=np.int32)) if counted else empty
         tokens = SortedBatches(self.model.tokenizer, texts, self.max_length,
                                ("input_ids", "attention_mask", "token_type_ids"))
         batches = tokens.batches(batch_size)
@@ -285,7 +317,7 @@ class SentenceTransformerEncoder:
             emb = torch.nn.functional.normalize(torch.cat(parts), dim=1)  # in fp32, not half
             out = np.empty((len(texts), self.dim), dtype=np.float32)
             out[np.concatenate(batches)] = emb.cpu().numpy()
-        return out
+        return (out, tokens.full_lengths(self.model.tokenizer, texts)) if counted else out
 
     def token_counts(self, texts: Sequence[str]) -> np.ndarray:
         from .batching import token_lengths

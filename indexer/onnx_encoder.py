@@ -85,11 +85,23 @@ class OnnxEncoder:
         return self._hash
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        return self._encode(texts, batch_size)[0]
+
+    def encode_counted(self, texts: Sequence[str], batch_size: int = 64
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """`encode` and `token_counts` from one tokenisation (see `encoder.encode_counted`)."""
+        out, tokens = self._encode(texts, batch_size)
+        if tokens is None:
+            return out, np.empty(0, dtype=np.int32)
+        return out, tokens.full_lengths(self.tokenizer, texts)
+
+    def _encode(self, texts: Sequence[str], batch_size: int):
+        """The embeddings and the `SortedBatches` they came from (None without texts)."""
         from .batching import SortedBatches
 
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not len(texts):
-            return out
+            return out, None
         tokens = SortedBatches(self.tokenizer, texts, self.max_length, self.inputs)
         batches = tokens.batches(batch_size, self.max_tokens)
         with ThreadPoolExecutor(max_workers=1) as pool:  # pads the next batch while ORT runs
@@ -100,7 +112,7 @@ class OnnxEncoder:
                     ahead = pool.submit(tokens.features, batches[b + 1])
                 out[rows] = self.session.run(None, features)[0]
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
+        return out, tokens
 
     def token_counts(self, texts: Sequence[str]) -> np.ndarray:
         from .batching import token_lengths

@@ -35,6 +35,7 @@ from tapt.util.files import atomic_write, fsync_path, sha256_file, write_json_at
 from . import checkpoint
 from .faiss_index import build_part, ids_are_global, read_faiss_index, train_template, write_faiss
 from .formats import InputFile, ReadOptions
+from .encoder import encode_counted
 from .index_choice import IndexChoice
 from .lexical import LexicalWriter, doc_hash
 from .manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, LEXICAL,
@@ -252,12 +253,13 @@ def embed_part(task: EmbedTask, encoder) -> dict[str, Any]:
         texts = TextStore(store, label=directory).texts(range(task.start, task.stop))
     finally:
         close_reader(store)
-    counts = np.asarray(encoder.token_counts(texts), dtype=np.int32)
     t0 = time.perf_counter()
-    embeddings = np.asarray(encoder.encode(texts, batch_size=task.batch_size))
+    embeddings, counts = encode_counted(encoder, texts, batch_size=task.batch_size)
+    embeddings, counts = np.asarray(embeddings), np.asarray(counts, dtype=np.int32)
     seconds = time.perf_counter() - t0
-    if embeddings.shape != (len(texts), encoder.dim):
-        raise ValueError(f"the encoder returned {embeddings.shape} for {len(texts)} texts")
+    if embeddings.shape != (len(texts), encoder.dim) or counts.shape != (len(texts),):
+        raise ValueError(f"the encoder returned {embeddings.shape} embeddings and "
+                         f"{counts.shape} token counts for {len(texts)} texts")
     _save(parts / f"emb-{task.part:06d}.npy", embeddings.astype(task.dtype))
     _save(parts / f"tok-{task.part:06d}.npy", counts)
     record = {"part": task.part, "start": task.start, "stop": task.stop, "rows": task.rows,

@@ -56,6 +56,47 @@ def test_the_cuda_batching_path_embeds_like_sentence_transformers(minilm, monkey
     assert minilm._encode_cuda([], batch_size=3).shape == (0, 384)
 
 
+@pytest.mark.parametrize("path", ["cuda-batching", "onnx", "torch", "protocol"])
+def test_encode_counted_equals_encode_and_token_counts(minilm, monkeypatch, path):
+    """One tokenisation gives both: the embeddings of `encode` and the untruncated counts of
+    `token_counts`, texts longer than the model's maximum recounted."""
+    import torch
+
+    from tapt.indexer.encoder import encode_counted
+    from tapt.indexer.onnx_encoder import OnnxEncoder
+
+    texts = ["A short sentence.", "", "word " * 300, "x " * 254, "x " * 255, "Ünïcödé 中文",
+             "ten words in this sentence are enough to be longer"]
+    counts = minilm.token_counts(texts)
+    assert counts[2] > 256 and counts[3] == 256 and counts[4] == 257   # at and past the limit
+    if path == "cuda-batching":
+        monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+        emb, got = minilm._encode_cuda(texts, batch_size=3, counted=True)
+        want = minilm.encode(texts, batch_size=3)
+    elif path == "onnx":
+        encoder = OnnxEncoder(minilm, "onnx")
+        emb, got = encode_counted(encoder, texts, batch_size=3)
+        want = encoder.encode(texts, batch_size=3)
+        assert encoder.encode_counted([], 3)[1].shape == (0,)
+    elif path == "torch":
+        emb, got = encode_counted(minilm, texts, batch_size=3)
+        want = minilm.encode(texts, batch_size=3)
+    else:                                   # an encoder without encode_counted: both calls
+        class Plain:
+            dim = 384
+
+            def encode(self, texts, batch_size=64):
+                return minilm.encode(texts, batch_size)
+
+            def token_counts(self, texts):
+                return minilm.token_counts(texts)
+
+        emb, got = encode_counted(Plain(), texts, batch_size=3)
+        want = minilm.encode(texts, batch_size=3)
+    assert got.dtype == np.int32 and got.tolist() == counts.tolist()
+    np.testing.assert_allclose(emb, want, atol=2e-5)
+
+
 def test_missing_model_directory_is_an_input_error(tmp_path):
     from tapt.indexer.encoder import SentenceTransformerEncoder
     from tapt.errors import InputError
