@@ -195,3 +195,51 @@ def test_a_tokenizer_whose_call_differs_from_its_backend_takes_its_own_path():
     ref = tok(texts, truncation=True, max_length=16)["input_ids"]
     assert columns["input_ids"].tolist() == list(itertools.chain.from_iterable(ref))
     assert lengths.tolist() == [len(x) for x in ref]
+
+
+def _trained_tokenizer(kind: str):
+    """A small byte-level BPE (RoBERTa-like) or unigram (SentencePiece-like) tokenizer, trained
+    here on a few sentences (deterministic), as a Hugging Face fast tokenizer."""
+    from tokenizers import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer
+    from tokenizers.processors import RobertaProcessing, TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = ["the quick brown fox jumps over the lazy dog", "Ünïcödé àccents and 中文",
+              "emoji 🤖 ok", "don't stop pre-training"] * 20
+    if kind == "bpe":
+        trained = ByteLevelBPETokenizer(add_prefix_space=True)
+        trained.train_from_iterator(corpus, vocab_size=300,
+                                    special_tokens=["<s>", "<pad>", "</s>", "<unk>"])
+        trained.post_processor = RobertaProcessing(("</s>", 2), ("<s>", 0))
+        specials = {"bos_token": "<s>"}
+    else:
+        trained = SentencePieceUnigramTokenizer()
+        trained.train_from_iterator(corpus, vocab_size=120, unk_token="<unk>",
+                                    special_tokens=["<pad>", "</s>", "<unk>"])
+        trained.post_processor = TemplateProcessing(single="$A </s>",
+                                                    special_tokens=[("</s>", 1)])
+        specials = {}
+    return PreTrainedTokenizerFast(tokenizer_object=trained._tokenizer, eos_token="</s>",
+                                   pad_token="<pad>", unk_token="<unk>",
+                                   model_input_names=["input_ids", "attention_mask"], **specials)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+@pytest.mark.parametrize("max_length", [8, None])
+def test_other_tokenizer_families_take_the_fast_path_with_equal_ids(kind, max_length):
+    import itertools
+
+    from tapt.indexer.batching import _backend, token_lengths, tokenize
+
+    tok = _trained_tokenizer(kind)
+    assert _backend(tok, max_length) is not None
+    lengths, columns = tokenize(tok, HOSTILE, max_length,
+                                ("input_ids", "attention_mask", "token_type_ids"))
+    kwargs = {"truncation": True, "max_length": max_length} if max_length else {}
+    ref = tok(HOSTILE, **kwargs)
+    assert set(columns) == {"input_ids", "attention_mask"}      # no token_type_ids here
+    for name in columns:
+        assert columns[name].tolist() == list(itertools.chain.from_iterable(ref[name]))
+    assert lengths.tolist() == [len(x) for x in ref["input_ids"]]
+    full = tok(HOSTILE)["input_ids"]
+    assert token_lengths(tok, HOSTILE).tolist() == [len(x) for x in full]
