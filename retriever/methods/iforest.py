@@ -12,7 +12,8 @@ import numpy as np
 from tapt.errors import InputError
 from tapt.indexer.integrity import check_unit_rows
 
-from .. import scoring
+from .. import scoring, topcut
+from ..budget import budget_target
 from ..choose_detector import rank_detectors
 from ..detector_registry import DETECTORS, fit_detector
 from .base import Method, Params, param, take
@@ -112,9 +113,11 @@ class IForest(Method):
             pool = np.arange(len(view))
         else:
             pre_method = self._prerank(params)
-            if kind == "times":
-                wanted = len(take(view, np.arange(len(view)), np.zeros(len(view)), budget,
-                                  {}).segments)
+            if kind == "times":    # the segments the budget holds, counted in index order
+                where = topcut.Cut.of(budget, budget_target(budget, view.lengths, view.tokens))
+                measure = where.measure(view.lengths, view.tokens)
+                wanted = (min(int(where.target), len(view)) if measure is None
+                          else where.length(measure))
                 size = int(math.ceil(value * wanted))
             else:
                 size = int(value)
