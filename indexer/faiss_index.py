@@ -28,7 +28,7 @@ from tapt.util.ordering import descending_bits, descending_values
 
 from .index_choice import (RESCORE_FACTOR, RESCORE_MIN, IndexChoice, choice_from_manifest,
                            rescore_k)
-from .integrity import check_results, check_unit_rows
+from .integrity import check_results
 from .npy import as_float32
 from .rescore import exact_topk
 from .store import damaged
@@ -456,31 +456,16 @@ def knn_search(index, embeddings: np.ndarray, queries: np.ndarray, k: int,
         # the rows are sharded.
         sims, ids = index.search(queries, min(n, k + FLAT_MARGIN))
         check_results(sims, ids, n, label)
-        exact = _row_sims(embeddings, queries, ids, label)
-        valid = ids >= 0
-        if (np.abs(np.where(valid, exact - sims, 0)) > AGREEMENT).any():
-            q, j = np.argwhere(np.abs(np.where(valid, exact - sims, 0)) > AGREEMENT)[0]
+        stored = np.empty(ids.shape, dtype=np.float32)
+        top = exact_topk(embeddings, queries, ids, k, label=label, candidate_sims=stored)
+        off = (ids >= 0) & ~(np.abs(stored - sims) <= AGREEMENT)     # NaN disagrees too
+        if off.any():
+            q, j = np.argwhere(off)[0]
             raise damaged(label, f"index.faiss and embeddings.npy disagree (query {int(q)}, "
-                                 f"similarity {float(sims[q, j]):.4f} vs {float(exact[q, j]):.4f})")
-        return exact_topk(embeddings, queries, ids, k, label=label)
+                                 f"similarity {float(sims[q, j]):.4f} vs {float(stored[q, j]):.4f})")
+        return top
     set_search_param(index, name, value)
     factor = (faiss_info.get("rescore") or {}).get("factor")
     sims, candidates = index.search(queries, rescore_k(k, kind, n, factor))
     check_results(sims, candidates, n, label)
     return exact_topk(embeddings, queries, candidates, k, label=label)
-
-
-def _row_sims(embeddings: np.ndarray, queries: np.ndarray, ids: np.ndarray,
-              label: str | Path | None) -> np.ndarray:
-    """Exact inner products of each query with its candidate rows (-inf for none), in the
-    candidates' order."""
-    out = np.full(ids.shape, -np.inf, dtype=np.float32)
-    valid = ids >= 0
-    if not valid.any():
-        return out
-    unique, inverse = np.unique(ids[valid], return_inverse=True)
-    rows = as_float32(embeddings[unique])
-    check_unit_rows(rows, unique, label, dtype=embeddings.dtype)
-    q_of = np.broadcast_to(np.arange(len(ids))[:, None], ids.shape)[valid]
-    out[valid] = np.einsum("ij,ij->i", rows[inverse], np.asarray(queries, np.float32)[q_of])
-    return out

@@ -18,7 +18,8 @@ _BLOCK_QUERIES = 64  # at most: a block's matrix product grows with queries x di
 
 
 def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int,
-               label: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+               label: str | Path | None = None, candidate_sims: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Per query, the `k` candidates with the highest exact inner product, best first.
 
     `candidates` is (queries, k') of row ids, -1 for none. Ties break by ascending id. Returns
@@ -30,6 +31,10 @@ def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarr
     the candidates that can reach a query's top `k` are computed that way: a matrix product of
     the block's distinct rows and queries (whose rounding depends on the block) finds them,
     within a bound on the two roundings' difference.
+
+    `candidate_sims`, a (queries, k') float32 array when given, is filled with every
+    candidate's similarity from that matrix product (-inf for none): within ~1e-6 of the exact
+    value, what a caller needs to check a search's own similarities against the stored rows.
     """
     queries = np.asarray(queries, dtype=np.float32)
     nq, width = candidates.shape
@@ -37,6 +42,8 @@ def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarr
     dim = queries.shape[1]
     sims_out = np.full((nq, k), -np.inf, dtype=np.float32)
     ids_out = np.full((nq, k), -1, dtype=np.int64)
+    if candidate_sims is not None:
+        candidate_sims[...] = -np.inf
     if nq == 0 or k == 0:
         return sims_out, ids_out
     step = max(1, min(_BLOCK_QUERIES, _GATHER_BYTES // max(1, width * dim * 4)))
@@ -58,7 +65,10 @@ def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarr
         rows = as_float32(embeddings[unique], out=rows_buf[:len(unique)])
         squared = np.einsum("ij,ij->i", rows, rows)
         check_unit_rows(rows, unique, label, squared=squared, dtype=embeddings.dtype)
-        sims = _exact_sims(rows, block_q, inverse, valid, k, float(np.sqrt(squared.max())))
+        sims, approx = _exact_sims(rows, block_q, inverse, valid, k,
+                                   float(np.sqrt(squared.max())))
+        if candidate_sims is not None:
+            candidate_sims[block] = approx
         order = np.lexsort((np.where(valid, cand, np.iinfo(np.int64).max), -sims), axis=-1)[:, :k]
         top_sims = np.take_along_axis(sims, order, axis=1)
         top_ids = np.take_along_axis(cand, order, axis=1)
@@ -81,10 +91,10 @@ def _by_shared_candidates(candidates: np.ndarray) -> np.ndarray:
 
 
 def _exact_sims(rows: np.ndarray, queries: np.ndarray, inverse: np.ndarray, valid: np.ndarray,
-                k: int, row_norm: float) -> np.ndarray:
+                k: int, row_norm: float) -> tuple[np.ndarray, np.ndarray]:
     """(queries, candidates) exact similarities of the candidates that can be among a query's
-    `k` best, -inf for the rest and for invalid ones; candidate j of query i is row
-    `inverse[i, j]`."""
+    `k` best, -inf for the rest and for invalid ones, and the block product's similarities of
+    every candidate (-inf for invalid ones); candidate j of query i is row `inverse[i, j]`."""
     approx = rows @ queries.T                     # (distinct rows, queries)
     approx = np.take_along_axis(approx.T, inverse, axis=1)  # (queries, candidates)
     approx[~valid] = -np.inf
@@ -104,4 +114,4 @@ def _exact_sims(rows: np.ndarray, queries: np.ndarray, inverse: np.ndarray, vali
     q_of, j_of = np.nonzero(near)
     sims = np.full(approx.shape, -np.inf, dtype=np.float32)
     sims[q_of, j_of] = np.einsum("ij,ij->i", rows[inverse[q_of, j_of]], queries[q_of])
-    return sims
+    return sims, approx

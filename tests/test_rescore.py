@@ -91,3 +91,23 @@ def test_the_cut_through_exactly_tied_rows_takes_the_lowest_ids():
         got = exact_topk(embeddings, queries, candidates, k)
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_candidate_sims_are_every_candidates_similarity(monkeypatch):
+    """`candidate_sims`: each valid candidate's similarity (within float32 rounding of its own
+    dot product), -inf where there is none, in the caller's query order whatever the blocks."""
+    rng = np.random.default_rng(5)
+    embeddings = unit(rng, 90, 32)
+    queries = unit(rng, 21, 32)
+    candidates = rng.integers(0, 90, (21, 12))
+    candidates[rng.random(candidates.shape) < 0.2] = -1
+    candidates[4] = -1
+    valid = candidates >= 0
+    want = np.einsum("ckd,cd->ck", embeddings[np.where(valid, candidates, 0)], queries)
+    for budget in (1, 1 << 30):                       # blocks of one query, or all of them
+        monkeypatch.setattr(rescore, "_GATHER_BYTES", budget)
+        got = np.full(candidates.shape, 7.0, dtype=np.float32)
+        sims, ids = exact_topk(embeddings, queries, candidates, 5, candidate_sims=got)
+        np.testing.assert_allclose(got[valid], want[valid], atol=1e-5)
+        assert np.all(got[~valid] == -np.inf)
+        np.testing.assert_array_equal(ids, reference(embeddings, queries, candidates, 5)[1])
