@@ -44,7 +44,8 @@ def _backend(tokenizer: Any, max_length: int | None) -> Any | None:
     does something the backend does not (checked once per tokenizer and length on `PROBES`).
     A copy, so the caller's tokenizer is not changed and threads share a tokenizer that
     nothing mutates."""
-    if not getattr(tokenizer, "is_fast", False) or getattr(tokenizer, "split_special_tokens", False):
+    if (not getattr(tokenizer, "is_fast", False)
+            or getattr(tokenizer, "split_special_tokens", False)):
         return None
     source = getattr(tokenizer, "backend_tokenizer", None)
     if source is None or not hasattr(source, "to_str"):
@@ -73,14 +74,19 @@ def _same_as_call(tokenizer: Any, backend: Any, max_length: int | None) -> bool:
     (made on a copy of the tokenizer, whose call reconfigures its own backend)."""
     import copy
 
-    kwargs = {"truncation": True, "max_length": max_length} if max_length else {}
     try:
-        want = copy.deepcopy(tokenizer)(list(PROBES), add_special_tokens=True, **kwargs)
+        want = _call(copy.deepcopy(tokenizer), list(PROBES), max_length)
     except Exception:  # noqa: BLE001 - a tokenizer that cannot copy or call keeps its own path
         return False
     got = backend.encode_batch(list(PROBES), add_special_tokens=True)
     return all(name not in want or [getattr(e, field) for e in got] == list(want[name])
                for name, field in _FIELDS.items())
+
+
+def _call(tokenizer: Any, texts: list[str], max_length: int | None) -> Any:
+    """The tokenizer's own call: special tokens added, truncated at `max_length` (None: not)."""
+    kwargs = {"truncation": True, "max_length": max_length} if max_length else {}
+    return tokenizer(texts, add_special_tokens=True, **kwargs)
 
 
 def _encode_chunks(backend: Any, texts: list[str], threads: int | None) -> list[list[Any]]:
@@ -118,8 +124,7 @@ def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int | None,
     texts = list(texts)
     backend = _backend(tokenizer, max_length)
     if backend is None:
-        kwargs = {"truncation": True, "max_length": max_length} if max_length else {}
-        encoded = tokenizer(texts, add_special_tokens=True, **kwargs)
+        encoded = _call(tokenizer, texts, max_length)
         present = [n for n in names if n in encoded]
         lengths = np.fromiter((len(x) for x in encoded["input_ids"]), dtype=np.int64,
                               count=len(texts))
@@ -151,12 +156,7 @@ def token_lengths(tokenizer: Any, texts: Sequence[str], threads: int | None = No
     Returns:
         One count per text.
     """
-    backend = _backend(tokenizer, None)
-    if backend is None:
-        ids = tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
-        return np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(texts))
-    return np.fromiter((len(e.ids) for chunk in _encode_chunks(backend, list(texts), threads)
-                        for e in chunk), dtype=np.int32, count=len(texts))
+    return tokenize(tokenizer, texts, None, (), threads)[0].astype(np.int32)
 
 
 def plan_batches(lengths: np.ndarray, batch_size: int, max_tokens: int | None = None

@@ -298,18 +298,21 @@ def rank(scores: np.ndarray) -> np.ndarray:
 
 def _packed_rank(scores: np.ndarray) -> np.ndarray | None:
     """`rank` through one integer sort, or None when the scores do not fit its key."""
-    keys = _packed_keys(scores)
+    keys = _ranked_keys(scores)
     if keys is None:
         return None
-    keys.sort()
-    keys &= np.uint64(0xFFFFFFFF)
+    keys &= _INDEX_BITS
     return keys.view(np.int64)          # indices < 2^32: the same values, no copy
 
 
-def _packed_keys(scores: np.ndarray) -> np.ndarray | None:
-    """One uint64 key per score, unique and in `rank`'s order (the score's descending bits
-    above the index; 8 bytes a row, built block by block), or None when the scores do not fit
-    it (NaN, float64 values a float32 cannot hold, 2^32 rows or more)."""
+_INDEX_BITS = np.uint64(0xFFFFFFFF)
+
+
+def _ranked_keys(scores: np.ndarray) -> np.ndarray | None:
+    """One uint64 key per score, unique, sorted in `rank`'s order (the score's descending bits
+    above the index, in `_INDEX_BITS`; 8 bytes a row, built block by block, sorted in place),
+    or None when the scores do not fit it (NaN, float64 values a float32 cannot hold, 2^32
+    rows or more)."""
     n = len(scores)
     if n >= 1 << 32 or scores.ndim != 1 or scores.dtype.kind not in "fiu":
         return None
@@ -325,6 +328,7 @@ def _packed_keys(scores: np.ndarray) -> np.ndarray | None:
         np.copyto(block, descending_bits(f[start:stop]))   # -0.0 and +0.0 one key, as lexsort
         block <<= np.uint64(32)
         block |= np.arange(start, stop, dtype=np.uint64)
+    keys.sort()
     return keys
 
 
@@ -341,11 +345,10 @@ def rows_at_ranks(scores: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         int64 indices, one per position.
     """
     ranks = np.asarray(ranks, dtype=np.int64)
-    keys = _packed_keys(np.asarray(scores))
+    keys = _ranked_keys(np.asarray(scores))
     if keys is None:
         return rank(scores)[ranks]
-    keys.sort()
-    return (keys[ranks] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    return (keys[ranks] & _INDEX_BITS).astype(np.int64)
 
 
 def rank_top(scores: np.ndarray, k: int) -> np.ndarray:

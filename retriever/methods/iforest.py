@@ -12,8 +12,8 @@ import numpy as np
 from tapt.errors import InputError
 from tapt.indexer.integrity import check_unit_rows
 
-from .. import scoring, topcut
-from ..budget import budget_target
+from .. import scoring
+from ..budget import budget_target, cut_length
 from ..choose_detector import rank_detectors
 from ..detector_registry import DETECTORS, fit_detector
 from .base import Method, Params, param, take
@@ -114,10 +114,8 @@ class IForest(Method):
         else:
             pre_method = self._prerank(params)
             if kind == "times":    # the segments the budget holds, counted in index order
-                where = topcut.Cut.of(budget, budget_target(budget, view.lengths, view.tokens))
-                measure = where.measure(view.lengths, view.tokens)
-                wanted = (min(int(where.target), len(view)) if measure is None
-                          else where.length(measure))
+                wanted = cut_length(budget.unit, budget_target(budget, view.lengths, view.tokens),
+                                    view.tokens if budget.unit == "tokens" else view.lengths)
                 size = int(math.ceil(value * wanted))
             else:
                 size = int(value)
