@@ -204,7 +204,7 @@ class Index(_IndexBase):
         """
         from tapt.indexer.add import add_to_index
 
-        encoder = self._checked_encoder(encoder, model, device, backend)
+        encoder = self._checked_encoder(encoder, model, device, backend).get()
         manifest = add_to_index(self.path, _inputs(inputs, hf_datasets, hf_split), encoder,
                                 batch_size=batch_size, restart=restart, progress=progress,
                                 text_field=text_field, doc_field=doc_field, text_docs=text_docs,
@@ -408,12 +408,13 @@ class Index(_IndexBase):
         return config
 
     def _checked_encoder(self, encoder: Any, model: str | None, device: str, backend: str):
+        """The encoder to use, checked, as a `LazyEncoder` (the index's own model loads on
+        first use and is kept for later calls)."""
         if encoder is not None:
-            self.check_encoder(encoder)
-            return encoder
+            return self.lazy_encoder(encoder=encoder)
         key = (model, device, backend)
         if key not in self._encoders:
-            self._encoders[key] = self.load_encoder(model, device, backend)
+            self._encoders[key] = self.lazy_encoder(model, device, backend)
         return self._encoders[key]
 
     def _reopen(self) -> None:

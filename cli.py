@@ -935,7 +935,10 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
     if task:
         task_input = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"],
                                      text_field)
-    encoder = ix.load_encoder(model, device, backend) if config.uses_embeddings else None
+    encoder = None
+    if config.uses_embeddings:  # the index's own model loads only if the task is not cached
+        encoder = (ix.lazy_encoder(device=device, backend=backend) if model is None
+                   else ix.load_encoder(model, device, backend))
     if executor == "ray":
         ix = ServedIndex(idx, address=address, actors=actors,
                          cpus_per_actor=1.0 if cpus_per_actor is None else cpus_per_actor)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -114,9 +114,61 @@ def model_fingerprint(encoder: Encoder) -> str:
 
 def embedding_key(encoder: Encoder) -> str:
     """Key of a cached embedding: the model's fingerprint, the backend and the compute dtype."""
-    return _digest({"model": model_fingerprint(encoder),
-                    "backend": getattr(encoder, "backend", "torch"),
-                    "dtype": getattr(encoder, "dtype", "float32")})
+    return embedding_key_of(model_fingerprint(encoder), getattr(encoder, "backend", "torch"),
+                            getattr(encoder, "dtype", "float32"))
+
+
+def embedding_key_of(fingerprint: str, backend: str, dtype: str = "float32") -> str:
+    """`embedding_key` of an encoder with this fingerprint, backend and dtype, without one."""
+    return _digest({"model": fingerprint, "backend": backend, "dtype": dtype})
+
+
+class LazyEncoder:
+    """An encoder loaded on first use, whose cache keys are known before it is loaded.
+
+    A task whose screening and embeddings are cached is served without loading the model at
+    all (importing sentence-transformers and reading the weights takes seconds).
+
+    Args:
+        key: `embedding_key` of the encoder `load` returns (None: unknown until loaded).
+        dim: Its embedding dimension.
+        load: Loads (and checks) the encoder; called at most once.
+        stamp: `models.model_files_stamp` of its directory: cached results are reused
+            without loading only while the model's files are unchanged (None: never).
+    """
+
+    def __init__(self, key: str | None, dim: int, load: Callable[[], Encoder],
+                 stamp: str | None = None) -> None:
+        self.key, self.dim, self._load, self._stamp = key, dim, load, stamp
+        self._encoder: Encoder | None = None
+
+    @classmethod
+    def of(cls, encoder: Encoder) -> "LazyEncoder":
+        """An already loaded encoder."""
+        lazy = cls(embedding_key(encoder), encoder.dim, lambda: encoder)
+        lazy._encoder = encoder
+        return lazy
+
+    @property
+    def reuse_key(self) -> str | None:
+        """The key of results (such as a task's screening) made with this very encoder: its
+        embedding key, and for one not yet loaded the stamp of its files; None if unknown."""
+        if self.key is None:
+            return None
+        if self._stamp is not None:
+            return _digest({"key": self.key, "files": self._stamp})
+        return self.key if self._encoder is not None else None
+
+    @property
+    def loaded(self) -> Encoder | None:
+        """The encoder if it has been loaded, else None."""
+        return self._encoder
+
+    def get(self) -> Encoder:
+        """The encoder, loaded now if it was not yet."""
+        if self._encoder is None:
+            self._encoder = self._load()
+        return self._encoder
 
 
 def model_record(encoder: Encoder) -> dict[str, Any]:
@@ -171,8 +223,22 @@ def model_differences(recorded: dict[str, Any], encoder: Encoder) -> list[str]:
     return diffs
 
 
+def _no_gpu_driver() -> bool:
+    """True when this is a Linux machine without an NVIDIA, ROCm or WSL GPU device: torch could
+    not see a GPU, so `auto` is the CPU without importing torch (about a second)."""
+    import sys
+    from pathlib import Path
+
+    if not sys.platform.startswith("linux"):
+        return False
+    return not any(Path(p).exists() for p in ("/proc/driver/nvidia", "/dev/nvidiactl",
+                                              "/dev/nvidia0", "/dev/kfd", "/dev/dxg"))
+
+
 def pick_device(device: str) -> str:
     """`auto` -> cuda when torch sees a GPU, else cpu; `cuda` without a GPU is an error."""
+    if device == "auto" and _no_gpu_driver():
+        return "cpu"
     import torch
 
     if device == "auto":

@@ -23,7 +23,7 @@ import numpy as np
 from tapt.errors import IndexFormatError, InputError, ModelMismatchError
 
 from . import integrity
-from .encoder import Encoder, model_differences
+from .encoder import Encoder, LazyEncoder, model_differences
 from .identity import generation_mismatch
 from .manifest import (BIGRAMS, CODES, DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LEXICAL,
                        LEXICAL_OFFSETS, LMDB_DATA, MANIFEST_NAME, SHARDS, STORE, TOKENS, VOCAB,
@@ -354,14 +354,11 @@ class Index:
         `backend="auto"` embeds with the backend the index was built with (the same embedding
         function for corpus and task) where the device allows it, else the device's default.
         """
-        from .encoder import load_encoder, pick_device
+        from .encoder import load_encoder
 
         recorded = self.manifest["model"]
         spec = model if model is not None else (recorded.get("source") or recorded["name"])
-        if backend == "auto":
-            built = self.manifest.get("build", {}).get("backend", "torch")
-            on_cuda = pick_device(device).startswith("cuda")
-            backend = "auto" if on_cuda and built.startswith("onnx") else built
+        backend = self._task_backend(device, backend)
         try:
             encoder = load_encoder(spec, device=device, backend=backend)
         except InputError as exc:
@@ -371,6 +368,49 @@ class Index:
             ) from exc
         self.check_encoder(encoder)
         return encoder
+
+    def _task_backend(self, device: str, backend: str) -> str:
+        """`load_encoder`'s backend before `resolve_backend`: `auto` is the index's own."""
+        from .encoder import pick_device
+
+        if backend != "auto":
+            return backend
+        built = self.manifest.get("build", {}).get("backend", "torch")
+        on_cuda = pick_device(device).startswith("cuda")
+        return "auto" if on_cuda and built.startswith("onnx") else built
+
+    def lazy_encoder(self, model: str | None = None, device: str = "auto",
+                     backend: str = "auto", encoder: Encoder | None = None) -> LazyEncoder:
+        """The encoder `load_encoder` would return, loaded only when it is first used.
+
+        With the index's own model (`model` None) in a local directory, its cache key comes
+        from the manifest's fingerprint, so a task embedded before is served without loading
+        the model (those embeddings were made by a model with this index's fingerprint) while
+        the model directory's files are unchanged; any change loads and checks it again.
+
+        Args:
+            model: As for `load_encoder`.
+            device: As for `load_encoder`.
+            backend: As for `load_encoder`.
+            encoder: An encoder object to use instead (checked now).
+
+        Returns:
+            The lazy encoder.
+        """
+        from .encoder import embedding_key_of, pick_device, resolve_backend
+        from .models import model_files_stamp
+
+        if encoder is not None:
+            self.check_encoder(encoder)
+            return LazyEncoder.of(encoder)
+        recorded = self.manifest["model"]
+        key = stamp = None
+        if model is None and recorded.get("fingerprint"):
+            resolved = resolve_backend(self._task_backend(device, backend), pick_device(device))
+            key = embedding_key_of(recorded["fingerprint"], resolved)
+            stamp = model_files_stamp(recorded.get("source") or recorded["name"])
+        return LazyEncoder(key, self.dim, lambda: self.load_encoder(model, device, backend),
+                           stamp)
 
     def disk_bytes(self) -> dict[str, int]:
         """Bytes per file name, summed over the shards (`text.lmdb` counts its directory)."""

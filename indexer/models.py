@@ -40,6 +40,40 @@ def resolve_model(spec: str | None) -> str:
     return spec
 
 
+STAMP_MAX_FILES = 10_000
+
+
+def model_files_stamp(spec: str | None) -> str | None:
+    """A digest of the model directory's file names, sizes and modification times; None when
+    the model is not a local directory (a hub name) or cannot be listed.
+
+    Cheap (a few `stat` calls), so a cached result made with this model can be reused
+    without loading it while nothing in its directory has changed.
+    """
+    import hashlib
+
+    from tapt.errors import TaptError
+
+    try:
+        root = Path(resolve_model(spec))
+        if not root.is_dir():
+            return None
+        entries = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                st = path.stat()
+                entries.append(f"{path.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}")
+                if len(entries) > STAMP_MAX_FILES:
+                    return None
+    except (OSError, ValueError, TaptError):
+        return None
+    digest = hashlib.sha256(str(root.resolve()).encode())
+    digest.update("\n".join(entries).encode())
+    return digest.hexdigest()
+
+
 def display_name(spec: str | None) -> str:
     """The name recorded in manifests: the default's package name, a hub name or a directory name."""
     if spec is None or spec == DEFAULT_MODEL:

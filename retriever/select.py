@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from tapt.errors import InputError
-from tapt.indexer.encoder import Encoder
+from tapt.indexer.encoder import Encoder, LazyEncoder
 from tapt.indexer.index import Index
 from tapt.indexer.splitter import docs_of_rows
 from tapt.util.versions import library_versions, utc_now
@@ -28,8 +28,8 @@ from .context import CONTEXTS
 from .methods import Context, CorpusCache, Memo, Method, Params, Ranking, SegmentView, get_method
 from .selection import Selection
 from .selection_file import SelectedSegment
-from .task_cache import encode_cached
-from .task_input import TaskInput, screen_tokens, task_from_files
+from .task_cache import embed_task
+from .task_input import TaskInput, task_from_files
 
 log = logging.getLogger(__name__)
 
@@ -148,15 +148,16 @@ def _check_task_size(config: SelectConfig, n: int, warn: bool = True) -> list[st
 
 
 def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = None, *,
-                   encoder: Encoder | None = None, batch_size: int = 64, progress: bool = False,
-                   corpus: CorpusCache | None = None) -> Selection:
+                   encoder: Encoder | LazyEncoder | None = None, batch_size: int = 64,
+                   progress: bool = False, corpus: CorpusCache | None = None) -> Selection:
     """Embed the task (cached), rank segments, read their text and metadata.
 
     Args:
         index: The open index.
         config: What to select.
         task: The task (None for methods that need none, such as random).
-        encoder: The index's model (loaded from the index when needed and not given).
+        encoder: The index's model; or a `LazyEncoder` (`Index.lazy_encoder`), loaded only
+            when the task is not cached; None: the index's own model, loaded the same way.
         batch_size: Sentences per encoder batch.
         progress: Show a progress bar while the task is embedded.
         corpus: Per-index caches to reuse between selections.
@@ -179,19 +180,18 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
         if config.uses_embeddings and task.embeddings is not None:
             embeddings = task.embeddings
         elif config.uses_embeddings:
-            if encoder is None:
-                encoder = index.load_encoder()
-            else:
-                index.check_encoder(encoder)
-            texts, token_warnings = screen_tokens(encoder, list(texts))
-            warnings += token_warnings
+            if not isinstance(encoder, LazyEncoder):
+                encoder = index.lazy_encoder(encoder=encoder)
             t0 = time.perf_counter()
-            embeddings, cached = encode_cached(encoder, texts, batch_size=batch_size,
-                                               progress=progress)
+            embedded = embed_task(encoder, texts, batch_size=batch_size, progress=progress)
+            texts, embeddings = embedded.sentences, embedded.embeddings
+            warnings += embedded.warnings
             timings["embed_task_seconds"] = round(time.perf_counter() - t0, 3)
-            timings["task_embeddings_cached"] = cached
+            timings["task_embeddings_cached"] = embedded.cached
         warnings += _check_task_size(config, len(texts) if texts is not None else len(task))
     t0 = time.perf_counter()
+    if isinstance(encoder, LazyEncoder):
+        encoder = encoder.loaded
     ranking, view = rank(index, config, embeddings, texts, corpus=corpus, encoder=encoder,
                          progress=progress)
     timings["score_seconds"] = round(time.perf_counter() - t0, 3)

@@ -6,31 +6,39 @@ sentences; stored as checksummed `.npy` files under `$TAPT_CACHE_DIR` (default
 `$XDG_CACHE_HOME/tapt` or `~/.cache/tapt`), `TAPT_CACHE_DIR=off` turns it off. An entry is used
 only when its checksum, shape and unit-length rows hold; a damaged one is recomputed with a
 warning, and a cache that cannot be written is skipped with one warning.
+
+`embed_task` also caches the outcome of screening the task with the model's tokenizer (which
+sentences were left out, and the warnings), keyed the same way by the unscreened sentences: a
+task seen before is then served without loading the model at all (`LazyEncoder`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from tapt.indexer.encoder import Encoder, embedding_key
+from tapt.indexer.encoder import Encoder, LazyEncoder, embedding_key
 from tapt.util.cache import read_checked, readable_cache, writable_cache, write_checked
+from .task_input import screen_left_out
 
 log = logging.getLogger(__name__)
 
 SUBDIR = "task-embeddings-v2"
+SCREEN_SUBDIR = "task-screens-v1"
 # Batches per encoder call when a task is embedded: the progress bar moves every ~10 s on a CPU,
 # a task of up to 8 batches is one call as before, and longer ones are as fast as in one call
 # (2,000 seeds, ONNX, 2 cores: 34.2 s chunked vs 34.0 s; embeddings within 3e-8).
 CHUNK_BATCHES = 8
 
 
-def _key(encoder: Encoder, sentences: Sequence[str]) -> str:
-    h = hashlib.sha256(embedding_key(encoder).encode())
+def _key(key: str, sentences: Sequence[str]) -> str:
+    h = hashlib.sha256(key.encode())
     for s in sentences:
         h.update(b"\x00")
         h.update(s.encode("utf-8"))
@@ -75,23 +83,124 @@ def encode_in_chunks(encoder: Encoder, sentences: Sequence[str], batch_size: int
     return out
 
 
+def _cached_embeddings(key: str, sentences: Sequence[str], dim: int) -> np.ndarray | None:
+    name = f"{_key(key, sentences)}.npy"
+    found = readable_cache(SUBDIR)
+    if found is None:
+        return None
+    payload = read_checked(found / name)
+    if payload is None:
+        return None
+    emb = _load(payload, len(sentences), dim)
+    if emb is None:
+        log.warning("cache entry %s holds no valid embeddings; recomputing it", found / name)
+    return emb
+
+
+def _store(sub: str, name: str, payload: bytes) -> None:
+    target = writable_cache(sub)
+    if target is not None:
+        write_checked(target / name, payload)
+
+
 def encode_cached(encoder: Encoder, sentences: Sequence[str], batch_size: int = 64,
                   progress: bool = False) -> tuple[np.ndarray, bool]:
     """Embeddings of `sentences` and whether they came from the cache (a progress bar while
     they are embedded when `progress`)."""
-    name = f"{_key(encoder, sentences)}.npy"
-    found = readable_cache(SUBDIR)
-    if found is not None:
-        payload = read_checked(found / name)
-        if payload is not None:
-            emb = _load(payload, len(sentences), encoder.dim)
-            if emb is not None:
-                return emb, True
-            log.warning("cache entry %s holds no valid embeddings; recomputing it", found / name)
+    key = embedding_key(encoder)
+    emb = _cached_embeddings(key, sentences, encoder.dim)
+    if emb is not None:
+        return emb, True
     emb = encode_in_chunks(encoder, sentences, batch_size, progress)
-    target = writable_cache(SUBDIR)
-    if target is not None:
-        buf = io.BytesIO()
-        np.save(buf, emb)
-        write_checked(target / name, buf.getvalue())
+    buf = io.BytesIO()
+    np.save(buf, emb)
+    _store(SUBDIR, f"{_key(key, sentences)}.npy", buf.getvalue())
     return emb, False
+
+
+@dataclass
+class TaskEmbedding:
+    """A task as the model reads it.
+
+    Attributes:
+        sentences: The sentences kept (those the model cannot read at all are left out).
+        embeddings: One row per kept sentence.
+        warnings: What screening the task found (also logged).
+        cached: Whether the embeddings came from the cache.
+    """
+
+    sentences: list[str]
+    embeddings: np.ndarray
+    warnings: list[str]
+    cached: bool
+
+
+def _screen_name(key: str, sentences: Sequence[str]) -> str:
+    return f"{_key('screen' + chr(0) + key, sentences)}.json"
+
+
+def _cached_screen(key: str, sentences: Sequence[str]) -> tuple[list[int], list[str]] | None:
+    found = readable_cache(SCREEN_SUBDIR)
+    if found is None:
+        return None
+    path = found / _screen_name(key, sentences)
+    payload = read_checked(path)
+    if payload is None:
+        return None
+    try:
+        record = json.loads(payload)
+        left_out, warnings = record["left_out"], record["warnings"]
+        valid = (record["sentences"] == len(sentences)
+                 and all(isinstance(i, int) and 0 <= i < len(sentences) for i in left_out)
+                 and left_out == sorted(set(left_out)) and len(left_out) < len(sentences)
+                 and all(isinstance(w, str) for w in warnings))
+    except (ValueError, KeyError, TypeError):
+        valid = False
+    if not valid:
+        log.warning("cache entry %s holds no valid screening; recomputing it", path)
+        return None
+    return left_out, warnings
+
+
+def embed_task(encoder: LazyEncoder, sentences: Sequence[str], batch_size: int = 64,
+               progress: bool = False) -> TaskEmbedding:
+    """Screen the task with the model's tokenizer (`screen_tokens`) and embed what is kept,
+    both through the cache: a task screened and embedded before loads no model.
+
+    Args:
+        encoder: The model, loaded only on a cache miss.
+        sentences: The task's sentences.
+        batch_size: Sentences per encoder batch.
+        progress: Show a progress bar while the task is embedded.
+
+    Returns:
+        The kept sentences, their embeddings, the screening's warnings and whether the
+        embeddings came from the cache.
+
+    Raises:
+        InputError: no sentence holds a token the model knows.
+    """
+    sentences = list(sentences)
+    reuse = encoder.reuse_key
+    if reuse is not None:
+        screen = _cached_screen(reuse, sentences)
+        if screen is not None:
+            left_out, warnings = screen
+            dropped = set(left_out)
+            kept = [s for i, s in enumerate(sentences) if i not in dropped]
+            emb = _cached_embeddings(encoder.key, kept, encoder.dim)
+            if emb is not None:
+                for warning in warnings:
+                    log.warning("%s", warning)
+                return TaskEmbedding(kept, emb, warnings, True)
+    model = encoder.get()
+    key = embedding_key(model)
+    left_out, warnings = screen_left_out(model, sentences)
+    dropped = set(left_out)
+    kept = [s for i, s in enumerate(sentences) if i not in dropped]
+    if reuse is not None and key == encoder.key:
+        record = {"sentences": len(sentences), "left_out": left_out, "warnings": warnings}
+        _store(SCREEN_SUBDIR, _screen_name(reuse, sentences), json.dumps(record).encode())
+    emb, cached = encode_cached(model, kept, batch_size=batch_size, progress=progress)
+    return TaskEmbedding(kept, emb, warnings, cached)
+

@@ -171,9 +171,16 @@ def screen_tokens(encoder: Any, sentences: list[str]) -> tuple[list[str], list[s
         InputError: no sentence holds a token the model knows (emoji only, zero-width
             characters, a script the tokenizer does not cover).
     """
+    left_out, warnings = screen_left_out(encoder, sentences)
+    dropped = set(left_out)
+    return [s for i, s in enumerate(sentences) if i not in dropped], warnings
+
+
+def screen_left_out(encoder: Any, sentences: list[str]) -> tuple[list[int], list[str]]:
+    """`screen_tokens` as the positions of the sentences left out (ascending) and warnings."""
     tok = tokenizer_of(encoder)
     if tok is None:
-        return sentences, []
+        return [], []
     hf_log = logging.getLogger("transformers")
     level = hf_log.level
     hf_log.setLevel(logging.ERROR)  # "sequence longer than the model's maximum": not used here
@@ -192,7 +199,6 @@ def screen_tokens(encoder: Any, sentences: list[str]) -> tuple[list[str], list[s
     if any(unreadable):
         warnings.append(f"{sum(unreadable)} of {len(sentences)} task sentences tokenise to "
                         f"nothing {name} knows and were left out")
-        sentences = [s for s, bad in zip(sentences, unreadable) if not bad]
         ids = [x for x, bad in zip(ids, unreadable) if not bad]
     total = sum(len(x) for x in ids)
     unknown = sum(1 for x in ids for t in x if t == unk) if unk is not None else 0
@@ -201,4 +207,4 @@ def screen_tokens(encoder: Any, sentences: list[str]) -> tuple[list[str], list[s
                         "was not trained on most of this text, so the selection will be poor")
     for warning in warnings:
         log.warning("%s", warning)
-    return sentences, warnings
+    return [i for i, bad in enumerate(unreadable) if bad], warnings

@@ -94,3 +94,41 @@ def test_bad_input_gives_one_line_and_writes_nothing(real_index, real_sample, tm
     assert message in result.output
     assert not (tmp_path / "sel.jsonl").exists()
     assert not (tmp_path / "i3").exists() and not any(tmp_path.glob(".i3*"))
+
+
+def test_a_task_selected_before_loads_no_model(real_index, real_sample, tmp_path, monkeypatch):
+    """The second selection for a task is served from the cache without loading the model, with
+    the same selection and the same screening warnings; a changed model directory loads it."""
+    from tapt.errors import TaptError
+    from tapt.indexer.encoder import embedding_key
+    from tapt.indexer.index import Index
+
+    monkeypatch.setenv("TAPT_CACHE_DIR", str(tmp_path / "cache"))
+    index = Index(real_index)
+    assert index.lazy_encoder().key == embedding_key(index.load_encoder())
+    task = tmp_path / "task.txt"
+    seeds = [json.loads(line)["text"] for line in real_sample[1].read_text().splitlines()]
+    task.write_text("\n".join(["\U0001F600\U0001F680", *seeds[:30]]) + "\n")
+
+    def select(name):
+        run("select", "centroid", real_index, "--task", task, "--budget", "20sent",
+            "--out", tmp_path / name)
+        return ((tmp_path / name).read_text(),
+                json.loads((tmp_path / f"{name}.manifest.json").read_text()))
+
+    first, first_manifest = select("a.jsonl")
+
+    def no_model(*args, **kwargs):
+        raise TaptError("the model was loaded")
+
+    monkeypatch.setattr(Index, "load_encoder", no_model)
+    second, second_manifest = select("b.jsonl")
+    assert second == first
+    assert second_manifest["timings"]["task_embeddings_cached"] is True
+    assert second_manifest["task"]["sentences"] == first_manifest["task"]["sentences"] == 30
+    assert second_manifest["warnings"] == first_manifest["warnings"]
+    assert any("tokenise to nothing" in w for w in second_manifest["warnings"])
+    monkeypatch.setattr("tapt.indexer.models.model_files_stamp", lambda spec: "changed")
+    result = run("select", "centroid", real_index, "--task", task, "--budget", "20sent",
+                 "--out", tmp_path / "c.jsonl", ok=False)
+    assert result.exit_code != 0 and "the model was loaded" in result.output

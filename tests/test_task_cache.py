@@ -59,3 +59,31 @@ def test_cache_off_and_unwritable_cache_are_not_errors(fake_index, tmp_path, mon
     manifest = _select(fake_index, medical_task, tmp_path / "c.jsonl", CountingEncoder())
     assert manifest["timings"]["task_embeddings_cached"] is False
     assert np.isfinite(manifest["timings"]["embed_task_seconds"])
+
+
+def test_screening_is_cached_per_model_files_and_a_damaged_entry_is_recomputed(
+        tmp_path, monkeypatch, caplog):
+    from tapt.indexer.encoder import LazyEncoder, embedding_key
+    from tapt.retriever.task_cache import SCREEN_SUBDIR, embed_task
+    from tapt.util.cache import write_checked
+
+    monkeypatch.setenv("TAPT_CACHE_DIR", str(tmp_path / "cache"))
+    enc, loads = CountingEncoder(), []
+
+    def lazy(stamp):
+        return LazyEncoder(embedding_key(enc), enc.dim, lambda: loads.append(1) or enc, stamp)
+
+    sentences = ["A fever.", "A cough and an ache.", "A rash."]
+    first = embed_task(lazy("files-1"), sentences)
+    again = embed_task(lazy("files-1"), sentences)
+    assert not first.cached and again.cached and len(loads) == 1
+    np.testing.assert_array_equal(first.embeddings, again.embeddings)
+    embed_task(lazy("files-2"), sentences)        # the model's files changed: loaded again
+    assert len(loads) == 2
+    assert embed_task(LazyEncoder(embedding_key(enc), enc.dim, lambda: enc), sentences).cached
+    for entry in (tmp_path / "cache" / SCREEN_SUBDIR).iterdir():
+        write_checked(entry, b'{"sentences": 3, "left_out": [7], "warnings": []}')
+    with caplog.at_level("WARNING"):
+        redone = embed_task(lazy("files-1"), sentences)
+    assert len(loads) == 3 and redone.sentences == sentences
+    assert "holds no valid screening" in caplog.text
