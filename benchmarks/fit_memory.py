@@ -60,18 +60,25 @@ def main(argv: list[str] | None = None) -> int:
     (scores, _, _), fit_peak, fit_s = traced(
         lambda: pu_classifier(corpus, task, prerank, args.positives, config))
     _, rank_peak, rank_s = traced(lambda: scoring.rank(prerank))
+    fused_top, fuse_peak, fuse_s = traced(lambda: scoring.rank_top(
+        scoring.fuse_zscores(scores, prerank), args.positives))
     n = args.rows
     report = {"date": utc_now(), "label": args.label, "rows": n, "dim": args.dim,
               "task": args.task, "n_positive": args.positives, "rounds": args.rounds,
               "fit_peak_bytes": fit_peak, "fit_bytes_per_row": round(fit_peak / n, 2),
               "fit_seconds": round(fit_s, 2), "rank_peak_bytes": rank_peak,
               "rank_bytes_per_row": round(rank_peak / n, 2), "rank_seconds": round(rank_s, 2),
+              "fuse_peak_bytes": fuse_peak, "fuse_bytes_per_row": round(fuse_peak / n, 2),
+              "fuse_seconds": round(fuse_s, 2),
+              "fused_top_sha256": hashlib.sha256(fused_top.tobytes()).hexdigest(),
               "scores_sha256": hashlib.sha256(np.ascontiguousarray(scores).tobytes()).hexdigest(),
               "command": "python -m benchmarks.fit_memory " + " ".join(argv or sys.argv[1:])}
     line = (f"{args.label or 'this revision'}: {n:,} rows, fit peak {fit_peak / 1e6:.0f} MB "
             f"({report['fit_bytes_per_row']} B/row, {report['fit_seconds']} s), rank peak "
-            f"{rank_peak / 1e6:.0f} MB ({report['rank_bytes_per_row']} B/row), scores sha256 "
-            f"{report['scores_sha256'][:16]}")
+            f"{rank_peak / 1e6:.0f} MB ({report['rank_bytes_per_row']} B/row), fuse + rank_top "
+            f"peak {fuse_peak / 1e6:.0f} MB ({report['fuse_bytes_per_row']} B/row, "
+            f"{report['fuse_seconds']} s), scores sha256 {report['scores_sha256'][:16]}, fused "
+            f"top sha256 {report['fused_top_sha256'][:16]}")
     print(line)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -20,5 +20,6 @@ def test_fit_memory_report(tmp_path):
     assert report["rows"] == 20000 and report["rounds"] == 2
     assert report["fit_peak_bytes"] >= 20000 * 4        # at least the scores of every row
     assert report["rank_peak_bytes"] >= 20000 * 8        # at least the ranking keys
-    assert len(report["scores_sha256"]) == 64
+    assert report["fuse_peak_bytes"] >= 20000 * 8        # at least the fused float64 scores
+    assert len(report["scores_sha256"]) == 64 == len(report["fused_top_sha256"])
     assert "fit peak" in (tmp_path / "fit_memory-t.md").read_text()

@@ -222,3 +222,56 @@ def test_sampling_below_a_rank_draws_what_choice_draws_from_the_ranking(n, start
     np.testing.assert_array_equal(new, old)
     assert rng_new.random() == rng_old.random()     # the generator moved on alike
     assert len(new) == size and len(np.unique(new)) == size
+
+
+def _reference_zscore(values):
+    values = np.asarray(values, dtype=np.float64)
+    std = values.std()
+    return np.zeros_like(values) if std == 0 else (values - values.mean()) / std
+
+
+def _reference_fuse(*scores):
+    total = np.zeros(len(scores[0]), dtype=np.float64)
+    for values in scores:
+        values = np.asarray(values, dtype=np.float64)
+        finite = np.isfinite(values)
+        if not finite.all():
+            values = np.where(finite, values, values[finite].min() if finite.any() else 0.0)
+        total += _reference_zscore(values)
+    return total
+
+
+@pytest.mark.parametrize("leaf", [64, 1000, 1 << 20])
+def test_blockwise_moments_and_zscores_equal_numpy_bit_for_bit(monkeypatch, leaf):
+    """numpy's pairwise summation is followed exactly across blocks: the same mean, spread,
+    z-scores and fused scores as one float64 copy of the whole array, at any block size."""
+    monkeypatch.setattr(scoring, "MOMENT_LEAF", leaf)
+    rng = np.random.default_rng(7)
+    for n in (1, 7, 129, 5003, 100_001):
+        for dtype in (np.float32, np.float64):
+            a = (rng.standard_normal(n) * 10 ** rng.uniform(-2, 2)).astype(dtype)
+            b = rng.standard_normal(n).astype(np.float32)
+            if n > 10:
+                b[::97], b[5] = -np.inf, np.nan
+            for x in (a, np.round(a, 1)):
+                as64 = x.astype(np.float64)
+                assert scoring.moments(x) == (float(as64.mean()), float(as64.std()))
+                np.testing.assert_array_equal(scoring.zscore(x), _reference_zscore(x))
+                np.testing.assert_array_equal(scoring.fuse_zscores(x, b), _reference_fuse(x, b))
+    flat = np.full(50, 2.5, dtype=np.float32)
+    np.testing.assert_array_equal(scoring.zscore(flat), np.zeros(50))
+    np.testing.assert_array_equal(scoring.fuse_zscores(np.full(9, np.inf)), np.zeros(9))
+
+
+def test_rank_top_is_a_prefix_of_rank_with_ties_and_nans():
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64, np.int64):
+        x = np.round(rng.standard_normal(4001) * 3).astype(dtype)
+        for k in (1, 2, 100, 4000):
+            top, full = scoring.rank_top(x, k), scoring.rank(x)
+            assert len(top) >= k and np.array_equal(top, full[:len(top)])
+    x = rng.standard_normal(1000)
+    x[::7] = np.nan
+    for k in (1, 500, 900, 999):
+        top = scoring.rank_top(x, k)
+        assert np.array_equal(top, scoring.rank(x)[:len(top)]) and len(top) >= k
