@@ -354,6 +354,8 @@ class Index(_IndexBase):
             batch_size: Task sentences per encoder batch.
             progress: Show a progress bar while the task is embedded.
             encoder: An encoder object to use instead of loading the model (for tests).
+                Without one, the index's model is loaded on the first task that is not in
+                the task cache, and kept for later calls.
             **params: The method's parameters, e.g. k=50 (knn), rounds=2 (classifier,
                 fused), candidates="10x", prerank="fused", detector="knn-dist" (iforest),
                 scan="codes" (centroid, distance, density, classifier, fused on an index with
