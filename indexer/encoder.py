@@ -275,9 +275,20 @@ def load_encoder(spec: str | None = None, device: str = "auto", backend: str = "
     backend = resolve_backend(backend, device)
     if backend == "torch":
         return SentenceTransformerEncoder(spec, device=device)
-    from .onnx_encoder import OnnxEncoder
+    from .model_facts import load_facts, record_facts
+    from .models import model_files_stamp
+    from .onnx_encoder import OnnxEncoder, graph_of
+    from .onnx_export import export_ready
 
-    return OnnxEncoder(SentenceTransformerEncoder(spec, device="cpu"), backend, threads=threads)
+    # An unchanged model directory seen before: its facts and tokenizer from the cache, and
+    # its ONNX export, without importing sentence-transformers or reading the weights.
+    stamp = model_files_stamp(spec)
+    light = load_facts(stamp)
+    if light is not None and export_ready(light.fingerprint, graph_of(backend)):
+        return OnnxEncoder(light, backend, threads=threads)
+    base = SentenceTransformerEncoder(spec, device="cpu")
+    record_facts(base, stamp)
+    return OnnxEncoder(base, backend, threads=threads)
 
 
 CUDA_PAD_TO = 8  # batch widths on CUDA: tensor-core tiles, and a handful of shapes, not hundreds
@@ -329,6 +340,11 @@ class SentenceTransformerEncoder:
     @property
     def weights_sha256(self) -> str:
         return self._hash
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's Hugging Face tokenizer."""
+        return self.model.tokenizer
 
     def encode_counted(self, texts: Sequence[str], batch_size: int = 64
                        ) -> tuple[np.ndarray, np.ndarray]:

@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 TOKEN_BUDGET = 2048
 
 
+def graph_of(variant: str, fused: bool = True) -> str:
+    """The exported graph a backend runs: `onnx` runs the fused fp32 graph unless told not to."""
+    return "onnx-fused" if variant == "onnx" and fused else variant
+
+
 def default_threads() -> int:
     """ONNX Runtime's intra-op threads unless told: the cores this process may use."""
     return usable_cores()
@@ -40,7 +45,8 @@ class OnnxEncoder:
         """Load (exporting once if needed) the ONNX graph of `base`'s model.
 
         Args:
-            base: a CPU `SentenceTransformerEncoder` of the same model (tokenizer, hash, sizes).
+            base: a CPU `SentenceTransformerEncoder` of the same model (tokenizer, hash, sizes),
+                or its cached facts (`model_facts.LightModel`).
             variant: the backend, `onnx` (fp32) or `onnx-int8`.
             threads: ONNX Runtime intra-op threads [default: the cores this process may use].
             fused: run fp32 as the fused graph (faster, same embedding); False: the plain trace.
@@ -60,12 +66,12 @@ class OnnxEncoder:
         self.dtype = "float32"
         self._hash = base.weights_sha256
         self.fingerprint, self.model_config = base.fingerprint, base.model_config
-        self.tokenizer = base.model.tokenizer
-        self.graph = "onnx-fused" if variant == "onnx" and fused else variant
+        self.tokenizer = base.tokenizer
+        self.graph = graph_of(variant, fused)
         if max_tokens is None:
             max_tokens = TOKEN_BUDGET if self.graph == "onnx-fused" else 0
         self.max_tokens = max_tokens or None
-        self.path = ensure_onnx(base.model, self.fingerprint, self.graph)
+        self.path = ensure_onnx(lambda: base.model, self.fingerprint, self.graph)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or default_threads()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -24,7 +24,7 @@ import tempfile
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -75,6 +75,12 @@ def export_dir(fingerprint: str, variant: str, root: Path | None = None) -> Path
     return root / f"{fingerprint[:32]}-{variant}-v{EXPORT_VERSION}"
 
 
+def export_ready(fingerprint: str, variant: str) -> bool:
+    """Whether a sound export of this model and variant is in the cache."""
+    target = export_dir(fingerprint, variant)
+    return target is not None and target.exists() and entry_problem(target) is None
+
+
 def entry_problem(target: Path) -> str | None:
     """Why a cached export cannot be used (None when its size and SHA-256 hold)."""
     try:
@@ -93,11 +99,12 @@ def entry_problem(target: Path) -> str | None:
     return None
 
 
-def ensure_onnx(model, fingerprint: str, variant: str) -> Path:
-    """Path of the cached ONNX file of `model` for `variant` (`onnx`, `onnx-fused` or
-    `onnx-int8`), made if
-    missing; a damaged entry is exported again (with a warning). Without a writable cache the
-    export is kept in a temporary directory for this process only."""
+def ensure_onnx(load_model: Callable[[], Any], fingerprint: str, variant: str) -> Path:
+    """Path of the cached ONNX file of a model for `variant` (`onnx`, `onnx-fused` or
+    `onnx-int8`), made if missing; a damaged entry is exported again (with a warning). Without
+    a writable cache the export is kept in a temporary directory for this process only.
+    `load_model` returns the sentence-transformers model; it is called only when there is
+    something to export."""
     if variant not in MIN_COSINE:
         raise ValueError(f"unknown ONNX variant {variant!r}")
     target = export_dir(fingerprint, variant)
@@ -113,7 +120,7 @@ def ensure_onnx(model, fingerprint: str, variant: str) -> Path:
     parent = root if root is not None else Path(tempfile.gettempdir())
     work = Path(tempfile.mkdtemp(prefix=".export-", dir=parent))
     try:
-        info = _export(model, work, variant)
+        info = _export(load_model(), work, variant)
         info["bytes"] = (work / "model.onnx").stat().st_size
         info["sha256"] = sha256_file(work / "model.onnx")
         write_json_atomic(work / "export.json", info)

@@ -249,7 +249,7 @@ def test_an_architecture_the_optimizer_cannot_fuse_keeps_the_plain_graph(minilm,
 
     monkeypatch.setattr(optimizer, "optimize_model", refuse)
     monkeypatch.setenv("TAPT_CACHE_DIR", str(tmp_path / "cache"))
-    path = onnx_export.ensure_onnx(minilm.model, minilm.fingerprint, "onnx-fused")
+    path = onnx_export.ensure_onnx(lambda: minilm.model, minilm.fingerprint, "onnx-fused")
     info = json.loads((path.parent / "export.json").read_text())
     assert info["fused_operators"] == {} and info["probe_cosine_to_torch"] >= 0.9999
     assert onnx_export.entry_problem(path.parent) is None
