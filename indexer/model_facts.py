@@ -89,6 +89,28 @@ def _load_tokenizer(directory: Path, input_names: list[str]) -> Any:
                                                    model_input_names=list(input_names))
 
 
+def _checked_record(entry: Path) -> dict[str, Any] | None:
+    """The record of a cache entry whose files all match it; None when it has none (a
+    damaged `facts.json` also warns); ValueError (or OSError) when a file does not match."""
+    payload = read_checked(entry / "facts.json")
+    if payload is None:
+        return None
+    try:
+        record = json.loads(payload)
+        facts, files = record["facts"], record["tokenizer_files"]
+        input_names = record["model_input_names"]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"fields missing ({exc})") from exc
+    if set(facts) != set(FACTS) or not files or not input_names:
+        raise ValueError("fields missing")
+    for name, digest in files.items():
+        if Path(name).name != name or sha256_file(entry / "tokenizer" / name) != digest:
+            raise ValueError(f"tokenizer file {name} does not match its checksum")
+    if sorted(p.name for p in (entry / "tokenizer").iterdir()) != sorted(files):
+        raise ValueError("tokenizer files differ from those recorded")
+    return record
+
+
 def load_facts(stamp: str | None) -> LightModel | None:
     """The cached facts of the model whose directory has `stamp`; None when there are none
     (or they are damaged: then with a warning, and the caller loads the model)."""
@@ -98,25 +120,15 @@ def load_facts(stamp: str | None) -> LightModel | None:
     if found is None:
         return None
     entry = found / stamp
-    payload = read_checked(entry / "facts.json")
-    if payload is None:
-        return None
     try:
-        record = json.loads(payload)
-        facts, files = record["facts"], record["tokenizer_files"]
-        input_names = record["model_input_names"]
-        if set(facts) != set(FACTS) or not files or not input_names:
-            raise ValueError("fields missing")
-        for name, digest in files.items():
-            if Path(name).name != name or sha256_file(entry / "tokenizer" / name) != digest:
-                raise ValueError(f"tokenizer file {name} does not match its checksum")
-        if sorted(p.name for p in (entry / "tokenizer").iterdir()) != sorted(files):
-            raise ValueError("tokenizer files differ from those recorded")
-        tokenizer = _load_tokenizer(entry / "tokenizer", input_names)
-    except (ValueError, KeyError, TypeError, OSError) as exc:
+        record = _checked_record(entry)
+        if record is None:
+            return None
+        return LightModel(record["facts"],
+                          _load_tokenizer(entry / "tokenizer", record["model_input_names"]))
+    except (ValueError, TypeError, OSError) as exc:
         log.warning("cache entry %s is damaged (%s); loading the model", entry, exc)
         return None
-    return LightModel(facts, tokenizer)
 
 
 def record_facts(base: Any, stamp: str | None) -> bool:
@@ -146,7 +158,12 @@ def record_facts(base: Any, stamp: str | None) -> bool:
         if not write_checked(work / "facts.json", payload.encode()):
             return False
         target = root / stamp
-        if target.exists():  # a damaged entry (load_facts found none sound): replace it
+        if target.exists():
+            try:
+                if _checked_record(target) is not None:
+                    return True      # another process recorded it meanwhile
+            except (ValueError, OSError):
+                pass                 # damaged: replaced below
             aside = root / f".{stamp}.damaged-{os.getpid()}"
             os.replace(target, aside)
             shutil.rmtree(aside, ignore_errors=True)
