@@ -490,6 +490,12 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
         click.echo(json.dumps({"index": idx, "added": last, "counts": manifest["counts"],
                                "generation": manifest.get("generation")}))
         return
+    if last.get("unchanged"):
+        click.echo(f"nothing added ({last['duplicate_documents_skipped']:,} duplicate documents "
+                   f"skipped: all are in the index already) -> {idx} is unchanged (generation "
+                   f"{manifest.get('generation', 1)}, {manifest['counts']['sentences']:,} "
+                   "sentences)")
+        return
     click.echo(f"added {last['sentences']:,} sentences ({last['documents']:,} documents in "
                f"{len(last.get('shards', []))} new shard(s), "
                f"{last['duplicate_documents_skipped']:,} duplicate documents skipped) -> {idx} "
@@ -1010,10 +1016,13 @@ def evaluate(selections, idx, label_field, label, as_json) -> None:
         for row in rows:
             click.echo(json.dumps(row))
         return
-    click.echo(f"{'selection':<28} {'method':<9} {'segments':>8} {'sentences':>9} "
+    names = [Path(row["selection"]).name for row in rows]
+    wide = max([28, *map(len, names)])             # columns stay aligned for any name
+    method = max([9, *(len(row["method"]) for row in rows)])
+    click.echo(f"{'selection':<{wide}} {'method':<{method}} {'segments':>8} {'sentences':>9} "
                f"{'precision':>9} {'recall':>7} {'F1':>6} {'time s':>7}")
-    for row in rows:
-        click.echo(f"{Path(row['selection']).name:<28} {row['method']:<9} {row['segments']:>8,} "
+    for name, row in zip(names, rows):
+        click.echo(f"{name:<{wide}} {row['method']:<{method}} {row['segments']:>8,} "
                    f"{row['selected']:>9,} {row['precision']:>9.3f} {row['recall']:>7.3f} "
                    f"{row['f1']:>6.3f} {row['seconds']:>7.2f}")
 

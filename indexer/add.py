@@ -61,7 +61,9 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                  shard_size: int | str | None = None, executor: Executor | str | None = None,
                  encoder_spec: Any = None) -> dict[str, Any]:
     """Append the documents of `inputs` that the index does not hold yet, as new shards;
-    returns the new manifest.
+    returns the new manifest. When every document is already in the index, nothing is written:
+    the index keeps its generation (selections made from it stay valid), and the returned
+    manifest is the index's with this add's record (`"unchanged": true`) appended in memory.
 
     The reading options (`text_field`, `doc_field`, `text_docs`) default to the index's; the
     others are as for a build (`tapt.indexer.reader.scan_inputs`). `shards` / `shard_size`
@@ -117,6 +119,9 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                                EncoderSource(encoder, encoder_spec), encoder.dim, old_shards,
                                dedupe_against=tuple(str(stages.shard_path(work, n))
                                                     for n, _ in old_shards))
+            if built.rows == index.n_sentences:  # every document is already there
+                shutil.rmtree(work, ignore_errors=True)
+                return _unchanged(old, inputs, plan, built, time.perf_counter() - start)
             choice = choice_from_manifest(old.get("faiss", {}), built.rows, encoder.dim)
             shared = _shared_of(index, work)
             results, _ = index_stages(work, built, choice, "none", runner,
@@ -161,6 +166,21 @@ def _shared_of(index: Index, work: Path) -> Shared:
         template_sha = hashlib.sha256(Path(template).read_bytes()).hexdigest()
     scale = (index.manifest.get("codes") or {}).get("scale")
     return Shared(template, template_sha, 0.0, scale)
+
+
+def _unchanged(old: dict[str, Any], inputs: list[InputSpec], plan: checkpoint.Plan,
+               built: Any, seconds: float) -> dict[str, Any]:
+    """An add that found nothing new: the index stays as it is (the same generation, so its
+    selections stay valid); its manifest is returned with this add's record appended to the
+    history in memory only (`unchanged`: true)."""
+    duplicates = sum(int(built.prepared[s["name"]].get("duplicates", 0)) for s in plan.shards)
+    log.info("nothing new to add: %s duplicate documents skipped; the index is unchanged",
+             f"{duplicates:,}")
+    return {**old, "history": list(old.get("history", [])) + [{
+        "added": utc_now(), "sources": [str(p) for p in inputs], "shards": [],
+        "documents": 0, "sentences": 0, "duplicate_documents_skipped": duplicates,
+        "embed_seconds": 0.0, "seconds": round(seconds, 2), "sessions": plan.sessions,
+        "unchanged": True}]}
 
 
 def _new_manifest(work: Path, index: Index, built, results: dict[str, dict[str, Any]], choice,

@@ -11,7 +11,7 @@ from tapt.indexer.index import Index
 
 from .metrics import selection_scores
 from .oracle import sentence_labels
-from .selection_file import iter_selection, read_manifest
+from .selection_file import check_unchanged, iter_selection, read_manifest
 
 
 def evaluate_selections(paths: list[str], index_path: str, label_field: str,
@@ -25,6 +25,7 @@ def evaluate_selections(paths: list[str], index_path: str, label_field: str,
     rows = []
     for path in paths:
         manifest = read_manifest(path)
+        check_unchanged(path, manifest)
         index.check_selection(path, manifest.get("index"))
         parts = [np.arange(*seg.rows) for seg in iter_selection(path)]
         selected = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)

@@ -190,6 +190,12 @@ def moore_lewis_scores(pool_texts: list[str], task_texts: list[str], seed: int =
 _CHUNK_SENTENCES = 1 << 20
 
 
+def general_sample_size(in_sentences: int, corpus_sentences: int) -> int:
+    """Random corpus sentences the general LM is fitted on: as many as the in-domain side
+    has, at most the whole corpus."""
+    return min(int(in_sentences), int(corpus_sentences))
+
+
 class HashedLMs:
     """Moore-Lewis's two language models over an index's stored lexical ids
     (`tapt.indexer.lexical.Lexicon`: hashed words and bigram types), fitted and applied without
@@ -224,7 +230,7 @@ class HashedLMs:
         x_hist, x_word, _ = lexicon.pairs(extra_rows)
         n = len(lexicon)
         self.in_sentences = len(task_texts) + len(extra_rows)
-        self.general_sentences = min(self.in_sentences, n)
+        self.general_sentences = general_sample_size(self.in_sentences, n)
         sample = np.sort(np.random.default_rng(seed).choice(n, size=self.general_sentences,
                                                             replace=False))
         s_hist, s_word, _ = lexicon.pairs(sample)

@@ -18,7 +18,7 @@ import numpy as np
 
 from tapt.errors import InputError, OutputError
 from tapt.util.files import atomic_write, storage_error, temporary_sibling, write_json_atomic
-from tapt.util.safety import check_output
+from tapt.util.safety import check_not_input, check_output
 
 from .selection_file import (SelectedSegment, is_selection, manifest_path, read_selection,
                              write_selection)
@@ -303,7 +303,8 @@ class Selection:
             OutputError: `out` may not be written (see `tapt.util.safety.check_output`).
         """
         fmt = export_format(out, format)
-        inputs = self.inputs() + ([str(self.path)] if self.path else [])
+        inputs = self.inputs() + ([str(self.path), str(manifest_path(self.path))]
+                                  if self.path else [])
         if fmt == "hf":
             target = check_output(out, what="export", inputs=inputs, overwrite=overwrite,
                                   ours=lambda p: (p / EXPORT_MARKER).is_file(), directory=True)
@@ -421,6 +422,10 @@ def check_selection_output(out: str | Path, inputs: Sequence[str | Path],
     target = check_output(out, what="selection", inputs=inputs, overwrite=overwrite,
                           ours=is_selection)
     beside = manifest_path(target)
+    try:
+        check_not_input(beside, inputs, param="out")
+    except OutputError as exc:
+        raise OutputError(f"the selection's manifest {exc}", param="out") from None
     if beside.exists() and not is_selection(target):
         if beside.is_dir() or not overwrite:
             raise OutputError(f"{beside} exists and is not a selection manifest written by tapt; "

@@ -175,12 +175,22 @@ def iter_selection(path: str | Path) -> Iterator[SelectedSegment]:
             yield segment
 
 
-def read_selection(path: str | Path) -> tuple[dict[str, Any], list[SelectedSegment]]:
-    """Manifest and all segments; the file's hash must match the manifest's."""
-    manifest = read_manifest(path)
+def check_unchanged(path: str | Path, manifest: dict[str, Any]) -> None:
+    """Refuse a selection file whose SHA-256 is not the one its manifest recorded.
+
+    Raises:
+        InputError: the file was edited or truncated after it was written.
+    """
     expected = manifest.get("selection_sha256")
     if expected and sha256_file(path) != expected:
         raise InputError(
-            f"selection {path} does not match its manifest (edited or truncated after it was written)"
+            f"selection {path} does not match its manifest (edited or truncated after it was "
+            "written); select again, or restore the file"
         )
+
+
+def read_selection(path: str | Path) -> tuple[dict[str, Any], list[SelectedSegment]]:
+    """Manifest and all segments; the file's hash must match the manifest's."""
+    manifest = read_manifest(path)
+    check_unchanged(path, manifest)
     return manifest, list(iter_selection(path))

@@ -124,7 +124,10 @@ def resolve_task(task: Any, split: bool, dim: int, text_field: str = "text") -> 
     if isinstance(task, np.ndarray):
         return task_from_embeddings(task, dim)
     if isinstance(task, (list, tuple)):
-        if task and all(isinstance(t, os.PathLike) for t in task):
+        if not task:
+            raise InputError("the task is empty: give its sentences, files or embeddings",
+                             param="task")
+        if all(isinstance(t, os.PathLike) for t in task):
             return task_from_files(list(task), split, text_field)
         if task and all(isinstance(t, str) for t in task):
             exists = [os.path.exists(t) or _is_url(t) for t in task]

@@ -83,9 +83,16 @@ def test_documents_already_present_are_skipped(halves, tmp_path):
     idx = _fresh(halves, tmp_path)
     rows = Index(idx).n_sentences
     docs = Index(idx).manifest["counts"]["documents"]
+    before = (idx / "manifest.json").read_bytes()
+    generation = Index(idx).generation
     manifest = add_to_index(idx, [halves[0]], HashingEncoder(), progress=False)
     assert Index(idx).n_sentences == rows
     assert manifest["history"][-1]["duplicate_documents_skipped"] == docs
+    # nothing new: no new generation, so selections made from the index stay valid
+    assert manifest["history"][-1]["unchanged"] is True
+    assert (idx / "manifest.json").read_bytes() == before
+    assert Index(idx).generation == generation == manifest["generation"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
 def test_a_killed_add_resumes(halves, both, tmp_path):

@@ -218,6 +218,9 @@ def test_index_build_add_verify_repair_reindex_info(tmp_path, medical_task):
 
 def test_degenerate_tasks_are_refused_or_warned(ix, task_lines):
     enc = HashingEncoder()
+    for empty in ([], ()):
+        with pytest.raises(InputError, match="the task is empty"):
+            ix.select("centroid", task=empty, budget="0.2", encoder=enc)
     with pytest.raises(InputError, match="iforest needs at least 2 task sentences") as err:
         ix.select("iforest", task=task_lines[:1], budget="0.2", encoder=enc)
     assert err.value.param == "task"

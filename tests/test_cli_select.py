@@ -137,6 +137,14 @@ def test_select_never_overwrites_inputs_or_foreign_files(fake_index, medical_tas
     manifest = (Path(fake_index) / "manifest.json").read_bytes()
     base = ["select", "centroid", fake_index, "--task", medical_task, "--budget", "3"]
     assert "also an input" in error_line(tapt(*base, "--out", medical_task, "--overwrite"))
+    # the manifest written beside --out X is X.manifest.json: never an input either
+    task_named_like_a_manifest = tmp_path / "t3.jsonl.manifest.json"
+    task_named_like_a_manifest.write_bytes(task_bytes)
+    line = error_line(tapt("select", "centroid", fake_index, "--task", task_named_like_a_manifest,
+                           "--budget", "3", "--out", tmp_path / "t3.jsonl", "--overwrite"))
+    assert "the selection's manifest" in line and "also an input" in line
+    assert task_named_like_a_manifest.read_bytes() == task_bytes
+    assert not (tmp_path / "t3.jsonl").exists()
     assert "--out:" in error_line(tapt(*base, "--out", Path(fake_index) / "manifest.json",
                                        "--overwrite"))
     notes = tmp_path / "notes.txt"
@@ -185,6 +193,10 @@ def test_export_command(fake_index, medical_task, tmp_path):
     assert ok.exit_code == 0 and "as hf" in ok.output
     assert "also an input" in error_line(tapt("export", sel, "--format", "jsonl", "--out", sel,
                                               "--overwrite"))
+    manifest_bytes = Path(f"{sel}.manifest.json").read_bytes()
+    assert "also an input" in error_line(tapt("export", sel, "--format", "jsonl", "--out",
+                                              f"{sel}.manifest.json", "--overwrite"))
+    assert Path(f"{sel}.manifest.json").read_bytes() == manifest_bytes
     assert "--format" in error_line(tapt("export", sel, "--out", tmp_path / "train.bin"))
     piped = tapt("export", sel, "--format", "txt", "--out", "-")
     assert piped.exit_code == 0 and len(piped.stdout.splitlines()) == len(df)
@@ -205,3 +217,15 @@ def test_index_build_and_add_json(tmp_path, labelled_corpus):
     assert result.exit_code == 0, result.output
     added = json.loads(result.stdout)
     assert added["added"]["sentences"] == 1 and added["counts"]["sentences"] == 381
+
+
+def test_eval_refuses_a_selection_edited_after_it_was_written(fake_index, medical_task, tmp_path):
+    sel = tmp_path / "sel.jsonl"
+    assert tapt("select", "centroid", fake_index, "--task", medical_task, "--budget", "6",
+                "--out", sel).exit_code == 0
+    ok = tapt("eval", sel, "--index", fake_index, "--label", "medical", "--json")
+    assert ok.exit_code == 0, ok.output
+    lines = sel.read_text().splitlines(keepends=True)
+    sel.write_text("".join(lines[: len(lines) // 2]))
+    line = error_line(tapt("eval", sel, "--index", fake_index, "--label", "medical"))
+    assert "does not match its manifest" in line

@@ -395,3 +395,16 @@ def test_registered_quality_method_parameters_are_checked():
             SelectConfig(method, "100sent", **params)
     with pytest.raises(InputError, match="budget"):
         SelectConfig("finetune")
+
+
+def test_general_lm_size_is_reported_as_sampled(fake_index):
+    """The general LM is fitted on as many random corpus sentences as the task has, at most
+    the whole corpus: the info says how many it was."""
+    from tapt.retriever.select import SelectConfig, rank
+
+    index = Index(fake_index)
+    for n in (12, index.n_sentences + 50):
+        texts = _sentences("medical", n, 5)
+        ranking, _ = rank(index, SelectConfig("moore-lewis", "10"), None, texts)
+        assert ranking.info["general_lm_sentences"] == min(n, index.n_sentences)
+    assert ngram_lm.general_sample_size(7, 3) == 3

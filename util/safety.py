@@ -72,6 +72,39 @@ def check_usable(out: str | Path, param: str | None = "out") -> None:
                           param=param) from None
 
 
+def _a(what: str) -> str:
+    return f"{'an' if what[:1].lower() in 'aeiou' else 'a'} {what}"
+
+
+def check_not_input(out: str | Path, inputs: Iterable[str | Path], param: str = "out") -> Path:
+    """Refuse a path a command writes that is one of its inputs, inside one, or around one.
+
+    Args:
+        out: The path the command will write.
+        inputs: Every path the command reads.
+        param: The parameter name that holds `out`, for messages.
+
+    Returns:
+        `out` resolved to an absolute path.
+
+    Raises:
+        OutputError: `out` is an input, inside an input folder, or contains an input.
+    """
+    target = _resolved(out)
+    for raw in inputs:
+        source = _resolved(raw)
+        if target == source:
+            raise OutputError(f"{out} is also an input of this command; choose another path",
+                              param=param)
+        if _is_dir(source) and target.is_relative_to(source):
+            raise OutputError(f"{out} lies inside the input {raw}; choose a path outside it",
+                              param=param)
+        if target.is_relative_to(source) is False and source.is_relative_to(target):
+            raise OutputError(f"{out} contains the input {raw}; choose another path",
+                              param=param)
+    return target
+
+
 def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (),
                  overwrite: bool = False, ours: Callable[[Path], bool] | None = None,
                  ours_needs_overwrite: bool = False, directory: bool = False,
@@ -95,18 +128,7 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
         OutputError: `out` is an input, inside or around one, inside an index, or holds
             something that may not be replaced.
     """
-    target = _resolved(out)
-    for raw in inputs:
-        source = _resolved(raw)
-        if target == source:
-            raise OutputError(f"{out} is also an input of this command; choose another path",
-                              param=param)
-        if _is_dir(source) and target.is_relative_to(source):
-            raise OutputError(f"{out} lies inside the input {raw}; choose a path outside it",
-                              param=param)
-        if target.is_relative_to(source) is False and source.is_relative_to(target):
-            raise OutputError(f"{out} contains the input {raw}; choose another path",
-                              param=param)
+    target = check_not_input(out, inputs, param)
     check_usable(out, param)
     index = enclosing_index(target.parent if not target.exists() else target)
     if index is not None and not (directory and index == target and ours is not None
@@ -134,9 +156,9 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
                           f"files); it is never replaced: choose a new or empty directory",
                           param=param)
     if directory:
-        raise OutputError(f"{out} is a file, not a {what}; it is never replaced: choose another "
-                          "path", param=param)
+        raise OutputError(f"{out} is a file, not {_a(what)}; it is never replaced: choose "
+                          "another path", param=param)
     if not overwrite:
-        raise OutputError(f"{out} exists and is not a {what} written by tapt; pass `overwrite` to "
-                          "replace it", param=param)
+        raise OutputError(f"{out} exists and is not {_a(what)} written by tapt; pass "
+                          "`overwrite` to replace it", param=param)
     return target

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import scoring
+from ..ngram_lm import general_sample_size
 from .base import ScanParams, SentenceScored, param, rescored_rows, scans_codes
 from .moore_lewis import lexical_scores
 from .registry import get_method, register
@@ -54,7 +55,8 @@ class Fused(SentenceScored):
 
         key = ("fused", ctx.n_positive, params.rounds, ctx.seed, wanted)
         scores, info = ctx.memo.get(key, compute)
-        return scores, {**info, "general_lm_sentences": len(texts)}
+        return scores, {**info, "general_lm_sentences": general_sample_size(
+            len(texts), ctx.index.n_sentences)}
 
     def depends_on_budget(self, params):
         return params.rounds > 0 or scans_codes(params)

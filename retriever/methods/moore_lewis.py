@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ngram_lm import moore_lewis_lexicon
+from ..ngram_lm import general_sample_size, moore_lewis_lexicon
 from .base import Context, SentenceScored
 from .registry import register
 
@@ -46,4 +46,5 @@ class MooreLewis(SentenceScored):
 
     def sentence_scores(self, ctx, params):
         scores = lexical_scores(ctx, self.name)
-        return scores, {"general_lm_sentences": len(ctx.texts)}
+        return scores, {"general_lm_sentences": general_sample_size(len(ctx.texts),
+                                                                    ctx.index.n_sentences)}
