@@ -25,9 +25,9 @@ from tapt.errors import IndexFormatError, InputError, ModelMismatchError
 from . import integrity
 from .encoder import Encoder, LazyEncoder, model_differences
 from .identity import generation_mismatch
-from .manifest import (BIGRAMS, CODES, DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LEXICAL,
-                       LEXICAL_OFFSETS, LMDB_DATA, MANIFEST_NAME, SHARDS, STORE, TOKENS, VOCAB,
-                       read_index_manifest, read_shard_manifest)
+from .manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION,
+                       LEXICAL, LEXICAL_OFFSETS, LMDB_DATA, MANIFEST_NAME, SHARDS, STORE, TOKENS,
+                       VOCAB, read_index_manifest, read_shard_manifest)
 from .shards import RowView, ShardedStore, StoreShard
 from .splitter import segment_docs, segment_offsets
 from .store import TextStore, damaged
@@ -82,7 +82,8 @@ class Index:
         self.path = Path(path)
         self._versions = tuple(versions)
         self._check_faiss = check_faiss
-        read_index_manifest(self.path, self._versions)  # friendly errors before anything else
+        # friendly errors before anything else
+        read_index_manifest(self.path, self._versions, rebuild_hint=True)
         for _ in range(3):
             dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
             weakref.finalize(self, os.close, dir_fd)
@@ -105,7 +106,8 @@ class Index:
         """
         base = Path(f"/proc/self/fd/{dir_fd}") if _PROC_FD.is_dir() else self.path
         label = self.path
-        self.manifest: dict[str, Any] = read_index_manifest(base, self._versions, label=label)
+        self.manifest: dict[str, Any] = read_index_manifest(base, self._versions, label=label,
+                                                            rebuild_hint=True)
         self._manifest_bytes = (base / MANIFEST_NAME).read_bytes()
         self._base = base
         try:
@@ -136,6 +138,8 @@ class Index:
             raise damaged(label, f"{MANIFEST_NAME}: its shards hold {row_at:,} sentences in "
                                  f"{doc_at:,} documents, its counts say "
                                  f"{counts.get('sentences')} in {counts.get('documents')}")
+        if self.format_version >= 3:
+            self._check_vocabulary(base, label)
         self.embeddings = RowView([s.embeddings for s in self.shards])
         self.tokens = RowView([s.tokens for s in self.shards])
         self.row_offsets = self.embeddings.offsets
@@ -201,11 +205,23 @@ class Index:
         if CODES in arrays:
             integrity.check_npy(arrays[CODES], directory / CODES, where + CODES, label, np.int8,
                                 (n, dim))
+        # the files read lazily (lexical ids: moore-lewis, fused; document hashes: index add)
+        # are checked on open too: header, length, and checksum by the same policy
+        lazy = []
+        if self.format_version >= 3:
+            for file, dtype, shape in ((DOC_HASHES, np.uint8, (documents, 16)),
+                                       (VOCAB, np.uint64, (None,)),
+                                       (BIGRAMS, np.int32, (None, 2)),
+                                       (LEXICAL, np.int32, (None,)),
+                                       (LEXICAL_OFFSETS, np.int64, (n + 1,))):
+                if file in checksums or (directory / file).is_file():
+                    integrity.check_npy_file(directory / file, where + file, label, dtype, shape)
+                    lazy.append(file)
         if self._check_faiss:
             integrity.check_faiss_file((directory / FAISS).stat().st_size, {"faiss": faiss_info},
                                        label, where + FAISS)
         for file in (DOCS, TOKENS, EMBEDDINGS, LMDB_DATA, *faiss_files, *(
-                [CODES] if CODES in arrays else [])):
+                [CODES] if CODES in arrays else []), *lazy):
             if (directory / file).is_file():
                 integrity.check_checksum(directory / file, checksums.get(file), where + file,
                                          label, force=file in (DOCS, TOKENS))
@@ -223,6 +239,18 @@ class Index:
                      arrays[EMBEDDINGS], arrays[TOKENS], docs, store,
                      faiss_fd if base != self.path else None, arrays.get(CODES),
                      {"faiss": faiss_info, "checksums": checksums, "where": where})
+
+    def _check_vocabulary(self, base: Path, label: Path) -> None:
+        """The top-level vocabulary (format 3; read by moore-lewis and fused, and merged by
+        `index add`): its header, its length against the manifest, and its checksum by the
+        policy of every other file."""
+        recorded = self.manifest.get("checksums") or {}
+        if VOCAB not in recorded and not (base / VOCAB).is_file():
+            return                     # no vocabulary recorded or stored: open_lexicon says so
+        words = (self.manifest.get("lexical") or {}).get("vocabulary")
+        integrity.check_npy_file(base / VOCAB, VOCAB, label, np.uint64,
+                                 (words if isinstance(words, int) else None,))
+        integrity.check_checksum(base / VOCAB, recorded.get(VOCAB), VOCAB, label)
 
     @property
     def format_version(self) -> int:

@@ -1,7 +1,10 @@
 """The checks an index passes every time it is opened, before it answers anything.
 
-Cheap for any size: file lengths, array headers, document offsets, token counts, the text store's
-last page, FAISS header and id ranges. Then the SHA-256 its manifest records, for every file:
+Cheap for any size: file lengths, array headers (of every array file, lexical ids and document
+hashes included), document offsets, token counts, the text store's last page, FAISS header and id
+ranges. Then the SHA-256 its manifests record, for every file they record one for (a shard's
+`shard.json`: its arrays, text store, FAISS part, lexical ids and document hashes; the top
+manifest: the vocabulary):
 
 - `docs.npy`, `tokens.npy` and any file up to 64 MiB: hashed on every open (milliseconds);
 - larger files: hashed on their first open after they changed (a new copy, an edit, a partial
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import re
 from pathlib import Path
@@ -163,6 +167,47 @@ def check_npy(array: np.ndarray, path: Path, name: str, label: str | Path, dtype
         size = path.stat().st_size
         if size != offset + array.nbytes:
             raise damaged(label, f"{name} is {size:,} bytes, {offset + array.nbytes:,} expected")
+
+
+def check_npy_file(path: Path, name: str, label: str | Path, dtype: str | np.dtype,
+                   shape: tuple[int | None, ...]) -> tuple[int, ...]:
+    """An array file that is not memory-mapped on open (lexical ids, document hashes,
+    vocabularies): its header names `dtype` and a shape that fits `shape` (None: any length),
+    and the file holds exactly that many bytes (a cut or padded file is refused). Reads only the
+    header. Returns the stored shape.
+
+    Raises:
+        IndexFormatError: the file is missing, unreadable, or not what the index stores there.
+    """
+    from numpy.lib import format as npy_format
+
+    try:
+        with open(path, "rb") as fh:
+            version = npy_format.read_magic(fh)
+            if version == (1, 0):
+                stored, fortran, stored_dtype = npy_format.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                stored, fortran, stored_dtype = npy_format.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"npy format version {version}")
+            offset = fh.tell()
+            size = os.fstat(fh.fileno()).st_size
+    except FileNotFoundError:
+        raise IndexFormatError(f"index {label} is incomplete: {name} is missing; run tapt index "
+                               f"verify {label}") from None
+    except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
+        raise damaged(label, f"{name} cannot be read ({type(exc).__name__}: "
+                             f"{str(exc)[:200]})") from exc
+    fits = len(stored) == len(shape) and all(w is None or w == s for s, w in zip(stored, shape))
+    if stored_dtype != np.dtype(dtype) or not fits or (fortran and len(stored) > 1):
+        want = "(" + ", ".join("*" if w is None else str(w) for w in shape) + \
+            ("," if len(shape) == 1 else "") + ")"
+        raise damaged(label, f"{name} holds {stored_dtype} {tuple(stored)}, the index stores "
+                             f"{np.dtype(dtype)} {want} there")
+    expected = offset + math.prod(stored) * stored_dtype.itemsize
+    if size != expected:
+        raise damaged(label, f"{name} is {size:,} bytes, {expected:,} expected")
+    return tuple(stored)
 
 
 def check_offsets(docs: np.ndarray, n: int, documents: int | None, label: str | Path,

@@ -95,8 +95,15 @@ def write_index_manifest(index_dir: Path, manifest: dict[str, Any]) -> dict[str,
     return sealed
 
 
+def _rebuild_hint(index_dir: str | Path) -> str:
+    """What to run for an index whose manifest is lost (what `tapt index verify` and `repair`
+    recommend)."""
+    return (f"rebuild the index from its corpus (tapt index build ... --out {index_dir} "
+            "--overwrite)")
+
+
 def read_index_manifest(index_dir: Path, versions: tuple[int, ...] = (INDEX_FORMAT_VERSION,),
-                        label: Path | None = None) -> dict[str, Any]:
+                        label: Path | None = None, rebuild_hint: bool = False) -> dict[str, Any]:
     """Load and check an index manifest; clear errors for a missing, foreign, older, newer or
     damaged one.
 
@@ -104,6 +111,8 @@ def read_index_manifest(index_dir: Path, versions: tuple[int, ...] = (INDEX_FORM
         index_dir: The index directory (or a /proc/self/fd path to it).
         versions: The format versions the caller reads (verify and upgrade also read 1).
         label: How to name the index in messages (default: `index_dir`).
+        rebuild_hint: End the error for a manifest that is not JSON, or not a tapt index's,
+            with what to run (opening an index; `verify` names the fix in its own column).
 
     Returns:
         The manifest.
@@ -115,9 +124,19 @@ def read_index_manifest(index_dir: Path, versions: tuple[int, ...] = (INDEX_FORM
         raise IndexFormatError(f"index {label} is not a directory")
     if not (index_dir / MANIFEST_NAME).is_file():
         raise IndexFormatError(f"{label} is not a tapt index (no {MANIFEST_NAME})")
-    manifest = read_versioned_json(index_dir / MANIFEST_NAME, INDEX_FORMAT,
-                                   tuple(versions) + UPGRADABLE_VERSIONS, f"index {label}",
-                                   IndexFormatError, rebuild="rebuild it with this tapt")
+    try:
+        manifest = read_versioned_json(index_dir / MANIFEST_NAME, INDEX_FORMAT,
+                                       tuple(versions) + UPGRADABLE_VERSIONS, f"index {label}",
+                                       IndexFormatError, rebuild="rebuild it with this tapt")
+    except IndexFormatError as exc:
+        # a manifest that does not parse, or is not a tapt index's: say what to run
+        lost = isinstance(exc.__cause__, ValueError) or (
+            exc.__cause__ is None and f"is not a {INDEX_FORMAT} manifest" in exc.message)
+        if not (rebuild_hint and lost):
+            raise
+        message = exc.message.replace(str(index_dir / MANIFEST_NAME),
+                                      str(Path(label) / MANIFEST_NAME))
+        raise IndexFormatError(f"{message}; {_rebuild_hint(label)}") from exc
     version = manifest["format_version"]
     if version not in versions:
         what = ("an unsharded index" if version == 2 else
