@@ -188,14 +188,8 @@ class Index:
         names = [EMBEDDINGS, TOKENS, DOCS] + ([CODES] if manifest.get("codes") and
                                               self.format_version >= 3 else [])
         for file in names:
-            try:
+            with integrity.array_errors(where + file, label):
                 arrays[file] = np.load(directory / file, mmap_mode="r", allow_pickle=False)
-            except FileNotFoundError:
-                raise IndexFormatError(f"index {label} is incomplete: {where}{file} is missing; "
-                                       f"run tapt index verify {label}") from None
-            except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
-                raise damaged(label, f"{where}{file} cannot be read ({type(exc).__name__}: "
-                                     f"{str(exc)[:200]})") from exc
         integrity.check_npy(arrays[EMBEDDINGS], directory / EMBEDDINGS, where + EMBEDDINGS, label,
                             emb_dtype, (n, dim))
         integrity.check_npy(arrays[TOKENS], directory / TOKENS, where + TOKENS, label, np.int32,

@@ -27,8 +27,9 @@ import logging
 import math
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -169,6 +170,20 @@ def check_npy(array: np.ndarray, path: Path, name: str, label: str | Path, dtype
             raise damaged(label, f"{name} is {size:,} bytes, {offset + array.nbytes:,} expected")
 
 
+@contextmanager
+def array_errors(name: str, label: str | Path) -> Iterator[None]:
+    """Reading an index's array file: missing -> incomplete, unreadable -> damaged (one line
+    each, naming the file and what to run)."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise IndexFormatError(f"index {label} is incomplete: {name} is missing; run tapt index "
+                               f"verify {label}") from None
+    except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
+        raise damaged(label, f"{name} cannot be read ({type(exc).__name__}: "
+                             f"{str(exc)[:200]})") from exc
+
+
 def check_npy_file(path: Path, name: str, label: str | Path, dtype: str | np.dtype,
                    shape: tuple[int | None, ...]) -> tuple[int, ...]:
     """An array file that is not memory-mapped on open (lexical ids, document hashes,
@@ -181,23 +196,16 @@ def check_npy_file(path: Path, name: str, label: str | Path, dtype: str | np.dty
     """
     from numpy.lib import format as npy_format
 
-    try:
-        with open(path, "rb") as fh:
-            version = npy_format.read_magic(fh)
-            if version == (1, 0):
-                stored, fortran, stored_dtype = npy_format.read_array_header_1_0(fh)
-            elif version == (2, 0):
-                stored, fortran, stored_dtype = npy_format.read_array_header_2_0(fh)
-            else:
-                raise ValueError(f"npy format version {version}")
-            offset = fh.tell()
-            size = os.fstat(fh.fileno()).st_size
-    except FileNotFoundError:
-        raise IndexFormatError(f"index {label} is incomplete: {name} is missing; run tapt index "
-                               f"verify {label}") from None
-    except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
-        raise damaged(label, f"{name} cannot be read ({type(exc).__name__}: "
-                             f"{str(exc)[:200]})") from exc
+    with array_errors(name, label), open(path, "rb") as fh:
+        version = npy_format.read_magic(fh)
+        if version == (1, 0):
+            stored, fortran, stored_dtype = npy_format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            stored, fortran, stored_dtype = npy_format.read_array_header_2_0(fh)
+        else:
+            raise ValueError(f"npy format version {version}")
+        offset = fh.tell()
+        size = os.fstat(fh.fileno()).st_size
     fits = len(stored) == len(shape) and all(w is None or w == s for s, w in zip(stored, shape))
     if stored_dtype != np.dtype(dtype) or not fits or (fortran and len(stored) > 1):
         want = "(" + ", ".join("*" if w is None else str(w) for w in shape) + \
