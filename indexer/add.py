@@ -139,7 +139,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
         except BaseException as exc:
             committed = checkpoint.committed_rows(work) if work.exists() else 0
             if committed:
-                log.warning("kept this add's %s embedded sentences in %s: run the same command "
+                log.info("kept this add's %s embedded sentences in %s: run the same command "
                             "again to resume", f"{committed:,}", work)
             else:
                 shutil.rmtree(work, ignore_errors=True)

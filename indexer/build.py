@@ -317,7 +317,8 @@ def build_index(
             if not committed and not prepared:
                 shutil.rmtree(work, ignore_errors=True)
             else:
-                log.warning("kept %s embedded sentences of this build in %s: run the same "
+                # info, not a warning: the one Error line says to run the command again
+                log.info("kept %s embedded sentences of this build in %s: run the same "
                             "command again to resume", f"{committed:,}", work)
             full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
                 isinstance(exc, StorageError) and str(exc).startswith("disk full"))

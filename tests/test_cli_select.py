@@ -229,3 +229,34 @@ def test_eval_refuses_a_selection_edited_after_it_was_written(fake_index, medica
     sel.write_text("".join(lines[: len(lines) // 2]))
     line = error_line(tapt("eval", sel, "--index", fake_index, "--label", "medical"))
     assert "does not match its manifest" in line
+
+
+def test_an_interrupted_build_is_one_error_line(labelled_corpus, tmp_path):
+    """What was kept and what to run is the Error line; with -q nothing else is printed (run
+    as a process: the log lines go to the real stderr)."""
+    script = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from conftest import HashingEncoder
+import tapt.indexer.encoder
+from tapt.cli import main
+
+class Interrupted(HashingEncoder):
+    parts = 0
+    def encode(self, texts, batch_size=64):
+        self.parts += 1
+        if self.parts == 3:
+            raise KeyboardInterrupt
+        return super().encode(texts, batch_size)
+
+tapt.indexer.encoder.load_encoder = lambda *a, **k: Interrupted()
+sys.argv = ["tapt", "-q", "index", "build", {str(labelled_corpus[0])!r}, "--out",
+            {str(tmp_path / "idx")!r}, "--no-split", "--part-size", "40"]
+main()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TAPT_CACHE_DIR": "off"})
+    assert done.returncode == 130, done.stderr
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: interrupted"), lines
+    assert "run the same command again" in lines[0]

@@ -47,7 +47,8 @@ class _StopOnSigint:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        logger.warning("interrupt: saving a checkpoint after this step (Ctrl-C again to abort now)")
+        # info (shown unless -q): the one Error line that follows says what was saved
+        logger.info("interrupt: saving a checkpoint after this step (Ctrl-C again to abort now)")
 
     def __enter__(self) -> "_StopOnSigint":
         if threading.current_thread() is threading.main_thread():
