@@ -378,7 +378,8 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
       tapt index build wiki/ --out wiki-idx --model ./my-st-model --device cuda
       tapt index build --hf-dataset allenai/c4:en --hf-split validation --out c4-idx
     """
-    from tapt.indexer.build import BuildConfig, build_index, check_index_output, parse_count
+    from tapt.indexer.build import (BuildConfig, build_index, check_index_output,
+                                    doc_field_joined_nothing, parse_count)
     from tapt.indexer.encoder import load_encoder
 
     inputs = _inputs(corpus, hf_datasets, hf_split)
@@ -405,6 +406,11 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
     finally:
         if not isinstance(runner, str):
             runner.close()
+    if (ctx.get_parameter_source("doc_field") == click.core.ParameterSource.COMMANDLINE
+            and doc_field_joined_nothing(manifest)):
+        logging.getLogger("tapt.cli").warning(
+            "--doc-field %r joined no records: no record has it, so every record is its own "
+            "document (check the field's name; '' turns joining off)", doc_field)
     if as_json:
         click.echo(json.dumps({"index": out, "manifest": manifest}))
         return

@@ -217,6 +217,17 @@ def replaceable_index(path: Path) -> bool:
     return is_tapt_index(path) and not foreign_entries(path)
 
 
+def doc_field_joined_nothing(manifest: dict[str, Any]) -> bool:
+    """Whether a build read with a `doc_field` joined no records: every record read is its own
+    document (the field is absent everywhere: a misspelled name, most likely). Only known when
+    every input's record count is (a streamed Hub dataset's is not)."""
+    ingest, counts = manifest["ingest"], manifest["counts"]
+    records = [f.get("records") for f in ingest.get("files", [])]
+    if not ingest.get("doc_field") or not records or None in records:
+        return False
+    return counts["documents"] == sum(records) - counts.get("skipped_blank_records", 0)
+
+
 def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
                        overwrite: bool) -> Path:
     """The output rule of `index build`: `out` is new, an empty directory, or (with `overwrite`)

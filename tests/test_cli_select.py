@@ -260,3 +260,21 @@ main()
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: interrupted"), lines
     assert "run the same command again" in lines[0]
+
+
+def test_a_doc_field_no_record_has_is_reported(labelled_corpus, tmp_path, monkeypatch, caplog):
+    import tapt.indexer.encoder
+    from tapt.indexer.build import doc_field_joined_nothing
+    from tapt.indexer.index import Index
+
+    monkeypatch.setattr(tapt.indexer.encoder, "load_encoder", lambda *a, **k: HashingEncoder())
+    for field, warned in (("nodoc", True), ("doc", False)):
+        out = tmp_path / field
+        with caplog.at_level("WARNING"):
+            caplog.clear()
+            result = CliRunner().invoke(cli, ["-q", "index", "build", str(labelled_corpus[0]),
+                                              "--out", str(out), "--no-split", "--doc-field",
+                                              field])
+        assert result.exit_code == 0, result.output
+        assert ("joined no records" in caplog.text) is warned
+        assert doc_field_joined_nothing(Index(out).manifest) is warned
