@@ -66,6 +66,23 @@ class _Interrupted(click.ClickException):
     exit_code = 130
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler's stop, `kill`), raised where the process is, so that every
+    cleanup that runs for Ctrl-C runs for it too; the command exits 143 with one Error line."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
+def _terminated(exc: BaseException) -> bool:
+    while exc is not None:
+        if isinstance(exc, _Terminated):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 class _BrokenPipe(Exception):
     """Whoever read stdout stopped reading (`tapt ... | head`)."""
 
@@ -109,9 +126,15 @@ class TaptGroup(click.Group):
             hint = f" (see '{exc.ctx.command_path} -h')" if exc.ctx is not None else ""
             code = _fail(_one_line(exc.format_message()) + hint, exc.exit_code)
         except click.ClickException as exc:
-            code = _fail(_one_line(exc.format_message()), exc.exit_code)
-        except (click.Abort, KeyboardInterrupt):
-            code = _fail("interrupted", 130)
+            message, code = _one_line(exc.format_message()), exc.exit_code
+            if isinstance(exc, _Interrupted) and _terminated(exc):
+                rest = (message[len("interrupted"):] if message.startswith("interrupted")
+                        else f": {message}")
+                message, code = "terminated (SIGTERM)" + rest, 143
+            code = _fail(message, code)
+        except (click.Abort, KeyboardInterrupt) as exc:
+            code = (_fail("terminated (SIGTERM)", 143) if _terminated(exc)
+                    else _fail("interrupted", 130))
         except _BrokenPipe:
             code = _quiet_broken_pipe()
         except BrokenPipeError:
@@ -1392,6 +1415,11 @@ def plot_domains_command(idx, out, overwrite, selection, label_field, sample, se
 
 
 def main() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     cli(prog_name="tapt")
 
 

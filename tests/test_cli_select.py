@@ -278,3 +278,30 @@ def test_a_doc_field_no_record_has_is_reported(labelled_corpus, tmp_path, monkey
         assert result.exit_code == 0, result.output
         assert ("joined no records" in caplog.text) is warned
         assert doc_field_joined_nothing(Index(out).manifest) is warned
+
+
+def test_sigterm_is_one_error_line_and_leaves_nothing(fake_index, medical_task, tmp_path):
+    """A job scheduler's stop (SIGTERM) cleans up as Ctrl-C does: exit 143, one Error line."""
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from conftest import HashingEncoder
+import tapt.indexer.encoder
+from tapt.retriever import select
+from tapt.cli import main
+
+def stopped(*a, **k):
+    os.kill(os.getpid(), signal.SIGTERM)
+    raise AssertionError("SIGTERM did not stop the command")
+
+tapt.indexer.encoder.load_encoder = lambda *a, **k: HashingEncoder()
+select.make_selection = stopped
+sys.argv = ["tapt", "select", "centroid", {str(fake_index)!r}, "--task", {str(medical_task)!r},
+            "--budget", "3", "--out", {str(tmp_path / "s.jsonl")!r}]
+main()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 143 and lines == ["Error: terminated (SIGTERM)"], done.stderr
+    assert not any(tmp_path.iterdir())
