@@ -26,11 +26,14 @@ sys.path.insert(0, str(REPO))
 
 import tapt.indexer.encoder  # noqa: E402
 from hostile_cases import CASES, run_case, verdict  # noqa: E402
-from index_fuzz import FILES, fuzz  # noqa: E402
+from index_fuzz import FILES, SHARDS, fuzz  # noqa: E402
 
 BAD = ("SILENT WRONG ANSWER", "TRACEBACK", "LOST USER FILE", "SIGNAL", "LEFT FILES BEHIND",
        "UNEXPECTED")
-STRUCTURAL = ("manifest.json", "docs.npy", "tokens.npy", "text.lmdb/data.mdb")
+# the files guarded without hashing: the top manifest, and each shard's manifest, offsets,
+# token counts and text store
+STRUCTURAL = ("manifest.json", *(f"shards/{s}/{name}" for s in SHARDS for name in (
+    "shard.json", "docs.npy", "tokens.npy", "text.lmdb/data.mdb")))
 
 
 def run_cases() -> tuple[list[str], collections.Counter]:
@@ -63,8 +66,9 @@ def run_fuzz(trials: int, work: Path) -> list[str]:
               "version)", {}, FILES, 10_000),
              ("hashing off (TAPT_HASH_ON_OPEN=0), files guarded by structure, CRCs and the seal",
               {"TAPT_HASH_ON_OPEN": "0"}, STRUCTURAL, 20_000),
-             ("hashing off, every file (the documented gap: embeddings.npy and index.faiss "
-              "without a checksum)", {"TAPT_HASH_ON_OPEN": "0"}, FILES, 30_000)]
+             ("hashing off, every file (the documented gap: embeddings.npy, index.faiss, the "
+              "lexical ids and vocabularies without a checksum)", {"TAPT_HASH_ON_OPEN": "0"},
+              FILES, 30_000)]
     lines = ["| mode | trials | commands run | same answer | repaired | one Error line | "
              "wrong answer | traceback | signal | messy output |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
