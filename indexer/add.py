@@ -168,12 +168,17 @@ def _shared_of(index: Index, work: Path) -> Shared:
     return Shared(template, template_sha, 0.0, scale)
 
 
+def _duplicates(built: Any, plan: checkpoint.Plan) -> int:
+    """Documents this add skipped because the index holds them already."""
+    return sum(int(built.prepared[s["name"]].get("duplicates", 0)) for s in plan.shards)
+
+
 def _unchanged(old: dict[str, Any], inputs: list[InputSpec], plan: checkpoint.Plan,
                built: Any, seconds: float) -> dict[str, Any]:
     """An add that found nothing new: the index stays as it is (the same generation, so its
     selections stay valid); its manifest is returned with this add's record appended to the
     history in memory only (`unchanged`: true)."""
-    duplicates = sum(int(built.prepared[s["name"]].get("duplicates", 0)) for s in plan.shards)
+    duplicates = _duplicates(built, plan)
     log.info("nothing new to add: %s duplicate documents skipped; the index is unchanged",
              f"{duplicates:,}")
     return {**old, "history": list(old.get("history", [])) + [{
@@ -201,7 +206,7 @@ def _new_manifest(work: Path, index: Index, built, results: dict[str, dict[str, 
     new = [results[n]["manifest"] for n in built.new]
     added_rows = sum(m["rows"] for m in new)
     added_docs = sum(m["documents"] for m in new)
-    duplicates = sum(int(built.prepared[s["name"]].get("duplicates", 0)) for s in plan.shards)
+    duplicates = _duplicates(built, plan)
     merged = dict(old)
     merged["generation"] = int(old.get("generation", 1)) + 1
     merged.pop("same_content_as", None)  # new rows: earlier manifests name other content

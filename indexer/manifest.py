@@ -124,19 +124,11 @@ def read_index_manifest(index_dir: Path, versions: tuple[int, ...] = (INDEX_FORM
         raise IndexFormatError(f"index {label} is not a directory")
     if not (index_dir / MANIFEST_NAME).is_file():
         raise IndexFormatError(f"{label} is not a tapt index (no {MANIFEST_NAME})")
-    try:
-        manifest = read_versioned_json(index_dir / MANIFEST_NAME, INDEX_FORMAT,
-                                       tuple(versions) + UPGRADABLE_VERSIONS, f"index {label}",
-                                       IndexFormatError, rebuild="rebuild it with this tapt")
-    except IndexFormatError as exc:
-        # a manifest that does not parse, or is not a tapt index's: say what to run
-        lost = isinstance(exc.__cause__, ValueError) or (
-            exc.__cause__ is None and f"is not a {INDEX_FORMAT} manifest" in exc.message)
-        if not (rebuild_hint and lost):
-            raise
-        message = exc.message.replace(str(index_dir / MANIFEST_NAME),
-                                      str(Path(label) / MANIFEST_NAME))
-        raise IndexFormatError(f"{message}; {_rebuild_hint(label)}") from exc
+    manifest = read_versioned_json(index_dir / MANIFEST_NAME, INDEX_FORMAT,
+                                   tuple(versions) + UPGRADABLE_VERSIONS, f"index {label}",
+                                   IndexFormatError, rebuild="rebuild it with this tapt",
+                                   lost=_rebuild_hint(label) if rebuild_hint else "",
+                                   shown=Path(label) / MANIFEST_NAME)
     version = manifest["format_version"]
     if version not in versions:
         what = ("an unsharded index" if version == 2 else

@@ -10,7 +10,8 @@ from tapt.errors import TaptError
 
 
 def read_versioned_json(path: str | Path, fmt: str, versions: tuple[int, ...] | int, what: str,
-                        error: type[TaptError] = TaptError, rebuild: str = "") -> dict[str, Any]:
+                        error: type[TaptError] = TaptError, rebuild: str = "", lost: str = "",
+                        shown: str | Path | None = None) -> dict[str, Any]:
     """Read a manifest and check its `format` and `format_version`.
 
     Args:
@@ -20,6 +21,8 @@ def read_versioned_json(path: str | Path, fmt: str, versions: tuple[int, ...] | 
         what: How to name the artefact in errors ("index idx", "selection sel.jsonl").
         error: The exception class to raise.
         rebuild: What to tell the user when the artefact is of an older version.
+        lost: What to tell the user when the file is not JSON or not a manifest of `fmt`.
+        shown: How to name the file in messages (default: `path`).
 
     Returns:
         The manifest as a dict.
@@ -28,17 +31,19 @@ def read_versioned_json(path: str | Path, fmt: str, versions: tuple[int, ...] | 
         error: the file is missing, not JSON, of another format, or of another version.
     """
     path = Path(path)
+    shown = shown or path
+    fix = f"; {lost}" if lost else ""
     readable = (versions,) if isinstance(versions, int) else tuple(versions)
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise error(f"{what} has no manifest ({path.name} is missing)") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise error(f"{what}: manifest {path} is damaged ({exc})") from exc
+        raise error(f"{what}: manifest {shown} is damaged ({exc}){fix}") from exc
     except OSError as exc:
-        raise error(f"{what}: cannot read {path} ({exc.strerror or exc})") from exc
+        raise error(f"{what}: cannot read {shown} ({exc.strerror or exc})") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
-        raise error(f"{path} is not a {fmt} manifest")
+        raise error(f"{shown} is not a {fmt} manifest{fix}")
     version = manifest.get("format_version")
     if version not in readable:
         newer = isinstance(version, int) and version > max(readable)
