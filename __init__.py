@@ -35,6 +35,7 @@ _LAZY = {
     "ModelMismatchError": "tapt.errors",
     "BudgetError": "tapt.errors",
     "StorageError": "tapt.errors",
+    "Interrupted": "tapt.errors",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -143,6 +143,10 @@ class Index(_IndexBase):
 
         Returns:
             The new index, open.
+
+        Raises:
+            Interrupted: Ctrl-C; the embedded part is kept (`kept`, `work`) and the same call
+                resumes it.
         """
         from tapt.indexer.build import BuildConfig, build_index
         from tapt.indexer.encoder import load_encoder
@@ -201,6 +205,10 @@ class Index(_IndexBase):
         Returns:
             The record of this add (sentences and documents added, duplicates skipped);
                 this object then reads the new generation.
+
+        Raises:
+            Interrupted: Ctrl-C; the embedded part is kept (`kept`, `work`) and the same call
+                resumes it.
         """
         from tapt.indexer.add import add_to_index
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from tapt.errors import TaptError
+from tapt.errors import Interrupted, TaptError
 from tapt.retriever.context import CONTEXTS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -423,9 +423,8 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
         encoder = load_encoder(model, device=device, backend=backend)
         manifest = build_index(inputs, out, encoder, config, executor=runner,
                                encoder_spec=EncoderSpec(model, device, backend))
-    except KeyboardInterrupt as exc:
-        raise _Interrupted("interrupted: the committed part of the build is kept; run the same "
-                           "command again to resume") from exc
+    except Interrupted as exc:
+        raise _Interrupted(str(exc)) from exc
     finally:
         if not isinstance(runner, str):
             runner.close()
@@ -508,9 +507,8 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
                                 text_field=text_field, doc_field=doc_field, text_docs=text_docs,
                                 input_format=input_format, hf_split=hf_split, strict=strict,
                                 shards=shards, shard_size=shard_size, executor=runner)
-    except KeyboardInterrupt as exc:
-        raise _Interrupted("interrupted: the committed part of the add is kept; run the same "
-                           "command again to resume") from exc
+    except Interrupted as exc:
+        raise _Interrupted(str(exc)) from exc
     finally:
         if not isinstance(runner, str):
             runner.close()

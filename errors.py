@@ -72,3 +72,31 @@ class BudgetError(TaptError):
 
 class StorageError(TaptError):
     """The disk filled up or refused a write; committed work is kept for resuming."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, as the CLI maps it) during a build or an add: the embedded part is
+    kept for resuming. A `KeyboardInterrupt`, so code that stops on Ctrl-C still stops.
+
+    Args:
+        job: What was interrupted ("build", "add").
+        kept: Sentences embedded and kept (0 when nothing was).
+        work: The folder holding the kept work, or None when nothing was kept.
+    """
+
+    def __init__(self, job: str, kept: int, work: str | None) -> None:
+        if work is None:
+            message = f"interrupted before the {job} kept anything"
+        elif kept:
+            message = (f"interrupted: {kept:,} embedded sentences of this {job} are kept in "
+                       f"{work}; run the same command again to resume")
+        else:
+            message = (f"interrupted: the {job}'s prepared shards are kept in {work}; run the "
+                       "same command again to resume")
+        super().__init__(message)
+        self.job = job
+        self.kept = kept
+        self.work = work
+
+    def __str__(self) -> str:
+        return str(self.args[0])

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tapt.errors import InputError
+from tapt.errors import InputError, Interrupted
 from tapt.util.files import storage_error
 from tapt.util.safety import check_output, is_tapt_index
 from tapt.util.versions import utc_now
@@ -138,11 +138,13 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
             exchange(work, index.path)
         except BaseException as exc:
             committed = checkpoint.committed_rows(work) if work.exists() else 0
+            if not committed:
+                shutil.rmtree(work, ignore_errors=True)
+            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+                raise Interrupted("add", committed, str(work) if committed else None) from exc
             if committed:
                 log.info("kept this add's %s embedded sentences in %s: run the same command "
-                            "again to resume", f"{committed:,}", work)
-            else:
-                shutil.rmtree(work, ignore_errors=True)
+                         "again to resume", f"{committed:,}", work)
             if isinstance(exc, OSError):
                 raise storage_error(exc, work, "adding to the index in") from exc
             raise

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tapt.errors import InputError, OutputError, StorageError
+from tapt.errors import InputError, Interrupted, OutputError, StorageError
 from tapt.util.files import ensure_dir, fsync_path, sha256_file, storage_error
 from tapt.util.safety import check_output, check_usable, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
@@ -325,12 +325,15 @@ def build_index(
         except BaseException as exc:
             committed = checkpoint.committed_rows(work) if work.exists() else 0
             prepared = work.exists() and any((work / SHARDS).glob(f"*/{stages.PREPARED}"))
-            if not committed and not prepared:
+            kept = bool(committed or prepared)
+            if not kept:
                 shutil.rmtree(work, ignore_errors=True)
-            else:
+            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+                raise Interrupted("build", committed, str(work) if kept else None) from exc
+            if kept:
                 # info, not a warning: the one Error line says to run the command again
                 log.info("kept %s embedded sentences of this build in %s: run the same "
-                            "command again to resume", f"{committed:,}", work)
+                         "command again to resume", f"{committed:,}", work)
             full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
                 isinstance(exc, StorageError) and str(exc).startswith("disk full"))
             if full:

@@ -15,6 +15,7 @@ import pytest
 
 from build_worker import assert_same_content
 from conftest import HashingEncoder, shard_file, write_labelled_corpus
+from tapt.errors import Interrupted
 from tapt.indexer.add import add_to_index
 from tapt.indexer.build import BuildConfig, build_index
 from tapt.indexer.index import Index
@@ -104,9 +105,10 @@ def test_a_killed_add_resumes(halves, both, tmp_path):
                 raise KeyboardInterrupt
             return super().encode(texts, batch_size)
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted) as raised:
         add_to_index(idx, [halves[1]], Failing(), progress=False)
     assert (tmp_path / ".idx.adding").is_dir()
+    assert raised.value.work == str(tmp_path / ".idx.adding") and raised.value.kept > 0
     assert Index(idx).manifest.get("generation") == 1             # the index is untouched
     manifest = add_to_index(idx, [halves[1]], HashingEncoder(), progress=False)
     assert manifest["history"][-1]["sessions"] == 2

@@ -13,7 +13,7 @@ from build_worker import assert_same_index, kill_and_resume
 from conftest import HashingEncoder, write_labelled_corpus, write_split_corpus
 from tapt.indexer import checkpoint, stages
 from tapt.indexer.build import BuildConfig, build_index
-from tapt.errors import InputError, StorageError
+from tapt.errors import InputError, Interrupted, StorageError
 from tapt.indexer.index import Index
 
 
@@ -63,11 +63,16 @@ class CountingEncoder(HashingEncoder):
 def test_interrupted_build_resumes_without_reembedding(corpus, reference, tmp_path, exc):
     out = tmp_path / "idx"
     first = FailingEncoder(fail_at=4, exc=exc)
-    with pytest.raises(type(exc)):
+    with pytest.raises(type(exc)) as raised:
         build_index([corpus], out, first, _config())
     assert not out.exists()
     committed = checkpoint.committed_rows(checkpoint.work_dir_for(out))
     assert committed == first.embedded > 0
+    if isinstance(exc, KeyboardInterrupt):   # says what it kept, where
+        assert isinstance(raised.value, Interrupted)
+        assert raised.value.kept == committed
+        assert raised.value.work == str(checkpoint.work_dir_for(out))
+        assert f"{committed:,} embedded sentences" in str(raised.value)
     second = CountingEncoder()
     manifest = build_index([corpus], out, second, _config())
     assert second.embedded == manifest["counts"]["sentences"] - committed
