@@ -2,9 +2,9 @@
 """What the damage checks cost (docs/reference/reliability.md quotes this).
 
 - centroid scoring over N stored rows (float32 and float16, memory-mapped, from the page cache)
-  with the cosine-range check and without it (main's `retriever/scoring.py`, loaded from git);
+  with the cosine-range check and without it (`retriever/scoring.py` before the checks, loaded from git);
 - the unit-length check of gathered candidate rows (a knn union of 40 x 50 rows);
-- reading every text record with its CRC32 check against main's reader of a format-1 store;
+- reading every text record with its CRC32 check against the reader of a format-1 store before the checks;
 - SHA-256 throughput (the once-per-version hash of large files, and every open of small ones);
 - opening a small index (every file hashed) and the same open with hashing off.
 
@@ -44,14 +44,19 @@ def _timed(fn, repeats: int) -> dict[str, float]:
     return {"min_s": round(min(runs), 5), "median_s": round(statistics.median(runs), 5)}
 
 
+# the revision before the checks were added (what "without the checks" measures)
+BEFORE = "8b8cc4a^"
+
+
 def _main_module(rel: str, name: str):
-    """A module of this repository as it is on main (before the checks), loaded from git."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"main:{rel}"],
+    """A module of this repository as it was before the checks (`BEFORE`), loaded from git."""
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{BEFORE}:{rel}"],
                             capture_output=True, text=True, check=True).stdout
     path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module          # dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 
@@ -87,7 +92,8 @@ def centroid(n: int, dim: int, repeats: int, tmp: Path) -> dict:
 
 
 def records(n: int, repeats: int, tmp: Path) -> dict:
-    """All texts of a store: main's reader on a format-1 store, this one (CRC per record)."""
+    """All texts of a store: the reader before the checks on a format-1 store, this one (CRC per
+    record)."""
     from tapt.indexer.store import TextStore, TextStoreWriter
 
     rng = np.random.default_rng(2)

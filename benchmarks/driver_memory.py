@@ -1,4 +1,4 @@
-"""Peak driver memory of a budgeted `centroid` selection, before and after the streamed cut.
+"""Peak driver memory of budgeted selections, before and after the streamed cut.
 
 The index: `benchmarks/synthetic_index.py`'s real tapt index of synthetic rows (Gaussian blobs
 on the unit sphere, float16, one sentence per document, built by tapt's own stages), the task
@@ -121,17 +121,23 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
             return sel.ids, sel.scores.astype(np.float32), index.n_sentences, len(sel)
     else:
         from tapt.retriever.budget import parse_budget
-        from tapt.retriever.methods import Context, get_method
+        from tapt.retriever.methods import Context, CorpusCache, get_method
         from tapt.retriever.methods.base import by_sentence_scores
 
         from .scale_select import ShardPrefix
+        from .synthetic_index import Sentences
 
         index = Index(args.work / "index")
         part = index if args.prefix == len(index.shards) else ShardPrefix(index, args.prefix)
         view = segment_view(part.n_sentences, args.size)
-        method = get_method("centroid")
+        method = get_method(args.method)
         params = method.make_params({})
-        ctx = Context(part, view, parse_budget(args.budget), 0, task)
+        texts = None
+        if method.needs_text:    # 100 synthetic sentences of blob 0, as its rows are the task's
+            texts, _ = Sentences(spec).make(np.random.default_rng(args.seed + 2),
+                                            np.zeros(100, dtype=np.int64))
+        ctx = Context(part, view, parse_budget(args.budget), 0, task, texts,
+                      CorpusCache(part) if part is index else None)
         if args.path == "streamed":   # also above the share where `rank` would not stream
             from tapt.retriever.methods import base
 
@@ -158,7 +164,8 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
     tracemalloc.stop()
     digest = hashlib.sha256(np.asarray(ids, np.int64).tobytes()
                             + np.asarray(scores, np.float32).tobytes()).hexdigest()
-    return {"path": args.path, "warm": args.warm, "code": str(Path(tapt.__file__).parent),
+    return {"path": args.path, "method": args.method, "warm": args.warm,
+            "code": str(Path(tapt.__file__).parent),
             "rows": int(rows),
             "segment_size": args.size, "budget": args.budget, "selected": int(selected),
             "seconds": round(seconds, 3), **before, "anon_peak": anon.peak, "traced_peak": traced,
@@ -190,6 +197,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--path-budgets", default="10000sent,100000sent,0.2",
                         help="Budgets of the whole / streamed comparison.")
     parser.add_argument("--sizes", default="1,4", help="Segment sizes of that comparison.")
+    parser.add_argument("--methods", default="centroid",
+                        help="Methods of that comparison (methods other than centroid on "
+                        "every shard only).")
+    parser.add_argument("--no-select", dest="select", action="store_false",
+                        help="Skip the Index.select before / after comparison.")
+    parser.add_argument("--name", default="driver_memory",
+                        help="Base name of the result files under --out.")
+    parser.add_argument("--method", default="centroid", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, default=Path(".cache/driver-memory"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/scale"))
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
@@ -231,17 +246,21 @@ def main(argv: list[str] | None = None) -> None:
                 "load_average": round(os.getloadavg()[0], 1)}
 
     selects = [{**pair("before", "after", budget, *(["--warm"] if warm else [])), "warm": warm}
-               for warm in (False, True) for budget in args.budgets.split(",")]
-    paths = [{**pair("whole", "streamed", budget, "--prefix", str(k), "--size", str(size)),
-              "segment_size": size}
-             for k in sorted({1, args.shards}) for size in [int(x) for x in args.sizes.split(",")]
+               for warm in (False, True) for budget in args.budgets.split(",")
+               if args.select]
+    paths = [{**pair("whole", "streamed", budget, "--prefix", str(k), "--size", str(size),
+                     "--method", method),
+              "segment_size": size, "method": method}
+             for method in args.methods.split(",")
+             for k in (sorted({1, args.shards}) if method == "centroid" else [args.shards])
+             for size in [int(x) for x in args.sizes.split(",")]
              for budget in args.path_budgets.split(",")]
     report = {"created": utc_now(), "machine": machine(), "versions": library_versions(),
               "argv": sys.argv[1:] if argv is None else argv, "synthetic": made["spec"],
               "before": args.before, "select": selects, "paths": paths}
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(args.out / "driver_memory.json", report)
-    with atomic_write(args.out / "driver_memory.md") as fh:
+    write_json_atomic(args.out / f"{args.name}.json", report)
+    with atomic_write(args.out / f"{args.name}.md") as fh:
         fh.write(markdown(report))
     print(markdown(report))
 
@@ -253,14 +272,17 @@ def _mb(r: dict[str, Any], key: str) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     spec = report["synthetic"]
+    methods = sorted({r.get("method", "centroid") for r in report["paths"]})
     lines = [
-        "## Measured: peak driver memory of a budgeted centroid selection",
+        "## Measured: peak driver memory of budgeted selections",
         "",
         f"Measured {report['created']} on {report['machine'].get('cpu', '?')} "
         f"({report['machine'].get('cores')} cores, shared with other developers' work). The "
         f"index: {spec['rows']:,} synthetic float16 rows in {spec['dim']} dimensions, "
         f"{spec['shards']} shards, one sentence per document (`benchmarks/synthetic_index.py`, "
-        f"seed {spec['seed']}); the task 100 fresh rows of blob 0, as embeddings. Every cell "
+        f"seed {spec['seed']}); the task 100 fresh rows of blob 0, as embeddings"
+        + (", and 100 fresh synthetic sentences of blob 0 for the methods that read text"
+           if methods != ["centroid"] else "") + ". Every cell "
         "is one fresh process that opens the index and selects once "
         "(`benchmarks/driver_memory.py`); the two sides of each cell selected the same "
         "segments and scores (digest compared).",
@@ -270,17 +292,21 @@ def markdown(report: dict[str, Any]) -> str:
         "allocations during the selection (tracemalloc); *ru_maxrss*: the process's peak "
         "resident set, which also counts the pages of the memory-mapped embeddings the scan "
         "touched (768 bytes a row, the same on both sides).",
-        "",
-        f"`Index.select(\"centroid\", ...)`, ranking and reading the chosen text included: "
-        f"*before* = revision {report['before']} (whole arrays), *after* = the streamed cut. "
-        "*first*: the process's first selection, which also builds the index's segment view "
-        "(one entry per segment, kept for later selections); *again*: a second selection "
-        "in the same process (the view reused, as in a served index):",
-        "",
-        "| rows | selection | budget | selected | anon before / after (MB) | traced before / after (MB) | "
-        "ru_maxrss before / after (MB) | seconds before / after |",
-        "|---:|---|---|---:|---:|---:|---:|---:|",
     ]
+    if report["select"]:
+        lines += [
+            "",
+            f"`Index.select(\"centroid\", ...)`, ranking and reading the chosen text included: "
+            f"*before* = revision {report['before']} (whole arrays), *after* = the streamed cut. "
+            "*first*: the process's first selection, which also builds the index's segment view "
+            "(one entry per segment, kept for later selections); *again*: a second selection "
+            "in the same process (the view reused, as in a served index):",
+            "",
+            "| rows | selection | budget | selected | anon before / after (MB) | "
+            "traced before / after (MB) | ru_maxrss before / after (MB) | "
+            "seconds before / after |",
+            "|---:|---|---|---:|---:|---:|---:|---:|",
+        ]
     for r in report["select"]:
         b, a = r["before"], r["after"]
         lines.append(f"| {r['rows']:,} | {'again' if r['warm'] else 'first'} | {r['budget']} | {a['selected']:,} | "
@@ -288,18 +314,22 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{_mb(b, 'traced')} / {_mb(a, 'traced')} | "
                      f"{b['ru_maxrss'] / MB:.0f} / {a['ru_maxrss'] / MB:.0f} | "
                      f"{b['seconds']:.2f} / {a['seconds']:.2f} |")
-    lines += ["", "The ranking alone (`Method.rank` on the first shard or both; segments of "
-              "1 or 4 rows), *whole* = a score per sentence then `by_sentence_scores`, "
-              "*streamed* = the cut kept while the rows are scored (forced here for every "
-              "budget; `Index.select` streams only a budget of at most 1/16 of the sentences, "
+    lines += ["", "The ranking alone (`Method.rank`"
+              + (" on the first shard or both" if "centroid" in methods else " on every shard")
+              + "; segments of " + " or ".join(str(x) for x in sorted(
+                  {r["segment_size"] for r in report["paths"]})) + " rows), *whole* = a score "
+              "per sentence then `by_sentence_scores`, *streamed* = the cut kept while the "
+              "scores are computed (the rows' scores block by block; Moore-Lewis's shard by "
+              "shard, fused's z-score sum block by block; forced here for every budget; "
+              "`Index.select` streams only a budget of at most 1/16 of the sentences, "
               "`methods.base.STREAM_SHARE`), same code otherwise:", "",
-              "| rows | segment size | budget | selected | anon whole / streamed (MB) | "
+              "| method | rows | segment size | budget | selected | anon whole / streamed (MB) | "
               "traced whole / streamed (MB) | seconds whole / streamed |",
-              "|---:|---:|---|---:|---:|---:|---:|"]
+              "|---|---:|---:|---|---:|---:|---:|---:|"]
     for r in report["paths"]:
         w, s = r["whole"], r["streamed"]
-        lines.append(f"| {r['rows']:,} | {r['segment_size']} | {r['budget']} | "
-                     f"{s['selected']:,} | {_mb(w, 'anon')} / {_mb(s, 'anon')} | "
+        lines.append(f"| {r.get('method', 'centroid')} | {r['rows']:,} | {r['segment_size']} | "
+                     f"{r['budget']} | {s['selected']:,} | {_mb(w, 'anon')} / {_mb(s, 'anon')} | "
                      f"{_mb(w, 'traced')} / {_mb(s, 'traced')} | "
                      f"{w['seconds']:.2f} / {s['seconds']:.2f} |")
     lines += ["", "Regenerate:", "",

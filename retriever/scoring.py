@@ -16,7 +16,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -465,26 +465,67 @@ def _zscore_into(out: np.ndarray, values: np.ndarray, fill: float | None,
     return out
 
 
+class ZSum:
+    """The sum of each score array's z-scores (`fuse_zscores`), for any range of rows: the
+    means and spreads are taken once, a range's sum when it is asked for, so a streamed ranking
+    holds no per-row sum. `block(lo, hi)` is `fuse_zscores(...)[lo:hi]` bit for bit.
+
+    Args:
+        scores: Score arrays of equal length, one score per row each.
+
+    Raises:
+        ValueError: no score array, or arrays of different lengths.
+    """
+
+    def __init__(self, *scores: np.ndarray) -> None:
+        if not scores:
+            raise ValueError("fuse_zscores needs at least one score array")
+        self.scores = [np.asarray(values) for values in scores]
+        n = len(self.scores[0])
+        self.terms: list[tuple[np.ndarray, float | None, float, float]] = []
+        for values in self.scores:
+            if values.shape != (n,):
+                raise ValueError("fuse_zscores: score arrays differ in length")
+            fill = None
+            if not np.isfinite(values).all():
+                low = _finite_min(values)
+                fill = 0.0 if low is None else low
+            mean, std = moments(values, fill)
+            if std != 0:                     # a constant array adds nothing
+                self.terms.append((values, fill, mean, std))
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        """The sums of rows lo..hi (float64)."""
+        total = np.zeros(hi - lo, dtype=np.float64)
+        for values, fill, mean, std in self.terms:
+            total += (_as_float64(values, lo, hi, fill) - mean) / std
+        return total
+
+    def parts(self, size: int = MOMENT_LEAF) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, sums) of consecutive ranges of `size` rows, in row order."""
+        for lo in range(0, self.n, size):
+            yield lo, self.block(lo, min(lo + size, self.n))
+
+    def all(self) -> np.ndarray:
+        """The sum of every row (float64), computed block by block."""
+        total = np.empty(self.n, dtype=np.float64)
+        for lo, part in self.parts():
+            total[lo:lo + len(part)] = part
+        return total
+
+
 def fuse_zscores(*scores: np.ndarray) -> np.ndarray:
     """Sum of each score array's z-scores (equal weight per scorer, whatever its scale).
 
     Non-finite entries count as the lowest finite score of their array, so one scorer that
     cannot score a row does not remove it from the ranking of the others. Computed in blocks:
-    beyond its float64 result, no per-row copy of a score array is made.
+    beyond its float64 result, no per-row copy of a score array is made (`ZSum`).
     """
-    if not scores:
-        raise ValueError("fuse_zscores needs at least one score array")
-    total = np.zeros(len(scores[0]), dtype=np.float64)
-    for values in scores:
-        values = np.asarray(values)
-        if values.shape != total.shape:
-            raise ValueError("fuse_zscores: score arrays differ in length")
-        fill = None
-        if not np.isfinite(values).all():
-            low = _finite_min(values)
-            fill = 0.0 if low is None else low
-        _zscore_into(total, values, fill, add=True)
-    return total
+    return ZSum(*scores).all()
 
 
 def lambda_weights(anomaly: np.ndarray, C: float, alpha: float) -> np.ndarray:

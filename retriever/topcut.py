@@ -338,3 +338,34 @@ def scan_cut(rows, scorer, offsets: np.ndarray, first: int, measure: np.ndarray 
             raise rows_from(exc, start + lo) from exc
         stream.feed(scores)
     return stream.finish()
+
+
+def parts_cut(parts, offsets: np.ndarray, measure: np.ndarray | None, cut: Cut,
+              progress: bool = False, total: int | None = None) -> Candidates:
+    """The budget's cut of the segments of `offsets` ranked by their mean score, from every
+    row's score computed part by part (a method whose scores do not come from a row scorer:
+    Moore-Lewis shard by shard, `fused`'s z-score sum block by block); only the running cut
+    is kept. The segments and scores of the whole-array path, bit for bit.
+
+    Args:
+        parts: (first row, scores) of consecutive rows from row 0 to the last, in row order.
+        offsets, measure, cut: As for `SegmentStream` (the whole view's).
+        progress: Show a progress bar.
+        total: How many parts there are (for the progress bar).
+
+    Raises:
+        ValueError: the parts are not consecutive or do not cover every row.
+    """
+    from tqdm.auto import tqdm
+
+    stream = SegmentStream(offsets, 0, measure, cut, 0)
+    for start, scores in tqdm(parts, desc="rank", unit="part", total=total, leave=False,
+                              disable=not progress):
+        if start != stream.row:
+            raise ValueError(f"scores of rows {start}.. follow row {stream.row}")
+        stream.feed(scores)
+    if stream.row != int(offsets[-1]):
+        raise ValueError(f"scores end at row {stream.row}, not {int(offsets[-1])}")
+    kept, pieces = stream.finish()
+    return merge(kept, join_pieces(pieces, offsets, measure), cut)
+

@@ -124,7 +124,7 @@ def index(tmp_path_factory):
     files = write_split_corpus(base, parts=3, docs_per_topic=8, seed=9)
     build_index(files, base / "idx", HashingEncoder(),
                 BuildConfig(segment_size=3, split=False, progress=False, window=64, shards=2,
-                            embedding_dtype="float16"))
+                            embedding_dtype="float16", codes="int8"))
     return Index(base / "idx")
 
 
@@ -148,8 +148,20 @@ def _full_path(index, config, embeddings):
     return by_sentence_scores(view, scores, ctx.budget, dict(info), config.spec.threshold)
 
 
+def _full_path_with_text(index, config, embeddings, texts):
+    from tapt.retriever.methods import CorpusCache
+
+    corpus = CorpusCache(index)
+    view = corpus.view(config.segment_size, config.context)
+    ctx = Context(index, view, config.parsed_budget, config.seed, embeddings, texts, corpus)
+    scores, info = config.spec.sentence_scores(ctx, config.params)
+    return by_sentence_scores(view, scores, ctx.budget, dict(info), config.spec.threshold)
+
+
 @pytest.mark.parametrize("method,params", [("centroid", {}), ("distance", {}),
-                                           ("density", {"m": 3}), ("classifier", {"rounds": 0})])
+                                           ("density", {"m": 3}), ("classifier", {"rounds": 0}),
+                                           ("moore-lewis", {}), ("fused", {}),
+                                           ("fused", {"scan": "codes"})])
 @pytest.mark.parametrize("size", [1, 3, 5])
 def test_methods_stream_the_selection_of_the_whole_array_path(index, task, method, params, size,
                                                               monkeypatch):
@@ -157,14 +169,17 @@ def test_methods_stream_the_selection_of_the_whole_array_path(index, task, metho
 
     monkeypatch.setattr(base, "STREAM_SHARE", 1.0)   # every budget of this small corpus
     embeddings, texts = task
+    # row scorers stream their rows' scores; Moore-Lewis and fused their own parts
+    streamer = "scan_cut" if method in ("centroid", "distance", "density", "classifier") \
+        else "parts_cut"
     for spec in ("0.2", "9", "60sent", "700tok"):
         config = SelectConfig(method, spec, segment_size=size, seed=1, **params)
-        want = _full_path(index, config, embeddings)
+        want = _full_path_with_text(index, config, embeddings, texts)
         calls = []
-        real = topcut.scan_cut
-        monkeypatch.setattr(topcut, "scan_cut", lambda *a, **k: calls.append(1) or real(*a, **k))
+        real = getattr(topcut, streamer)
+        monkeypatch.setattr(topcut, streamer, lambda *a, **k: calls.append(1) or real(*a, **k))
         got, _ = rank(index, config, embeddings, texts)
-        monkeypatch.setattr(topcut, "scan_cut", real)
+        monkeypatch.setattr(topcut, streamer, real)
         assert calls, "the budget's cut did not stream"
         np.testing.assert_array_equal(got.segments, want.segments, err_msg=spec)
         np.testing.assert_array_equal(got.scores, want.scores, err_msg=spec)
@@ -201,11 +216,24 @@ def test_methods_that_cannot_stream_keep_the_whole_array_path(index, task, monke
     embeddings, texts = task
     called = []
     monkeypatch.setattr(topcut, "scan_cut", lambda *a, **k: called.append(a))
-    for method, spec, kw in (("fused", "30sent", {}), ("moore-lewis", "30sent", {}),
+    monkeypatch.setattr(topcut, "parts_cut", lambda *a, **k: called.append(a))
+    for method, spec, kw in (("fused", "30sent", {"context": "document"}),
+                             ("moore-lewis", "0.5", {}), ("knn", "30sent", {}),
                              ("centroid", "30sent", {"context": "document"}),
-                             ("classifier", None, {})):
+                             ("classifier", None, {}), ("fused-learned", "30sent", {})):
         rank(index, SelectConfig(method, spec, **kw), embeddings, texts)
     assert called == []
+
+
+def test_parts_that_skip_or_repeat_rows_are_refused():
+    offsets = np.array([0, 2, 5, 6])
+    c = topcut.Cut(2, "segments")
+    with pytest.raises(ValueError, match="follow row"):
+        topcut.parts_cut([(0, np.ones(2)), (3, np.ones(3))], offsets, None, c)
+    with pytest.raises(ValueError, match="end at row 5"):
+        topcut.parts_cut([(0, np.ones(5))], offsets, None, c)
+    got = topcut.parts_cut([(0, np.arange(4.0)), (4, np.array([9.0, 1.0]))], offsets, None, c)
+    np.testing.assert_array_equal(got.ids, [1, 2])     # means 0.5, 2+3+9 / 3 = 4.67, 1
 
 
 def test_segment_tokens_sum_shard_by_shard():

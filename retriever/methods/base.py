@@ -58,6 +58,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Scorer = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class ScoreParts:
+    """Every corpus sentence's score as consecutive parts (`SentenceScored.score_parts`).
+
+    Attributes:
+        parts: (first row, scores) of consecutive rows from row 0, in row order, each
+            computed when it is reached.
+        count: How many parts there are.
+        info: What the method reports (as `sentence_scores` does).
+    """
+
+    parts: Iterable[tuple[int, np.ndarray]]
+    count: int
+    info: dict[str, Any]
 BudgetNeed = Literal["required", "optional", "none"]
 
 
@@ -138,15 +154,26 @@ def streams(ctx: "Context", factor: float = 1.0) -> bool:
 
 
 def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budget | None,
-         info: dict[str, Any]) -> Ranking:
-    """The prefix of a segment ranking that fills `budget` (all of it without one)."""
+         info: dict[str, Any], ranked: bool = False) -> Ranking:
+    """The prefix of a segment ranking that fills `budget` (all of it without one).
+
+    Args:
+        view: The segments.
+        order: Segment ids, best first.
+        scores: Every segment's score, or (`ranked`) the scores of `order`, in its order (a
+            ranking of a few candidates needs no score for every segment).
+        budget: The budget (None: all of `order`).
+        info: What the method reports (a budget's shortfall is added).
+        ranked: Whether `scores` are in `order`'s order.
+    """
     if budget is None:
         chosen = order
     else:
         target = budget_target(budget, view.lengths, view.tokens)
         chosen = cut(order, budget, target, view.lengths, view.tokens)
         note_shortfall(budget, target, len(chosen), info)
-    return Ranking(chosen, scores[chosen], np.ones(len(chosen), dtype=np.float32), info)
+    kept = scores[:len(chosen)] if ranked else scores[chosen]
+    return Ranking(chosen, kept, np.ones(len(chosen), dtype=np.float32), info)
 
 
 def note_shortfall(budget: Budget, target: float, chosen: int, info: dict[str, Any]) -> None:
@@ -373,6 +400,9 @@ class Memo:
     def __init__(self) -> None:
         self._values: dict[Any, tuple[Any, float]] = {}
         self.reused_seconds = 0.0
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._values
 
     def get(self, key: Any, compute: Callable[[], Any]) -> Any:
         if key in self._values:
@@ -699,6 +729,21 @@ class SentenceScored(Method):
                                        progress=ctx.progress)
         return topcut.merge(kept, topcut.join_pieces(pieces, view.offsets, measure), cut)
 
+    def score_parts(self, ctx: Context, params: Params) -> ScoreParts | None:
+        """`sentence_scores` as consecutive parts computed one at a time, for a method whose
+        scores do not come from a row scorer of the embeddings; None (the default) where they
+        come only whole. With parts, a budget's cut streams (`topcut.parts_cut`): no score per
+        sentence is kept beyond what the method itself holds."""
+        return None
+
+    def parts_candidates(self, ctx: Context, parts: ScoreParts, cut: topcut.Cut
+                         ) -> topcut.Candidates:
+        """The segments `cut` keeps of the ranking by the mean of the scores in `parts`, in
+        rank order (those of `by_sentence_scores`, bit for bit)."""
+        view = ctx.view
+        return topcut.parts_cut(parts.parts, view.offsets, cut.measure(view.lengths, view.tokens),
+                                cut, progress=ctx.progress, total=parts.count)
+
     def depends_on_budget(self, params: Params) -> bool:
         return scans_codes(params)         # how many rows are rescored
 
@@ -713,6 +758,13 @@ class SentenceScored(Method):
                 and type(self).fitted_scores is SentenceScored.fitted_scores):
             return self.code_rank(ctx, params)
         fitted = self.row_scorer(ctx, params)
+        parts = self.score_parts(ctx, params) if fitted is None and streams(ctx) else None
+        if parts is not None:
+            view = ctx.view
+            target = budget_target(ctx.budget, view.lengths, view.tokens)
+            chosen = self.parts_candidates(ctx, parts, topcut.Cut.of(ctx.budget, target))
+            return Ranking(chosen.ids, chosen.scores, np.ones(len(chosen), dtype=np.float32),
+                           dict(parts.info))
         if fitted is None:
             scores, info = self.sentence_scores(ctx, params)
         elif streams(ctx):
@@ -761,9 +813,13 @@ class SentenceScored(Method):
         """With a fitted row scorer, at sentence context, and at most `STREAM_SHARE` of the
         segments: a streamed cut of `count` segments (`budget_candidates`; no score per
         sentence kept), the same segments as `full_ranking`'s prefix."""
-        fitted = self.row_scorer(ctx, params)
-        if (fitted is None or ctx.view.context != "sentence"
-                or count > STREAM_SHARE * len(ctx.view)):
+        if ctx.view.context != "sentence" or count > STREAM_SHARE * len(ctx.view):
             return super().top_segments(ctx, params, count)
-        chosen = self.budget_candidates(ctx, fitted[0], topcut.Cut(float(count), "segments"))
+        fitted = self.row_scorer(ctx, params)
+        parts = self.score_parts(ctx, params) if fitted is None else None
+        if fitted is None and parts is None:
+            return super().top_segments(ctx, params, count)
+        where = topcut.Cut(float(count), "segments")
+        chosen = (self.budget_candidates(ctx, fitted[0], where) if fitted is not None
+                  else self.parts_candidates(ctx, parts, where))
         return chosen.ids[chosen.scores > -np.inf]      # as full_ranking drops -inf and NaN

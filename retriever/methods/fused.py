@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .. import scoring
 from ..ngram_lm import general_sample_size
-from .base import ScanParams, SentenceScored, param, rescored_rows, scans_codes
+from .base import ScanParams, ScoreParts, SentenceScored, param, rescored_rows, scans_codes
 from .moore_lewis import lexical_scores
 from .registry import get_method, register
 
@@ -38,6 +38,18 @@ class Fused(SentenceScored):
     Params = FusedParams
 
     def sentence_scores(self, ctx, params):
+        fused, info = self._fused(ctx, params)
+        return fused.all(), info
+
+    def score_parts(self, ctx, params):
+        """The z-score sum block by block: beside its two halves' scores (4 bytes a sentence
+        each), no score per sentence is kept."""
+        fused, info = self._fused(ctx, params)
+        return ScoreParts(fused.parts(), -(-len(fused) // scoring.MOMENT_LEAF), info)
+
+    def _fused(self, ctx, params) -> tuple[scoring.ZSum, dict]:
+        """The z-score sum of the two halves (`scoring.ZSum`, computed once per task and
+        setting) and what the fit saw."""
         texts = ctx.need_texts(self.name)          # before any fitting
         task = ctx.need_task(self.name)
         classifier = get_method("classifier")
@@ -51,11 +63,11 @@ class Fused(SentenceScored):
                     ctx.index.embeddings, scorer, meaning, wanted,
                     by=scoring.fuse_zscores(meaning, lexical))
                 info = {**info, "scan": "codes", "rescored_sentences": int(len(rescored))}
-            return scoring.fuse_zscores(meaning, lexical), info
+            return scoring.ZSum(meaning, lexical), info
 
         key = ("fused", ctx.n_positive, params.rounds, ctx.seed, wanted)
-        scores, info = ctx.memo.get(key, compute)
-        return scores, {**info, "general_lm_sentences": general_sample_size(
+        fused, info = ctx.memo.get(key, compute)
+        return fused, {**info, "general_lm_sentences": general_sample_size(
             len(texts), ctx.index.n_sentences)}
 
     def depends_on_budget(self, params):

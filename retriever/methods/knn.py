@@ -64,14 +64,13 @@ class Knn(Method):
         best = scoring.max_similarity(index.embeddings[rows] if len(rows) else rows, task,
                                       ids=rows)
         cand_scores = scoring.segment_mean(best, view.lengths[candidates])
-        scores = np.full(len(view), -np.inf, dtype=np.float32)
-        scores[candidates] = cand_scores
-        order = candidates[scoring.rank(cand_scores)]
+        ranking = scoring.rank(cand_scores)     # only the candidates: no score per segment
         info = {"union_sentences": int(len(union)), "candidate_segments": int(len(candidates)),
                 "search_seconds": round(search_s, 3),
                 "faiss": faiss_label(index, params.nprobe, params.ef_search)}
         log.info("knn union: %d distinct sentences in %d segments", len(union), len(candidates))
-        return take(view, order, scores, ctx.budget, info)
+        return take(view, candidates[ranking], cand_scores[ranking], ctx.budget, info,
+                    ranked=True)
 
     def full_ranking(self, ctx, params):
         return self.rank(replace(ctx, budget=None), params)

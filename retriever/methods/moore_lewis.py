@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import numpy as np
 
-from ..ngram_lm import general_sample_size, moore_lewis_lexicon
-from .base import Context, SentenceScored
+from ..ngram_lm import HashedLMs, general_sample_size, moore_lewis_lexicon
+from .base import Context, ScoreParts, SentenceScored
 from .registry import register
 
 
@@ -27,6 +29,22 @@ def lexical_scores(ctx: Context, method: str = "moore-lewis") -> np.ndarray:
     return ctx.memo.get(("moore-lewis", ctx.seed), compute)
 
 
+def lexical_parts(ctx: Context, method: str = "moore-lewis"
+                  ) -> tuple[Iterable[tuple[int, np.ndarray]], int]:
+    """`lexical_scores` in parts ((first row, scores), count): computed run by run and not kept
+    when this process holds the index's shards and has not computed them already; the whole
+    array as one part otherwise (a served index's actors score their own shards)."""
+    texts = ctx.need_texts(method)
+    if ("moore-lewis", ctx.seed) in ctx.memo or getattr(ctx.index, "top_cut", None) is not None:
+        return [(0, lexical_scores(ctx, method))], 1
+    corpus = ctx.corpus
+    models = HashedLMs(ctx.index.lexicon, texts, seed=ctx.seed,
+                       extra_words=corpus.extra_words if corpus.share_vocabulary else None)
+    if corpus.share_vocabulary:
+        corpus.extra_words = models.new
+    return models.parts(), models.part_count()
+
+
 @register
 class MooreLewis(SentenceScored):
     name = "moore-lewis"
@@ -45,6 +63,14 @@ class MooreLewis(SentenceScored):
     warn_task_sentences = 3
 
     def sentence_scores(self, ctx, params):
-        scores = lexical_scores(ctx, self.name)
-        return scores, {"general_lm_sentences": general_sample_size(len(ctx.texts),
-                                                                    ctx.index.n_sentences)}
+        return lexical_scores(ctx, self.name), self._info(ctx)
+
+    def score_parts(self, ctx, params):
+        """Shard by shard, runs of 2^20 sentences at a time: no score per sentence is kept."""
+        parts, count = lexical_parts(ctx, self.name)
+        return ScoreParts(parts, count, self._info(ctx))
+
+    @staticmethod
+    def _info(ctx: Context) -> dict:
+        return {"general_lm_sentences": general_sample_size(len(ctx.texts),
+                                                            ctx.index.n_sentences)}
