@@ -136,8 +136,7 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
         if method.needs_text:    # 100 synthetic sentences of blob 0, as its rows are the task's
             texts, _ = Sentences(spec).make(np.random.default_rng(args.seed + 2),
                                             np.zeros(100, dtype=np.int64))
-        ctx = Context(part, view, parse_budget(args.budget), 0, task, texts,
-                      CorpusCache(part) if part is index else None)
+        ctx = Context(part, view, parse_budget(args.budget), 0, task, texts, CorpusCache(part))
         if args.path == "streamed":   # also above the share where `rank` would not stream
             from tapt.retriever.methods import base
 
@@ -198,8 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="Budgets of the whole / streamed comparison.")
     parser.add_argument("--sizes", default="1,4", help="Segment sizes of that comparison.")
     parser.add_argument("--methods", default="centroid",
-                        help="Methods of that comparison (methods other than centroid on "
-                        "every shard only).")
+                        help="Methods of that comparison.")
     parser.add_argument("--no-select", dest="select", action="store_false",
                         help="Skip the Index.select before / after comparison.")
     parser.add_argument("--name", default="driver_memory",
@@ -252,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
                      "--method", method),
               "segment_size": size, "method": method}
              for method in args.methods.split(",")
-             for k in (sorted({1, args.shards}) if method == "centroid" else [args.shards])
+             for k in sorted({1, args.shards})
              for size in [int(x) for x in args.sizes.split(",")]
              for budget in args.path_budgets.split(",")]
     report = {"created": utc_now(), "machine": machine(), "versions": library_versions(),
@@ -314,10 +312,9 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{_mb(b, 'traced')} / {_mb(a, 'traced')} | "
                      f"{b['ru_maxrss'] / MB:.0f} / {a['ru_maxrss'] / MB:.0f} | "
                      f"{b['seconds']:.2f} / {a['seconds']:.2f} |")
-    lines += ["", "The ranking alone (`Method.rank`"
-              + (" on the first shard or both" if "centroid" in methods else " on every shard")
-              + "; segments of " + " or ".join(str(x) for x in sorted(
-                  {r["segment_size"] for r in report["paths"]})) + " rows), *whole* = a score "
+    sizes = " or ".join(str(x) for x in sorted({r["segment_size"] for r in report["paths"]}))
+    lines += ["", f"The ranking alone (`Method.rank` on the first shard or both; segments of "
+              f"{sizes} rows), *whole* = a score "
               "per sentence then `by_sentence_scores`, *streamed* = the cut kept while the "
               "scores are computed (the rows' scores block by block; Moore-Lewis's shard by "
               "shard, fused's z-score sum block by block; forced here for every budget; "

@@ -67,8 +67,9 @@ METHODS = ("centroid", "knn", "fused")
 
 
 class ShardPrefix:
-    """The first shards of an index, as the centroid method reads an index: embeddings, codes
-    and the codes' scale (for latency at fewer rows without building another index)."""
+    """The first shards of an index, as the centroid, classifier, Moore-Lewis and fused methods
+    read an index: embeddings, codes, the codes' scale and the lexical ids (for latency and
+    memory at fewer rows without building another index)."""
 
     def __init__(self, index: Index, shards: int) -> None:
         self.path = index.path
@@ -76,6 +77,19 @@ class ShardPrefix:
         self.codes = RowView([s.codes for s in index.shards[:shards]])
         self.manifest = {"codes": index.manifest["codes"]}
         self.n_sentences = len(self.embeddings)
+        self._index, self._shards = index, shards
+
+    @property
+    def lexicon(self):
+        """The first shards' stored lexical ids (the corpus vocabulary of the whole index)."""
+        from tapt.indexer.lexical import Lexicon
+
+        whole = self._index.lexicon
+        return Lexicon(whole.shards[:self._shards], whole.row_offsets[:self._shards + 1],
+                       whole.vocabulary)
+
+    def lexicon_scores(self, score_shard):
+        return self.lexicon.map_shards(score_shard)
 
     def score_rows(self, scorer):
         return Index.score_rows(self, scorer)

@@ -187,7 +187,10 @@ def moore_lewis_scores(pool_texts: list[str], task_texts: list[str], seed: int =
     return moore_lewis(in_lm, general, ids, lengths)
 
 
-_CHUNK_SENTENCES = 1 << 20
+# sentences per run of a shard's scoring (their tokens' gathers take ~40 bytes a token), and
+# bigram types per run of its table
+_CHUNK_SENTENCES = 1 << 16
+_CHUNK_TYPES = 1 << 18
 
 
 def general_sample_size(in_sentences: int, corpus_sentences: int) -> int:
@@ -309,13 +312,18 @@ class HashedLMs:
         return scores
 
     def shard_parts(self, shard) -> Iterator[tuple[int, np.ndarray]]:
-        """(first local row, float32 scores) of consecutive runs of up to 2^20 of one shard's
+        """(first local row, float32 scores) of consecutive runs of up to 2^16 of one shard's
         sentences, each scored when it is reached (`score_shard` in parts)."""
         # model ids of the shard's words once, not of both words of every bigram type
-        ids, pairs = self.dense(np.asarray(shard.vocab)), np.asarray(shard.bigrams)
+        ids, pairs = self.dense(np.asarray(shard.vocab)), shard.bigrams
         # both models' log-probabilities of a type side by side: one gather of 16 bytes per
-        # token (2.5x faster than two gathers through int32 ids)
-        both = np.stack(self.model_log2(ids[pairs[:, 0]], ids[pairs[:, 1]]), axis=1)
+        # token (2.5x faster than two gathers through int32 ids); computed a run of types at a
+        # time, as the models' temporaries take ~100 bytes a type
+        both = np.empty((len(pairs), 2), dtype=np.float64)
+        for lo in range(0, len(pairs), _CHUNK_TYPES):
+            run = np.asarray(pairs[lo:lo + _CHUNK_TYPES])
+            both[lo:lo + len(run)] = np.stack(self.model_log2(ids[run[:, 0]], ids[run[:, 1]]),
+                                              axis=1)
         offsets = np.asarray(shard.offsets)
         for lo in range(0, len(shard), _CHUNK_SENTENCES):
             hi = min(len(shard), lo + _CHUNK_SENTENCES)

@@ -313,3 +313,26 @@ def test_only_a_budget_that_is_a_small_share_of_the_corpus_streams(index, task, 
         assert bool(calls) == streamed, spec
         want = _full_path(index, config, embeddings)
         np.testing.assert_array_equal(got.segments, want.segments)
+
+
+@pytest.mark.parametrize("method", ["moore-lewis", "fused"])
+def test_streamed_pre_rankings_are_the_prefix_of_the_full_ranking(index, task, method,
+                                                                  monkeypatch):
+    """iforest's candidates from Moore-Lewis or fused: a streamed cut of their parts."""
+    from tapt.retriever.methods import CorpusCache, base
+
+    embeddings, texts = task
+    spec = get_method(method)
+    params = spec.make_params({})
+    calls = []
+    real = topcut.parts_cut
+    monkeypatch.setattr(topcut, "parts_cut", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for size in (1, 3):
+        corpus = CorpusCache(index)
+        ctx = Context(index, corpus.view(size), parse_budget("30sent"), 1, embeddings, texts,
+                      corpus)
+        count = int(base.STREAM_SHARE * len(ctx.view))
+        got = spec.top_segments(ctx, params, count)
+        want = spec.full_ranking(ctx, params).segments[:count]
+        np.testing.assert_array_equal(got, want)
+    assert calls

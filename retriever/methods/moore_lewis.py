@@ -66,7 +66,7 @@ class MooreLewis(SentenceScored):
         return lexical_scores(ctx, self.name), self._info(ctx)
 
     def score_parts(self, ctx, params):
-        """Shard by shard, runs of 2^20 sentences at a time: no score per sentence is kept."""
+        """Shard by shard, runs of 65,536 sentences at a time: no score per sentence is kept."""
         parts, count = lexical_parts(ctx, self.name)
         return ScoreParts(parts, count, self._info(ctx))
 
