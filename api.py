@@ -494,6 +494,12 @@ class ServedIndex(Index):
         """`Index.lexicon_scores`, each actor scoring its own shards."""
         return self.servers.lexicon_scores(score_shard, self.n_sentences)
 
+    def lexicon_cut(self, models, view, cut):
+        """A budget's cut of the segments ranked by the mean of a Moore-Lewis model pair's
+        scores (`ngram_lm.HashedLMs`), made by the actors from their shards' lexical ids
+        (`ShardServers.lexicon_top`): no score per sentence is gathered."""
+        return self.servers.lexicon_top(models, self, view, cut)
+
     def _reopen(self) -> None:
         """After `add`, `repair` or `reindex`: the actors are restarted on the new generation."""
         super()._reopen()

@@ -4,7 +4,8 @@ The PU classifier (`classifier`, and the meaning half of `fused`) scores every c
 per self-training round and samples its negatives from a stretch of the ranking of those
 scores. This measures, with `tracemalloc` (numpy's allocations included), the peak of
 `pu.pu_classifier` on synthetic unit rows (the corpus and its pre-ranking already in memory,
-not counted) and of `scoring.rank` of one float32 score per row, and prints a digest of the
+not counted), of `Classifier.fit` as a selection runs it (its centroid pre-ranking computed
+inside and counted), and of `scoring.rank` of one float32 score per row, and prints a digest of the
 fit's scores so that two revisions can be compared for equal results.
 
     python -m benchmarks.fit_memory --rows 4000000 --out benchmarks/results/scale
@@ -59,6 +60,18 @@ def main(argv: list[str] | None = None) -> int:
     pu_classifier(corpus[:5000], task, prerank[:5000], 200, config)
     (scores, _, _), fit_peak, fit_s = traced(
         lambda: pu_classifier(corpus, task, prerank, args.positives, config))
+    # the fit as a selection runs it (`Classifier.fit`): the pre-ranking computed inside it,
+    # counted, and handed over to the fit
+    from types import SimpleNamespace
+
+    from tapt.retriever.methods import get_method
+
+    classifier = get_method("classifier")
+    rows = SimpleNamespace(embeddings=corpus, score_rows=lambda scorer: scorer(corpus))
+    ctx = SimpleNamespace(index=rows, n_positive=args.positives, seed=0)
+    params = classifier.make_params({"rounds": args.rounds})
+    (_, method_scores, _), method_peak, method_s = traced(
+        lambda: classifier.fit(ctx, task, params))
     _, rank_peak, rank_s = traced(lambda: scoring.rank(prerank))
     fused_top, fuse_peak, fuse_s = traced(lambda: scoring.rank_top(
         scoring.fuse_zscores(scores, prerank), args.positives))
@@ -66,7 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     report = {"date": utc_now(), "label": args.label, "rows": n, "dim": args.dim,
               "task": args.task, "n_positive": args.positives, "rounds": args.rounds,
               "fit_peak_bytes": fit_peak, "fit_bytes_per_row": round(fit_peak / n, 2),
-              "fit_seconds": round(fit_s, 2), "rank_peak_bytes": rank_peak,
+              "fit_seconds": round(fit_s, 2),
+              "method_fit_peak_bytes": method_peak,
+              "method_fit_bytes_per_row": round(method_peak / n, 2),
+              "method_fit_seconds": round(method_s, 2),
+              "method_scores_sha256": hashlib.sha256(
+                  np.ascontiguousarray(method_scores).tobytes()).hexdigest(),
+              "rank_peak_bytes": rank_peak,
               "rank_bytes_per_row": round(rank_peak / n, 2), "rank_seconds": round(rank_s, 2),
               "fuse_peak_bytes": fuse_peak, "fuse_bytes_per_row": round(fuse_peak / n, 2),
               "fuse_seconds": round(fuse_s, 2),
@@ -74,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
               "scores_sha256": hashlib.sha256(np.ascontiguousarray(scores).tobytes()).hexdigest(),
               "command": "python -m benchmarks.fit_memory " + " ".join(argv or sys.argv[1:])}
     line = (f"{args.label or 'this revision'}: {n:,} rows, fit peak {fit_peak / 1e6:.0f} MB "
-            f"({report['fit_bytes_per_row']} B/row, {report['fit_seconds']} s), rank peak "
+            f"({report['fit_bytes_per_row']} B/row, {report['fit_seconds']} s), "
+            f"Classifier.fit peak {method_peak / 1e6:.0f} MB "
+            f"({report['method_fit_bytes_per_row']} B/row, pre-ranking included), rank peak "
             f"{rank_peak / 1e6:.0f} MB ({report['rank_bytes_per_row']} B/row), fuse + rank_top "
             f"peak {fuse_peak / 1e6:.0f} MB ({report['fuse_bytes_per_row']} B/row, "
             f"{report['fuse_seconds']} s), scores sha256 {report['scores_sha256'][:16]}, fused "

@@ -87,6 +87,7 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
     pos_rows = np.empty(0, dtype=np.int64)
     neg_rows = _sample_ranks(rng, prerank, n // 3, int(config.negatives * len(task)),
                              config.max_train)
+    del prerank     # freed here when the caller handed it over (4 bytes a row less per round)
     info: dict = {"rounds": []}
     for round_ in range(config.rounds + 1):
         pos = task if not len(pos_rows) else np.vstack([task, np.asarray(corpus[pos_rows])])

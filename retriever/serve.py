@@ -27,7 +27,8 @@ What fans out:
   `hold` codes, half the bytes of float16 rows); the driver rescores the best exactly;
 - scores from the stored lexical ids (Moore-Lewis, and the Moore-Lewis half of `fused` and
   `fused-learned`): the fitted models are sent to every actor, each scores its own shards
-  (`Index.lexicon_scores`).
+  (`Index.lexicon_scores`); with a budget that streams, Moore-Lewis's actors return only the
+  cut of their own segments (`lexicon_top`).
 
 Methods that rank another way run on the driver over its memory maps, as in `Index.select`.
 
@@ -111,6 +112,21 @@ class ShardServer:
         return [(int(lexicon.row_offsets[s]), np.asarray(score_shard(lexicon.shards[s]),
                                                           dtype=np.float32))
                 for s in self.shards]
+
+    def lexicon_top(self, models, cut: topcut.Cut, offsets: np.ndarray, first: int,
+                    measure: np.ndarray | None
+                    ) -> tuple[topcut.Candidates, list[topcut.Piece]]:
+        """The cut of the segments of this actor's shards ranked by the mean of `models`'
+        scores of their sentences from the stored lexical ids (`HashedLMs.shard_parts`,
+        shard by shard; no score is kept), as `lexicon_scores` then a cut would rank them
+        (`offsets`, `first`, `measure`: the segments of those shards)."""
+        lexicon = self.index.lexicon
+        stream = topcut.SegmentStream(offsets, first, measure, cut,
+                                      int(lexicon.row_offsets[self.shards[0]]))
+        for s in self.shards:
+            for _, part in models.shard_parts(lexicon.shards[s]):
+                stream.feed(part)
+        return stream.finish()
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The best `k` per query of this actor's parts (global ids), merged here: one k-wide
@@ -245,6 +261,30 @@ class ShardServers:
             last = int(np.searchsorted(view.offsets, stop, side="left"))
             calls.append(actor.top.remote(ref, cut, view.offsets[first:last + 1], first,
                                           None if measure is None else measure[first:last], on))
+        kept, pieces = topcut.Candidates.empty(), []
+        for part, edges in self._get(calls, "score"):
+            kept = topcut.merge(kept, part, cut)
+            pieces += edges
+        return topcut.merge(kept, topcut.join_pieces(pieces, view.offsets, measure), cut)
+
+    def lexicon_top(self, models, index, view, cut: topcut.Cut) -> topcut.Candidates:
+        """The budget's cut of the segments of `view` ranked by the mean of `models`' scores
+        (`ngram_lm.HashedLMs`) of their sentences: each actor scores and cuts its own shards'
+        segments (segments never cross shards), the driver merges the cuts; equal to
+        `topcut.parts_cut` of `models.parts()` in one process."""
+        ref = self.ray.put(models)
+        measure = cut.measure(view.lengths, view.tokens)
+        rows = [s.row_offset for s in index.shards] + [index.n_sentences]
+        calls = []
+        for actor, group in zip(self.actors, self.groups):
+            start, stop = rows[group[0]], rows[group[-1] + 1]
+            if stop <= start:
+                continue
+            first = int(np.searchsorted(view.offsets, start, side="right")) - 1
+            last = int(np.searchsorted(view.offsets, stop, side="left"))
+            calls.append(actor.lexicon_top.remote(
+                ref, cut, view.offsets[first:last + 1], first,
+                None if measure is None else measure[first:last]))
         kept, pieces = topcut.Candidates.empty(), []
         for part, edges in self._get(calls, "score"):
             kept = topcut.merge(kept, part, cut)

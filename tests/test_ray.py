@@ -222,7 +222,8 @@ METHODS = (("centroid", "12", {}), ("distance", "12", {}), ("density", "12", {"m
            ("density", "400tok", {"m": 2}), ("centroid", "30sent", {"segment_size": 1}),
            ("centroid", "1.0", {"segment_size": 5}),   # every segment: those actors share too
            ("classifier", None, {"rounds": 0}), ("centroid", "20sent", {"context": "document"}),
-           ("moore-lewis", "12", {}), ("iforest", "12", {"prerank": "fused"}),
+           ("moore-lewis", "12", {}), ("moore-lewis", "300tok", {"segment_size": 3}),
+           ("iforest", "12", {"prerank": "fused"}),
            ("iforest", "12", {"prerank": "centroid", "detector": "knn-dist",
                               "candidates": "2x"}))
 # a budget's cut at sentence context: each actor cuts its own segments (`ShardServers.top`),
@@ -234,10 +235,11 @@ CUT_BY_ACTORS = {i for i, (m, b, p) in enumerate(METHODS)
 
 
 def _served_calls(served) -> dict[str, int]:
-    remote = {"score": 0, "search": 0, "top": 0, "lexicon": 0}
+    remote = {"score": 0, "search": 0, "top": 0, "lexicon": 0, "lexicon_top": 0}
     for name, obj, attr in (("score", served.servers, "scores"),
                             ("search", served.faiss, "search"), ("top", served.servers, "top"),
-                            ("lexicon", served.servers, "lexicon_scores")):
+                            ("lexicon", served.servers, "lexicon_scores"),
+                            ("lexicon_top", served.servers, "lexicon_top")):
         setattr(obj, attr, _counted(remote, name, getattr(obj, attr)))
     return remote
 
@@ -251,10 +253,13 @@ def _check_fan_out(i: int, method: str, before: dict[str, int], remote: dict[str
         assert remote["score"] == before["score"] + fit_scans, method
     elif method == "knn":
         assert remote["search"] > before["search"]
-    elif method in ("fused", "moore-lewis", "iforest"):  # each actor scores its lexical ids
+    elif method == "moore-lewis":   # each actor cuts its shards' segments by their lexical ids
+        assert remote["lexicon_top"] > before["lexicon_top"], method
+        assert remote["lexicon"] == before["lexicon"], method     # no score per sentence
+    elif method in ("fused", "iforest"):        # each actor scores its lexical ids
         assert remote["lexicon"] > before["lexicon"], method
-        if method != "moore-lewis":         # and its rows by the classifier (iforest's
-            assert remote["score"] > before["score"], method   # fused pre-ranking)
+        # and its rows by the classifier (iforest's fused pre-ranking)
+        assert remote["score"] > before["score"], method
     else:
         assert remote["score"] > before["score"] and remote["top"] == before["top"], method
 

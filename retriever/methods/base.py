@@ -69,11 +69,14 @@ class ScoreParts:
             computed when it is reached.
         count: How many parts there are.
         info: What the method reports (as `sentence_scores` does).
+        cut: Or, instead of `parts`: a function of the segment view and a `topcut.Cut` that
+            makes the cut elsewhere (a served index's actors) and returns its candidates.
     """
 
     parts: Iterable[tuple[int, np.ndarray]]
     count: int
     info: dict[str, Any]
+    cut: Callable[[SegmentView, topcut.Cut], topcut.Candidates] | None = None
 BudgetNeed = Literal["required", "optional", "none"]
 
 
@@ -741,6 +744,8 @@ class SentenceScored(Method):
         """The segments `cut` keeps of the ranking by the mean of the scores in `parts`, in
         rank order (those of `by_sentence_scores`, bit for bit)."""
         view = ctx.view
+        if parts.cut is not None:
+            return parts.cut(view, cut)
         return topcut.parts_cut(parts.parts, view.offsets, cut.measure(view.lengths, view.tokens),
                                 cut, progress=ctx.progress, total=parts.count)
 

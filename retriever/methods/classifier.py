@@ -59,12 +59,12 @@ class Classifier(SentenceScored):
             (scorer, scores of every row, info).
         """
         scan = scan_rows(ctx, params)
-        prerank = scan(scoring.Linear(scoring.centroid(task), cosine=True))
         rounds = 0 if heldout else params.rounds
         n_positive = None if heldout else ctx.n_positive
-        scores, scorer, info = pu_classifier(ctx.index.embeddings, task, prerank, n_positive,
-                                             PUConfig(rounds=rounds, seed=ctx.seed),
-                                             score_rows=scan)
+        # the pre-ranking is handed over, not kept here: the fit frees it after round 0
+        scores, scorer, info = pu_classifier(
+            ctx.index.embeddings, task, scan(scoring.Linear(scoring.centroid(task), cosine=True)),
+            n_positive, PUConfig(rounds=rounds, seed=ctx.seed), score_rows=scan)
         return scorer, scores, info
 
     def fitted_scores(self, ctx, params):

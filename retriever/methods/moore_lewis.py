@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import numpy as np
 
 from ..ngram_lm import HashedLMs, general_sample_size, moore_lewis_lexicon
@@ -29,20 +27,22 @@ def lexical_scores(ctx: Context, method: str = "moore-lewis") -> np.ndarray:
     return ctx.memo.get(("moore-lewis", ctx.seed), compute)
 
 
-def lexical_parts(ctx: Context, method: str = "moore-lewis"
-                  ) -> tuple[Iterable[tuple[int, np.ndarray]], int]:
-    """`lexical_scores` in parts ((first row, scores), count): computed run by run and not kept
-    when this process holds the index's shards and has not computed them already; the whole
-    array as one part otherwise (a served index's actors score their own shards)."""
+def lexical_parts(ctx: Context, method: str, info: dict) -> ScoreParts:
+    """`lexical_scores` in parts, computed run by run and not kept (`HashedLMs.parts`); on a
+    served index, a cut its actors make from their own shards (`lexicon_cut`); the whole
+    array as one part when this task has computed it already."""
     texts = ctx.need_texts(method)
-    if ("moore-lewis", ctx.seed) in ctx.memo or getattr(ctx.index, "top_cut", None) is not None:
-        return [(0, lexical_scores(ctx, method))], 1
+    if ("moore-lewis", ctx.seed) in ctx.memo:
+        return ScoreParts([(0, lexical_scores(ctx, method))], 1, info)
     corpus = ctx.corpus
     models = HashedLMs(ctx.index.lexicon, texts, seed=ctx.seed,
                        extra_words=corpus.extra_words if corpus.share_vocabulary else None)
     if corpus.share_vocabulary:
         corpus.extra_words = models.new
-    return models.parts(), models.part_count()
+    lexicon_cut = getattr(ctx.index, "lexicon_cut", None)
+    if lexicon_cut is not None:
+        return ScoreParts((), 0, info, cut=lambda view, cut: lexicon_cut(models, view, cut))
+    return ScoreParts(models.parts(), models.part_count(), info)
 
 
 @register
@@ -67,8 +67,7 @@ class MooreLewis(SentenceScored):
 
     def score_parts(self, ctx, params):
         """Shard by shard, runs of 65,536 sentences at a time: no score per sentence is kept."""
-        parts, count = lexical_parts(ctx, self.name)
-        return ScoreParts(parts, count, self._info(ctx))
+        return lexical_parts(ctx, self.name, self._info(ctx))
 
     @staticmethod
     def _info(ctx: Context) -> dict:
