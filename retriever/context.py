@@ -23,10 +23,15 @@ same ranking); where the scores do not vary between documents more than within t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
+from .scoring import pairwise_sum
+
 CONTEXTS = ("sentence", "document")
+# rows per run of the passes over the scores (their temporaries take ~50 bytes a row)
+RUN = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,125 @@ class Pooling:
                 "one_sentence_reliability": round(self.reliability_1, 4), "pooled": self.pooled}
 
 
+class DocumentPooling:
+    """`document_scores` block by block: the per-document estimates are taken once (one pass
+    over the scores in runs of whole documents, and numpy's own pairwise order for the
+    within-document spread), any run of rows' pooled scores when it is asked for. Beyond the
+    scores it is given, it holds 8 bytes per document per estimate, nothing per sentence.
+    `block(lo, hi)` is `document_scores(...)[0][lo:hi]` bit for bit.
+
+    Args:
+        scores: One score per corpus sentence, as for `document_scores`.
+        doc_offsets: First sentence of every document, as for `document_scores`.
+
+    Raises:
+        ValueError: offsets that do not describe documents of `scores`.
+    """
+
+    def __init__(self, scores: np.ndarray, doc_offsets: np.ndarray) -> None:
+        self.scores = np.asarray(scores)
+        n_rows = len(self.scores)
+        starts = np.asarray(doc_offsets, dtype=np.int64)
+        if len(starts) and starts[-1] == n_rows:
+            starts = starts[:-1]
+        self.n_rows, self.starts = n_rows, starts
+        self.pooling, self._pooled = Pooling(0.0, 0.0, 1.0, False), False
+        if n_rows == 0:
+            return
+        if (len(starts) == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0)
+                or starts[-1] >= n_rows):
+            raise ValueError("document offsets do not match the scores")
+        n = np.zeros(len(starts))
+        sums = np.zeros(len(starts))
+        low, high = np.inf, -np.inf
+        for lo, hi in self._runs():
+            first, doc = self._docs(lo, hi)
+            s = self._float64(lo, hi)
+            ok = np.isfinite(s)
+            # a document's sentences are summed in one run, in order, as one bincount does
+            n[first:first + int(doc[-1]) + 1] = np.bincount(doc, weights=ok)
+            sums[first:first + int(doc[-1]) + 1] = np.bincount(doc, weights=np.where(ok, s, 0.0))
+            if ok.any():
+                low, high = min(low, float(s[ok].min())), max(high, float(s[ok].max()))
+        has = n > 0
+        N, k = float(n.sum()), int(has.sum())
+        if k < 2 or N <= k:
+            return
+        means = np.zeros(len(starts))
+        means[has] = sums[has] / n[has]
+        mu = sums.sum() / N
+        self.means = means
+
+        def squares(lo: int, hi: int) -> float:
+            first, doc = self._docs(lo, hi)
+            s = self._float64(lo, hi)
+            return np.add.reduce(np.where(np.isfinite(s), s - means[first + doc], 0.0) ** 2)
+
+        within = float(pairwise_sum(n_rows, squares, RUN) / (N - k))
+        msb = float(np.sum(n[has] * (means[has] - mu) ** 2) / (k - 1))
+        n0 = (N - float(np.sum(n[has] ** 2)) / N) / (k - 1)
+        between = (msb - within) / n0 if n0 > 0 else 0.0
+        if not between > 0 or not within > 0:
+            self.pooling = Pooling(max(between, 0.0), within, 1.0, False)
+            return
+        shrink = np.zeros(len(starts))
+        shrink[has] = between / (between + within / n[has])
+        self.doc_score = mu + shrink * (means - mu)
+        # within a document, its own score orders the sentences; the factor keeps that order
+        # far below the smallest gap between documents that matters at float64
+        self.spread = (high - low) or 1.0
+        self.pooling, self._pooled = Pooling(between, within, between / (between + within),
+                                             True), True
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    def _float64(self, lo: int, hi: int) -> np.ndarray:
+        return np.asarray(self.scores[lo:hi], dtype=np.float64)
+
+    def _docs(self, lo: int, hi: int) -> tuple[int, np.ndarray]:
+        """(the first document meeting rows lo..hi, each row's document counted from it)."""
+        starts = self.starts
+        first = int(np.searchsorted(starts, lo, side="right")) - 1
+        last = int(np.searchsorted(starts, hi, side="left"))
+        edges = np.clip(np.append(starts[first:last], hi), lo, hi)
+        return first, np.repeat(np.arange(last - first), np.diff(edges))
+
+    def _runs(self) -> Iterator[tuple[int, int]]:
+        """Consecutive runs of about `RUN` rows that end where a document ends."""
+        size, lo = RUN, 0
+        while lo < self.n_rows:
+            at = int(np.searchsorted(self.starts, lo + size, side="left"))
+            hi = int(self.starts[at]) if at < len(self.starts) else self.n_rows
+            yield lo, hi
+            lo = hi
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        """The pooled scores of rows lo..hi (float64)."""
+        s = self._float64(lo, hi)
+        if not self._pooled:
+            return s
+        first, doc = self._docs(lo, hi)
+        out = self.doc_score[first + doc] + 1e-9 / self.spread * (s - self.means[first + doc])
+        bad = ~np.isfinite(s)
+        out[bad] = s[bad]
+        return out
+
+    def parts(self, size: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, pooled scores) of consecutive runs of `size` rows (default `RUN`), in
+        row order."""
+        size = size or RUN
+        for lo in range(0, self.n_rows, size):
+            yield lo, self.block(lo, min(lo + size, self.n_rows))
+
+    def all(self) -> np.ndarray:
+        """The pooled score of every row (float64), computed run by run."""
+        out = np.empty(self.n_rows, dtype=np.float64)
+        for lo, part in self.parts():
+            out[lo:lo + len(part)] = part
+        return out
+
+
 def document_scores(scores: np.ndarray, doc_offsets: np.ndarray) -> tuple[np.ndarray, Pooling]:
     """Every sentence scored by its document's shrunk mean score (see the module docstring).
 
@@ -66,38 +190,5 @@ def document_scores(scores: np.ndarray, doc_offsets: np.ndarray) -> tuple[np.nda
     Raises:
         ValueError: offsets that do not describe documents of `scores`.
     """
-    s = np.asarray(scores, dtype=np.float64)
-    n_rows = len(s)
-    starts = np.asarray(doc_offsets, dtype=np.int64)
-    if len(starts) and starts[-1] == n_rows:
-        starts = starts[:-1]
-    if n_rows == 0:
-        return s.copy(), Pooling(0.0, 0.0, 1.0, False)
-    if len(starts) == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0) or starts[-1] >= n_rows:
-        raise ValueError("document offsets do not match the scores")
-    doc = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n_rows)))
-    ok = np.isfinite(s)
-    n = np.bincount(doc, weights=ok, minlength=len(starts))
-    sums = np.bincount(doc, weights=np.where(ok, s, 0.0), minlength=len(starts))
-    has = n > 0
-    N, k = float(n.sum()), int(has.sum())
-    if k < 2 or N <= k:
-        return s.copy(), Pooling(0.0, 0.0, 1.0, False)
-    means = np.zeros(len(starts))
-    means[has] = sums[has] / n[has]
-    mu = sums.sum() / N
-    within = float(np.sum(np.where(ok, s - means[doc], 0.0) ** 2) / (N - k))
-    msb = float(np.sum(n[has] * (means[has] - mu) ** 2) / (k - 1))
-    n0 = (N - float(np.sum(n[has] ** 2)) / N) / (k - 1)
-    between = (msb - within) / n0 if n0 > 0 else 0.0
-    if not between > 0 or not within > 0:
-        return s.copy(), Pooling(max(between, 0.0), within, 1.0, False)
-    shrink = np.zeros(len(starts))
-    shrink[has] = between / (between + within / n[has])
-    doc_score = mu + shrink * (means - mu)
-    # within a document, its own score orders the sentences; the factor keeps that order far
-    # below the smallest gap between documents that matters at float64
-    spread = float(np.ptp(s[ok])) or 1.0
-    out = doc_score[doc] + 1e-9 / spread * (s - means[doc])
-    out[~ok] = s[~ok]
-    return out, Pooling(between, within, between / (between + within), True)
+    pooled = DocumentPooling(scores, doc_offsets)
+    return pooled.all(), pooled.pooling

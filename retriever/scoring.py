@@ -386,17 +386,28 @@ MOMENT_LEAF = 1 << 20
 _NUMPY_PAIRWISE_BLOCK = 128   # numpy sums at most this many rows without splitting them
 
 
-def _pairwise(lo: int, hi: int, leaf_sum: Callable[[int, int], float]) -> float:
+def _pairwise(lo: int, hi: int, leaf_sum: Callable[[int, int], float],
+              leaf: int | None = None) -> float:
     """numpy's pairwise sum of rows lo..hi, split as numpy splits it (halves rounded down to a
-    multiple of 8) down to blocks of at most MOMENT_LEAF, each summed by `leaf_sum` with
-    `np.add.reduce`: bit for bit the sum of one contiguous float64 array of those rows, without
-    that array."""
+    multiple of 8) down to blocks of at most `leaf` rows (default MOMENT_LEAF), each summed
+    by `leaf_sum` with `np.add.reduce`: bit for bit the sum of one contiguous float64 array of
+    those rows, without that array."""
+    leaf = MOMENT_LEAF if leaf is None else leaf
     n = hi - lo
-    if n <= max(MOMENT_LEAF, _NUMPY_PAIRWISE_BLOCK):
+    if n <= max(leaf, _NUMPY_PAIRWISE_BLOCK):
         return leaf_sum(lo, hi)
     half = n // 2
     half -= half % 8
-    return _pairwise(lo, lo + half, leaf_sum) + _pairwise(lo + half, hi, leaf_sum)
+    return (_pairwise(lo, lo + half, leaf_sum, leaf)
+            + _pairwise(lo + half, hi, leaf_sum, leaf))
+
+
+def pairwise_sum(n: int, leaf_sum: Callable[[int, int], float], leaf: int | None = None
+                 ) -> float:
+    """`np.add.reduce` of a contiguous float64 array of `n` values, bit for bit, without that
+    array: `leaf_sum(lo, hi)` sums (with `np.add.reduce`) the values of rows lo..hi, for runs of
+    at most `leaf` rows (default MOMENT_LEAF) split as numpy's pairwise summation splits them."""
+    return _pairwise(0, n, leaf_sum, leaf) if n else 0.0
 
 
 def _as_float64(values: np.ndarray, lo: int, hi: int, fill: float | None) -> np.ndarray:

@@ -117,3 +117,67 @@ def test_cli_context_option(fake_index, medical_task, tmp_path, monkeypatch):
                                       "document", "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["params"]["context"] == "document"
+
+
+def _reference_document_scores(scores, doc_offsets):
+    """The whole-array computation `DocumentPooling` reproduces block by block."""
+    s = np.asarray(scores, dtype=np.float64)
+    n_rows = len(s)
+    starts = np.asarray(doc_offsets, dtype=np.int64)
+    if len(starts) and starts[-1] == n_rows:
+        starts = starts[:-1]
+    doc = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n_rows)))
+    ok = np.isfinite(s)
+    n = np.bincount(doc, weights=ok, minlength=len(starts))
+    sums = np.bincount(doc, weights=np.where(ok, s, 0.0), minlength=len(starts))
+    has = n > 0
+    N, k = float(n.sum()), int(has.sum())
+    if k < 2 or N <= k:
+        return s.copy()
+    means = np.zeros(len(starts))
+    means[has] = sums[has] / n[has]
+    mu = sums.sum() / N
+    within = float(np.sum(np.where(ok, s - means[doc], 0.0) ** 2) / (N - k))
+    msb = float(np.sum(n[has] * (means[has] - mu) ** 2) / (k - 1))
+    n0 = (N - float(np.sum(n[has] ** 2)) / N) / (k - 1)
+    between = (msb - within) / n0 if n0 > 0 else 0.0
+    if not between > 0 or not within > 0:
+        return s.copy()
+    shrink = np.zeros(len(starts))
+    shrink[has] = between / (between + within / n[has])
+    doc_score = mu + shrink * (means - mu)
+    spread = float(np.ptp(s[ok])) or 1.0
+    out = doc_score[doc] + 1e-9 / spread * (s - means[doc])
+    out[~ok] = s[~ok]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("run,leaf", [(1 << 20, 1 << 20), (37, 256), (1000, 128)])
+def test_pooling_in_runs_equals_the_whole_array_computation(dtype, run, leaf, monkeypatch):
+    """Runs of whole documents and numpy's pairwise order: the same bits as one pass."""
+    from tapt.retriever import context
+
+    monkeypatch.setattr(context, "RUN", run)
+    monkeypatch.setattr(scoring, "MOMENT_LEAF", leaf)
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(1, 60, size=900)
+    lengths[::97] = 400                                    # documents longer than a run
+    n = int(lengths.sum())
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    means = rng.normal(size=len(lengths))
+    scores = (np.repeat(means, lengths) + rng.normal(size=n)).astype(dtype)
+    scores[rng.choice(n, 40, replace=False)] = -np.inf
+    scores[rng.choice(n, 10, replace=False)] = np.nan
+    scores[starts[5]:starts[6]] = -np.inf                  # a document with nothing selectable
+    for offsets in (starts, np.append(starts, n)):
+        want = _reference_document_scores(scores, offsets)
+        got, info = document_scores(scores, offsets)
+        assert info.pooled
+        np.testing.assert_array_equal(got, want)
+        pooled = context.DocumentPooling(scores, offsets)
+        for lo, hi in ((0, 1), (5, 1234), (n - 77, n), (starts[50], starts[52] + 3)):
+            np.testing.assert_array_equal(pooled.block(lo, hi), want[lo:hi])
+    flat = np.ones(n, dtype=dtype)                         # nothing varies: unchanged
+    got, info = document_scores(flat, starts)
+    assert not info.pooled and np.array_equal(got, flat.astype(np.float64))

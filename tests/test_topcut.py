@@ -217,12 +217,38 @@ def test_methods_that_cannot_stream_keep_the_whole_array_path(index, task, monke
     called = []
     monkeypatch.setattr(topcut, "scan_cut", lambda *a, **k: called.append(a))
     monkeypatch.setattr(topcut, "parts_cut", lambda *a, **k: called.append(a))
-    for method, spec, kw in (("fused", "30sent", {"context": "document"}),
-                             ("moore-lewis", "0.5", {}), ("knn", "30sent", {}),
-                             ("centroid", "30sent", {"context": "document"}),
+    for method, spec, kw in (("moore-lewis", "0.5", {}), ("knn", "30sent", {}),
+                             ("centroid", "0.5", {"context": "document"}),
                              ("classifier", None, {}), ("fused-learned", "30sent", {})):
         rank(index, SelectConfig(method, spec, **kw), embeddings, texts)
     assert called == []
+
+
+@pytest.mark.parametrize("method,params", [("centroid", {}), ("moore-lewis", {}),
+                                           ("fused", {}), ("classifier", {"rounds": 1})])
+@pytest.mark.parametrize("size", [1, 3])
+def test_document_context_streams_the_selection_of_the_whole_array_path(index, task, method,
+                                                                        params, size,
+                                                                        monkeypatch):
+    """`context` document: the pooled scores stream into the budget's cut, block by block."""
+    from tapt.retriever.methods import base
+
+    embeddings, texts = task
+    for spec in ("0.2", "9", "60sent", "700tok"):
+        config = SelectConfig(method, spec, segment_size=size, seed=1, context="document",
+                              **params)
+        monkeypatch.setattr(base, "STREAM_SHARE", 0.0)     # never streams
+        want, _ = rank(index, config, embeddings, texts)
+        monkeypatch.setattr(base, "STREAM_SHARE", 1.0)     # every budget streams
+        calls = []
+        real = topcut.parts_cut
+        monkeypatch.setattr(topcut, "parts_cut", lambda *a, **k: calls.append(1) or real(*a, **k))
+        got, _ = rank(index, config, embeddings, texts)
+        monkeypatch.setattr(topcut, "parts_cut", real)
+        assert calls, "the pooled cut did not stream"
+        np.testing.assert_array_equal(got.segments, want.segments, err_msg=spec)
+        np.testing.assert_array_equal(got.scores, want.scores, err_msg=spec)
+        assert got.info == want.info
 
 
 def test_parts_that_skip_or_repeat_rows_are_refused():

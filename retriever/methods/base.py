@@ -50,7 +50,7 @@ from tapt.errors import InputError
 
 from .. import scoring, topcut
 from ..budget import Budget, budget_target, cut
-from ..context import document_scores
+from ..context import DocumentPooling
 
 if TYPE_CHECKING:
     from tapt.indexer.index import Index
@@ -152,8 +152,13 @@ def streams(ctx: "Context", factor: float = 1.0) -> bool:
     sentence context."""
     if ctx.budget is None or ctx.view.context != "sentence":
         return False
-    return (factor * budget_sentences(ctx.view, ctx.budget)
-            <= STREAM_SHARE * float(ctx.view.lengths.sum()))
+    return small_budget(ctx.view, ctx.budget, factor)
+
+
+def small_budget(view: SegmentView, budget: Budget, factor: float = 1.0) -> bool:
+    """Whether `budget` (times `factor`) is at most `STREAM_SHARE` of the sentences of `view`:
+    a cut kept while scores stream is then smaller than the whole arrays."""
+    return factor * budget_sentences(view, budget) <= STREAM_SHARE * float(view.lengths.sum())
 
 
 def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budget | None,
@@ -214,8 +219,16 @@ def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: B
     """Segments ranked by the mean score of their sentences; without a budget, those whose mean
     is above `threshold` (a method without a threshold needs a budget)."""
     if view.context == "document":
-        sentence_scores, pooling = document_scores(sentence_scores, view.doc_offsets)
-        info["context"] = {"name": "document", **pooling.to_json()}
+        pooled = DocumentPooling(sentence_scores, view.doc_offsets)
+        info["context"] = {"name": "document", **pooled.pooling.to_json()}
+        if budget is not None and small_budget(view, budget):
+            # the pooled scores stream into the cut: nothing more per sentence is held
+            where = topcut.Cut.of(budget, budget_target(budget, view.lengths, view.tokens))
+            chosen = topcut.parts_cut(pooled.parts(), view.offsets,
+                                      where.measure(view.lengths, view.tokens), where)
+            return Ranking(chosen.ids, chosen.scores, np.ones(len(chosen), dtype=np.float32),
+                           info)
+        sentence_scores = pooled.all()
     seg_scores = scoring.segment_mean(sentence_scores, view.lengths)
     if budget is not None:
         return take(view, budget_order(view, seg_scores, budget), seg_scores, budget, info)
