@@ -27,7 +27,10 @@ derived from the registered objects and their properties:
 Saved as `retriever/methods/maxcos.py`, this is `tapt select maxcos IDX --floor 0.2 ...`,
 `index.select("maxcos", ..., floor=0.2)`, a `prerank` choice and a `tapt bench recall` method
 (tests/test_registry.py adds exactly this file). Override `rank` instead of `scorer` for a
-method that does not score sentences; see the existing modules.
+method that does not score sentences; see the existing modules. A method whose scores do not
+come from one scorer of the embeddings overrides `sentence_scores`, and `score_parts` too when
+it can compute them run by run (Moore-Lewis, `fused`): a small budget's cut then streams, with
+no score per sentence held.
 
 Scores are "higher = more task-like" everywhere; the arithmetic lives in `scoring`, `pu`,
 `ngram_lm` and `detector_registry`, which know nothing of indexes.
@@ -77,6 +80,8 @@ class ScoreParts:
     count: int
     info: dict[str, Any]
     cut: Callable[[SegmentView, topcut.Cut], topcut.Candidates] | None = None
+
+
 BudgetNeed = Literal["required", "optional", "none"]
 
 
@@ -767,8 +772,9 @@ class SentenceScored(Method):
 
     def rank(self, ctx: Context, params: Params) -> Ranking:
         """With a budget that `streams`, a fitted row scorer's cut streams
-        (`budget_candidates`: no score per sentence is kept); otherwise every sentence's score
-        is computed, then ranked (`by_sentence_scores`). Both give the same selection. With
+        (`budget_candidates`: no score per sentence is kept), as does a method's whose scores
+        come in parts (`score_parts`); otherwise every sentence's score is computed, then
+        ranked (`by_sentence_scores`). Both give the same selection. With
         `scan` codes, a budget and sentence context, a method whose fit scans nothing ranks
         candidates (`code_rank`)."""
         if (scans_codes(params) and ctx.budget is not None and ctx.view.context == "sentence"
