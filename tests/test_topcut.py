@@ -362,3 +362,20 @@ def test_streamed_pre_rankings_are_the_prefix_of_the_full_ranking(index, task, m
         want = spec.full_ranking(ctx, params).segments[:count]
         np.testing.assert_array_equal(got, want)
     assert calls
+
+
+def test_a_threshold_ranks_only_the_segments_above_it():
+    rng = np.random.default_rng(5)
+    scores = np.round(rng.standard_normal(5000), 1).astype(np.float32)   # many ties
+    scores[rng.choice(5000, 30, replace=False)] = np.nan
+    scores[rng.choice(5000, 30, replace=False)] = -np.inf
+    from tapt.retriever.methods import SegmentView
+
+    ones = np.ones(5000, dtype=np.int32)
+    view = SegmentView(np.arange(5001), ones, ones * 7)
+    for threshold in (0.0, 1.3, -np.inf):
+        got = by_sentence_scores(view, scores, None, {}, threshold)
+        order = scoring.rank(scores)
+        want = order[scores[order] > threshold]
+        np.testing.assert_array_equal(got.segments, want)
+        np.testing.assert_array_equal(got.scores, scores[want])

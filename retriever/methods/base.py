@@ -239,8 +239,10 @@ def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: B
         return take(view, budget_order(view, seg_scores, budget), seg_scores, budget, info)
     if threshold is None:
         raise InputError("this method needs a budget", param="budget")
-    order = scoring.rank(seg_scores)
-    return take(view, order[seg_scores[order] > threshold], seg_scores, None, info)
+    # only the segments above the threshold are ranked (ascending ids, so ties keep the order
+    # of a ranking of every segment)
+    above = np.flatnonzero(seg_scores > threshold)
+    return take(view, above[scoring.rank(seg_scores[above])], seg_scores, None, info)
 
 
 # ----------------------------------------------------------------------------- parameters
