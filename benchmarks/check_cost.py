@@ -14,11 +14,9 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +30,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from tapt.indexer.integrity import check_cosines, check_unit_rows  # noqa: E402
 from tapt.retriever import scoring  # noqa: E402
 from tapt.util.versions import library_versions, utc_now  # noqa: E402
+
+from .measure import module_at  # noqa: E402
 
 
 def _timed(fn, repeats: int) -> dict[str, float]:
@@ -50,15 +50,7 @@ BEFORE = "8b8cc4a^"
 
 def _main_module(rel: str, name: str):
     """A module of this repository as it was before the checks (`BEFORE`), loaded from git."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{BEFORE}:{rel}"],
-                            capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module          # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
+    return module_at(BEFORE, rel, name)
 
 
 def centroid(n: int, dim: int, repeats: int, tmp: Path) -> dict:

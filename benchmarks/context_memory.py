@@ -24,14 +24,8 @@ noise, seeded.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import subprocess
 import sys
-import tempfile
-import time
-import tracemalloc
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 
@@ -41,32 +35,7 @@ from tapt.retriever.methods import SegmentView, base
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def traced(fn: Callable[[], Any]) -> tuple[Any, int, float]:
-    """`fn()`, the peak of what it allocated (bytes) and its seconds."""
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    try:
-        out = fn()
-        return out, tracemalloc.get_traced_memory()[1], time.perf_counter() - t0
-    finally:
-        tracemalloc.stop()
-
-
-def module_at(rev: str, rel: str, name: str):
-    """A module of this repository at revision `rev`, loaded from git."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{rel}"],
-                            capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module          # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
+from .measure import module_at, traced
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

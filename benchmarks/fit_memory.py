@@ -16,10 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-import time
-import tracemalloc
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 
@@ -28,16 +25,7 @@ from tapt.retriever.pu import PUConfig, pu_classifier
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
 
-
-def traced(fn: Callable[[], Any]) -> tuple[Any, int, float]:
-    """`fn()`, the peak of what it allocated (bytes) and its seconds."""
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    try:
-        out = fn()
-        return out, tracemalloc.get_traced_memory()[1], time.perf_counter() - t0
-    finally:
-        tracemalloc.stop()
+from .measure import traced
 
 
 def main(argv: list[str] | None = None) -> int:

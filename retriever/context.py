@@ -27,7 +27,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .scoring import pairwise_sum
+from .scoring import RowRuns, pairwise_sum
 
 CONTEXTS = ("sentence", "document")
 # rows per run of the passes over the scores (their temporaries take ~50 bytes a row)
@@ -55,7 +55,7 @@ class Pooling:
                 "one_sentence_reliability": round(self.reliability_1, 4), "pooled": self.pooled}
 
 
-class DocumentPooling:
+class DocumentPooling(RowRuns):
     """`document_scores` block by block: the per-document estimates are taken once (one pass
     over the scores in runs of whole documents, and numpy's own pairwise order for the
     within-document spread), any run of rows' pooled scores when it is asked for. Beyond the
@@ -159,19 +159,8 @@ class DocumentPooling:
         out[bad] = s[bad]
         return out
 
-    def parts(self, size: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
-        """(first row, pooled scores) of consecutive runs of `size` rows (default `RUN`), in
-        row order."""
-        size = size or RUN
-        for lo in range(0, self.n_rows, size):
-            yield lo, self.block(lo, min(lo + size, self.n_rows))
-
-    def all(self) -> np.ndarray:
-        """The pooled score of every row (float64), computed run by run."""
-        out = np.empty(self.n_rows, dtype=np.float64)
-        for lo, part in self.parts():
-            out[lo:lo + len(part)] = part
-        return out
+    def run_size(self) -> int:
+        return RUN
 
 
 def document_scores(scores: np.ndarray, doc_offsets: np.ndarray) -> tuple[np.ndarray, Pooling]:

@@ -476,7 +476,36 @@ def _zscore_into(out: np.ndarray, values: np.ndarray, fill: float | None,
     return out
 
 
-class ZSum:
+class RowRuns:
+    """Scores of every row computed run by run: a subclass implements `__len__` and
+    `block(lo, hi)` (the float64 scores of rows lo..hi); `parts` and `all` follow."""
+
+    def run_size(self) -> int:
+        """Rows per run of `parts` by default."""
+        return MOMENT_LEAF
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def parts(self, size: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, scores) of consecutive runs of `size` rows (default `run_size`), in
+        row order, each computed when it is reached."""
+        size, n = size or self.run_size(), len(self)
+        for lo in range(0, n, size):
+            yield lo, self.block(lo, min(lo + size, n))
+
+    def all(self) -> np.ndarray:
+        """The score of every row (float64), computed run by run."""
+        out = np.empty(len(self), dtype=np.float64)
+        for lo, part in self.parts():
+            out[lo:lo + len(part)] = part
+        return out
+
+
+class ZSum(RowRuns):
     """The sum of each score array's z-scores (`fuse_zscores`), for any range of rows: the
     means and spreads are taken once, a range's sum when it is asked for, so a streamed ranking
     holds no per-row sum. `block(lo, hi)` is `fuse_zscores(...)[lo:hi]` bit for bit.
@@ -516,17 +545,6 @@ class ZSum:
             total += (_as_float64(values, lo, hi, fill) - mean) / std
         return total
 
-    def parts(self, size: int = MOMENT_LEAF) -> Iterator[tuple[int, np.ndarray]]:
-        """(first row, sums) of consecutive ranges of `size` rows, in row order."""
-        for lo in range(0, self.n, size):
-            yield lo, self.block(lo, min(lo + size, self.n))
-
-    def all(self) -> np.ndarray:
-        """The sum of every row (float64), computed block by block."""
-        total = np.empty(self.n, dtype=np.float64)
-        for lo, part in self.parts():
-            total[lo:lo + len(part)] = part
-        return total
 
 
 def fuse_zscores(*scores: np.ndarray) -> np.ndarray:
