@@ -196,7 +196,7 @@ def _new_manifest(work: Path, index: Index, built, results: dict[str, dict[str, 
     """The new generation's manifest: the index's identity and history, every shard, this add."""
     old = index.manifest
     shards = shard_entries(work, built.names, built.row_offsets, results, config.segment_size)
-    base_vocab = np.load(work / VOCAB) if (work / VOCAB).is_file() else None
+    base_vocab = np.load(work / VOCAB, mmap_mode="r") if (work / VOCAB).is_file() else None
     vocab_sha = top_vocabulary(work, built.new, base_vocab)
     faiss_info = calibrated_faiss(work, built.names, built.row_offsets, choice, built.rows,
                                   float((old.get("faiss", {}).get("train") or {})

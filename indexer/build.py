@@ -15,6 +15,7 @@ resumes from them.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import math
 import os
@@ -40,7 +41,7 @@ from .executors import EncoderSource, Executor, Stage, executor_names, make_exec
 from .formats import ReadOptions
 from .index_choice import DEFAULT_MEMORY, REQUESTS, IndexChoice, choose_index, parse_memory
 from .integrity import remember_index
-from .lexical import union_vocabulary
+from .lexical import write_union
 from .manifest import (EMBEDDINGS, INDEX_FORMAT, INDEX_FORMAT_VERSION, SHARDS, VOCAB,
                        foreign_entries, shard_name, write_index_manifest)
 from .reader import CorpusScan, InputSpec, TextDocs, scan_inputs
@@ -499,11 +500,10 @@ def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: I
 
 
 def top_vocabulary(work: Path, names: list[str], base: np.ndarray | None = None) -> str:
-    """Write the corpus vocabulary (sorted union of the shards' word hashes); its SHA-256."""
-    vocab = union_vocabulary([np.load(stages.shard_path(work, n) / VOCAB) for n in names])
-    if base is not None:
-        vocab = np.union1d(base, vocab).astype(np.uint64)
-    stages._save(work / VOCAB, vocab)
+    """Write the corpus vocabulary (sorted union of the shards' word hashes, and `base`: the
+    vocabulary before an add) in bounded memory (`lexical.write_union`); its SHA-256."""
+    shards = (np.load(stages.shard_path(work, n) / VOCAB, mmap_mode="r")[2:] for n in names)
+    write_union(work / VOCAB, shards if base is None else itertools.chain([base], shards))
     return sha256_file(work / VOCAB)
 
 

@@ -24,7 +24,9 @@ sentences an index already holds, and each shard stores its documents' hashes (`
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shutil
 import unicodedata
 from array import array
 from pathlib import Path
@@ -110,11 +112,71 @@ def pairs_to_arrays(stream: np.ndarray, lengths: np.ndarray, vocab: np.ndarray
 
 
 def union_vocabulary(vocabs: Iterable[np.ndarray]) -> np.ndarray:
-    """The sorted distinct word hashes of several shards (boundaries left out)."""
+    """The sorted distinct word hashes of several shards (boundaries left out), in memory."""
     out = np.empty(0, dtype=np.uint64)
     for vocab in vocabs:
         out = np.union1d(out, np.asarray(vocab[2:], dtype=np.uint64))
     return out.astype(np.uint64)
+
+
+# words read at a time, and how many buckets (by the hashes' top bits) `write_union` splits into
+_UNION_CHUNK = 1 << 22
+_UNION_BUCKET_BITS = 8
+
+
+def write_union(path: Path, arrays: Iterable[np.ndarray]) -> int:
+    """Write the sorted distinct values of several arrays of word hashes to `path` (.npy,
+    uint64), in memory bounded by one bucket instead of the whole union.
+
+    The hashes (uniform 64-bit values) are split by their top 8 bits into 256 bucket files in a
+    folder beside `path`, each bucket is made distinct alone (the union's order is the buckets'
+    order), and the result is written under a temporary name, then renamed. Time grows with the
+    words read, not with the number of arrays times the union (as repeated `np.union1d` does).
+    What `union_vocabulary` returns, value for value.
+
+    Args:
+        path: The file to write (replaced if it exists).
+        arrays: The hashes (e.g. each shard's `vocab[2:]`, memory-mapped, and an earlier union).
+
+    Returns:
+        How many distinct hashes were written.
+    """
+    from .npy import NpyAppender
+
+    buckets = 1 << _UNION_BUCKET_BITS
+    shift = np.uint64(64 - _UNION_BUCKET_BITS)
+    folder = path.parent / f".{path.name}.buckets-{os.getpid()}"
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    folder.mkdir()
+    try:
+        files = [NpyAppender(folder / f"{b:03d}.npy", np.uint64) for b in range(buckets)]
+        try:
+            for values in arrays:
+                for lo in range(0, len(values), _UNION_CHUNK):
+                    block = np.unique(np.asarray(values[lo:lo + _UNION_CHUNK], dtype=np.uint64))
+                    # sorted, so each bucket's hashes are one run of the block
+                    edges = np.searchsorted(block >> shift, np.arange(buckets + 1,
+                                                                      dtype=np.uint64))
+                    for b in np.flatnonzero(np.diff(edges)).tolist():
+                        files[b].append(block[edges[b]:edges[b + 1]])
+        finally:
+            for f in files:
+                f.close()
+        written = 0
+        out = NpyAppender(tmp, np.uint64)
+        try:
+            for b in range(buckets):
+                words = np.unique(np.load(folder / f"{b:03d}.npy"))
+                out.append(words)
+                written += len(words)
+            out.sync()
+        finally:
+            out.close()
+        os.replace(tmp, path)
+        return written
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.unlink(missing_ok=True)
 
 
 class ShardLexicon:

@@ -199,3 +199,39 @@ def test_stage_tasks_are_picklable_and_the_executor_is_pluggable(split_corpus, t
     assert callable(stages.prepare_shard) and callable(stages.embed_part)
     with pytest.raises(InputError, match="executor"):
         BuildConfig(executor="nope")
+
+
+def test_the_corpus_vocabulary_is_merged_in_buckets_as_one_union(tmp_path, monkeypatch):
+    """`write_union` (bounded memory, buckets by the hashes' top bits) writes what repeated
+    `np.union1d` makes, and leaves nothing but the file."""
+    from tapt.indexer import lexical
+
+    monkeypatch.setattr(lexical, "_UNION_CHUNK", 1000)
+    rng = np.random.default_rng(4)
+    common = rng.integers(0, 2**64 - 1, size=3000, dtype=np.uint64)
+    shards = [np.concatenate([[0, 1], rng.choice(common, 2500), rng.integers(
+        0, 2**64 - 1, size=700, dtype=np.uint64)]).astype(np.uint64) for _ in range(5)]
+    shards.append(np.array([0, 1, 2**64 - 1, 0, 2**63], dtype=np.uint64))   # bucket edges
+    want = lexical.union_vocabulary(shards)
+    out = tmp_path / "vocab.npy"
+    out.write_bytes(b"an older file")
+    assert lexical.write_union(out, (s[2:] for s in shards)) == len(want)
+    np.testing.assert_array_equal(np.load(out), want)
+    assert np.load(out).dtype == np.uint64 and sorted(p.name for p in tmp_path.iterdir()) == [
+        "vocab.npy"]
+    base = np.load(out)
+    more = np.array([0, 1, 5, 2**62], dtype=np.uint64)
+    lexical.write_union(out, [base, more[2:]])
+    np.testing.assert_array_equal(np.load(out), np.union1d(want, more[2:]))
+
+
+def test_a_killed_vocabulary_merge_leaves_only_what_tapt_recognises(tmp_path):
+    """The bucket folder and temporary file of a merge killed mid-way are tapt's own: a later
+    run may remove the work directory that holds them."""
+    from tapt.indexer.manifest import foreign_entries
+
+    (tmp_path / ".vocab.npy.buckets-4242").mkdir()
+    (tmp_path / ".vocab.npy.tmp-4242").write_bytes(b"")
+    assert foreign_entries(tmp_path) == []
+    (tmp_path / "notes.txt").write_text("mine")
+    assert foreign_entries(tmp_path) == ["notes.txt"]
