@@ -3,8 +3,9 @@
 A sharded index stores each shard's word hashes (`vocab.npy`) and, at the top, their sorted
 union, written when the index is published and merged again by every `index add`. This compares
 the union by repeated `np.union1d` in memory (`lexical.union_vocabulary`, what publishing did)
-with `lexical.write_union` (256 buckets by the hashes' top bits on disk, each made distinct
-alone) on synthetic shards: `--shards` arrays of `--words` hashes each, drawn from a universe of
+with `lexical.write_union` both ways, each forced: one sort in memory (its path for small
+inputs) and 256 buckets by the hashes' top bits on disk, each made distinct alone, on synthetic
+shards: `--shards` arrays of `--words` hashes each, drawn from a universe of
 `--universe` uniform 64-bit hashes with a Zipf-like skew (common words in every shard), seeded.
 Peaks are `tracemalloc`'s (numpy's allocations included); both results are compared.
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tapt.indexer import lexical
 from tapt.indexer.lexical import union_vocabulary, write_union
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
@@ -51,15 +53,23 @@ def main(argv: list[str] | None = None) -> int:
             return [np.load(p, mmap_mode="r") for p in paths]
 
         old, old_peak, old_s = traced(lambda: union_vocabulary(shards()))
-        written, new_peak, new_s = traced(
-            lambda: write_union(folder / "vocab.npy", (v[2:] for v in shards())))
-        if not np.array_equal(np.load(folder / "vocab.npy"), old):
-            raise SystemExit("write_union differs from union_vocabulary")
+        runs = {}
+        for label, limit in (("one sort", 1 << 62), ("buckets", 0)):   # each path forced
+            saved, lexical._UNION_IN_MEMORY = lexical._UNION_IN_MEMORY, limit
+            try:
+                written, peak, seconds = traced(
+                    lambda: write_union(folder / "vocab.npy", (v[2:] for v in shards())))
+            finally:
+                lexical._UNION_IN_MEMORY = saved
+            if not np.array_equal(np.load(folder / "vocab.npy"), old):
+                raise SystemExit(f"write_union ({label}) differs from union_vocabulary")
+            runs[label] = {"peak_bytes": peak, "seconds": round(seconds, 2)}
     report = {"date": utc_now(), "shards": args.shards, "words_per_shard_drawn": args.words,
               "universe": args.universe, "words_read": int(total), "union": int(written),
               "union_vocabulary": {"peak_bytes": old_peak, "seconds": round(old_s, 2)},
-              "write_union": {"peak_bytes": new_peak, "seconds": round(new_s, 2)},
+              "write_union": runs, "in_memory_up_to": lexical._UNION_IN_MEMORY,
               "command": "python -m benchmarks.vocab_union " + " ".join(argv or sys.argv[1:])}
+    one, buckets = runs["one sort"], runs["buckets"]
     text = "\n".join([
         "## Measured: merging the shards' vocabularies",
         "",
@@ -70,7 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         "| merge | seconds | peak (tracemalloc) |",
         "|---|---:|---:|",
         f"| repeated `np.union1d` in memory (before) | {old_s:.2f} | {old_peak / 1e6:.0f} MB |",
-        f"| `write_union`: 256 buckets on disk | {new_s:.2f} | {new_peak / 1e6:.0f} MB |",
+        f"| `write_union`, one sort in memory (forced here; its path up to "
+        f"{lexical._UNION_IN_MEMORY:,} words read) | {one['seconds']:.2f} | "
+        f"{one['peak_bytes'] / 1e6:.0f} MB |",
+        f"| `write_union`, 256 buckets on disk (forced here; its path above that) | "
+        f"{buckets['seconds']:.2f} | {buckets['peak_bytes'] / 1e6:.0f} MB |",
         "",
         "Regenerate:",
         "",

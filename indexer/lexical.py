@@ -119,18 +119,22 @@ def union_vocabulary(vocabs: Iterable[np.ndarray]) -> np.ndarray:
     return out.astype(np.uint64)
 
 
-# words read at a time, and how many buckets (by the hashes' top bits) `write_union` splits into
+# words read at a time, how many buckets (by the hashes' top bits) `write_union` splits into,
+# and up to how many words in all it makes the union in memory instead (one sort: below that,
+# creating 256 bucket files costs more time than the sort; benchmarks/vocab_union.py)
 _UNION_CHUNK = 1 << 22
 _UNION_BUCKET_BITS = 8
+_UNION_IN_MEMORY = 1 << 20
 
 
 def write_union(path: Path, arrays: Iterable[np.ndarray]) -> int:
     """Write the sorted distinct values of several arrays of word hashes to `path` (.npy,
     uint64), in memory bounded by one bucket instead of the whole union.
 
-    The hashes (uniform 64-bit values) are split by their top 8 bits into 256 bucket files in a
-    folder beside `path`, each bucket is made distinct alone (the union's order is the buckets'
-    order), and the result is written under a temporary name, then renamed. Time grows with the
+    Up to 2^20 hashes in all, the union is made in memory. Above, the hashes (uniform 64-bit
+    values) are split by their top 8 bits into 256 bucket files in a folder beside `path`, each
+    bucket is made distinct alone (the union's order is the buckets' order). The result is
+    written under a temporary name, then renamed. Time grows with the
     words read, not with the number of arrays times the union (as repeated `np.union1d` does).
     What `union_vocabulary` returns, value for value.
 
@@ -141,12 +145,21 @@ def write_union(path: Path, arrays: Iterable[np.ndarray]) -> int:
     Returns:
         How many distinct hashes were written.
     """
-    from .npy import NpyAppender
+    from tapt.util.files import atomic_write
 
+    from .npy import NpyAppender, write_npy
+
+    arrays = list(arrays)
+    if sum(len(a) for a in arrays) <= _UNION_IN_MEMORY:
+        words = np.unique(np.concatenate([np.asarray(a, dtype=np.uint64) for a in arrays]
+                                         or [np.empty(0, np.uint64)]))
+        with atomic_write(path, "wb") as fh:
+            write_npy(fh, words)
+        return len(words)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     buckets = 1 << _UNION_BUCKET_BITS
     shift = np.uint64(64 - _UNION_BUCKET_BITS)
     folder = path.parent / f".{path.name}.buckets-{os.getpid()}"
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     folder.mkdir()
     try:
         files = [NpyAppender(folder / f"{b:03d}.npy", np.uint64) for b in range(buckets)]

@@ -207,6 +207,7 @@ def test_the_corpus_vocabulary_is_merged_in_buckets_as_one_union(tmp_path, monke
     from tapt.indexer import lexical
 
     monkeypatch.setattr(lexical, "_UNION_CHUNK", 1000)
+    monkeypatch.setattr(lexical, "_UNION_IN_MEMORY", 100)          # the buckets, not one sort
     rng = np.random.default_rng(4)
     common = rng.integers(0, 2**64 - 1, size=3000, dtype=np.uint64)
     shards = [np.concatenate([[0, 1], rng.choice(common, 2500), rng.integers(
@@ -223,6 +224,10 @@ def test_the_corpus_vocabulary_is_merged_in_buckets_as_one_union(tmp_path, monke
     more = np.array([0, 1, 5, 2**62], dtype=np.uint64)
     lexical.write_union(out, [base, more[2:]])
     np.testing.assert_array_equal(np.load(out), np.union1d(want, more[2:]))
+    monkeypatch.setattr(lexical, "_UNION_IN_MEMORY", 1 << 20)       # small: one sort in memory
+    assert lexical.write_union(out, (s[2:] for s in shards)) == len(want)
+    np.testing.assert_array_equal(np.load(out), want)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vocab.npy"]
 
 
 def test_a_killed_vocabulary_merge_leaves_only_what_tapt_recognises(tmp_path):
