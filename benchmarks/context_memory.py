@@ -32,10 +32,9 @@ import numpy as np
 from tapt.retriever import scoring
 from tapt.retriever.budget import budget_target, cut, parse_budget
 from tapt.retriever.methods import SegmentView, base
-from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
 
-from .measure import module_at, traced
+from .measure import module_at, traced, write_report
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -117,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['seconds']} |")
     lines += ["", "Regenerate:", "", f"    {report['command']}", ""]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(args.out / "context_memory.json", report)
-        with atomic_write(args.out / "context_memory.md") as fh:
-            fh.write(text)
+    write_report(args.out, "context_memory", report, text)
     return 0
 
 

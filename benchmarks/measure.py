@@ -47,3 +47,17 @@ def module_at(rev: str, rel: str, name: str):
     sys.modules[name] = module          # dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
+
+
+def write_report(out: Path | None, stem: str, report: dict[str, Any], text: str) -> None:
+    """Print a benchmark's markdown and, with `out`, write `out/STEM.json` (the report) and
+    `out/STEM.md` (the markdown), each under a temporary name then renamed."""
+    from tapt.util.files import atomic_write, write_json_atomic
+
+    print(text)
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / f"{stem}.json", report)
+    with atomic_write(out / f"{stem}.md") as fh:
+        fh.write(text)

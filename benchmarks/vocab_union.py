@@ -23,10 +23,9 @@ import numpy as np
 
 from tapt.indexer import lexical
 from tapt.indexer.lexical import union_vocabulary, write_union
-from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
 
-from .measure import traced
+from .measure import traced, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,12 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         f"    {report['command']}",
         "",
     ])
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(args.out / "vocab_union.json", report)
-        with atomic_write(args.out / "vocab_union.md") as fh:
-            fh.write(text)
+    write_report(args.out, "vocab_union", report, text)
     return 0
 
 
