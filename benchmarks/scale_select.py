@@ -43,6 +43,7 @@ import logging
 import os
 import sys
 import time
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ class ShardPrefix:
         self.n_sentences = len(self.embeddings)
         self._index, self._shards = index, shards
 
-    @property
+    @cached_property
     def lexicon(self):
         """The first shards' stored lexical ids (the corpus vocabulary of the whole index)."""
         from tapt.indexer.lexical import Lexicon

@@ -134,9 +134,9 @@ def write_union(path: Path, arrays: Iterable[np.ndarray]) -> int:
     Up to 2^20 hashes in all, the union is made in memory. Above, the hashes (uniform 64-bit
     values) are split by their top 8 bits into 256 bucket files in a folder beside `path`, each
     bucket is made distinct alone (the union's order is the buckets' order). The result is
-    written under a temporary name, then renamed. Time grows with the
-    words read, not with the number of arrays times the union (as repeated `np.union1d` does).
-    What `union_vocabulary` returns, value for value.
+    written under a temporary name, then renamed. Time grows with the words read, not with the
+    number of arrays times the union (as repeated `np.union1d` does). What `union_vocabulary`
+    returns, value for value.
 
     Args:
         path: The file to write (replaced if it exists).

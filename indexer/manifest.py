@@ -57,7 +57,8 @@ SHARD_ENTRIES = frozenset({SHARD_MANIFEST, EMBEDDINGS, TOKENS, DOCS, STORE, FAIS
                            LEXICAL_OFFSETS, BIGRAMS, VOCAB, DOC_HASHES, CODES, "prepared.json",
                            "embedded.json", "parts"})
 STORE_ENTRIES = frozenset({"data.mdb", "lock.mdb"})
-_LEFTOVER = re.compile(r"^\..+\.(tmp|repair|preparing|indexing|buckets)-\d+$")  # a killed write's temp
+# a killed write's temporary file or folder
+_LEFTOVER = re.compile(r"^\..+\.(tmp|repair|preparing|indexing|buckets)-\d+$")
 _SHARD_NAME = re.compile(r"^\d{6}$")
 _PART_NAME = re.compile(r"^(emb|tok|part)-\d{6}\.(npy|json)$")
 

@@ -455,24 +455,16 @@ def _finite_min(values: np.ndarray) -> float | None:
 
 
 def zscore(values: np.ndarray) -> np.ndarray:
-    """`(values - mean) / std` in float64 (all zeros when the values do not vary)."""
+    """`(values - mean) / std` in float64, block by block (all zeros when the values do not
+    vary)."""
     values = np.asarray(values)
-    return _zscore_into(np.zeros(len(values), dtype=np.float64), values, None, add=False)
-
-
-def _zscore_into(out: np.ndarray, values: np.ndarray, fill: float | None,
-                 add: bool) -> np.ndarray:
-    """`out` (+)= the z-scores of `values`, block by block."""
-    mean, std = moments(values, fill)
+    out = np.zeros(len(values), dtype=np.float64)
+    mean, std = moments(values)
     if std == 0:
         return out
     for lo in range(0, len(values), MOMENT_LEAF):
         hi = min(lo + MOMENT_LEAF, len(values))
-        z = (_as_float64(values, lo, hi, fill) - mean) / std
-        if add:
-            out[lo:hi] += z
-        else:
-            out[lo:hi] = z
+        out[lo:hi] = (_as_float64(values, lo, hi, None) - mean) / std
     return out
 
 
@@ -497,6 +489,10 @@ class RowRuns:
         for lo in range(0, n, size):
             yield lo, self.block(lo, min(lo + size, n))
 
+    def part_count(self, size: int | None = None) -> int:
+        """How many parts `parts(size)` yields."""
+        return -(-len(self) // (size or self.run_size()))
+
     def all(self) -> np.ndarray:
         """The score of every row (float64), computed run by run."""
         out = np.empty(len(self), dtype=np.float64)
@@ -520,10 +516,10 @@ class ZSum(RowRuns):
     def __init__(self, *scores: np.ndarray) -> None:
         if not scores:
             raise ValueError("fuse_zscores needs at least one score array")
-        self.scores = [np.asarray(values) for values in scores]
-        n = len(self.scores[0])
+        scores = [np.asarray(values) for values in scores]
+        n = len(scores[0])
         self.terms: list[tuple[np.ndarray, float | None, float, float]] = []
-        for values in self.scores:
+        for values in scores:
             if values.shape != (n,):
                 raise ValueError("fuse_zscores: score arrays differ in length")
             fill = None
@@ -544,7 +540,6 @@ class ZSum(RowRuns):
         for values, fill, mean, std in self.terms:
             total += (_as_float64(values, lo, hi, fill) - mean) / std
         return total
-
 
 
 def fuse_zscores(*scores: np.ndarray) -> np.ndarray:

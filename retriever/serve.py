@@ -251,40 +251,33 @@ class ShardServers:
         scores (`on` codes: scores of the int8 codes): each actor cuts its own segments, the
         driver merges the cuts and completes the segments that straddle two actors' rows
         (equal to `SentenceScored.budget_candidates` in one process)."""
-        ref = self.ray.put(scorer)
-        measure = cut.measure(view.lengths, view.tokens)
-        calls = []
-        for actor, (start, stop) in zip(self.actors, self.spans):
-            if stop <= start:
-                continue
-            first = int(np.searchsorted(view.offsets, start, side="right")) - 1
-            last = int(np.searchsorted(view.offsets, stop, side="left"))
-            calls.append(actor.top.remote(ref, cut, view.offsets[first:last + 1], first,
-                                          None if measure is None else measure[first:last], on))
-        kept, pieces = topcut.Candidates.empty(), []
-        for part, edges in self._get(calls, "score"):
-            kept = topcut.merge(kept, part, cut)
-            pieces += edges
-        return topcut.merge(kept, topcut.join_pieces(pieces, view.offsets, measure), cut)
+        return self._merged_cuts(view, cut, self.spans, "top", self.ray.put(scorer), on)
 
     def lexicon_top(self, models, index, view, cut: topcut.Cut) -> topcut.Candidates:
         """The budget's cut of the segments of `view` ranked by the mean of `models`' scores
         (`ngram_lm.HashedLMs`) of their sentences: each actor scores and cuts its own shards'
         segments (segments never cross shards), the driver merges the cuts; equal to
         `topcut.parts_cut` of `models.parts()` in one process."""
-        ref = self.ray.put(models)
-        measure = cut.measure(view.lengths, view.tokens)
         rows = [s.row_offset for s in index.shards] + [index.n_sentences]
+        spans = [(rows[group[0]], rows[group[-1] + 1]) for group in self.groups]
+        return self._merged_cuts(view, cut, spans, "lexicon_top", self.ray.put(models))
+
+    def _merged_cuts(self, view, cut: topcut.Cut, spans, method: str, ref, *rest
+                     ) -> topcut.Candidates:
+        """The actors' `method(ref, cut, offsets, first, measure, *rest)` for every actor with
+        rows (`spans`: each actor's rows [start, stop)), given the segments that meet its rows;
+        their cuts merged, and the segments that straddle two actors completed from their
+        pieces."""
+        measure = cut.measure(view.lengths, view.tokens)
         calls = []
-        for actor, group in zip(self.actors, self.groups):
-            start, stop = rows[group[0]], rows[group[-1] + 1]
+        for actor, (start, stop) in zip(self.actors, spans):
             if stop <= start:
                 continue
             first = int(np.searchsorted(view.offsets, start, side="right")) - 1
             last = int(np.searchsorted(view.offsets, stop, side="left"))
-            calls.append(actor.lexicon_top.remote(
+            calls.append(getattr(actor, method).remote(
                 ref, cut, view.offsets[first:last + 1], first,
-                None if measure is None else measure[first:last]))
+                None if measure is None else measure[first:last], *rest))
         kept, pieces = topcut.Candidates.empty(), []
         for part, edges in self._get(calls, "score"):
             kept = topcut.merge(kept, part, cut)

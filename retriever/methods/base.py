@@ -101,6 +101,11 @@ class Ranking:
     weights: np.ndarray
     info: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, chosen: topcut.Candidates, info: dict[str, Any]) -> "Ranking":
+        """The ranking of a budget's cut (weights 1.0)."""
+        return cls(chosen.ids, chosen.scores, np.ones(len(chosen), dtype=np.float32), info)
+
 
 @dataclass
 class SegmentView:
@@ -166,6 +171,19 @@ def small_budget(view: SegmentView, budget: Budget, factor: float = 1.0) -> bool
     return factor * budget_sentences(view, budget) <= STREAM_SHARE * float(view.lengths.sum())
 
 
+def budget_cut(view: SegmentView, budget: Budget) -> topcut.Cut:
+    """Where `budget` cuts a ranking of the segments of `view`."""
+    return topcut.Cut.of(budget, budget_target(budget, view.lengths, view.tokens))
+
+
+def cut_of_parts(view: SegmentView, parts: Iterable[tuple[int, np.ndarray]], cut: topcut.Cut,
+                 progress: bool = False, total: int | None = None) -> topcut.Candidates:
+    """The segments of `view` that `cut` keeps of the ranking by the mean of sentence scores
+    given in consecutive parts (`topcut.parts_cut`), in rank order."""
+    return topcut.parts_cut(parts, view.offsets, cut.measure(view.lengths, view.tokens), cut,
+                            progress=progress, total=total)
+
+
 def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budget | None,
          info: dict[str, Any], ranked: bool = False) -> Ranking:
     """The prefix of a segment ranking that fills `budget` (all of it without one).
@@ -228,11 +246,7 @@ def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: B
         info["context"] = {"name": "document", **pooled.pooling.to_json()}
         if budget is not None and small_budget(view, budget):
             # the pooled scores stream into the cut: nothing more per sentence is held
-            where = topcut.Cut.of(budget, budget_target(budget, view.lengths, view.tokens))
-            chosen = topcut.parts_cut(pooled.parts(), view.offsets,
-                                      where.measure(view.lengths, view.tokens), where)
-            return Ranking(chosen.ids, chosen.scores, np.ones(len(chosen), dtype=np.float32),
-                           info)
+            return Ranking.of(cut_of_parts(view, pooled.parts(), budget_cut(view, budget)), info)
         sentence_scores = pooled.all()
     seg_scores = scoring.segment_mean(sentence_scores, view.lengths)
     if budget is not None:
@@ -763,11 +777,9 @@ class SentenceScored(Method):
                          ) -> topcut.Candidates:
         """The segments `cut` keeps of the ranking by the mean of the scores in `parts`, in
         rank order (those of `by_sentence_scores`, bit for bit)."""
-        view = ctx.view
         if parts.cut is not None:
-            return parts.cut(view, cut)
-        return topcut.parts_cut(parts.parts, view.offsets, cut.measure(view.lengths, view.tokens),
-                                cut, progress=ctx.progress, total=parts.count)
+            return parts.cut(ctx.view, cut)
+        return cut_of_parts(ctx.view, parts.parts, cut, ctx.progress, parts.count)
 
     def depends_on_budget(self, params: Params) -> bool:
         return scans_codes(params)         # how many rows are rescored
@@ -786,19 +798,14 @@ class SentenceScored(Method):
         fitted = self.row_scorer(ctx, params)
         parts = self.score_parts(ctx, params) if fitted is None and streams(ctx) else None
         if parts is not None:
-            view = ctx.view
-            target = budget_target(ctx.budget, view.lengths, view.tokens)
-            chosen = self.parts_candidates(ctx, parts, topcut.Cut.of(ctx.budget, target))
-            return Ranking(chosen.ids, chosen.scores, np.ones(len(chosen), dtype=np.float32),
-                           dict(parts.info))
+            return Ranking.of(self.parts_candidates(ctx, parts, budget_cut(ctx.view, ctx.budget)),
+                              dict(parts.info))
         if fitted is None:
             scores, info = self.sentence_scores(ctx, params)
         elif streams(ctx):
-            view = ctx.view
-            target = budget_target(ctx.budget, view.lengths, view.tokens)
-            chosen = self.budget_candidates(ctx, fitted[0], topcut.Cut.of(ctx.budget, target))
-            return Ranking(chosen.ids, chosen.scores, np.ones(len(chosen), dtype=np.float32),
-                           dict(fitted[1]))
+            return Ranking.of(self.budget_candidates(ctx, fitted[0],
+                                                     budget_cut(ctx.view, ctx.budget)),
+                              dict(fitted[1]))
         else:
             scores, info = ctx.index.score_rows(fitted[0]), fitted[1]
         return by_sentence_scores(ctx.view, scores, ctx.budget, dict(info), self.threshold)

@@ -45,7 +45,7 @@ class Fused(SentenceScored):
         """The z-score sum block by block: beside its two halves' scores (4 bytes a sentence
         each), no score per sentence is kept."""
         fused, info = self._fused(ctx, params)
-        return ScoreParts(fused.parts(), -(-len(fused) // scoring.MOMENT_LEAF), info)
+        return ScoreParts(fused.parts(), fused.part_count(), info)
 
     def _fused(self, ctx, params) -> tuple[scoring.ZSum, dict]:
         """The z-score sum of the two halves (`scoring.ZSum`, computed once per task and
