@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tapt.retriever import scoring
+from tapt.retriever import pu, scoring
 from tapt.retriever.pu import PUConfig, pu_classifier
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
@@ -35,9 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", type=int, default=200, help="task rows")
     p.add_argument("--positives", type=int, default=20_000, help="n_positive (the budget)")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--exact-draw-rows", type=int, default=None,
+                   help="pu.EXACT_DRAW_ROWS for this run (0: every fit draws its negatives "
+                        "in row order, without ranking keys)")
     p.add_argument("--label", default="", help="what this run measures (e.g. a revision)")
     p.add_argument("--out", type=Path, default=None, help="write fit_memory[-LABEL].{json,md}")
     args = p.parse_args(argv)
+    if args.exact_draw_rows is not None:
+        pu.EXACT_DRAW_ROWS = args.exact_draw_rows
     rng = np.random.default_rng(0)
     corpus = rng.standard_normal((args.rows, args.dim), dtype=np.float32)
     corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
@@ -66,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     n = args.rows
     report = {"date": utc_now(), "label": args.label, "rows": n, "dim": args.dim,
               "task": args.task, "n_positive": args.positives, "rounds": args.rounds,
+              "exact_draw_rows": pu.EXACT_DRAW_ROWS,
               "fit_peak_bytes": fit_peak, "fit_bytes_per_row": round(fit_peak / n, 2),
               "fit_seconds": round(fit_s, 2),
               "method_fit_peak_bytes": method_peak,

@@ -352,8 +352,8 @@ def check_cosines(scores: np.ndarray, ids: np.ndarray | None = None, bound: floa
     scores = np.asarray(scores)
     if not len(scores):
         return
-    worst = np.abs(scores).max()
-    if worst <= bound + COSINE_SLACK:
+    limit = bound + COSINE_SLACK
+    if scores.max() <= limit and -scores.min() <= limit:    # NaN fails both; no |x| copy
         return
     bad = np.flatnonzero(~(np.abs(scores) <= bound + COSINE_SLACK))
     rows = np.asarray(ids)[bad] if ids is not None else bad

@@ -8,6 +8,12 @@ extra positives and samples new negatives from below the top `2 * n_positive`. W
 `n_positive` (the "positive only" variant, no budget) the count is the number of rows the last
 model puts above probability 0.5. Only the top `positive_fraction` of the n_positive rows
 become pseudo-positives (the most confident), which keeps rounds from drifting.
+
+Negatives are a uniform sample, without replacement, of the rows below a position of the
+ranking. Up to `EXACT_DRAW_ROWS` rows they are the ranking's rows at uniformly drawn positions
+(one 8-byte key per row while drawing); above it, the same number of rows drawn uniformly from
+the same rows taken in row order (`ordering.rank_cut`: the round's scores and one block, not
+a key per row). Both are uniform samples of one population; they are not the same sample.
 """
 
 from __future__ import annotations
@@ -19,10 +25,16 @@ from typing import Callable
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.util import ordering
 
 from . import scoring
 
 log = logging.getLogger(__name__)
+
+# Above this many rows the negatives are drawn without ranking keys (see the module's docstring):
+# the fit's peak falls from ~13 to ~4 bytes a row, and past 2^32 rows (where the packed keys
+# stop) from a full `lexsort`.
+EXACT_DRAW_ROWS = 1 << 27
 
 
 @dataclass
@@ -65,10 +77,14 @@ def _sample_ranks(rng: np.random.Generator, scores: np.ndarray, start: int, want
                   most: int) -> np.ndarray:
     """Sorted rows drawn without replacement from the ranking of `scores` below position
     `start`: `rng.choice(rank(scores)[start:], ...)` (the same draws: `choice` picks positions
-    from the population's size alone), without holding the ranking."""
+    from the population's size alone), without holding the ranking. Above `EXACT_DRAW_ROWS`
+    float32 scores the drawn positions pick those rows in row order instead (no key per row)."""
     population = len(scores) - start
     size = min(population, wanted, most)
     positions = rng.choice(population, size=size, replace=False)
+    if len(scores) > EXACT_DRAW_ROWS and scores.dtype == np.float32:
+        return ordering.rows_below_cut(scores, ordering.rank_cut(scores, start),
+                                       np.sort(positions))
     return np.sort(scoring.rows_at_ranks(scores, start + positions))
 
 
@@ -96,15 +112,30 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
         info["rounds"].append({"positives": int(len(pos)), "negatives": int(len(neg_rows))})
         if round_ == config.rounds:
             break
-        k = int(n_positive) if n_positive else int((scores > 0).sum())
+        k = int(n_positive) if n_positive else _count_positive(scores)
         k = max(1, min(k, n - 1))
         n_top = min(n, max(1, int(config.positive_fraction * k)))
-        top = scoring.rank_top(scores, n_top)[:n_top]
+        top = _top(scores, n_top)
         take = min(n_top, config.max_train // 2)
         pos_rows = np.sort(top[rng.choice(n_top, size=take, replace=False)])
         neg_rows = _sample_ranks(rng, scores, min(2 * k, n - 1),
                                  int(config.negatives * (len(task) + take)), config.max_train)
         n_neg = len(neg_rows)
+        scores = top = None   # freed: not held beside the next round's scores
         log.debug("PU round %d: %d pseudo-positives, %d negatives", round_ + 1, take, n_neg)
-    info["positive_estimate"] = int((scores > 0).sum())
+    info["positive_estimate"] = _count_positive(scores)
     return scores, _log_odds(model), info
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    """`rank(scores)[:k]`: without a copy of every score (`ordering.top_rows`) where the
+    scores are float32, else by a partition (`scoring.rank_top`)."""
+    if scores.dtype == np.float32:
+        return ordering.top_rows(scores, k)
+    return scoring.rank_top(scores, k)[:k]
+
+
+def _count_positive(scores: np.ndarray) -> int:
+    """How many scores are above 0 (a block at a time: no mask of every row)."""
+    return sum(int(np.count_nonzero(np.asarray(scores[lo:lo + ordering.BLOCK]) > 0))
+               for lo in range(0, len(scores), ordering.BLOCK))

@@ -266,3 +266,35 @@ def test_bigram_log2_probs_follow_the_interpolated_formula():
         c_hw = pairs.get((a, b), 0) if a < S and b < S else 0
         expected.append(np.log2((c_hw + t_h * p1) / (c_h + t_h)) if c_h > 0 else np.log2(p1))
     np.testing.assert_allclose(lm.log2_probs(qh, qw), expected, rtol=1e-12)
+
+
+def test_pu_classifier_above_the_exact_draw_size_draws_from_the_same_rows(monkeypatch):
+    """Above `EXACT_DRAW_ROWS` the negatives are drawn from the rows below the same ranking
+    position, in row order (no key per row): the same population and sample size, as
+    separating, the same pseudo-positives, and seeded."""
+    from tapt.retriever import pu
+
+    x, labels = blobs(n=3000)
+    task = x[labels == 0][:30]
+    prerank = scoring.centroid_scores(x, scoring.centroid(task)).astype(np.float32)
+    drawn = []
+    real_fit = pu._fit
+    monkeypatch.setattr(pu, "_fit", lambda pos, neg, C, seed: (
+        drawn.append((pos, neg)), real_fit(pos, neg, C, seed))[1])
+    exact, _, exact_info = pu_classifier(x, task, prerank, 1000, PUConfig(rounds=2, seed=0))
+    exact_draws, drawn[:] = list(drawn), []
+    monkeypatch.setattr(pu, "EXACT_DRAW_ROWS", 0)
+    lean, scorer, info = pu_classifier(x, task, prerank, 1000, PUConfig(rounds=2, seed=0))
+    lean_draws, drawn[:] = list(drawn), []
+    assert info["rounds"] == exact_info["rounds"]   # the same counts each round
+    # round 0: negatives below position n // 3 of the pre-ranking, none above it
+    below = set(scoring.rank(prerank)[len(x) // 3:].tolist())
+    rows_of = {tuple(np.round(r, 6)): i for i, r in enumerate(x)}
+    neg0 = [rows_of[tuple(np.round(r, 6))] for r in lean_draws[0][1]]
+    assert set(neg0) <= below and len(set(neg0)) == len(neg0)
+    assert not np.array_equal(lean_draws[0][1], exact_draws[0][1])   # another sample
+    top = scoring.rank(lean)[:1000]
+    assert (labels[top] == 0).mean() > 0.95
+    again, _, _ = pu_classifier(x, task, prerank, 1000, PUConfig(rounds=2, seed=0))
+    np.testing.assert_array_equal(again, lean)     # seeded
+    assert abs(np.corrcoef(lean, exact)[0, 1]) > 0.99

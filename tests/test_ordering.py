@@ -1,6 +1,7 @@
 """`util.ordering.descending_bits`: float32 scores as integer keys in descending order."""
 
 import numpy as np
+import pytest
 
 from tapt.util.ordering import descending_bits
 
@@ -34,3 +35,40 @@ def test_values_come_back_from_their_keys():
     back = descending_values(descending_bits(values))
     np.testing.assert_array_equal(back, values)
     assert not np.signbit(back[4])          # -0.0 returns as +0.0
+
+
+def _ranking(values):
+    return np.lexsort((np.arange(len(values)), -np.asarray(values, dtype=np.float64)))
+
+
+@pytest.mark.parametrize("kind", ["ties", "normal", "nan", "specials"])
+def test_rank_cut_finds_the_rankings_prefix_and_the_rows_below_it(kind, monkeypatch):
+    """`top_rows` = `rank(scores)[:k]` and `rows_below_cut` = the rest of the ranking in row
+    order, for ties across blocks, NaN (last), +-0.0 (one score) and infinities."""
+    from tapt.util import ordering
+
+    rng = np.random.default_rng(["ties", "normal", "nan", "specials"].index(kind))
+    for trial in range(60):
+        n = int(rng.integers(0, 400))
+        values = (rng.integers(-3, 4, n) if kind == "ties" else rng.standard_normal(n))
+        values = values.astype(np.float32)
+        if kind == "nan" and n:
+            values[rng.integers(0, n, 6)] = np.nan
+        if kind == "specials" and n:
+            values[rng.integers(0, n, 8)] = rng.choice(
+                np.float32([0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45]), 8)
+        monkeypatch.setattr(ordering, "BLOCK", int(rng.integers(1, 64)))
+        before, ranking = values.copy(), _ranking(values)
+        for start in sorted({0, n, n // 3, int(rng.integers(0, n + 1))}):
+            np.testing.assert_array_equal(ordering.top_rows(values, start), ranking[:start])
+            cut = ordering.rank_cut(values, start)
+            below = np.sort(ranking[start:])
+            np.testing.assert_array_equal(
+                ordering.rows_below_cut(values, cut, np.arange(len(below))), below)
+            if len(below):
+                picks = np.sort(rng.choice(len(below), size=min(len(below), 9), replace=False))
+                np.testing.assert_array_equal(ordering.rows_below_cut(values, cut, picks),
+                                              below[picks])
+                with pytest.raises(ValueError):
+                    ordering.rows_below_cut(values, cut, [len(below)])
+        np.testing.assert_array_equal(values, before)      # not written

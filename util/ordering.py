@@ -1,11 +1,20 @@
 """Sort keys for scores: float32 values as unsigned integers that sort in the opposite order, so
-a ranking with its tie-break packs into one 64-bit integer sort instead of a two-key `lexsort`."""
+a ranking with its tie-break packs into one 64-bit integer sort instead of a two-key `lexsort`;
+and the first positions of a ranking of any length found from those keys block by block
+(`rank_cut`), without the ranking or one key per row held."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["descending_bits", "descending_values"]
+from dataclasses import dataclass
+from typing import Iterator
+
+__all__ = ["RankCut", "descending_bits", "descending_values", "rank_cut", "rows_below_cut",
+           "top_rows"]
+
+BLOCK = 1 << 20            # rows whose keys exist at once in the passes below (~4 MB)
+_NAN_KEY = np.uint32(0xFFFFFFFF)   # above every number's key: NaN ranks last, as `lexsort` puts it
 
 
 def descending_bits(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -44,3 +53,135 @@ def descending_values(keys: np.ndarray) -> np.ndarray:
     keys = np.asarray(keys, dtype=np.uint32)
     bits = np.where(keys >> 31, keys ^ np.uint32(0x80000000), ~keys)
     return np.subtract(np.float32(0), bits.view(np.float32))   # +0.0, never -0.0
+
+
+@dataclass(frozen=True)
+class RankCut:
+    """The first `start` positions of a ranking (descending score, ties by ascending row, NaN
+    last) as a test on each row's key: rows whose `descending_bits` key is below `key`, and the
+    first `ties` rows (by row) whose key equals it.
+
+    Attributes:
+        start: How many rows the cut holds.
+        key: The key of the row at position `start` (2^32 when `start` is every row).
+        ties: How many rows with that key are within the cut.
+    """
+
+    start: int
+    key: int
+    ties: int
+
+
+def _key_blocks(scores: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, uint32 keys) of consecutive blocks of `scores`, NaN given the last key."""
+    for lo in range(0, len(scores), BLOCK):
+        values = np.asarray(scores[lo:lo + BLOCK]).astype(np.float32, copy=False)
+        keys = descending_bits(values)
+        keys[np.isnan(values)] = _NAN_KEY
+        yield lo, keys
+
+
+def rank_cut(scores: np.ndarray, start: int) -> RankCut:
+    """Where the first `start` positions of the ranking of `scores` end, found by two passes of
+    a radix select over the scores' keys (the high 16 bits, then the low 16 bits of the one
+    bucket holding position `start`): memory for one block and 2^16 counts, whatever the rows.
+
+    Args:
+        scores: float32 scores (or values a float32 holds exactly), any length; not written.
+        start: A position in the ranking (clipped to 0..len(scores)).
+
+    Returns:
+        The cut.
+    """
+    n = len(scores)
+    start = min(max(int(start), 0), n)
+    if start == n:
+        return RankCut(start, 1 << 32, 0)
+    high, before_high = _select_digit(scores, start, shift=16, prefix=None)
+    low, before_low = _select_digit(scores, start - before_high, shift=0, prefix=high)
+    return RankCut(start, (high << 16) | low, start - before_high - before_low)
+
+
+def _select_digit(scores: np.ndarray, position: int, shift: int, prefix: int | None
+                  ) -> tuple[int, int]:
+    """(digit, keys before it): the 16-bit digit at `shift` of the key at `position` in the
+    sorted keys whose high 16 bits are `prefix` (all keys when None), and how many of those
+    keys have a lower digit."""
+    counts = np.zeros(1 << 16, dtype=np.int64)
+    for _, keys in _key_blocks(scores):
+        if prefix is not None:
+            keys = keys[(keys >> 16) == prefix]
+        counts += np.bincount((keys >> shift) & 0xFFFF, minlength=1 << 16)
+    cumulative = np.cumsum(counts)
+    digit = int(np.searchsorted(cumulative, position, side="right"))
+    before = int(cumulative[digit - 1]) if digit else 0
+    return digit, before
+
+
+def _cut_blocks(scores: np.ndarray, cut: RankCut) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(first row, keys, within the cut) of consecutive blocks of `scores`."""
+    ties_left = cut.ties
+    for lo, keys in _key_blocks(scores):
+        if cut.key >= 1 << 32:                  # the cut holds every row
+            yield lo, keys, np.ones(len(keys), dtype=bool)
+            continue
+        key = np.uint32(cut.key)
+        inside = keys < key
+        if ties_left:
+            tied = np.flatnonzero(keys == key)[:ties_left]
+            inside[tied] = True
+            ties_left -= len(tied)
+        yield lo, keys, inside
+
+
+def rows_below_cut(scores: np.ndarray, cut: RankCut, ordinals: np.ndarray) -> np.ndarray:
+    """The rows outside `cut` (positions `cut.start` onwards of the ranking) taken by their
+    position among those rows in row order: `np.sort(rank(scores)[cut.start:])[ordinals]`, in
+    one pass and without the ranking.
+
+    Args:
+        scores: The scores `cut` was found in.
+        cut: `rank_cut(scores, start)`.
+        ordinals: Sorted positions in 0..len(scores) - start.
+
+    Returns:
+        int64 rows, ascending (one per ordinal).
+    """
+    ordinals = np.asarray(ordinals, dtype=np.int64)
+    out = np.empty(len(ordinals), dtype=np.int64)
+    seen = taken = 0
+    for lo, _, inside in _cut_blocks(scores, cut):
+        if taken == len(ordinals):
+            break
+        outside = len(inside) - int(np.count_nonzero(inside))
+        stop = int(np.searchsorted(ordinals, seen + outside, side="left"))
+        if stop > taken:                        # only blocks holding a drawn row are listed
+            out[taken:stop] = np.flatnonzero(~inside)[ordinals[taken:stop] - seen] + lo
+        taken, seen = stop, seen + outside
+    if taken != len(ordinals):
+        raise ValueError(f"ordinals beyond the {seen} rows outside the cut")
+    return out
+
+
+def top_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    """The first `k` rows of the ranking of `scores` (descending score, ties by ascending row,
+    NaN last), in ranking order: `rank(scores)[:k]`, from three passes over the scores and the
+    k rows' keys, not a sort or a copy of every score.
+
+    Args:
+        scores: float32 scores (or values a float32 holds exactly); not written.
+        k: How many rows (clipped to 0..len(scores)).
+
+    Returns:
+        int64 rows.
+    """
+    cut = rank_cut(scores, k)
+    rows, keys = [], []
+    for lo, block_keys, inside in _cut_blocks(scores, cut):
+        at = np.flatnonzero(inside)
+        rows.append(at + lo)
+        keys.append(block_keys[at])
+    if not rows:
+        return np.empty(0, dtype=np.int64)
+    rows_, keys_ = np.concatenate(rows), np.concatenate(keys)
+    return rows_[np.lexsort((rows_, keys_))]
