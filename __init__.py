@@ -36,6 +36,7 @@ _LAZY = {
     "BudgetError": "tapt.errors",
     "StorageError": "tapt.errors",
     "Interrupted": "tapt.errors",
+    "TrainingInterrupted": "tapt.errors",
 }
 
 __all__ = ["__version__", *_LAZY]

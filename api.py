@@ -12,7 +12,7 @@ the same):
     print(sel.to_pandas().head())                     # text, weight, score, doc_key, meta ...
     sel.write("sel.jsonl")                            # the selection file `tapt train` reads
     sel.export("train.parquet")                       # or hf / jsonl / txt, for any trainer
-    tapt.train("sel.jsonl", "model-fused", steps=1000)
+    tapt.train("sel.jsonl", "model-fused", steps=1000)  # continued MLM pretraining: use a GPU
 
 Everything the command line does is here: `Index.build/open/add/verify/repair/reindex/info/
 select`, `Selection` (to pandas, Arrow, a Hugging Face dataset, files), `train` and
@@ -301,15 +301,17 @@ class Index(_IndexBase):
         upgrade_index(path, progress=progress)
         return cls(path)
 
-    def reindex(self, index_type: str = "auto", memory: str | int | None = None, *,
+    def reindex(self, index_type: str = "keep", memory: str | int | None = None, *,
                 opq: bool = False, codes: str = "keep", progress: bool = True
                 ) -> dict[str, Any]:
         """Change the FAISS index type (every shard's part) and int8 codes from the stored
         embeddings (`tapt index reindex`).
 
         Args:
-            index_type: auto, flat, hnsw or ivfpq.
-            memory: RAM budget for the FAISS index ("8G", "512M" or bytes).
+            index_type: keep (the current type, and its memory budget and OPQ unless given),
+                auto, flat, hnsw or ivfpq.
+            memory: RAM budget for the FAISS index ("8G", "512M" or bytes; default: the
+                recorded one with keep, else 8G).
             opq: IVF-PQ only: rotate with OPQ before quantising.
             codes: keep, none, or int8 (compute int8 codes for `select(..., scan="codes")`).
             progress: Show progress bars.
@@ -317,11 +319,10 @@ class Index(_IndexBase):
         Returns:
             The manifest's new `faiss` section.
         """
-        from tapt.indexer.index_choice import DEFAULT_MEMORY
         from tapt.indexer.reindex import reindex
 
-        manifest = reindex(self.path, index_type, DEFAULT_MEMORY if memory is None else memory,
-                           opq=opq, progress=progress, codes=codes)
+        manifest = reindex(self.path, index_type, memory, opq=opq, progress=progress,
+                           codes=codes)
         self._reopen()
         return manifest["faiss"]
 
@@ -403,6 +404,41 @@ class Index(_IndexBase):
             self._corpus = CorpusCache(self)
         return make_selection(self, config, task_input, encoder=encoder, batch_size=batch_size,
                               progress=progress, corpus=self._corpus)
+
+    def embed(self, texts: Sequence[str], *, model: str | None = None, device: str = "auto",
+              backend: str = "auto", batch_size: int = 64, progress: bool = False,
+              encoder: Any = None) -> np.ndarray:
+        """Embeddings of `texts` by the index's model, as a selection embeds a task: an array
+        `select(..., task=array)` takes (one row per string; no sentence splitting).
+
+        Args:
+            texts: The strings to embed.
+            model: The index's model directory, if it moved.
+            device: auto, cpu or cuda.
+            backend: auto (the index's), torch, onnx or onnx-int8.
+            batch_size: Strings per encoder batch.
+            progress: Show a progress bar.
+            encoder: An encoder object to use instead of loading the model (for tests).
+
+        Returns:
+            (len(texts), dim) float32 L2-normalised rows.
+
+        Examples:
+            >>> emb = ix.embed(["Fever and a persistent cough.", "A rash on both arms."])
+            >>> emb.shape == (2, ix.dim)
+            True
+        """
+        from tapt.retriever.task_cache import encode_cached
+
+        if isinstance(texts, str):
+            raise InputError("pass a list of strings, not one string", param="texts")
+        texts = list(texts)
+        if not all(isinstance(t, str) for t in texts):
+            raise InputError("every item must be a string", param="texts")
+        checked = self._checked_encoder(encoder, model, device, backend)
+        embeddings, _ = encode_cached(checked.get(), texts, batch_size=batch_size,
+                                      progress=progress)
+        return embeddings
 
     def configure(self, config: SelectConfig) -> SelectConfig:
         """The selection configuration (`retriever.select.SelectConfig`) as this index runs it:

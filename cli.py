@@ -219,17 +219,25 @@ class _MemoryType(click.ParamType):
             self.fail(exc.message, param, ctx)
 
 
-def _faiss_options(func):
-    """--index, --memory and --opq: which FAISS index to build (see indexer/index_choice.py)."""
+def _faiss_options(func=None, *, keep: bool = False):
+    """--index, --memory and --opq: which FAISS index to build (see indexer/index_choice.py);
+    `keep` (reindex): --index keep, the index's current type, is the default."""
     from tapt.indexer.index_choice import DEFAULT_MEMORY
 
+    if func is None:
+        return lambda f: _faiss_options(f, keep=keep)
+    kinds = ["auto", "flat", "hnsw", "ivfpq"]
     options = [
-        click.option("--index", "index_type", default="auto", show_default=True,
-                     type=click.Choice(["auto", "flat", "hnsw", "ivfpq"]),
-                     help="FAISS index: auto = Flat up to 100k sentences, HNSW up to 500k, IVF-PQ "
-                          "above (or whatever fits --memory); approximate ones are rescored "
-                          "exactly from the stored embeddings."),
-        click.option("--memory", default=DEFAULT_MEMORY, show_default=True, type=_MemoryType(),
+        click.option("--index", "index_type", default="keep" if keep else "auto",
+                     show_default=True, type=click.Choice(["keep"] * keep + kinds),
+                     help=("FAISS index: keep = the index's current type (and its --memory "
+                           "and --opq unless given); " if keep else "FAISS index: ")
+                     + "auto = Flat up to 100k sentences, HNSW up to 500k, IVF-PQ "
+                       "above (or whatever fits --memory); approximate ones are rescored "
+                       "exactly from the stored embeddings."),
+        click.option("--memory", default=None if keep else DEFAULT_MEMORY,
+                     show_default=f"the current one with keep, else {DEFAULT_MEMORY}" if keep
+                     else True, type=_MemoryType(),
                      help="RAM budget for the FAISS index (8G, 512M, ...)."),
         click.option("--opq", is_flag=True, help="IVF-PQ: rotate with OPQ before quantising "
                                                  "(slower to train)."),
@@ -361,7 +369,7 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
 @click.option("--embedding-dtype", default="auto", show_default=True,
               type=click.Choice(["auto", "float32", "float16"]),
               help="Stored embeddings: float16 halves their disk and page-cache size (cosine error "
-                   "~1e-4); scoring always computes in float32. auto = float16 when the index has "
+                   "~5e-5 at most); scoring always computes in float32. auto = float16 when the index has "
                    "several shards or its corpus 1M records or more, else float32.")
 @_shard_options
 @click.option("--part-size", "window", default="4096", show_default=True, metavar="ROWS",
@@ -389,9 +397,9 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
 
     Every input is checked before anything is embedded. The index is a set of shards, each a
     group of whole input files (one shard unless --shards or --shard-size say otherwise), built
-    in stages (prepare, embed in parts, index, publish) by an executor; every finished shard and
-    part is recorded: if a build is killed or runs out of disk, the same command resumes it (no
-    sentence lost, none embedded twice).
+    in stages (prepare, embed in parts, assemble, train, index, publish) by an executor; every
+    finished shard and part is recorded: if a build is killed or runs out of disk, the same
+    command resumes it (no sentence lost, none embedded twice).
 
     \b
     Examples:
@@ -722,7 +730,7 @@ def index_upgrade(ctx, idx) -> None:
 
 @index.command("reindex", context_settings=CONTEXT)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
-@_faiss_options
+@_faiss_options(keep=True)
 @click.option("--codes", default="keep", show_default=True,
               type=click.Choice(["keep", "none", "int8"]),
               help="int8: (re)compute int8 codes of the embeddings for `select --scan codes`; "
@@ -739,6 +747,7 @@ def index_reindex(ctx, idx, index_type, memory, opq, codes) -> None:
     Examples:
       tapt index reindex idx --index hnsw
       tapt index reindex idx --index auto --memory 512M
+      tapt index reindex idx --codes int8      # the same FAISS type, int8 codes added
     """
     from tapt.indexer.reindex import reindex
 
@@ -1165,7 +1174,7 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
       tapt train --selection weighted.jsonl --weights continuous --steps 2000 --out m --resume
     """
     from tapt.api import train
-    from tapt.trainer.loop import TrainingInterrupted
+    from tapt.errors import TrainingInterrupted
 
     try:
         manifest = train(
@@ -1305,7 +1314,7 @@ def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, 
                key=lambda r: r["f1"])
     click.echo(f"{len(report['results']):,} results in {report['seconds']:.0f} s; best mean F1 "
                f"{best['f1']:.3f} ({best['method']}, {best['seeds']} seeds, budget "
-               f"{best['budget']}) -> {out}/recall.md")
+               f"{best['budget']}) -> {Path(out) / 'recall.md'}")
 
 
 @bench.command("clusters", context_settings=CONTEXT)

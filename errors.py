@@ -11,6 +11,7 @@ are for parameter names only.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Callable
 
 _PARAM = re.compile(r"`([a-z][a-z0-9_]*)`")
@@ -100,3 +101,18 @@ class Interrupted(KeyboardInterrupt):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during training: a checkpoint was saved at `step` in `checkpoint`;
+    `train(..., resume=True)` with the same arguments continues from it.
+
+    Args:
+        step: The last step trained.
+        checkpoint: The checkpoint's folder.
+    """
+
+    def __init__(self, step: int, checkpoint: Path) -> None:
+        super().__init__(f"interrupted at step {step}; checkpoint saved in {checkpoint}")
+        self.step = step
+        self.checkpoint = checkpoint

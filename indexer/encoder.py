@@ -11,7 +11,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from tapt.errors import InputError, TaptError
-from .models import display_name, resolve_model
+from .models import display_name, load_failure, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -318,8 +318,7 @@ class SentenceTransformerEncoder:
         try:
             self.model = SentenceTransformer(source, device=self.device)
         except (OSError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(f"cannot load model {spec!r}: {first}") from exc
+            raise InputError(load_failure(spec, "cannot load model", exc)) from exc
         dim = self.model.get_embedding_dimension() if hasattr(
             self.model, "get_embedding_dimension"
         ) else self.model.get_sentence_embedding_dimension()

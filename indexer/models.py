@@ -40,6 +40,31 @@ def resolve_model(spec: str | None) -> str:
     return spec
 
 
+def load_failure(spec: str | None, what: str, exc: BaseException) -> str:
+    """The message for a model that failed to load: for a name that is no local directory and
+    is not in the Hugging Face cache while the Hub cannot be reached (offline, or
+    HF_HUB_OFFLINE set), that, instead of transformers' own first line.
+
+    Args:
+        spec: The user's model argument.
+        what: What failed, e.g. "cannot load model" or "cannot load the config of model".
+        exc: The exception the loader raised.
+
+    Returns:
+        One line, without the "Error:" prefix.
+    """
+    name = display_name(spec)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = str(exc).lower()
+    offline = any(hint in text for hint in ("couldn't connect", "offline", "connection error",
+                                            "cannot find the requested files"))
+    if spec is not None and not Path(spec).expanduser().exists() and offline:
+        return (f"{what} {name}: no local directory of that name, and the Hugging Face Hub "
+                "cannot be reached (offline, or HF_HUB_OFFLINE is set) with no cached copy; "
+                "give a model directory, or download it once while online")
+    return f"{what} {name}: {first}"
+
+
 STAMP_MAX_FILES = 10_000
 
 

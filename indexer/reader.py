@@ -131,11 +131,14 @@ def _folder(root: Source, options: ReadOptions) -> list[InputFile]:
         listed = ", ".join(skipped[:_LISTED]) + (
             f" and {len(skipped) - _LISTED} more" if len(skipped) > _LISTED else "")
         if options.strict:
-            raise InputError(f"{root.name}: {len(skipped)} entries are not corpus files (no known "
+            entries = "1 entry is" if len(skipped) == 1 else f"{len(skipped)} entries are"
+            raise InputError(f"{root.name}: {entries} not corpus files (no known "
                              f"format, or not a regular file): {listed} (known formats: "
                              f"{formats.known()}); remove them, or drop `strict` to skip them")
-        log.info("%s: skipped %d entries that are not corpus files (no known format, or not a "
-                 "regular file): %s", root.name, len(skipped), listed)
+        log.info("%s: skipped %s not corpus files (no known format, or not a regular "
+                 "file): %s", root.name,
+                 "1 entry that is" if len(skipped) == 1 else f"{len(skipped)} entries that are",
+                 listed)
     if not found:
         raise InputError(f"{root.name}: folder holds no corpus files (known formats: "
                          f"{formats.known()})")

@@ -27,7 +27,7 @@ from .build import (Built, Shared, calibrated_faiss, codes_section, drop_trainin
 from .executors import Executor, make_executor
 from .generations import replace_generation
 from .index import Index
-from .index_choice import DEFAULT_MEMORY, IndexChoice, choose_index
+from .index_choice import DEFAULT_MEMORY, KINDS, IndexChoice, choose_index
 from .manifest import (CODES, FAISS, MANIFEST_NAME, SHARD_MANIFEST, SHARDS, read_shard_manifest,
                        write_index_manifest)
 
@@ -141,13 +141,35 @@ def _shared_from_kept(index: Index, kept: list[str], choice: IndexChoice, work: 
     return Shared(str(path), hashlib.sha256(path.read_bytes()).hexdigest(), 0.0, scale)
 
 
-def reindex(path: str | Path, index_type: str = "auto", memory: str | int = DEFAULT_MEMORY,
+def reindex(path: str | Path, index_type: str = "keep", memory: str | int | None = None,
             opq: bool = False, progress: bool = True, codes: str = "keep",
             executor: Executor | str | None = None) -> dict[str, Any]:
     """Rebuild the FAISS parts of `path` as `index_type` within `memory` (and its int8 codes:
-    `codes` keep, none or int8); returns the manifest."""
+    `codes` keep, none or int8); returns the manifest.
+
+    Args:
+        path: The index.
+        index_type: keep (the index's current type, its memory budget and OPQ unless given),
+            auto, flat, hnsw or ivfpq.
+        memory: RAM budget for the FAISS index (default: the recorded one with keep, else
+            DEFAULT_MEMORY).
+        opq: IVF-PQ: rotate with OPQ before quantising.
+        progress: Show progress bars.
+        codes: keep, none or int8.
+        executor: Where the parts are rebuilt (default: this process).
+
+    Returns:
+        The new manifest.
+    """
     index = Index(path)  # friendly errors for a missing, damaged or foreign index
-    choice = choose_index(index.n_sentences, index.dim, memory, index_type, opq=opq)
+    recorded = index.manifest.get("faiss", {})
+    if index_type == "keep":
+        index_type = recorded.get("kind") if recorded.get("kind") in KINDS else "auto"
+        opq = opq or str(recorded.get("factory", "")).startswith("OPQ")
+        if memory is None:
+            memory = recorded.get("memory_budget_bytes") or DEFAULT_MEMORY
+    choice = choose_index(index.n_sentences, index.dim,
+                          DEFAULT_MEMORY if memory is None else memory, index_type, opq=opq)
     log.info("reindexing %s: %s", path, choice.reason)
     previous = index.manifest.get("faiss", {}).get("factory")
     manifest = rebuild_parts(index, choice, "reindexing", progress, codes=codes,

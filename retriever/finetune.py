@@ -211,7 +211,7 @@ def load_base(spec: str | None) -> tuple[Any, Any, str]:
     The head is initialised from torch's global generator: seed it first."""
     from transformers import AutoModel, AutoTokenizer
 
-    from tapt.indexer.models import display_name, resolve_model
+    from tapt.indexer.models import display_name, load_failure, resolve_model
     from tapt.trainer.model import quiet_transformers
 
     path = resolve_model(spec)
@@ -221,8 +221,7 @@ def load_base(spec: str | None) -> tuple[Any, Any, str]:
             tokenizer = AutoTokenizer.from_pretrained(path)
             encoder = AutoModel.from_pretrained(path)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise InputError(f"cannot load model {name}: {str(exc).splitlines()[0]}",
-                         param="model") from exc
+        raise InputError(load_failure(spec, "cannot load model", exc), param="model") from exc
     if getattr(tokenizer, "pad_token_id", None) is None:
         raise InputError(f"the tokenizer of {name} has no padding token", param="model")
     if not hasattr(encoder.config, "hidden_size"):

@@ -22,7 +22,8 @@ Fit = Callable[[np.ndarray], Scorer]
 def split_task(n: int, seed: int, test_fraction: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
     """(train, test) indices of a seeded 90/10 split; both non-empty."""
     if n < 4:
-        raise InputError(f"the task has {n} sentences: at least 4 are needed to pick a method")
+        raise InputError(f"the task has {n} sentence{'' if n == 1 else 's'}: its held-out "
+                         "split (90/10) needs at least 4")
     order = np.random.default_rng(seed).permutation(n)
     n_test = max(2, int(round(test_fraction * n)))
     return np.sort(order[n_test:]), np.sort(order[:n_test])

@@ -96,6 +96,19 @@ def test_knn_through_an_approximate_index_equals_exact_knn(idx, task_file):
         assert default.segments[:20].tolist() == exact.segments[:20].tolist(), kind
 
 
+def test_reindex_keeps_the_faiss_type_unless_asked(idx):
+    """`--codes int8` alone (the default `--index keep`) keeps an HNSW index HNSW with its
+    memory budget; it used to fall back to auto (Flat at this size)."""
+    reindex(idx, "hnsw", memory="64M", progress=False)
+    before = Index(idx).manifest["faiss"]
+    assert before["kind"] == "hnsw" and before["memory_budget_bytes"] == 64 * 2**20
+    after = reindex(idx, codes="int8", progress=False)
+    assert after["faiss"]["factory"] == before["factory"]
+    assert after["faiss"]["memory_budget_bytes"] == before["memory_budget_bytes"]
+    assert after["codes"]["dtype"] == "int8"
+    assert reindex(idx, "auto", progress=False)["faiss"]["kind"] == "flat"
+
+
 def test_reindex_round_trip_verify_and_repair(idx):
     before = Index(idx).manifest
     before_sums = shard_checksums(idx)

@@ -400,3 +400,18 @@ def test_docstring_examples(sample_index, tmp_path, monkeypatch):
             runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.failed == 0 and result.attempted >= 15, result
+
+
+def test_embed_gives_the_task_array_select_takes(sample_index):
+    """`Index.embed` embeds as a selection embeds its task: selecting with its array selects
+    what selecting with the text selects (split off: one sentence per string)."""
+    texts = ["The patient has a fever and a cough.", "Blood pressure was taken twice.",
+             "The kidneys filter the blood."]
+    emb = sample_index.embed(texts)
+    assert emb.shape == (3, sample_index.dim) and emb.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    by_text = sample_index.select("centroid", task=texts, budget="40sent")
+    by_array = sample_index.select("centroid", task=emb, budget="40sent")
+    assert [s.id for s in by_text] == [s.id for s in by_array]
+    with pytest.raises(InputError, match="list of strings"):
+        sample_index.embed("one string")

@@ -298,3 +298,48 @@ def test_pu_classifier_above_the_exact_draw_size_draws_from_the_same_rows(monkey
     again, _, _ = pu_classifier(x, task, prerank, 1000, PUConfig(rounds=2, seed=0))
     np.testing.assert_array_equal(again, lean)     # seeded
     assert abs(np.corrcoef(lean, exact)[0, 1]) > 0.99
+
+
+def test_iforest_candidates_hold_a_sentence_budget_where_top_segments_are_short():
+    """`--candidates Nx` counts the segments the budget holds in index order; where the
+    pre-ranking's best segments are shorter, the pool grows to its shortest prefix holding the
+    budget (it used to select about half the budget, silently)."""
+    from types import SimpleNamespace
+
+    from tapt.retriever.budget import parse_budget
+    from tapt.retriever.methods.iforest import IForest
+
+    lengths = np.array([15] * 60 + [1] * 60)          # index order: long segments first
+    ranking = np.arange(len(lengths))[::-1]            # the pre-ranking puts the short ones first
+
+    def top_segments(ctx, params, count):
+        return ranking[:count]
+
+    pre = SimpleNamespace(top_segments=top_segments)
+    view = type("View", (), {"lengths": lengths, "tokens": lengths * 20,
+                             "__len__": lambda self: len(lengths)})()
+    ctx = SimpleNamespace(view=view, budget=parse_budget("90sent"))
+    pool = IForest._holding_budget(ctx, pre, None, 6)  # 1x: the 6 index-order segments hold 90
+    assert lengths[pool].sum() >= 90 and lengths[pool[:-1]].sum() < 90
+    np.testing.assert_array_equal(pool, ranking[:len(pool)])
+    ctx.budget = parse_budget("3seg")                  # a segment budget is a segment count
+    np.testing.assert_array_equal(IForest._holding_budget(ctx, pre, None, 6), ranking[:6])
+    ctx.budget = parse_budget("30sent")                # held already: unchanged
+    np.testing.assert_array_equal(IForest._holding_budget(ctx, pre, None, 40), ranking[:40])
+
+
+def test_a_sentence_budget_the_candidates_cannot_fill_is_reported():
+    from tapt.retriever.budget import parse_budget
+    from tapt.retriever.methods.base import take
+
+    lengths = np.array([5, 5, 5, 5])
+    view = type("View", (), {"lengths": lengths, "tokens": lengths * 10,
+                             "__len__": lambda self: 4})()
+    info = {}
+    ranking = take(view, np.array([2, 0]), np.zeros(4, np.float32), parse_budget("15sent"), info)
+    assert list(ranking.segments) == [2, 0]
+    assert info["budget_shortfall"] == "only 10 sentences in the candidates for 15"
+    assert "15sent" in info["warnings"][0]
+    full = {}
+    take(view, np.array([2, 0, 1]), np.zeros(4, np.float32), parse_budget("15sent"), full)
+    assert "budget_shortfall" not in full

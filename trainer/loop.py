@@ -18,22 +18,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tapt.errors import InputError
+from tapt.errors import InputError, TrainingInterrupted
 
 from .config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
 StepCallback = Callable[[int, float], None]
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during training: a checkpoint was saved at `step` in `checkpoint`."""
-
-    def __init__(self, step: int, checkpoint: Path):
-        super().__init__(f"interrupted at step {step}; checkpoint saved in {checkpoint}")
-        self.step = step
-        self.checkpoint = checkpoint
 
 
 class _StopOnSigint:
@@ -119,7 +110,7 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     eval_docs = held_out.documents if held_out else []
 
     torch.manual_seed(config.seed)  # the head of a base encoder is initialised reproducibly
-    model, tokenizer, model_info = load_mlm(config.model)
+    model, tokenizer, model_info = load_mlm(config.model, warn=False)
     limit = max_positions(model)
     if limit is not None and config.max_length > limit:
         raise InputError(f"{config.max_length} exceeds what {model_info['name']} accepts "
@@ -140,6 +131,8 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
 
     created = not out.exists()
     resuming = prepare_output(out, identity, config.resume, inputs)
+    for warning in model_info.get("warnings", []):    # after the refusals: not before an error
+        logger.warning("%s", warning)
     if resuming:
         done = finished_manifest(out)
         if done is not None and done.get("steps") == total_steps:

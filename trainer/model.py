@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tapt.errors import InputError
-from tapt.indexer.models import display_name, resolve_model
+from tapt.indexer.models import display_name, load_failure, resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +80,15 @@ def _tie_head(model: Any) -> bool:
     return out.weight is inp.weight
 
 
-def load_mlm(spec: str | None) -> tuple[Any, Any, dict[str, Any]]:
-    """(model, tokenizer, info) for a model argument; info has `name`, `path`, `head_initialised`.
+def load_mlm(spec: str | None, warn: bool = True) -> tuple[Any, Any, dict[str, Any]]:
+    """(model, tokenizer, info) for a model argument; info has `name`, `path`, `head_initialised`
+    and `warnings`.
 
     Refuses a directory without config, weights or tokenizer, and an architecture that has no
     masked-LM head in transformers (e.g. GPT-2). A base encoder without head weights is accepted with a
     warning: its head is initialised (call `torch.manual_seed` first for a reproducible head).
+    With `warn` False the warning is only in `info["warnings"]`, for the caller to log once its
+    own refusals are past.
     """
     from transformers import AutoConfig, AutoModelForMaskedLM
 
@@ -103,7 +106,7 @@ def load_mlm(spec: str | None) -> tuple[Any, Any, dict[str, Any]]:
         with quiet_transformers():
             config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError, KeyError) as exc:
-        raise InputError(f"cannot load the config of model {name}: {str(exc).splitlines()[0]}") from exc
+        raise InputError(load_failure(spec, "cannot load the config of model", exc)) from exc
     if config.model_type not in _masked_lm_types():
         archs = ", ".join(getattr(config, "architectures", None) or [config.model_type])
         raise InputError(
@@ -115,7 +118,7 @@ def load_mlm(spec: str | None) -> tuple[Any, Any, dict[str, Any]]:
         with quiet_transformers():
             model, loading = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise InputError(f"cannot load the weights of model {name}: {str(exc).splitlines()[0]}") from exc
+        raise InputError(load_failure(spec, "cannot load the weights of model", exc)) from exc
     # Half-precision checkpoints train in fp32 master weights (autocast supplies bf16 on a GPU).
     model = model.float()
     prefix = getattr(model, "base_model_prefix", "") or ""
@@ -128,20 +131,22 @@ def load_mlm(spec: str | None) -> tuple[Any, Any, dict[str, Any]]:
         )
     head_initialised = bool(missing)
     tied = _tie_head(model) if head_initialised else None
+    warnings = []
     if head_initialised:
-        logger.warning(
-            "model %s has no masked-LM head weights (config %s): the head is newly initialised%s",
-            name,
-            ", ".join(getattr(config, "architectures", None) or [config.model_type]),
-            ", its decoder tied to the word embeddings" if tied else "",
-        )
+        warnings.append(
+            f"model {name} has no masked-LM head weights (config "
+            f"{', '.join(getattr(config, 'architectures', None) or [config.model_type])}): the "
+            "head is newly initialised"
+            + (", its decoder tied to the word embeddings" if tied else ""))
+        if warn:
+            logger.warning("%s", warnings[-1])
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         raise InputError(
             f"the tokenizer of {name} has {len(tokenizer)} tokens but the model only "
             f"{model.get_input_embeddings().weight.shape[0]} embeddings"
         )
     info = {"name": name, "path": path, "head_initialised": head_initialised,
-            "architecture": type(model).__name__}
+            "architecture": type(model).__name__, "warnings": warnings}
     return model, tokenizer, info
 
 

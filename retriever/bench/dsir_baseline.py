@@ -87,11 +87,18 @@ def _write_jsonl(path: Path, texts: list[str]) -> None:
             fh.write(json.dumps({"text": text}) + "\n")
 
 
-def run_library(pool_texts: list[str], target_texts: list[str]) -> tuple[np.ndarray, float]:
-    """The package end to end (one process): log importance weights of the pool, and seconds."""
-    HashedNgramDSIR = optional("data_selection").HashedNgramDSIR
+def run_library(pool_texts: list[str], target_texts: list[str], progress: bool = True
+                ) -> tuple[np.ndarray, float]:
+    """The package end to end (one process): log importance weights of the pool, and seconds
+    (`progress` False: the package's own tqdm bars hidden too)."""
+    import contextlib
+    import io
 
-    with tempfile.TemporaryDirectory(prefix="tapt-dsir-") as tmp:
+    HashedNgramDSIR = optional("data_selection").HashedNgramDSIR
+    # the package draws tqdm bars on stderr with no switch to turn them off
+    quiet = (contextlib.nullcontext() if progress
+             else contextlib.redirect_stderr(io.StringIO()))
+    with quiet, tempfile.TemporaryDirectory(prefix="tapt-dsir-") as tmp:
         tmp = Path(tmp)
         _write_jsonl(tmp / "raw.jsonl", pool_texts)
         _write_jsonl(tmp / "target.jsonl", target_texts)

@@ -103,11 +103,12 @@ def dsir_features(index: Index, texts: list[str], cache: Path, progress: bool):
     return features
 
 
-def dsir_library_check(shared: recall.Shared, seed_set) -> dict[str, Any]:
+def dsir_library_check(shared: recall.Shared, seed_set, progress: bool = True
+                       ) -> dict[str, Any]:
     """Run the package end to end once; compare its weights with the cached path's."""
     from .dsir_baseline import run_library
 
-    weights, seconds = run_library(shared.texts, seed_set.texts)
+    weights, seconds = run_library(shared.texts, seed_set.texts, progress=progress)
     mine = shared.dsir.weights(seed_set.texts)
     n = int((shared.labels == seed_set.domain).sum())
     top_lib = set(np.argsort(-weights, kind="stable")[:n].tolist())
@@ -142,7 +143,7 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
     extra: dict[str, Any] = {}
     if "dsir" in methods:
         shared.dsir = dsir_features(index, shared.texts, cache, progress)
-        extra["dsir_library_check"] = dsir_library_check(shared, seed_sets[0])
+        extra["dsir_library_check"] = dsir_library_check(shared, seed_sets[0], progress)
     embeddings = seed_embeddings(index, seed_sets, cache, encoder)
     results, curves = recall.run(shared, seed_sets, embeddings, methods, seed_sizes, budget_list,
                                  repeats, segment_sizes, progress, contexts=contexts)

@@ -202,16 +202,25 @@ def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budge
     else:
         target = budget_target(budget, view.lengths, view.tokens)
         chosen = cut(order, budget, target, view.lengths, view.tokens)
-        note_shortfall(budget, target, len(chosen), info)
+        note_shortfall(budget, target, view, chosen, info)
     kept = scores[:len(chosen)] if ranked else scores[chosen]
     return Ranking(chosen, kept, np.ones(len(chosen), dtype=np.float32), info)
 
 
-def note_shortfall(budget: Budget, target: float, chosen: int, info: dict[str, Any]) -> None:
-    """Record (and warn) when a segment-count budget got fewer candidates than it asks for."""
-    if budget.unit in ("fraction", "segments") and chosen < target:
-        info["budget_shortfall"] = f"only {chosen} candidate segments for {int(target)}"
-        log.warning("budget %s asks for more than the %d candidates", budget.spec, chosen)
+def note_shortfall(budget: Budget, target: float, view: SegmentView, chosen: np.ndarray,
+                   info: dict[str, Any]) -> None:
+    """Record (and warn) when a budget got less than it asks for: fewer candidate segments
+    than a segment count, or candidates holding fewer sentences or tokens than asked."""
+    if budget.unit in ("fraction", "segments"):
+        held, unit = len(chosen), "candidate segments"
+    else:
+        measure = view.tokens if budget.unit == "tokens" else view.lengths
+        held, unit = int(np.asarray(measure)[chosen].sum()), f"{budget.unit} in the candidates"
+    if held < target:
+        info["budget_shortfall"] = f"only {held} {unit} for {int(target)}"
+        info.setdefault("warnings", []).append(
+            f"budget {budget.spec} got only {held} {unit}: the method's candidates hold no more")
+        log.warning("%s", info["warnings"][-1])
 
 
 def budget_sentences(view: SegmentView, budget: Budget) -> float:
@@ -834,7 +843,7 @@ class SentenceScored(Method):
         order = scoring.rank(exact)                 # ties by ascending segment id
         chosen = cut(ids[order], budget, target, view.lengths, view.tokens)
         info = {**info, "scan": "codes", "rescored_sentences": int(len(rows))}
-        note_shortfall(budget, target, len(chosen), info)
+        note_shortfall(budget, target, view, chosen, info)
         return Ranking(chosen, exact[order[:len(chosen)]],
                        np.ones(len(chosen), dtype=np.float32), info)
 

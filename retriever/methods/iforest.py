@@ -105,6 +105,24 @@ class IForest(Method):
     def min_task(self, params):
         return 4 if params.detector == "auto" else self.min_task_sentences
 
+    @staticmethod
+    def _holding_budget(ctx, pre_method, pre_params, size: int) -> np.ndarray:
+        """The pre-ranking's first `size` segments; where those hold less than a budget in
+        sentences or tokens (short top segments), its shortest prefix that holds the budget."""
+        view, budget = ctx.view, ctx.budget
+        pool = pre_method.top_segments(ctx, pre_params, size)
+        if budget.unit not in ("sentences", "tokens"):
+            return pool
+        measure = np.asarray(view.tokens if budget.unit == "tokens" else view.lengths)
+        target = budget_target(budget, view.lengths, view.tokens)
+        if measure[pool].sum() >= target:
+            return pool
+        while len(pool) == size < len(view) and measure[pool].sum() < target:
+            held = max(float(measure[pool].sum()), 1.0)
+            size = min(len(view), max(size + 1, int(math.ceil(1.25 * size * target / held))))
+            pool = pre_method.top_segments(ctx, pre_params, size)
+        return pool[:cut_length(budget.unit, target, measure[pool])]
+
     def rank(self, ctx, params):
         index, view, budget = ctx.index, ctx.view, ctx.budget
         task = ctx.need_task(self.name)
@@ -113,13 +131,14 @@ class IForest(Method):
             pool = np.arange(len(view))
         else:
             pre_method = self._prerank(params)
+            pre_params = pre_method.shared_params(params)
             if kind == "times":    # the segments the budget holds, counted in index order
                 wanted = cut_length(budget.unit, budget_target(budget, view.lengths, view.tokens),
                                     view.tokens if budget.unit == "tokens" else view.lengths)
-                size = int(math.ceil(value * wanted))
+                pool = self._holding_budget(ctx, pre_method, pre_params,
+                                            int(math.ceil(value * wanted)))
             else:
-                size = int(value)
-            pool = pre_method.top_segments(ctx, pre_method.shared_params(params), size)
+                pool = pre_method.top_segments(ctx, pre_params, int(value))
         rng = np.random.default_rng(ctx.seed)
         n_sample = min(max(1, int(math.ceil(0.1 * len(task)))), index.n_sentences)
         sample_rows = np.sort(rng.choice(index.n_sentences, size=n_sample, replace=False))
