@@ -238,7 +238,12 @@ def _checksums(report, path, manifest, present, progress, fix, rebuild) -> None:
     from tapt.util.files import sha256_file
 
     for name, expected in recorded.items():
-        if not present.get(name, (path / name).is_file()):
+        if name not in present and not (path / name).is_file():
+            # a file the manifest records, which every reader needs: its absence is damage
+            report.add(f"file {name}", False, "missing (its checksum is recorded)",
+                       fix if name == FAISS else rebuild)
+            continue
+        if not present.get(name, True):
             continue
         actual = sha256_file(path / name, progress)
         report.add(f"checksum {name}", actual == expected,

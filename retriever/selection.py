@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence, TextIO
@@ -20,7 +21,8 @@ from tapt.errors import InputError, OutputError
 from tapt.util.files import atomic_write, storage_error, temporary_sibling, write_json_atomic
 from tapt.util.safety import check_not_input, check_output
 
-from .selection_file import (SelectedSegment, is_selection, manifest_path, read_selection,
+from .selection_file import (SelectedSegment, is_selection_manifest,
+                             is_unchanged_selection, manifest_path, read_selection,
                              write_selection)
 
 if TYPE_CHECKING:
@@ -307,7 +309,7 @@ class Selection:
                                   if self.path else [])
         if fmt == "hf":
             target = check_output(out, what="export", inputs=inputs, overwrite=overwrite,
-                                  ours=lambda p: (p / EXPORT_MARKER).is_file(), directory=True)
+                                  ours=_is_hf_export, directory=True)
             self._export_hf(target)
             return target
         ours = _is_parquet_export if fmt == "parquet" else None
@@ -389,6 +391,20 @@ def _arrow_type(pa, name: str):
     return pa.string()
 
 
+# What `Dataset.save_to_disk` and the export write in an hf export folder, and nothing else.
+_HF_EXPORT_FILES = re.compile(r"^(data-\d{5}-of-\d{5}\.arrow|dataset_info\.json|state\.json|"
+                              + re.escape(EXPORT_MARKER) + r")$")
+
+
+def _is_hf_export(path: Path) -> bool:
+    """An hf export folder tapt wrote, holding only the files it writes there (a folder with a
+    user's file added is theirs: never replaced)."""
+    if not (path / EXPORT_MARKER).is_file():
+        return False
+    return all(entry.is_file() and not entry.is_symlink() and _HF_EXPORT_FILES.match(entry.name)
+               for entry in path.iterdir())
+
+
 def _is_parquet_export(path: Path) -> bool:
     try:
         import pyarrow.parquet as pq
@@ -416,18 +432,20 @@ def check_selection_output(out: str | Path, inputs: Sequence[str | Path],
                            overwrite: bool = False) -> Path:
     """`check_output` for a selection file and the manifest written beside it.
 
-    An existing selection is replaced; any other existing file only with `overwrite`; an input
-    (task file, index, anything inside an index) never.
+    An existing selection, unchanged since tapt wrote it, is replaced; any other existing file
+    (an edited selection too) only with `overwrite`; a file beside it at the manifest's path
+    that is not a selection manifest, and an input (task file, index, anything inside an
+    index), never.
     """
     target = check_output(out, what="selection", inputs=inputs, overwrite=overwrite,
-                          ours=is_selection)
+                          ours=is_unchanged_selection)
     beside = manifest_path(target)
     try:
         check_not_input(beside, inputs, param="out")
     except OutputError as exc:
         raise OutputError(f"the selection's manifest {exc}", param="out") from None
-    if beside.exists() and not is_selection(target):
-        if beside.is_dir() or not overwrite:
-            raise OutputError(f"{beside} exists and is not a selection manifest written by tapt; "
-                              "pass `overwrite` to replace it", param="out")
+    if (beside.exists() or beside.is_symlink()) and not is_selection_manifest(beside):
+        raise OutputError(f"{beside} exists and is not a selection manifest written by tapt; it "
+                          "is never replaced (the manifest is written there): move it, or "
+                          "choose another path", param="out")
     return target

@@ -161,6 +161,30 @@ def is_selection(path: str | Path) -> bool:
     return True
 
 
+def is_unchanged_selection(path: str | Path) -> bool:
+    """True when `path` is a tapt selection whose bytes are still the ones its manifest
+    recorded: what tapt may replace as its own (an edited selection is the user's)."""
+    if not is_selection(path):
+        return False
+    try:
+        manifest = read_manifest(path)
+        check_unchanged(path, manifest)
+    except (InputError, OSError):
+        return False
+    return True
+
+
+def is_selection_manifest(path: str | Path) -> bool:
+    """True when `path` is a file holding a tapt selection manifest (any version)."""
+    if not Path(path).is_file():
+        return False
+    try:
+        read_versioned_json(path, SELECTION_FORMAT, READABLE_VERSIONS, str(path), InputError)
+    except InputError:
+        return False
+    return True
+
+
 def iter_selection(path: str | Path) -> Iterator[SelectedSegment]:
     """Stream the segments of a selection file, checking every line."""
     path = Path(path)

@@ -338,6 +338,33 @@ def _selection_of(d: Path, idx: Path, name: str) -> Path:
     return out
 
 
+def _hf_export_with_a_user_file(d: Path) -> list[str]:
+    from click.testing import CliRunner
+
+    from tapt.cli import cli
+
+    sel = _selection_of(d, _index(d), "sel.jsonl")
+    CliRunner().invoke(cli, ["-q", "export", str(sel), "--format", "hf", "--out", str(d / "ds")])
+    (d / "ds" / "thesis.tex").write_text(THESIS)
+    return ["export", str(sel), "--format", "hf", "--out", str(d / "ds")]
+
+
+def _edited_selection(d: Path) -> list[str]:
+    sel = _selection_of(d, _index(d), "sel.jsonl")
+    sel.write_text(sel.read_text().splitlines(keepends=True)[0])    # the user kept one segment
+    (d / "kept.jsonl").write_bytes(sel.read_bytes())
+    return _sel("centroid", _index)(d)
+
+
+def _same_bytes(path: str, copy: str) -> Callable[[Path], str | None]:
+    return lambda d: None if (d / path).read_bytes() == (d / copy).read_bytes() else f"{path} lost"
+
+
+def _fifo(d: Path) -> list[str]:
+    os.mkfifo(d / "fifo")
+    return _sel("centroid", _index, "--overwrite", out="fifo")(d)
+
+
 def _grown(d: Path, name: str, text: str) -> Path:
     from tapt.indexer.add import add_to_index
 
@@ -543,6 +570,20 @@ SAFETY_CASES = [
          lambda d: ["plot", "domains", str(_index(d)), "--out", str(_papers(d) / "thesis.tex"),
                     "--sample", "50"],
          "error: pass --overwrite", "user files", protect=_thesis_kept("papers/thesis.tex")),
+    Case("export hf over tapt's own export folder that now holds a user's file",
+         _hf_export_with_a_user_file, "error: never replaced", "user files",
+         protect=_thesis_kept("ds/thesis.tex")),
+    Case("select over a selection the user edited",
+         _edited_selection, "error: pass --overwrite", "user files",
+         protect=_same_bytes("sel.jsonl", "kept.jsonl")),
+    Case("select --overwrite beside a user's file at the manifest's path",
+         lambda d: (_file("s.jsonl.manifest.json", THESIS)(d),
+                    _sel("centroid", _index, "--overwrite", out="s.jsonl")(d))[-1],
+         "error: never replaced", "user files",
+         protect=_thesis_kept("s.jsonl.manifest.json")),
+    Case("select --out a named pipe, with --overwrite", _fifo, "error: not a regular file",
+         "user files",
+         protect=lambda d: None if (d / "fifo").is_fifo() else "the pipe was replaced"),
     Case("plot --out inside an index",
          lambda d: ["plot", "domains", str(_copy(d)), "--out", str(d / "idx" / "map.png")],
          "error: lies inside", "user files"),

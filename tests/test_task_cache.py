@@ -87,3 +87,24 @@ def test_screening_is_cached_per_model_files_and_a_damaged_entry_is_recomputed(
         redone = embed_task(lazy("files-1"), sentences)
     assert len(loads) == 3 and redone.sentences == sentences
     assert "holds no valid screening" in caplog.text
+
+
+def test_a_cache_entry_copied_onto_another_key_does_not_answer_for_it(tmp_path, caplog):
+    """The checksum covers the entry's name (its key): a task's embeddings copied over another
+    task's entry are recomputed, never served as that task's."""
+    import shutil
+
+    from tapt.util.cache import read_checked, write_checked
+
+    a, b = tmp_path / "task-a.npy", tmp_path / "task-b.npy"
+    assert write_checked(a, b"embeddings of task a") and write_checked(b, b"embeddings of b")
+    assert read_checked(a) == b"embeddings of task a"
+    shutil.copyfile(b, a)
+    with caplog.at_level("WARNING"):
+        assert read_checked(a) is None
+    assert "not this key's" in caplog.text
+    old = tmp_path / "old.npy"                 # an entry of the previous trailer: recomputed
+    import hashlib
+    old.write_bytes(b"payload" + b"TAPTSUM1" + hashlib.sha256(b"payload").digest())
+    caplog.clear()
+    assert read_checked(old) is None and "damaged" not in caplog.text

@@ -315,3 +315,12 @@ def test_task_and_held_out_text_use_the_corpus_readers(env, tmp_path):
                               max_length=32, out=str(tmp_path / "twice"), progress=False))
     assert twice["examples"]["task"] == manifest["examples"]["task"]
     assert twice["task"][0]["sha256"] == manifest["task"][0]["sha256"]
+
+
+def test_a_diverging_run_fails_instead_of_saving_a_nan_model(env, tmp_path):
+    from tapt.errors import TaptError
+
+    out = tmp_path / "run"
+    with pytest.raises(TaptError, match="training diverged: the loss is (nan|inf)"):
+        train(config(env, out, steps=6, lr=1e30))
+    assert not out.exists()               # a fresh run that failed leaves nothing behind

@@ -53,6 +53,19 @@ def test_flipped_byte_in_embeddings_is_found_and_needs_a_rebuild(idx):
         repair_index(idx, progress=False)
 
 
+def test_a_missing_recorded_file_fails_verify_as_it_fails_every_reader(idx):
+    """A file whose checksum the shard records (document hashes, lexical ids, codes) is damage
+    when it is gone: verify used to skip it and pass an index that select refuses."""
+    recorded = json.loads(shard_file(idx, "shard.json").read_text())["checksums"]
+    name = next(n for n in ("dochash.npy", "lexical.npy", "codes.npy") if n in recorded)
+    shard_file(idx, name).unlink()
+    bad = failed(verify_index(idx))
+    assert f"file {name}" in bad and "missing" in bad[f"file {name}"]
+    assert "rebuild the index" in bad[f"file {name}"]
+    with pytest.raises(IndexFormatError, match="cannot repair"):
+        repair_index(idx, progress=False)
+
+
 def test_truncated_embeddings(idx):
     path = shard_file(idx, "embeddings.npy")
     path.write_bytes(path.read_bytes()[:-4 * 64 * 2])

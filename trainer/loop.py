@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tapt.errors import InputError, TrainingInterrupted
+from tapt.errors import InputError, TaptError, TrainingInterrupted
 
 from .config import TrainConfig
 
@@ -189,6 +189,12 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
                                    attention_mask=batch["attention_mask"].to(device)).logits
                 loss = weighted_mlm_loss(logits, batch["labels"].to(device),
                                          batch["weights"] if use_weights else None)
+                if not torch.isfinite(loss):    # never trained on, saved or reported as done
+                    raise TaptError(
+                        f"training diverged: the loss is {float(loss.detach())} at step "
+                        f"{step + 1}; lower --lr (now {config.lr:g})"
+                        + (", or the checkpoint resumed from is damaged: resume from an "
+                           "earlier one or start again" if resuming else ""))
                 loss.backward()
                 if config.max_grad_norm > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

@@ -15,8 +15,15 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-_MAGIC = b"TAPTSUM1"
+# The trailer's SHA-256 covers the file's name (its cache key) with the payload, so an entry
+# copied or renamed onto another key fails its check instead of answering for that key.
+_MAGIC = b"TAPTSUM2"
+_OLD_MAGIC = b"TAPTSUM1"          # the payload alone: read as absent (recomputed), not damaged
 _TRAILER = len(_MAGIC) + 32
+
+
+def _digest(path: Path, payload: bytes) -> bytes:
+    return hashlib.sha256(path.name.encode("utf-8", "surrogateescape") + b"\0" + payload).digest()
 _WARNED: set[str] = set()
 _WRITABLE: dict[Path, bool] = {}
 
@@ -87,10 +94,12 @@ def read_checked(path: Path) -> bytes | None:
                     exc.strerror or exc)
         return None
     payload, trailer = data[:-_TRAILER], data[-_TRAILER:]
+    if len(data) >= _TRAILER and trailer[:len(_OLD_MAGIC)] == _OLD_MAGIC:
+        return None
     if (len(data) < _TRAILER or trailer[:len(_MAGIC)] != _MAGIC
-            or hashlib.sha256(payload).digest() != trailer[len(_MAGIC):]):
-        log.warning("cache entry %s is damaged (its checksum does not match); recomputing it",
-                    path)
+            or _digest(path, payload) != trailer[len(_MAGIC):]):
+        log.warning("cache entry %s is damaged or not this key's (its checksum does not match); "
+                    "recomputing it", path)
         return None
     return payload
 
@@ -104,7 +113,7 @@ def write_checked(path: Path, payload: bytes) -> bool:
     try:
         with atomic_write(path, "wb") as fh:
             fh.write(payload)
-            fh.write(_MAGIC + hashlib.sha256(payload).digest())
+            fh.write(_MAGIC + _digest(path, payload))
         return True
     except StorageError as exc:
         warn_once(f"cache-write:{path.parent}", "cache entry %s not written (%s)", path, exc)

@@ -140,6 +140,11 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
         if parent.exists() and not parent.is_dir():
             raise OutputError(f"cannot create {out}: {parent} is not a directory", param=param)
         return target
+    if target.exists() and not target.is_dir() and not target.is_file():
+        raise OutputError(f"{out} is not a regular file (a device, pipe or socket); tapt writes "
+                          "only regular files and never replaces anything else, whatever the "
+                          "flags: choose another path (- writes to standard output where a "
+                          "command takes it)", param=param)
     mine = ours is not None and ours(target)
     if mine:
         if ours_needs_overwrite and not overwrite:
