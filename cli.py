@@ -204,6 +204,9 @@ def _backend_option(default_help: str = _BACKEND_HELP):
                         type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), help=default_help)
 
 
+SEED = click.IntRange(0, 2**32 - 1)      # every seeded library here accepts this range
+
+
 class _MemoryType(click.ParamType):
     """A size like 8G, 512M or 1.5G, in bytes."""
 
@@ -777,7 +780,7 @@ def _int_list(ctx, param, value):
 @click.option("--k", default=100, show_default=True, type=click.IntRange(min=1))
 @click.option("--values", default=None, callback=_int_list,
               help="nprobe / efSearch values to sweep [default: the index type's sweep].")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=SEED)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @_domain_errors
@@ -848,13 +851,14 @@ def _param_option(field, hint) -> click.Option:
     kind, _ = param_type(hint)
     meta = field.metadata
     choices = param_choices(field, hint)
-    minimum = meta.get("minimum")
+    minimum, maximum = meta.get("minimum"), meta.get("maximum")
+    bounded = minimum is not None or maximum is not None
     if choices is not None:
         type_ = click.Choice([str(c) for c in choices])
     elif kind is int:
-        type_ = click.IntRange(min=minimum) if minimum is not None else click.INT
+        type_ = click.IntRange(min=minimum, max=maximum) if bounded else click.INT
     elif kind is float:
-        type_ = click.FloatRange(min=minimum) if minimum is not None else click.FLOAT
+        type_ = click.FloatRange(min=minimum, max=maximum) if bounded else click.FLOAT
     else:
         type_ = click.STRING
     flags = ["--" + field.name.replace("_", "-")] + ([meta["short"]] if meta.get("short") else [])
@@ -899,7 +903,7 @@ def _select_command(method) -> click.Command:
                      help="Print one JSON object: method, counts, timings, output, info."),
         click.Option(["--segment-size"], type=click.IntRange(min=1), default=None,
                      help="Re-cut segments at this size [default: the index's]."),
-        click.Option(["--seed"], type=int, default=0, show_default=True,
+        click.Option(["--seed"], type=SEED, default=0, show_default=True,
                      help="Seed of every random choice (the same seed gives the same selection)."),
         click.Option(["--executor"], type=click.Choice(["local", "ray"]), default="local",
                      show_default=True,
@@ -1153,7 +1157,7 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
               help="How many of the newest checkpoints to keep.")
 @click.option("--delete-checkpoints", is_flag=True,
               help="Delete OUT/checkpoints once the run has finished.")
-@click.option("--seed", default=0, show_default=True, type=int,
+@click.option("--seed", default=0, show_default=True, type=SEED,
               help="Seed of data order, masks and head initialisation.")
 @click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
               help="cuda trains with bf16 autocast where supported.")
@@ -1210,7 +1214,7 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
               help="Tokens per sequence.")
 @click.option("--batch-size", default=32, show_default=True, type=int,
               help="Sequences per batch.")
-@click.option("--seed", default=0, show_default=True, type=int,
+@click.option("--seed", default=0, show_default=True, type=SEED,
               help="Masking seed: the same seed masks the same tokens for every model.")
 @click.option("--mlm-probability", default=0.15, show_default=True, type=float,
               help="Share of tokens masked.")
@@ -1321,8 +1325,8 @@ def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, 
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--k", "ks", default="5,10,15", show_default=True, help="Numbers of clusters.")
 @click.option("--label-field", default="domain", show_default=True)
-@click.option("--sample", default=20000, show_default=True, type=int)
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--sample", default=20000, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=0, show_default=True, type=SEED)
 @click.option("--json", "as_json", is_flag=True)
 @_domain_errors
 def bench_clusters_command(idx, ks, label_field, sample, seed, as_json) -> None:
@@ -1354,7 +1358,7 @@ def detectors() -> None:
 @_TASK
 @click.option("--pca", default=0, show_default=True, type=int,
               help="Fit every detector in a PCA projection of this many dimensions.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=SEED)
 @click.option("--model", default=None, help="The index's model directory, if it moved.")
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]), help="Device that embeds the task.")
@@ -1402,8 +1406,8 @@ def plot() -> None:
 @click.option("--selection", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Overlay this selection's sentences.")
 @click.option("--label-field", default="domain", show_default=True)
-@click.option("--sample", default=8000, show_default=True, type=int)
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--sample", default=8000, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=0, show_default=True, type=SEED)
 @_domain_errors
 def plot_domains_command(idx, out, overwrite, selection, label_field, sample, seed) -> None:
     """2-D PCA map of the embeddings coloured by label, a selection overlaid.

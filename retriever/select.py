@@ -70,6 +70,8 @@ class SelectConfig:
             raise InputError("must be a whole number of at least 1", param="segment_size")
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
             raise InputError(f"must be an integer, got {seed!r}", param="seed")
+        if not 0 <= int(seed) < 2**32:      # what every seeded library here accepts
+            raise InputError(f"must be in 0..{2**32 - 1}, got {seed}", param="seed")
         self.segment_size = segment_size
         self.seed = int(seed)
         self.params: Params = self.spec.make_params(params, explicit)

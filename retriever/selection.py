@@ -35,6 +35,7 @@ EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "parquet", "hf", "txt")
 _SUFFIX_FORMAT = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".txt": "txt"}
 EXPORT_MARKER = "tapt_selection.json"      # inside an `hf` export folder: the selection manifest
 _PARQUET_KEY = b"tapt_selection"           # parquet schema metadata: the selection manifest
+_PARQUET_ROWS_KEY = b"tapt_rows_sha256"     # ... and a digest of its rows as tapt wrote them
 
 
 def _require(module: str, what: str) -> Any:
@@ -347,7 +348,8 @@ class Selection:
         pq = _require("pyarrow.parquet", "export to parquet")
         table = self.to_arrow()
         table = table.replace_schema_metadata(
-            {_PARQUET_KEY: json.dumps(self.manifest, ensure_ascii=False).encode()})
+            {_PARQUET_KEY: json.dumps(self.manifest, ensure_ascii=False).encode(),
+             _PARQUET_ROWS_KEY: _rows_digest(table).encode()})
         with atomic_write(target, "wb") as fh:
             pq.write_table(table, fh)
 
@@ -405,11 +407,29 @@ def _is_hf_export(path: Path) -> bool:
                for entry in path.iterdir())
 
 
+def _rows_digest(table) -> str:
+    """SHA-256 of an export table's segment ids and texts, in order."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for seg_id, text in zip(table.column("id").to_pylist(), table.column("text").to_pylist()):
+        data = (text or "").encode("utf-8", "surrogatepass")
+        digest.update(f"{seg_id}\t{len(data)}\n".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
 def _is_parquet_export(path: Path) -> bool:
+    """A parquet export tapt wrote and nobody changed since: its metadata and its rows' digest
+    (a file derived from an export, such as a filtered copy, is the user's)."""
     try:
         import pyarrow.parquet as pq
 
-        return _PARQUET_KEY in (pq.read_schema(path).metadata or {})
+        metadata = pq.read_schema(path).metadata or {}
+        if _PARQUET_KEY not in metadata or _PARQUET_ROWS_KEY not in metadata:
+            return False
+        table = pq.read_table(path, columns=["id", "text"])
+        return _rows_digest(table) == metadata[_PARQUET_ROWS_KEY].decode()
     except Exception:  # noqa: BLE001 - anything unreadable is not ours
         return False
 

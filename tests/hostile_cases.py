@@ -349,6 +349,20 @@ def _hf_export_with_a_user_file(d: Path) -> list[str]:
     return ["export", str(sel), "--format", "hf", "--out", str(d / "ds")]
 
 
+def _curated_parquet(d: Path) -> list[str]:
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    from tapt.cli import cli
+
+    sel = _selection_of(d, _index(d), "sel.jsonl")
+    CliRunner().invoke(cli, ["-q", "export", str(sel), "--out", str(d / "train.parquet")])
+    table = pq.read_table(d / "train.parquet")
+    pq.write_table(table.slice(0, 1), d / "train.parquet")     # the user kept one row, and
+    (d / "kept.parquet").write_bytes((d / "train.parquet").read_bytes())   # tapt's metadata
+    return ["export", str(sel), "--out", str(d / "train.parquet")]
+
+
 def _edited_selection(d: Path) -> list[str]:
     sel = _selection_of(d, _index(d), "sel.jsonl")
     sel.write_text(sel.read_text().splitlines(keepends=True)[0])    # the user kept one segment
@@ -573,6 +587,9 @@ SAFETY_CASES = [
     Case("export hf over tapt's own export folder that now holds a user's file",
          _hf_export_with_a_user_file, "error: never replaced", "user files",
          protect=_thesis_kept("ds/thesis.tex")),
+    Case("export over a parquet the user filtered from an export (tapt's metadata kept)",
+         _curated_parquet, "error: pass --overwrite", "user files",
+         protect=_same_bytes("train.parquet", "kept.parquet")),
     Case("select over a selection the user edited",
          _edited_selection, "error: pass --overwrite", "user files",
          protect=_same_bytes("sel.jsonl", "kept.jsonl")),

@@ -149,6 +149,26 @@ def partial_run(env, tmp_path_factory):
     return out
 
 
+def test_a_damaged_checkpoint_never_resumes(env, tmp_path):
+    """A byte flipped in a checkpoint's weights fails its recorded checksum: resuming refuses
+    it (it used to resume and train on the damaged weights)."""
+    out = tmp_path / "run"
+
+    def stop(step, loss):
+        if step == 3:                      # after step 2's checkpoint
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError):
+        train(config(env, out, save_every=2), on_step=stop)
+    weights = out / "checkpoints" / "step-2" / "model.pt"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="step-2 is damaged: model.pt does not match"):
+        train(config(env, out, save_every=2, resume=True))
+    assert weights.read_bytes() == bytes(data)      # left as it was, for the user to look at
+
+
 @pytest.mark.parametrize("change", [
     {"lr": 1e-3}, {"batch_size": 2}, {"max_length": 24}, {"seed": 1}, {"weights": "continuous"},
     {"selections": "other"}, {"task": "task"}, {"model": "other-model"}, {"steps": 20},

@@ -16,11 +16,13 @@ import numpy as np
 import torch
 
 from tapt.errors import InputError
+from tapt.util.files import sha256_file
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 STATE = "state.json"
+_CHECKSUMMED = ("model.pt", "optimizer.pt", "rng.pt", "rng.json")   # recorded in STATE
 
 
 def checkpoint_dirs(out: str | Path) -> list[Path]:
@@ -80,7 +82,9 @@ def save_checkpoint(
                    tmp / "optimizer.pt")
         torch.save(tensors, tmp / "rng.pt")
         (tmp / "rng.json").write_text(json.dumps(plain), encoding="utf-8")
-        (tmp / STATE).write_text(json.dumps(dict(state, step=step), indent=1), encoding="utf-8")
+        sums = {name: sha256_file(tmp / name) for name in _CHECKSUMMED}
+        (tmp / STATE).write_text(json.dumps(dict(state, step=step, checksums=sums), indent=1),
+                                 encoding="utf-8")
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -102,9 +106,20 @@ def read_state(path: str | Path) -> dict[str, Any]:
 
 
 def load_checkpoint(path: str | Path, model: Any, optimizer: Any, scheduler: Any, device: str) -> dict:
-    """Restore model, optimizer, scheduler and RNG states; returns the run state."""
+    """Restore model, optimizer, scheduler and RNG states; returns the run state. Files whose
+    checksums the state records must match them (a damaged checkpoint never resumes)."""
     path = Path(path)
     state = read_state(path)
+    for name, expected in (state.get("checksums") or {}).items():
+        try:
+            actual = sha256_file(path / name)
+        except OSError as exc:
+            raise InputError(f"checkpoint {path} is damaged: {name} cannot be read "
+                             f"({exc.strerror or exc})") from exc
+        if actual != expected:
+            raise InputError(f"checkpoint {path} is damaged: {name} does not match its recorded "
+                             "checksum; move this checkpoint aside to resume from an earlier "
+                             "one, or start again")
     try:
         model.load_state_dict(torch.load(path / "model.pt", map_location=device, weights_only=True))
         opt = torch.load(path / "optimizer.pt", map_location=device, weights_only=True)

@@ -272,8 +272,8 @@ def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: B
 
 
 def param(default: Any, help: str, *, choices: Sequence[str] | Callable[[], Sequence[str]] | None
-          = None, minimum: float | None = None, short: str | None = None,
-          requires: tuple[str, Any] | None = None) -> Any:
+          = None, minimum: float | None = None, maximum: float | None = None,
+          short: str | None = None, requires: tuple[str, Any] | None = None) -> Any:
     """A method parameter: a dataclass field whose metadata drives validation and the CLI option.
 
     Args:
@@ -282,6 +282,7 @@ def param(default: Any, help: str, *, choices: Sequence[str] | Callable[[], Sequ
         choices: The allowed values (or a function returning them, for lists known only once
             every method is registered). A `Literal[...]` annotation gives them too.
         minimum: The smallest allowed number.
+        maximum: The largest allowed number.
         short: A one-letter CLI alias such as "-k".
         requires: (other parameter, value): the parameter only applies when the other one has
             that value; giving it explicitly otherwise is an error.
@@ -290,7 +291,8 @@ def param(default: Any, help: str, *, choices: Sequence[str] | Callable[[], Sequ
         A `dataclasses.field`.
     """
     return field(default=default, metadata={"help": help, "choices": choices, "minimum": minimum,
-                                            "short": short, "requires": requires})
+                                            "maximum": maximum, "short": short,
+                                            "requires": requires})
 
 
 @dataclass(frozen=True)
@@ -314,6 +316,9 @@ class Params:
             minimum = f.metadata.get("minimum")
             if minimum is not None and value is not None and value < minimum:
                 raise InputError(f"must be at least {minimum:g}, got {value!r}", param=f.name)
+            maximum = f.metadata.get("maximum")
+            if maximum is not None and value is not None and value > maximum:
+                raise InputError(f"must be at most {maximum:g}, got {value!r}", param=f.name)
         self.validate()
 
     def validate(self) -> None:
@@ -391,7 +396,7 @@ class ScanParams(Params):
     rescore: float = param(4.0, "With `scan` codes: how many times the budget is rescored from "
                                 "the stored embeddings (the best segments by their code "
                                 "scores, or sentences where a fit ranks every row).",
-                           minimum=1.0, requires=("scan", "codes"))
+                           minimum=1.0, maximum=1e6, requires=("scan", "codes"))
 
 
 def scans_codes(params: Params) -> bool:
