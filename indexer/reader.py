@@ -108,7 +108,7 @@ def _folder(root: Source, options: ReadOptions) -> list[InputFile]:
 
     def visit(folder: Source) -> None:
         for name, kind in folder.entries():
-            if name.startswith("."):
+            if name.startswith((".", "_")):   # hidden, and Hadoop/Spark's _SUCCESS, _logs...
                 continue
             child = folder.child(name)
             if kind == "dir":
@@ -122,7 +122,7 @@ def _folder(root: Source, options: ReadOptions) -> list[InputFile]:
                 if chosen is None:
                     skipped.append(child.name)
                 else:
-                    found.append(InputFile(child, *chosen))
+                    found.append(InputFile(child, *chosen, in_folder=True))
             else:
                 skipped.append(f"{child.name} (not a regular file)")
 
@@ -254,11 +254,23 @@ def scan_inputs(
     """
     options = ReadOptions(text_field, doc_field, text_docs, input_format, hf_split, strict)
     files = expand_inputs(inputs, options, allow_stdin)
+    empty: list[str] = []
     for f in tqdm(files, desc="scanning", unit="file", disable=not progress or len(files) < 2,
                   dynamic_ncols=True):
         f.scanned = f.format.scan(f, options)
         if f.scanned.exact and f.scanned.records == 0:
-            raise InputError(f"{f.name}: holds no text")
+            if not f.in_folder:
+                raise InputError(f"{f.name}: holds no text")
+            empty.append(f.name)    # an empty partition of a folder of shards: skipped
+    if empty:
+        kept = [f for f in files if f.name not in set(empty)]
+        if not kept:
+            raise InputError(f"{empty[0]}: holds no text"
+                             + (f" (nor do the {len(empty) - 1} other files)" if len(empty) > 1
+                                else ""))
+        log.warning("skipped %d file(s) in folders that hold no text: %s", len(empty),
+                    ", ".join(empty[:_LISTED]) + (" ..." if len(empty) > _LISTED else ""))
+        files = kept
     return CorpusScan(files, options)
 
 

@@ -184,3 +184,53 @@ def test_read_text_hashes_match_the_files(tmp_path):
                                 hashlib.sha256(b'{"text": "Beta."}\n').hexdigest()]
     assert text.sha256 == hashlib.sha256(b'Alpha.\n{"text": "Beta."}\n').hexdigest()
     assert text.documents == [["Alpha."], ["Beta."]]
+
+
+def test_jsonl_lone_surrogate_escapes_and_null_texts_are_read(tmp_path):
+    """Scraped JSON escapes lone UTF-16 surrogates ("\\ud800"), which UTF-8 cannot store: they
+    become U+FFFD, in the text and the metadata. A null text is a blank record, as in a table."""
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"text": "Lone \\ud800 here.", "title": "bad \\udc80"}\n{"text": null}\n'
+                 '{"text": "A pair \\ud83d\\ude00 stays."}\n')
+    scan = scan_inputs([p])
+    assert scan.files[0].scanned.records == 2 and scan.files[0].scanned.blank == 1
+    records = [r for d in iter_documents(scan) for r in d.records]
+    assert records[0].text == "Lone \ufffd here." and records[0].meta["title"] == "bad \ufffd"
+    assert records[1].text == "A pair \U0001F600 stays."
+    for record in records:
+        record.text.encode("utf-8")
+
+
+def test_folder_of_shards_skips_markers_and_empty_partitions(tmp_path, caplog):
+    """Spark and datatrove folders: `_SUCCESS` / `_logs` and hidden files are not corpus files
+    (with --input-format too), and an empty partition is skipped with a warning; an empty file
+    named on its own, or a folder of nothing but empty files, is still refused."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    table = pa.table({"text": pa.array(["One. Two.", "Three."]).dictionary_encode()})
+    pq.write_table(table, folder / "part-00000.parquet")
+    pq.write_table(table.slice(0, 0), folder / "part-00001.parquet")
+    (folder / "part-00002.jsonl").write_text("")
+    (folder / "_SUCCESS").write_text("")
+    (folder / ".part-00000.parquet.crc").write_text("x")
+    with caplog.at_level(logging.WARNING):
+        scan = scan_inputs([folder], strict=True)
+    assert [f.name.split("/")[-1] for f in scan.files] == ["part-00000.parquet"]
+    assert "skipped 2 file(s) in folders that hold no text" in caplog.text
+    assert [r.text for d in iter_documents(scan) for r in d.records] == ["One. Two.", "Three."]
+    hadoop = tmp_path / "hadoop"
+    hadoop.mkdir()
+    (hadoop / "part-00000").write_text('{"text": "Hello there."}\n')
+    (hadoop / "_SUCCESS").write_text("")
+    assert len(scan_inputs([hadoop], input_format="jsonl").files) == 1
+    with pytest.raises(InputError, match="part-00001.parquet: holds no text"):
+        scan_inputs([folder / "part-00001.parquet"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "a.jsonl").write_text("")
+    (empty / "b.jsonl").write_text("")
+    with pytest.raises(InputError, match="a.jsonl: holds no text \\(nor do the 1 other"):
+        scan_inputs([empty])

@@ -196,10 +196,12 @@ def check_text_column(name: str, schema: Any, options: ReadOptions) -> list[str]
         raise InputError(f"{name}: no column '{options.text_field}' (columns: "
                          f"{', '.join(names) or 'none'})", param="text_field")
     kind = schema.field(options.text_field).type
+    if pa.types.is_dictionary(kind):      # a categorical column: its values are read decoded
+        kind = kind.value_type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
             or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(kind))):
-        raise InputError(f"{name}: column '{options.text_field}' holds {kind}, not text",
-                         param="text_field")
+        raise InputError(f"{name}: column '{options.text_field}' holds {kind}, not text (cast "
+                         "it to string, or name the text column)", param="text_field")
     return [n for n in names if n == options.text_field or not (
         pa.types.is_binary(schema.field(n).type) or pa.types.is_large_binary(schema.field(n).type)
         or pa.types.is_fixed_size_binary(schema.field(n).type))]

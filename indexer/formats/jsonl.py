@@ -4,6 +4,7 @@ object per line with a string text field; every other field is metadata."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterator
 
 from tapt.errors import InputError
@@ -21,18 +22,23 @@ class JsonlFormat(Format):
     summary = "JSON Lines: one object per line; the text field is the text, other fields metadata"
 
     def _objects(self, file: InputFile, options: ReadOptions) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(line number, object) of every record; a null text field is kept (a blank record,
+        as a null in a table), lone UTF-16 surrogates escaped in the JSON become U+FFFD."""
         for lineno, line in file.lines():
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise InputError(f"{file.name}:{lineno}: not valid JSON ({exc.msg})"
-                                 + _whole_json_hint(lineno, line)) from exc
+                raise InputError(f"{file.name}:{lineno}: not valid JSON ({exc.msg} at column "
+                                 f"{exc.colno})" + _whole_json_hint(lineno, line)) from exc
             if not isinstance(obj, dict):
                 raise InputError(f"{file.name}:{lineno}: a JSONL record must be an object"
                                  + _whole_json_hint(lineno, line))
-            if not isinstance(obj.get(options.text_field), str):
+            if "\\ud" in line or "\\uD" in line:      # cheap: only an escape can make one
+                obj = _without_lone_surrogates(obj)
+            text = obj.get(options.text_field, _MISSING)
+            if text is not None and not isinstance(text, str):
                 raise InputError(f"{file.name}:{lineno}: field '{options.text_field}' is missing "
                                  "or not a string", param="text_field")
             yield lineno, obj
@@ -40,7 +46,7 @@ class JsonlFormat(Format):
     def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
         records = blank = 0
         for _, obj in self._objects(file, options):
-            if obj[options.text_field].strip():
+            if (obj[options.text_field] or "").strip():
                 records += 1
             else:
                 blank += 1
@@ -50,6 +56,22 @@ class JsonlFormat(Format):
         for lineno, obj in self._objects(file, options):
             text = obj.pop(options.text_field)
             yield Row(f"{file.name}:{lineno}", text, obj)
+
+
+_MISSING = object()
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """`value` with every lone surrogate in its strings (keys too) replaced by U+FFFD: JSON may
+    escape one (`"\\ud800"`), UTF-8 cannot store it."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    return value
 
 
 def _whole_json_hint(lineno: int, line: str) -> str:

@@ -46,8 +46,8 @@ class ParquetFormat(Format):
         dropped = sorted(set(pf.schema_arrow.names) - set(columns))
         if dropped:
             log.info("%s: binary columns not kept as metadata: %s", file.name, ", ".join(dropped))
-        if rows == 0:
-            raise InputError(f"{file.name}: holds no text (no rows)")
+        if rows == 0:       # exact: the reader refuses it alone, skips it in a folder
+            return Scanned(0, exact=True, detail={"columns": columns})
         return Scanned(rows, exact=False, detail={"columns": columns})
 
     def rows(self, file: InputFile, options: ReadOptions) -> Iterator[Row]:

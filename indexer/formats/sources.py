@@ -353,6 +353,7 @@ class InputFile:
     compression: str | None = None
     scanned: "Scanned | None" = None
     blank_read: int = 0  # blank records met while reading (formats whose scan is not exact)
+    in_folder: bool = False  # found by walking a folder (an empty one is skipped, not refused)
 
     @property
     def name(self) -> str:
