@@ -391,7 +391,7 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
                 restart, embedding_dtype, shards, shard_size, executor, address, workers,
                 gpus_per_worker, timeout, retries, window, codes, as_json, index_type, memory,
                 opq) -> None:
-    """Embed CORPUS (files, folders or fsspec URLs) into an index.
+    """Embed CORPUS (files, folders, fsspec URLs, or quoted glob patterns of them) into an index.
 
     Formats, chosen by extension: JSONL (.jsonl/.ndjson/.jl/.json), plain text (.txt) and
     CSV/TSV, each optionally compressed (.gz/.zst/.bz2/.xz); Parquet; Arrow IPC; Hugging Face
@@ -408,6 +408,7 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
     Examples:
       tapt index build data/sample/pool.jsonl.gz --out idx --no-split
       tapt index build shards/ --out web-idx --text-field text   # *.parquet, *.jsonl.zst ...
+      tapt index build 'fineweb/data/CC-MAIN-2024-*/*.parquet' --out fw-idx
       tapt index build web/ --out web-idx --shard-size 2M        # ~2M records per shard
       tapt index build wiki/ --out wiki-idx --model ./my-st-model --device cuda
       tapt index build --hf-dataset allenai/c4:en --hf-split validation --out c4-idx

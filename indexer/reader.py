@@ -29,7 +29,8 @@ from tapt.errors import InputError
 
 from . import formats
 from .formats import HubDataset, InputFile, ReadOptions, TextDocs
-from .formats.sources import HubSource, Source, StdinSource, compression_of, source_of
+from .formats.sources import (HubSource, Source, StdinSource, compression_of, glob_matches,
+                               source_of)
 from .splitter import SentenceSplitter
 
 log = logging.getLogger(__name__)
@@ -175,8 +176,12 @@ def expand_inputs(inputs: InputSpec | Iterable[InputSpec], options: ReadOptions 
     options = options or ReadOptions()
     if isinstance(inputs, (str, Path, HubDataset)):
         inputs = [inputs]
+    specs: list[InputSpec] = []
+    for raw in inputs:              # a glob pattern stands for the files it matches
+        matches = glob_matches(raw) if not (isinstance(raw, str) and raw == "-") else None
+        specs.extend(matches if matches is not None else [raw])
     found: list[InputFile] = []
-    for raw in inputs:
+    for raw in specs:
         if isinstance(raw, str) and raw == "-":
             if not allow_stdin:
                 raise InputError("-: standard input can give task text, not a corpus (a corpus "

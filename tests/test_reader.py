@@ -234,3 +234,26 @@ def test_folder_of_shards_skips_markers_and_empty_partitions(tmp_path, caplog):
     (empty / "b.jsonl").write_text("")
     with pytest.raises(InputError, match="a.jsonl: holds no text \\(nor do the 1 other"):
         scan_inputs([empty])
+
+
+def test_glob_patterns_stand_for_the_files_they_match(tmp_path):
+    """`data/*/*.jsonl`, `**`, file:// and fsspec URLs (memory://) are expanded, sorted; markers
+    and hidden files are left out as in a folder; a pattern matching nothing is refused."""
+    fsspec = pytest.importorskip("fsspec")
+    for sub in ("a", "b"):
+        (tmp_path / "data" / sub).mkdir(parents=True)
+        (tmp_path / "data" / sub / f"{sub}.jsonl").write_text('{"text": "Hello there."}\n')
+    (tmp_path / "data" / "a" / "_SUCCESS").write_text("")
+    names = lambda spec: [f.name.rsplit("/", 1)[-1] for f in expand_inputs([spec])]  # noqa: E731
+    assert names(str(tmp_path / "data" / "*" / "*.jsonl")) == ["a.jsonl", "b.jsonl"]
+    assert names(str(tmp_path / "data" / "**" / "*")) == ["a.jsonl", "b.jsonl"]
+    assert names(f"file://{tmp_path}/data/a/*") == ["a.jsonl"]
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/globbed/x.jsonl", b'{"text": "Hi."}\n')
+    fs.pipe("/globbed/y.jsonl", b'{"text": "Hi again."}\n')
+    assert names("memory://globbed/*.jsonl") == ["x.jsonl", "y.jsonl"]
+    with pytest.raises(InputError, match="the pattern matches no files"):
+        expand_inputs([str(tmp_path / "nothing" / "*.parquet")])
+    odd = tmp_path / "odd[1].jsonl"                 # an existing name is a name, not a pattern
+    odd.write_text('{"text": "Hi."}\n')
+    assert names(str(odd)) == ["odd[1].jsonl"]

@@ -275,6 +275,50 @@ def remote_source(url: str) -> Source:
     return RemoteSource(fs, path, url)
 
 
+_GLOB = re.compile(r"[*?\[]")
+
+
+def glob_matches(spec: str | Path | HubDataset) -> list[str] | None:
+    """The paths or URLs a glob pattern (`*`, `?`, `[...]`, `**` for any depth) matches, sorted,
+    for a spec that is a pattern and not itself an existing path; None for anything else.
+
+    Raises:
+        InputError: a pattern that matches nothing.
+    """
+    if isinstance(spec, HubDataset) or not _GLOB.search(str(spec)):
+        return None
+    text = str(spec)
+    if isinstance(spec, str) and _URL.match(text) and not text.lower().startswith("file://"):
+        import fsspec
+
+        try:
+            fs, path = fsspec.core.url_to_fs(text)
+            if fs.exists(path):
+                return None
+            found = sorted(fs.unstrip_protocol(p) for p in fs.glob(path))
+        except ImportError as exc:
+            raise InputError(f"{text}: reading this URL needs an fsspec backend that is not "
+                             f"installed ({str(exc).splitlines()[0]})") from exc
+        except Exception as exc:  # noqa: BLE001 - every backend fails its own way
+            raise InputError(f"{text}: cannot list ({type(exc).__name__}: {exc})") from exc
+    else:
+        import glob
+
+        local = urlsplit(text).path if text.lower().startswith("file://") else text
+        if Path(local).expanduser().exists():
+            return None
+        found = sorted(glob.glob(str(Path(local).expanduser()), recursive=True))
+    # as in a folder: hidden files and Hadoop/Spark markers (_SUCCESS) are not corpus files
+    found = [f for f in found if not f.rstrip("/").rsplit("/", 1)[-1].startswith((".", "_"))]
+    # a folder whose own files match too (`data/**/*`) is read through those files alone
+    parents = {f.rstrip("/").rsplit("/", k)[0] for f in found
+               for k in range(1, f.rstrip("/").count("/") + 1)}
+    found = [f for f in found if f.rstrip("/") not in parents]
+    if not found:
+        raise InputError(f"{text}: the pattern matches no files")
+    return found
+
+
 def source_of(spec: str | Path | HubDataset) -> Source:
     """A Source for a path, URL or HubDataset (standard input is handled by the reader)."""
     if isinstance(spec, HubDataset):
