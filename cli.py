@@ -898,8 +898,9 @@ def _select_command(method) -> click.Command:
                      help="Selection JSONL to write (its manifest goes beside it); - writes the "
                           "JSONL lines to stdout (no manifest then; the summary goes to stderr)."),
         click.Option(["--overwrite"], is_flag=True,
-                     help="Replace an existing --out that is not a tapt selection (an existing "
-                          "selection is always replaced; inputs never are)."),
+                     help="Replace a selection tapt wrote at --out that was edited since (an "
+                          "unchanged one is always replaced; a file tapt did not write, or an "
+                          "input, never is)."),
         click.Option(["--json", "as_json"], is_flag=True,
                      help="Print one JSON object: method, counts, timings, output, info."),
         click.Option(["--segment-size"], type=click.IntRange(min=1), default=None,
@@ -1076,7 +1077,9 @@ def evaluate(selections, idx, label_field, label, as_json) -> None:
 @click.option("--out", "-o", required=True, type=click.Path(allow_dash=True),
               help="File to write (a folder for --format hf); - writes jsonl or txt to stdout.")
 @click.option("--overwrite", is_flag=True,
-              help="Replace an existing --out that tapt did not write (inputs never are).")
+              help="Replace an export tapt wrote at --out that may have changed since (a "
+                   "jsonl export, a filtered parquet one); a file tapt did not write, or an "
+                   "input, never is.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def export_command(selection, fmt, out, overwrite, as_json) -> None:
     """Write a selection as training data: one example per segment with its text and weight,
@@ -1402,15 +1405,14 @@ def plot() -> None:
 @plot.command("domains", context_settings=CONTEXT)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
-              help="PNG to write (replaces only a plot tapt wrote, unless --overwrite).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing file at --out.")
+              help="PNG to write (replaces only a plot tapt wrote, never another file).")
 @click.option("--selection", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Overlay this selection's sentences.")
 @click.option("--label-field", default="domain", show_default=True)
 @click.option("--sample", default=8000, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True, type=SEED)
 @_domain_errors
-def plot_domains_command(idx, out, overwrite, selection, label_field, sample, seed) -> None:
+def plot_domains_command(idx, out, selection, label_field, sample, seed) -> None:
     """2-D PCA map of the embeddings coloured by label, a selection overlaid.
 
     \b
@@ -1421,7 +1423,7 @@ def plot_domains_command(idx, out, overwrite, selection, label_field, sample, se
     from tapt.indexer.index import Index
 
     info = plot_domains(Index(idx), Path(out), label_field, sample,
-                        Path(selection) if selection else None, seed, overwrite=overwrite)
+                        Path(selection) if selection else None, seed)
     click.echo(f"drew {info['sentences']:,} sentences"
                + (f" and {info['selected_drawn']:,} selected" if selection else "") + f" -> {out}")
 

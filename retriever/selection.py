@@ -21,7 +21,7 @@ from tapt.errors import InputError, OutputError
 from tapt.util.files import atomic_write, storage_error, temporary_sibling, write_json_atomic
 from tapt.util.safety import check_not_input, check_output
 
-from .selection_file import (SelectedSegment, is_selection_manifest,
+from .selection_file import (SelectedSegment, is_selection, is_selection_manifest,
                              is_unchanged_selection, manifest_path, read_selection,
                              write_selection)
 
@@ -314,8 +314,9 @@ class Selection:
             self._export_hf(target)
             return target
         ours = _is_parquet_export if fmt == "parquet" else None
+        made = {"parquet": _has_export_metadata, "jsonl": _is_jsonl_export}.get(fmt)
         target = check_output(out, what="export", inputs=inputs, overwrite=overwrite,
-                              ours=ours)
+                              ours=ours, made=made)
         target.parent.mkdir(parents=True, exist_ok=True)
         if fmt == "parquet":
             self._export_parquet(target)
@@ -419,6 +420,27 @@ def _rows_digest(table) -> str:
     return digest.hexdigest()
 
 
+def _has_export_metadata(path: Path) -> bool:
+    """A parquet file carrying a tapt export's metadata (possibly changed since)."""
+    try:
+        import pyarrow.parquet as pq
+
+        return _PARQUET_KEY in (pq.read_schema(path).metadata or {})
+    except Exception:  # noqa: BLE001 - anything unreadable is not ours
+        return False
+
+
+def _is_jsonl_export(path: Path) -> bool:
+    """A JSON Lines file whose first record has the columns of a tapt jsonl export."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            first = fh.readline(1 << 24)
+        record = json.loads(first)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(record, dict) and set(_COLUMNS) <= set(record)
+
+
 def _is_parquet_export(path: Path) -> bool:
     """A parquet export tapt wrote and nobody changed since: its metadata and its rows' digest
     (a file derived from an export, such as a filtered copy, is the user's)."""
@@ -458,7 +480,7 @@ def check_selection_output(out: str | Path, inputs: Sequence[str | Path],
     index), never.
     """
     target = check_output(out, what="selection", inputs=inputs, overwrite=overwrite,
-                          ours=is_unchanged_selection)
+                          ours=is_unchanged_selection, made=is_selection)
     beside = manifest_path(target)
     try:
         check_not_input(beside, inputs, param="out")

@@ -150,10 +150,10 @@ def test_write_never_destroys_inputs_or_foreign_files(ix, fused, medical_task, t
         sel.write(Path(ix.path) / "manifest.json")
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
-    with pytest.raises(OutputError, match="pass `overwrite`"):
-        sel.write(notes)
+    for overwrite in (False, True):
+        with pytest.raises(OutputError, match="never replaces a file it did not write"):
+            sel.write(notes, overwrite=overwrite)
     assert notes.read_text() == "mine"
-    sel.write(notes, overwrite=True)
     first = sel.write(tmp_path / "s.jsonl")
     fused.write(first)                                  # an existing selection is replaced
     assert tapt.Selection.read(first).method == "fused"

@@ -122,7 +122,7 @@ def test_bench_and_plot_outputs_follow_the_rule(run, fake_index, tmp_path):
     photo = tmp_path / "photo.png"
     photo.write_bytes(b"\x89PNG holiday")
     one_error(run("plot", "domains", fake_index, "--out", photo, "--sample", 50),
-              "pass --overwrite")
+              "never replaces a file it did not write")
     assert photo.read_bytes() == b"\x89PNG holiday"
     one_error(run("plot", "domains", fake_index, "--out", fake_index / "map.png"),
               "lies inside")

@@ -33,12 +33,17 @@ def test_nothing_inside_an_index_is_written(tmp_path):
             check_output(out, what="selection", overwrite=True)
 
 
-def test_foreign_files_need_overwrite_and_foreign_directories_are_never_replaced(tmp_path):
+def test_foreign_files_and_directories_are_never_replaced(tmp_path):
+    """Whatever the flags: `overwrite` replaces only a file tapt made that changed since."""
     thesis = tmp_path / "thesis.tex"
     thesis.write_text("years of work")
-    with pytest.raises(OutputError, match="overwrite"):
-        check_output(thesis, what="selection")
-    assert check_output(thesis, what="selection", overwrite=True) == thesis.resolve()
+    for overwrite in (False, True):
+        with pytest.raises(OutputError, match="never replaces a file it did not write"):
+            check_output(thesis, what="selection", overwrite=overwrite)
+    with pytest.raises(OutputError, match="may have been changed since; pass `overwrite`"):
+        check_output(thesis, what="selection", made=lambda p: True)
+    assert check_output(thesis, what="selection", overwrite=True,
+                        made=lambda p: True) == thesis.resolve()
     folder = tmp_path / "papers"
     folder.mkdir()
     (folder / "thesis.tex").write_text("years of work")

@@ -5,8 +5,10 @@ its output with `check_output` before any work is done:
 
 - an output is never an input: not equal to one, not inside an input directory, not a directory
   that contains an input, and never inside a tapt index;
-- an existing output is replaced only when tapt made it (`ours`), or, for a single file, when the
-  caller passes `overwrite`; a directory tapt did not make is never replaced, empty ones aside.
+- an existing output is replaced only when tapt made it and it is as tapt wrote it (`ours`), or,
+  for a single file tapt made that was changed since (`made`: an edited selection, a filtered
+  export), when the caller passes `overwrite`; a file or directory tapt did not make is never
+  replaced, whatever the flags (an empty directory aside).
 
 The caller then writes under a temporary name and renames (`tapt.util.files.atomic_write`).
 """
@@ -108,15 +110,19 @@ def check_not_input(out: str | Path, inputs: Iterable[str | Path], param: str = 
 def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (),
                  overwrite: bool = False, ours: Callable[[Path], bool] | None = None,
                  ours_needs_overwrite: bool = False, directory: bool = False,
-                 param: str = "out") -> Path:
+                 param: str = "out", made: Callable[[Path], bool] | None = None) -> Path:
     """Refuse an output path that would overwrite or delete something tapt did not make.
 
     Args:
         out: The path the command will write (a file, or a directory with `directory=True`).
         what: What is written, for messages ("selection", "index", "model directory").
         inputs: Every path the command reads (corpus files and folders, task files, the index).
-        overwrite: The user asked to replace an existing output.
-        ours: Whether an existing `out` is an artefact of the kind this command writes.
+        overwrite: The user asked to replace an existing output tapt made that changed since
+            (`made`), or (`ours_needs_overwrite`) one of its own.
+        ours: Whether an existing `out` is an artefact of the kind this command writes, as
+            tapt wrote it.
+        made: Whether an existing single file `out` is one tapt wrote, changed since (replaced
+            only with `overwrite`); a file neither `ours` nor `made` is never replaced.
         ours_needs_overwrite: Replacing our own artefact also needs `overwrite`.
         directory: `out` is a directory (a foreign non-empty one is never replaced).
         param: The parameter name that holds `out`, for messages.
@@ -163,7 +169,11 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
     if directory:
         raise OutputError(f"{out} is a file, not {_a(what)}; it is never replaced: choose "
                           "another path", param=param)
-    if not overwrite:
-        raise OutputError(f"{out} exists and is not {_a(what)} written by tapt; pass "
-                          "`overwrite` to replace it", param=param)
-    return target
+    if made is not None and made(target):
+        if not overwrite:
+            raise OutputError(f"{out} is {_a(what)} tapt wrote that may have been changed "
+                              "since; pass `overwrite` to replace it", param=param)
+        return target
+    raise OutputError(f"{out} exists and is not {_a(what)} written by tapt; tapt never replaces "
+                      "a file it did not write, whatever the flags: choose another path, or "
+                      "move the file away yourself", param=param)

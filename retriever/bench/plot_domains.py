@@ -25,9 +25,9 @@ def _is_tapt_png(path: Path) -> bool:
 
 
 def plot_domains(index: Index, out: Path, label_field: str = "domain", sample: int = 8000,
-                 selection: Path | None = None, seed: int = 0, overwrite: bool = False) -> dict:
+                 selection: Path | None = None, seed: int = 0) -> dict:
     """Write a small PNG; returns counts of what was drawn. `out` may replace only a plot this
-    command wrote (or any file with `overwrite`); never an input or a file inside an index."""
+    command wrote; never another file, an input or a file inside an index."""
     import io
 
     from tapt.util.files import atomic_write
@@ -38,7 +38,7 @@ def plot_domains(index: Index, out: Path, label_field: str = "domain", sample: i
     from tapt.retriever.selection_file import manifest_path
 
     inputs = [index.path] + ([selection, manifest_path(selection)] if selection else [])
-    check_output(out, what="plot", inputs=inputs, overwrite=overwrite, ours=_is_tapt_png)
+    check_output(out, what="plot", inputs=inputs, ours=_is_tapt_png)
 
     optional("matplotlib").use("Agg")
     import matplotlib.pyplot as plt
