@@ -28,6 +28,7 @@ from typing import Any, Callable, ClassVar, Sequence
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
+from tapt.util.progress import reporting_to
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,16 @@ class LocalExecutor(Executor):
         with tqdm(total=sum(weight(t) for t in tasks), desc=stage.name, unit=stage.unit,
                   disable=not self.progress, dynamic_ncols=True, smoothing=0.05) as bar:
             for task in tasks:
-                out.append(stage.fn(task, model) if stage.needs_encoder else stage.fn(task))
-                bar.update(weight(task))
+                done = [0]
+
+                def tick(units: int, total: int = weight(task)) -> None:
+                    step = max(0, min(units, total - done[0]))    # never past the task's share
+                    done[0] += step
+                    bar.update(step)
+
+                with reporting_to(tick):
+                    out.append(stage.fn(task, model) if stage.needs_encoder else stage.fn(task))
+                bar.update(weight(task) - done[0])
         return out
 
 

@@ -31,6 +31,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from tapt.util.files import atomic_write, fsync_path, sha256_file, write_json_atomic
+from tapt.util.progress import report_progress
 
 from . import checkpoint
 from .faiss_index import build_part, ids_are_global, read_faiss_index, train_template, write_faiss
@@ -54,6 +55,7 @@ PARTS = "parts"
 TRAINED = "faiss.trained"
 TRAIN_RECORD = "train.json"
 _STORE_BATCH = 4096
+_PROGRESS_EVERY = 1000     # records read between two reports of the prepare stage's progress
 SHARD_FILES = (DOCS, DOC_HASHES, VOCAB, BIGRAMS, LEXICAL, LEXICAL_OFFSETS, EMBEDDINGS, TOKENS,
                FAISS, LMDB_DATA)
 
@@ -175,8 +177,13 @@ def _prepare_into(out: Path, task: PrepareTask) -> dict[str, Any]:
     batch: list[dict[str, Any]] = []
     rows = duplicates = docs_read = 0
     try:
+        reported = records_read = 0
         for doc in iter_documents(scan):
             docs_read += 1
+            records_read += len(doc.records)
+            if records_read - reported >= _PROGRESS_EVERY:
+                report_progress(records_read - reported)    # the stage's unit: records
+                reported = records_read
             found = list(_sentences(doc, len(doc_ends), splitter))
             if not found:
                 continue
