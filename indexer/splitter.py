@@ -48,7 +48,10 @@ class SentenceSplitter:
     def _segmenter(self):  # imported lazily: pysbd compiles many regexes on import
         import pysbd
 
-        return pysbd.Segmenter(language=self.language, clean=False)
+        class Segmenter(pysbd.Segmenter):
+            sentences_with_char_spans = _sentences_with_char_spans
+
+        return Segmenter(language=self.language, clean=False)
 
     def __call__(self, text: str) -> list[str]:
         text = _SPACE.sub(" ", text).strip()
@@ -62,6 +65,47 @@ class SentenceSplitter:
         if any(len(s) > MAX_SENTENCE_CHARS for s in sentences):
             sentences = [p for s in sentences for p in cut_long(s, MAX_SENTENCE_CHARS)]
         return [s for s in sentences if s]
+
+
+def _sentences_with_char_spans(self, sentences: list[str]) -> list:
+    """pysbd's `Segmenter.sentences_with_char_spans`, span for span, with `str.find` instead of
+    a regex compiled from every sentence's text (`re.escape(sent) + "\\s*"`): that compile
+    was a third of the splitting time. Each sentence is looked up from the start of the text,
+    match after non-overlapping match, and the first one ending past the previous sentence is
+    kept with the whitespace after it (`str.isspace` is the regex's `\\s` for text)."""
+    from pysbd.utils import TextSpan
+
+    text = self.original_text
+    spans = []
+    prior_end = 0
+    for sent in sentences:
+        if not sent:                                   # the regex path, for the empty string
+            spans.extend(_regex_span(sent, text, prior_end))
+            prior_end = spans[-1].end if spans and spans[-1].end > prior_end else prior_end
+            continue
+        pos = 0
+        while True:
+            start = text.find(sent, pos)
+            if start < 0:
+                break
+            end = start + len(sent)
+            while end < len(text) and text[end].isspace():
+                end += 1
+            if end > prior_end:
+                spans.append(TextSpan(text[start:end], start, end))
+                prior_end = end
+                break
+            pos = end
+    return spans
+
+
+def _regex_span(sent: str, text: str, prior_end: int) -> list:
+    from pysbd.utils import TextSpan
+
+    for match in re.finditer(re.escape(sent) + r"\s*", text):
+        if match.end() > prior_end:
+            return [TextSpan(match.group(), match.start(), match.end())]
+    return []
 
 
 def segment_offsets(doc_offsets: np.ndarray, size: int) -> np.ndarray:

@@ -41,3 +41,32 @@ def test_segment_property_random_documents(seed):
         # the last row of every segment lies in the same document as its first row
         assert (np.searchsorted(docs, offsets[1:] - 1, side="right") - 1 == owner).all()
         assert len(offsets) - 1 == int(np.ceil(lengths / size).sum())
+
+
+def test_char_spans_by_find_equal_pysbds_regex_spans():
+    """The splitter finds each sentence's span with `str.find` instead of compiling a regex of
+    it: the same sentences, span for span, as pysbd's own `sentences_with_char_spans`."""
+    import random
+
+    import pysbd
+
+    from tapt.indexer.splitter import SentenceSplitter
+
+    ours = SentenceSplitter()._segmenter
+    theirs = pysbd.Segmenter(language="en", clean=False)
+    pieces = ["Dr. Smith went to Washington.", "He said: \"Stop!\"", "It cost $3.50 a day.",
+              "Repeat.", "Repeat.", "See e.g. the U.S.A. report (p. 7).", "Why?\u00a0Because.",
+              "Tabs\tand\nnewlines...", "Ellipsis\u2026 then more.", "1. First item.",
+              "Mr. and Mrs. Jones arrived at 5 p.m. yesterday.", "«Quoted.» Next one!"]
+    rng = random.Random(0)
+    texts = [" ".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+             for _ in range(300)]
+    texts += ["Repeat. Repeat. Repeat.", "  Leading space. And trailing.  ", "x. " * 50]
+    for text in texts:
+        want = [(s.sent, s.start, s.end) for s in theirs.sentences_with_char_spans(
+            (setattr(theirs, "original_text", text), theirs.processor(text).process())[1])]
+        ours.original_text = text
+        got = [(s.sent, s.start, s.end)
+               for s in ours.sentences_with_char_spans(ours.processor(text).process())]
+        assert got == want, text
+        assert ours.segment(text) == theirs.segment(text)
