@@ -1103,7 +1103,7 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
     if to_stdout:
         click.get_text_stream("stdout").writelines(sel.lines(fmt))
     else:
-        out = str(sel.export(out, fmt, overwrite=overwrite))
+        sel.export(out, fmt, overwrite=overwrite)     # printed as given, as select prints
     counts = {"segments": len(sel), "sentences": int(sum(len(s) for s in sel.sentences))}
     if as_json:
         click.echo(json.dumps({"selection": selection, "format": fmt, "output": out, **counts}),

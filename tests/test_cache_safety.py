@@ -113,3 +113,17 @@ def test_read_only_cache_is_read_but_never_written(fake_index, medical_task, tmp
         warnings = [r for r in caplog.records if "cannot be written" in r.getMessage()]
         assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
         assert [p.name for p in (ro / SUBDIR).iterdir()] == [entry.name]
+
+
+def test_a_cache_inside_an_index_is_never_written(fake_index, medical_task, tmp_path,
+                                                  monkeypatch, caplog):
+    import shutil
+
+    idx = tmp_path / "idx"
+    shutil.copytree(fake_index, idx)
+    before = sorted(p.relative_to(idx) for p in idx.rglob("*"))
+    monkeypatch.setenv("TAPT_CACHE_DIR", str(idx / "cache"))
+    with caplog.at_level("WARNING"):
+        _select(idx, medical_task, tmp_path / "a.jsonl")
+    assert sorted(p.relative_to(idx) for p in idx.rglob("*")) == before
+    assert "lies inside the index" in caplog.text

@@ -20,12 +20,12 @@ log = logging.getLogger(__name__)
 _MAGIC = b"TAPTSUM2"
 _OLD_MAGIC = b"TAPTSUM1"          # the payload alone: read as absent (recomputed), not damaged
 _TRAILER = len(_MAGIC) + 32
+_WARNED: set[str] = set()
+_WRITABLE: dict[Path, bool] = {}
 
 
 def _digest(path: Path, payload: bytes) -> bytes:
     return hashlib.sha256(path.name.encode("utf-8", "surrogateescape") + b"\0" + payload).digest()
-_WARNED: set[str] = set()
-_WRITABLE: dict[Path, bool] = {}
 
 
 def cache_dir() -> Path | None:
@@ -58,6 +58,14 @@ def writable_cache(sub: str) -> Path | None:
         return None
     path = root / sub
     if path not in _WRITABLE:
+        from tapt.util.safety import enclosing_index
+
+        index = enclosing_index(root)
+        if index is not None:        # nothing is ever written inside an index
+            warn_once(f"cache-in-index:{root}", "the tapt cache %s lies inside the index %s; "
+                      "continuing without caching (set TAPT_CACHE_DIR outside it)", root, index)
+            _WRITABLE[path] = False
+            return None
         try:
             path.mkdir(parents=True, exist_ok=True)
             fd, probe = tempfile.mkstemp(prefix=".probe-", dir=path)
