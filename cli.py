@@ -116,6 +116,8 @@ class TaptGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         _STATE["verbose"] = 0
+        if sys.stdout is None:               # started with stdout closed (>&-): nothing to show
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             sys.stdout.flush()               # a closed pipe shows here, not at interpreter exit
@@ -139,12 +141,27 @@ class TaptGroup(click.Group):
             code = _quiet_broken_pipe()
         except BrokenPipeError:
             code = _quiet_broken_pipe()
+        except OSError as exc:
+            if exc.filename is not None or exc.errno not in _STDOUT_ERRNOS:
+                code = _internal(exc)
+            else:                            # stdout on a full disk (> /dev/full), a dead tty
+                _quiet_broken_pipe()
+                code = _fail(f"cannot write standard output: {exc.strerror or exc}", 1)
         except Exception as exc:  # noqa: BLE001 - the last resort: one line, traceback at -vv
-            if _STATE["verbose"] >= 2:
-                traceback.print_exc(file=sys.stderr)
-            code = _fail(f"internal error: {type(exc).__name__}: {_one_line(exc)} (run with -vv "
-                         "for the traceback)", 1)
+            code = _internal(exc)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+# errors of a write with no file name: standard output (the commands name every file they write)
+_STDOUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT, errno.EFBIG)
+
+
+def _internal(exc: BaseException) -> int:
+    """An error no layer turned into a message: one line, the traceback with -vv."""
+    if _STATE["verbose"] >= 2:
+        traceback.print_exception(exc, file=sys.stderr)
+    return _fail(f"internal error: {type(exc).__name__}: {_one_line(exc)} (run with -vv "
+                 "for the traceback)", 1)
 
 
 def _fail(message: str, code: int) -> int:

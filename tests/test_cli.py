@@ -1,6 +1,8 @@
 """End to end through the command line with the real packaged model on a small real sample."""
 
 import json
+import os
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -132,3 +134,19 @@ def test_a_task_selected_before_loads_no_model(real_index, real_sample, tmp_path
     result = run("select", "centroid", real_index, "--task", task, "--budget", "20sent",
                  "--out", tmp_path / "c.jsonl", ok=False)
     assert result.exit_code != 0 and "the model was loaded" in result.output
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_standard_output_full_or_closed_is_one_line():
+    """`> /dev/full` is one Error line, not an internal error; `>&-` runs with nothing shown."""
+    import subprocess
+
+    argv = [sys.executable, "-m", "tapt.cli", "--version"]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "Error: cannot write standard output: No space left on device"]
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          close_fds=True, pass_fds=(), preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 0 and proc.stderr == ""
