@@ -485,7 +485,9 @@ def _faiss_summary(info: dict) -> str:
                  f"{search['recall']:.3f} vs exact on {search['queries']} sampled queries), "
                  "candidates rescored exactly")
     if info.get("reason"):
-        line += f"; chosen: {info['reason']}"
+        # the reason counts the rows the type was chosen for; `index add` grows the index since
+        grown = f"n = {info['ntotal']:,} " not in info["reason"]
+        line += f"; chosen{' when built' if grown else ''}: {info['reason']}"
     return line
 
 
