@@ -13,11 +13,27 @@ import inspect
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
-import click
+
+def _stopped_while_starting(signum: int, frame: object) -> None:
+    """Ctrl-C or SIGTERM while the command line is still importing (before `main` installs
+    its handlers, and before anything is written): one line, not an import's traceback."""
+    interrupted = signum == signal.SIGINT
+    os.write(2, b"Error: interrupted\n" if interrupted else b"Error: terminated (SIGTERM)\n")
+    os._exit(130 if interrupted else 143)
+
+
+if (os.path.basename(sys.argv[0] if sys.argv else "") == "tapt"   # the console script only
+        and threading.current_thread() is threading.main_thread()):
+    signal.signal(signal.SIGINT, _stopped_while_starting)
+    signal.signal(signal.SIGTERM, _stopped_while_starting)
+
+import click  # noqa: E402 - after the handlers above: importing takes a few tenths of a second
 
 from tapt.errors import Interrupted, TaptError
 from tapt.retriever.context import CONTEXTS
@@ -1448,10 +1464,8 @@ def plot_domains_command(idx, out, selection, label_field, sample, seed) -> None
 
 
 def main() -> None:
-    import signal
-    import threading
-
     if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C: KeyboardInterrupt
         signal.signal(signal.SIGTERM, _on_sigterm)
     cli(prog_name="tapt")
 
