@@ -343,3 +343,23 @@ def test_a_sentence_budget_the_candidates_cannot_fill_is_reported():
     full = {}
     take(view, np.array([2, 0, 1]), np.zeros(4, np.float32), parse_budget("15sent"), full)
     assert "budget_shortfall" not in full
+
+
+@pytest.mark.parametrize("method", ["classifier", "fused"])
+def test_selections_above_the_exact_draw_size_find_the_task_domain(fake_index, medical_task,
+                                                                    monkeypatch, method):
+    """The row-order draws of an index above `pu.EXACT_DRAW_ROWS`, forced on the small index:
+    a selection through `Index.select` is as precise, and mostly the same segments."""
+    from tapt.retriever import pu
+
+    ix = Index(fake_index)
+    labels = np.array([r["meta"]["domain"] for r in ix.store.records(range(ix.n_sentences))])
+    relevant = labels == "medical"
+    texts = medical_task.read_text().splitlines()
+    config = SelectConfig(method=method, budget=f"{int(relevant.sum())}sent", segment_size=1)
+    exact, _ = rank(ix, config, HashingEncoder().encode(texts), texts)
+    monkeypatch.setattr(pu, "EXACT_DRAW_ROWS", 0)
+    drawn, _ = rank(ix, config, HashingEncoder().encode(texts), texts)
+    assert relevant[drawn.segments].mean() > 0.8
+    overlap = len(set(drawn.segments) & set(exact.segments)) / len(exact.segments)
+    assert overlap > 0.8, overlap
