@@ -257,3 +257,18 @@ def test_glob_patterns_stand_for_the_files_they_match(tmp_path):
     odd = tmp_path / "odd[1].jsonl"                 # an existing name is a name, not a pattern
     odd.write_text('{"text": "Hi."}\n')
     assert names(str(odd)) == ["odd[1].jsonl"]
+
+
+def test_nan_and_infinite_metadata_become_null_in_every_format(tmp_path):
+    """JSON has no NaN: a NaN or infinite metadata value (a Parquet float, JSONL's `NaN`
+    extension) is kept as null, as a null is, so a selection's JSON stays standard JSON."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["One.", "Two."], "score": [float("nan"), 1.5]}),
+                   tmp_path / "a.parquet")
+    (tmp_path / "b.jsonl").write_text('{"text": "Three.", "s": NaN, "t": [1.0, -Infinity]}\n')
+    metas = [r.meta for f in ("a.parquet", "b.jsonl")
+             for d in iter_documents(scan_inputs([tmp_path / f])) for r in d.records]
+    assert metas == [{"score": None}, {"score": 1.5}, {"s": None, "t": [1.0, None]}]
+    json.dumps(metas, allow_nan=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import datetime
 import decimal
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Literal, Mapping, NamedTuple
@@ -130,6 +131,8 @@ class Format(ABC):
 def json_safe(value: Any) -> tuple[bool, Any]:
     """(keep, value as JSON can store it): dates and times become ISO strings, decimals strings,
     bytes base64, NumPy values lists/numbers; anything else (an image object) is not kept."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return True, None            # JSON has no NaN or infinity: null, as pandas writes them
     if value is None or isinstance(value, (str, bool, int, float)):
         return True, value
     if isinstance(value, dict):
@@ -158,10 +161,15 @@ def table_rows(name: str, batches: Iterator[Any], options: ReadOptions,
                start: int = 1) -> Iterator[Row]:
     """Rows of Arrow record batches (Parquet, Arrow IPC, saved HF datasets): the text column's
     value and every other column as metadata, rows numbered from `start`."""
+    from pyarrow import types as pa_types
+
     number = start
     for batch in batches:
         columns = {n: batch.column(i).to_pylist() for i, n in enumerate(batch.schema.names)}
         texts = columns.pop(options.text_field)
+        for n in columns:            # NaN and infinities: null (JSON has neither)
+            if pa_types.is_floating(batch.schema.field(n).type):
+                columns[n] = [v if v is None or math.isfinite(v) else None for v in columns[n]]
         simple = all(_is_plain(batch.schema.field(n).type) for n in columns)
         for i, text in enumerate(texts):
             if simple:

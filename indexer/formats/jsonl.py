@@ -28,7 +28,7 @@ class JsonlFormat(Format):
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line, parse_constant=_no_constant)
             except json.JSONDecodeError as exc:
                 raise InputError(f"{file.name}:{lineno}: not valid JSON ({exc.msg} at column "
                                  f"{exc.colno})" + _whole_json_hint(lineno, line)) from exc
@@ -59,6 +59,11 @@ class JsonlFormat(Format):
 
 
 _MISSING = object()
+
+
+def _no_constant(name: str) -> None:
+    """NaN, Infinity and -Infinity (JSON extensions Python accepts) read as null."""
+    return None
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
