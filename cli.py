@@ -404,9 +404,10 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
               help="Discard an interrupted build of --out instead of resuming it.")
 @click.option("--embedding-dtype", default="auto", show_default=True,
               type=click.Choice(["auto", "float32", "float16"]),
-              help="Stored embeddings: float16 halves their disk and page-cache size (cosine error "
-                   "~5e-5 at most); scoring always computes in float32. auto = float16 when the index has "
-                   "several shards or its corpus 1M records or more, else float32.")
+              help="Stored embeddings: float16 halves their disk and page-cache size (cosine "
+                   "error ~5e-5 at most); scoring always computes in float32. auto = float16 "
+                   "when the index has several shards or its corpus 1M records or more, else "
+                   "float32.")
 @_shard_options
 @click.option("--part-size", "window", default="4096", show_default=True, metavar="ROWS",
               help="Sentences per embed part: the unit a resumed build redoes and a Ray embed "

@@ -268,7 +268,8 @@ def scan_inputs(
                 raise InputError(f"{f.name}: holds no text")
             empty.append(f.name)    # an empty partition of a folder of shards: skipped
     if empty:
-        kept = [f for f in files if f.name not in set(empty)]
+        skipped = set(empty)
+        kept = [f for f in files if f.name not in skipped]
         if not kept:
             raise InputError(f"{empty[0]}: holds no text"
                              + (f" (nor do the {len(empty) - 1} other files)" if len(empty) > 1

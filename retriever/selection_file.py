@@ -150,25 +150,14 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
 
 def is_selection(path: str | Path) -> bool:
     """True when `path` is a file with a tapt selection manifest beside it (any version)."""
-    path = Path(path)
-    if not path.is_file():
-        return False
-    try:
-        read_versioned_json(manifest_path(path), SELECTION_FORMAT, READABLE_VERSIONS, str(path),
-                            InputError)
-    except InputError:
-        return False
-    return True
+    return Path(path).is_file() and is_selection_manifest(manifest_path(path))
 
 
 def is_unchanged_selection(path: str | Path) -> bool:
     """True when `path` is a tapt selection whose bytes are still the ones its manifest
     recorded: what tapt may replace as its own (an edited selection is the user's)."""
-    if not is_selection(path):
-        return False
     try:
-        manifest = read_manifest(path)
-        check_unchanged(path, manifest)
+        check_unchanged(path, read_manifest(path))
     except (InputError, OSError):
         return False
     return True

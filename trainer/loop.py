@@ -11,6 +11,7 @@ re-shuffled dataloader instead of restoring a position.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import signal
 import threading
@@ -189,9 +190,10 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
                                    attention_mask=batch["attention_mask"].to(device)).logits
                 loss = weighted_mlm_loss(logits, batch["labels"].to(device),
                                          batch["weights"] if use_weights else None)
-                if not torch.isfinite(loss):    # never trained on, saved or reported as done
+                value = float(loss.detach())    # the step's one device sync, checked first
+                if not math.isfinite(value):    # never trained on, saved or reported as done
                     raise TaptError(
-                        f"training diverged: the loss is {float(loss.detach())} at step "
+                        f"training diverged: the loss is {value} at step "
                         f"{step + 1}; lower --lr (now {config.lr:g})"
                         + (", or the checkpoint resumed from is damaged: resume from an "
                            "earlier one or start again" if resuming else ""))
@@ -202,7 +204,6 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
-                value = float(loss.detach())
                 state["loss_curve"].append(value)
                 state["seconds"] = seconds_before + time.monotonic() - started
                 bar.update(1)

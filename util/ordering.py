@@ -5,10 +5,10 @@ and the first positions of a ranking of any length found from those keys block b
 
 from __future__ import annotations
 
-import numpy as np
-
 from dataclasses import dataclass
 from typing import Iterator
+
+import numpy as np
 
 __all__ = ["RankCut", "descending_bits", "descending_values", "rank_cut", "rows_below_cut",
            "top_rows"]

@@ -64,6 +64,8 @@ _MISSING = object()
 def _no_constant(name: str) -> None:
     """NaN, Infinity and -Infinity (JSON extensions Python accepts) read as null."""
     return None
+
+
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
