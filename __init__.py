@@ -11,13 +11,7 @@ See `tapt.api` for the whole API. `import tapt` is cheap: the names below load o
 from __future__ import annotations
 
 import importlib
-from importlib import metadata as _metadata
 from typing import Any
-
-try:
-    __version__ = _metadata.version("tapt")
-except _metadata.PackageNotFoundError:  # pragma: no cover - running from an uninstalled tree
-    __version__ = "0+unknown"
 
 _LAZY = {
     "Index": "tapt.api",
@@ -42,7 +36,21 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
+def _version() -> str:
+    # looked up on first use: importlib.metadata costs ~35 ms, and the command line installs
+    # its signal handlers only once this package is imported
+    from importlib import metadata
+
+    try:
+        return metadata.version("tapt")
+    except metadata.PackageNotFoundError:  # pragma: no cover - an uninstalled tree
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value = globals()["__version__"] = _version()
+        return value
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value

@@ -96,7 +96,8 @@ class Index(_IndexBase):
               segment_size: int = 15, batch_size: int = 64, split: bool = True,
               text_field: str = "text", doc_field: str | None = "doc", text_docs: str = "auto",
               input_format: str | None = None, hf_datasets: Sequence[str] = (),
-              hf_split: str | None = None, strict: bool = False, overwrite: bool = False,
+              hf_split: str | None = None, strict: bool = False,
+              invalid_utf8: str = "error", overwrite: bool = False,
               restart: bool = False, embedding_dtype: str = "auto", shards: int | None = None,
               shard_size: int | str | None = None, codes: str = "none",
               executor: Any = "local", index_type: str = "auto",
@@ -125,6 +126,9 @@ class Index(_IndexBase):
             hf_datasets: Hugging Face Hub datasets to stream too ("NAME" or "NAME:CONFIG").
             hf_split: The split of `hf_datasets` and of DatasetDict folders.
             strict: Refuse folders holding files of no known format (default: skip them).
+            invalid_utf8: Text that is not valid UTF-8: "error" (default) stops with its file
+                and line; "replace" reads each invalid byte as U+FFFD and counts the records
+                (`counts["invalid_utf8_records"]` in the manifest).
             overwrite: Replace an existing index at `out`.
             restart: Discard an interrupted build of `out` instead of resuming it.
             embedding_dtype: auto (float16 when the index has several shards or its corpus 1M
@@ -155,8 +159,8 @@ class Index(_IndexBase):
         config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
                              text_field=text_field, doc_field=doc_field or None,
                              text_docs=text_docs, input_format=input_format,
-                             hf_split=hf_split, strict=strict, overwrite=overwrite,
-                             restart=restart,
+                             hf_split=hf_split, strict=strict, invalid_utf8=invalid_utf8,
+                             overwrite=overwrite, restart=restart,
                              progress=progress, index=index_type,
                              memory=DEFAULT_MEMORY if memory is None else memory, opq=opq,
                              embedding_dtype=embedding_dtype, shards=shards,
@@ -176,7 +180,8 @@ class Index(_IndexBase):
             text_field: str | None = None, doc_field: str | None = None,
             text_docs: str | None = None, input_format: str | None = None,
             hf_datasets: Sequence[str] = (), hf_split: str | None = None, strict: bool = False,
-            shards: int | None = None, shard_size: int | str | None = None,
+            invalid_utf8: str | None = None, shards: int | None = None,
+            shard_size: int | str | None = None,
             executor: Any = "local", restart: bool = False, progress: bool = True,
             encoder: Any = None) -> dict[str, Any]:
         """Append the documents of `inputs` the index does not hold yet, as new shards
@@ -195,6 +200,7 @@ class Index(_IndexBase):
             hf_datasets: Hugging Face Hub datasets to stream too ("NAME" or "NAME:CONFIG").
             hf_split: The split of `hf_datasets` and of DatasetDict folders.
             strict: Refuse folders holding files of no known format.
+            invalid_utf8: "error" or "replace", as for `build` (default: the build's).
             shards: Split the new files into this many shards (default: one).
             shard_size: Or: a new shard every this many input records.
             executor: What runs the add's stages: "local", or an `Executor`.
@@ -217,7 +223,8 @@ class Index(_IndexBase):
                                 batch_size=batch_size, restart=restart, progress=progress,
                                 text_field=text_field, doc_field=doc_field, text_docs=text_docs,
                                 input_format=input_format, hf_split=hf_split, strict=strict,
-                                shards=shards, shard_size=shard_size, executor=executor)
+                                invalid_utf8=invalid_utf8, shards=shards, shard_size=shard_size,
+                                executor=executor)
         self._reopen()
         return manifest["history"][-1]
 

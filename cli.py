@@ -363,6 +363,11 @@ def _input_options(add: bool = False):
         click.option("--strict", is_flag=True,
                      help="Refuse folders holding files of no known format (default: skip "
                           "them and list them at INFO)."),
+        click.option("--invalid-utf8", default=None if add else "error", show_default=not add,
+                     type=click.Choice(["error", "replace"]),
+                     help="Text that is not valid UTF-8: stop at its file and line (error), "
+                          "or read each invalid byte as U+FFFD and count the records "
+                          "(replace)." + (index_default if add else "")),
     ]
 
     def decorate(func):
@@ -421,7 +426,8 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
 @click.pass_context
 @_domain_errors
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
-                doc_field, text_docs, input_format, hf_datasets, hf_split, strict, overwrite,
+                doc_field, text_docs, input_format, hf_datasets, hf_split, strict, invalid_utf8,
+                overwrite,
                 restart, embedding_dtype, shards, shard_size, executor, address, workers,
                 gpus_per_worker, timeout, retries, window, codes, as_json, index_type, memory,
                 opq) -> None:
@@ -457,7 +463,8 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
     config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
                          text_field=text_field, doc_field=doc_field or None, text_docs=text_docs,
                          input_format=input_format, hf_split=hf_split, strict=strict,
-                         overwrite=overwrite, restart=restart, progress=ctx.obj["progress"],
+                         invalid_utf8=invalid_utf8, overwrite=overwrite, restart=restart,
+                         progress=ctx.obj["progress"],
                          index=index_type, memory=memory, opq=opq,
                          embedding_dtype=embedding_dtype, shards=shards, shard_size=shard_size,
                          codes=codes, executor=executor,
@@ -524,8 +531,8 @@ def _faiss_summary(info: dict) -> str:
 @click.pass_context
 @_domain_errors
 def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, doc_field,
-              text_docs, input_format, hf_datasets, hf_split, strict, shards, shard_size,
-              executor, address, workers, gpus_per_worker, timeout, retries, restart,
+              text_docs, input_format, hf_datasets, hf_split, strict, invalid_utf8, shards,
+              shard_size, executor, address, workers, gpus_per_worker, timeout, retries, restart,
               as_json) -> None:
     """Append the documents of CORPUS that IDX does not hold yet, as new shards (same model
     and settings).
@@ -554,7 +561,8 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
                                 restart=restart, progress=ctx.obj["progress"],
                                 text_field=text_field, doc_field=doc_field, text_docs=text_docs,
                                 input_format=input_format, hf_split=hf_split, strict=strict,
-                                shards=shards, shard_size=shard_size, executor=runner)
+                                invalid_utf8=invalid_utf8, shards=shards, shard_size=shard_size,
+                                executor=runner)
     except Interrupted as exc:
         raise _Interrupted(str(exc)) from exc
     finally:
@@ -606,7 +614,9 @@ def index_info(idx, as_json) -> None:
         f"counts     {c['documents']:,} documents, {c['sentences']:,} sentences, "
         f"{c['segments']:,} segments of <= {m['segment_size']}, {c['tokens']:,} tokens",
         f"skipped    {c['skipped_blank_records']:,} blank records; "
-        f"{c['truncated_sentences']:,} sentences truncated for embedding",
+        f"{c['truncated_sentences']:,} sentences truncated for embedding"
+        + (f"; {c['invalid_utf8_records']:,} records with invalid UTF-8 read as U+FFFD"
+           if c.get("invalid_utf8_records") else ""),
         f"faiss      {_faiss_summary(m['faiss'])}",
         *([f"shards     {len(m['shards'])}: " + ", ".join(
             f"{e['name']} ({e['rows']:,} rows from {e['row_offset']:,})" for e in m["shards"][:4])

@@ -31,7 +31,7 @@ from tapt.util.versions import utc_now
 from . import checkpoint, stages
 from .build import (BuildConfig, Shared, calibrated_faiss, codes_section, corpus_paths,
                     drop_training_files, index_stages, plan_shards, run_stages, scan_corpus,
-                    shard_entries, top_vocabulary)
+                    shard_entries, top_vocabulary, warn_invalid_utf8)
 from .encoder import Encoder
 from .executors import EncoderSource, Executor, make_executor
 from .generations import exchange, mirror
@@ -57,7 +57,8 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                  progress: bool = True, *, text_field: str | None = None,
                  doc_field: str | None = None, text_docs: str | None = None,
                  input_format: str | None = None, hf_split: str | None = None,
-                 strict: bool = False, shards: int | None = None,
+                 strict: bool = False, invalid_utf8: str | None = None,
+                 shards: int | None = None,
                  shard_size: int | str | None = None, executor: Executor | str | None = None,
                  encoder_spec: Any = None) -> dict[str, Any]:
     """Append the documents of `inputs` that the index does not hold yet, as new shards;
@@ -65,9 +66,9 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
     the index keeps its generation (selections made from it stay valid), and the returned
     manifest is the index's with this add's record (`"unchanged": true`) appended in memory.
 
-    The reading options (`text_field`, `doc_field`, `text_docs`) default to the index's; the
-    others are as for a build (`tapt.indexer.reader.scan_inputs`). `shards` / `shard_size`
-    split the new files into several shards (default: one).
+    The reading options (`text_field`, `doc_field`, `text_docs`, `invalid_utf8`) default to the
+    index's; the others are as for a build (`tapt.indexer.reader.scan_inputs`). `shards` /
+    `shard_size` split the new files into several shards (default: one).
     """
     index = Index(path)
     check_add_inputs(index.path, list(inputs))
@@ -82,6 +83,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                          doc_field=ingest["doc_field"] if doc_field is None else doc_field,
                          text_docs=text_docs or ingest["text_docs"], input_format=input_format,
                          hf_split=hf_split, strict=strict, progress=progress,
+                         invalid_utf8=invalid_utf8 or ingest.get("invalid_utf8", "error"),
                          embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"),
                          shards=shards, shard_size=shard_size)
     scan = scan_corpus(inputs, config)
@@ -92,7 +94,8 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
         "inputs": scan.identity(),
         "index": index.manifest_sha256, "batch_size": config.batch_size,
         "read": [config.text_field, config.doc_field, config.text_docs, config.input_format,
-                 config.hf_split],
+                 config.hf_split] + ([config.invalid_utf8] if config.invalid_utf8 != "error"
+                                     else []),
         "groups": groups,
         "store_format": INDEX_FORMAT_VERSION,
     })
@@ -224,6 +227,11 @@ def _new_manifest(work: Path, index: Index, built, results: dict[str, dict[str, 
     merged["ingest"] = {**old["ingest"],
                         "sources": old["ingest"]["sources"] + [str(p) for p in inputs],
                         "files": old["ingest"]["files"] + scan.manifest_files()}
+    if config.invalid_utf8 != "error":     # the index may now hold replaced bytes
+        merged["ingest"]["invalid_utf8"] = config.invalid_utf8
+    replaced = sum(int(built.prepared[s["name"]].get("invalid_utf8_records", 0))
+                   for s in plan.shards)
+    warn_invalid_utf8(replaced)
     merged["counts"] = {
         "files": old["counts"]["files"] + len(scan.files),
         "documents": old["counts"]["documents"] + added_docs,
@@ -234,7 +242,8 @@ def _new_manifest(work: Path, index: Index, built, results: dict[str, dict[str, 
         + sum(m["truncated_sentences"] for m in new),
         "skipped_blank_records": old["counts"]["skipped_blank_records"]
         + sum(int(built.prepared[s["name"]].get("skipped_blank_records", 0))
-              for s in plan.shards)}
+              for s in plan.shards),
+        "invalid_utf8_records": int(old["counts"].get("invalid_utf8_records", 0)) + replaced}
     merged["history"] = list(old.get("history", [])) + [{
         "added": merged["updated"], "sources": [str(p) for p in inputs],
         "shards": built.new, "documents": added_docs, "sentences": added_rows,

@@ -84,6 +84,7 @@ class BuildConfig:
     input_format: str | None = None  # read every file as this format (else by its suffix)
     hf_split: str | None = None      # split of a DatasetDict folder or Hub dataset
     strict: bool = False             # refuse folders holding files of no known format
+    invalid_utf8: str = "error"      # or "replace": invalid bytes read as U+FFFD, counted
     overwrite: bool = False
     restart: bool = False
     progress: bool = True
@@ -104,7 +105,7 @@ class BuildConfig:
         if self.window < self.batch_size:
             self.window = self.batch_size
         ReadOptions(self.text_field, self.doc_field, self.text_docs, self.input_format,
-                    self.hf_split, self.strict)  # validates the reading options
+                    self.hf_split, self.strict, self.invalid_utf8)  # validates them
         if self.index not in REQUESTS:
             raise InputError(f"must be one of {', '.join(REQUESTS)}", param="index")
         parse_memory(self.memory)
@@ -189,7 +190,8 @@ def scan_corpus(inputs: list[InputSpec], config: BuildConfig) -> CorpusScan:
     """The up-front scan of a build's or an add's inputs, read as `config` says."""
     return scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs,
                        input_format=config.input_format, hf_split=config.hf_split,
-                       strict=config.strict, progress=config.progress)
+                       strict=config.strict, invalid_utf8=config.invalid_utf8,
+                       progress=config.progress)
 
 
 def local_inputs(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
@@ -211,6 +213,14 @@ def corpus_paths(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
             raise OutputError(f"the input {raw} lies inside the tapt index {inside}; an index's "
                               "own files are not a corpus", param="corpus")
     return paths
+
+
+def warn_invalid_utf8(records: int) -> None:
+    """The warning of a build or add that read invalid UTF-8 as U+FFFD (`invalid_utf8`)."""
+    if records:
+        log.warning("%d record(s) held bytes that are not valid UTF-8, read as U+FFFD "
+                    "(--invalid-utf8 replace; counted in the manifest's invalid_utf8_records)",
+                    records)
 
 
 def replaceable_index(path: Path) -> bool:
@@ -286,7 +296,8 @@ def build_index(
         "model": [encoder.name, model_fingerprint(encoder), encoder.dim, encoder.max_length],
         "config": {k: v for k, v in vars(config).items()
                    if k not in ("overwrite", "restart", "progress", "index", "memory", "opq",
-                                "strict", "executor", "batch_size", "embedding_dtype", "codes")},
+                                "strict", "executor", "batch_size", "embedding_dtype", "codes")
+                   and not (k == "invalid_utf8" and v == "error")},  # as builds before it
         "dtype": dtype, "groups": groups,
         "store_format": INDEX_FORMAT_VERSION,
     })
@@ -523,6 +534,8 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
     if truncated:
         log.warning("%d of %d sentences are longer than the model's %d tokens and were truncated "
                     "for embedding", truncated, built.rows, encoder.max_length)
+    replaced = sum(int(p.get("invalid_utf8_records", 0)) for p in built.prepared.values())
+    warn_invalid_utf8(replaced)
     embed_seconds = sum(float(e.get("embed_seconds") or 0) for e in built.embedded.values())
     manifest = {
         "format": INDEX_FORMAT,
@@ -540,6 +553,7 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
             "text_docs": config.text_docs,
             "input_format": config.input_format,
             "hf_split": config.hf_split,
+            "invalid_utf8": config.invalid_utf8,
             "sources": [str(p) for p in inputs],
             "files": scan.manifest_files(),
         },
@@ -552,6 +566,7 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
             "truncated_sentences": truncated,
             "skipped_blank_records": sum(int(p.get("skipped_blank_records", 0))
                                          for p in built.prepared.values()),
+            "invalid_utf8_records": replaced,
         },
         "shards": shards,
         "faiss": faiss_info,

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from tapt.errors import InputError
 
 from . import formats
-from .formats import HubDataset, InputFile, ReadOptions, TextDocs
+from .formats import HubDataset, InputFile, InvalidUtf8, ReadOptions, TextDocs
 from .formats.sources import (HubSource, Source, StdinSource, compression_of, glob_matches,
                                source_of)
 from .splitter import SentenceSplitter
@@ -76,6 +76,11 @@ class CorpusScan:
     def skipped_blank(self) -> int:
         """Blank records skipped; for Parquet/Arrow/HF inputs, those met so far while reading."""
         return sum(f.scanned.blank if f.scanned.exact else f.blank_read for f in self.files)
+
+    @property
+    def invalid_utf8_records(self) -> int:
+        """Lines or rows read so far whose invalid UTF-8 became U+FFFD (`invalid_utf8`)."""
+        return sum(f.invalid_utf8_read for f in self.files)
 
     def identity(self) -> list[Any]:
         """What changes when an input changes (a changed input forbids resuming a build)."""
@@ -238,6 +243,7 @@ def scan_inputs(
     input_format: str | None = None,
     hf_split: str | None = None,
     strict: bool = False,
+    invalid_utf8: InvalidUtf8 = "error",
     allow_stdin: bool = False,
     progress: bool = False,
 ) -> CorpusScan:
@@ -251,13 +257,16 @@ def scan_inputs(
         input_format: Read every file as this format instead of by its suffix.
         hf_split: The split of a DatasetDict folder or a Hub dataset.
         strict: Refuse folders holding files of no known format.
+        invalid_utf8: "error" refuses text that is not valid UTF-8 (with its file and line);
+            "replace" reads each invalid byte as U+FFFD (counted: `invalid_utf8_records`).
         allow_stdin: Accept "-" (standard input).
         progress: A progress bar over the files.
 
     Returns:
         The scan to pass to `iter_documents`.
     """
-    options = ReadOptions(text_field, doc_field, text_docs, input_format, hf_split, strict)
+    options = ReadOptions(text_field, doc_field, text_docs, input_format, hf_split, strict,
+                          invalid_utf8)
     files = expand_inputs(inputs, options, allow_stdin)
     empty: list[str] = []
     for f in tqdm(files, desc="scanning", unit="file", disable=not progress or len(files) < 2,
@@ -281,7 +290,7 @@ def scan_inputs(
 
 
 def _documents(f: InputFile, options: ReadOptions) -> Iterator[Document]:
-    f.blank_read = 0
+    f.blank_read = f.invalid_utf8_read = 0
     current: Document | None = None
     current_key: Any = None
     for row in f.format.rows(f, options):

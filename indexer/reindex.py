@@ -68,6 +68,8 @@ def rebuild_parts(index: Index, choice: IndexChoice, kind: str, progress: bool =
                                 "duplicates": s.manifest.get("duplicate_documents_skipped", 0),
                                 "skipped_blank_records": s.manifest.get(
                                     "skipped_blank_records", 0),
+                                "invalid_utf8_records": s.manifest.get(
+                                    "invalid_utf8_records", 0),
                                 "files": s.manifest.get("input_files", [])}
                        for s in index.shards},
                       {s.name: {"tokens": s.manifest.get("tokens"),

@@ -214,6 +214,7 @@ def _prepare_into(out: Path, task: PrepareTask) -> dict[str, Any]:
                 for f in task.files)
     return {"shard": task.shard, "rows": rows, "documents": len(doc_ends),
             "documents_read": docs_read, "duplicates": duplicates, "skipped_blank_records": blank,
+            "invalid_utf8_records": sum(f.invalid_utf8_read for f in task.files),
             "files": [f.name for f in task.files]}
 
 
@@ -463,6 +464,7 @@ def index_shard(task: IndexTask) -> dict[str, Any]:
         "tokens": int(embedded["tokens"]), "truncated_sentences": int(embedded["truncated"]),
         "duplicate_documents_skipped": int(prepared.get("duplicates", 0)),
         "skipped_blank_records": int(prepared.get("skipped_blank_records", 0)),
+        "invalid_utf8_records": int(prepared.get("invalid_utf8_records", 0)),
         "input_files": prepared.get("files", []),
         "embeddings": {"dtype": task.dtype, "shape": [int(prepared["rows"]),
                                                       int(embeddings.shape[1])]},

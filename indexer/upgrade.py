@@ -118,6 +118,7 @@ def upgrade_index(path: str | Path, progress: bool = True) -> tuple[dict[str, An
             "truncated_sentences": int(counts.get("truncated_sentences", 0)),
             "duplicate_documents_skipped": 0,
             "skipped_blank_records": int(counts.get("skipped_blank_records", 0)),
+            "invalid_utf8_records": int(counts.get("invalid_utf8_records", 0)),
             "input_files": [f.get("path") if isinstance(f, dict) else str(f)  # format 1: paths
                             for f in old.get("ingest", {}).get("files", [])],
             "embeddings": old["files"]["embeddings"],

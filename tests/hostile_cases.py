@@ -69,6 +69,16 @@ def _truncated_gz(d: Path) -> Path:
     return path
 
 
+def _bad_parquet(d: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw = pa.array([b"Fine words.", b"caf\xe9 au lait"], type=pa.binary())
+    text = pa.Array.from_buffers(pa.string(), 2, raw.buffers())      # not validated
+    pq.write_table(pa.table({"text": text}), d / "bad.parquet")
+    return d / "bad.parquet"
+
+
 def _symlink_loops(d: Path) -> Path:
     corpus = d / "corpus"
     (corpus / "sub").mkdir(parents=True)
@@ -126,6 +136,11 @@ CASES = [
          "error: a binary file"),
     Case("invalid UTF-8", _build(_file("latin1.txt", "caf\xe9 au lait\n".encode("latin-1"))),
          "error: not valid UTF-8"),
+    Case("invalid UTF-8 with --invalid-utf8 replace",
+         _build(_file("latin1.txt", "caf\xe9 au lait\n".encode("latin-1")), "--invalid-utf8",
+                "replace"), "ok: 1 documents, 1 shard(s))"),
+    Case("invalid UTF-8 in a Parquet string column (Parquet writers do not check)",
+         _build(_bad_parquet), "error: bad.parquet:row 2: column 'text' is not valid UTF-8"),
     Case("NUL byte inside text", _build(_file("nul.txt", b"fine line\n" * 2000 + b"bad\x00line\n")),
          "error: nul.txt:2001: contains NUL bytes"),
     Case(f"a {BIG_LINE_MB} MB single line (--no-split)", _build(_big_line, "--no-split"),

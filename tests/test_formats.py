@@ -387,6 +387,94 @@ def test_same_sentences_from_five_formats_make_the_same_index(tmp_path):
     assert [b["format"] for b in built.values()] == ["jsonl", "jsonl", "parquet", "csv", "hf-disk"]
 
 
+# ----------------------------------------------------------------------------- invalid UTF-8
+
+BAD = b"caf\xe9 au lait"          # Latin-1, not UTF-8
+REPAIRED = "caf\ufffd au lait"
+
+
+def _invalid_utf8_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """One file per format, with one record holding invalid UTF-8: (path, where it is)."""
+    files = {}
+    jsonl = tmp_path / "bad.jsonl"
+    jsonl.write_bytes(b'{"text": "Fine words here."}\n{"text": "' + BAD + b'", "doc": "x"}\n')
+    files["jsonl"] = (jsonl, "bad.jsonl:2")
+    text = tmp_path / "bad.txt.gz"
+    text.write_bytes(gzip.compress(b"Fine words here.\n" + BAD + b"\n"))
+    files["text"] = (text, "bad.txt.gz:2")
+    table = tmp_path / "bad.csv"
+    table.write_bytes(b"text,label\nFine words here.,a\n" + BAD + b",b\n")
+    files["csv"] = (table, "bad.csv:3")
+    raw = pa.array([b"Fine words here.", BAD], type=pa.binary())
+    strings = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())   # unchecked bytes
+    pq.write_table(pa.table({"text": strings, "label": ["a", "b"]}), tmp_path / "bad.parquet")
+    files["parquet"] = (tmp_path / "bad.parquet", "bad.parquet:row 2: column 'text'")
+    return files
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "text", "csv", "parquet"])
+def test_invalid_utf8_is_refused_at_its_record_or_read_as_replacement(tmp_path, fmt):
+    path, where = _invalid_utf8_files(tmp_path)[fmt]
+    with pytest.raises(InputError, match=f"{where}.*not valid UTF-8 .*--invalid-utf8 replace"):
+        list(iter_documents(scan_inputs([path])))
+    scan = scan_inputs([path], invalid_utf8="replace")
+    texts = [r.text for d in iter_documents(scan) for r in d.records]
+    assert texts == ["Fine words here.", REPAIRED]
+    assert scan.invalid_utf8_records == 1
+    with pytest.raises(InputError, match="must be one of error, replace") as err:
+        scan_inputs([path], invalid_utf8="ignore")
+    assert err.value.param == "invalid_utf8"
+
+
+def test_invalid_utf8_in_metadata_and_dictionary_columns(tmp_path):
+    raw = pa.array([b"ok", BAD, None], type=pa.binary())
+    strings = pa.Array.from_buffers(pa.string(), 3, raw.buffers())
+    table = pa.table({"text": pa.array(["One.", "Two.", "Three."]).dictionary_encode(),
+                      "source": strings})
+    pq.write_table(table, tmp_path / "meta.parquet")
+    with pytest.raises(InputError, match="meta.parquet:row 2: column 'source' is not valid"):
+        list(iter_documents(scan_inputs([tmp_path / "meta.parquet"])))
+    scan = scan_inputs([tmp_path / "meta.parquet"], invalid_utf8="replace")
+    metas = [d.records[0].meta for d in iter_documents(scan)]
+    assert metas == [{"source": "ok"}, {"source": REPAIRED}, {"source": None}]
+    assert scan.invalid_utf8_records == 1
+    dictionary = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()),
+                                                pa.Array.from_buffers(pa.string(), 2,
+                                                                      raw.buffers()))
+    pq.write_table(pa.table({"text": dictionary}), tmp_path / "dict.parquet")
+    scan = scan_inputs([tmp_path / "dict.parquet"], invalid_utf8="replace")
+    assert [d.records[0].text for d in iter_documents(scan)] == ["ok", REPAIRED, "ok"]
+    assert scan.invalid_utf8_records == 1
+
+
+def test_build_and_add_record_invalid_utf8(tmp_path, caplog):
+    from tapt.indexer.add import add_to_index
+
+    files = _invalid_utf8_files(tmp_path)
+    config = BuildConfig(segment_size=2, progress=False, invalid_utf8="replace")
+    with caplog.at_level("WARNING", logger="tapt.indexer.build"):
+        manifest = build_index([files["jsonl"][0]], tmp_path / "idx", HashingEncoder(), config)
+    assert "1 record(s) held bytes that are not valid UTF-8" in caplog.text
+    assert manifest["ingest"]["invalid_utf8"] == "replace"
+    assert manifest["counts"]["invalid_utf8_records"] == 1
+    assert Index(tmp_path / "idx").store.records([1])[0]["text"] == REPAIRED
+    # an add reads as the index was built unless told otherwise
+    raw = pa.array([b"Other words. " + BAD], type=pa.binary())
+    pq.write_table(pa.table({"text": pa.Array.from_buffers(pa.string(), 1, raw.buffers())}),
+                   tmp_path / "more.parquet")
+    manifest = add_to_index(tmp_path / "idx", [tmp_path / "more.parquet"], HashingEncoder(),
+                            progress=False)
+    assert manifest["counts"]["invalid_utf8_records"] == 2
+    with pytest.raises(InputError, match="bad.csv:3: not valid UTF-8"):
+        add_to_index(tmp_path / "idx", [files["csv"][0]], HashingEncoder(), progress=False,
+                     invalid_utf8="error")
+    (tmp_path / "ok.jsonl").write_bytes(jsonl_bytes())
+    plain = build_index([tmp_path / "ok.jsonl"], tmp_path / "plain", HashingEncoder(),
+                        BuildConfig(segment_size=2, progress=False))
+    assert plain["ingest"]["invalid_utf8"] == "error"
+    assert plain["counts"]["invalid_utf8_records"] == 0
+
+
 # ----------------------------------------------------------------------------- add and CLI
 
 
@@ -452,6 +540,21 @@ def test_cli_build_input_options(tmp_path, cli_runner):
     assert result.exit_code == 1 and "--strict" in result.output, result.output
     result = cli_runner("index", "build", "--out", tmp_path / "i4")
     assert result.exit_code != 0 and "--hf-dataset" in result.output
+
+
+def test_cli_invalid_utf8_option(tmp_path, cli_runner):
+    path, _ = _invalid_utf8_files(tmp_path)["csv"]
+    result = cli_runner("index", "build", path, "--out", tmp_path / "idx")
+    assert result.exit_code == 1 and not (tmp_path / "idx").exists()
+    assert result.output.startswith("Error: ") and "bad.csv:3: not valid UTF-8" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = cli_runner("index", "build", path, "--out", tmp_path / "idx", "--invalid-utf8",
+                        "replace")
+    assert result.exit_code == 0, result.output
+    result = cli_runner("index", "info", tmp_path / "idx")
+    assert "1 records with invalid UTF-8 read as U+FFFD" in result.output
+    result = cli_runner("index", "build", path, "--out", tmp_path / "i2", "--invalid-utf8", "skip")
+    assert result.exit_code == 2 and "'skip' is not one of 'error', 'replace'" in result.output
 
 
 @needs_datasets

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from tapt.errors import InputError
 
-from .base import Format, ReadOptions, Row, Scanned, TextDocs
+from .base import Format, InvalidUtf8, ReadOptions, Row, Scanned, TextDocs
 from .sources import COMPRESSIONS, HubDataset, InputFile, Source, compression_of
 
 _FORMATS: dict[str, Format] = {}
@@ -82,5 +82,5 @@ def folder_format(source: Source) -> Format | None:
 # The formats, in the order messages list them.
 from . import jsonl, text, table, parquet, arrow, hf  # noqa: E402,F401
 
-__all__ = ["Format", "ReadOptions", "Row", "Scanned", "TextDocs", "InputFile", "Source",
-           "HubDataset", "register", "names", "get", "known", "by_name", "folder_format"]
+__all__ = ["Format", "ReadOptions", "Row", "Scanned", "TextDocs", "InvalidUtf8", "InputFile",
+           "Source", "HubDataset", "register", "names", "get", "known", "by_name", "folder_format"]

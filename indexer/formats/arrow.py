@@ -74,11 +74,13 @@ def _scan_files(name: str, files: list[Source], options: ReadOptions) -> Scanned
     return Scanned(rows, exact=False, detail={"columns": columns})
 
 
-def _rows(name: str, files: list[Source], options: ReadOptions, columns: list[str]) -> Iterator[Row]:
+def _rows(file: InputFile, files: list[Source], options: ReadOptions) -> Iterator[Row]:
+    name, columns = file.name, file.scanned.detail["columns"]
     number = 1
     for source in files:
         with _ipc(source) as (_, batches):
-            for row in table_rows(name, (b.select(columns) for b in batches), options, number):
+            for row in table_rows(name, (b.select(columns) for b in batches), options, number,
+                                  file=file):
                 number += 1
                 yield row
 
@@ -93,7 +95,7 @@ class ArrowFormat(Format):
         return _scan_files(file.name, [file.source], options)
 
     def rows(self, file: InputFile, options: ReadOptions) -> Iterator[Row]:
-        return _rows(file.name, [file.source], options, file.scanned.detail["columns"])
+        return _rows(file, [file.source], options)
 
 
 @register
@@ -138,7 +140,7 @@ class HfDiskFormat(Format):
 
     def rows(self, file: InputFile, options: ReadOptions) -> Iterator[Row]:
         files = self._data_files(file.source, options)
-        return _rows(file.name, files, options, file.scanned.detail["columns"])
+        return _rows(file, files, options)
 
 
 def _json(source: Source) -> dict[str, Any]:

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 TextDocs = Literal["auto", "line", "block"]
 TEXT_DOCS = ("auto", "line", "block")
+InvalidUtf8 = Literal["error", "replace"]
+INVALID_UTF8 = ("error", "replace")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class ReadOptions:
         input_format: Read every file as this format (by name) instead of by its extension.
         hf_split: The split of a saved DatasetDict folder or of a Hub dataset.
         strict: Refuse a folder that holds files of no known format instead of skipping them.
+        invalid_utf8: Text that is not valid UTF-8: "error" refuses it with its file and line
+            (or row); "replace" reads each invalid byte as U+FFFD and counts the records.
     """
 
     text_field: str = "text"
@@ -51,6 +55,7 @@ class ReadOptions:
     input_format: str | None = None
     hf_split: str | None = None
     strict: bool = False
+    invalid_utf8: InvalidUtf8 = "error"
 
     def __post_init__(self) -> None:
         if not isinstance(self.text_field, str) or not self.text_field:
@@ -58,6 +63,9 @@ class ReadOptions:
         if self.text_docs not in TEXT_DOCS:
             raise InputError(f"must be one of {', '.join(TEXT_DOCS)}, got {self.text_docs!r}",
                              param="text_docs")
+        if self.invalid_utf8 not in INVALID_UTF8:
+            raise InputError(f"must be one of {', '.join(INVALID_UTF8)}, got "
+                             f"{self.invalid_utf8!r}", param="invalid_utf8")
         if self.doc_field == "":
             object.__setattr__(self, "doc_field", None)
         if self.input_format is not None:
@@ -157,15 +165,21 @@ def json_safe(value: Any) -> tuple[bool, Any]:
     return False, None
 
 
-def table_rows(name: str, batches: Iterator[Any], options: ReadOptions,
-               start: int = 1) -> Iterator[Row]:
+def table_rows(name: str, batches: Iterator[Any], options: ReadOptions, start: int = 1,
+               file: "InputFile | None" = None) -> Iterator[Row]:
     """Rows of Arrow record batches (Parquet, Arrow IPC, saved HF datasets): the text column's
-    value and every other column as metadata, rows numbered from `start`."""
+    value and every other column as metadata, rows numbered from `start`. Records whose
+    invalid UTF-8 was replaced (`options.invalid_utf8`) are counted in `file.invalid_utf8_read`.
+    """
     from pyarrow import types as pa_types
 
     number = start
     for batch in batches:
-        columns = {n: batch.column(i).to_pylist() for i, n in enumerate(batch.schema.names)}
+        repaired: set[int] = set()
+        columns = {n: _python_values(batch.column(i), name, number, n, options, repaired)
+                   for i, n in enumerate(batch.schema.names)}
+        if file is not None:
+            file.invalid_utf8_read += len(repaired)
         texts = columns.pop(options.text_field)
         for n in columns:            # NaN and infinities: null (JSON has neither)
             if pa_types.is_floating(batch.schema.field(n).type):
@@ -182,6 +196,42 @@ def table_rows(name: str, batches: Iterator[Any], options: ReadOptions,
                         meta[n] = v
             yield Row(f"{name}:row {number}", text, meta)
             number += 1
+
+
+def _python_values(column: Any, file: str, first: int, name: str, options: ReadOptions,
+                   repaired: set[int]) -> list[Any]:
+    """An Arrow column's values as Python objects (`first`: the file's row number of the first
+    value). Strings that are not valid UTF-8 (Parquet does not check) are refused with their
+    row, or read with U+FFFD for each invalid byte, their positions added to `repaired`."""
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError as exc:
+        failure = exc
+    import pyarrow as pa
+
+    from .sources import invalid_utf8_message
+
+    plain = column.dictionary_decode() if pa.types.is_dictionary(column.type) else column
+    try:
+        raw = plain.cast(pa.large_binary()).to_pylist()
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):    # strings inside lists, structs
+        raise InputError(f"{file}:rows {first}-{first + len(column) - 1}: column '{name}' holds "
+                         f"text that is not valid UTF-8 inside {plain.type} values; re-encode "
+                         "the file as UTF-8") from failure
+    values: list[Any] = []
+    for i, value in enumerate(raw):
+        if value is None:
+            values.append(None)
+            continue
+        try:
+            values.append(value.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            if options.invalid_utf8 != "replace":
+                raise InputError(f"{file}:row {first + i}: column '{name}' is "
+                                 f"{invalid_utf8_message(exc)}") from exc
+            values.append(value.decode("utf-8", errors="replace"))
+            repaired.add(i)
+    return values
 
 
 def _is_plain(arrow_type: Any) -> bool:

@@ -24,7 +24,7 @@ class JsonlFormat(Format):
     def _objects(self, file: InputFile, options: ReadOptions) -> Iterator[tuple[int, dict[str, Any]]]:
         """(line number, object) of every record; a null text field is kept (a blank record,
         as a null in a table), lone UTF-16 surrogates escaped in the JSON become U+FFFD."""
-        for lineno, line in file.lines():
+        for lineno, line in file.lines(options.invalid_utf8):
             if not line.strip():
                 continue
             try:

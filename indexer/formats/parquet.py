@@ -54,4 +54,4 @@ class ParquetFormat(Format):
         with _parquet(file) as pf:
             yield from table_rows(file.name, pf.iter_batches(batch_size=_BATCH,
                                                              columns=file.scanned.detail["columns"]),
-                                  options)
+                                  options, file=file)

@@ -397,6 +397,7 @@ class InputFile:
     compression: str | None = None
     scanned: "Scanned | None" = None
     blank_read: int = 0  # blank records met while reading (formats whose scan is not exact)
+    invalid_utf8_read: int = 0  # lines or rows whose invalid UTF-8 was replaced while reading
     in_folder: bool = False  # found by walking a folder (an empty one is skipped, not refused)
 
     @property
@@ -425,9 +426,11 @@ class InputFile:
             except read_errors() as exc:
                 raise InputError(f"{self.name}: cannot read ({exc})") from exc
 
-    def lines(self) -> Iterator[tuple[int, str]]:
-        """(line number, decoded line with its line ending). A binary file, NUL bytes and
-        invalid UTF-8 are refused with the file and line; a BOM is dropped."""
+    def lines(self, invalid_utf8: str = "error") -> Iterator[tuple[int, str]]:
+        """(line number, decoded line with its line ending). A binary file and NUL bytes are
+        refused with the file and line; a BOM is dropped. Invalid UTF-8 is refused too, or with
+        `invalid_utf8="replace"` becomes U+FFFD (each such line counted in
+        `invalid_utf8_read`)."""
         with self.open() as fh:
             head = fh.read(_SNIFF)
             if b"\x00" in head:
@@ -444,9 +447,18 @@ class InputFile:
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    raise InputError(f"{self.name}:{lineno}: not valid UTF-8 (byte {exc.start}); "
-                                     "re-encode the file") from exc
+                    if invalid_utf8 != "replace":
+                        raise InputError(f"{self.name}:{lineno}: {invalid_utf8_message(exc)}"
+                                         ) from exc
+                    text = raw.decode("utf-8", errors="replace")
+                    self.invalid_utf8_read += 1
                 yield lineno, text.lstrip("\ufeff") if lineno == 1 else text
+
+
+def invalid_utf8_message(exc: UnicodeDecodeError) -> str:
+    """What to say about text that is not valid UTF-8 (after its "file:line: ")."""
+    return (f"not valid UTF-8 (byte {exc.start}); re-encode the file as UTF-8 (index build "
+            "and add can read invalid bytes as U+FFFD: --invalid-utf8 replace)")
 
 
 def _chain(*iterables: Any) -> Iterator[bytes]:

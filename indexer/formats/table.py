@@ -29,8 +29,8 @@ class CsvFormat(Format):
         """(line, header, row) of every non-empty data row, checked against the header."""
         if csv.field_size_limit() < _FIELD_LIMIT:
             csv.field_size_limit(_FIELD_LIMIT)
-        reader = csv.reader((line for _, line in file.lines()), delimiter=self.delimiter,
-                            strict=True)
+        reader = csv.reader((line for _, line in file.lines(options.invalid_utf8)),
+                            delimiter=self.delimiter, strict=True)
         try:
             header = next(reader, None)
             if header is None:

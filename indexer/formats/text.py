@@ -20,7 +20,7 @@ class TextFormat(Format):
     def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
         records = 0
         saw_text = pending_blank = has_blank_between = False
-        for _, line in file.lines():
+        for _, line in file.lines(options.invalid_utf8):
             if line.strip():
                 records += 1
                 if pending_blank and saw_text:
@@ -36,13 +36,13 @@ class TextFormat(Format):
 
     def rows(self, file: InputFile, options: ReadOptions) -> Iterator[Row]:
         if file.scanned.detail["text_docs"] == "line":
-            for lineno, line in file.lines():
+            for lineno, line in file.lines(options.invalid_utf8):
                 if line.strip():
                     yield Row(f"{file.name}:{lineno}", line.strip(), {})
             return
         block: list[str] = []
         start = 1
-        for lineno, line in file.lines():
+        for lineno, line in file.lines(options.invalid_utf8):
             if line.strip():
                 if not block:
                     start = lineno
