@@ -354,10 +354,12 @@ class Index(_IndexBase):
                 classifier, moore-lewis, fused, fused-learned, finetune, auto
                 (`method_names()` lists them).
             task: A file or folder, a list of them (`pathlib.Path`), a list of strings (the
-                task's text), or an (n, dim) array of embeddings from the index's model (then
-                methods that read text refuse). Not needed by random.
+                task's text; a NumPy array or pandas Series of strings too), or an (n, dim)
+                float array of embeddings from the index's model (then methods that read text
+                refuse). One `str` is a path: put one sentence in a list. Not needed by random.
             budget: "0.2" (a fraction of segments), "5000" (segments), "20000sent",
-                "2Mtok"; None where the method allows it (knn: the whole union).
+                "2Mtok"; None where the method allows it (knn: the whole union). A number
+                with a decimal point is a fraction (1.0: every segment), an int a count.
             segment_size: Re-cut segments at this many sentences (default: the index's).
             seed: Seed of every random choice.
             context: "sentence" ranks by each sentence's own score; "document" by its
@@ -639,17 +641,30 @@ def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, An
         task = request.get("task")
         if isinstance(task, str):
             task = Path(task)
-        elif isinstance(task, dict) and set(task) == {"files"}:
-            task = [Path(p) for p in task["files"]]
+        elif isinstance(task, dict):
+            files = task.get("files")
+            if set(task) != {"files"} or not isinstance(files, list) or not files or not all(
+                    isinstance(p, str) and p for p in files):
+                raise InputError('a task object is {"files": [paths, ...]}', param="task")
+            task = [Path(p) for p in files]
+        elif task is not None and not (isinstance(task, list) and task
+                                       and all(isinstance(t, str) for t in task)):
+            raise InputError("a task file's path, {\"files\": [paths]}, or a list of "
+                             "sentences", param="task")
         params = request.get("params") or {}
         if not isinstance(params, dict):
             raise InputError("must be a JSON object of the method's parameters", param="params")
+        out = request.get("out")
+        if out is not None and not (isinstance(out, str) and out):
+            raise InputError("must be a path (a string)", param="out")
+        overwrite = request.get("overwrite", False)
+        if not isinstance(overwrite, bool):
+            raise InputError("must be true or false", param="overwrite")
         selection = served.select(request["method"], task, request.get("budget"),
                                   segment_size=request.get("segment_size"),
                                   seed=request.get("seed", 0), **params)
-        out = request.get("out")
         if out is not None:
-            out = str(selection.write(out, overwrite=bool(request.get("overwrite", False))))
+            out = str(selection.write(out, overwrite=overwrite))
         return {"id": rid, "method": selection.method, "segments": len(selection),
                 "sentences": selection.counts["sentences"],
                 "ids": [int(i) for i in selection.ids], "out": out,
@@ -658,6 +673,10 @@ def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, An
         return {"id": rid, "error": str(exc)}
     except OSError as exc:  # a task or output path the system refuses
         return {"id": rid, "error": f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")}
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        # a value of a type no check above foresaw: this request fails, the server goes on
+        log.debug("request %r failed", rid, exc_info=True)
+        return {"id": rid, "error": f"request: cannot be answered ({type(exc).__name__}: {exc})"}
 
 
 def _paths(inputs: PathLike | Sequence[PathLike]) -> list[str]:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import InputError, Interrupted, OutputError, StorageError
+from tapt.util.checks import whole_number
 from tapt.util.files import ensure_dir, fsync_path, sha256_file, storage_error
 from tapt.util.safety import check_output, check_usable, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
@@ -98,10 +99,8 @@ class BuildConfig:
     executor: str = "local"
 
     def __post_init__(self) -> None:
-        if self.segment_size < 1:
-            raise InputError("must be at least 1", param="segment_size")
-        if self.batch_size < 1:
-            raise InputError("must be at least 1", param="batch_size")
+        whole_number(self.segment_size, "segment_size")
+        whole_number(self.batch_size, "batch_size")
         if self.window < self.batch_size:
             self.window = self.batch_size
         ReadOptions(self.text_field, self.doc_field, self.text_docs, self.input_format,
@@ -112,9 +111,8 @@ class BuildConfig:
         if self.embedding_dtype not in EMBEDDING_DTYPES:
             raise InputError(f"must be one of {', '.join(EMBEDDING_DTYPES)}",
                              param="embedding_dtype")
-        if self.shards is not None and (isinstance(self.shards, bool) or
-                                        not isinstance(self.shards, int) or self.shards < 1):
-            raise InputError("must be a whole number of at least 1", param="shards")
+        if self.shards is not None:
+            whole_number(self.shards, "shards")
         if self.shards is not None and self.shard_size is not None:
             raise InputError("give `shards` or `shard_size`, not both", param="shard_size")
         if self.shard_size is not None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from tapt.errors import InputError, TaptError
+from tapt.errors import InputError
 from .models import display_name, load_failure, resolve_model
 
 log = logging.getLogger(__name__)
@@ -236,7 +237,15 @@ def _no_gpu_driver() -> bool:
 
 
 def pick_device(device: str) -> str:
-    """`auto` -> cuda when torch sees a GPU, else cpu; `cuda` without a GPU is an error."""
+    """`auto` -> cuda when torch sees a GPU, else cpu; `cuda` without a GPU is an error.
+
+    Raises:
+        InputError: a device other than auto, cpu, cuda, cuda:N or mps, or cuda where torch
+            sees no GPU.
+    """
+    if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device):
+        raise InputError(f"must be auto, cpu, cuda, cuda:N or mps, got {device!r}",
+                         param="device")
     if device == "auto" and _no_gpu_driver():
         return "cpu"
     import torch
@@ -244,7 +253,7 @@ def pick_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise TaptError("cuda was asked for, but torch sees no CUDA GPU", param="device")
+        raise InputError("cuda was asked for, but torch sees no CUDA GPU", param="device")
     return device
 
 
@@ -259,11 +268,12 @@ CPU_DEFAULT = "onnx"
 def resolve_backend(backend: str, device: str) -> str:
     """`auto` -> the measured fastest safe backend for the device; ONNX on CUDA is refused."""
     if backend not in BACKENDS:
-        raise TaptError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+        raise InputError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})",
+                         param="backend")
     if backend == "auto":
         return "torch" if device.startswith("cuda") else CPU_DEFAULT
     if backend.startswith("onnx") and device.startswith("cuda"):
-        raise TaptError(f"{backend} runs on the CPU only; use torch with `device` cuda",
+        raise InputError(f"{backend} runs on the CPU only; use torch with `device` cuda",
                         param="backend")
     return backend
 

@@ -149,7 +149,8 @@ class Index:
         self.codes: RowView | None = RowView(codes) if all(c is not None for c in codes) \
             else None
         self.store = (ShardedStore([StoreShard(s.store, s.row_offset, s.doc_offset, s.name)
-                                    for s in self.shards], label))
+                                    for s in self.shards], label,
+                                   rows=sum(s.rows for s in self.shards)))
 
     def _open_shard(self, base: Path, entry: dict[str, Any], dim: int, emb_dtype: str,
                     label: Path) -> Shard:

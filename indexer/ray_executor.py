@@ -36,6 +36,7 @@ from typing import Any, Iterator, Sequence
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError, TaptError
+from tapt.util.checks import whole_number
 
 from .executors import EncoderSource, EncoderSpec, Executor, Stage, register_executor
 
@@ -183,9 +184,8 @@ class RayExecutor(Executor):
     def __init__(self, address: str | None = None, workers: int | None = None,
                  gpus_per_worker: float = 0.0, progress: bool = True,
                  timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> None:
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                    or workers < 1):
-            raise InputError("must be a whole number of at least 1", param="workers")
+        if workers is not None:
+            whole_number(workers, "workers")
         if not gpus_per_worker >= 0:
             raise InputError("must be 0 or more", param="gpus_per_worker")
         if not timeout > 0:

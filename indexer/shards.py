@@ -22,6 +22,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import lmdb
 import numpy as np
 
+from tapt.errors import InputError
+
 from .store import DamagedRecord, TextStore, _KEY, damaged, decode_record
 
 
@@ -199,9 +201,11 @@ class ShardedStore:
     the global document number (`doc`), exactly as an unsharded index stores them.
     """
 
-    def __init__(self, shards: Sequence[StoreShard], label: str | Path) -> None:
+    def __init__(self, shards: Sequence[StoreShard], label: str | Path,
+                 rows: int | None = None) -> None:
         self.shards = list(shards)
         self.label = label
+        self.rows = rows        # the index's row count, when known: ids past it are misuse
         self._starts = [s.row_offset for s in self.shards]
 
     def __len__(self) -> int:
@@ -212,11 +216,14 @@ class ShardedStore:
 
     def iter_records(self, ids: Iterable[int]) -> Iterator[dict[str, Any]]:
         """The records of `ids` one by one, each checked; IndexFormatError names the first
-        damaged or missing one."""
+        damaged or missing one, InputError an id outside the index's rows."""
         txns: dict[int, Any] = {}
         try:
             for sid in ids:
                 sid = int(sid)
+                if self.rows is not None and not 0 <= sid < self.rows:
+                    raise InputError(f"row {sid} is out of range: the index has {self.rows:,} "
+                                     f"sentences (rows 0 to {self.rows - 1:,})", param="ids")
                 s = self._shard_of(sid) if sid >= 0 else -1
                 if s < 0:
                     raise damaged(self.label, f"the text store has no sentence {sid}")

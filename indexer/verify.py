@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from tapt.errors import TaptError
+from tapt.util.checks import whole_number
 
 from . import integrity
 from .manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LMDB_DATA, SHARDS, STORE,
@@ -79,6 +80,7 @@ def verify_index(path: str | Path, deep: bool = False, sample: int = 200, encode
                  progress: bool = False, seed: int = 0, model: str | None = None) -> VerifyReport:
     """Every check of the index at `path`, shard by shard; `deep` also re-embeds `sample`
     stored sentences."""
+    sample = whole_number(sample, "sample", minimum=0)
     path = Path(path)
     report = VerifyReport(str(path))
     rebuild = REBUILD.format(path=path)

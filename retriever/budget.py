@@ -54,7 +54,10 @@ def parse_budget(spec: str) -> Budget:
     if unit is None:
         if "." in number or "e" in number.lower():
             if scale or value > 1:
-                raise BudgetError(f"{spec!r}: a fraction must be in (0, 1]", param="budget")
+                whole = (f"; a segment count is a whole number ({int(value)})"
+                         if value == int(value) else "")
+                raise BudgetError(f"{spec!r}: a number with a decimal point is a fraction of the "
+                                  f"corpus and must be in (0, 1]{whole}", param="budget")
             return Budget(str(spec), "fraction", value)
         return Budget(str(spec), "segments", value)
     if unit.lower().startswith("seg") and value != int(value):

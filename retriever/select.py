@@ -21,6 +21,7 @@ from tapt.errors import InputError
 from tapt.indexer.encoder import Encoder, LazyEncoder
 from tapt.indexer.index import Index
 from tapt.indexer.splitter import docs_of_rows
+from tapt.util.checks import whole_number
 from tapt.util.versions import library_versions, utc_now
 
 from .budget import parse_budget
@@ -66,8 +67,8 @@ class SelectConfig:
             raise InputError(f"{self.method} takes no budget", param="budget")
         self.budget = budget
         self.parsed_budget = parse_budget(budget) if budget is not None else None
-        if segment_size is not None and (not isinstance(segment_size, int) or segment_size < 1):
-            raise InputError("must be a whole number of at least 1", param="segment_size")
+        if segment_size is not None:
+            segment_size = whole_number(segment_size, "segment_size")
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
             raise InputError(f"must be an integer, got {seed!r}", param="seed")
         if not 0 <= int(seed) < 2**32:      # what every seeded library here accepts
@@ -201,6 +202,11 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
     t0 = time.perf_counter()
     segments = materialise(index, view, ranking, config.method)
     timings["read_text_seconds"] = round(time.perf_counter() - t0, 3)
+    if not segments:
+        warning = (f"{config.method} selected nothing: no segment of the index passed its "
+                   "cut; give a budget to take the best segments whatever their scores")
+        log.warning("%s", warning)
+        warnings.append(warning)
     manifest = {
         "method": config.method,
         "params": config.to_manifest(),

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence, TextIO
 import numpy as np
 
 from tapt.errors import InputError, OutputError
-from tapt.util.files import atomic_write, storage_error, temporary_sibling, write_json_atomic
+from tapt.util.files import (atomic_write, sha256_file, storage_error, temporary_sibling,
+                             write_json_atomic)
 from tapt.util.safety import check_not_input, check_output
 
 from .selection_file import (SelectedSegment, is_selection, is_selection_manifest,
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 ExportFormat = Literal["jsonl", "parquet", "hf", "txt"]
 EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "parquet", "hf", "txt")
 _SUFFIX_FORMAT = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".txt": "txt"}
+# Names that promise what a plain JSON Lines or text file is not: written under them, other
+# tools (tapt's own corpus reader too) would try to decompress or parse them.
+_NOT_PLAIN_TEXT = (".gz", ".zst", ".zstd", ".bz2", ".xz", ".zip", ".parquet", ".pq", ".arrow",
+                   ".feather", ".ipc", ".csv", ".tsv")
 EXPORT_MARKER = "tapt_selection.json"      # inside an `hf` export folder: the selection manifest
 _PARQUET_KEY = b"tapt_selection"           # parquet schema metadata: the selection manifest
 _PARQUET_ROWS_KEY = b"tapt_rows_sha256"     # ... and a digest of its rows as tapt wrote them
@@ -264,8 +269,8 @@ class Selection:
 
         Args:
             path: The selection file to write (its manifest goes to PATH.manifest.json).
-            overwrite: Replace an existing file that is not a tapt selection (an existing
-                selection is always replaced).
+            overwrite: Replace a selection file tapt wrote that was edited since. An unedited
+                tapt selection is replaced without it; a file tapt did not write never is.
 
         Returns:
             The path written.
@@ -296,7 +301,11 @@ class Selection:
             out: The file (jsonl, parquet, txt) or folder (hf) to write.
             format: jsonl, parquet, hf (a `datasets` save_to_disk folder) or txt (one segment
                 per line; weights are dropped); default: from the suffix of `out`.
-            overwrite: Replace an existing file that tapt did not write.
+            overwrite: Replace a jsonl or parquet export tapt wrote that may have changed
+                since (an unchanged parquet export and an hf folder are replaced without it).
+                A file tapt did not write is never replaced, whatever the flags, nor is a txt
+                export (it carries no mark of tapt); an existing file that already holds
+                exactly this export is left as it is.
 
         Returns:
             The path written.
@@ -313,10 +322,13 @@ class Selection:
                                   ours=_is_hf_export, directory=True)
             self._export_hf(target)
             return target
+        if fmt in ("jsonl", "txt") and _holds_lines(Path(out), self.lines(fmt)):
+            return Path(out).resolve()         # a rerun: nothing to replace
         ours = _is_parquet_export if fmt == "parquet" else None
         made = {"parquet": _has_export_metadata, "jsonl": _is_jsonl_export}.get(fmt)
-        target = check_output(out, what="export", inputs=inputs, overwrite=overwrite,
-                              ours=ours, made=made)
+        target = check_output(out, what="text export" if fmt == "txt" else "export",
+                              inputs=inputs, overwrite=overwrite, ours=ours, made=made,
+                              marked=fmt != "txt")
         target.parent.mkdir(parents=True, exist_ok=True)
         if fmt == "parquet":
             self._export_parquet(target)
@@ -399,6 +411,23 @@ _HF_EXPORT_FILES = re.compile(r"^(data-\d{5}-of-\d{5}\.arrow|dataset_info\.json|
                               + re.escape(EXPORT_MARKER) + r")$")
 
 
+def _holds_lines(path: Path, lines: Iterator[str]) -> bool:
+    """Whether the regular file `path` holds exactly these lines (UTF-8): writing them again
+    would change nothing."""
+    import hashlib
+
+    if not path.is_file():
+        return False
+    digest, size = hashlib.sha256(), 0
+    for line in lines:
+        data = line.encode("utf-8")
+        digest.update(data)
+        size += len(data)
+        if size > path.stat().st_size:
+            return False
+    return size == path.stat().st_size and sha256_file(path) == digest.hexdigest()
+
+
 def _is_hf_export(path: Path) -> bool:
     """An hf export folder tapt wrote, holding only the files it writes there (a folder with a
     user's file added is theirs: never replaced)."""
@@ -462,12 +491,23 @@ def export_format(out: str | Path, format: str | None) -> str:
         if format not in EXPORT_FORMATS:
             raise InputError(f"unknown format {format!r}: use one of {', '.join(EXPORT_FORMATS)}",
                              param="format")
+        if format in ("jsonl", "txt"):
+            _check_plain_name(out, f"a {format} export", "name it .jsonl or .txt (compress it "
+                              "afterwards if you need to), or export with format parquet or hf")
         return format
     guessed = _SUFFIX_FORMAT.get(Path(out).suffix.lower())
     if guessed is None:
         raise InputError(f"cannot tell the format from {out}: pass `format` "
                          f"({', '.join(EXPORT_FORMATS)})", param="format")
     return guessed
+
+
+def _check_plain_name(out: str | Path, what: str, hint: str) -> None:
+    """Refuse to write plain JSON Lines or text under a name that says otherwise (.gz, .parquet)."""
+    suffix = Path(out).suffix.lower()
+    if suffix in _NOT_PLAIN_TEXT:
+        raise InputError(f"{out}: {what} is plain, uncompressed text, not {suffix[1:]}; {hint}",
+                         param="out")
 
 
 def check_selection_output(out: str | Path, inputs: Sequence[str | Path],
@@ -479,6 +519,8 @@ def check_selection_output(out: str | Path, inputs: Sequence[str | Path],
     that is not a selection manifest, and an input (task file, index, anything inside an
     index), never.
     """
+    _check_plain_name(out, "a selection file", "name it .jsonl (`tapt export` writes it as "
+                      "parquet or an hf dataset)")
     target = check_output(out, what="selection", inputs=inputs, overwrite=overwrite,
                           ours=is_unchanged_selection, made=is_selection)
     beside = manifest_path(target)

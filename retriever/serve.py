@@ -50,6 +50,7 @@ from tapt.indexer.faiss_index import (ShardedFaiss, merge_in_groups, search_part
                                       set_search_param)
 from tapt.indexer.ray_executor import ExecutorError, connect, import_ray, task_error
 from tapt.indexer.shards import grid_ranges
+from tapt.util.checks import whole_number
 
 from . import scoring, topcut
 
@@ -182,9 +183,8 @@ class ShardServers:
         if hold == "codes" and index.codes is None:
             raise InputError(f"index {index.path} has no int8 codes to hold: run tapt index "
                              f"reindex {index.path} --codes int8", param="hold")
-        if actors is not None and (isinstance(actors, bool) or not isinstance(actors, int)
-                                   or actors < 1):
-            raise InputError("must be a whole number of at least 1", param="actors")
+        if actors is not None:
+            whole_number(actors, "actors")
         if not cpus_per_actor > 0:
             raise InputError("must be more than 0", param="cpus_per_actor")
         self.ray = import_ray("serving an index", param=None)

@@ -25,6 +25,7 @@ import numpy as np
 
 from tapt.indexer.encoder import Encoder, LazyEncoder, embedding_key
 from tapt.util.cache import read_checked, readable_cache, writable_cache, write_checked
+from tapt.util.checks import whole_number
 from .task_input import screen_left_out
 
 log = logging.getLogger(__name__)
@@ -68,10 +69,11 @@ def encode_in_chunks(encoder: Encoder, sentences: Sequence[str], batch_size: int
     """
     from tqdm.auto import tqdm
 
+    batch_size = whole_number(batch_size, "batch_size")
     sentences = list(sentences)
     if not sentences:
         return np.empty((0, encoder.dim), dtype=np.float32)
-    chunk = max(1, batch_size) * CHUNK_BATCHES
+    chunk = int(batch_size) * CHUNK_BATCHES
     order = np.argsort([-len(s) for s in sentences], kind="stable")
     out = np.empty((len(sentences), encoder.dim), dtype=np.float32)
     with tqdm(total=len(sentences), unit="sentence", desc="embed task", disable=not progress,

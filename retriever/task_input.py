@@ -107,8 +107,8 @@ def task_from_embeddings(array: Any, dim: int) -> TaskInput:
 
 
 def resolve_task(task: Any, split: bool, dim: int, text_field: str = "text") -> TaskInput:
-    """The `task` argument of `Index.select`: a path, a list of paths, a list of strings or an
-    array of embeddings.
+    """The `task` argument of `Index.select`: a path, a list of paths, a list of strings (or a
+    NumPy array or pandas Series of them) or an array of embeddings.
 
     A `str` or `os.PathLike` is a file, folder or URL; a list of `os.PathLike` is files; a list
     of `str` is the task's text, unless every string names an existing file or a URL.
@@ -119,8 +119,19 @@ def resolve_task(task: Any, split: bool, dim: int, text_field: str = "text") -> 
     """
     if isinstance(task, TaskInput):
         return task
+    if isinstance(task, str) and not (os.path.exists(task) or _is_url(task)) \
+            and not _looks_like_file(task):
+        raise InputError(f"{_short(task)!r} is not a file, folder or URL: pass the task's text "
+                         "as a list of strings ([\"...\"]), or a path", param="task")
     if isinstance(task, (str, os.PathLike)):
         return task_from_files([task], split, text_field)
+    if _is_series(task):                 # a pandas column of text (or of embedding rows)
+        task = task.tolist()
+    if isinstance(task, np.ndarray) and (task.dtype.kind in "USO"):
+        if task.ndim != 1 or not all(isinstance(t, str) for t in task.tolist()):
+            raise InputError("an array of strings as a task must be 1-D and hold only str "
+                             "(the task's text); embeddings are a float array", param="task")
+        return task_from_texts(task.tolist(), split)
     if isinstance(task, np.ndarray):
         return task_from_embeddings(task, dim)
     if isinstance(task, (list, tuple)):
@@ -144,6 +155,15 @@ def resolve_task(task: Any, split: bool, dim: int, text_field: str = "text") -> 
                          "embedding rows", param="task")
     raise InputError(f"a task is a path, a list of paths, a list of strings or an array of "
                      f"embeddings, not {type(task).__name__}", param="task")
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _is_series(value: Any) -> bool:
+    kind = type(value)
+    return kind.__name__ == "Series" and kind.__module__.startswith("pandas")
 
 
 def _is_url(text: str) -> bool:

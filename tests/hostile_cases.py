@@ -168,7 +168,8 @@ CASES = [
     Case("budget inf", _select("inf"), "error: not understood"),
     Case("budget 1e9sent (larger than the corpus)", _select("1e9sent"),
          "error: larger than the corpus"),
-    Case("budget 1.5 (fraction > 1)", _select("1.5"), "error: a fraction must be in (0, 1]"),
+    Case("budget 1.5 (fraction > 1)", _select("1.5"),
+         "error: is a fraction of the corpus and must be in (0, 1]"),
     Case("index of a newer format version", _newer_version, "error: upgrade tapt"),
 ]
 

@@ -69,8 +69,11 @@ def test_select_with_every_kind_of_task(ix, medical_task, task_lines):
     by_str_paths = ix.select("centroid", task=[str(medical_task)], budget="0.2", encoder=enc)
     by_texts = ix.select("centroid", task=task_lines, budget="0.2", encoder=enc)
     by_emb = ix.select("centroid", task=enc.encode(task_lines), budget="0.2")
+    by_array = ix.select("centroid", task=np.array(task_lines), budget="0.2", encoder=enc)
+    pd = pytest.importorskip("pandas")
+    by_series = ix.select("centroid", task=pd.Series(task_lines), budget="0.2", encoder=enc)
     ids = by_file.ids.tolist()
-    for other in (by_paths, by_str_paths, by_texts, by_emb):
+    for other in (by_paths, by_str_paths, by_texts, by_emb, by_array, by_series):
         assert other.ids.tolist() == ids
     assert by_file.manifest["task"]["kind"] == "files"
     assert by_texts.manifest["task"]["kind"] == "texts" and by_emb.manifest["task"]["files"] == []
@@ -79,6 +82,10 @@ def test_select_with_every_kind_of_task(ix, medical_task, task_lines):
     assert err.value.param == "task"
     with pytest.raises(InputError, match="no such file"):
         ix.select("centroid", task=["missing.txt", "other.jsonl"], budget="5", encoder=enc)
+    with pytest.raises(InputError, match="not a file, folder or URL: pass the task's text as a "
+                                         "list of strings") as err:
+        ix.select("centroid", task="Fever and a cough.", budget="5", encoder=enc)
+    assert err.value.param == "task"
     with pytest.raises(InputError, match="L2-normalised"):
         ix.select("centroid", task=2 * enc.encode(task_lines), budget="5")
     with pytest.raises(InputError, match=r"\(n, 64\)"):
@@ -104,6 +111,22 @@ def test_selection_holds_text_metadata_and_scores(ix, fused):
     assert fused.sentence_rows.tolist() == [r for lo, hi in fused.rows for r in range(lo, hi)]
     assert fused.weights.tolist() == [1.0] * len(fused) and fused.texts[0] == first.text
     assert [s.rank for s in fused] == list(range(len(fused)))
+
+
+def test_an_empty_selection_says_so(ix, caplog):
+    task = ["zyxq wvut " * 3 + str(i) for i in range(20)]     # words no corpus sentence has
+    with caplog.at_level("WARNING", logger="tapt.retriever.select"):
+        sel = ix.select("classifier", task=task, encoder=HashingEncoder())
+    assert len(sel) == 0 and sel.warnings and "selected nothing" in sel.warnings[0]
+    assert "give a budget" in caplog.text
+
+
+def test_store_rows_out_of_range_are_misuse_not_damage(ix):
+    for row in (ix.n_sentences, -1):
+        with pytest.raises(InputError, match=f"row {row} is out of range") as err:
+            ix.store.texts([row])
+        assert err.value.param == "ids"
+    assert len(ix.store.texts([ix.n_sentences - 1])) == 1
 
 
 def test_to_pandas_arrow_and_hf_dataset(fused):
@@ -159,6 +182,23 @@ def test_write_never_destroys_inputs_or_foreign_files(ix, fused, medical_task, t
     assert tapt.Selection.read(first).method == "fused"
 
 
+def test_export_rerun_needs_no_overwrite_and_a_changed_text_export_is_kept(fused, tmp_path):
+    for name in ("t.txt", "t.jsonl"):
+        path = fused.export(tmp_path / name)
+        before = path.stat().st_mtime_ns
+        assert fused.export(tmp_path / name) == path       # a notebook cell run again
+        assert path.stat().st_mtime_ns == before
+    edited = tmp_path / "t.txt"
+    edited.write_text(edited.read_text() + "my own line\n")
+    for overwrite in (False, True):
+        with pytest.raises(OutputError, match="carries no mark of tapt"):
+            fused.export(edited, overwrite=overwrite)
+    assert edited.read_text().endswith("my own line\n")
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    with pytest.raises(OutputError, match="never replaces a file it did not write"):
+        fused.export(tmp_path / "t.jsonl", overwrite=True)
+
+
 def test_exports_load_with_pandas_and_datasets(fused, tmp_path):
     import datasets
     import pandas as pd
@@ -179,6 +219,9 @@ def test_exports_load_with_pandas_and_datasets(fused, tmp_path):
     fused.export(parquet)
     fused.export(hf, format="hf")
     assert datasets.load_from_disk(str(hf)).num_rows == len(fused)
+    fused.export(tmp_path / "train.jsonl")          # unchanged: nothing to replace
+    with open(tmp_path / "train.jsonl", "a") as fh:
+        fh.write(lines[0] + "\n")                     # changed since: only with `overwrite`
     with pytest.raises(OutputError, match="pass `overwrite`"):
         fused.export(tmp_path / "train.jsonl")
     with pytest.raises(OutputError, match="also an input"):

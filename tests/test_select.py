@@ -114,6 +114,31 @@ def test_bad_requests(fake_index, medical_task, tmp_path):
     assert not (tmp_path / "x.jsonl").exists()
 
 
+def test_malformed_serve_requests_get_an_error_answer(fake_index, medical_task, tmp_path):
+    import tapt
+    from tapt.api import answer_request
+
+    class Served:   # answer_request needs only `select`; this one embeds with the test encoder
+        def __init__(self, ix):
+            self.ix = ix
+
+        def select(self, *args, **kwargs):
+            return self.ix.select(*args, encoder=HashingEncoder(), **kwargs)
+
+    served = Served(tapt.Index.open(fake_index))
+    base = {"id": 7, "method": "centroid", "task": str(medical_task), "budget": "3"}
+    for change, param in [({"task": {"files": 5}}, "task"), ({"task": {"files": "a.txt"}}, "task"),
+                          ({"task": 5}, "task"), ({"task": {"paths": ["a"]}}, "task"),
+                          ({"out": 5}, "out"), ({"overwrite": "yes"}, "overwrite")]:
+        answer = answer_request(served, {**base, **change})
+        assert answer["id"] == 7 and answer["error"].startswith(f"{param}: "), (change, answer)
+    answer = answer_request(served, {**base, "segment_size": "two"})
+    assert answer["id"] == 7 and "error" in answer
+    answer = answer_request(served, {**base, "task": {"files": [str(medical_task)]},
+                                     "out": str(tmp_path / "s.jsonl")})
+    assert "error" not in answer and len(answer["ids"]) == 3 and (tmp_path / "s.jsonl").is_file()
+
+
 def test_rank_is_pure_given_embeddings(fake_index):
     ix = Index(fake_index)
     task = np.asarray(ix.embeddings[7:8])

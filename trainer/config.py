@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tapt.errors import InputError
+from tapt.util.checks import whole_number
 
 WEIGHT_MODES = ("discrete", "continuous", "sample")
 DEVICES = ("cpu", "cuda")
@@ -114,6 +115,7 @@ class TrainConfig:
         if not (0.0 < self.mlm_probability < 1.0):
             raise InputError(f"must be in (0, 1), got {self.mlm_probability}",
                              param="mlm_probability")
+        whole_number(self.seed, "seed", minimum=0)
         if self.device not in DEVICES:
             raise InputError(f"must be one of {', '.join(DEVICES)}, got {self.device!r}",
                              param="device")

@@ -63,6 +63,8 @@ def check_usable(out: str | Path, param: str | None = "out") -> None:
     Args:
         out: The path a command will write.
         param: The parameter name that holds `out`, for messages.
+        marked: False where tapt's own file of this kind cannot be told from a user's (a plain
+            text export): the refusal says so instead of "not written by tapt".
 
     Raises:
         OutputError: the path cannot be examined.
@@ -85,6 +87,8 @@ def check_not_input(out: str | Path, inputs: Iterable[str | Path], param: str = 
         out: The path the command will write.
         inputs: Every path the command reads.
         param: The parameter name that holds `out`, for messages.
+        marked: False where tapt's own file of this kind cannot be told from a user's (a plain
+            text export): the refusal says so instead of "not written by tapt".
 
     Returns:
         `out` resolved to an absolute path.
@@ -110,7 +114,8 @@ def check_not_input(out: str | Path, inputs: Iterable[str | Path], param: str = 
 def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (),
                  overwrite: bool = False, ours: Callable[[Path], bool] | None = None,
                  ours_needs_overwrite: bool = False, directory: bool = False,
-                 param: str = "out", made: Callable[[Path], bool] | None = None) -> Path:
+                 param: str = "out", made: Callable[[Path], bool] | None = None,
+                 marked: bool = True) -> Path:
     """Refuse an output path that would overwrite or delete something tapt did not make.
 
     Args:
@@ -126,6 +131,8 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
         ours_needs_overwrite: Replacing our own artefact also needs `overwrite`.
         directory: `out` is a directory (a foreign non-empty one is never replaced).
         param: The parameter name that holds `out`, for messages.
+        marked: False where tapt's own file of this kind cannot be told from a user's (a plain
+            text export): the refusal says so instead of "not written by tapt".
 
     Returns:
         `out` resolved to an absolute path.
@@ -174,6 +181,10 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
             raise OutputError(f"{out} is {_a(what)} tapt wrote that may have been changed "
                               "since; pass `overwrite` to replace it", param=param)
         return target
+    if not marked:
+        raise OutputError(f"{out} exists, and {_a(what)} carries no mark of tapt that tells it "
+                          "from a user's file, so tapt never replaces one, whatever the flags: "
+                          "choose another path, or move the file away yourself", param=param)
     raise OutputError(f"{out} exists and is not {_a(what)} written by tapt; tapt never replaces "
                       "a file it did not write, whatever the flags: choose another path, or "
                       "move the file away yourself", param=param)

@@ -594,7 +594,9 @@ class Method:
         Args:
             values: Parameter values by name (missing ones take their defaults).
             explicit: The names the user gave (default: every key of `values`); a parameter
-                that only applies with another's value is refused when given explicitly.
+                that only applies with another's value is refused when given explicitly with
+                a value other than its default (its default, as `describe_methods` lists it,
+                is accepted wherever it does not apply).
 
         Returns:
             An instance of `self.Params`.
@@ -612,7 +614,8 @@ class Method:
         given = set(values) if explicit is None else set(explicit)
         for f in dataclasses.fields(params):
             requires = f.metadata.get("requires")
-            if requires and f.name in given and getattr(params, requires[0]) != requires[1]:
+            if (requires and f.name in given and getattr(params, requires[0]) != requires[1]
+                    and getattr(params, f.name) != f.default):
                 raise InputError(f"only applies with `{requires[0]}` {requires[1]}",
                                  param=f.name)
         return params
