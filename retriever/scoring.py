@@ -553,9 +553,12 @@ def fuse_zscores(*scores: np.ndarray) -> np.ndarray:
 
 
 def lambda_weights(anomaly: np.ndarray, C: float, alpha: float) -> np.ndarray:
-    """TADPOLE's continuous weights: sigmoid(C * (alpha - z)), z the standardised anomaly score."""
+    """TADPOLE's continuous weights: sigmoid(C * (alpha - z)), z the standardised anomaly score;
+    kept above 0 (float32's smallest normal number) where the sigmoid underflows, since a weight
+    is a share of the loss or of the sampling and the selection keeps the segment."""
     z = zscore(anomaly)
-    return (1.0 / (1.0 + np.exp(-C * (alpha - z)))).astype(np.float32)
+    weights = (1.0 / (1.0 + np.exp(-C * (alpha - z)))).astype(np.float32)
+    return np.maximum(weights, np.finfo(np.float32).tiny)
 
 
 def topm_mean_similarity(rows: np.ndarray, task_embeddings: np.ndarray, m: int,

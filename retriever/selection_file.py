@@ -67,12 +67,13 @@ class SelectedSegment:
     sentence_meta: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The line's fields (score and weight rounded to 6 decimals, as written)."""
+        """The line's fields (score rounded to 6 decimals and weight to 6 significant digits,
+        as written: a small lambda stays positive)."""
         out = {
             "id": self.id,
             "rank": self.rank,
             "score": round(float(self.score), 6),
-            "weight": round(float(self.weight), 6),
+            "weight": float(f"{float(self.weight):.6g}"),
             "method": self.method,
             "doc": self.doc,
             "rows": list(self.rows),
@@ -144,7 +145,12 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     """The selection's manifest; refuses a missing one or one of another format version."""
     if not Path(path).is_file():
         raise InputError(f"selection file {path} does not exist")
-    return read_versioned_json(manifest_path(path), SELECTION_FORMAT, READABLE_VERSIONS,
+    beside = manifest_path(path)
+    if not beside.exists() and not beside.is_symlink():
+        raise InputError(f"selection {path} has no manifest ({beside.name} is missing): a "
+                         "selection written to standard output (--out -) has none; write it "
+                         "with --out FILE to export or train on it")
+    return read_versioned_json(beside, SELECTION_FORMAT, READABLE_VERSIONS,
                                f"selection {path}", InputError)
 
 

@@ -141,6 +141,16 @@ def test_lambda_weights_follow_the_formula():
     w = scoring.lambda_weights(anomaly, 4.0, 0.0)
     assert (np.diff(w) < 0).all() and ((w > 0) & (w < 1)).all()
     np.testing.assert_allclose(scoring.lambda_weights(np.ones(3), 4.0, 0.0), [0.5] * 3)
+    steep = scoring.lambda_weights(np.array([0.0] * 50 + [100.0]), C=40.0, alpha=0.0)
+    assert steep[-1] > 0 and steep[0] > 0.99         # the sigmoid underflows: kept above 0
+
+
+def test_small_weights_stay_positive_in_selection_files():
+    from tapt.retriever.selection_file import SelectedSegment
+
+    seg = SelectedSegment(id=3, rank=0, score=0.5, weight=3.2e-9, method="iforest", doc=0,
+                          rows=(3, 4), text="x", sentences=["x"])
+    assert seg.to_dict()["weight"] == 3.2e-9 and seg.to_dict()["score"] == 0.5
 
 
 def test_budget_cut_in_every_unit():

@@ -172,6 +172,7 @@ def test_a_damaged_checkpoint_never_resumes(env, tmp_path):
 @pytest.mark.parametrize("change", [
     {"lr": 1e-3}, {"batch_size": 2}, {"max_length": 24}, {"seed": 1}, {"weights": "continuous"},
     {"selections": "other"}, {"task": "task"}, {"model": "other-model"}, {"steps": 20},
+    {"eval_text": "heldout"},
 ])
 def test_resume_with_another_configuration_is_refused(env, partial_run, change):
     change = dict(change)
@@ -179,6 +180,8 @@ def test_resume_with_another_configuration_is_refused(env, partial_run, change):
         change["selections"] = (env["other"],)
     if change.get("task") == "task":
         change["task"] = (env["task"],)
+    if change.get("eval_text") == "heldout":          # its losses would mix two held-out sets
+        change["eval_text"] = (env["heldout"],)
     if change.get("model") == "other-model":
         other = env["base"] / "model2"
         if not other.exists():
@@ -228,8 +231,9 @@ def test_bad_inputs_are_refused_and_nothing_is_written(env, tmp_path):
         ({"selections": (str(empty),)}, "no segments"),
         ({"out": str(afile / "sub")}, "not a directory"),
         ({"out": str(afile)}, "is a file, not a training directory"),
-        ({"out": str(occupied)}, "did not create.*never replaced"),
-        ({"out": str(occupied), "resume": True}, "did not create.*never replaced"),
+        ({"out": str(occupied)}, "not a training directory as tapt wrote it.*never replaced"),
+        ({"out": str(occupied), "resume": True},
+         "not a training directory as tapt wrote it.*never replaced"),
         ({"max_length": 100}, "exceeds"),
         ({"eval_text": (str(tmp_path / "nope.txt"),)}, "does not exist"),
     ]
@@ -276,6 +280,9 @@ def test_eval_mlm_fixed_masks_and_pseudo_perplexity(env, tmp_path):
     assert pseudo["method"] == "pseudo-perplexity" and pseudo["tokens"] == 16 * 7
     with pytest.raises(InputError):
         evaluate_text(env["model"], [str(tmp_path / "missing.txt")])
+    with pytest.raises(InputError, match="exceeds what .* accepts") as err:   # not a crash
+        evaluate_text(env["model"], [env["heldout"]], max_length=4096)
+    assert err.value.param == "max_length"
 
 
 def test_cli_train_and_eval_mlm(env, tmp_path):

@@ -159,8 +159,14 @@ def test_long_sentence_truncated_on_its_own(tokenizer):
     examples = segment_examples([segment(0, ["beet .", long, "cod ."])], tokenizer, max_length=12)
     assert [len(e.input_ids) for e in examples] == [4, 12, 4]
     assert segment_examples([segment(0, ["beet .", "bean ."], weight=0.25)], tokenizer, 12)[0].weight == 0.25
-    with pytest.raises(InputError):
-        segment_examples([segment(0, ["beet ."], weight=0.0)], tokenizer, 12)
+    with pytest.raises(InputError, match="must be 0 or more"):
+        segment_examples([segment(0, ["beet ."], weight=-0.5)], tokenizer, 12)
+    zero = segment_examples([segment(0, ["beet ."], weight=0.0)], tokenizer, 12)  # older files
+    assert zero[0].weight == 0.0
+    TrainingPlan(zero, [], ratio=None, weights="discrete", seed=0, batch_size=2)
+    for mode in ("continuous", "sample"):
+        with pytest.raises(InputError, match="every selected segment has weight 0"):
+            TrainingPlan(zero, [], ratio=None, weights=mode, seed=0, batch_size=2)
     assert len(document_examples([["apple .", "beet ."]], tokenizer, 12)) == 1
 
 
@@ -264,6 +270,13 @@ def test_selection_checks(tmp_path):
         load_selections([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")])
     segments, records = load_selections([str(tmp_path / "a.jsonl")])
     assert len(segments) == 1 and records[0]["segments"] == 1 and records[0]["manifest_sha256"]
+    import shutil
+
+    for name in ("copy.jsonl", "copy.jsonl.manifest.json"):
+        shutil.copy(tmp_path / name.replace("copy", "a"), tmp_path / name)
+    twice, records = load_selections([str(tmp_path / "a.jsonl"), str(tmp_path / "a.jsonl"),
+                                      str(tmp_path / "copy.jsonl")])   # given twice, and a copy
+    assert len(twice) == 1 and [r["path"] for r in records] == [str(tmp_path / "a.jsonl")]
 
 
 def test_trainer_never_imports_faiss():
@@ -276,3 +289,19 @@ def test_trainer_never_imports_faiss():
             "import transformers, tapt.cli\n"
             "assert 'faiss' not in sys.modules, 'faiss imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_task_check_knows_a_selection_made_from_several_task_files(tmp_path, caplog):
+    from tapt.indexer.reader import read_text
+    from tapt.trainer.inputs import check_task_matches
+
+    paths = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    paths[0].write_text("Fever and cough.\n")
+    paths[1].write_text("A rash on both arms.\n")
+    both = read_text(paths, what="the task")            # as a selection reads --task a --task b
+    record = {"path": "sel.jsonl", "task": {"sha256": both.sha256}}
+    with caplog.at_level("WARNING", logger="tapt"):
+        check_task_matches([record], both.file_sha256, both.sha256)
+        assert "differs" not in caplog.text
+        check_task_matches([record], both.file_sha256[:1], read_text(paths[:1]).sha256)
+    assert "--task differs from the task text selection sel.jsonl" in caplog.text

@@ -82,9 +82,9 @@ def segment_examples(
 ) -> list[Example]:
     """Examples of selected segments, each carrying its segment's weight (lambda)."""
     for seg in segments:
-        if not (math.isfinite(seg.weight) and seg.weight > 0):
+        if not (math.isfinite(seg.weight) and seg.weight >= 0):
             raise InputError(
-                f"segment {seg.id} has weight {seg.weight}; selection weights must be positive"
+                f"segment {seg.id} has weight {seg.weight}; selection weights must be 0 or more"
             )
     units = [seg.sentences if seg.sentences else [seg.text] for seg in segments]
     packed = pack_sentences(units, tokenizer, max_length)

@@ -116,7 +116,7 @@ def evaluate_text(
     """
     from .data import document_examples
     from .device import resolve_device
-    from .model import load_mlm
+    from .model import check_max_length, load_mlm
     from tapt.indexer.reader import read_text
 
     if batch_size <= 0:
@@ -129,6 +129,7 @@ def evaluate_text(
     text = read_text(paths, text_field=text_field, what="the held-out text")
     torch.manual_seed(seed)
     model, tokenizer, info = load_mlm(model_spec)
+    check_max_length(model, max_length, info["name"])
     model.to(dev)
     collator = MaskingCollator(tokenizer, mlm_probability, model.get_input_embeddings().weight.shape[0])
     examples = document_examples(text.documents, tokenizer, max_length, source="eval")

@@ -18,13 +18,22 @@ def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[d
 
     Refuses a selection without segments, and selections made from different indexes or from
     different generations of one index (after `tapt index add`, or copies that grew apart under
-    one uuid): their rows would refer to different text.
+    one uuid): their rows would refer to different text. A selection given twice (the same
+    file, or a copy of it) is read once, with a warning; selections that overlap are not
+    merged (each keeps its segments).
     """
     segments: list[SelectedSegment] = []
     records: list[dict[str, Any]] = []
     first: tuple[str, dict[str, Any]] | None = None
+    seen: dict[str, str] = {}
     for path in paths:
         manifest, segs = read_selection(path)
+        digest = manifest.get("selection_sha256") or sha256_file(path)
+        manifest_sha = sha256_file(manifest_path(path))    # the same run: same manifest
+        if manifest_sha in seen:
+            logger.warning("selection %s is the same as %s: read once", path, seen[manifest_sha])
+            continue
+        seen[manifest_sha] = str(path)
         if not segs:
             raise InputError(f"selection {path} has no segments; nothing to train on")
         index = manifest.get("index") or {}
@@ -44,8 +53,8 @@ def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[d
         segments.extend(segs)
         records.append({
             "path": str(path),
-            "selection_sha256": manifest.get("selection_sha256") or sha256_file(path),
-            "manifest_sha256": sha256_file(manifest_path(path)),
+            "selection_sha256": digest,
+            "manifest_sha256": manifest_sha,
             "method": manifest.get("method"),
             "index": index if isinstance(index, dict) else None,
             "task": manifest.get("task"),
@@ -54,11 +63,19 @@ def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[d
     return segments, records
 
 
-def check_task_matches(records: Sequence[dict[str, Any]], task_hashes: Sequence[str]) -> None:
-    """Warn when --task is not the task text the selections were made for (per their manifests)."""
+def check_task_matches(records: Sequence[dict[str, Any]], task_hashes: Sequence[str],
+                       combined: str | None = None) -> None:
+    """Warn when --task is not the task text the selections were made for (per their manifests).
+
+    Args:
+        records: The selections' records (`load_selections`), each with its manifest's task.
+        task_hashes: SHA-256 of each --task file.
+        combined: The one SHA-256 over all of them in order, as a selection made from several
+            task files records it.
+    """
     if not task_hashes:
         return
-    given = set(task_hashes)
+    given = set(task_hashes) | ({combined} if combined else set())
     for rec in records:
         task = rec.get("task") or {}
         recorded = task.get("sha256") if isinstance(task, dict) else None

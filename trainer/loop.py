@@ -90,7 +90,7 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     from tapt.util.versions import library_versions
 
     from .manifest import TRAINING_FORMAT, TRAINING_FORMAT_VERSION, identity_hash
-    from .model import load_mlm, max_positions
+    from .model import check_max_length, load_mlm
     from .outdir import (check_output, finished_manifest, prepare_output, training_inputs,
                          write_final_model)
     from .plan import TrainingPlan
@@ -105,17 +105,14 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
             if config.task else None)
     task_docs = task.documents if task else []
     task_hashes = task.file_sha256 if task else []
-    check_task_matches(selection_records, task_hashes)
+    check_task_matches(selection_records, task_hashes, task.sha256 if task else None)
     held_out = (read_text(config.eval_text, text_field=config.text_field,
                           what="the held-out text") if config.eval_text else None)
     eval_docs = held_out.documents if held_out else []
 
     torch.manual_seed(config.seed)  # the head of a base encoder is initialised reproducibly
     model, tokenizer, model_info = load_mlm(config.model, warn=False)
-    limit = max_positions(model)
-    if limit is not None and config.max_length > limit:
-        raise InputError(f"{config.max_length} exceeds what {model_info['name']} accepts "
-                         f"({limit})", param="max_length")
+    check_max_length(model, config.max_length, model_info["name"])
     selection_examples = segment_examples(segments, tokenizer, config.max_length)
     task_examples = document_examples(task_docs, tokenizer, config.max_length, "task")
     eval_examples = document_examples(eval_docs, tokenizer, config.max_length, "eval")
@@ -128,6 +125,8 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
         "selections": [r["selection_sha256"] for r in selection_records],
         "task": task_hashes,
         "data_sha256": plan.fingerprint(),
+        # its losses are compared across the run: another held-out text may not resume it
+        **({"eval_text": held_out.file_sha256} if held_out else {}),
     }
 
     created = not out.exists()

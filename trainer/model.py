@@ -160,3 +160,12 @@ def max_positions(model: Any) -> int | None:
                              "roberta-prelayernorm", "xmod", "ibert", "longformer"}:
         n -= (config.pad_token_id or 0) + 1
     return int(n)
+
+
+def check_max_length(model: Any, max_length: int, name: str) -> None:
+    """Refuse a `max_length` longer than the model's positions (InputError naming it), before
+    any text is packed to that length."""
+    limit = max_positions(model)
+    if limit is not None and max_length > limit:
+        raise InputError(f"{max_length} exceeds what {name} accepts ({limit})",
+                         param="max_length")

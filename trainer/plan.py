@@ -71,7 +71,11 @@ class TrainingPlan:
                 self.n_task, self.n_selection, ratio
             )
         lambdas = np.array([e.weight for e in selection], dtype=np.float64)
-        self._p = lambdas / lambdas.sum()
+        if weights in ("continuous", "sample") and len(lambdas) and not lambdas.sum() > 0:
+            raise InputError(f"every selected segment has weight 0: --weights {weights} would "
+                             "train on nothing (use --weights discrete, or select again with "
+                             "other C and alpha)", param="weights")
+        self._p = lambdas / lambdas.sum() if lambdas.sum() > 0 else lambdas
         self._cache: tuple[int, np.ndarray] | None = None
 
     @property

@@ -170,9 +170,9 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
                               param=param)
         if not any(target.iterdir()):
             return target
-        raise OutputError(f"{out} is a directory that tapt did not create (it holds other "
-                          f"files); it is never replaced: choose a new or empty directory",
-                          param=param)
+        raise OutputError(f"{out} is a directory that is not {_a(what)} as tapt wrote it (it "
+                          "holds other files, or files changed since); it is never replaced: "
+                          "choose a new or empty directory", param=param)
     if directory:
         raise OutputError(f"{out} is a file, not {_a(what)}; it is never replaced: choose "
                           "another path", param=param)
