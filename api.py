@@ -466,6 +466,11 @@ class Index(_IndexBase):
         """The encoder to use, checked, as a `LazyEncoder` (the index's own model loads on
         first use and is kept for later calls)."""
         if encoder is not None:
+            missing = [a for a in ("encode", "dim", "name") if not hasattr(encoder, a)]
+            if missing:
+                raise InputError(f"{type(encoder).__name__} is not an encoder: it has no "
+                                 f"{', '.join(missing)} (see tapt.indexer.encoder.Encoder)",
+                                 param="encoder")
             return self.lazy_encoder(encoder=encoder)
         key = (model, device, backend)
         if key not in self._encoders:

@@ -79,6 +79,9 @@ class Index:
 
     def __init__(self, path: str | Path, versions: tuple[int, ...] = (INDEX_FORMAT_VERSION,),
                  check_faiss: bool = True) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise InputError(f"an index is opened from a path, not {type(path).__name__}",
+                             param="path")
         self.path = Path(path)
         self._versions = tuple(versions)
         self._check_faiss = check_faiss

@@ -20,7 +20,7 @@ import numpy as np
 from tapt.errors import InputError, OutputError
 from tapt.util.files import (atomic_write, sha256_file, storage_error, temporary_sibling,
                              write_json_atomic)
-from tapt.util.safety import check_not_input, check_output
+from tapt.util.safety import check_not_input, check_output, check_path
 
 from .selection_file import (SelectedSegment, is_selection, is_selection_manifest,
                              is_unchanged_selection, manifest_path, read_selection,
@@ -279,6 +279,7 @@ class Selection:
             OutputError: `path` is an input of the selection, lies inside an index, or holds
                 something else that may not be replaced.
         """
+        check_path(path)
         path = check_selection_output(path, self.inputs(), overwrite)
         write_selection(path, self.segments, self.manifest)
         self.path = path
@@ -314,6 +315,7 @@ class Selection:
             InputError: unknown format, or its optional package is missing.
             OutputError: `out` may not be written (see `tapt.util.safety.check_output`).
         """
+        check_path(out)
         fmt = export_format(out, format)
         inputs = self.inputs() + ([str(self.path), str(manifest_path(self.path))]
                                   if self.path else [])

@@ -113,6 +113,27 @@ def test_selection_holds_text_metadata_and_scores(ix, fused):
     assert [s.rank for s in fused] == list(range(len(fused)))
 
 
+def test_arguments_of_the_wrong_type_are_tapt_errors(ix, fused, fake_index, tmp_path):
+    cases = [
+        (lambda: tapt.Index.open(None), InputError, "path"),
+        (lambda: fused.write(None), OutputError, "out"),
+        (lambda: fused.export(5), OutputError, "out"),
+        (lambda: ix.select("centroid", task=["Fever."], budget="3", encoder=object()),
+         InputError, "encoder"),
+        (lambda: ix.select("centroid", task=["Fever."], budget="3", device="tpu"),
+         InputError, "device"),
+        (lambda: ix.select("centroid", task=["Fever."], budget="3", batch_size=0,
+                           encoder=HashingEncoder()), InputError, "batch_size"),
+        (lambda: ix.verify(sample=-1), InputError, "sample"),
+        (lambda: tapt.Index.build([fake_index], tmp_path / "x", segment_size="5",
+                                  encoder=HashingEncoder()), InputError, "segment_size"),
+    ]
+    for call, kind, param in cases:
+        with pytest.raises(kind) as err:
+            call()
+        assert err.value.param == param, (param, err.value)
+
+
 def test_an_empty_selection_says_so(ix, caplog):
     task = ["zyxq wvut " * 3 + str(i) for i in range(20)]     # words no corpus sentence has
     with caplog.at_level("WARNING", logger="tapt.retriever.select"):

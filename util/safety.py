@@ -16,6 +16,7 @@ The caller then writes under a temporary name and renames (`tapt.util.files.atom
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -111,6 +112,14 @@ def check_not_input(out: str | Path, inputs: Iterable[str | Path], param: str = 
     return target
 
 
+def check_path(out: object, param: str = "out") -> None:
+    """Refuse an output that is not a path (None, a number, an empty string) with an
+    OutputError naming `param`, before any path arithmetic fails on it."""
+    if not isinstance(out, (str, os.PathLike)) or not os.fspath(out):
+        kind = "empty" if isinstance(out, (str, os.PathLike)) else type(out).__name__
+        raise OutputError(f"must be a path, not {kind}", param=param)
+
+
 def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (),
                  overwrite: bool = False, ours: Callable[[Path], bool] | None = None,
                  ours_needs_overwrite: bool = False, directory: bool = False,
@@ -141,6 +150,7 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
         OutputError: `out` is an input, inside or around one, inside an index, or holds
             something that may not be replaced.
     """
+    check_path(out, param)
     target = check_not_input(out, inputs, param)
     check_usable(out, param)
     index = enclosing_index(target.parent if not target.exists() else target)
