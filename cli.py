@@ -7,6 +7,7 @@ The command line only: parsing, terminal output and turning every failure into o
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import inspect
@@ -395,10 +396,11 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
               "[default: the packaged all-MiniLM-L6-v2].")
 @click.option("--segment-size", default=15, show_default=True, type=int,
               help="Sentences per segment (the selection unit).")
-@click.option("--batch-size", default=64, show_default=True, type=int,
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1),
               help="Sentences per encoder batch.")
 @click.option("--device", default="auto", show_default=True,
-              type=click.Choice(["auto", "cpu", "cuda"]))
+              type=click.Choice(["auto", "cpu", "cuda"]),
+              help="Device that embeds the corpus (auto: cuda when torch sees a GPU).")
 @_backend_option()
 @click.option("--split/--no-split", default=True, show_default=True,
               help="Split records into sentences (--no-split: each record is one sentence).")
@@ -519,9 +521,11 @@ def _faiss_summary(info: dict) -> str:
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.argument("corpus", nargs=-1)
 @click.option("--model", default=None, help="The index's model directory, if it moved.")
-@click.option("--batch-size", default=None, type=int, help="[default: the build's]")
+@click.option("--batch-size", default=None, type=click.IntRange(min=1),
+              help="Sentences per encoder batch [default: the build's].")
 @click.option("--device", default="auto", show_default=True,
-              type=click.Choice(["auto", "cpu", "cuda"]))
+              type=click.Choice(["auto", "cpu", "cuda"]),
+              help="Device that embeds the corpus (auto: cuda when torch sees a GPU).")
 @_backend_option("Encoder backend [auto: the one IDX was built with, where the device allows].")
 @_input_options(add=True)
 @_shard_options
@@ -669,13 +673,14 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
     Examples:
       echo '{"method": "knn", "task": "task.txt", "params": {"k": 20}}' | tapt index serve idx
       tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
-      tapt index serve idx --hold codes < requests.jsonl    # requests with "scan": "codes"
+      tapt index serve idx --hold codes < requests.jsonl  # "params": {"scan": "codes"}
     """
     from tapt.api import answer_request, serve
 
     failed = answered = 0
-    with serve(idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
-               hold=hold) as served:
+    with _stdout_for_answers() as answers, serve(
+            idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
+            hold=hold) as served:
         if ctx.obj["progress"]:
             click.echo(f"serving {idx}: {served.n_sentences:,} sentences in "
                        f"{len(served.shards)} shard(s) on {len(served.servers.actors)} Ray "
@@ -686,11 +691,38 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
             reply = answer_request(served, line)
             answered += 1
             failed += "error" in reply
-            click.echo(json.dumps(reply))
-            sys.stdout.flush()
+            answers.write(json.dumps(reply) + "\n")
+            answers.flush()
     if failed:
         raise click.ClickException(f"{failed} of {answered} request(s) failed (see their "
                                    "\"error\" in the output)")
+
+
+@contextlib.contextmanager
+def _stdout_for_answers():
+    """A stream on standard output for the answers alone: while it is open, file descriptor 1,
+    which Ray's processes inherit and its log lines are written to, points at standard error, so
+    nothing can fall between two JSON lines."""
+    try:
+        out, err = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):      # not a real file (a test's runner)
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    saved = os.dup(out)
+    os.dup2(err, out)
+    stream = os.fdopen(os.dup(saved), "w", encoding="utf-8", buffering=1)
+    previous, sys.stdout = sys.stdout, sys.stderr
+    try:
+        yield stream
+    finally:
+        sys.stdout = previous
+        os.dup2(saved, out)
+        os.close(saved)
+        try:
+            stream.close()
+        except OSError:         # a reader that went away: the error already under way says so
+            pass
 
 
 @index.command("verify", context_settings=CONTEXT)
@@ -1406,8 +1438,8 @@ def detectors() -> None:
 @detectors.command("rank", context_settings=CONTEXT)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @_TASK
-@click.option("--pca", default=0, show_default=True, type=int,
-              help="Fit every detector in a PCA projection of this many dimensions.")
+@click.option("--pca", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Fit every detector in a PCA projection of this many dimensions (0 = off).")
 @click.option("--seed", default=0, show_default=True, type=SEED)
 @click.option("--model", default=None, help="The index's model directory, if it moved.")
 @click.option("--device", default="auto", show_default=True,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -70,7 +71,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
     index's; the others are as for a build (`tapt.indexer.reader.scan_inputs`). `shards` /
     `shard_size` split the new files into several shards (default: one).
     """
-    index = Index(path)
+    index = Index(os.path.abspath(path))     # absolute, as the stages may run elsewhere
     check_add_inputs(index.path, list(inputs))
     index.check_encoder(encoder)
     old = index.manifest

@@ -280,7 +280,7 @@ def build_index(
     config = config or BuildConfig()
     model_dir = [encoder.spec] if encoder.spec and Path(encoder.spec).is_dir() else []
     check_index_output(out, [*inputs, *model_dir], config.overwrite)
-    out = Path(out)
+    out = Path(os.path.abspath(out))    # the stages may run where the working directory differs
     parent = out.parent if str(out.parent) else Path(".")
     ensure_dir(parent)
     if not os.access(parent, os.W_OK):

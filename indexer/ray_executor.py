@@ -27,9 +27,8 @@ import json
 import logging
 import math
 import os
-import queue
 import re
-import threading
+import socket
 import warnings
 from typing import Any, Iterator, Sequence
 
@@ -39,6 +38,7 @@ from tapt.errors import InputError, TaptError
 from tapt.util.checks import whole_number
 
 from .executors import EncoderSource, EncoderSpec, Executor, Stage, register_executor
+from .readahead import read_ahead
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,28 @@ def import_ray(needed_by: str = "the ray executor", param: str | None = "executo
     return ray
 
 
+# Bounds of the Ray options (an infinite timeout or a huge retry count overflow Ray's own).
+MAX_TIMEOUT = 10.0 ** 7          # seconds: ~116 days
+MAX_RETRIES = 1000
+_PROBE_SECONDS = 5.0
+
+
+def _probe(address: str) -> None:
+    """Refuse a HOST:PORT no Ray head answers at within seconds: `ray.init` retries such an
+    address for many minutes, printing a warning every few seconds."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or "://" in address:
+        return                                  # auto, ray://..., or a form Ray judges itself
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=_PROBE_SECONDS):
+            pass
+    except OSError as exc:
+        raise ExecutorError(f"cannot connect to the Ray cluster at {address} (nothing answers "
+                            f"there within {_PROBE_SECONDS:g} s: {exc.strerror or exc}); start "
+                            "one with `ray start --head` or check the address",
+                            param="address") from None
+
+
 def connect(address: str | None = None, quiet: bool = True) -> bool:
     """Connect this process to Ray: an existing connection is used as it is; `address`
     ("auto", "HOST:PORT", "ray://...") joins a running cluster; None joins the cluster named by
@@ -76,6 +98,7 @@ def connect(address: str | None = None, quiet: bool = True) -> bool:
     ray = import_ray()
     if ray.is_initialized():
         return False
+    _probe(address or os.environ.get("RAY_ADDRESS") or "")
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=not quiet,
                  logging_level=logging.WARNING, configure_logging=True)
@@ -87,6 +110,18 @@ def connect(address: str | None = None, quiet: bool = True) -> bool:
     return True
 
 
+def _no_auto_start() -> None:
+    """Keep Ray from starting a new local cluster once tapt disconnects: a Ray Data thread still
+    inside an abandoned iteration (after Ctrl-C or a stage's timeout) would otherwise start one
+    on its next call. Ray reads this switch from RAY_ENABLE_AUTO_CONNECT once, at import."""
+    os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
+    try:
+        from ray._private import auto_init_hook
+    except ImportError:         # pragma: no cover - another Ray layout: nothing to switch off
+        return
+    auto_init_hook.enable_auto_connect = False
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -95,9 +130,10 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def task_error(exc: BaseException, stage: str) -> BaseException:
+def task_error(exc: BaseException, stage: str, resumable: bool = True) -> BaseException:
     """What a failed Ray task or actor call becomes for the caller: the task's own TaptError or
-    OSError (a full disk stays a full disk), else one ExecutorError line."""
+    OSError (a full disk stays a full disk), else one ExecutorError line (`resumable`: a build
+    stage, whose finished parts a rerun keeps)."""
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:
@@ -108,6 +144,8 @@ def task_error(exc: BaseException, stage: str) -> BaseException:
     root = exc
     while getattr(root, "cause", None) is not None and root.cause is not root:
         root = root.cause
+    if not resumable:
+        return ExecutorError(f"the {stage} step failed on the Ray cluster ({_first_line(root)})")
     return ExecutorError(f"the {stage} stage failed on the Ray cluster ({_first_line(root)}); "
                          "the finished parts are kept: run the same command again to resume")
 
@@ -188,10 +226,14 @@ class RayExecutor(Executor):
             whole_number(workers, "workers")
         if not gpus_per_worker >= 0:
             raise InputError("must be 0 or more", param="gpus_per_worker")
-        if not timeout > 0:
-            raise InputError("must be more than 0 seconds", param="timeout")
-        if retries < 0:
-            raise InputError("must be 0 or more", param="retries")
+        if gpus_per_worker > 1 and gpus_per_worker != int(gpus_per_worker):
+            raise InputError(f"above 1 must be a whole number of GPUs (Ray's rule), got "
+                             f"{gpus_per_worker:g}", param="gpus_per_worker")
+        if not 0 < timeout < MAX_TIMEOUT:
+            raise InputError(f"must be more than 0 and less than {MAX_TIMEOUT:g} seconds",
+                             param="timeout")
+        if not 0 <= retries <= MAX_RETRIES:
+            raise InputError(f"must be 0 to {MAX_RETRIES}", param="retries")
         self.ray = import_ray()
         self.address, self.workers, self.gpus_per_worker = address, workers, float(gpus_per_worker)
         self.progress, self.timeout, self.retries = progress, float(timeout), int(retries)
@@ -199,6 +241,7 @@ class RayExecutor(Executor):
 
     def close(self) -> None:
         if self._owned and self.ray.is_initialized():
+            _no_auto_start()
             self.ray.shutdown()
         self._owned = False
 
@@ -344,31 +387,15 @@ def _data_context(ray) -> Iterator[None]:
 
 
 def _rows_within(ds, timeout: float, stage: str) -> Iterator[dict[str, Any]]:
-    """The dataset's rows as they come; ExecutorError when none comes for `timeout` seconds
-    (the consuming thread is left to Ray's shutdown), the task's error when one fails."""
-    results: queue.Queue = queue.Queue(maxsize=64)
-    end = object()
-
-    def consume() -> None:
-        try:
-            for row in ds.iter_rows():
-                results.put(("row", row))
-            results.put(("end", end))
-        except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread
-            results.put(("error", exc))
-
-    thread = threading.Thread(target=consume, name=f"tapt-{stage}", daemon=True)
-    thread.start()
-    while True:
-        try:
-            kind, value = results.get(timeout=timeout)
-        except queue.Empty:
-            raise ExecutorError(f"no {stage} part finished in {timeout:g} s on the Ray "
-                                "cluster; the finished parts are kept: run the same command "
-                                "again to resume") from None
-        if kind == "row":
-            yield value
-        elif kind == "error":
-            raise task_error(value, stage) from value
-        else:
-            return
+    """The dataset's rows as they come (iterated on a thread); ExecutorError when none comes for
+    `timeout` seconds, the task's error when one fails. Once the driver stops reading (an error,
+    Ctrl-C, the timeout) the iteration is not advanced again."""
+    stalled = ExecutorError(f"no {stage} part finished in {timeout:g} s on the Ray cluster; the "
+                            "finished parts are kept: run the same command again to resume")
+    try:
+        yield from read_ahead(ds.iter_rows(), depth=64, timeout=timeout,
+                              on_timeout=lambda: stalled)
+    except Exception as exc:  # noqa: BLE001 - a task's failure (Ray wraps it), as one tapt error
+        if exc is stalled:
+            raise
+        raise task_error(exc, stage) from exc

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Iterator, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 _DONE = object()
 
 
-def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
-    """Yield what `items` yields, produced up to `depth` items ahead on a daemon thread."""
+def read_ahead(items: Iterator[T], depth: int = 1, timeout: float | None = None,
+               on_timeout: Callable[[], BaseException] | None = None) -> Iterator[T]:
+    """Yield what `items` yields, produced up to `depth` items ahead on a daemon thread.
+
+    Args:
+        items: The iterator to run on the thread (it is never advanced again once the consumer
+            stops: closed, an error, a timeout).
+        depth: How many items may wait for the consumer.
+        timeout: Seconds to wait for the next item (None: no limit).
+        on_timeout: The exception raised when `timeout` passes without an item.
+    """
     buffer: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
 
@@ -42,7 +51,11 @@ def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
     thread.start()
     try:
         while True:
-            item, error = buffer.get()
+            try:
+                item, error = buffer.get(timeout=timeout)
+            except queue.Empty:
+                raise (on_timeout() if on_timeout else TimeoutError(
+                    f"no item in {timeout:g} s")) from None
             if item is _DONE:
                 if error is not None:
                     raise error

@@ -26,7 +26,8 @@ from tapt.util.versions import library_versions, utc_now
 
 from .budget import parse_budget
 from .context import CONTEXTS
-from .methods import Context, CorpusCache, Memo, Method, Params, Ranking, SegmentView, get_method
+from .methods import (Context, CorpusCache, Memo, Method, Params, Ranking, SegmentView,
+                      get_method, methods)
 from .selection import Selection
 from .selection_file import SelectedSegment
 from .task_cache import embed_task
@@ -140,8 +141,10 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
 def _check_task_size(config: SelectConfig, n: int, warn: bool = True) -> list[str]:
     minimum = config.spec.min_task(config.params)
     if n < minimum:
+        any_size = [m.name for m in methods() if m.name != "random"
+                    and m.min_task(m.make_params()) <= max(n, 1)]
         raise InputError(f"{config.method} needs at least {minimum} task sentences, the task has "
-                         f"{n}; centroid and knn work with any number", param="task")
+                         f"{n}; {', '.join(any_size)} work with {n}", param="task")
     if warn and n < config.spec.warn_task_sentences:
         warning = (f"{config.method} is fitted on only {n} task sentence(s) (fewer than "
                    f"{config.spec.warn_task_sentences}): its scores are unreliable")

@@ -41,6 +41,7 @@ single process: a served selection equals `Index.select`, row for row.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -202,7 +203,9 @@ class ShardServers:
         # a call on a stopped actor must fail at once, not wait for one)
         remote = self.ray.remote(num_cpus=cpus_per_actor, max_restarts=2,
                                  max_task_retries=0)(ShardServer)
-        self.actors = [remote.remote(str(index.path), g, grid, hold) for g in groups]
+        # absolute: the actors' working directory is the cluster's, not this process's
+        where = os.path.abspath(index.path)
+        self.actors = [remote.remote(where, g, grid, hold) for g in groups]
         self.groups = groups
         self.spans = [span(index, g, grid) for g in groups]
         try:
@@ -213,7 +216,7 @@ class ShardServers:
             if isinstance(exc, self.ray.exceptions.GetTimeoutError):
                 raise ExecutorError(f"the {count} serving actor(s) did not load {index.path} "
                                     f"within {timeout:g} s", param="timeout") from exc
-            raise task_error(exc, "serve") from exc
+            raise task_error(exc, "serve", resumable=False) from exc
         wanted = index.identity()
         if any(i != wanted for i in identities):
             self.close()
@@ -225,7 +228,7 @@ class ShardServers:
         try:
             return self.ray.get(refs)
         except Exception as exc:  # noqa: BLE001 - the task's own error, or one ExecutorError
-            raise task_error(exc, what) from exc
+            raise task_error(exc, what, resumable=False) from exc
 
     def scores(self, scorer, n: int, on: str = "rows") -> np.ndarray:
         """The scorer's score of every row (`on` codes: of every row's int8 codes), computed

@@ -300,10 +300,11 @@ def test_pu_classifier_above_the_exact_draw_size_draws_from_the_same_rows(monkey
     assert abs(np.corrcoef(lean, exact)[0, 1]) > 0.99
 
 
-def test_iforest_candidates_hold_a_sentence_budget_where_top_segments_are_short():
-    """`--candidates Nx` counts the segments the budget holds in index order; where the
-    pre-ranking's best segments are shorter, the pool grows to its shortest prefix holding the
-    budget (it used to select about half the budget, silently)."""
+def test_iforest_candidates_hold_n_times_a_sentence_budget():
+    """`--candidates Nx` with a budget in sentences or tokens is the pre-ranking's shortest
+    prefix holding N x the budget, whatever the length of its top segments (short ones: the
+    pool used to hold about half the budget, then exactly 1x, which left the detector nothing
+    to choose)."""
     from types import SimpleNamespace
 
     from tapt.retriever.budget import parse_budget
@@ -319,13 +320,18 @@ def test_iforest_candidates_hold_a_sentence_budget_where_top_segments_are_short(
     view = type("View", (), {"lengths": lengths, "tokens": lengths * 20,
                              "__len__": lambda self: len(lengths)})()
     ctx = SimpleNamespace(view=view, budget=parse_budget("90sent"))
-    pool = IForest._holding_budget(ctx, pre, None, 6)  # 1x: the 6 index-order segments hold 90
-    assert lengths[pool].sum() >= 90 and lengths[pool[:-1]].sum() < 90
-    np.testing.assert_array_equal(pool, ranking[:len(pool)])
+    for times in (1, 1.2, 2):           # the 6 index-order segments hold 90 sentences
+        pool = IForest._holding_budget(ctx, pre, None, int(np.ceil(6 * times)), times)
+        held = 90 * times
+        assert lengths[pool].sum() >= held and lengths[pool[:-1]].sum() < held, times
+        np.testing.assert_array_equal(pool, ranking[:len(pool)])
     ctx.budget = parse_budget("3seg")                  # a segment budget is a segment count
-    np.testing.assert_array_equal(IForest._holding_budget(ctx, pre, None, 6), ranking[:6])
-    ctx.budget = parse_budget("30sent")                # held already: unchanged
-    np.testing.assert_array_equal(IForest._holding_budget(ctx, pre, None, 40), ranking[:40])
+    np.testing.assert_array_equal(IForest._holding_budget(ctx, pre, None, 6, 2), ranking[:6])
+    ctx.budget = parse_budget("30sent")     # 40 one-sentence top segments: 1x cuts them to 30,
+    np.testing.assert_array_equal(IForest._holding_budget(ctx, pre, None, 40, 1), ranking[:30])
+    np.testing.assert_array_equal(IForest._holding_budget(ctx, pre, None, 40, 2), ranking[:60])
+    ctx.budget = parse_budget("500sent")    # 10 x more than the corpus holds: every segment
+    assert len(IForest._holding_budget(ctx, pre, None, 20, 10)) == len(lengths)
 
 
 def test_a_sentence_budget_the_candidates_cannot_fill_is_reported():

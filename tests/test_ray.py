@@ -428,3 +428,66 @@ def _counted(counts: dict[str, int], name: str, fn):
 
 def _ids(selection) -> list[int]:
     return [s.id for s in selection]
+
+
+def test_an_address_nothing_answers_at_fails_in_seconds():
+    import socket
+
+    with socket.socket() as s:                      # a port that was free a moment ago
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ("from tapt.indexer.ray_executor import ExecutorError, connect\n"
+            "try:\n"
+            f"    connect('127.0.0.1:{port}')\n"
+            "except ExecutorError as exc:\n"
+            "    print(exc.param, exc)\n")
+    start = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)       # a fresh process: this one may hold a cluster
+    assert time.monotonic() - start < 60, "Ray's own retries took over"
+    assert run.stdout.startswith("address ") and "nothing answers there" in run.stdout, \
+        run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("options,param", [
+    ({"gpus_per_worker": 1.5}, "gpus_per_worker"), ({"timeout": float("inf")}, "timeout"),
+    ({"retries": 10 ** 12}, "retries"), ({"workers": 0}, "workers"),
+])
+def test_ray_options_are_checked_before_connecting(options, param):
+    from tapt.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        RayExecutor(progress=False, **options)
+    assert err.value.param == param
+
+
+def test_local_inputs_are_read_through_absolute_paths(tmp_path, monkeypatch):
+    """A Ray worker's working directory is not the driver's: relative inputs are opened by
+    their absolute path, and still shown as given."""
+    from tapt.indexer.reader import iter_documents, scan_inputs
+
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("One sentence here.\n")
+    monkeypatch.chdir(tmp_path)
+    scan = scan_inputs(["corpus"])
+    monkeypatch.chdir("/")
+    docs = list(iter_documents(scan))
+    assert [d.records[0].text for d in docs] == ["One sentence here."]
+    assert scan.files[0].name == os.path.join("corpus", "a.txt")
+
+
+def test_serve_answers_keep_stdout_to_themselves():
+    """What Ray's processes write to file descriptor 1 goes to stderr while `index serve`
+    answers: stdout holds only JSON lines."""
+    code = ("import os, sys\n"
+            "from tapt.cli import _stdout_for_answers\n"
+            "with _stdout_for_answers() as answers:\n"
+            "    os.write(1, b'(raylet) a worker died\\n')\n"
+            "    print('a library print')\n"
+            "    answers.write('{\"id\": 1}\\n')\n"
+            "print('after')\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ['{"id": 1}', "after"]
+    assert "(raylet) a worker died" in run.stderr and "a library print" in run.stderr

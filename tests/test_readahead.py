@@ -43,3 +43,25 @@ def test_consumer_that_stops_early_stops_the_producer():
     time.sleep(0.3)
     assert len(produced) <= 6  # at most a couple of items ahead of the consumer
     assert threading.active_count() == before
+
+
+def test_a_stalled_producer_times_out_and_is_not_advanced_again():
+    calls = []
+    release = threading.Event()
+
+    def items():
+        yield 1
+        calls.append("waiting")
+        release.wait(5)                 # a producer that stalls (a lost Ray worker)
+        calls.append("resumed")
+        yield 2
+        calls.append("advanced after the consumer let go")
+        yield 3
+
+    got = []
+    with pytest.raises(RuntimeError, match="stalled"):
+        for x in read_ahead(items(), timeout=0.3, on_timeout=lambda: RuntimeError("stalled")):
+            got.append(x)
+    release.set()
+    time.sleep(0.5)
+    assert got == [1] and "advanced after the consumer let go" not in calls

@@ -90,6 +90,8 @@ class LocalSource(Source):
 
     def __post_init__(self) -> None:
         self.name = str(self.path)
+        # opened through its absolute path: a Ray worker's working directory is not the driver's
+        self.path = Path(os.path.abspath(self.path))
         self.key = os.path.realpath(self.path)  # never raises, even on a symlink loop
         self.local = self.path
 
@@ -106,7 +108,9 @@ class LocalSource(Source):
         return self.path.is_dir()
 
     def child(self, relative: str) -> "LocalSource":
-        return LocalSource(self.path / relative)
+        child = LocalSource(self.path / relative)
+        child.name = os.path.join(self.name, relative)   # shown as its folder was given
+        return child
 
     def entries(self) -> list[tuple[str, str]]:
         out = []

@@ -33,6 +33,10 @@ def cluster_purity(index: Index, ks: list[int], label_field: str = "domain",
 
     if any(k < 1 for k in ks):
         raise InputError("values must be positive", param="ks")
+    drawn = min(sample, index.n_sentences)
+    if max(ks) > drawn:
+        raise InputError(f"{max(ks)} clusters of {drawn} sampled sentences: every cluster "
+                         "would hold one (or none); sample more or ask for fewer", param="ks")
     labels = sentence_labels(index, label_field)
     rows = np.sort(np.random.default_rng(seed).choice(
         index.n_sentences, size=min(sample, index.n_sentences), replace=False))

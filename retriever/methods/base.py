@@ -391,8 +391,9 @@ class ScanParams(Params):
 
     scan: Literal["exact", "codes"] = param(
         "exact", "exact: score every stored embedding; codes: score every row on the index's "
-                 "int8 codes (an index built or reindexed with `codes` int8; the classifier's "
-                 "fit scans them too), then rescore the best `rescore` x budget exactly.")
+                 "int8 codes (an index built or reindexed with `codes` int8; a method that "
+                 "fits a classifier fits on them too), then rescore the best `rescore` x "
+                 "budget exactly.")
     rescore: float = param(4.0, "With `scan` codes: how many times the budget is rescored from "
                                 "the stored embeddings (the best segments by their code "
                                 "scores, or sentences where a fit ranks every row).",

@@ -37,7 +37,7 @@ class FinetuneParams(Params):
 class Finetune(SentenceScored):
     name = "finetune"
     summary = "Domain-Finetune: a fine-tuned encoder reranks the top candidates of fused."
-    help = """The index's encoder (or `finetune-model`) with a new head is fine-tuned to tell the
+    help = """The index's encoder (or `finetune_model`) with a new head is fine-tuned to tell the
     task from corpus rows ranked low by fused, then rescores fused's top `candidates` rows (read
     from the text store). Minutes per task on a CPU; the classifier is cached per task, model
     and parameters.

@@ -74,7 +74,7 @@ class IForest(Method):
     summary = "Rescore candidates with an Isolation Forest fitted on the task (TADPOLE)."
     help = """A detector (Isolation Forest by default, or LOF, one-class SVM, robust covariance,
     PCA reconstruction, kNN distance, or auto = the best held-out F1 for the task) is fitted on
-    the task plus a 10% corpus sample, and rescores the pre-ranked candidates by their mean
+    the task plus random corpus sentences (10% as many as the task's), and rescores the pre-ranked candidates by their mean
     anomaly; --weights continuous turns the anomaly into TADPOLE's lambda weights.
 
     \b
@@ -106,22 +106,22 @@ class IForest(Method):
         return 4 if params.detector == "auto" else self.min_task_sentences
 
     @staticmethod
-    def _holding_budget(ctx, pre_method, pre_params, size: int) -> np.ndarray:
-        """The pre-ranking's first `size` segments; where those hold less than a budget in
-        sentences or tokens (short top segments), its shortest prefix that holds the budget."""
+    def _holding_budget(ctx, pre_method, pre_params, size: int, times: float) -> np.ndarray:
+        """`times` x the budget of candidates from the pre-ranking: its first `size` segments
+        for a budget in segments, else its shortest prefix that holds `times` x the budget's
+        sentences or tokens (the pre-ranking's top segments are often shorter or longer than
+        the index's average, which `size` assumes)."""
         view, budget = ctx.view, ctx.budget
         pool = pre_method.top_segments(ctx, pre_params, size)
         if budget.unit not in ("sentences", "tokens"):
             return pool
         measure = np.asarray(view.tokens if budget.unit == "tokens" else view.lengths)
-        target = budget_target(budget, view.lengths, view.tokens)
-        if measure[pool].sum() >= target:
-            return pool
-        while len(pool) == size < len(view) and measure[pool].sum() < target:
+        want = times * budget_target(budget, view.lengths, view.tokens)
+        while len(pool) == size < len(view) and measure[pool].sum() < want:
             held = max(float(measure[pool].sum()), 1.0)
-            size = min(len(view), max(size + 1, int(math.ceil(1.25 * size * target / held))))
+            size = min(len(view), max(size + 1, int(math.ceil(1.25 * size * want / held))))
             pool = pre_method.top_segments(ctx, pre_params, size)
-        return pool[:cut_length(budget.unit, target, measure[pool])]
+        return pool[:cut_length(budget.unit, want, measure[pool])]
 
     def rank(self, ctx, params):
         index, view, budget = ctx.index, ctx.view, ctx.budget
@@ -136,7 +136,7 @@ class IForest(Method):
                 wanted = cut_length(budget.unit, budget_target(budget, view.lengths, view.tokens),
                                     view.tokens if budget.unit == "tokens" else view.lengths)
                 pool = self._holding_budget(ctx, pre_method, pre_params,
-                                            int(math.ceil(value * wanted)))
+                                            int(math.ceil(value * wanted)), value)
             else:
                 pool = pre_method.top_segments(ctx, pre_params, int(value))
         rng = np.random.default_rng(ctx.seed)
