@@ -238,6 +238,12 @@ class RayExecutor(Executor):
         self.address, self.workers, self.gpus_per_worker = address, workers, float(gpus_per_worker)
         self.progress, self.timeout, self.retries = progress, float(timeout), int(retries)
         self._owned = connect(address, quiet=not progress)
+        if self.gpus_per_worker > 0:       # refused now, not after the prepare stage
+            try:
+                self.pool_size()
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
         if self._owned and self.ray.is_initialized():
@@ -264,6 +270,12 @@ class RayExecutor(Executor):
             if gpus < self.gpus_per_worker:
                 raise InputError(f"the Ray cluster has {gpus:g} GPU(s), a worker needs "
                                  f"{self.gpus_per_worker:g}", param="gpus_per_worker")
+            most = max((float(n.get("Resources", {}).get("GPU", 0)) for n in self.ray.nodes()
+                        if n.get("Alive")), default=0.0)
+            if most < self.gpus_per_worker:      # an actor's GPUs are on one node
+                raise InputError(f"no node of the Ray cluster has {self.gpus_per_worker:g} "
+                                 f"GPU(s) (the most on one node: {most:g}); a worker's GPUs "
+                                 "must be on one node", param="gpus_per_worker")
             default = int(math.floor(gpus / self.gpus_per_worker + 1e-9))
         else:
             default = cpus - 1
