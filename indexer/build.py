@@ -106,7 +106,7 @@ class BuildConfig:
         ReadOptions(self.text_field, self.doc_field, self.text_docs, self.input_format,
                     self.hf_split, self.strict, self.invalid_utf8)  # validates them
         if self.index not in REQUESTS:
-            raise InputError(f"must be one of {', '.join(REQUESTS)}", param="index")
+            raise InputError(f"must be one of {', '.join(REQUESTS)}", param="index_type")
         parse_memory(self.memory)
         if self.embedding_dtype not in EMBEDDING_DTYPES:
             raise InputError(f"must be one of {', '.join(EMBEDDING_DTYPES)}",

@@ -174,17 +174,17 @@ def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested
                  seed: int = 0, opq: bool = False) -> IndexChoice:
     """The FAISS index for `n` rows of `dim` dims within `memory` bytes (`requested` or auto)."""
     if requested not in REQUESTS:
-        raise InputError(f"{requested!r}: use one of {', '.join(REQUESTS)}", param="index")
+        raise InputError(f"{requested!r}: use one of {', '.join(REQUESTS)}", param="index_type")
     if n < 1 or dim < 1:
         raise InputError("an index needs at least one row")
     budget = parse_memory(memory)
     size = f"n = {n:,}"
     if requested == "ivfpq" and n < IVFPQ_MIN_ROWS:
         raise InputError(f"ivfpq needs at least {IVFPQ_MIN_ROWS:,} sentences "
-                         f"(this index has {n:,}): use flat or hnsw", param="index")
+                         f"(this index has {n:,}): use flat or hnsw", param="index_type")
     if requested == "ivfpq" and not pq_subquantizers(dim):
         raise InputError(f"ivfpq needs a dimension divisible by 4 (this model has {dim})",
-                         param="index")
+                         param="index_type")
     if requested == "flat" or (requested == "auto" and n <= SMALL_MAX):
         why = f"{size} <= {SMALL_MAX:,} (small)" if requested == "auto" else "--index flat"
         if flat_bytes(n, dim) <= budget:
