@@ -474,6 +474,8 @@ def test_local_inputs_are_read_through_absolute_paths(tmp_path, monkeypatch):
     docs = list(iter_documents(scan))
     assert [d.records[0].text for d in docs] == ["One sentence here."]
     assert scan.files[0].name == os.path.join("corpus", "a.txt")
+    monkeypatch.chdir(tmp_path / "corpus")
+    assert scan_inputs(["."]).files[0].name == "a.txt"     # as before: Path(".") / "a.txt"
 
 
 def test_serve_answers_keep_stdout_to_themselves():

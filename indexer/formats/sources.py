@@ -109,7 +109,7 @@ class LocalSource(Source):
 
     def child(self, relative: str) -> "LocalSource":
         child = LocalSource(self.path / relative)
-        child.name = os.path.join(self.name, relative)   # shown as its folder was given
+        child.name = str(Path(self.name) / relative)   # shown as its folder was given
         return child
 
     def entries(self) -> list[tuple[str, str]]:
