@@ -8,6 +8,7 @@ format (`selection_file`) and exports one training example per segment (`export`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -416,18 +417,16 @@ _HF_EXPORT_FILES = re.compile(r"^(data-\d{5}-of-\d{5}\.arrow|dataset_info\.json|
 def _holds_lines(path: Path, lines: Iterator[str]) -> bool:
     """Whether the regular file `path` holds exactly these lines (UTF-8): writing them again
     would change nothing."""
-    import hashlib
-
     if not path.is_file():
         return False
-    digest, size = hashlib.sha256(), 0
+    digest, size, limit = hashlib.sha256(), 0, path.stat().st_size
     for line in lines:
         data = line.encode("utf-8")
         digest.update(data)
         size += len(data)
-        if size > path.stat().st_size:
+        if size > limit:
             return False
-    return size == path.stat().st_size and sha256_file(path) == digest.hexdigest()
+    return size == limit and sha256_file(path) == digest.hexdigest()
 
 
 def _is_hf_export(path: Path) -> bool:
@@ -441,8 +440,6 @@ def _is_hf_export(path: Path) -> bool:
 
 def _rows_digest(table) -> str:
     """SHA-256 of an export table's segment ids and texts, in order."""
-    import hashlib
-
     digest = hashlib.sha256()
     for seg_id, text in zip(table.column("id").to_pylist(), table.column("text").to_pylist()):
         data = (text or "").encode("utf-8", "surrogatepass")

@@ -64,8 +64,6 @@ def check_usable(out: str | Path, param: str | None = "out") -> None:
     Args:
         out: The path a command will write.
         param: The parameter name that holds `out`, for messages.
-        marked: False where tapt's own file of this kind cannot be told from a user's (a plain
-            text export): the refusal says so instead of "not written by tapt".
 
     Raises:
         OutputError: the path cannot be examined.
@@ -88,8 +86,6 @@ def check_not_input(out: str | Path, inputs: Iterable[str | Path], param: str = 
         out: The path the command will write.
         inputs: Every path the command reads.
         param: The parameter name that holds `out`, for messages.
-        marked: False where tapt's own file of this kind cannot be told from a user's (a plain
-            text export): the refusal says so instead of "not written by tapt".
 
     Returns:
         `out` resolved to an absolute path.

@@ -74,8 +74,9 @@ class IForest(Method):
     summary = "Rescore candidates with an Isolation Forest fitted on the task (TADPOLE)."
     help = """A detector (Isolation Forest by default, or LOF, one-class SVM, robust covariance,
     PCA reconstruction, kNN distance, or auto = the best held-out F1 for the task) is fitted on
-    the task plus random corpus sentences (10% as many as the task's), and rescores the pre-ranked candidates by their mean
-    anomaly; --weights continuous turns the anomaly into TADPOLE's lambda weights.
+    the task plus random corpus sentences (10% as many as the task's), and rescores the
+    pre-ranked candidates by their mean anomaly; --weights continuous turns the anomaly into
+    TADPOLE's lambda weights.
 
     \b
     Examples:
