@@ -93,7 +93,7 @@ class Index(_IndexBase):
     @classmethod
     def build(cls, inputs: PathLike | Sequence[PathLike], out: PathLike, *,
               model: str | None = None, device: str = "auto", backend: str = "auto",
-              segment_size: int = 15, batch_size: int = 64, split: bool = True,
+              segment_size: int = 15, batch_size: int | None = None, split: bool = True,
               text_field: str = "text", doc_field: str | None = "doc", text_docs: str = "auto",
               input_format: str | None = None, hf_datasets: Sequence[str] = (),
               hf_split: str | None = None, strict: bool = False,
@@ -116,7 +116,7 @@ class Index(_IndexBase):
             device: auto, cpu or cuda.
             backend: auto, torch, onnx or onnx-int8.
             segment_size: Sentences per segment (the selection unit).
-            batch_size: Sentences per encoder batch.
+            batch_size: Sentences per encoder batch (default: 1024 on CUDA, 64 on the CPU).
             split: Split records into sentences (False: each record is one sentence).
             text_field: The field holding the text in JSONL records.
             doc_field: The field whose equal consecutive values join records into a document.
@@ -192,7 +192,8 @@ class Index(_IndexBase):
             model: The index's model directory, if it moved.
             device: auto, cpu or cuda.
             backend: auto (the build's backend where the device allows), torch, onnx, onnx-int8.
-            batch_size: Sentences per encoder batch (default: the build's).
+            batch_size: Sentences per encoder batch (default: the build's, else 1024 on CUDA
+                and 64 on the CPU).
             text_field: The field or column with the text (default: the build's).
             doc_field: The field joining records into documents (default: the build's).
             text_docs: Plain-text documents: line, block or auto (default: the build's).

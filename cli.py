@@ -396,8 +396,8 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str
               "[default: the packaged all-MiniLM-L6-v2].")
 @click.option("--segment-size", default=15, show_default=True, type=int,
               help="Sentences per segment (the selection unit).")
-@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1),
-              help="Sentences per encoder batch.")
+@click.option("--batch-size", default=None, type=click.IntRange(min=1),
+              help="Sentences per encoder batch [default: 1024 on CUDA, 64 on the CPU].")
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]),
               help="Device that embeds the corpus (auto: cuda when torch sees a GPU).")
@@ -522,7 +522,8 @@ def _faiss_summary(info: dict) -> str:
 @click.argument("corpus", nargs=-1)
 @click.option("--model", default=None, help="The index's model directory, if it moved.")
 @click.option("--batch-size", default=None, type=click.IntRange(min=1),
-              help="Sentences per encoder batch [default: the build's].")
+              help="Sentences per encoder batch [default: the build's, else 1024 on CUDA "
+                   "and 64 on the CPU].")
 @click.option("--device", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "cuda"]),
               help="Device that embeds the corpus (auto: cuda when torch sees a GPU).")

@@ -100,14 +100,39 @@ def thread_counts(cores: int) -> list[int]:
     return counts + ([cores] if counts[-1] != cores else [])
 
 
+def markdown(report: dict[str, Any]) -> str:
+    """The Markdown table of a `tokenize_speed.json` report."""
+    cpu = report["machine"].get("cpu", "unknown CPU")
+    lines = [f"# Host tokenisation (`benchmarks/tokenize_speed.py`), {report['date']}", "",
+             f"Machine: {cpu}, {report['usable_cores']} usable cores. {report['texts']:,} pool sentences, "
+             f"{report['tokens_per_text']} tokens on average (truncated at {report['max_length']}); "
+             f"median of {report['repeats']} runs each. Every path's ids, masks and type ids were "
+             "checked equal to the tokenizer call's. *parallelism*: `TOKENIZERS_PARALLELISM`, "
+             "which lets the Rust library spread one call over the cores itself (`make` and the "
+             "tests set it false; the tokenizers library turns it off in a forked process "
+             "that used it before); *threads*: tapt's own threads, each tokenising a chunk of "
+             f"{CHUNK} texts into arrays (the GIL is released while Rust runs). x call: against the tokenizer call "
+             "with parallelism false. *CUDA path, model stubbed*: the encoder's CUDA path "
+             "(`_encode_cuda`: tokenising, sorting, padding one batch ahead, tensors, the "
+             "loop) run on the CPU with a model that returns zeros and pinning a no-op: the "
+             "host's ceiling for that path, whatever the GPU.", "",
+             "| path | parallelism | threads | µs/sentence | sentences/s | x call |",
+             "|---|---|---:|---:|---:|---:|"]
+    for row in report["rows"]:
+        lines.append(f"| {row['path']} | {row['parallelism']} | {row['threads'] or '-'} | "
+                     f"{row['us_per_sentence']} | {row['sentences_per_s']:,} | {row['x_call']} |")
+    lines += ["", f"Command: `{report['command']}`", ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pool", type=Path, default=Path("data/sample/pool.jsonl.gz"))
     p.add_argument("--n", type=int, default=None, help="first N texts of the pool [all]")
     p.add_argument("--model", default=None, help="model directory or name [packaged default]")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=256,
-                   help="batch of the stubbed CUDA path [256, the GPU runs' best]")
+    p.add_argument("--batch-size", type=int, default=1024,
+                   help="batch of the stubbed CUDA path [1024, the CUDA default]")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/tokenize_speed"))
     args = p.parse_args(argv)
     from transformers import AutoTokenizer
@@ -167,32 +192,13 @@ def main(argv: list[str] | None = None) -> int:
               "texts": len(texts), "tokens_per_text": round(float(ref_lengths.mean()), 2),
               "max_length": max_length, "repeats": args.repeats,
               "versions": library_versions(), "rows": rows,
-              "command": "python -m benchmarks.tokenize_speed " + " ".join(argv or sys.argv[1:])}
+              "command": " ".join(["python -m benchmarks.tokenize_speed", *(argv or sys.argv[1:])])}
     args.out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out / "tokenize_speed.json", report)
-    cpu = report["machine"].get("cpu", "unknown CPU")
-    lines = [f"# Host tokenisation (`benchmarks/tokenize_speed.py`), {report['date']}", "",
-             f"Machine: {cpu}, {cores} usable cores. {len(texts):,} pool sentences, "
-             f"{report['tokens_per_text']} tokens on average (truncated at {max_length}); "
-             f"median of {args.repeats} runs each. Every path's ids, masks and type ids were "
-             "checked equal to the tokenizer call's. *parallelism*: `TOKENIZERS_PARALLELISM`, "
-             "which lets the Rust library spread one call over the cores itself (`make` and the "
-             "tests set it false; the tokenizers library turns it off in a forked process "
-             "that used it before); *threads*: tapt's own threads, each tokenising a chunk of "
-             f"{CHUNK} texts (the GIL is released meanwhile). x call: against the tokenizer call "
-             "with parallelism false. *CUDA path, model stubbed*: the encoder's CUDA path "
-             "(`_encode_cuda`: tokenising, sorting, padding one batch ahead, tensors, the "
-             "loop) run on the CPU with a model that returns zeros and pinning a no-op: the "
-             "host's ceiling for that path, whatever the GPU.", "",
-             "| path | parallelism | threads | µs/sentence | sentences/s | x call |",
-             "|---|---|---:|---:|---:|---:|"]
-    for row in rows:
-        lines.append(f"| {row['path']} | {row['parallelism']} | {row['threads'] or '-'} | "
-                     f"{row['us_per_sentence']} | {row['sentences_per_s']:,} | {row['x_call']} |")
-    lines += ["", f"Command: `{report['command']}`", ""]
+    text = markdown(report)
     with atomic_write(args.out / "tokenize_speed.md") as fh:
-        fh.write("\n".join(lines))
-    print("\n".join(lines))
+        fh.write(text)
+    print(text)
     return 0
 
 

@@ -53,6 +53,12 @@ def check_add_inputs(index_path: Path, inputs: list[InputSpec] | CorpusScan) -> 
                  ours=is_tapt_index, param="idx")
 
 
+def _recorded_batch_size(manifest: dict[str, Any]) -> int | None:
+    """The batch size the index was built with, if one was given (None: by device)."""
+    recorded = manifest.get("build", {}).get("batch_size")
+    return recorded if isinstance(recorded, int) and recorded > 0 else None
+
+
 def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                  batch_size: int | None = None, restart: bool = False,
                  progress: bool = True, *, text_field: str | None = None,
@@ -77,7 +83,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
     old = index.manifest
     ingest = old["ingest"]
     config = BuildConfig(segment_size=old["segment_size"],
-                         batch_size=batch_size or old["build"].get("batch_size", 64),
+                         batch_size=batch_size or _recorded_batch_size(old),
                          window=old["build"].get("window", 4096),
                          split=ingest["split_sentences"],
                          text_field=text_field or ingest["text_field"],

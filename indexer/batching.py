@@ -17,7 +17,7 @@ import itertools
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -38,12 +38,27 @@ PROBES = ("", " ", "Hello, World!", "[CLS] [SEP] [PAD] [MASK] <s> </s> <pad> <un
           "MiXeD CaSe WoRdS", "word " * 80, "x" * 600)
 
 
+class _Fast(NamedTuple):
+    """A checked copy of a fast tokenizer's backend and what its encodings hold for certain."""
+
+    backend: Any
+    zero_types: bool  # token type ids all 0 for a single text (BERT-like templates)
+
+
 def _backend(tokenizer: Any, max_length: int | None) -> Any | None:
     """A private copy of a fast tokenizer's Rust backend that truncates at `max_length` (None:
     never) and never pads, or None where the tokenizer has no such backend or its Python call
     does something the backend does not (checked once per tokenizer and length on `PROBES`).
     A copy, so the caller's tokenizer is not changed and threads share a tokenizer that
     nothing mutates."""
+    fast = _fast(tokenizer, max_length)
+    return None if fast is None else fast.backend
+
+
+def _fast(tokenizer: Any, max_length: int | None) -> _Fast | None:
+    """`_backend`'s copy with what its encodings hold for every text: no padding, so an
+    attention mask of ones; and, where the probes' type ids were all 0, type ids of 0 (a
+    single text's type ids come from the post-processor's template, not from its words)."""
     if (not getattr(tokenizer, "is_fast", False)
             or getattr(tokenizer, "split_special_tokens", False)):
         return None
@@ -65,8 +80,15 @@ def _backend(tokenizer: Any, max_length: int | None) -> Any | None:
             else:
                 backend.enable_truncation(int(max_length), stride=0, strategy="longest_first",
                                           direction=getattr(tokenizer, "truncation_side", "right"))
-            cached[max_length] = backend if _same_as_call(tokenizer, backend, max_length) else None
+            cached[max_length] = (_Fast(backend, _zero_types(backend))
+                                  if _same_as_call(tokenizer, backend, max_length) else None)
         return cached[max_length]
+
+
+def _zero_types(backend: Any) -> bool:
+    """Whether `backend` gives every probe text type ids of 0 only (and no padding)."""
+    probes = backend.encode_batch(list(PROBES), add_special_tokens=True)
+    return all(not any(e.type_ids) and all(e.attention_mask) for e in probes)
 
 
 def _same_as_call(tokenizer: Any, backend: Any, max_length: int | None) -> bool:
@@ -89,15 +111,43 @@ def _call(tokenizer: Any, texts: list[str], max_length: int | None) -> Any:
     return tokenizer(texts, add_special_tokens=True, **kwargs)
 
 
-def _encode_chunks(backend: Any, texts: list[str], threads: int | None) -> list[list[Any]]:
-    """Encodings of `texts` in chunks of CHUNK, in order, on up to `threads` threads."""
-    chunks = [texts[i:i + CHUNK] for i in range(0, len(texts), CHUNK)]
-    fast = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+def _flat(fast: _Fast, texts: list[str], names: Sequence[str]
+          ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """`texts` encoded by the backend: their lengths and one flat int64 array per name. Only
+    the ids (and type ids a template may set) are read from Python lists, the slow part."""
+    call = getattr(fast.backend, "encode_batch_fast", None) or fast.backend.encode_batch
+    encodings = call(texts, add_special_tokens=True)
+    lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
+    total = int(lengths.sum())
+    columns = {}
+    for name in names:
+        if name == "attention_mask":
+            columns[name] = np.ones(total, dtype=np.int64)
+        elif name == "token_type_ids" and fast.zero_types:
+            columns[name] = np.zeros(total, dtype=np.int64)
+        else:
+            field = _FIELDS[name]
+            columns[name] = np.fromiter(
+                itertools.chain.from_iterable(getattr(e, field) for e in encodings),
+                dtype=np.int64, count=total)
+    return lengths, columns
+
+
+def _encode_chunks(fast: _Fast, texts: list[str], names: Sequence[str], threads: int | None
+                   ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """`_flat` of `texts` in chunks of CHUNK on up to `threads` threads, joined in order: each
+    thread turns its chunk into arrays while the others are in Rust (which frees the GIL)."""
+    chunks = [texts[i:i + CHUNK] for i in range(0, len(texts), CHUNK)] or [[]]
     threads = min(threads or usable_cores(), len(chunks))
     if threads <= 1:
-        return [fast(chunk, add_special_tokens=True) for chunk in chunks]
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        return list(pool.map(lambda chunk: fast(chunk, add_special_tokens=True), chunks))
+        parts = [_flat(fast, chunk, names) for chunk in chunks]
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            parts = list(pool.map(lambda chunk: _flat(fast, chunk, names), chunks))
+    if len(parts) == 1:
+        return parts[0]
+    return (np.concatenate([p[0] for p in parts]),
+            {name: np.concatenate([p[1][name] for p in parts]) for name in names})
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int | None,
@@ -122,8 +172,8 @@ def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int | None,
         array of every text's values end to end (text i at `lengths[:i].sum()`).
     """
     texts = list(texts)
-    backend = _backend(tokenizer, max_length)
-    if backend is None:
+    fast = _fast(tokenizer, max_length)
+    if fast is None:
         encoded = _call(tokenizer, texts, max_length)
         present = [n for n in names if n in encoded]
         lengths = np.fromiter((len(x) for x in encoded["input_ids"]), dtype=np.int64,
@@ -133,16 +183,7 @@ def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int | None,
                                         dtype=np.int64, count=total) for n in present}
     model_inputs = getattr(tokenizer, "model_input_names", None) or list(_FIELDS)
     present = [n for n in names if n in _FIELDS and n in model_inputs]
-    encodings = [e for chunk in _encode_chunks(backend, texts, threads) for e in chunk]
-    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
-    total = int(lengths.sum())
-    columns = {}
-    for name in present:
-        field = _FIELDS[name]
-        columns[name] = np.fromiter(
-            itertools.chain.from_iterable(getattr(e, field) for e in encodings),
-            dtype=np.int64, count=total)
-    return lengths, columns
+    return _encode_chunks(fast, texts, present, threads)
 
 
 def token_lengths(tokenizer: Any, texts: Sequence[str], threads: int | None = None) -> np.ndarray:

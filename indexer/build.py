@@ -76,7 +76,7 @@ class BuildConfig:
     """Options of one index build, validated on creation."""
 
     segment_size: int = 15
-    batch_size: int = 64
+    batch_size: int | None = None  # None: by the embedding device (`preferred_batch_size`)
     window: int = 4096
     split: bool = True
     text_field: str = "text"
@@ -100,8 +100,9 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         whole_number(self.segment_size, "segment_size")
-        whole_number(self.batch_size, "batch_size")
-        if self.window < self.batch_size:
+        if self.batch_size is not None:
+            whole_number(self.batch_size, "batch_size")
+        if self.batch_size is not None and self.window < self.batch_size:
             self.window = self.batch_size
         ReadOptions(self.text_field, self.doc_field, self.text_docs, self.input_format,
                     self.hf_split, self.strict, self.invalid_utf8)  # validates them
@@ -590,7 +591,8 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
             "peak_rss_mb": round(_peak_rss_mb(), 1),
             "device": encoder.device,
             "backend": getattr(encoder, "backend", "torch"),
-            "batch_size": config.batch_size,
+            "dtype": getattr(encoder, "dtype", "float32"),
+            "batch_size": config.batch_size or "auto",
             "window": config.window,
             "shards": len(shards),
             "sessions": plan.sessions,

@@ -261,7 +261,7 @@ BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
 # Measured on the 2-core CPUs (benchmarks/results/speed_encode.md, docs/performance-encoding.md):
 # the fp32 ONNX export (run as the fused graph) embeds faster than torch with identical
 # selections; int8 is faster still but its selections overlap fp32's only 0.93-0.98 at the oracle
-# budget, so it is opt-in. On CUDA, torch (fp32, measured).
+# budget, so it is opt-in. On CUDA, torch in fp16 (`SentenceTransformerEncoder`, measured).
 CPU_DEFAULT = "onnx"
 
 
@@ -301,7 +301,25 @@ def load_encoder(spec: str | None = None, device: str = "auto", backend: str = "
     return OnnxEncoder(base, backend, threads=threads)
 
 
+DTYPES = ("auto", "float32", "float16", "bfloat16")
 CUDA_PAD_TO = 8  # batch widths on CUDA: tensor-core tiles, and a handful of shapes, not hundreds
+# Texts per batch where none is given: on CUDA a forward pass of 64 short texts is over before
+# the host has launched the next one (benchmarks/results/gpu_runs.md); 1024 keeps the GPU busy.
+CUDA_BATCH_SIZE = 1024
+CPU_BATCH_SIZE = 64
+
+
+def preferred_batch_size(encoder: Encoder) -> int:
+    """Texts per encoder batch when the caller names none: 1024 on CUDA, 64 elsewhere.
+
+    Args:
+        encoder: Any `Encoder`.
+
+    Returns:
+        The batch size.
+    """
+    device = str(getattr(encoder, "device", "cpu"))
+    return CUDA_BATCH_SIZE if device.startswith("cuda") else CPU_BATCH_SIZE
 
 
 class SentenceTransformerEncoder:
@@ -310,12 +328,23 @@ class SentenceTransformerEncoder:
     backend = "torch"
     dtype = "float32"
 
-    def __init__(self, spec: str | None = None, device: str = "auto", dtype: str = "float32") -> None:
-        """`dtype` applies on CUDA only: float32 (default), float16 or bfloat16.
+    def __init__(self, spec: str | None = None, device: str = "auto", dtype: str = "auto") -> None:
+        """Load the model.
 
-        fp32 is the CUDA default because it was measured fastest: on an H100 this small model is
-        bound by the host, and fp16/bf16 were no faster (slower at batch 64-256; gpu_runs.md).
+        Args:
+            spec: Model directory or hub name (None: the packaged all-MiniLM-L6-v2).
+            device: auto, cpu, cuda, cuda:N or mps.
+            dtype: Compute precision on CUDA: auto (float16), float32, float16 or bfloat16; the
+                CPU always computes in float32. float16 is the CUDA default by measurement: on
+                an H200 it embedded 1.8x as fast as float32 at batch 1024, and its selections
+                overlapped float32's 0.998 or more at the oracle budget; bfloat16's only
+                0.989 (benchmarks/results/gpu_runs.md).
+
+        Raises:
+            InputError: the model cannot be loaded, or an unknown device or dtype.
         """
+        if dtype not in DTYPES:
+            raise InputError(f"must be one of {', '.join(DTYPES)}, got {dtype!r}", param="dtype")
         import transformers
         from sentence_transformers import SentenceTransformer
 
@@ -340,6 +369,8 @@ class SentenceTransformerEncoder:
         self._hash = _state_sha256(self.model)
         self.model_config = model_config(self.model)
         self.fingerprint = _digest({"weights": self._hash, **self.model_config})
+        if dtype == "auto":
+            dtype = "float16"
         if self.device.startswith("cuda") and dtype != "float32":
             import torch
 

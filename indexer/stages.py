@@ -36,7 +36,7 @@ from tapt.util.progress import report_progress
 from . import checkpoint
 from .faiss_index import build_part, ids_are_global, read_faiss_index, train_template, write_faiss
 from .formats import InputFile, ReadOptions
-from .encoder import encode_counted
+from .encoder import encode_counted, preferred_batch_size
 from .index_choice import IndexChoice
 from .lexical import LexicalWriter, doc_hash
 from .manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, LEXICAL,
@@ -235,7 +235,7 @@ class EmbedTask:
     part: int
     start: int
     stop: int
-    batch_size: int
+    batch_size: int | None  # None: the encoder's `preferred_batch_size`
     dtype: str
 
     @property
@@ -262,7 +262,8 @@ def embed_part(task: EmbedTask, encoder) -> dict[str, Any]:
     finally:
         close_reader(store)
     t0 = time.perf_counter()
-    embeddings, counts = encode_counted(encoder, texts, batch_size=task.batch_size)
+    embeddings, counts = encode_counted(encoder, texts,
+                                        batch_size=task.batch_size or preferred_batch_size(encoder))
     embeddings, counts = np.asarray(embeddings), np.asarray(counts, dtype=np.int32)
     seconds = time.perf_counter() - t0
     if embeddings.shape != (len(texts), encoder.dim) or counts.shape != (len(texts),):

@@ -243,3 +243,32 @@ def test_other_tokenizer_families_take_the_fast_path_with_equal_ids(kind, max_le
     assert lengths.tolist() == [len(x) for x in ref["input_ids"]]
     full = tok(HOSTILE)["input_ids"]
     assert token_lengths(tok, HOSTILE).tolist() == [len(x) for x in full]
+
+
+def test_type_ids_a_template_sets_are_read_not_assumed(tmp_path):
+    """Type ids are derived (all 0) only where the probes showed them all 0: a template that
+    gives its special tokens type id 1 keeps them."""
+    import itertools
+
+    from tokenizers import Tokenizer, processors
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from tapt.indexer import batching
+    from tapt.indexer.models import resolve_model
+
+    base = AutoTokenizer.from_pretrained(resolve_model(None))
+    backend = Tokenizer.from_str(base.backend_tokenizer.to_str())
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS]:1 $A:0 [SEP]:1", pair="[CLS]:1 $A:0 [SEP]:1 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", base.cls_token_id), ("[SEP]", base.sep_token_id)])
+    odd = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]")
+    odd.model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+    assert not batching._fast(odd, 16).zero_types and batching._fast(base, 16).zero_types
+    texts = ["one two three", "", "a longer text of several words"]
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    _, columns = batching.tokenize(odd, texts, 16, names)
+    ref = odd(texts, truncation=True, max_length=16)
+    for name in names:
+        np.testing.assert_array_equal(
+            columns[name], np.fromiter(itertools.chain.from_iterable(ref[name]), dtype=np.int64))
+    assert columns["token_type_ids"].tolist().count(1) == 2 * len(texts)

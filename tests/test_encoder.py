@@ -253,3 +253,12 @@ def test_an_architecture_the_optimizer_cannot_fuse_keeps_the_plain_graph(minilm,
     info = json.loads((path.parent / "export.json").read_text())
     assert info["fused_operators"] == {} and info["probe_cosine_to_torch"] >= 0.9999
     assert onnx_export.entry_problem(path.parent) is None
+
+
+def test_the_cpu_computes_in_float32_and_an_unknown_dtype_is_refused(minilm):
+    from tapt.errors import InputError
+    from tapt.indexer.encoder import SentenceTransformerEncoder, preferred_batch_size
+
+    assert minilm.dtype == "float32" and preferred_batch_size(minilm) == 64
+    with pytest.raises(InputError, match="float16"):
+        SentenceTransformerEncoder(None, device="cpu", dtype="half")

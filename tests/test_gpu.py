@@ -38,7 +38,8 @@ def test_cuda_encoder_agrees_with_cpu(model_spec, dtype, floor):
     assert got.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-3)
     assert (got * ref).sum(axis=1).min() >= floor
-    assert load_encoder(model_spec, device="cuda", backend="auto").backend == "torch"
+    default = load_encoder(model_spec, device="cuda", backend="auto")
+    assert default.backend == "torch" and default.dtype == "float16"  # the measured default
 
 
 def test_cuda_training_learns_and_evaluates_like_cpu(tmp_path):

@@ -27,7 +27,8 @@ def test_tokenize_speed_report(tmp_path):
         assert [r["path"] for r in rows][0] == "tokenizer call"
         assert [r["threads"] for r in rows if r["path"] == "backend"][-1] == cores
         assert [r["path"] for r in rows][-1] == "token counts"
-    assert report["rows"][-1]["path"] == "CUDA path, model stubbed (batch 256)"
+    assert report["rows"][-1]["path"] == "CUDA path, model stubbed (batch 1024)"
+    assert (tmp_path / "tokenize_speed.md").read_text().startswith("# Host tokenisation")
     assert all(r["sentences_per_s"] > 0 and r["us_per_sentence"] > 0 for r in report["rows"])
     assert report["rows"][0]["x_call"] == 1.0
     table = (tmp_path / "tokenize_speed.md").read_text()
