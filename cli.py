@@ -629,7 +629,8 @@ def index_info(idx, as_json) -> None:
            + ("; int8 codes" if m.get("codes") else "")] if m.get("shards") else
           [f"shards     none: format {m['format_version']}, run tapt index upgrade {idx}"]),
         f"build      {m['build']['seconds']} s, {m['build']['sentences_per_second']} sentences/s on "
-        f"{m['build']['device']} ({m['build'].get('backend', 'torch')}), "
+        f"{m['build']['device']} ({m['build'].get('backend', 'torch')}"
+        f"{', ' + m['build']['dtype'] if m['build'].get('dtype', 'float32') != 'float32' else ''}), "
         f"peak RSS {m['build']['peak_rss_mb']} MB",
         *([f"adds       generation {m.get('generation', 1)}, last {m['history'][-1]['added']}: "
            f"{m['history'][-1]['sentences']:,} sentences added, "
