@@ -35,6 +35,7 @@ import torch  # noqa: E402
 
 from tapt.indexer.batching import SortedBatches  # noqa: E402
 from tapt.indexer.encoder import CUDA_PAD_TO, SentenceTransformerEncoder  # noqa: E402
+from tapt.util.files import atomic_write, write_json_atomic  # noqa: E402
 
 
 def left() -> float:
@@ -48,8 +49,7 @@ def say(*a):
 def record(key, value):
     RESULTS[key] = value
     say(key, value)
-    with open(os.path.join(OUT, "probe.json"), "w") as fh:
-        json.dump(RESULTS, fh, indent=1, default=str)
+    write_json_atomic(os.path.join(OUT, "probe.json"), RESULTS)
 
 
 def sync():
@@ -232,7 +232,7 @@ def _():
             break
         except Exception:  # noqa: BLE001
             continue
-    with open(os.path.join(OUT, "profile.txt"), "w") as fh:
+    with atomic_write(os.path.join(OUT, "profile.txt")) as fh:
         fh.write(ka.table(sort_by="self_cpu_time_total", row_limit=60))
 
 
@@ -374,6 +374,7 @@ def _():
         except Exception as exc:  # noqa: BLE001
             out[kind.name] = f"{type(exc).__name__}: {str(exc)[:120]}"
     record("sdpa", out)
+
 
 @section("torch.compile (fp16 hf forward, dynamic)", 90)
 def _():

@@ -45,18 +45,12 @@ class _Fast(NamedTuple):
     zero_types: bool  # token type ids all 0 for a single text (BERT-like templates)
 
 
-def _backend(tokenizer: Any, max_length: int | None) -> Any | None:
+def _fast(tokenizer: Any, max_length: int | None) -> _Fast | None:
     """A private copy of a fast tokenizer's Rust backend that truncates at `max_length` (None:
     never) and never pads, or None where the tokenizer has no such backend or its Python call
     does something the backend does not (checked once per tokenizer and length on `PROBES`).
     A copy, so the caller's tokenizer is not changed and threads share a tokenizer that
-    nothing mutates."""
-    fast = _fast(tokenizer, max_length)
-    return None if fast is None else fast.backend
-
-
-def _fast(tokenizer: Any, max_length: int | None) -> _Fast | None:
-    """`_backend`'s copy with what its encodings hold for every text: no padding, so an
+    nothing mutates. With it, what its encodings hold for every text: no padding, so an
     attention mask of ones; and, where the probes' type ids were all 0, type ids of 0 (a
     single text's type ids come from the post-processor's template, not from its words)."""
     if (not getattr(tokenizer, "is_fast", False)

@@ -102,8 +102,7 @@ class BuildConfig:
         whole_number(self.segment_size, "segment_size")
         if self.batch_size is not None:
             whole_number(self.batch_size, "batch_size")
-        if self.batch_size is not None and self.window < self.batch_size:
-            self.window = self.batch_size
+            self.window = max(self.window, self.batch_size)
         ReadOptions(self.text_field, self.doc_field, self.text_docs, self.input_format,
                     self.hf_split, self.strict, self.invalid_utf8)  # validates them
         if self.index not in REQUESTS:

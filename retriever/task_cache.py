@@ -73,7 +73,7 @@ def encode_in_chunks(encoder: Encoder, sentences: Sequence[str], batch_size: int
     sentences = list(sentences)
     if not sentences:
         return np.empty((0, encoder.dim), dtype=np.float32)
-    chunk = int(batch_size) * CHUNK_BATCHES
+    chunk = batch_size * CHUNK_BATCHES
     order = np.argsort([-len(s) for s in sentences], kind="stable")
     out = np.empty((len(sentences), encoder.dim), dtype=np.float32)
     with tqdm(total=len(sentences), unit="sentence", desc="embed task", disable=not progress,

@@ -88,7 +88,7 @@ def test_fast_tokenize_equals_the_tokenizer_call(tokenizer, monkeypatch, threads
     monkeypatch.setattr(batching, "CHUNK", 4)  # several chunks, so threads really split them
     texts = HOSTILE + [f"sentence number {i} of the test" for i in range(9)]
     names = ("input_ids", "attention_mask", "token_type_ids")
-    assert batching._backend(tokenizer, max_length) is not None  # the fast path is taken
+    assert batching._fast(tokenizer, max_length) is not None  # the fast path is taken
     state = (tokenizer.backend_tokenizer.truncation, tokenizer.backend_tokenizer.padding)
     lengths, columns = batching.tokenize(tokenizer, texts, max_length, names, threads=threads)
     counts = batching.token_lengths(tokenizer, texts, threads=threads)
@@ -120,7 +120,7 @@ def test_left_truncation_follows_the_tokenizer():
 
 
 def test_a_tokenizer_without_a_fast_backend_takes_its_own_path(tokenizer):
-    from tapt.indexer.batching import SortedBatches, _backend, token_lengths
+    from tapt.indexer.batching import SortedBatches, _fast, token_lengths
 
     class Plain:  # the calling convention of a slow (Python) Hugging Face tokenizer
         is_fast = False
@@ -131,7 +131,7 @@ def test_a_tokenizer_without_a_fast_backend_takes_its_own_path(tokenizer):
             return tokenizer(texts, **kwargs)
 
     texts = ["one two three", "", "a longer text of several words"]
-    assert _backend(Plain(), 16) is None
+    assert _fast(Plain(), 16) is None
     slow = SortedBatches(Plain(), texts, 16, ("input_ids", "attention_mask"))
     fast = SortedBatches(tokenizer, texts, 16, ("input_ids", "attention_mask"))
     assert slow.lengths.tolist() == fast.lengths.tolist()
@@ -179,7 +179,7 @@ def test_a_tokenizer_whose_call_differs_from_its_backend_takes_its_own_path():
 
     from transformers import AutoTokenizer
 
-    from tapt.indexer.batching import _backend, tokenize
+    from tapt.indexer.batching import _fast, tokenize
     from tapt.indexer.models import resolve_model
 
     base = type(AutoTokenizer.from_pretrained(resolve_model(None)))
@@ -189,7 +189,7 @@ def test_a_tokenizer_whose_call_differs_from_its_backend_takes_its_own_path():
             return super().__call__([t.replace("o", "0") for t in text], *args, **kwargs)
 
     tok = Rewriting.from_pretrained(resolve_model(None))
-    assert _backend(tok, 16) is None and _backend(tok, None) is None
+    assert _fast(tok, 16) is None and _fast(tok, None) is None
     texts = ["good morning to you", "no", "plain text"]
     lengths, columns = tokenize(tok, texts, 16, ("input_ids",))
     ref = tok(texts, truncation=True, max_length=16)["input_ids"]
@@ -229,10 +229,10 @@ def _trained_tokenizer(kind: str):
 def test_other_tokenizer_families_take_the_fast_path_with_equal_ids(kind, max_length):
     import itertools
 
-    from tapt.indexer.batching import _backend, token_lengths, tokenize
+    from tapt.indexer.batching import _fast, token_lengths, tokenize
 
     tok = _trained_tokenizer(kind)
-    assert _backend(tok, max_length) is not None
+    assert _fast(tok, max_length) is not None
     lengths, columns = tokenize(tok, HOSTILE, max_length,
                                 ("input_ids", "attention_mask", "token_type_ids"))
     kwargs = {"truncation": True, "max_length": max_length} if max_length else {}

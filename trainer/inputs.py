@@ -28,12 +28,12 @@ def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[d
     seen: dict[str, str] = {}
     for path in paths:
         manifest, segs = read_selection(path)
-        digest = manifest.get("selection_sha256") or sha256_file(path)
         manifest_sha = sha256_file(manifest_path(path))    # the same run: same manifest
         if manifest_sha in seen:
             logger.warning("selection %s is the same as %s: read once", path, seen[manifest_sha])
             continue
         seen[manifest_sha] = str(path)
+        digest = manifest.get("selection_sha256") or sha256_file(path)
         if not segs:
             raise InputError(f"selection {path} has no segments; nothing to train on")
         index = manifest.get("index") or {}
