@@ -605,6 +605,8 @@ def serve(path: PathLike, *, address: str | None = None, actors: int | None = No
 
 REQUEST_KEYS = ("id", "method", "task", "budget", "params", "segment_size", "seed", "out",
                 "overwrite")
+REQUEST_DEPTH = 64      # nesting of a request's arrays and objects
+STDOUT = "-"            # "out": the selection's lines in the answer, as `tapt select --out -`
 
 
 def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, Any]:
@@ -615,12 +617,96 @@ def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, An
         request: A JSON object (or its text) with `method`, `task` (a task file's path, a list
             of paths under "files", or a list of sentences), `budget`, and optionally `params`
             (the method's parameters), `segment_size`, `seed`, `out` (write the selection file
-            there), `overwrite` and `id` (echoed).
+            there; "-": return its lines in the answer, as `tapt select --out -` writes them
+            to standard output), `overwrite` and `id` (a string, a number or null, echoed).
+            A number that is not finite (NaN, an infinity, `1e999`) anywhere in it is refused:
+            JSON has no spelling for one.
 
     Returns:
         {"id", "method", "segments", "sentences", "ids" (segment ids in rank order), "out",
-        "seconds"}, or {"id", "error"} when the request cannot be answered.
+        "seconds"} (with "out" "-" also "selection": the selection file's lines, one object
+        each), or {"id", "error"} when the request cannot be answered; always an object that
+        `answer_line` writes as strict JSON.
     """
+    answer = _answer_request(served, request)
+    try:
+        _strict_json(answer)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return _unwritable(answer, exc)
+    return answer
+
+
+def answer_line(answer: dict[str, Any]) -> str:
+    """An answer of `answer_request` as one line of strict JSON (no NaN or infinity, which
+    JSON has no spelling for; `tapt index serve` writes its answers so). An answer that cannot
+    be written so becomes an error answer.
+
+    Args:
+        answer: What `answer_request` returned.
+
+    Returns:
+        The JSON text, without a line end.
+    """
+    try:
+        return _strict_json(answer)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return _strict_json(_unwritable(answer, exc))
+
+
+def _strict_json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, allow_nan=False)
+
+
+def _unwritable(answer: Any, exc: BaseException) -> dict[str, Any]:
+    """The error answer in place of an answer that strict JSON cannot carry."""
+    rid = answer.get("id") if isinstance(answer, dict) else None
+    try:
+        _strict_json(rid)
+    except (TypeError, ValueError, RecursionError):
+        rid = None
+    return {"id": rid, "error": f"request: its answer cannot be written as JSON "
+                                f"({type(exc).__name__}: {exc})"}
+
+
+def _request_id(request: dict[str, Any]) -> Any:
+    """The request's `id`, which the answer echoes: a string, a finite number, or null."""
+    rid = request.get("id")
+    if rid is None or isinstance(rid, str):
+        return rid
+    if isinstance(rid, (int, np.integer)) and not isinstance(rid, bool):
+        return int(rid)
+    if isinstance(rid, (float, np.floating)) and np.isfinite(rid):
+        return float(rid)
+    raise InputError(f"must be a string, a finite number or null, not {_shown(rid)}", param="id")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, (float, np.floating)) else type(value).__name__
+    return {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}.get(text, text)
+
+
+def _refuse_non_finite(request: dict[str, Any]) -> None:
+    """Refuse a request nested deeper than REQUEST_DEPTH (a cycle too), or holding a number
+    that is not finite anywhere (its answer could echo it, and JSON has no spelling for it)."""
+    stack: list[tuple[Any, str, int]] = [(request, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > REQUEST_DEPTH:
+            raise InputError(f"nested more than {REQUEST_DEPTH} deep", param="request")
+        if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+            raise InputError(f"{_shown(value)} is not a finite number (JSON has none)",
+                             param=where or "request")
+        if isinstance(value, dict):
+            stack += [(v, f"{where}.{k}" if where else str(k), depth + 1)
+                      for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            stack += [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+
+
+def _answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, Any]:
+    """`answer_request` before its answer is checked to be strict JSON."""
     import json
     import time
     from pathlib import Path
@@ -635,9 +721,13 @@ def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, An
                 request = json.loads(request)
             except ValueError as exc:
                 raise InputError(f"not a JSON object ({exc})", param="request") from None
+            except RecursionError:
+                raise InputError("not a JSON object (nested too deeply)",
+                                 param="request") from None
         if not isinstance(request, dict):
             raise InputError("a request is a JSON object", param="request")
-        rid = request.get("id")
+        rid = _request_id(request)
+        _refuse_non_finite(request)
         unknown = sorted(set(request) - set(REQUEST_KEYS))
         if unknown:
             raise InputError(f"unknown key(s) {', '.join(unknown)}: a request has "
@@ -669,12 +759,16 @@ def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, An
         selection = served.select(request["method"], task, request.get("budget"),
                                   segment_size=request.get("segment_size"),
                                   seed=request.get("seed", 0), **params)
-        if out is not None:
+        lines = None
+        if out == STDOUT:
+            lines = [segment.to_dict() for segment in selection.segments]
+        elif out is not None:
             out = str(selection.write(out, overwrite=overwrite))
-        return {"id": rid, "method": selection.method, "segments": len(selection),
-                "sentences": selection.counts["sentences"],
-                "ids": [int(i) for i in selection.ids], "out": out,
-                "seconds": round(time.perf_counter() - start, 3)}
+        answer = {"id": rid, "method": selection.method, "segments": len(selection),
+                  "sentences": selection.counts["sentences"],
+                  "ids": [int(i) for i in selection.ids], "out": out,
+                  "seconds": round(time.perf_counter() - start, 3)}
+        return answer if lines is None else {**answer, "selection": lines}
     except TaptError as exc:
         return {"id": rid, "error": str(exc)}
     except OSError as exc:  # a task or output path the system refuses
@@ -683,12 +777,6 @@ def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, An
         # a value of a type no check above foresaw: this request fails, the server goes on
         log.debug("request %r failed", rid, exc_info=True)
         return {"id": rid, "error": f"request: cannot be answered ({type(exc).__name__}: {exc})"}
-
-
-def _paths(inputs: PathLike | Sequence[PathLike]) -> list[str]:
-    if isinstance(inputs, (str, os.PathLike)):
-        return [os.fspath(inputs)]
-    return [os.fspath(p) for p in inputs]
 
 
 def _inputs(inputs: Any, hf_datasets: Sequence[str], hf_split: str | None) -> list[Any]:
@@ -704,6 +792,12 @@ def _inputs(inputs: Any, hf_datasets: Sequence[str], hf_split: str | None) -> li
 
 
 def _selection_paths(selections) -> list[str]:
+    from tapt.trainer.config import path_text, shown
+
+    if selections is None or not isinstance(selections, (list, tuple, str, os.PathLike,
+                                                          Selection)):
+        raise InputError(f"must be a selection file, a written Selection or a list of them, "
+                         f"got {shown(selections)}", param="selections")
     items = selections if isinstance(selections, (list, tuple)) else [selections]
     out = []
     for item in items:
@@ -713,7 +807,7 @@ def _selection_paths(selections) -> list[str]:
                                  "that the run can record and check it", param="selections")
             out.append(str(item.path))
         else:
-            out.append(os.fspath(item))
+            out.append(path_text(item, "selections"))
     return out
 
 
@@ -764,19 +858,24 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         The training manifest (steps, losses, evaluations, inputs and their hashes).
 
     Raises:
-        InputError: an argument or input that cannot work (before anything is written).
+        InputError: an argument of the wrong type or out of range (named), or an input that
+            cannot work (before anything is written).
+        StorageError: the disk filled up or refused a write (the newest checkpoint is kept).
         TrainingInterrupted: Ctrl-C; a checkpoint was saved (resume with `resume=True`).
     """
-    from tapt.trainer.config import TrainConfig
+    from tapt.trainer.config import TrainConfig, path_list, shown
     from tapt.trainer.loop import train as run_training
 
+    if on_step is not None and not callable(on_step):
+        raise InputError(f"must be a function of (step, loss), got {shown(on_step)}",
+                         param="on_step")
     config = TrainConfig(
-        selections=tuple(_selection_paths(selections)), out=os.fspath(out), model=model,
-        task=tuple(_paths(task)) if task else (), mix=mix, weights=weights, steps=steps,
+        selections=tuple(_selection_paths(selections)), out=out, model=model,
+        task=path_list(task, "task"), mix=mix, weights=weights, steps=steps,
         epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr, warmup=warmup,
         weight_decay=weight_decay, max_grad_norm=max_grad_norm, mlm_probability=mlm_probability,
         seed=seed, device=device, resume=resume,
-        eval_text=tuple(_paths(eval_text)) if eval_text else (), text_field=text_field,
+        eval_text=path_list(eval_text, "eval_text"), text_field=text_field,
         eval_every=eval_every,
         save_every=save_every, keep_checkpoints=keep_checkpoints,
         delete_checkpoints=delete_checkpoints, progress=progress)
@@ -804,12 +903,20 @@ def evaluate_mlm(texts: PathLike | Sequence[PathLike], *, model: str | None = No
 
     Returns:
         loss, perplexity, tokens, examples, method and the settings.
+
+    Raises:
+        InputError: an argument of the wrong type or out of range (named), or text or a model
+            that cannot be used.
     """
+    from tapt.trainer.config import path_list, shown
     from tapt.trainer.evaluate import evaluate_text
 
-    return evaluate_text(model, _paths(texts), max_length=max_length, batch_size=batch_size,
-                         seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device,
-                         text_field=text_field)
+    if texts is None or not isinstance(texts, (str, os.PathLike, list, tuple)):
+        raise InputError(f"must be a file, folder or URL of held-out text or a list of them, "
+                         f"got {shown(texts)}", param="texts")
+    return evaluate_text(model, list(path_list(texts, "texts")), max_length=max_length,
+                         batch_size=batch_size, seed=seed, mlm_probability=mlm_probability,
+                         pseudo=pseudo, device=device, text_field=text_field)
 
 
 def method_names() -> tuple[str, ...]:

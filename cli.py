@@ -7,6 +7,7 @@ The command line only: parsing, terminal output and turning every failure into o
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import functools
@@ -17,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -41,6 +43,9 @@ from tapt.retriever.context import CONTEXTS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _STATE = {"verbose": 0}  # -v count of the running invocation, for tracebacks of internal errors
+# SIGTERM: `terminated` once one arrived; `stopping` once _Terminated was raised or the command's
+# outcome is decided (later signals only set `terminated`); `reported` once an Error line is out
+_STATE.update(terminated=False, stopping=False, reported=False, code=None)
 
 
 def _flag_of(param: str, ctx: click.Context | None = None) -> str:
@@ -88,8 +93,61 @@ class _Terminated(KeyboardInterrupt):
     cleanup that runs for Ctrl-C runs for it too; the command exits 143 with one Error line."""
 
 
+def _importing(frame: object) -> bool:
+    """True while Python imports a module: an exception raised there may reach the importing
+    code (C code in particular) as an ImportError, then reported as a missing package."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
+    """Raise _Terminated where the process is, once; inside an import, a moment later (the
+    signal is sent again until it lands outside one)."""
+    _STATE["terminated"] = True
+    if _STATE["stopping"]:          # raised once already, or at exit: the exit status says it
+        return
+    first = _STATE.setdefault("deferred", time.monotonic())
+    if _importing(frame) and time.monotonic() - first < 5:     # an import that hangs: not forever
+        again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM))
+        again.daemon = True
+        again.start()
+        return
+    _STATE["stopping"] = True
     raise _Terminated()
+
+
+def _interrupted_at_exit(signum: int, frame: object) -> None:
+    _STATE["interrupted"] = True
+
+
+def _terminated_at_exit() -> None:
+    """The last atexit handler of the `tapt` command (`main` ran): a SIGTERM (or Ctrl-C) while
+    the interpreter exits is status 143 (130) and the one line, never a traceback of an atexit
+    handler and status 0. The process then ends here: past this point the interpreter restores
+    the default handlers, and a SIGTERM during its teardown would kill it."""
+    if _STATE["code"] is None:       # imported as a library, not run as the command
+        return
+    code = _STATE["code"] if isinstance(_STATE["code"], int) else 1
+    logging.shutdown()
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stdout.flush()
+    if _STATE["terminated"] and code != 143:
+        code, what = 143, b"terminated (SIGTERM)"
+    elif _STATE.get("interrupted") and code not in (130, 143):
+        code, what = 130, b"interrupted"
+    else:
+        what = b""
+    if what and not _STATE["reported"]:
+        os.write(2, b"Error: " + what + b" as the command finished; what it wrote is complete\n")
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.flush()
+    os._exit(code)
+
+
+atexit.register(_terminated_at_exit)    # at import: it runs after every atexit handler since
 
 
 def _terminated(exc: BaseException) -> bool:
@@ -132,27 +190,32 @@ class TaptGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        _STATE["verbose"] = 0
+        _STATE.update(verbose=0, stopping=False, reported=False)
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _stopped_while_starting)):
+            signal.signal(signal.SIGTERM, _on_sigterm)  # run without `main` (cli.main(args=...))
         if sys.stdout is None:               # started with stdout closed (>&-): nothing to show
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             sys.stdout.flush()               # a closed pipe shows here, not at interpreter exit
         except click.exceptions.NoArgsIsHelpError as exc:
-            exc.show()                       # `tapt` or `tapt select` alone: the help
-            code = exc.exit_code
+            # `tapt` or `tapt select` alone asks for the help: shown as -h shows it, status 0
+            # (not a failure; a failure is one Error line, see docs/reference/reliability.md)
+            click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+            code = 0
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} -h')" if exc.ctx is not None else ""
             code = _fail(_one_line(exc.format_message()) + hint, exc.exit_code)
         except click.ClickException as exc:
             message, code = _one_line(exc.format_message()), exc.exit_code
-            if isinstance(exc, _Interrupted) and _terminated(exc):
+            if isinstance(exc, _Interrupted) and (_terminated(exc) or _STATE["terminated"]):
                 rest = (message[len("interrupted"):] if message.startswith("interrupted")
                         else f": {message}")
                 message, code = "terminated (SIGTERM)" + rest, 143
             code = _fail(message, code)
         except (click.Abort, KeyboardInterrupt) as exc:
-            code = (_fail("terminated (SIGTERM)", 143) if _terminated(exc)
+            code = (_fail("terminated (SIGTERM)", 143) if _terminated(exc) or _STATE["terminated"]
                     else _fail("interrupted", 130))
         except _BrokenPipe:
             code = _quiet_broken_pipe()
@@ -166,6 +229,11 @@ class TaptGroup(click.Group):
                 code = _fail(f"cannot write standard output: {exc.strerror or exc}", 1)
         except Exception as exc:  # noqa: BLE001 - the last resort: one line, traceback at -vv
             code = _internal(exc)
+        _STATE["stopping"] = True
+        if _STATE["terminated"] and code not in (141, 143):
+            # a SIGTERM that some code swallowed, or that came as the command finished
+            code = _fail("terminated (SIGTERM) as the command finished; what it wrote is "
+                         "complete" if code == 0 else "terminated (SIGTERM)", 143)
         sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -182,7 +250,14 @@ def _internal(exc: BaseException) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    click.echo(f"Error: {message}", err=True)
+    """Print the command's one Error line (once) and return its exit status; after a SIGTERM,
+    whatever failed reports the termination (an import it broke is no missing package)."""
+    _STATE["stopping"] = True
+    if _STATE["terminated"] and code != 143:
+        message, code = "terminated (SIGTERM)", 143
+    if not _STATE["reported"]:
+        _STATE["reported"] = True
+        click.echo(f"Error: {message}", err=True)
     return code
 
 
@@ -366,9 +441,9 @@ def _input_options(add: bool = False):
                           "them and list them at INFO)."),
         click.option("--invalid-utf8", default=None if add else "error", show_default=not add,
                      type=click.Choice(["error", "replace"]),
-                     help="Text that is not valid UTF-8: stop at its file and line (error), "
-                          "or read each invalid byte as U+FFFD and count the records "
-                          "(replace)." + (index_default if add else "")),
+                     help="Text that is not valid UTF-8, or holds NUL: stop at its file and "
+                          "line (error), or read each invalid byte (and NUL) as U+FFFD and count "
+                          "the records (replace)." + (index_default if add else "")),
     ]
 
     def decorate(func):
@@ -668,8 +743,10 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
     sentence", ...], "budget": "0.2", "params": {"k": 50}, "out": "sel.jsonl", "id": 7}
     (`params`, `segment_size`, `seed`, `out`, `overwrite` and `id` are optional). Each answer
     is one JSON line on standard output: the selected segment ids in rank order and counts
-    (the selection file too, with "out"), or {"id": ..., "error": ...}. Exit status 1 when a
-    request failed. Needs Ray: pip install 'tapt[ray]'.
+    (the selection file too, with "out"; with "out": "-", as select --out -, no file: the
+    selection's lines in the answer, under "selection"), or {"id": ..., "error": ...}. A
+    number JSON cannot spell (NaN, 1e999) is refused. Exit status 1 when a request failed.
+    Needs Ray: pip install 'tapt[ray]'.
 
     \b
     Examples:
@@ -677,7 +754,7 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
       tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
       tapt index serve idx --hold codes < requests.jsonl  # "params": {"scan": "codes"}
     """
-    from tapt.api import answer_request, serve
+    from tapt.api import answer_line, answer_request, serve
 
     failed = answered = 0
     with _stdout_for_answers() as answers, serve(
@@ -693,7 +770,7 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
             reply = answer_request(served, line)
             answered += 1
             failed += "error" in reply
-            answers.write(json.dumps(reply) + "\n")
+            answers.write(answer_line(reply) + "\n")
             answers.flush()
     if failed:
         raise click.ClickException(f"{failed} of {answered} request(s) failed (see their "
@@ -1274,6 +1351,8 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
             delete_checkpoints=delete_checkpoints, seed=seed, device=device,
             progress=ctx.obj["progress"])
     except TrainingInterrupted as exc:
+        if exc.signum == signal.SIGTERM:
+            _STATE["terminated"] = True     # the trainer's handler took it: exit 143
         raise _Interrupted(f"{exc}; continue with the same arguments plus --resume") from exc
     if as_json:
         click.echo(json.dumps({"out": out, **{k: v for k, v in manifest.items()
@@ -1509,10 +1588,26 @@ def plot_domains_command(idx, out, selection, label_field, sample, seed) -> None
 
 
 def main() -> None:
+    """The `tapt` console script: every outcome is an exit status, every failure one line."""
+    _STATE.update(terminated=False, stopping=False, reported=False, code=None,
+                  interrupted=False)
+    _STATE.pop("deferred", None)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C: KeyboardInterrupt
         signal.signal(signal.SIGTERM, _on_sigterm)
-    cli(prog_name="tapt")
+    try:
+        cli(prog_name="tapt")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    except KeyboardInterrupt as exc:    # a signal after the command's own handling, before exit
+        code = (_fail("terminated (SIGTERM)", 143) if _terminated(exc) or _STATE["terminated"]
+                else _fail("interrupted", 130))
+    _STATE["stopping"] = True
+    _STATE["code"] = code
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _interrupted_at_exit)  # no KeyboardInterrupt in atexit
+    sys.exit(code)
 
 
 if __name__ == "__main__":

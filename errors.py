@@ -83,11 +83,22 @@ class Interrupted(KeyboardInterrupt):
         job: What was interrupted ("build", "add").
         kept: Sentences embedded and kept (0 when nothing was).
         work: The folder holding the kept work, or None when nothing was kept.
+        earlier: Of `kept`, the sentences earlier, interrupted runs had kept (this one resumed
+            them): the message counts what this run kept.
     """
 
-    def __init__(self, job: str, kept: int, work: str | None) -> None:
+    def __init__(self, job: str, kept: int, work: str | None, earlier: int = 0) -> None:
+        ours = max(kept - earlier, 0)
         if work is None:
             message = f"interrupted before the {job} kept anything"
+        elif earlier and ours:
+            message = (f"interrupted: this run kept {ours:,} more embedded sentences in {work} "
+                       f"({kept:,} with those of earlier runs); run the same command again to "
+                       "resume")
+        elif earlier:
+            message = (f"interrupted before this run kept anything; the {earlier:,} embedded "
+                       f"sentences of earlier runs are still kept in {work}; run the same "
+                       "command again to resume")
         elif kept:
             message = (f"interrupted: {kept:,} embedded sentences of this {job} are kept in "
                        f"{work}; run the same command again to resume")
@@ -110,9 +121,11 @@ class TrainingInterrupted(KeyboardInterrupt):
     Args:
         step: The last step trained.
         checkpoint: The checkpoint's folder.
+        signum: The signal that stopped the run (SIGINT or SIGTERM).
     """
 
-    def __init__(self, step: int, checkpoint: Path) -> None:
+    def __init__(self, step: int, checkpoint: Path, signum: int = 2) -> None:
         super().__init__(f"interrupted at step {step}; checkpoint saved in {checkpoint}")
         self.step = step
         self.checkpoint = checkpoint
+        self.signum = signum

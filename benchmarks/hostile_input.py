@@ -36,6 +36,28 @@ STRUCTURAL = ("manifest.json", *(f"shards/{s}/{name}" for s in SHARDS for name i
     "shard.json", "docs.npy", "tokens.npy", "text.lmdb/data.mdb")))
 
 
+# Classes whose outcome is not "exit 1 with one Error line" (signals, usage errors), or that need
+# two commands at once: the default test suite tries them (file and test named).
+TESTED_ELSEWHERE = [
+    "## Tried by the test suite, not as cases here", "",
+    "| class | outcome | where |", "|---|---|---|",
+    "| SIGTERM during a lazy import, swallowed by a library, or while the interpreter exits | "
+    "exit 143, one `Error: terminated (SIGTERM)` line counting what this run kept | "
+    "tests/test_failure_statuses.py (`test_sigterm_*`) |",
+    "| usage errors (unknown option, missing argument, a path that does not exist) | exit 2, "
+    "one `Error:` line, as docs/reference/reliability.md lists | "
+    "tests/test_failure_statuses.py (`test_exit_statuses_are_the_documented_ones`) |",
+    "| a select that opened a generation before a concurrent `index add` swapped it | every "
+    "method answers from the generation it opened | tests/test_generation_integrity.py |",
+    "| an `index add` paused while another add completes | one `Error:` line: the index "
+    "changed, run it again (no `/proc/self/fd` path) | tests/test_generation_integrity.py |",
+    "| a shard folder copied into a build's work directory | refused, neither reused nor "
+    "deleted | tests/test_generation_integrity.py |",
+    "| `tapt index serve` / `select --executor ray` with a relative index on a real Ray "
+    "cluster | the actors open the same generation | tests/test_relative_paths.py |",
+]
+
+
 def run_cases() -> tuple[list[str], collections.Counter]:
     rows, counts = [], collections.Counter()
 
@@ -126,6 +148,7 @@ def main() -> None:
         "## Cases", "",
         "| group | input | exit | output (last line) | left behind | user files | s | verdict |",
         "|---|---|---:|---|---|---|---:|---|", *rows, "",
+        *TESTED_ELSEWHERE, "",
         "## Fuzz (`tests/index_fuzz.py`)", "",
         "Each trial copies a small index (133 sentences), flips 1-3 random bytes of a random file "
         "or cuts it at a random length (or both; seeded), then runs `index info`, `index verify`, "

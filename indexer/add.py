@@ -35,7 +35,7 @@ from .build import (BuildConfig, Shared, calibrated_faiss, codes_section, corpus
                     shard_entries, top_vocabulary, warn_invalid_utf8)
 from .encoder import Encoder
 from .executors import EncoderSource, Executor, make_executor
-from .generations import exchange, mirror
+from .generations import carry, check_kept, check_unchanged, exchange, mirror, user_entries
 from .index import Index
 from .index_choice import choice_from_manifest
 from .integrity import check_checksum, remember_index
@@ -49,8 +49,8 @@ log = logging.getLogger(__name__)
 
 def check_add_inputs(index_path: Path, inputs: list[InputSpec] | CorpusScan) -> None:
     """`index add` writes the index: no local input may be it, lie inside it, or contain it."""
-    check_output(index_path, what="index", inputs=corpus_paths(inputs), directory=True,
-                 ours=is_tapt_index, param="idx")
+    check_output(os.path.realpath(index_path), what="index", inputs=corpus_paths(inputs),
+                 directory=True, ours=is_tapt_index, param="idx")  # a link's index, updated
 
 
 def _recorded_batch_size(manifest: dict[str, Any]) -> int | None:
@@ -77,7 +77,9 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
     index's; the others are as for a build (`tapt.indexer.reader.scan_inputs`). `shards` /
     `shard_size` split the new files into several shards (default: one).
     """
-    index = Index(os.path.abspath(path))     # absolute, as the stages may run elsewhere
+    # absolute, as the stages may run elsewhere; a symbolic link IDX: the index it names is
+    # updated and the link kept (swapping at the link's name would replace the link)
+    index = Index(os.path.realpath(path))
     check_add_inputs(index.path, list(inputs))
     index.check_encoder(encoder)
     old = index.manifest
@@ -108,21 +110,27 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
     })
     runner, owned = make_executor(executor, progress)
     old_shards = [(s.name, s.rows) for s in index.shards]
-    for shard in index.shards:   # the hashes that decide what is skipped must be sound
-        check_checksum(shard.directory / DOC_HASHES, shard.extra["checksums"].get(DOC_HASHES),
-                       shard.extra["where"] + DOC_HASHES, index.path, force=True)
+    new_names = [shard_name(first + i) for i in range(len(groups))]
     with checkpoint.BuildLock(index.path):
+        check_unchanged(index.path, index.manifest_sha256)
+        kept = user_entries(index.path)
+        _check_free(index.path, kept, new_names)
+        for shard in index.shards:   # the hashes that decide what is skipped must be sound
+            check_checksum(shard.directory / DOC_HASHES,
+                           shard.extra["checksums"].get(DOC_HASHES),
+                           shard.extra["where"] + DOC_HASHES, index.path, force=True)
         work, plan = checkpoint.prepare_work_dir(index.path, wanted, restart, kind="adding")
+        earlier = checkpoint.committed_rows(work) if plan is not None else 0  # resumed rows
         try:
             start = time.perf_counter()
             if plan is None:
-                mirror(index.path, work, skip=(MANIFEST_NAME,))
+                mirror(index.path, work, (MANIFEST_NAME,), kept)
                 plan = checkpoint.Plan(
-                    wanted, [{"name": shard_name(first + i), "files": g}
-                             for i, g in enumerate(groups)], config.embedding_dtype,
-                    base_rows=index.n_sentences, base_docs=int(old["counts"]["documents"]),
-                    sessions=1)
+                    wanted, [{"name": name, "files": g} for name, g in zip(new_names, groups)],
+                    config.embedding_dtype, base_rows=index.n_sentences,
+                    base_docs=int(old["counts"]["documents"]), sessions=1)
             else:
+                carry(index.path, work, kept)   # what a user put there since the last session
                 plan.sessions += 1
             checkpoint.write_plan(work, plan)
             built = run_stages(work, scan, plan, config, runner,
@@ -135,7 +143,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
             choice = choice_from_manifest(old.get("faiss", {}), built.rows, encoder.dim)
             shared = _shared_of(index, work)
             results, _ = index_stages(work, built, choice, "none", runner,
-                                      config.embedding_dtype, shared)
+                                      config.embedding_dtype, shared, run=plan.fingerprint)
             for name, _ in old_shards:
                 manifest_path = stages.shard_path(work, name) / "shard.json"
                 results[name] = {"manifest": read_shard_manifest(manifest_path.parent,
@@ -145,13 +153,15 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                                      plan, time.perf_counter() - start)
             drop_training_files(work)
             manifest = write_index_manifest(work, manifest)
+            check_kept(index.path, work, kept)
             exchange(work, index.path)
         except BaseException as exc:
             committed = checkpoint.committed_rows(work) if work.exists() else 0
-            if not committed:
+            if not committed and not isinstance(exc, stages.ForeignRecord):
                 shutil.rmtree(work, ignore_errors=True)
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
-                raise Interrupted("add", committed, str(work) if committed else None) from exc
+                raise Interrupted("add", committed, str(work) if committed else None,
+                                  earlier) from exc
             if committed:
                 log.info("kept this add's %s embedded sentences in %s: run the same command "
                          "again to resume", f"{committed:,}", work)
@@ -164,6 +174,19 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
         shutil.rmtree(work, ignore_errors=True)  # now the previous generation
         remember_index(index.path, manifest)
     return manifest
+
+
+def _check_free(index_dir: Path, kept: list[str], new_names: list[str]) -> None:
+    """Refuse an add whose new shards would land where the index holds shard folders its
+    manifest does not list (a newer generation's, left by restoring an older copy over it; or a
+    copy): they are neither reused as this add's work nor deleted."""
+    taken = {f"{SHARDS}/{name}" for name in new_names}
+    stray = [rel for rel in kept if "/".join(rel.split("/")[:2]) in taken]
+    if stray:
+        raise InputError(f"index {index_dir} holds {', '.join(stray[:5])}, which its manifest "
+                         "does not list (left by restoring an older copy of the index over a "
+                         "newer one, or copied there): tapt neither reuses nor deletes it; move "
+                         "it out of the index and run the command again")
 
 
 def _shared_of(index: Index, work: Path) -> Shared:

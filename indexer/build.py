@@ -44,7 +44,7 @@ from .index_choice import DEFAULT_MEMORY, REQUESTS, IndexChoice, choose_index, p
 from .integrity import remember_index
 from .lexical import write_union
 from .manifest import (EMBEDDINGS, INDEX_FORMAT, INDEX_FORMAT_VERSION, SHARDS, VOCAB,
-                       foreign_entries, shard_name, write_index_manifest)
+                       index_foreign_entries, shard_name, write_index_manifest)
 from .reader import CorpusScan, InputSpec, TextDocs, scan_inputs
 
 log = logging.getLogger(__name__)
@@ -59,13 +59,15 @@ _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)\s*$")
 def parse_count(spec: str | int, param: str = "shard_size") -> int:
     """`2M`, `500k`, `1.5M`, `20000` -> a whole count (decimal units); InputError otherwise."""
     if isinstance(spec, int) and not isinstance(spec, bool):
-        value = float(spec)
+        value = float(spec) if abs(spec) < 2**1000 else math.inf
     else:
         match = _COUNT.match(str(spec))
         if not match:
             raise InputError(f"{spec!r}: use a count like 2M, 500k or 20000", param=param)
         value = float(match.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[
             match.group(2).lower()]
+    if not math.isfinite(value):    # more digits than a float holds, or 1e400
+        raise InputError(f"{str(spec)[:24]!r}... is too large", param=param)
     if value < 1 or value != int(value):
         raise InputError(f"{spec!r} must be a whole number of at least 1", param=param)
     return int(value)
@@ -99,7 +101,7 @@ class BuildConfig:
     executor: str = "local"
 
     def __post_init__(self) -> None:
-        whole_number(self.segment_size, "segment_size")
+        whole_number(self.segment_size, "segment_size", maximum=2**31 - 1)
         if self.batch_size is not None:
             whole_number(self.batch_size, "batch_size")
             self.window = max(self.window, self.batch_size)
@@ -216,14 +218,14 @@ def corpus_paths(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
 def warn_invalid_utf8(records: int) -> None:
     """The warning of a build or add that read invalid UTF-8 as U+FFFD (`invalid_utf8`)."""
     if records:
-        log.warning("%d record(s) held bytes that are not valid UTF-8, read as U+FFFD "
+        log.warning("%d record(s) held bytes that are not valid UTF-8 or NUL, read as U+FFFD "
                     "(--invalid-utf8 replace; counted in the manifest's invalid_utf8_records)",
                     records)
 
 
 def replaceable_index(path: Path) -> bool:
     """A directory `--overwrite` may replace: a tapt index holding only what tapt wrote."""
-    return is_tapt_index(path) and not foreign_entries(path)
+    return is_tapt_index(path) and not index_foreign_entries(path)
 
 
 def doc_field_joined_nothing(manifest: dict[str, Any]) -> bool:
@@ -246,7 +248,7 @@ def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
     check_usable(out)
     target = Path(out).expanduser().resolve()
     if target.is_dir() and is_tapt_index(target):
-        extra = foreign_entries(target)
+        extra = index_foreign_entries(target)
         if extra:
             raise OutputError(f"{out} is a tapt index that also holds files tapt did not write "
                               f"({', '.join(extra[:3])}); it is never replaced: move them out or "
@@ -302,6 +304,7 @@ def build_index(
     runner, owned = make_executor(executor or config.executor, config.progress)
     with checkpoint.BuildLock(out):
         work, plan = checkpoint.prepare_work_dir(out, wanted, config.restart)
+        earlier = checkpoint.committed_rows(work) if plan is not None else 0  # resumed rows
         try:
             if plan is None:
                 plan = checkpoint.Plan(wanted, [{"name": shard_name(i), "files": g}
@@ -319,7 +322,8 @@ def build_index(
             choice = choose_index(built.rows, encoder.dim, config.memory, config.index,
                                   opq=config.opq)
             log.info("faiss index: %s", choice.reason)
-            results, shared = index_stages(work, built, choice, config.codes, runner, dtype)
+            results, shared = index_stages(work, built, choice, config.codes, runner, dtype,
+                                           run=plan.fingerprint)
             manifest = publish(work, built, results, shared, choice, config, scan, inputs,
                                encoder, plan, time.perf_counter() - start)
             if out.exists() or out.is_symlink():
@@ -335,11 +339,12 @@ def build_index(
         except BaseException as exc:
             committed = checkpoint.committed_rows(work) if work.exists() else 0
             prepared = work.exists() and any((work / SHARDS).glob(f"*/{stages.PREPARED}"))
-            kept = bool(committed or prepared)
+            kept = bool(committed or prepared or isinstance(exc, stages.ForeignRecord))
             if not kept:
                 shutil.rmtree(work, ignore_errors=True)
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
-                raise Interrupted("build", committed, str(work) if kept else None) from exc
+                raise Interrupted("build", committed, str(work) if kept else None,
+                                  earlier) from exc
             if kept:
                 # info, not a warning: the one Error line says to run the command again
                 log.info("kept %s embedded sentences of this build in %s: run the same "
@@ -381,14 +386,15 @@ def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: Buil
     shard_root.mkdir(exist_ok=True)
     for leftover in shard_root.glob(".*.preparing-*"):
         shutil.rmtree(leftover, ignore_errors=True)
+    run = plan.fingerprint
     tasks = [stages.PrepareTask(str(work), s["name"], tuple(scan.files[i] for i in s["files"]),
                                 scan.options, config.split,
                                 records=sum(scan.files[i].scanned.records or 0
-                                            for i in s["files"]))
+                                            for i in s["files"]), run=run)
              for s in plan.shards]
     prepare = Stage("prepare", stages.prepare_shard, unit="rec", weight=lambda t: t.records or 1)
     prepared = {t.shard: r for t in tasks
-                if (r := stages.prepared_record(work, t.shard)) is not None}  # resumed: skipped
+                if (r := stages.prepared_record(work, t.shard, run)) is not None}  # resumed
     if dedupe_against:
         done: tuple[str, ...] = tuple(dedupe_against)
         for task in tasks:   # each new shard skips the documents of the ones before it
@@ -407,23 +413,24 @@ def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: Buil
     embed_tasks, assemble_tasks = [], []
     for name in new:
         rows = int(prepared[name]["rows"])
-        if (stages.shard_path(work, name) / stages.EMBEDDED).is_file():
+        if stages.run_record(stages.shard_path(work, name) / stages.EMBEDDED, run, work):
             continue
         parts = math.ceil(rows / window)
         for p in range(parts):
-            if not stages.part_record_path(work, name, p).is_file():
+            if not stages.run_record(stages.part_record_path(work, name, p), run, work):
                 embed_tasks.append(stages.EmbedTask(str(work), name, p, p * window,
                                                     min(rows, (p + 1) * window),
-                                                    config.batch_size, plan.embedding_dtype))
+                                                    config.batch_size, plan.embedding_dtype,
+                                                    run))
         assemble_tasks.append(stages.AssembleTask(str(work), name, parts, rows, dim,
-                                                  plan.embedding_dtype))
+                                                  plan.embedding_dtype, run))
     runner.map(Stage("embed", stages.embed_part, needs_encoder=True, unit="sent",
                      weight=lambda t: t.rows), embed_tasks, source)
     runner.map(Stage("assemble", stages.assemble_shard, unit="shard"), assemble_tasks)
     embedded = {}
     for name in new:
         embedded[name] = stages.assemble_shard(stages.AssembleTask(  # the records (done: cheap)
-            str(work), name, 0, int(prepared[name]["rows"]), dim, plan.embedding_dtype))
+            str(work), name, 0, int(prepared[name]["rows"]), dim, plan.embedding_dtype, run))
     names, offsets, at = [], [], 0
     for name, rows in old:
         names.append(name)
@@ -449,13 +456,15 @@ class Shared:
 
 def index_stages(work: Path, built: Built, choice: IndexChoice, codes: str, runner: Executor,
                  dtype: str, shared: Shared | None = None,
-                 keep_checksums: dict[str, dict[str, str]] | None = None
+                 keep_checksums: dict[str, dict[str, str]] | None = None, run: str = ""
                  ) -> tuple[dict[str, dict[str, Any]], Shared]:
     """Train what the new shards share (unless an add passes the index's own `shared`) and
-    build each new shard's FAISS part; returns ({shard: index_shard result}, what was shared)."""
+    build each new shard's FAISS part; returns ({shard: index_shard result}, what was shared).
+    `run`: the build's or add's fingerprint (its finished parts are reused)."""
     if shared is None:
         trained = runner.map(Stage("train", stages.train_shared, unit="index"),
-                             [stages.TrainTask(str(work), tuple(built.new), choice, codes)])[0]
+                             [stages.TrainTask(str(work), tuple(built.new), choice, codes,
+                                               run=run)])[0]
         shared = Shared(trained["template"], trained["template_sha256"],
                         trained["train_seconds"], trained["code_scale"])
     template, template_sha, code_scale = shared.template, shared.template_sha256, \
@@ -464,7 +473,7 @@ def index_stages(work: Path, built: Built, choice: IndexChoice, codes: str, runn
                               choice, template, template_sha,
                               tuple(code_scale) if code_scale is not None else None,
                               built.prepared[name], built.embedded[name], dtype,
-                              tuple(sorted((keep_checksums or {}).get(name, {}).items())))
+                              tuple(sorted((keep_checksums or {}).get(name, {}).items())), run)
              for name in built.new]
     results = runner.map(Stage("index", stages.index_shard, unit="shard"), tasks)
     return {r["manifest"]["shard"]: r for r in results}, shared

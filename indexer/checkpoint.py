@@ -6,8 +6,10 @@ names the build (a fingerprint of its inputs, model and settings) and its shards
 files each holds). Each stage leaves a completion record only once its output is complete and
 renamed into place: `shards/NNNNNN/prepared.json` (the shard's text store, offsets and lexical
 ids), `parts/part-PPPPPP.json` (one embedded part), `embedded.json` (the shard's embeddings
-assembled), `shard.json` (its FAISS part and checksums). Rerunning the same command skips every
-piece whose record exists; a process killed in the middle of a piece loses only that piece (its
+assembled), `shard.json` (its FAISS part and checksums). Every record names the run that wrote
+it (the plan's fingerprint). Rerunning the same command skips every piece whose record this run
+wrote; a record of another run (a shard folder copied or restored into the work directory) is
+refused, never reused and never deleted; a process killed in the middle of a piece loses only that piece (its
 temporary files are ignored and removed).
 """
 
@@ -23,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from tapt.errors import InputError, OutputError
-from tapt.util.files import storage_error, write_json_atomic
+from tapt.util.files import read_regular, storage_error, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 PLAN = "plan.json"
-_VERSION = 2
+_VERSION = 3     # 3: every completion record names its run (the plan's fingerprint)
 
 
 @dataclass
@@ -92,7 +94,7 @@ def read_plan(work: Path) -> Plan | None:
     if not path.is_file():
         return None
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(read_regular(path))
         if raw.pop("version", None) != _VERSION:
             return None
         return Plan(**raw)
@@ -112,23 +114,28 @@ def commit_part(path: Path, record: dict[str, Any]) -> None:
 
 
 def committed_rows(work: Path) -> int:
-    """Sentences whose embeddings are committed in a work directory (parts and whole shards)."""
+    """Sentences whose embeddings this work directory's run committed (parts and whole shards;
+    records another run wrote are not counted)."""
     from .manifest import SHARDS
+
+    plan = read_plan(work)
+    run = plan.fingerprint if plan is not None else None
+
+    def rows(path: Path) -> int | None:
+        try:
+            record = json.loads(read_regular(path))
+            return int(record["rows"]) if record.get("run") == run else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
 
     total = 0
     for shard in sorted((work / SHARDS).glob("[0-9]*")):
-        done = shard / "embedded.json"
-        if done.is_file():
-            try:
-                total += int(json.loads(done.read_text())["rows"])
-                continue
-            except (ValueError, KeyError, TypeError):
-                pass
-        for record in (shard / "parts").glob("part-*.json"):
-            try:
-                total += int(json.loads(record.read_text())["rows"])
-            except (ValueError, KeyError, TypeError):
-                continue
+        done = rows(shard / "embedded.json")
+        if done is not None:
+            total += done
+            continue
+        total += sum(r for record in (shard / "parts").glob("part-*.json")
+                     if (r := rows(record)) is not None)
     return total
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from tapt.errors import InputError
-from .models import display_name, load_failure, resolve_model
+from .models import absolute_spec, display_name, load_failure, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +281,7 @@ def resolve_backend(backend: str, device: str) -> str:
 def load_encoder(spec: str | None = None, device: str = "auto", backend: str = "auto",
                  threads: int | None = None) -> "Encoder":
     """The encoder for a model argument, device and backend (`auto`: fastest safe for the device)."""
+    spec = absolute_spec(spec)
     device = pick_device(device)
     backend = resolve_backend(backend, device)
     if backend == "torch":
@@ -295,6 +296,7 @@ def load_encoder(spec: str | None = None, device: str = "auto", backend: str = "
     stamp = model_files_stamp(spec)
     light = load_facts(stamp)
     if light is not None and export_ready(light.fingerprint, graph_of(backend)):
+        light.spec = spec       # this directory as given now, not as another run spelt it
         return OnnxEncoder(light, backend, threads=threads)
     base = SentenceTransformerEncoder(spec, device="cpu")
     record_facts(base, stamp)
@@ -351,6 +353,7 @@ class SentenceTransformerEncoder:
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
         self.device = pick_device(device)
+        spec = absolute_spec(spec)
         self.name = display_name(spec)
         self.spec = spec
         source = resolve_model(spec)

@@ -39,6 +39,12 @@ class EncoderSpec:
     device: str = "auto"
     backend: str = "auto"
 
+    def __post_init__(self) -> None:
+        from .models import absolute_spec
+
+        # a worker's working directory is not this process's
+        object.__setattr__(self, "model", absolute_spec(self.model))
+
     def load(self):
         from .encoder import load_encoder
 

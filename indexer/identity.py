@@ -22,6 +22,25 @@ def describe(block: dict[str, Any]) -> str:
             + f"manifest {sha})")
 
 
+CONTENT_KEYS = ("uuid", "manifest_sha256", "generation", "rows")
+
+
+def same_snapshot(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two index blocks (`Index.identity`) name the very same generation, by content:
+    its uuid, manifest hash, generation number and rows. The path is never compared: one
+    directory has many spellings (relative, absolute, through a symlink, another node's mount).
+
+    Args:
+        a: An index block.
+        b: Another index block.
+
+    Returns:
+        True when both name one generation.
+    """
+    return bool(a.get("uuid")) and bool(a.get("manifest_sha256")) and all(
+        a.get(key) == b.get(key) for key in CONTENT_KEYS)
+
+
 def same_generation(recorded: dict[str, Any], current: dict[str, Any]) -> bool:
     """Whether an index block recorded by a selection names the generation `current` is."""
     if recorded.get("uuid") != current.get("uuid"):

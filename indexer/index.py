@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tapt.errors import IndexFormatError, InputError, ModelMismatchError
+from tapt.util.files import read_regular, regular_file
 
 from . import integrity
 from .encoder import Encoder, LazyEncoder, model_differences
@@ -97,7 +98,8 @@ class Index:
                 if os.stat(self.path).st_ino == os.fstat(dir_fd).st_ino:
                     if isinstance(exc, IndexFormatError):
                         raise
-                    raise damaged(self.path, str(exc)) from exc
+                    shown = str(exc).replace(f"{_PROC_FD}/{dir_fd}", str(self.path))
+                    raise damaged(self.path, shown) from exc
                 # `tapt index add` swapped in a new generation while we opened this one: retry
         raise IndexFormatError(f"index {self.path} kept changing while it was being opened")
 
@@ -111,7 +113,7 @@ class Index:
         label = self.path
         self.manifest: dict[str, Any] = read_index_manifest(base, self._versions, label=label,
                                                             rebuild_hint=True)
-        self._manifest_bytes = (base / MANIFEST_NAME).read_bytes()
+        self._manifest_bytes = read_regular(base / MANIFEST_NAME)
         self._base = base
         try:
             dim = int(self.manifest["model"]["dim"])
@@ -186,6 +188,8 @@ class Index:
             if not (directory / file).is_file():
                 fix = (f"tapt index repair {label} (rebuilds it from the stored embeddings)"
                        if file == FAISS else f"tapt index verify {label}")
+                if os.path.lexists(directory / file):    # a FIFO, a device: never opened
+                    raise damaged(label, f"{where}{file} is not a regular file")
                 raise IndexFormatError(f"index {label} is incomplete: {where}{file} is missing; "
                                        f"run {fix}")
         arrays = {}
@@ -193,7 +197,8 @@ class Index:
                                               self.format_version >= 3 else [])
         for file in names:
             with integrity.array_errors(where + file, label):
-                arrays[file] = np.load(directory / file, mmap_mode="r", allow_pickle=False)
+                arrays[file] = np.load(regular_file(directory / file), mmap_mode="r",
+                                       allow_pickle=False)
         integrity.check_npy(arrays[EMBEDDINGS], directory / EMBEDDINGS, where + EMBEDDINGS, label,
                             emb_dtype, (n, dim))
         integrity.check_npy(arrays[TOKENS], directory / TOKENS, where + TOKENS, label, np.int32,
@@ -203,9 +208,11 @@ class Index:
         if CODES in arrays:
             integrity.check_npy(arrays[CODES], directory / CODES, where + CODES, label, np.int8,
                                 (n, dim))
-        # the files read lazily (lexical ids: moore-lewis, fused; document hashes: index add)
-        # are checked on open too: header, length, and checksum by the same policy
-        lazy = []
+        # the files read later (lexical ids: moore-lewis, fused; document hashes: index add)
+        # are checked on open too: header, length, and checksum by the same policy; and mapped
+        # now, so a reader answers from the generation it opened even after another command
+        # swapped in a new one and removed this one's files
+        lazy, mapped = [], {}
         if self.format_version >= 3:
             for file, dtype, shape in ((DOC_HASHES, np.uint8, (documents, 16)),
                                        (VOCAB, np.uint64, (None,)),
@@ -214,6 +221,9 @@ class Index:
                                        (LEXICAL_OFFSETS, np.int64, (n + 1,))):
                 if file in checksums or (directory / file).is_file():
                     integrity.check_npy_file(directory / file, where + file, label, dtype, shape)
+                    with integrity.array_errors(where + file, label):
+                        mapped[file] = np.load(directory / file, mmap_mode="r",
+                                               allow_pickle=False)
                     lazy.append(file)
         if self._check_faiss:
             integrity.check_faiss_file((directory / FAISS).stat().st_size, {"faiss": faiss_info},
@@ -236,19 +246,23 @@ class Index:
         return Shard(name or "000000", directory, row_offset, n, doc_offset, documents, manifest,
                      arrays[EMBEDDINGS], arrays[TOKENS], docs, store,
                      faiss_fd if base != self.path else None, arrays.get(CODES),
-                     {"faiss": faiss_info, "checksums": checksums, "where": where})
+                     {"faiss": faiss_info, "checksums": checksums, "where": where,
+                      "mapped": mapped})
 
     def _check_vocabulary(self, base: Path, label: Path) -> None:
         """The top-level vocabulary (format 3; read by moore-lewis and fused, and merged by
         `index add`): its header, its length against the manifest, and its checksum by the
         policy of every other file."""
         recorded = self.manifest.get("checksums") or {}
+        self.vocabulary: np.ndarray | None = None
         if VOCAB not in recorded and not (base / VOCAB).is_file():
             return                     # no vocabulary recorded or stored: open_lexicon says so
         words = (self.manifest.get("lexical") or {}).get("vocabulary")
         integrity.check_npy_file(base / VOCAB, VOCAB, label, np.uint64,
                                  (words if isinstance(words, int) else None,))
         integrity.check_checksum(base / VOCAB, recorded.get(VOCAB), VOCAB, label)
+        with integrity.array_errors(VOCAB, label):
+            self.vocabulary = np.load(base / VOCAB, mmap_mode="r", allow_pickle=False)
 
     @property
     def format_version(self) -> int:
@@ -361,8 +375,10 @@ class Index:
                 f"({model['name']}): it has {'; '.join(diffs)}")
 
     def identity(self) -> dict[str, Any]:
-        """What a selection records to name this exact generation of the index."""
-        return {"path": str(self.path), "uuid": self.uuid,
+        """What a selection records to name this exact generation of the index (its path
+        absolute: the selection is read again from other working directories; two blocks are
+        compared by content, `identity.same_snapshot`, never by path)."""
+        return {"path": os.path.abspath(self.path), "uuid": self.uuid,
                 "manifest_sha256": self.manifest_sha256, "model": self.manifest["model"]["name"],
                 "rows": self.n_sentences, "generation": self.generation}
 

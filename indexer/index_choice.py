@@ -46,12 +46,14 @@ _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECA
 def parse_memory(spec: str | int) -> int:
     """`8G`, `512M`, `1.5GB`, `2GiB`, `1048576` -> bytes (binary units); InputError otherwise."""
     if isinstance(spec, int) and not isinstance(spec, bool):
-        value, unit = float(spec), ""
+        value, unit = (float(spec) if abs(spec) < 2**1000 else math.inf), ""
     else:
         match = _MEMORY.match(str(spec))
         if not match:
             raise InputError(f"{spec!r}: use a size like 8G, 512M or 1.5G", param="memory")
         value, unit = float(match.group(1)), match.group(2).upper()
+    if not math.isfinite(value * _UNITS[unit]):     # more digits than a float holds
+        raise InputError(f"{str(spec)[:24]!r}... is too large", param="memory")
     size = int(value * _UNITS[unit])
     if size <= 0:
         raise InputError(f"{spec!r} must be positive", param="memory")

@@ -35,7 +35,7 @@ import numpy as np
 
 from tapt.errors import IndexFormatError, InputError
 from tapt.util.cache import read_checked, readable_cache, writable_cache, write_checked
-from tapt.util.files import sha256_file
+from tapt.util.files import IrregularFileError, open_regular, sha256_file
 
 from .store import damaged
 
@@ -132,7 +132,8 @@ def check_checksum(path: Path, expected: str | None, name: str, label: str | Pat
         if not once:
             return False
         found = readable_cache(STAMPS)
-        if found is not None and read_checked(found / _stamp_name(ident)) == expected.encode():
+        stamp = None if found is None else read_checked(found / _stamp_name(ident), 256)
+        if stamp == expected.encode():
             _VERIFIED.add(ident)
             return True
         if writable_cache(STAMPS) is None:
@@ -179,6 +180,8 @@ def array_errors(name: str, label: str | Path) -> Iterator[None]:
     except FileNotFoundError:
         raise IndexFormatError(f"index {label} is incomplete: {name} is missing; run tapt index "
                                f"verify {label}") from None
+    except IrregularFileError as exc:
+        raise damaged(label, f"{name} {exc.strerror}") from exc
     except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
         raise damaged(label, f"{name} cannot be read ({type(exc).__name__}: "
                              f"{str(exc)[:200]})") from exc
@@ -196,7 +199,7 @@ def check_npy_file(path: Path, name: str, label: str | Path, dtype: str | np.dty
     """
     from numpy.lib import format as npy_format
 
-    with array_errors(name, label), open(path, "rb") as fh:
+    with array_errors(name, label), open_regular(path) as fh:
         version = npy_format.read_magic(fh)
         if version == (1, 0):
             stored, fortran, stored_dtype = npy_format.read_array_header_1_0(fh)

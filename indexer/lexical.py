@@ -295,8 +295,12 @@ def open_lexicon(index) -> Lexicon:
     for shard in index.shards:
         where = shard.extra["where"]
         arrays = {}
+        mapped = shard.extra.get("mapped") or {}
         for name in (VOCAB, BIGRAMS, LEXICAL, LEXICAL_OFFSETS):
             path = shard.directory / name
+            if name in mapped:        # mapped and checked when the index was opened
+                arrays[name] = mapped[name]
+                continue
             try:
                 arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
             except FileNotFoundError:
@@ -328,15 +332,18 @@ def open_lexicon(index) -> Lexicon:
             raise damaged(label, f"{where}{problem}")
         shards.append(ShardLexicon(shard.directory, vocab, bigrams, lexical, offsets))
     path = index._base / VOCAB
+    vocabulary = getattr(index, "vocabulary", None)   # mapped when the index was opened
     try:
-        vocabulary = np.load(path, mmap_mode="r", allow_pickle=False)
+        if vocabulary is None:
+            vocabulary = np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise IndexFormatError(f"index {label} is incomplete: {VOCAB} is missing; run tapt index "
                                f"verify {label}") from None
     except Exception as exc:  # noqa: BLE001
         raise damaged(label, f"{VOCAB} cannot be read ({type(exc).__name__})") from exc
-    integrity.check_checksum(path, (index.manifest.get("checksums") or {}).get(VOCAB), VOCAB,
-                             label, force=True)
+    if path.is_file():    # else another command swapped in a new generation: checked on open
+        integrity.check_checksum(path, (index.manifest.get("checksums") or {}).get(VOCAB),
+                                 VOCAB, label, force=True)
     if vocabulary.dtype != np.uint64 or vocabulary.ndim != 1:
         raise damaged(label, f"{VOCAB} holds {vocabulary.dtype} {vocabulary.shape}")
     return Lexicon(shards, index.row_offsets, np.asarray(vocabulary))

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from tapt.errors import IndexFormatError
-from tapt.util.files import write_json_atomic
+from tapt.util.files import read_regular, write_json_atomic
 from tapt.util.manifests import read_versioned_json
 
 INDEX_FORMAT = "tapt-index"
@@ -61,6 +62,11 @@ STORE_ENTRIES = frozenset({"data.mdb", "lock.mdb"})
 _LEFTOVER = re.compile(r"^\..+\.(tmp|repair|preparing|indexing|buckets)-\d+$")
 _SHARD_NAME = re.compile(r"^\d{6}$")
 _PART_NAME = re.compile(r"^(emb|tok|part)-\d{6}\.(npy|json)$")
+
+
+def is_leftover(name: str) -> bool:
+    """Whether `name` is a temporary file or folder a killed write of tapt's left behind."""
+    return bool(_LEFTOVER.match(name))
 
 
 def shard_name(number: int) -> str:
@@ -123,7 +129,7 @@ def read_index_manifest(index_dir: Path, versions: tuple[int, ...] = (INDEX_FORM
         raise IndexFormatError(f"index {label} does not exist")
     if not index_dir.is_dir():
         raise IndexFormatError(f"index {label} is not a directory")
-    if not (index_dir / MANIFEST_NAME).is_file():
+    if not os.path.lexists(index_dir / MANIFEST_NAME):
         raise IndexFormatError(f"{label} is not a tapt index (no {MANIFEST_NAME})")
     manifest = read_versioned_json(index_dir / MANIFEST_NAME, INDEX_FORMAT,
                                    tuple(versions) + UPGRADABLE_VERSIONS, f"index {label}",
@@ -148,13 +154,14 @@ def read_shard_manifest(directory: Path, label: str | Path, expected_sha256: str
     manifest records for it."""
     path = Path(directory) / SHARD_MANIFEST
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path)
     except FileNotFoundError:
         raise IndexFormatError(f"index {label} is incomplete: {path.parent.name}/{SHARD_MANIFEST} "
                                f"is missing; run tapt index verify {label}") from None
     except OSError as exc:
-        raise IndexFormatError(f"index {label}: cannot read {path} ({exc.strerror or exc})"
-                               ) from exc
+        raise IndexFormatError(f"index {label} is damaged: {path.parent.name}/{SHARD_MANIFEST} "
+                               f"cannot be read ({exc.strerror or exc}); run tapt index verify "
+                               f"{label}") from exc
     if expected_sha256 is not None and hashlib.sha256(raw).hexdigest() != expected_sha256:
         raise IndexFormatError(f"index {label} is damaged: shard {path.parent.name}/{SHARD_MANIFEST} "
                                "does not match the checksum in manifest.json; run tapt index "
@@ -179,40 +186,75 @@ def write_shard_manifest(directory: Path, manifest: dict[str, Any]) -> tuple[dic
     return sealed, hashlib.sha256((Path(directory) / SHARD_MANIFEST).read_bytes()).hexdigest()
 
 
-def foreign_entries(index_dir: Path) -> list[str]:
-    """Entries of an index directory that tapt did not write there (never deleted by tapt)."""
+def listed_shards(manifest: dict[str, Any]) -> list[str]:
+    """The shard names an index manifest lists (none for formats 1 and 2)."""
+    entries = manifest.get("shards") if isinstance(manifest, dict) else None
+    return [str(e.get("name")) for e in entries or [] if isinstance(e, dict)]
+
+
+def foreign_entries(index_dir: Path, listed: Iterable[str] | None = None) -> list[str]:
+    """Entries of an index directory that tapt did not write there (never deleted by tapt), as
+    paths relative to it (`notes.txt`, `.git`, `shards/000001/README`).
+
+    Args:
+        index_dir: An index directory, or a build's work directory.
+        listed: The shard names the index's manifest lists: a shard directory not among them
+            (left behind by a restored backup, or copied) belongs to no generation of this
+            index and is foreign too. None: every shard directory counts (a work directory).
+
+    Returns:
+        The foreign entries, sorted; a foreign directory is named, not its content.
+    """
     index_dir = Path(index_dir)
+    listed = None if listed is None else set(listed)
     out = []
     for item in sorted(index_dir.iterdir()):
         if _LEFTOVER.match(item.name):
             continue
-        if item.name == STORE and item.is_dir():
+        if item.name == STORE and _real_dir(item):
             out += [f"{STORE}/{s.name}" for s in sorted(item.iterdir())
                     if s.name not in STORE_ENTRIES]
-        elif item.name == SHARDS and item.is_dir():
-            out += [f"{SHARDS}/{e}" for e in _foreign_in_shards(item)]
-        elif item.name not in INDEX_ENTRIES or item.name == STORE:
+        elif item.name == SHARDS and _real_dir(item):
+            out += [f"{SHARDS}/{e}" for e in _foreign_in_shards(item, listed)]
+        elif item.name not in INDEX_ENTRIES or item.name in (STORE, SHARDS) or (
+                item.is_symlink()):
             out.append(item.name)
     return out
 
 
-def _foreign_in_shards(shards: Path) -> list[str]:
+def index_foreign_entries(index_dir: Path) -> list[str]:
+    """`foreign_entries` of an index directory, against the shards its manifest lists."""
+    try:
+        manifest = json.loads(read_regular(Path(index_dir) / MANIFEST_NAME))
+    except (OSError, ValueError):
+        manifest = {}
+    return foreign_entries(index_dir, listed_shards(manifest))
+
+
+def _real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _foreign_in_shards(shards: Path, listed: set[str] | None) -> list[str]:
     out = []
     for shard in sorted(shards.iterdir()):
         if _LEFTOVER.match(shard.name):
             continue
-        if not (_SHARD_NAME.match(shard.name) and shard.is_dir() and not shard.is_symlink()):
+        if not (_SHARD_NAME.match(shard.name) and _real_dir(shard)) or (
+                listed is not None and shard.name not in listed):
             out.append(shard.name)
             continue
         for item in sorted(shard.iterdir()):
             if _LEFTOVER.match(item.name):
                 continue
-            if item.name == STORE and item.is_dir():
+            if item.name == STORE and _real_dir(item):
                 out += [f"{shard.name}/{STORE}/{s.name}" for s in sorted(item.iterdir())
-                        if s.name not in STORE_ENTRIES]
-            elif item.name == "parts" and item.is_dir():
+                        if s.name not in STORE_ENTRIES or s.is_symlink()]
+            elif item.name == "parts" and _real_dir(item):
                 out += [f"{shard.name}/parts/{p.name}" for p in sorted(item.iterdir())
-                        if not (_PART_NAME.match(p.name) or _LEFTOVER.match(p.name))]
-            elif item.name not in SHARD_ENTRIES or item.name in (STORE, "parts"):
+                        if not (_PART_NAME.match(p.name) or _LEFTOVER.match(p.name))
+                        or p.is_symlink()]
+            elif item.name not in SHARD_ENTRIES or item.name in (STORE, "parts") or (
+                    item.is_symlink()):
                 out.append(f"{shard.name}/{item.name}")
     return out

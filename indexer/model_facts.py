@@ -92,7 +92,7 @@ def _load_tokenizer(directory: Path, input_names: list[str]) -> Any:
 def _checked_record(entry: Path) -> dict[str, Any] | None:
     """The record of a cache entry whose files all match it; None when it has none (a
     damaged `facts.json` also warns); ValueError (or OSError) when a file does not match."""
-    payload = read_checked(entry / "facts.json")
+    payload = read_checked(entry / "facts.json", 1 << 20)
     if payload is None:
         return None
     try:

@@ -40,6 +40,26 @@ def resolve_model(spec: str | None) -> str:
     return spec
 
 
+def absolute_spec(spec: str | None) -> str | None:
+    """A model argument that names an existing local path, made absolute (it is recorded in
+    manifests and handed to workers whose working directory differs); any other unchanged.
+
+    Args:
+        spec: The user's model argument (directory, hub name, None for the default).
+
+    Returns:
+        The same model argument, absolute where it is a local path.
+    """
+    if not isinstance(spec, str) or spec == DEFAULT_MODEL:
+        return spec
+    path = Path(spec).expanduser()
+    try:
+        found = path.exists()
+    except OSError:         # a name too long to be a path: a hub name, refused when loaded
+        return spec
+    return os.path.abspath(path) if found else spec
+
+
 def load_failure(spec: str | None, what: str, exc: BaseException) -> str:
     """The message for a model that failed to load: for a name that is no local directory and
     is not in the Hugging Face cache while the Hub cannot be reached (offline, or
@@ -104,4 +124,4 @@ def display_name(spec: str | None) -> str:
     if spec is None or spec == DEFAULT_MODEL:
         return DEFAULT_MODEL
     path = Path(spec).expanduser()
-    return path.name if path.exists() else spec
+    return Path(os.path.abspath(path)).name if path.exists() else spec

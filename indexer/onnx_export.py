@@ -30,7 +30,7 @@ import numpy as np
 
 from tapt.errors import TaptError
 from tapt.util.cache import readable_cache, writable_cache
-from tapt.util.files import sha256_file, write_json_atomic
+from tapt.util.files import read_regular, sha256_file, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def export_ready(fingerprint: str, variant: str) -> bool:
 def entry_problem(target: Path) -> str | None:
     """Why a cached export cannot be used (None when its size and SHA-256 hold)."""
     try:
-        info = json.loads((target / "export.json").read_text(encoding="utf-8"))
+        info = json.loads(read_regular(target / "export.json", 1 << 20))
         size = (target / "model.onnx").stat().st_size
     except FileNotFoundError:
         return "incomplete"

@@ -165,8 +165,19 @@ def _stdin(options: ReadOptions) -> InputFile:
     return InputFile(StdinSource(data), formats.get("jsonl" if is_json else "text"))
 
 
+def _unknown_format(source: Source, allow_stdin: bool, choose_format: bool) -> InputError:
+    """The error for a file of no known suffix, naming only fixes the caller offers."""
+    fixes = ["pass `input_format` to choose a reader"] if choose_format else []
+    fixes.append("give the file the suffix of its format")
+    if allow_stdin:
+        fixes.append("give its text on standard input as - (read as JSON Lines when its first "
+                     "line is a JSON object, else as plain text)")
+    return InputError(f"{source.name}: unknown format (known: {formats.known()}); "
+                      + ", or ".join(fixes))
+
+
 def expand_inputs(inputs: InputSpec | Iterable[InputSpec], options: ReadOptions | None = None,
-                  allow_stdin: bool = False) -> list[InputFile]:
+                  allow_stdin: bool = False, choose_format: bool = True) -> list[InputFile]:
     """The files to read, in order, each with its format; each distinct input once.
 
     Args:
@@ -174,6 +185,9 @@ def expand_inputs(inputs: InputSpec | Iterable[InputSpec], options: ReadOptions 
             input) where `allow_stdin`.
         options: How to read them (`input_format`, `strict`).
         allow_stdin: Accept "-" (task text; a corpus is read twice, so it must be a file).
+        choose_format: The caller offers `input_format` (index build and add do; the commands
+            that read a task or held-out text do not): the error for an unknown suffix names
+            it only then.
 
     Returns:
         The input files, not yet scanned.
@@ -218,8 +232,7 @@ def expand_inputs(inputs: InputSpec | Iterable[InputSpec], options: ReadOptions 
         else:
             chosen = _format_for(source, options)
             if chosen is None:
-                raise InputError(f"{source.name}: unknown format (known: {formats.known()}); "
-                                 "pass `input_format` to choose a reader")
+                raise _unknown_format(source, allow_stdin, choose_format)
             found.append(InputFile(source, *chosen))
     unique: dict[str, InputFile] = {}
     for f in found:
@@ -246,6 +259,7 @@ def scan_inputs(
     invalid_utf8: InvalidUtf8 = "error",
     allow_stdin: bool = False,
     progress: bool = False,
+    choose_format: bool = True,
 ) -> CorpusScan:
     """Find, validate and count every input file before anything is embedded.
 
@@ -261,13 +275,14 @@ def scan_inputs(
             "replace" reads each invalid byte as U+FFFD (counted: `invalid_utf8_records`).
         allow_stdin: Accept "-" (standard input).
         progress: A progress bar over the files.
+        choose_format: The caller offers `input_format` (see `expand_inputs`).
 
     Returns:
         The scan to pass to `iter_documents`.
     """
     options = ReadOptions(text_field, doc_field, text_docs, input_format, hf_split, strict,
                           invalid_utf8)
-    files = expand_inputs(inputs, options, allow_stdin)
+    files = expand_inputs(inputs, options, allow_stdin, choose_format)
     empty: list[str] = []
     for f in tqdm(files, desc="scanning", unit="file", disable=not progress or len(files) < 2,
                   dynamic_ncols=True):
@@ -289,6 +304,37 @@ def scan_inputs(
     return CorpusScan(files, options)
 
 
+def checked_text(where: str, text: str, f: InputFile | None,
+                 invalid_utf8: InvalidUtf8 = "error") -> str:
+    """A record's text as tapt stores it: a NUL character (U+0000: from a JSON escape, a
+    Parquet or Arrow string, a dataset) is what the line readers refuse as a NUL byte, so it is
+    refused with the record's place, or with `invalid_utf8="replace"` read as U+FFFD (the
+    record counted with those whose invalid UTF-8 was replaced). Every format's records pass
+    here, so an index never holds text that tapt would refuse as a task.
+
+    Args:
+        where: The record's place for messages ("file:LINE", "file:row N").
+        text: The record's text.
+        f: The file it came from (its `invalid_utf8_read` counts a replaced record).
+        invalid_utf8: "error" or "replace".
+
+    Returns:
+        The text, NUL characters replaced where asked.
+
+    Raises:
+        InputError: the text holds a NUL character and `invalid_utf8` is "error".
+    """
+    if "\x00" not in text:
+        return text
+    if invalid_utf8 != "replace":
+        raise InputError(f"{where}: contains NUL (U+0000) in its text, which tapt never "
+                         "stores; remove it (index build and add can read it as U+FFFD: "
+                         "--invalid-utf8 replace)")
+    if f is not None:
+        f.invalid_utf8_read += 1
+    return text.replace("\x00", "\ufffd")
+
+
 def _documents(f: InputFile, options: ReadOptions) -> Iterator[Document]:
     f.blank_read = f.invalid_utf8_read = 0
     current: Document | None = None
@@ -297,6 +343,7 @@ def _documents(f: InputFile, options: ReadOptions) -> Iterator[Document]:
         if row.text is None or not row.text.strip():
             f.blank_read += 1
             continue
+        row = row._replace(text=checked_text(row.where, row.text, f, options.invalid_utf8))
         key = row.meta.get(options.doc_field) if options.doc_field else None
         if key == "":
             key = None
@@ -346,7 +393,8 @@ class TextInput:
 def read_text(inputs: InputSpec | Iterable[InputSpec], split: bool = True, *,
               text_field: str = "text", doc_field: str | None = "doc",
               text_docs: TextDocs = "auto", input_format: str | None = None,
-              hf_split: str | None = None, what: str = "the text") -> TextInput:
+              hf_split: str | None = None, what: str = "the text",
+              choose_format: bool = False) -> TextInput:
     """Read task or held-out text with the corpus readers and split it as the corpus is split.
 
     Args:
@@ -354,12 +402,15 @@ def read_text(inputs: InputSpec | Iterable[InputSpec], split: bool = True, *,
         split: Split records into sentences (pysbd), as an index built with `split`.
         text_field, doc_field, text_docs, input_format, hf_split: As for `scan_inputs`.
         what: How messages name the text ("the task").
+        choose_format: The caller offers `input_format` to its user (the commands that read a
+            task or held-out text do not: an unknown suffix's error then names the fixes they
+            have, a suffix or standard input).
 
     Returns:
         The documents as sentence lists, with the files' hashes.
     """
     scan = scan_inputs(inputs, text_field, doc_field, text_docs, input_format=input_format,
-                       hf_split=hf_split, allow_stdin=True)
+                       hf_split=hf_split, allow_stdin=True, choose_format=choose_format)
     splitter = SentenceSplitter(split=split)
     documents = []
     for doc in iter_documents(scan):

@@ -12,7 +12,11 @@
 
 Each function is idempotent: it returns the existing completion record when its work is done,
 and writes everything under temporary names renamed into place, so a retried task (another
-process, another machine of a Ray cluster) writes the same files. All paths in tasks are strings
+process, another machine of a Ray cluster) writes the same files. Every completion record names
+the run that wrote it (`run`: the build's or add's fingerprint: its inputs and their hashes, its
+settings, the generation an add builds on), and only a record of this run counts as done: a
+shard folder copied or restored into a work directory is refused (`ForeignRecord`), never
+reused and never deleted. All paths in tasks are strings
 and every task is a frozen dataclass, so executors can pickle them.
 """
 
@@ -30,7 +34,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from tapt.util.files import atomic_write, fsync_path, sha256_file, write_json_atomic
+from tapt.errors import InputError
+from tapt.util.files import (atomic_write, fsync_path, read_regular, sha256_file,
+                             write_json_atomic)
 from tapt.util.progress import report_progress
 
 from . import checkpoint
@@ -66,9 +72,38 @@ def shard_path(work: str | Path, shard: str) -> Path:
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_regular(path))
     except (OSError, ValueError):
         return None
+
+
+class ForeignRecord(InputError):
+    """A work directory holds a stage folder or completion record another run wrote; the work
+    directory is kept as it is (its owner decides)."""
+
+
+def foreign_record(path: Path, work: str | Path) -> ForeignRecord:
+    """The refusal of a completion record that another run wrote (or of a stage folder that
+    holds none): tapt neither reuses nor deletes it."""
+    shard = path if path.is_dir() else next(
+        (p for p in path.parents if p.parent.name == SHARDS), path.parent)
+    return ForeignRecord(f"{shard} was not written by this build or add (a shard folder copied or "
+                      f"restored there, or left by another run): tapt neither reuses nor deletes "
+                      f"it; move it out of {work} and run the command again")
+
+
+def run_record(path: Path, run: str, work: str | Path) -> dict[str, Any] | None:
+    """The completion record at `path` if this run (`run`) wrote it; None when there is none.
+
+    Raises:
+        ForeignRecord: the record names another run, or none (an older tapt's, or copied).
+    """
+    record = _read_json(path)
+    if record is None:
+        return None
+    if not run or (isinstance(record, dict) and record.get("run") == run):
+        return record
+    raise foreign_record(path, work)
 
 
 # ----------------------------------------------------------------------------- prepare
@@ -88,6 +123,7 @@ class PrepareTask:
             index's shards and the add's earlier shards); documents repeated within the shard
             are skipped too.
         records: The scan's record count (progress only).
+        run: The build's or add's fingerprint, recorded in every completion record.
     """
 
     work: str
@@ -97,6 +133,7 @@ class PrepareTask:
     split: bool
     dedupe_against: tuple[str, ...] = ()
     records: int = 0
+    run: str = ""
 
 
 def _sentences(doc: Document, doc_index: int, split: SentenceSplitter) -> Iterator[dict[str, Any]]:
@@ -135,19 +172,19 @@ class DocHashes:
         return False
 
 
-def prepared_record(work: str | Path, shard: str) -> dict[str, Any] | None:
-    """The completion record of a prepared shard, or None."""
-    return _read_json(shard_path(work, shard) / PREPARED)
+def prepared_record(work: str | Path, shard: str, run: str = "") -> dict[str, Any] | None:
+    """The completion record of a shard this run prepared, or None (see `run_record`)."""
+    return run_record(shard_path(work, shard) / PREPARED, run, work)
 
 
 def prepare_shard(task: PrepareTask) -> dict[str, Any]:
     """Read one shard's files into its directory; returns its `prepared.json` record."""
     final = shard_path(task.work, task.shard)
-    done = _read_json(final / PREPARED)
+    done = run_record(final / PREPARED, task.run, task.work)
     if done is not None:
         return done
-    if final.exists():  # a directory without its record is never ours to keep
-        shutil.rmtree(final)
+    if final.exists() or final.is_symlink():  # prepared folders appear whole, by rename
+        raise foreign_record(final, task.work)
     temp = final.parent / f".{task.shard}.preparing-{os.getpid()}"
     if temp.exists():
         shutil.rmtree(temp)
@@ -212,7 +249,7 @@ def _prepare_into(out: Path, task: PrepareTask) -> dict[str, Any]:
         _save(out / name, arrays[key])
     blank = sum(f.scanned.blank if f.scanned is not None and f.scanned.exact else f.blank_read
                 for f in task.files)
-    return {"shard": task.shard, "rows": rows, "documents": len(doc_ends),
+    return {"run": task.run, "shard": task.shard, "rows": rows, "documents": len(doc_ends),
             "documents_read": docs_read, "duplicates": duplicates, "skipped_blank_records": blank,
             "invalid_utf8_records": sum(f.invalid_utf8_read for f in task.files),
             "files": [f.name for f in task.files]}
@@ -237,6 +274,7 @@ class EmbedTask:
     stop: int
     batch_size: int | None  # None: the encoder's `preferred_batch_size`
     dtype: str
+    run: str = ""
 
     @property
     def rows(self) -> int:
@@ -250,7 +288,7 @@ def part_record_path(work: str | Path, shard: str, part: int) -> Path:
 def embed_part(task: EmbedTask, encoder) -> dict[str, Any]:
     """Embed one part; returns its completion record (`parts/part-PPPPPP.json`)."""
     record_path = part_record_path(task.work, task.shard, task.part)
-    done = _read_json(record_path)
+    done = run_record(record_path, task.run, task.work)
     if done is not None:
         return done
     directory = shard_path(task.work, task.shard)
@@ -271,7 +309,7 @@ def embed_part(task: EmbedTask, encoder) -> dict[str, Any]:
                          f"{counts.shape} token counts for {len(texts)} texts")
     _save(parts / f"emb-{task.part:06d}.npy", embeddings.astype(task.dtype))
     _save(parts / f"tok-{task.part:06d}.npy", counts)
-    record = {"part": task.part, "start": task.start, "stop": task.stop, "rows": task.rows,
+    record = {"run": task.run, "part": task.part, "start": task.start, "stop": task.stop, "rows": task.rows,
               "tokens": int(counts.sum()),
               "truncated": int((counts > encoder.max_length).sum()),
               "embed_seconds": round(seconds, 3)}
@@ -292,18 +330,22 @@ class AssembleTask:
     rows: int
     dim: int
     dtype: str
+    run: str = ""
 
 
 def assemble_shard(task: AssembleTask) -> dict[str, Any]:
     """Returns the shard's `embedded.json` record (rows, tokens, truncated, embedding seconds)."""
     directory = shard_path(task.work, task.shard)
-    done = _read_json(directory / EMBEDDED)
+    done = run_record(directory / EMBEDDED, task.run, task.work)
     if done is not None:
         shutil.rmtree(directory / PARTS, ignore_errors=True)
         return done
     parts = directory / PARTS
-    records = [json.loads(part_record_path(task.work, task.shard, p).read_text())
+    records = [run_record(part_record_path(task.work, task.shard, p), task.run, task.work)
                for p in range(task.parts)]
+    if None in records:
+        raise InputError(f"{parts}: a part to assemble has no completion record; run the "
+                         "command again")
     for name, prefix, dtype, shape in ((EMBEDDINGS, "emb", task.dtype, (task.dim,)),
                                        (TOKENS, "tok", np.int32, ())):
         temp = directory / f".{name}.tmp-{os.getpid()}"
@@ -315,7 +357,7 @@ def assemble_shard(task: AssembleTask) -> dict[str, Any]:
             os.replace(temp, directory / name)
         finally:
             temp.unlink(missing_ok=True)
-    record = {"rows": task.rows, "tokens": sum(r["tokens"] for r in records),
+    record = {"run": task.run, "rows": task.rows, "tokens": sum(r["tokens"] for r in records),
               "truncated": sum(r["truncated"] for r in records),
               "embed_seconds": round(sum(r["embed_seconds"] for r in records), 3)}
     write_json_atomic(directory / EMBEDDED, record)
@@ -337,6 +379,7 @@ class TrainTask:
         choice: The FAISS index to build.
         codes: "int8" to compute code scales, "none".
         out: Where the trained template goes (default: `work`).
+        run: The build's fingerprint ("" where the directory is new each time: reindex).
     """
 
     work: str
@@ -344,6 +387,7 @@ class TrainTask:
     choice: IndexChoice
     codes: str = "none"
     out: str | None = None
+    run: str = ""
 
 
 def train_shared(task: TrainTask) -> dict[str, Any]:
@@ -353,7 +397,7 @@ def train_shared(task: TrainTask) -> dict[str, Any]:
     out = Path(task.out or task.work)
     wanted = {"factory": task.choice.factory, "seed": task.choice.seed,
               "train_size": task.choice.train_size, "codes": task.codes,
-              "shards": list(task.shards)}
+              "shards": list(task.shards), "run": task.run}
     done = _read_json(out / TRAIN_RECORD)
     if done is not None and done.get("wanted") == wanted:
         return done
@@ -408,6 +452,8 @@ class IndexTask:
         code_scale: int8 code scales, or None for no codes.
         prepared: The shard's `prepared.json` record; embedded: its `embedded.json` record.
         keep_checksums: Checksums of files that did not change (reindex), not hashed again.
+        run: The build's or add's fingerprint: a sealed shard.json is reused only where this
+            run prepared the shard ("" where the directory is new each time: reindex).
     """
 
     work: str
@@ -421,6 +467,7 @@ class IndexTask:
     embedded: dict[str, Any]
     dtype: str
     keep_checksums: tuple[tuple[str, str], ...] = ()
+    run: str = ""
 
 
 def index_shard(task: IndexTask) -> dict[str, Any]:
@@ -430,7 +477,8 @@ def index_shard(task: IndexTask) -> dict[str, Any]:
               "template_sha256": task.template_sha256,
               "codes": task.code_scale is not None}
     existing = _sealed(directory)
-    if existing is not None and existing[0].get("built") == wanted:
+    if existing is not None and existing[0].get("built") == wanted and (
+            not task.run or prepared_record(task.work, task.shard, task.run) is not None):
         return {"manifest": existing[0], "sha256": existing[1]}
     embeddings = np.load(directory / EMBEDDINGS, mmap_mode="r")
     template = read_faiss_index(Path(task.template)) if task.template else None

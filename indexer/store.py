@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import lmdb
 
 from tapt.errors import IndexFormatError, StorageError
-from tapt.util.files import storage_error
+from tapt.util.files import open_regular, storage_error
 
 _KEY = struct.Struct(">Q")
 _CRC = struct.Struct(">I")
@@ -178,10 +178,14 @@ def reader_env(path: Path, label: str | Path | None = None) -> lmdb.Environment:
     label = label if label is not None else path.parent
     data = path / DATA
     try:
-        stat = data.stat()
+        with open_regular(data) as fh:   # a FIFO would block LMDB's open, a device never end
+            stat = os.fstat(fh.fileno())
     except FileNotFoundError:
         raise IndexFormatError(f"index {label} is incomplete: text store {path.name}/{DATA} is "
                                "missing; rebuild the index from its corpus") from None
+    except OSError as exc:
+        raise damaged(label, f"text store {path.name}/{DATA} cannot be read "
+                             f"({exc.strerror or exc})") from exc
     key_ = (stat.st_dev, stat.st_ino)
     cached = _READERS.get(key_)
     if cached is None:

@@ -11,6 +11,7 @@ index of format 1 or 2 needs `tapt index upgrade`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from tapt.errors import TaptError
 from tapt.util.checks import whole_number
+from tapt.util.files import regular_file
 
 from . import integrity
 from .manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LMDB_DATA, SHARDS, STORE,
@@ -157,7 +159,8 @@ def _verify_shards(report, path, manifest, n, documents, dim, emb_dtype, rows, p
                    "matches" if actual == recorded.get(VOCAB) else "differs from the manifest",
                    rebuild)
     else:
-        report.add(f"file {VOCAB}", False, "missing", rebuild)
+        report.add(f"file {VOCAB}", False, "not a regular file" if os.path.lexists(path / VOCAB)
+                   else "missing", rebuild)
     global_ids = (manifest.get("faiss") or {}).get("part_ids") == "global"
     for e in entries:
         name = str(e["name"])
@@ -190,7 +193,8 @@ def _verify_part(report, label, part: _Part, dim, emb_dtype, rows, faiss_info, p
     present = {name: (path / name).is_file() for name in names}
     for name in names:
         if not present[name]:
-            report.add(f"file {name}", False, "missing", fix if name == FAISS else rebuild)
+            what = "not a regular file" if os.path.lexists(path / name) else "missing"
+            report.add(f"file {name}", False, what, fix if name == FAISS else rebuild)
     _checksums(report, path, {"checksums": part.checksums}, present, progress, fix, rebuild)
     n = part.rows
     rows = np.asarray(rows, dtype=np.int64)
@@ -216,10 +220,11 @@ def _lexical(report, directory: Path, n: int, rebuild: str) -> None:
 
     problems = []
     try:
-        vocab = np.load(directory / VOCAB, mmap_mode="r", allow_pickle=False)
-        bigrams = np.load(directory / BIGRAMS, mmap_mode="r", allow_pickle=False)
-        lexical = np.load(directory / LEXICAL, mmap_mode="r", allow_pickle=False)
-        offsets = np.load(directory / LEXICAL_OFFSETS, mmap_mode="r", allow_pickle=False)
+        vocab = np.load(regular_file(directory / VOCAB), mmap_mode="r", allow_pickle=False)
+        bigrams = np.load(regular_file(directory / BIGRAMS), mmap_mode="r", allow_pickle=False)
+        lexical = np.load(regular_file(directory / LEXICAL), mmap_mode="r", allow_pickle=False)
+        offsets = np.load(regular_file(directory / LEXICAL_OFFSETS), mmap_mode="r",
+                          allow_pickle=False)
         if offsets.shape != (n + 1,) or offsets.dtype != np.int64 or offsets[-1] != len(lexical):
             problems.append(f"{LEXICAL_OFFSETS} holds {offsets.dtype} {offsets.shape}")
         elif len(bigrams) and (bigrams.min() < 0 or bigrams.max() >= len(vocab)):
@@ -242,7 +247,8 @@ def _checksums(report, path, manifest, present, progress, fix, rebuild) -> None:
     for name, expected in recorded.items():
         if name not in present and not (path / name).is_file():
             # a file the manifest records, which every reader needs: its absence is damage
-            report.add(f"file {name}", False, "missing (its checksum is recorded)",
+            what = "not a regular file" if os.path.lexists(path / name) else "missing"
+            report.add(f"file {name}", False, f"{what} (its checksum is recorded)",
                        fix if name == FAISS else rebuild)
             continue
         if not present.get(name, True):
@@ -256,7 +262,7 @@ def _checksums(report, path, manifest, present, progress, fix, rebuild) -> None:
 
 def _embeddings(report, path, n, dim, rows, rebuild, manifest_dtype: str = "float32"):
     try:
-        emb = np.load(path / EMBEDDINGS, mmap_mode="r", allow_pickle=False)
+        emb = np.load(regular_file(path / EMBEDDINGS), mmap_mode="r", allow_pickle=False)
         integrity.check_npy(emb, path / EMBEDDINGS, EMBEDDINGS, path, manifest_dtype, (n, dim))
     except TaptError as exc:
         report.add("embeddings", False, _what(exc), rebuild)
@@ -276,7 +282,7 @@ def _offsets(report, path, n, documents, rebuild):
     problems = []
     docs = None
     try:
-        tokens = np.load(path / TOKENS, mmap_mode="r", allow_pickle=False)
+        tokens = np.load(regular_file(path / TOKENS), mmap_mode="r", allow_pickle=False)
         integrity.check_npy(tokens, path / TOKENS, TOKENS, path, np.int32, (n,))
         integrity.check_tokens(tokens, path)
     except TaptError as exc:
@@ -284,7 +290,7 @@ def _offsets(report, path, n, documents, rebuild):
     except _READ_ERRORS as exc:
         problems.append(f"tokens.npy unreadable: {exc}")
     try:
-        mapped = np.load(path / DOCS, mmap_mode="r", allow_pickle=False)
+        mapped = np.load(regular_file(path / DOCS), mmap_mode="r", allow_pickle=False)
         integrity.check_npy(mapped, path / DOCS, DOCS, path, np.int64, (documents + 1,))
         docs = np.array(mapped)
         integrity.check_offsets(docs, n, documents, path)

@@ -35,6 +35,12 @@ class Budget:
         return {"spec": self.spec, "unit": self.unit, "value": self.value}
 
 
+def _short(spec: str) -> str:
+    """`spec` quoted for a message, its middle elided when it is very long (10**400)."""
+    text = str(spec).strip()
+    return repr(text if len(text) <= 40 else f"{text[:20]}...{text[-12:]}")
+
+
 def parse_budget(spec: str) -> Budget:
     """Parse a budget string; refuses zero, negative, NaN, malformed values and counts below one.
 
@@ -49,8 +55,13 @@ def parse_budget(spec: str) -> Budget:
         )
     number, scale, unit = match.groups()
     value = float(number) * _SCALE[scale.lower()]
-    if not math.isfinite(value) or value <= 0:
-        raise BudgetError(f"{spec!r} must be positive", param="budget")
+    if not math.isfinite(value):    # 1e400, or more digits than a float holds: not "<= 0"
+        raise BudgetError(f"{_short(spec)} is too large: give a fraction in (0, 1] or a count "
+                          "no larger than the corpus", param="budget")
+    if value <= 0:
+        tiny = value == 0 and any(c in "123456789" for c in number.lower().split("e")[0])
+        raise BudgetError(f"{_short(spec)} is too small: it would select nothing" if tiny
+                          else f"{spec!r} must be positive", param="budget")
     if unit is None:
         if "." in number or "e" in number.lower():
             if scale or value > 1:

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from tapt.errors import InputError
 from tapt.util.cache import cache_dir
-from tapt.util.files import sha256_file, write_json_atomic
+from tapt.util.files import read_regular, sha256_file, write_json_atomic
 
 from . import scoring
 
@@ -419,7 +419,7 @@ def _load_cached(model: Any, fingerprint: str) -> dict | None:
     if entry is None or not (entry / ENTRY).exists():
         return None
     try:
-        meta = json.loads((entry / ENTRY).read_text(encoding="utf-8"))
+        meta = json.loads(read_regular(entry / ENTRY, 1 << 20))
         if meta.get("format") != CACHE_FORMAT or meta.get("fingerprint") != fingerprint:
             raise ValueError("it belongs to another task, model or parameters")
         if sha256_file(entry / WEIGHTS) != meta.get("weights_sha256"):

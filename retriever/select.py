@@ -69,7 +69,7 @@ class SelectConfig:
         self.budget = budget
         self.parsed_budget = parse_budget(budget) if budget is not None else None
         if segment_size is not None:
-            segment_size = whole_number(segment_size, "segment_size")
+            segment_size = whole_number(segment_size, "segment_size", maximum=2**31 - 1)
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
             raise InputError(f"must be an integer, got {seed!r}", param="seed")
         if not 0 <= int(seed) < 2**32:      # what every seeded library here accepts

@@ -21,7 +21,7 @@ import numpy as np
 from tapt.errors import InputError, OutputError
 from tapt.util.files import (atomic_write, sha256_file, storage_error, temporary_sibling,
                              write_json_atomic)
-from tapt.util.safety import check_not_input, check_output, check_path
+from tapt.util.safety import check_not_input, check_not_link, check_output, check_path
 
 from .selection_file import (SelectedSegment, is_selection, is_selection_manifest,
                              is_unchanged_selection, manifest_path, read_selection,
@@ -317,6 +317,7 @@ class Selection:
             OutputError: `out` may not be written (see `tapt.util.safety.check_output`).
         """
         check_path(out)
+        check_not_link(out)
         fmt = export_format(out, format)
         inputs = self.inputs() + ([str(self.path), str(manifest_path(self.path))]
                                   if self.path else [])
@@ -524,6 +525,7 @@ def check_selection_output(out: str | Path, inputs: Sequence[str | Path],
                           ours=is_unchanged_selection, made=is_selection)
     beside = manifest_path(target)
     try:
+        check_not_link(beside, param=None)
         check_not_input(beside, inputs, param="out")
     except OutputError as exc:
         raise OutputError(f"the selection's manifest {exc}", param="out") from None

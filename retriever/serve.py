@@ -49,6 +49,7 @@ import numpy as np
 from tapt.errors import IndexFormatError, InputError
 from tapt.indexer.faiss_index import (ShardedFaiss, merge_in_groups, search_part,
                                       set_search_param)
+from tapt.indexer.identity import same_snapshot
 from tapt.indexer.ray_executor import ExecutorError, connect, import_ray, task_error
 from tapt.indexer.shards import grid_ranges
 from tapt.util.checks import whole_number
@@ -218,7 +219,7 @@ class ShardServers:
                                     f"within {timeout:g} s", param="timeout") from exc
             raise task_error(exc, "serve", resumable=False) from exc
         wanted = index.identity()
-        if any(i != wanted for i in identities):
+        if not all(same_snapshot(i, wanted) for i in identities):
             self.close()
             raise IndexFormatError(f"the Ray actors opened another generation of {index.path} "
                                    "than this process (the index changed, or the path is not "

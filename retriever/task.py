@@ -42,5 +42,5 @@ def load_task(paths: Iterable[str | Path | HubDataset] | str | Path, split: bool
         The Task.
     """
     text = read_text(paths, split, text_field=text_field, input_format=input_format,
-                     hf_split=hf_split, what="the task")
+                     hf_split=hf_split, what="the task", choose_format=True)
     return Task(text.files, text.sha256, text.sentences)

@@ -36,6 +36,10 @@ SCREEN_SUBDIR = "task-screens-v1"
 # a task of up to 8 batches is one call as before, and longer ones are as fast as in one call
 # (2,000 seeds, ONNX, 2 cores: 34.2 s chunked vs 34.0 s; embeddings within 3e-8).
 CHUNK_BATCHES = 8
+# Bounds on what an entry can hold, so a huge or endless file in the cache is never read whole:
+# an .npy header (numpy writes 128 bytes), and a screening's warnings.
+_NPY_HEADER = 1 << 16
+_SCREEN_BASE = 1 << 20
 
 
 def _key(key: str, sentences: Sequence[str]) -> str:
@@ -90,7 +94,7 @@ def _cached_embeddings(key: str, sentences: Sequence[str], dim: int) -> np.ndarr
     found = readable_cache(SUBDIR)
     if found is None:
         return None
-    payload = read_checked(found / name)
+    payload = read_checked(found / name, _NPY_HEADER + 4 * len(sentences) * dim)
     if payload is None:
         return None
     emb = _load(payload, len(sentences), dim)
@@ -146,7 +150,7 @@ def _cached_screen(key: str, sentences: Sequence[str]) -> tuple[list[int], list[
     if found is None:
         return None
     path = found / _screen_name(key, sentences)
-    payload = read_checked(path)
+    payload = read_checked(path, _SCREEN_BASE + 1024 * len(sentences))
     if payload is None:
         return None
     try:

@@ -1,6 +1,6 @@
 """A task as a user gives it: files (or stdin), a list of strings, or ready embeddings.
 
-Files are read by `task.load_task`, as the corpus was; strings are split into sentences as the
+Files are read with the corpus readers; strings are split into sentences as the
 index was; embeddings are used as they are (methods that read the text then refuse). Before a
 task is embedded, `screen_tokens` refuses one the model cannot read at all and warns about one
 it mostly cannot.
@@ -65,10 +65,12 @@ def task_from_files(paths: Sequence[str | Path], split: bool, text_field: str = 
     Returns:
         The task.
     """
-    from .task import load_task
+    from tapt.indexer.reader import read_text
 
-    task = load_task(list(paths), split=split, text_field=text_field)
-    return TaskInput("files", task.files, task.sha256, list(task.sentences))
+    # not `load_task`: no command that takes a task offers `input_format`, so an unknown
+    # suffix's error must not name it
+    text = read_text(list(paths), split, text_field=text_field, what="the task")
+    return TaskInput("files", text.files, text.sha256, list(text.sentences))
 
 
 def task_from_texts(texts: Sequence[str], split: bool) -> TaskInput:
@@ -78,9 +80,11 @@ def task_from_texts(texts: Sequence[str], split: bool) -> TaskInput:
     splitter = SentenceSplitter(split=split)
     digest = hashlib.sha256()
     sentences = []
-    for text in texts:
+    for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise InputError(f"task strings must be str, got {type(text).__name__}", param="task")
+        if "\x00" in text:      # as the file readers: never text an index would refuse
+            raise InputError(f"task string {i} contains NUL (U+0000); remove it", param="task")
         digest.update(text.encode("utf-8") + b"\x00")
         sentences.extend(splitter(text))
     if not sentences:

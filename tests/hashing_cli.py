@@ -25,10 +25,11 @@ def patch_encoder() -> None:
 
 
 def main(argv: list[str]) -> None:
-    patch_encoder()
-    from tapt.cli import cli
+    sys.argv = ["tapt", *argv]      # as the console script: its signal handlers from the start
+    from tapt.cli import main as tapt_main
 
-    cli.main(args=argv, prog_name="tapt")
+    patch_encoder()
+    tapt_main()
 
 
 if __name__ == "__main__":

@@ -783,8 +783,415 @@ SAFETY_CASES = [
          "ok: 1 duplicate documents skipped", "near-duplicates"),
 ]
 
+# Issue 27's classes, one list per group of classes (kept apart so they can be edited apart).
+def _more(d: Path) -> Path:
+    """A second corpus for `index add`."""
+    path = d / "more.jsonl"
+    if not path.exists():
+        write_labelled_corpus(path, docs_per_topic=3, seed=9)
+    return path
 
-CASES = CASES + SAFETY_CASES
+
+def _restored_over_newer(d: Path) -> list[str]:
+    """`cp -a backup/. idx/` after an add: the newer generation's shard stays behind."""
+    from tapt.indexer.add import add_to_index
+
+    idx = _copy(d)
+    backup = d / "backup"
+    shutil.copytree(idx, backup)
+    add_to_index(idx, [_more(d)], TruncatingEncoder(), progress=False)
+    shutil.copytree(backup, idx, dirs_exist_ok=True)
+    write_labelled_corpus(d / "third.jsonl", docs_per_topic=3, seed=11)
+    return ["index", "add", str(idx), str(d / "third.jsonl")]
+
+
+def _shard_copied_next(d: Path) -> list[str]:
+    idx = _copy(d)
+    shutil.copytree(idx / "shards" / "000000", idx / "shards" / "000001")
+    return ["index", "add", str(idx), str(_more(d))]
+
+
+_USER_ENTRIES = {".notes": "why\n", ".git/HEAD": "ref: refs/heads/main\n",
+                 "shards/000000/README": "shard notes\n", "NOTES.md": "notes\n"}
+
+
+def _with_user_entries(command: str) -> Callable[[Path], list[str]]:
+    """An index holding a user's hidden file and folder, a note in a shard folder and a link,
+    then one command that replaces its generation."""
+    def argv(d: Path) -> list[str]:
+        idx = _copy(d)
+        for rel, text in _USER_ENTRIES.items():
+            (idx / rel).parent.mkdir(parents=True, exist_ok=True)
+            (idx / rel).write_text(text)
+        os.symlink("../papers/thesis.tex", idx / "thesis-link")
+        if command == "add":
+            return ["index", "add", str(idx), str(_more(d))]
+        if command == "repair":
+            _truncate("index.faiss")(idx)
+            return ["index", "repair", str(idx)]
+        return ["index", "reindex", str(idx), "--index", "hnsw"]
+    return argv
+
+
+def _user_entries_kept(d: Path) -> str | None:
+    idx = d / "idx"
+    for rel, text in _USER_ENTRIES.items():
+        if not (idx / rel).is_file() or (idx / rel).read_text() != text:
+            return f"idx/{rel} lost"
+    if not (idx / "thesis-link").is_symlink():
+        return "idx/thesis-link lost"
+    return None
+
+
+def _fifo_in_index(d: Path) -> list[str]:
+    idx = _copy(d)
+    os.mkfifo(idx / ".control")
+    return ["index", "reindex", str(idx), "--index", "hnsw"]
+
+
+GENERATION_CASES: list[Case] = [
+    Case("index add after restoring an older copy over a newer index (cp -a backup/. idx/)",
+         _restored_over_newer, "error: does not list", "index generations"),
+    Case("index add with a shard folder copied to the next free number", _shard_copied_next,
+         "error: neither reuses nor deletes", "index generations"),
+    *[Case(f"index {c} of an index holding a user's hidden files, shard notes and a link",
+           _with_user_entries(c), "ok: ", "index generations", protect=_user_entries_kept)
+      for c in ("add", "reindex", "repair")],
+    Case("index reindex of an index holding a named pipe", _fifo_in_index,
+         "error: cannot keep", "index generations",
+         protect=lambda d: None if (d / "idx" / ".control").exists() else "idx/.control lost"),
+]
+class FakeRay:
+    """Just enough of Ray for `tapt.retriever.serve.ShardServers`, in this process: each actor
+    is created in another working directory (`where`), as a Ray actor is."""
+
+    class exceptions:  # noqa: N801 - Ray's name
+        GetTimeoutError = TimeoutError
+
+    def __init__(self, where: Path) -> None:
+        self.where = where
+
+    def remote(self, **_options):
+        where = self.where
+
+        class Call:
+            def __init__(self, method) -> None:
+                self.remote = method
+
+        class Handle:
+            def __init__(self, obj) -> None:
+                self.obj = obj
+
+            def __getattr__(self, name):
+                return Call(getattr(self.obj, name))
+
+        class Remote:
+            def __init__(self, cls) -> None:
+                self.cls = cls
+
+            def remote(self, *args):
+                back = os.getcwd()
+                os.chdir(where)
+                try:
+                    return Handle(self.cls(*args))
+                finally:
+                    os.chdir(back)
+
+        return Remote
+
+    def cluster_resources(self):
+        return {"CPU": 8.0}
+
+    def get(self, refs, timeout=None):
+        return refs
+
+    def put(self, value):
+        return value
+
+    def kill(self, actor, no_restart=True):
+        pass
+
+    def is_initialized(self):
+        return False
+
+
+def _fake_ray(d: Path) -> None:
+    """Serve an index through `FakeRay` (no Ray cluster needed), its actors in d/elsewhere."""
+    from tapt.retriever import serve
+
+    real = serve.import_ray, serve.connect
+    (d / "elsewhere").mkdir(exist_ok=True)
+    serve.import_ray = lambda *a, **k: FakeRay(d / "elsewhere")
+    serve.connect = lambda address=None: False
+    _RESTORE.append(lambda: (setattr(serve, "import_ray", real[0]),
+                             setattr(serve, "connect", real[1])))
+
+
+def _served(*argv: str) -> Callable[[Path], list[str]]:
+    """A command run in the case's directory on its index and task by relative paths, through
+    `FakeRay`; what follows `--` in `argv`: the requests, passed in a file with `--requests`,
+    or `in:FOLDER`, a folder of the case's directory to run in instead."""
+    def make(d: Path) -> list[str]:
+        _index(d)
+        _file("task.txt", "Patient fever therapy dose.\n")(d)
+        _fake_ray(d)
+        back = os.getcwd()
+        os.chdir(d)
+        _RESTORE.append(lambda: os.chdir(back))
+        if "--" not in argv:
+            return list(argv)
+        cut = argv.index("--")
+        if argv[cut + 1].startswith("in:"):         # run inside this folder of d
+            os.chdir(d / argv[cut + 1][3:])
+            return list(argv[:cut])
+        (d / "requests.jsonl").write_text("".join(r + "\n" for r in argv[cut + 1:]))
+        return [*argv[:cut], "--requests", "requests.jsonl"]
+    return make
+
+
+def _serve(*requests: str) -> Callable[[Path], list[str]]:
+    return _served("index", "serve", "good-index", "--", *requests)
+
+
+def _no_dash_file(d: Path) -> str | None:
+    return "a file named - was written" if (d / "-").exists() else None
+
+
+_REQUEST = '"method": "centroid", "task": "task.txt", "budget": "3"'
+SERVE_CASES: list[Case] = [
+    Case("serve-relative-index", _serve('{"id": 1, ' + _REQUEST + ', "out": "sel.jsonl"}'),
+         'ok: "segments": 3', "relative paths"),
+    Case("select-ray-relative-index", _served("select", "centroid", "good-index", "--task",
+                                              "task.txt", "--budget", "3", "--out", "sel.jsonl",
+                                              "--executor", "ray"),
+         "ok: selected 3 segments", "relative paths"),
+    Case("reindex-dot", _served("index", "reindex", ".", "--index", "flat", "--", "in:good-index"),
+         "ok: -> Flat", "relative paths"),
+    Case("serve-id-1e999", _serve('{"id": 1e999, ' + _REQUEST + "}"),
+         "error: id: must be a string, a finite number or null, not Infinity", "serve answers",
+         report=True),
+    Case("serve-id-nan", _serve('{"id": NaN, ' + _REQUEST + "}"),
+         "error: not NaN", "serve answers", report=True),
+    Case("serve-infinite-param", _serve('{"id": 2, "method": "knn", "task": "task.txt", '
+                                        '"params": {"k": -Infinity}}'),
+         "error: params.k: -Infinity is not a finite number", "serve answers", report=True),
+    Case("serve-budget-1e999", _serve('{"id": 3, "method": "centroid", "task": "task.txt", '
+                                      '"budget": 1e999}'),
+         "error: budget: Infinity is not a finite number", "serve answers", report=True),
+    Case("serve-deep-request", _serve("[" * 100_000 + "]" * 100_000),
+         "error: nested too deeply", "serve answers", report=True),
+    Case("serve-out-dash", _serve('{"id": 4, ' + _REQUEST + ', "out": "-"}'),
+         'ok: "selection": [{', "serve answers", protect=_no_dash_file),
+]
+
+
+def _tiny_training(d: Path) -> tuple[Path, Path]:
+    """A tiny random BERT and a selection to train it on (seconds, no download)."""
+    import random
+
+    from tapt.retriever.selection_file import SelectedSegment, write_selection
+    from tapt.trainer.tiny_model import write_tiny_bert
+
+    rng = random.Random(0)
+    words = "the cat dog bird sees likes chases a big small red old".split()
+    texts = [" ".join(rng.choice(words) for _ in range(8)) + " ." for _ in range(60)]
+    model = write_tiny_bert(d / "tiny-model", texts, hidden_size=32, layers=2, max_positions=64)
+    segments = [SelectedSegment(i, i, 1.0, 1.0, "knn", i, (2 * i, 2 * i + 2),
+                                f"{texts[2 * i]} {texts[2 * i + 1]}", texts[2 * i:2 * i + 2])
+                for i in range(24)]
+    sel = d / "tiny-sel.jsonl"
+    write_selection(sel, segments, {"method": "knn", "params": {}, "counts": {"segments": 24},
+                                    "index": {"path": "idx", "uuid": "u", "model": "tiny",
+                                              "manifest_sha256": "0" * 64},
+                                    "segment_size": 2})
+    return model, sel
+
+
+def _train_on_small_disk(size: str, *extra: str) -> Callable[[Path], list[str] | None]:
+    """`tapt train` of the tiny model into a folder on a tmpfs of `size` (root only)."""
+    def make(d: Path) -> list[str] | None:
+        from faultfs import mount_full
+
+        model, sel = _tiny_training(d)
+        if not mount_full(d / "disk", size):
+            return None
+        return ["train", "--model", str(model), "--selection", str(sel), "--steps", "3",
+                "--batch-size", "4", "--max-length", "32", *extra, "--out",
+                str(d / "disk" / "model")]
+    return make
+
+
+def _train_tiny(*extra: str) -> Callable[[Path], list[str]]:
+    def make(d: Path) -> list[str]:
+        model, sel = _tiny_training(d)
+        return ["train", "--model", str(model), "--selection", str(sel), "--steps", "2",
+                "--batch-size", "4", "--max-length", "32", *extra, "--out", str(d / "model")]
+    return make
+
+
+TRAIN_CASES: list[Case] = [        # 5: train/eval-mlm failures, SIGTERM, usage, budgets
+    Case("train whose first checkpoint fills the disk (tmpfs)",
+         _train_on_small_disk("256k", "--save-every", "1"), "error: disk full", "disks"),
+    Case("train whose final model fills the disk (tmpfs)",
+         _train_on_small_disk("64k"), "error: disk full", "disks"),
+    Case("train --lr nan", _train_tiny("--lr", "nan"), "error: --lr: must be a positive number",
+         "training"),
+    Case("train --warmup inf", _train_tiny("--warmup", "inf"), "error: --warmup: must be",
+         "training"),
+    Case("train --mlm-probability nan", _train_tiny("--mlm-probability", "nan"),
+         "error: --mlm-probability: must be", "training"),
+    Case("train --weight-decay -inf", _train_tiny("--weight-decay=-inf"),
+         "error: --weight-decay: must be", "training"),
+    Case("budget 1e400", _select("1e400"), "error: too large"),
+    Case("budget 1e400sent", _select("1e400sent"), "error: too large"),
+    Case("budget 1e400tok", _select("1e400tok"), "error: too large"),
+    Case("budget of 401 digits", _select("1" + "0" * 400), "error: too large"),
+    Case("budget 1e-400 (underflows to zero)", _select("1e-400"), "error: too small"),
+    Case("index build --shard-size of 401 digits",
+         _build(_file("c.txt", "One sentence here.\n"), "--shard-size", "1" + "0" * 400),
+         "error: --shard-size: '1000", "overflow"),
+]
+def _cache_entries_become(kind: str) -> Callable[[Path], list[str]]:
+    """A select run once (filling the task cache of `TAPT_CACHE_DIR={d}/cache`), then every
+    cache entry replaced by a FIFO or a link to /dev/zero, then the same select again."""
+    def argv(d: Path) -> list[str]:
+        from click.testing import CliRunner
+
+        from tapt.cli import cli
+
+        first = _select("3")(d)
+        CliRunner().invoke(cli, ["-q", *first[:-1], str(d / "first.jsonl")])
+        for entry in sorted((d / "cache").glob("task-*/*")):
+            entry.unlink()
+            if kind == "fifo":
+                os.mkfifo(entry)
+            else:
+                entry.symlink_to("/dev/zero")
+        return first
+    return argv
+
+
+def _cache_entries_kept(d: Path) -> str | None:
+    kept = [p for p in (d / "cache").glob("task-*/*") if p.is_fifo() or p.is_symlink()]
+    return None if kept else "the cache entries that are not files were replaced"
+
+
+def _index_file_becomes(rel: str, kind: str, method: str = "centroid"
+                        ) -> Callable[[Path], list[str]]:
+    def argv(d: Path) -> list[str]:
+        path = _at(_copy(d), rel)
+        path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero")
+        return ["select", method, str(d / "idx"), "--task", str(_task(d)), "--budget", "3",
+                "--out", str(d / "sel.jsonl")]
+    return argv
+
+
+_ARCHIVED = "an archived selection\n"
+
+
+def _out_links_to_archive(command: str) -> Callable[[Path], list[str]]:
+    """`--out latest...` where `latest...` is a symbolic link into an archive of earlier runs."""
+    def argv(d: Path) -> list[str]:
+        (d / "archive").mkdir(exist_ok=True)
+        if command == "train":
+            (d / "archive" / "run1").mkdir()
+            (d / "archive" / "run1" / "notes.txt").write_text(_ARCHIVED)
+            (d / "latest").symlink_to(d / "archive" / "run1", target_is_directory=True)
+            sel = _selection_of(d, _copy(d), "sel-before.jsonl")
+            return ["train", "--selection", str(sel), "--steps", "1", "--out", str(d / "latest")]
+        (d / "archive" / "run1.jsonl").write_text(_ARCHIVED)
+        (d / "latest.jsonl").symlink_to(d / "archive" / "run1.jsonl")
+        if command == "export":
+            sel = _selection_of(d, _copy(d), "sel-before.jsonl")
+            return ["export", str(sel), "--out", str(d / "latest.jsonl"), "--overwrite"]
+        return ["select", "centroid", str(_index(d)), "--task", str(_task(d)), "--budget", "3",
+                "--out", str(d / "latest.jsonl"), "--overwrite"]
+    return argv
+
+
+def _archive_kept(d: Path) -> str | None:
+    for path in (d / "archive").rglob("*"):
+        if path.is_file() and path.read_text() != _ARCHIVED:
+            return f"{path.relative_to(d)} was rewritten through the link"
+    for link in ("latest.jsonl", "latest"):
+        if os.path.lexists(d / link) and not (d / link).is_symlink():
+            return f"the link {link} was replaced"
+    return None
+
+
+def _nul_corpus(fmt: str) -> Callable[[Path], Path]:
+    def write(d: Path) -> Path:
+        texts = ["Fine words about fever.", "Kidney\x00biopsy lesion.", "Harbour tide."]
+        if fmt == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({"text": texts}), d / "nul.parquet")
+            return d / "nul.parquet"
+        return _file("nul.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in texts))(d)
+    return write
+
+
+def _nul_task(d: Path) -> list[str]:
+    task = _file("task.jsonl", json.dumps({"text": "Patient\x00fever therapy dose."}) + "\n")(d)
+    return ["select", "centroid", str(_index(d)), "--task", str(task), "--budget", "3",
+            "--out", str(d / "sel.jsonl")]
+
+
+def _odd_suffix(command: str) -> Callable[[Path], list[str]]:
+    def argv(d: Path) -> list[str]:
+        task = _file("task.md", "Patient fever therapy dose.\n")(d)
+        if command == "eval-mlm":
+            return ["eval-mlm", "--model", str(d / "no-model"), "--text", str(task)]
+        return ["select", "centroid", str(_index(d)), "--task", str(task), "--budget", "3",
+                "--out", str(d / "sel.jsonl")]
+    return argv
+
+
+_SUFFIX_HINT = "give the file the suffix of its format, or give its text on standard input"
+READ_CASES: list[Case] = [
+    Case("task cache entries replaced by FIFOs", _cache_entries_become("fifo"),
+         "ok: selected 3 segments", "caches and index files", env={"TAPT_CACHE_DIR": "{d}/cache"},
+         protect=_cache_entries_kept),
+    Case("task cache entries linked to /dev/zero", _cache_entries_become("zero"),
+         "ok: selected 3 segments", "caches and index files", env={"TAPT_CACHE_DIR": "{d}/cache"},
+         protect=_cache_entries_kept),
+    Case("manifest.json replaced by a FIFO", _index_file_becomes("manifest.json", "fifo"),
+         "error: manifest.json (is a FIFO (named pipe), not a regular file)",
+         "caches and index files"),
+    Case("shard.json replaced by a FIFO", _index_file_becomes("shard.json", "fifo"),
+         "error: shard.json cannot be read (is a FIFO", "caches and index files"),
+    Case("shard.json linked to /dev/zero", _index_file_becomes("shard.json", "zero"),
+         "error: shard.json cannot be read (is a character device", "caches and index files"),
+    Case("text store data.mdb replaced by a FIFO",
+         _index_file_becomes("text.lmdb/data.mdb", "fifo"),
+         "error: data.mdb cannot be read (is a FIFO", "caches and index files"),
+    Case("shard vocab.npy replaced by a FIFO (moore-lewis)",
+         _index_file_becomes("vocab.npy", "fifo", "moore-lewis"),
+         "error: vocab.npy is a FIFO", "caches and index files"),
+    *[Case(f"{c} --out through a symbolic link into an archive of earlier runs",
+           _out_links_to_archive(c), "error: is a symbolic link", "symlinked outputs",
+           protect=_archive_kept) for c in ("select", "export", "train")],
+    Case("JSONL record whose text holds NUL (\\u0000)", _build(_nul_corpus("jsonl")),
+         "error: nul.jsonl:2: contains NUL", "NUL in text"),
+    Case("Parquet row whose text holds NUL", _build(_nul_corpus("parquet")),
+         "error: nul.parquet:row 2: contains NUL", "NUL in text"),
+    Case("JSONL record holding NUL, --invalid-utf8 replace",
+         _build(_nul_corpus("jsonl"), "--invalid-utf8", "replace"), "ok: ", "NUL in text"),
+    Case("task JSONL record holding NUL", _nul_task, "error: task.jsonl:1: contains NUL",
+         "NUL in text"),
+    Case("select with a task file of unknown suffix (.md)", _odd_suffix("select"),
+         f"error: {_SUFFIX_HINT}", "hints"),
+    Case("eval-mlm with held-out text of unknown suffix (.md)", _odd_suffix("eval-mlm"),
+         f"error: {_SUFFIX_HINT}", "hints"),
+]
+
+CASES = (CASES + SAFETY_CASES + GENERATION_CASES + SERVE_CASES + TRAIN_CASES  # noqa: PLW0127
+         + READ_CASES)
 
 
 @dataclass

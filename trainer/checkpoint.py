@@ -18,6 +18,8 @@ import torch
 from tapt.errors import InputError
 from tapt.util.files import sha256_file
 
+from .storage import torch_save, writing
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
@@ -67,27 +69,37 @@ def save_checkpoint(
     out: str | Path, step: int, model: Any, optimizer: Any, scheduler: Any, state: dict[str, Any],
     keep: int = 2,
 ) -> Path:
-    """Write checkpoint `step-<step>` atomically, then keep only the `keep` newest."""
+    """Write checkpoint `step-<step>` atomically, then keep only the `keep` newest.
+
+    Raises:
+        StorageError: the disk is full or refuses the write; the earlier checkpoints are kept
+            and nothing of this one remains.
+    """
     root = Path(out) / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
     tmp = root / f".tmp-step-{step}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    made_root = not root.exists()
     try:
-        plain, tensors = _rng_state()
-        torch.save(model.state_dict(), tmp / "model.pt")
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-                   tmp / "optimizer.pt")
-        torch.save(tensors, tmp / "rng.pt")
-        (tmp / "rng.json").write_text(json.dumps(plain), encoding="utf-8")
-        sums = {name: sha256_file(tmp / name) for name in _CHECKSUMMED}
-        (tmp / STATE).write_text(json.dumps(dict(state, step=step, checksums=sums), indent=1),
-                                 encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        with writing(final):
+            root.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+            plain, tensors = _rng_state()
+            torch_save(model.state_dict(), tmp / "model.pt")
+            torch_save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                       tmp / "optimizer.pt")
+            torch_save(tensors, tmp / "rng.pt")
+            _write_text(tmp / "rng.json", json.dumps(plain))
+            sums = {name: sha256_file(tmp / name) for name in _CHECKSUMMED}
+            _write_text(tmp / STATE, json.dumps(dict(state, step=step, checksums=sums), indent=1))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+    except BaseException:
+        if made_root and not checkpoint_dirs(out):
+            shutil.rmtree(root, ignore_errors=True)
+        raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -95,6 +107,13 @@ def save_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
     logger.info("saved checkpoint %s", final)
     return final
+
+
+def _write_text(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def read_state(path: str | Path) -> dict[str, Any]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
 
 from tapt.errors import InputError
 from tapt.util.checks import whole_number
@@ -27,6 +30,108 @@ IDENTITY_FIELDS = (
     "mlm_probability",
     "seed",
 )
+
+
+MAX_SEED = 2**32 - 1   # what torch, numpy and python's random all accept
+MAX_COUNT = 2**31 - 1  # steps, sizes, lengths: larger is never meant, and overflows C longs
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` for a message, cut short (a 400-digit integer, a long list)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:40] + "..." + text[-12:]
+
+
+def real_number(value: Any, param: str, *, low: float | None = None, high: float | None = None,
+                low_open: bool = False, high_open: bool = False, what: str = "") -> float:
+    """`value` as a float, refused unless it is a finite number (not a bool or a string) in the
+    range given.
+
+    Args:
+        value: What the caller passed.
+        param: The parameter's name, for the message.
+        low: The smallest value allowed (excluded when `low_open`), or None.
+        high: The largest value allowed (excluded when `high_open`), or None.
+        low_open: Exclude `low` itself.
+        high_open: Exclude `high` itself.
+        what: How the range reads in the message ("a positive number"), by default the bounds.
+
+    Returns:
+        The value as a Python float.
+
+    Raises:
+        InputError: not a number, not finite, or out of range.
+    """
+    if not what:
+        left = "" if low is None else ("(" if low_open else "[") + f"{low:g}"
+        right = "" if high is None else f"{high:g}" + (")" if high_open else "]")
+        what = (f"a number in {left or '(-inf'}, {right or 'inf)'}" if left or right
+                else "a finite number")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                      np.floating)):
+        raise InputError(f"must be {what}, got {shown(value)}", param=param)
+    try:
+        number = float(value)
+    except OverflowError:       # an int with hundreds of digits
+        number = math.inf
+    ok = math.isfinite(number)
+    if ok and low is not None:
+        ok = number > low if low_open else number >= low
+    if ok and high is not None:
+        ok = number < high if high_open else number <= high
+    if not ok:
+        raise InputError(f"must be {what}, got {shown(value)}", param=param)
+    return number
+
+
+def flag(value: Any, param: str) -> bool:
+    """`value` as a bool, refused unless it is True or False."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"must be True or False, got {shown(value)}", param=param)
+    return bool(value)
+
+
+def choice(value: Any, param: str, choices: tuple[str, ...]) -> str:
+    """`value`, refused unless it is one of the strings `choices`."""
+    if not isinstance(value, str) or value not in choices:
+        raise InputError(f"must be one of {', '.join(choices)}, got {shown(value)}", param=param)
+    return value
+
+
+def path_text(value: Any, param: str) -> str:
+    """A path as a string, refused unless it is a non-empty str or os.PathLike."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise InputError(f"must be a path, got {shown(value)}", param=param)
+    return value
+
+
+def path_list(value: Any, param: str) -> tuple[str, ...]:
+    """One path, or a list or tuple of paths, as a tuple of strings; None is no paths."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, os.PathLike)):
+        return (path_text(value, param),)
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"must be a path or a list of paths, got {shown(value)}", param=param)
+    return tuple(path_text(v, param) for v in value)
+
+
+def check_mlm_settings(max_length: Any, batch_size: Any, mlm_probability: Any, seed: Any,
+                       device: Any) -> None:
+    """The settings `tapt train` and `tapt eval-mlm` share, refused (naming each) unless they
+    can work."""
+    whole_number(batch_size, "batch_size", maximum=MAX_COUNT)
+    if isinstance(max_length, (int, np.integer)) and not isinstance(max_length, bool) \
+            and max_length < 8:
+        raise InputError(f"must be at least 8 tokens, got {max_length}", param="max_length")
+    whole_number(max_length, "max_length", minimum=8, maximum=MAX_COUNT)
+    real_number(mlm_probability, "mlm_probability", low=0.0, high=1.0, low_open=True,
+                high_open=True)
+    if whole_number(seed, "seed", minimum=0) > MAX_SEED:
+        raise InputError(f"must be in 0..{MAX_SEED}, got {shown(seed)}", param="seed")
+    choice(device, "device", DEVICES)
 
 
 def parse_mix(mix: str) -> tuple[int, int]:
@@ -76,57 +181,44 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("selections", "task", "eval_text"):
-            value = getattr(self, name)
-            if isinstance(value, str):
-                value = (value,)
-            object.__setattr__(self, name, tuple(str(v) for v in (value or ())))
+            object.__setattr__(self, name, path_list(getattr(self, name), name))
         if not isinstance(self.text_field, str) or not self.text_field:
-            raise InputError("must name a field or column", param="text_field")
+            raise InputError(f"must name a field or column, got {shown(self.text_field)}",
+                             param="text_field")
         if not self.selections:
             raise InputError("give at least one selection file", param="selections")
-        if not self.out:
+        if self.out is None or (isinstance(self.out, str) and not self.out):
             raise InputError("is required", param="out")
-        if self.weights not in WEIGHT_MODES:
-            raise InputError(f"must be one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}",
-                             param="weights")
+        object.__setattr__(self, "out", path_text(self.out, "out"))
+        if self.model is not None:
+            object.__setattr__(self, "model", path_text(self.model, "model"))
+        if self.mix is not None and not isinstance(self.mix, str):
+            raise InputError(f"must look like TASK:SELECTION (e.g. 1:1), got {shown(self.mix)}",
+                             param="mix")
+        choice(self.weights, "weights", WEIGHT_MODES)
         if (self.steps is None) == (self.epochs is None):
             raise InputError("give exactly one of `steps` and `epochs`")
-        if self.steps is not None and (not isinstance(self.steps, int) or self.steps <= 0):
-            raise InputError(f"must be a positive whole number, got {self.steps!r}",
-                             param="steps")
-        if self.epochs is not None and (not isinstance(self.epochs, int) or self.epochs <= 0):
-            raise InputError(f"must be a positive whole number, got {self.epochs!r}",
-                             param="epochs")
-        if self.batch_size <= 0:
-            raise InputError(f"must be positive, got {self.batch_size}", param="batch_size")
-        if self.max_length < 8:
-            raise InputError(f"must be at least 8 tokens, got {self.max_length}",
-                             param="max_length")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise InputError(f"must be a positive number, got {self.lr}", param="lr")
-        if not (0.0 <= self.warmup < 1.0):
-            raise InputError(f"is a fraction of the steps in [0, 1), got {self.warmup}",
-                             param="warmup")
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise InputError(f"must be >= 0, got {self.weight_decay}", param="weight_decay")
-        if not (math.isfinite(self.max_grad_norm) and self.max_grad_norm >= 0):
-            raise InputError(f"must be >= 0 (0 = no clipping), got {self.max_grad_norm}",
-                             param="max_grad_norm")
-        if not (0.0 < self.mlm_probability < 1.0):
-            raise InputError(f"must be in (0, 1), got {self.mlm_probability}",
-                             param="mlm_probability")
-        whole_number(self.seed, "seed", minimum=0)
-        if self.device not in DEVICES:
-            raise InputError(f"must be one of {', '.join(DEVICES)}, got {self.device!r}",
-                             param="device")
-        if self.eval_every < 0:
-            raise InputError(f"must be >= 0 (0 = only at the start and end), got "
-                             f"{self.eval_every}", param="eval_every")
-        if self.save_every <= 0:
-            raise InputError(f"must be positive, got {self.save_every}", param="save_every")
-        if self.keep_checkpoints <= 0:
-            raise InputError(f"must be positive, got {self.keep_checkpoints}",
-                             param="keep_checkpoints")
+        if self.steps is not None:
+            whole_number(self.steps, "steps", maximum=MAX_COUNT)
+        if self.epochs is not None:
+            whole_number(self.epochs, "epochs", maximum=MAX_COUNT)
+        check_mlm_settings(self.max_length, self.batch_size, self.mlm_probability, self.seed,
+                           self.device)
+        real_number(self.lr, "lr", low=0.0, low_open=True, what="a positive number")
+        real_number(self.warmup, "warmup", low=0.0, high=1.0, high_open=True,
+                    what="a fraction of the steps in [0, 1)")
+        real_number(self.weight_decay, "weight_decay", low=0.0, what="a number >= 0")
+        real_number(self.max_grad_norm, "max_grad_norm", low=0.0,
+                    what="a number >= 0 (0 = no clipping)")
+        whole_number(self.eval_every, "eval_every", minimum=0, maximum=MAX_COUNT)
+        whole_number(self.save_every, "save_every", maximum=MAX_COUNT)
+        whole_number(self.keep_checkpoints, "keep_checkpoints", maximum=MAX_COUNT)
+        for name in ("resume", "delete_checkpoints", "progress"):
+            object.__setattr__(self, name, flag(getattr(self, name), name))
+        for name in IDENTITY_FIELDS + ("eval_every", "save_every", "keep_checkpoints"):
+            value = getattr(self, name)     # numpy scalars as plain numbers: JSON for the manifest
+            if isinstance(value, (np.integer, np.floating)):
+                object.__setattr__(self, name, value.item())
         if self.mix is not None:
             if not self.task:
                 raise InputError("needs `task` (it is the task:selection ratio)", param="mix")

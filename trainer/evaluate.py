@@ -119,12 +119,20 @@ def evaluate_text(
     from .model import check_max_length, load_mlm
     from tapt.indexer.reader import read_text
 
-    if batch_size <= 0:
-        raise InputError(f"must be positive, got {batch_size}", param="batch_size")
-    if max_length < 8:
-        raise InputError(f"must be at least 8 tokens, got {max_length}", param="max_length")
-    if not 0 < mlm_probability < 1:
-        raise InputError(f"must be in (0, 1), got {mlm_probability}", param="mlm_probability")
+    from .config import check_mlm_settings, flag, path_list, path_text, shown
+
+    check_mlm_settings(max_length, batch_size, mlm_probability, seed, device)
+    flag(pseudo, "pseudo")
+    if not isinstance(text_field, str) or not text_field:
+        raise InputError(f"must name a field or column, got {shown(text_field)}",
+                         param="text_field")
+    if model_spec is not None:
+        model_spec = path_text(model_spec, "model")
+    paths = list(path_list(paths, "texts"))
+    if not paths:
+        raise InputError("give at least one file, folder or URL of held-out text", param="texts")
+    max_length, batch_size, seed = int(max_length), int(batch_size), int(seed)
+    mlm_probability = float(mlm_probability)
     dev = resolve_device(device)
     text = read_text(paths, text_field=text_field, what="the held-out text")
     torch.manual_seed(seed)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tapt.errors import InputError, TaptError, TrainingInterrupted
+from tapt.errors import InputError, StorageError, TaptError, TrainingInterrupted
 
 from .config import TrainConfig
 
@@ -29,27 +29,38 @@ StepCallback = Callable[[int, float], None]
 
 
 class _StopOnSigint:
-    """First Ctrl-C asks the loop to stop after the current step (and save); a second one aborts."""
+    """First Ctrl-C asks the loop to stop after the current step (and save); a second one aborts.
+    SIGTERM does the same where the program handles it (the CLI does; a plain Python process
+    keeps the default, to die): the step in progress ends, its checkpoint is saved."""
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
+        self.signum = signal.SIGINT
+        self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
+            previous = self._previous.get(signum)
+            if signum == signal.SIGTERM and callable(previous):
+                previous(signum, frame)
             raise KeyboardInterrupt
         self.requested = True
+        self.signum = signum
         # info (shown unless -q): the one Error line that follows says what was saved
-        logger.info("interrupt: saving a checkpoint after this step (Ctrl-C again to abort now)")
+        logger.info("%s: saving a checkpoint after this step (again to abort now)",
+                    "interrupt" if signum == signal.SIGINT else "SIGTERM")
 
     def __enter__(self) -> "_StopOnSigint":
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._handle)
+            if callable(signal.getsignal(signal.SIGTERM)):
+                self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._handle)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            if previous is not None:
+                signal.signal(signum, previous)
 
 
 def _model_identity(info: dict[str, Any]) -> dict[str, Any]:
@@ -130,127 +141,141 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     }
 
     created = not out.exists()
-    resuming = prepare_output(out, identity, config.resume, inputs)
-    for warning in model_info.get("warnings", []):    # after the refusals: not before an error
-        logger.warning("%s", warning)
-    if resuming:
-        done = finished_manifest(out)
-        if done is not None and done.get("steps") == total_steps:
-            logger.info("%s already holds the finished run (%d steps); nothing to do", out, total_steps)
-            return done
-
-    model.to(device)
-    model.train()
-    optimizer, scheduler = _optimizer(model, config, total_steps)
-    collator = MaskingCollator(tokenizer, config.mlm_probability,
-                               model.get_input_embeddings().weight.shape[0])
-    state: dict[str, Any] = {"loss_curve": [], "evals": [], "seconds": 0.0, "resumed_at": []}
-    step = 0
-    checkpoints = checkpoint_dirs(out) if resuming else []
-    if checkpoints:
-        state = load_checkpoint(checkpoints[-1], model, optimizer, scheduler, str(device))
-        if state.get("identity_sha256") != identity_hash(identity):
-            raise InputError(f"checkpoint {checkpoints[-1]} belongs to another configuration")
-        step = int(state["step"])
-        state["resumed_at"] = list(state.get("resumed_at", [])) + [step]
-        logger.info("resuming from %s (step %d of %d)", checkpoints[-1], step, total_steps)
-
-    def evaluate(at: int) -> None:
-        if not eval_examples or any(e["step"] == at for e in state["evals"]):
-            return
-        result = mlm_loss(model, collator, eval_examples, batch_size=config.batch_size,
-                          seed=config.seed, device=device)
-        state["evals"].append({"step": at, "loss": result.loss, "perplexity": result.perplexity,
-                               "tokens": result.tokens})
-        logger.info("step %d: eval loss %.4f (perplexity %.2f, %d tokens)",
-                    at, result.loss, result.perplexity, result.tokens)
-
-    def checkpoint(at: int) -> Path:
-        epoch, position = plan.position(at)
-        return save_checkpoint(out, at, model, optimizer, scheduler, {
-            **state, "format": TRAINING_FORMAT, "epoch": epoch, "position": position,
-            "total_steps": total_steps, "identity_sha256": identity_hash(identity),
-        }, keep=config.keep_checkpoints)
-
-    started = time.monotonic()
-    seconds_before = float(state.get("seconds", 0.0))
-    use_weights = config.weights == "continuous"
-    bar = tqdm(total=total_steps, initial=step, unit="step", disable=not config.progress,
-               dynamic_ncols=True, desc="train")
     try:
-        if step == 0:
-            evaluate(0)
-        with _StopOnSigint() as stop:
-            while step < total_steps:
-                batch = collator(plan.batch(step),
-                                 torch.Generator().manual_seed(derived_seed(config.seed, step)))
-                with autocast(device):
-                    logits = model(input_ids=batch["input_ids"].to(device),
-                                   attention_mask=batch["attention_mask"].to(device)).logits
-                loss = weighted_mlm_loss(logits, batch["labels"].to(device),
-                                         batch["weights"] if use_weights else None)
-                value = float(loss.detach())    # the step's one device sync, checked first
-                if not math.isfinite(value):    # never trained on, saved or reported as done
-                    raise TaptError(
-                        f"training diverged: the loss is {value} at step "
-                        f"{step + 1}; lower --lr (now {config.lr:g})"
-                        + (", or the checkpoint resumed from is damaged: resume from an "
-                           "earlier one or start again" if resuming else ""))
-                loss.backward()
-                if config.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                state["loss_curve"].append(value)
-                state["seconds"] = seconds_before + time.monotonic() - started
-                bar.update(1)
-                bar.set_postfix(loss=f"{_final_loss(state['loss_curve'][-10:]):.4f}")
-                if config.eval_every and step % config.eval_every == 0:
-                    evaluate(step)
-                if on_step is not None:
-                    on_step(step, value)
-                if stop.requested and step < total_steps:
-                    raise TrainingInterrupted(step, checkpoint(step))
-                if step % config.save_every == 0 and step < total_steps:
-                    checkpoint(step)
-        evaluate(step)
+        resuming = prepare_output(out, identity, config.resume, inputs)
+        for warning in model_info.get("warnings", []):    # after the refusals: not before an error
+            logger.warning("%s", warning)
+        if resuming:
+            done = finished_manifest(out)
+            if done is not None and done.get("steps") == total_steps:
+                logger.info("%s already holds the finished run (%d steps); nothing to do", out,
+                            total_steps)
+                return done
+
+        model.to(device)
+        model.train()
+        optimizer, scheduler = _optimizer(model, config, total_steps)
+        collator = MaskingCollator(tokenizer, config.mlm_probability,
+                                   model.get_input_embeddings().weight.shape[0])
+        state: dict[str, Any] = {"loss_curve": [], "evals": [], "seconds": 0.0, "resumed_at": []}
+        step = 0
+        checkpoints = checkpoint_dirs(out) if resuming else []
+        if checkpoints:
+            state = load_checkpoint(checkpoints[-1], model, optimizer, scheduler, str(device))
+            if state.get("identity_sha256") != identity_hash(identity):
+                raise InputError(f"checkpoint {checkpoints[-1]} belongs to another configuration")
+            step = int(state["step"])
+            state["resumed_at"] = list(state.get("resumed_at", [])) + [step]
+            logger.info("resuming from %s (step %d of %d)", checkpoints[-1], step, total_steps)
+
+        def evaluate(at: int) -> None:
+            if not eval_examples or any(e["step"] == at for e in state["evals"]):
+                return
+            result = mlm_loss(model, collator, eval_examples, batch_size=config.batch_size,
+                              seed=config.seed, device=device)
+            state["evals"].append({"step": at, "loss": result.loss, "perplexity": result.perplexity,
+                                   "tokens": result.tokens})
+            logger.info("step %d: eval loss %.4f (perplexity %.2f, %d tokens)",
+                        at, result.loss, result.perplexity, result.tokens)
+
+        def checkpoint(at: int) -> Path:
+            epoch, position = plan.position(at)
+            return save_checkpoint(out, at, model, optimizer, scheduler, {
+                **state, "format": TRAINING_FORMAT, "epoch": epoch, "position": position,
+                "total_steps": total_steps, "identity_sha256": identity_hash(identity),
+            }, keep=config.keep_checkpoints)
+
+        started = time.monotonic()
+        seconds_before = float(state.get("seconds", 0.0))
+        use_weights = config.weights == "continuous"
+        bar = tqdm(total=total_steps, initial=step, unit="step", disable=not config.progress,
+                   dynamic_ncols=True, desc="train")
+        try:
+            if step == 0:
+                evaluate(0)
+            with _StopOnSigint() as stop:
+                while step < total_steps:
+                    batch = collator(plan.batch(step),
+                                     torch.Generator().manual_seed(derived_seed(config.seed, step)))
+                    with autocast(device):
+                        logits = model(input_ids=batch["input_ids"].to(device),
+                                       attention_mask=batch["attention_mask"].to(device)).logits
+                    loss = weighted_mlm_loss(logits, batch["labels"].to(device),
+                                             batch["weights"] if use_weights else None)
+                    value = float(loss.detach())    # the step's one device sync, checked first
+                    if not math.isfinite(value):    # never trained on, saved or reported as done
+                        raise TaptError(
+                            f"training diverged: the loss is {value} at step "
+                            f"{step + 1}; lower --lr (now {config.lr:g})"
+                            + (", or the checkpoint resumed from is damaged: resume from an "
+                               "earlier one or start again" if resuming else ""))
+                    loss.backward()
+                    if config.max_grad_norm > 0:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    step += 1
+                    state["loss_curve"].append(value)
+                    state["seconds"] = seconds_before + time.monotonic() - started
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{_final_loss(state['loss_curve'][-10:]):.4f}")
+                    if config.eval_every and step % config.eval_every == 0:
+                        evaluate(step)
+                    if on_step is not None:
+                        on_step(step, value)
+                    # a SIGTERM stops even at the last step: the rest would not finish in time
+                    if stop.requested and (step < total_steps or stop.signum == signal.SIGTERM):
+                        raise TrainingInterrupted(step, checkpoint(step), stop.signum)
+                    if step % config.save_every == 0 and step < total_steps:
+                        checkpoint(step)
+            evaluate(step)
+        finally:
+            bar.close()
+
+        manifest = {
+            "format": TRAINING_FORMAT,
+            "format_version": TRAINING_FORMAT_VERSION,
+            "model": {k: model_info[k]
+                      for k in ("name", "path", "architecture", "head_initialised")},
+            "arguments": config.to_dict(),
+            "selections": selection_records,
+            "task": [{"path": p, "sha256": h} for p, h in zip(task.files, task.file_sha256)]
+            if task else [],
+            "eval_text": [{"path": p, "sha256": h}
+                          for p, h in zip(held_out.files, held_out.file_sha256)]
+            if held_out else [],
+            "examples": {"selection": plan.n_selection, "task": plan.n_task,
+                         "eval": len(eval_examples),
+                         "per_epoch": plan.epoch_size, "steps_per_epoch": plan.steps_per_epoch},
+            "identity_sha256": identity_hash(identity),
+            "identity": identity,
+            "steps": step,
+            "epochs": step / plan.steps_per_epoch,
+            "train_loss": _final_loss(state["loss_curve"]),
+            "loss_curve": state["loss_curve"],
+            "evals": state["evals"],
+            "eval_loss": state["evals"][-1]["loss"] if state["evals"] else None,
+            "seconds": round(float(state["seconds"]), 3),
+            "resumed_at": state.get("resumed_at", []),
+            "device": str(device),
+            "versions": library_versions(),
+        }
+        write_final_model(out, model, tokenizer, manifest)
     except TrainingInterrupted:
         raise
+    except StorageError as exc:
+        kept = checkpoint_dirs(out)
+        if created and not kept:
+            shutil.rmtree(out, ignore_errors=True)  # a failed fresh run leaves nothing behind
+        if not kept:
+            raise
+        raise StorageError(f"{exc}, adding `resume` to continue from checkpoint {kept[-1]} "
+                           "(kept)", param=exc.param) from exc
     except BaseException:
         if created and not checkpoint_dirs(out):
             shutil.rmtree(out, ignore_errors=True)  # a failed fresh run leaves nothing behind
         raise
-    finally:
-        bar.close()
-
-    manifest = {
-        "format": TRAINING_FORMAT,
-        "format_version": TRAINING_FORMAT_VERSION,
-        "model": {k: model_info[k] for k in ("name", "path", "architecture", "head_initialised")},
-        "arguments": config.to_dict(),
-        "selections": selection_records,
-        "task": [{"path": p, "sha256": h} for p, h in zip(task.files, task.file_sha256)]
-        if task else [],
-        "eval_text": [{"path": p, "sha256": h}
-                      for p, h in zip(held_out.files, held_out.file_sha256)] if held_out else [],
-        "examples": {"selection": plan.n_selection, "task": plan.n_task, "eval": len(eval_examples),
-                     "per_epoch": plan.epoch_size, "steps_per_epoch": plan.steps_per_epoch},
-        "identity_sha256": identity_hash(identity),
-        "identity": identity,
-        "steps": step,
-        "epochs": step / plan.steps_per_epoch,
-        "train_loss": _final_loss(state["loss_curve"]),
-        "loss_curve": state["loss_curve"],
-        "evals": state["evals"],
-        "eval_loss": state["evals"][-1]["loss"] if state["evals"] else None,
-        "seconds": round(float(state["seconds"]), 3),
-        "resumed_at": state.get("resumed_at", []),
-        "device": str(device),
-        "versions": library_versions(),
-    }
-    write_final_model(out, model, tokenizer, manifest)
     if config.delete_checkpoints:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     logger.info("trained %d steps in %.1fs; model written to %s", step, state["seconds"], out)

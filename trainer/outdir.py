@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tapt.errors import InputError, OutputError
-from tapt.util.files import storage_error, write_json_atomic
+from tapt.util.files import read_regular, storage_error, write_json_atomic
 from tapt.util.safety import check_output as check_safe
 
 from .manifest import (
@@ -29,7 +29,7 @@ MARKER = ".tapt-training.json"
 def read_marker(out: Path) -> dict[str, Any] | None:
     """The marker of a tapt training directory, or None when `out` is not one."""
     try:
-        marker = json.loads((out / MARKER).read_text(encoding="utf-8"))
+        marker = json.loads(read_regular(out / MARKER))
     except (OSError, json.JSONDecodeError):
         return None
     return marker if isinstance(marker, dict) and marker.get("format") == TRAINING_FORMAT else None
@@ -127,26 +127,31 @@ def finished_manifest(out: str | Path) -> dict[str, Any] | None:
 
 
 def write_final_model(out: str | Path, model: Any, tokenizer: Any, manifest: dict[str, Any]) -> None:
-    """Save model and tokenizer into a temporary directory inside `out`, move the files into `out`,
-    and write the training manifest last: `out` holds a model exactly when the manifest exists."""
+    """Save model, tokenizer and training manifest into a temporary directory inside `out`,
+    then move them into `out`, the manifest last: `out` holds a model exactly when the manifest
+    exists, and a full disk fails before anything in `out` is replaced.
+
+    Raises:
+        StorageError: the disk is full or refuses the write (nothing in `out` was replaced).
+    """
     out = Path(out)
     tmp = out / f".final-tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     from .model import quiet_transformers
+    from .storage import writing
 
     try:
-        with quiet_transformers():
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-        for item in sorted(tmp.iterdir()):
-            target = out / item.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(item, target)
-        write_json_atomic(out / TRAINING_MANIFEST, manifest)
-    except OSError as exc:
-        raise storage_error(exc, out) from exc
+        with writing(out):
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            with quiet_transformers():
+                model.save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
+            write_json_atomic(tmp / TRAINING_MANIFEST, manifest)
+            for item in sorted(tmp.iterdir(), key=lambda p: p.name == TRAINING_MANIFEST):
+                target = out / item.name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                os.replace(item, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -90,16 +91,28 @@ def readable_cache(sub: str) -> Path | None:
         return None
 
 
-def read_checked(path: Path) -> bytes | None:
+def read_checked(path: Path, limit: int = 1 << 26) -> bytes | None:
     """The payload of a cache file written by `write_checked`; None when there is none, and
-    None with a warning when its checksum does not hold (the caller rebuilds it)."""
+    None with a warning when it is not a regular file of at most `limit` payload bytes (a FIFO
+    or a link to a device is never read: it would block or never end) or its checksum does not
+    hold (the caller rebuilds it).
+
+    Args:
+        path: The cache entry.
+        limit: Most payload bytes an entry of this kind can hold.
+
+    Returns:
+        The payload, or None.
+    """
+    from tapt.util.files import read_regular
+
     try:
-        data = path.read_bytes()
+        data = read_regular(path, limit + _TRAILER, follow=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
-        log.warning("cache entry %s cannot be read (%s); recomputing it", path,
-                    exc.strerror or exc)
+        warn_once(f"cache-read:{path}", "cache entry %s cannot be read (%s); recomputing it "
+                  "without replacing it", path, exc.strerror or exc)
         return None
     payload, trailer = data[:-_TRAILER], data[-_TRAILER:]
     if len(data) >= _TRAILER and trailer[:len(_OLD_MAGIC)] == _OLD_MAGIC:
@@ -112,12 +125,25 @@ def read_checked(path: Path) -> bytes | None:
     return payload
 
 
+def _foreign(path: Path) -> bool:
+    """Whether `path` exists as something tapt never writes in a cache (a symbolic link, a
+    FIFO, a device, a directory): such an entry is left as it is, never replaced."""
+    try:
+        return not stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def write_checked(path: Path, payload: bytes) -> bool:
     """Write `payload` and its SHA-256 atomically to `path`; False (after one warning) when
     the cache cannot be written."""
     from tapt.errors import StorageError
     from tapt.util.files import atomic_write
 
+    if _foreign(path):
+        warn_once(f"cache-foreign:{path}", "cache entry %s is not a regular file; leaving it as "
+                  "it is (not cached)", path)
+        return False
     try:
         with atomic_write(path, "wb") as fh:
             fh.write(payload)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tapt.errors import TaptError
+from tapt.util.files import read_regular
 
 
 def read_versioned_json(path: str | Path, fmt: str, versions: tuple[int, ...] | int, what: str,
@@ -35,13 +36,13 @@ def read_versioned_json(path: str | Path, fmt: str, versions: tuple[int, ...] | 
     fix = f"; {lost}" if lost else ""
     readable = (versions,) if isinstance(versions, int) else tuple(versions)
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(read_regular(path).decode("utf-8"))
     except FileNotFoundError as exc:
         raise error(f"{what} has no manifest ({path.name} is missing)") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise error(f"{what}: manifest {shown} is damaged ({exc}){fix}") from exc
     except OSError as exc:
-        raise error(f"{what}: cannot read {shown} ({exc.strerror or exc})") from exc
+        raise error(f"{what}: cannot read {shown} ({exc.strerror or exc}){fix}") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
         raise error(f"{shown} is not a {fmt} manifest{fix}")
     version = manifest.get("format_version")

@@ -10,6 +10,7 @@ its output with `check_output` before any work is done:
   export), when the caller passes `overwrite`; a file or directory tapt did not make is never
   replaced, whatever the flags (an empty directory aside).
 
+An output path that is a symbolic link is refused (never written through, never replaced).
 The caller then writes under a temporary name and renames (`tapt.util.files.atomic_write`).
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from tapt.errors import OutputError
+from tapt.util.files import read_regular
 
 INDEX_MANIFEST = "manifest.json"
 INDEX_FORMAT = "tapt-index"
@@ -33,7 +35,7 @@ def _resolved(path: str | Path) -> Path:
 def is_tapt_index(path: str | Path) -> bool:
     """True when `path` is a directory whose manifest says it is a tapt index."""
     try:
-        manifest = json.loads((Path(path) / INDEX_MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(read_regular(Path(path) / INDEX_MANIFEST))
     except (OSError, ValueError):
         return False
     return isinstance(manifest, dict) and manifest.get("format") == INDEX_FORMAT
@@ -116,6 +118,30 @@ def check_path(out: object, param: str = "out") -> None:
         raise OutputError(f"must be a path, not {kind}", param=param)
 
 
+def check_not_link(out: str | Path, param: str | None = "out") -> None:
+    """Refuse an output path whose last component is a symbolic link (dangling or not): writing
+    through it would rewrite the file it points to (an archived run behind `latest.jsonl`), and
+    replacing it would destroy the user's link. Links among the parent directories are fine.
+
+    Args:
+        out: The path a command will write.
+        param: The parameter name that holds `out`, for messages.
+
+    Raises:
+        OutputError: `out` is a symbolic link.
+    """
+    path = Path(out).expanduser()
+    try:
+        if not path.is_symlink():
+            return
+        to = os.readlink(path)
+    except OSError:
+        return                          # check_usable names what cannot be looked at
+    raise OutputError(f"{out} is a symbolic link (to {to}); tapt never writes through or "
+                      "replaces a link: choose another path, or remove the link yourself",
+                      param=param)
+
+
 def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (),
                  overwrite: bool = False, ours: Callable[[Path], bool] | None = None,
                  ours_needs_overwrite: bool = False, directory: bool = False,
@@ -143,10 +169,11 @@ def check_output(out: str | Path, *, what: str, inputs: Iterable[str | Path] = (
         `out` resolved to an absolute path.
 
     Raises:
-        OutputError: `out` is an input, inside or around one, inside an index, or holds
-            something that may not be replaced.
+        OutputError: `out` is an input, inside or around one, inside an index, is a symbolic
+            link, or holds something that may not be replaced.
     """
     check_path(out, param)
+    check_not_link(out, param)
     target = check_not_input(out, inputs, param)
     check_usable(out, param)
     index = enclosing_index(target.parent if not target.exists() else target)

@@ -5,6 +5,7 @@ decompression (.gz, .zst, .bz2, .xz) and line reading shared by the line formats
 from __future__ import annotations
 
 import bz2
+import codecs
 import contextlib
 import gzip
 import hashlib
@@ -431,13 +432,13 @@ class InputFile:
                 raise InputError(f"{self.name}: cannot read ({exc})") from exc
 
     def lines(self, invalid_utf8: str = "error") -> Iterator[tuple[int, str]]:
-        """(line number, decoded line with its line ending). A binary file and NUL bytes are
-        refused with the file and line; a BOM is dropped. Invalid UTF-8 is refused too, or with
-        `invalid_utf8="replace"` becomes U+FFFD (each such line counted in
-        `invalid_utf8_read`)."""
+        """(line number, decoded line with its line ending). A binary file (NUL bytes in its
+        first 8 KB) is refused; a BOM is dropped. A NUL byte further on and invalid UTF-8 are
+        refused with the file and line, or with `invalid_utf8="replace"` become U+FFFD (each
+        such line counted in `invalid_utf8_read`)."""
         with self.open() as fh:
             head = fh.read(_SNIFF)
-            if b"\x00" in head:
+            if b"\x00" in head and _looks_binary(head):
                 raise InputError(f"{self.name}: a binary file (NUL bytes in its first 8 KB), "
                                  "not text")
             parts = head.split(b"\n")
@@ -446,8 +447,13 @@ class InputFile:
             lineno = 0
             for raw in _chain(first, [tail] if tail else [], fh):
                 lineno += 1
-                if b"\x00" in raw:
-                    raise InputError(f"{self.name}:{lineno}: contains NUL bytes (binary file?)")
+                replaced = b"\x00" in raw
+                if replaced:
+                    if invalid_utf8 != "replace":
+                        raise InputError(f"{self.name}:{lineno}: contains NUL bytes (a binary "
+                                         "file?); remove them (index build and add can read "
+                                         "them as U+FFFD: --invalid-utf8 replace)")
+                    raw = raw.replace(b"\x00", "\ufffd".encode())
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
@@ -455,8 +461,22 @@ class InputFile:
                         raise InputError(f"{self.name}:{lineno}: {invalid_utf8_message(exc)}"
                                          ) from exc
                     text = raw.decode("utf-8", errors="replace")
-                    self.invalid_utf8_read += 1
+                    replaced = True
+                self.invalid_utf8_read += replaced
                 yield lineno, text.lstrip("\ufeff") if lineno == 1 else text
+
+
+def _looks_binary(head: bytes) -> bool:
+    """Whether the first bytes of a file that hold NUL are those of a binary file (an image,
+    UTF-16 text) rather than text with a stray NUL (refused, or replaced, at its line): NUL is
+    more than 1 byte in 4, or the rest is not UTF-8."""
+    if head.count(b"\x00") * 4 > len(head):
+        return True
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head.replace(b"\x00", b""), final=False)
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def invalid_utf8_message(exc: UnicodeDecodeError) -> str:

@@ -17,6 +17,7 @@ from the method's properties:
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -78,6 +79,8 @@ def parse_budgets(spec: str) -> list[tuple[str, float]]:
         except ValueError as exc:
             raise InputError(f"{part!r} is not 'oracle' or a multiple like 0.5x",
                              param="budgets") from exc
+        if factor > 0 and not math.isfinite(factor):
+            raise InputError(f"{part!r} is too large", param="budgets")
         if not factor > 0:
             raise InputError(f"{part!r} must be positive", param="budgets")
         out.append((part, factor))

@@ -14,7 +14,8 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.util.files import atomic_write, ensure_dir, write_json_atomic
+from tapt.util.files import (IrregularFileError, atomic_write, ensure_dir, read_regular,
+                             regular_file, write_json_atomic)
 from tapt.util.safety import check_output
 from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.oracle import sentence_labels
@@ -50,7 +51,7 @@ _CACHE_ENTRY = re.compile(r"^(seeds-.+\.npy|dsir-.+\.npz|index-[0-9a-f]+|\..+)$"
 def _is_results(path: Path) -> bool:
     """A directory holding an earlier `tapt bench recall` report."""
     try:
-        report = json.loads((path / "recall.json").read_text(encoding="utf-8"))
+        report = json.loads(read_regular(path / "recall.json"))
     except (OSError, ValueError):
         return False
     return isinstance(report, dict) and "aggregate" in report and "results" in report
@@ -94,12 +95,19 @@ def dsir_features(index: Index, texts: list[str], cache: Path, progress: bool):
     from .dsir_baseline import PoolFeatures
 
     path = cache / f"dsir-{index.uuid}.npz"
-    if path.exists():
-        return PoolFeatures.load(path)
+    regular = not path.is_symlink()
+    if path.exists() or path.is_symlink():
+        try:
+            return PoolFeatures.load(regular_file(path, follow=False))
+        except Exception as exc:  # noqa: BLE001 - numpy, scipy and zipfile raise many kinds
+            regular = not isinstance(exc, IrregularFileError)
+            log.warning("ignoring the cached DSIR features %s (%s); computing them again",
+                        path, exc)
     features = PoolFeatures(texts, progress=progress)
-    tmp = path.with_name(f".{path.name}.tmp.npz")
-    features.save(tmp)
-    tmp.replace(path)
+    if regular:      # an entry that is not a regular file is never replaced
+        tmp = path.with_name(f".{path.name}.tmp.npz")
+        features.save(tmp)
+        tmp.replace(path)
     return features
 
 
