@@ -20,6 +20,9 @@ _LAZY = {
     "serve": "tapt.api",
     "train": "tapt.api",
     "evaluate_mlm": "tapt.api",
+    "evaluate": "tapt.api",
+    "export": "tapt.api",
+    "bench_recall": "tapt.api",
     "method_names": "tapt.api",
     "describe_methods": "tapt.api",
     "TaptError": "tapt.errors",
@@ -59,4 +62,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public API only: `__all__` (subpackages and helpers stay importable, not listed)."""
+    return sorted(__all__)

@@ -1,8 +1,9 @@
 """tapt: choose continued-pretraining data for a task from a corpus embedded once.
 
 The command line only: parsing, terminal output and turning every failure into one line,
-`Error: ...`, and a non-zero exit status. The work happens in `indexer`, `retriever` and
-`trainer`, all reachable from the Python API (`tapt.api`).
+`Error: ...`, and a non-zero exit status. Every command calls the Python API (`tapt.api`, whose
+option metadata its options are built from) and nothing deeper: an import-linter contract in
+pyproject.toml and tests/test_api_parity.py keep it so.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ if (os.path.basename(sys.argv[0] if sys.argv else "") == "tapt"   # the console 
 
 import click  # noqa: E402 - after the handlers above: importing takes a few tenths of a second
 
+from tapt import api
+from tapt.api import CONTEXTS
 from tapt.errors import Interrupted, TaptError
-from tapt.retriever.context import CONTEXTS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _STATE = {"verbose": 0}  # -v count of the running invocation, for tracebacks of internal errors
@@ -323,10 +325,9 @@ class _MemoryType(click.ParamType):
 
     def convert(self, value, param, ctx):
         from tapt.errors import InputError
-        from tapt.indexer.index_choice import parse_memory
 
         try:
-            return parse_memory(value)
+            return api.parse_memory(value)
         except InputError as exc:
             self.fail(exc.message, param, ctx)
 
@@ -334,7 +335,7 @@ class _MemoryType(click.ParamType):
 def _faiss_options(func=None, *, keep: bool = False):
     """--index, --memory and --opq: which FAISS index to build (see indexer/index_choice.py);
     `keep` (reindex): --index keep, the index's current type, is the default."""
-    from tapt.indexer.index_choice import DEFAULT_MEMORY
+    DEFAULT_MEMORY = api.default_memory()
 
     if func is None:
         return lambda f: _faiss_options(f, keep=keep)
@@ -361,8 +362,6 @@ def _faiss_options(func=None, *, keep: bool = False):
 
 def _shard_options(func):
     """--shards / --shard-size / --executor: how a build or add splits and runs its work."""
-    from tapt.indexer.executors import executor_names
-
     options = [
         click.option("--shards", type=click.IntRange(min=1), default=None,
                      help="Split the input files into this many shards (whole files each, "
@@ -371,7 +370,7 @@ def _shard_options(func):
                      help="Or: start a new shard before a file would take the shard past this "
                           "many input records (2M, 500k, ...)."),
         click.option("--executor", default="local", show_default=True,
-                     type=click.Choice(executor_names()),
+                     type=click.Choice(api.executor_names()),
                      help="What runs the build's stages (local: this process; ray: a Ray "
                           "cluster, see --ray-address; needs pip install 'tapt[ray]')."),
         click.option("--ray-address", "address", default=None, metavar="auto|HOST:PORT",
@@ -397,24 +396,8 @@ def _shard_options(func):
     return func
 
 
-def _runner(executor: str, progress: bool, **ray_options):
-    """The executor of a build or add: a name, or a RayExecutor made from the --ray-* options
-    (which the caller closes); an option left unset keeps the executor's default."""
-    from tapt.errors import InputError
-    from tapt.indexer.executors import get_executor
-
-    given = {name: value for name, value in ray_options.items() if value is not None}
-    if executor != "ray":
-        for name in given:
-            raise InputError("only applies with `executor` ray", param=name)
-        return executor
-    return get_executor("ray", progress=progress, **given)
-
-
 def _input_options(add: bool = False):
     """How corpus files are read (see indexer/formats): shared by `index build` and `index add`."""
-    from tapt.indexer import formats
-
     index_default = " [default: the index's]"
     options = [
         click.option("--text-field", default=None if add else "text", show_default=not add,
@@ -427,7 +410,7 @@ def _input_options(add: bool = False):
                      type=click.Choice(["auto", "line", "block"]),
                      help="Plain text: one document per line, or per blank-line block."
                           + (index_default if add else "")),
-        click.option("--input-format", default=None, type=click.Choice(formats.names()),
+        click.option("--input-format", default=None, type=click.Choice(api.input_formats()),
                      help="Read every input file as this format (files without a telling "
                           "extension) [default: by extension]."),
         click.option("--hf-dataset", "hf_datasets", multiple=True, metavar="NAME[:CONFIG]",
@@ -454,14 +437,11 @@ def _input_options(add: bool = False):
     return decorate
 
 
-def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...], hf_split: str | None) -> list:
-    """CORPUS arguments and --hf-dataset specs as the reader takes them."""
-    from tapt.indexer.reader import HubDataset
-
-    inputs: list = list(corpus) + [HubDataset.parse(spec, hf_split) for spec in hf_datasets]
-    if not inputs:
+def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...]) -> list[str]:
+    """CORPUS arguments, refused when there are none and no --hf-dataset either."""
+    if not corpus and not hf_datasets:
         raise click.UsageError("give CORPUS files, folders or URLs, or --hf-dataset")
-    return inputs
+    return list(corpus)
 
 
 @index.command("build", context_settings=CONTEXT)
@@ -530,36 +510,22 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
       tapt index build wiki/ --out wiki-idx --model ./my-st-model --device cuda
       tapt index build --hf-dataset allenai/c4:en --hf-split validation --out c4-idx
     """
-    from tapt.indexer.build import (BuildConfig, build_index, check_index_output,
-                                    doc_field_joined_nothing, parse_count)
-    from tapt.indexer.encoder import load_encoder
-
-    inputs = _inputs(corpus, hf_datasets, hf_split)
-    from tapt.indexer.executors import EncoderSpec
-
-    config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
-                         text_field=text_field, doc_field=doc_field or None, text_docs=text_docs,
-                         input_format=input_format, hf_split=hf_split, strict=strict,
-                         invalid_utf8=invalid_utf8, overwrite=overwrite, restart=restart,
-                         progress=ctx.obj["progress"],
-                         index=index_type, memory=memory, opq=opq,
-                         embedding_dtype=embedding_dtype, shards=shards, shard_size=shard_size,
-                         codes=codes, executor=executor,
-                         window=parse_count(window, param="window"))
-    check_index_output(out, inputs, overwrite)  # before the model is loaded
-    runner = _runner(executor, ctx.obj["progress"], address=address, workers=workers,
-                     gpus_per_worker=gpus_per_worker, timeout=timeout, retries=retries)
     try:
-        encoder = load_encoder(model, device=device, backend=backend)
-        manifest = build_index(inputs, out, encoder, config, executor=runner,
-                               encoder_spec=EncoderSpec(model, device, backend))
+        ix = api.Index.build(
+            _inputs(corpus, hf_datasets), out, model=model, device=device, backend=backend,
+            segment_size=segment_size, batch_size=batch_size, split=split,
+            text_field=text_field, doc_field=doc_field, text_docs=text_docs,
+            input_format=input_format, hf_datasets=hf_datasets, hf_split=hf_split,
+            strict=strict, invalid_utf8=invalid_utf8, overwrite=overwrite, restart=restart,
+            embedding_dtype=embedding_dtype, shards=shards, shard_size=shard_size, codes=codes,
+            executor=executor, index_type=index_type, memory=memory, opq=opq, part_size=window,
+            ray_address=address, ray_workers=workers, gpus_per_worker=gpus_per_worker,
+            ray_timeout=timeout, ray_retries=retries, progress=ctx.obj["progress"])
     except Interrupted as exc:
         raise _Interrupted(str(exc)) from exc
-    finally:
-        if not isinstance(runner, str):
-            runner.close()
+    manifest = ix.manifest
     if (ctx.get_parameter_source("doc_field") == click.core.ParameterSource.COMMANDLINE
-            and doc_field_joined_nothing(manifest)):
+            and ix.doc_field_joined_nothing()):
         logging.getLogger("tapt.cli").warning(
             "--doc-field %r joined no records: no record has it, so every record is its own "
             "document (check the field's name; '' turns joining off)", doc_field)
@@ -627,28 +593,19 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
     Example:
       tapt index add idx more-news/ more.jsonl.gz
     """
-    from tapt.indexer.add import add_to_index, check_add_inputs
-    from tapt.indexer.index import Index
-
-    inputs = _inputs(corpus, hf_datasets, hf_split)
-    ix = Index(idx)
-    check_add_inputs(ix.path, inputs)  # before the model is loaded
-    encoder = ix.load_encoder(model, device, backend)
-    runner = _runner(executor, ctx.obj["progress"], address=address, workers=workers,
-                     gpus_per_worker=gpus_per_worker, timeout=timeout, retries=retries)
+    inputs = _inputs(corpus, hf_datasets)
+    ix = api.Index.open(idx)
     try:
-        manifest = add_to_index(idx, inputs, encoder, batch_size=batch_size,
-                                restart=restart, progress=ctx.obj["progress"],
-                                text_field=text_field, doc_field=doc_field, text_docs=text_docs,
-                                input_format=input_format, hf_split=hf_split, strict=strict,
-                                invalid_utf8=invalid_utf8, shards=shards, shard_size=shard_size,
-                                executor=runner)
+        last = ix.add(inputs, model=model, device=device, backend=backend, batch_size=batch_size,
+               text_field=text_field, doc_field=doc_field, text_docs=text_docs,
+               input_format=input_format, hf_datasets=hf_datasets, hf_split=hf_split,
+               strict=strict, invalid_utf8=invalid_utf8, shards=shards, shard_size=shard_size,
+               executor=executor, restart=restart, ray_address=address, ray_workers=workers,
+               gpus_per_worker=gpus_per_worker, ray_timeout=timeout, ray_retries=retries,
+               progress=ctx.obj["progress"])
     except Interrupted as exc:
         raise _Interrupted(str(exc)) from exc
-    finally:
-        if not isinstance(runner, str):
-            runner.close()
-    last = manifest["history"][-1]
+    manifest = ix.manifest      # an add that added nothing leaves the index as it was
     if as_json:
         click.echo(json.dumps({"index": idx, "added": last, "counts": manifest["counts"],
                                "generation": manifest.get("generation")}))
@@ -676,15 +633,11 @@ def index_info(idx, as_json) -> None:
     Example:
       tapt index info idx
     """
-    from tapt.indexer.index import Index
-    from tapt.indexer.manifest import INDEX_FORMAT_VERSION, UPGRADABLE_VERSIONS
-
-    ix = Index(idx, versions=(INDEX_FORMAT_VERSION, *UPGRADABLE_VERSIONS))  # shows old formats too
-    sizes = ix.disk_bytes()
+    info = api.Index.info_path(idx)  # shows old formats too
     if as_json:
-        click.echo(json.dumps({**ix.manifest, "disk_bytes": sizes}, indent=2))
+        click.echo(json.dumps(info, indent=2))
         return
-    m = ix.manifest
+    m, sizes = info, info["disk_bytes"]
     c = m["counts"]
     lines = [
         f"index      {idx}  (format {m['format_version']}, uuid {m['uuid']}, created {m['created']})",
@@ -823,11 +776,9 @@ def index_verify(ctx, idx, deep, sample, model, as_json) -> None:
       tapt index verify idx
       tapt index verify idx --deep --json
     """
-    from tapt.indexer.verify import verify_index
-
     if sample < 1:
         raise click.BadParameter("must be at least 1", param_hint="--sample")
-    report = verify_index(idx, deep=deep, sample=sample, model=model,
+    report = api.Index.verify_path(idx, deep=deep, sample=sample, model=model,
                           progress=ctx.obj["progress"])
     for f in report.findings:
         if as_json:
@@ -854,9 +805,7 @@ def index_repair(ctx, idx) -> None:
     Example:
       tapt index repair idx && tapt index verify idx
     """
-    from tapt.indexer.repair import repair_index
-
-    done = repair_index(idx, progress=ctx.obj["progress"])
+    done = api.Index.repair_path(idx, progress=ctx.obj["progress"])
     click.echo("; ".join(done) if done else f"{idx}: nothing to repair")
 
 
@@ -878,9 +827,7 @@ def index_upgrade(ctx, idx) -> None:
     Example:
       tapt index upgrade idx && tapt index verify idx
     """
-    from tapt.indexer.upgrade import upgrade_index
-
-    manifest, changed = upgrade_index(idx, progress=ctx.obj["progress"])
+    manifest, changed = api.Index.upgrade_path(idx, progress=ctx.obj["progress"])
     if not changed:
         click.echo(f"{idx}: already format {manifest['format_version']}; nothing to do")
         return
@@ -910,11 +857,8 @@ def index_reindex(ctx, idx, index_type, memory, opq, codes) -> None:
       tapt index reindex idx --index auto --memory 512M
       tapt index reindex idx --codes int8      # the same FAISS type, int8 codes added
     """
-    from tapt.indexer.reindex import reindex
-
-    manifest = reindex(idx, index_type, memory, opq=opq, progress=ctx.obj["progress"],
-                       codes=codes)
-    info = manifest["faiss"]
+    info = api.Index.open(idx).reindex(index_type, memory, opq=opq, codes=codes,
+                                       progress=ctx.obj["progress"])
     click.echo(f"{idx}: {info.get('previous')} -> {_faiss_summary(info)} "
                f"({info['build_seconds']} s, {info['bytes'] / 2**20:.1f} MiB)")
 
@@ -951,12 +895,8 @@ def index_recall(ctx, idx, queries, k, values, seed, as_json) -> None:
       tapt index recall idx
       tapt index recall idx --queries 500 --k 50 --values 8,16,32,64 --json
     """
-    from tapt.indexer.ann_recall import recall_report
-    from tapt.indexer.index import Index
-
-    ix = Index(idx)
-    report = recall_report(ix.faiss, ix.embeddings, ix.manifest.get("faiss", {}), queries=queries,
-                           k=k, values=values, seed=seed, progress=ctx.obj["progress"])
+    report = api.Index.open(idx).recall(queries=queries, k=k, values=values, seed=seed,
+                                        progress=ctx.obj["progress"])
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
@@ -1001,15 +941,11 @@ def _flags_in_text(text: str) -> str:
     return re.sub(r"`([a-z][a-z0-9_]*)`", lambda m: "--" + m.group(1).replace("_", "-"), text)
 
 
-def _param_option(field, hint) -> click.Option:
-    """The click option of one method parameter (type, default, choices and help from its
-    dataclass field)."""
-    from tapt.retriever.methods.base import param_choices, param_type
-
-    kind, _ = param_type(hint)
-    meta = field.metadata
-    choices = param_choices(field, hint)
-    minimum, maximum = meta.get("minimum"), meta.get("maximum")
+def _param_option(param: dict) -> click.Option:
+    """The click option of one method parameter (type, default, choices and help from
+    `tapt.api.method_params`)."""
+    kind, choices = param["kind"], param["choices"]
+    minimum, maximum = param["minimum"], param["maximum"]
     bounded = minimum is not None or maximum is not None
     if choices is not None:
         type_ = click.Choice([str(c) for c in choices])
@@ -1019,21 +955,19 @@ def _param_option(field, hint) -> click.Option:
         type_ = click.FloatRange(min=minimum, max=maximum) if bounded else click.FLOAT
     else:
         type_ = click.STRING
-    flags = ["--" + field.name.replace("_", "-")] + ([meta["short"]] if meta.get("short") else [])
+    name = param["name"]
+    flags = ["--" + name.replace("_", "-")] + ([param["short"]] if param["short"] else [])
     if kind is bool:
-        return click.Option(flags + [field.name], is_flag=True, default=field.default,
-                            help=_flags_in_text(meta["help"]))
-    return click.Option(flags + [field.name], type=type_, default=field.default,
-                        show_default=field.default is not None, help=_flags_in_text(meta["help"]))
+        return click.Option(flags + [name], is_flag=True, default=param["default"],
+                            help=_flags_in_text(param["help"]))
+    return click.Option(flags + [name], type=type_, default=param["default"],
+                        show_default=param["default"] is not None,
+                        help=_flags_in_text(param["help"]))
 
 
 def _select_command(method) -> click.Command:
     """`tapt select NAME`: arguments from what the method needs, options from its Params."""
-    import dataclasses
-    import typing
-
-    hints = typing.get_type_hints(method.Params)
-    fields = dataclasses.fields(method.Params)
+    fields = api.method_params(method)
     params: list[click.Parameter] = [click.Argument(["idx"], type=click.Path(exists=True,
                                                                            file_okay=False))]
     if method.needs_embeddings or method.needs_text:
@@ -1049,7 +983,7 @@ def _select_command(method) -> click.Command:
     elif method.budget == "optional":
         params.append(click.Option(["--budget", "-b"], default=None,
                                    help=f"{_BUDGET_HELP} [default: {method.budget_help}]"))
-    params += [_param_option(f, hints[f.name]) for f in fields]
+    params += [_param_option(f) for f in fields]
     params += [
         click.Option(["--out", "-o"], required=True, type=click.Path(dir_okay=False, allow_dash=True),
                      help="Selection JSONL to write (its manifest goes beside it); - writes the "
@@ -1103,7 +1037,7 @@ def _select_command(method) -> click.Command:
 
     def callback(**kw) -> None:
         ctx = click.get_current_context()
-        values = {f.name: kw.pop(f.name) for f in fields}
+        values = {f["name"]: kw.pop(f["name"]) for f in fields}
         given = {name for name in values if ctx.get_parameter_source(name)
                  == click.core.ParameterSource.COMMANDLINE}
         _run_select(ctx, method, values, given, **kw)
@@ -1119,41 +1053,25 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
                 device="auto", backend="auto", batch_size=64, context="sentence") -> None:
     from contextlib import nullcontext
 
-    from tapt.api import Index, ServedIndex
     from tapt.errors import InputError
-    from tapt.retriever.select import SelectConfig, make_selection
-    from tapt.retriever.selection import check_selection_output
-    from tapt.retriever.task_input import task_from_files
 
     if executor != "ray":
         for name, value in (("address", address), ("actors", actors),
                             ("cpus_per_actor", cpus_per_actor)):
             if value is not None:
                 raise InputError("only applies with `executor` ray", param=name)
-    config = SelectConfig(method.name, budget, segment_size=segment_size, seed=seed,
-                          context=context, explicit=given, **values)
-    ix = Index(idx)
-    files = [t for t in task if t != "-"]
-    if out != "-":
-        check_selection_output(out, files + [idx], overwrite)   # before any slow work
-    task_input = None
-    if task:
-        task_input = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"],
-                                     text_field)
-    encoder = None
-    if config.uses_embeddings:  # the index's own model loads only if the task is not cached
-        encoder = (ix.lazy_encoder(device=device, backend=backend) if model is None
-                   else ix.load_encoder(model, device, backend))
-    if executor == "ray":
-        ix = ServedIndex(idx, address=address, actors=actors,
-                         cpus_per_actor=1.0 if cpus_per_actor is None else cpus_per_actor)
+    ix = (api.serve(idx, address=address, actors=actors,
+                    cpus_per_actor=1.0 if cpus_per_actor is None else cpus_per_actor)
+          if executor == "ray" else api.Index.open(idx))
     with ix if executor == "ray" else nullcontext(ix):
-        selection = make_selection(ix, ix.configure(config), task_input, encoder=encoder,
-                                   batch_size=batch_size, progress=ctx.obj["progress"])
+        selection = ix.select(method.name, {"files": list(task)} if task else None, budget,
+                              segment_size=segment_size, seed=seed, context=context,
+                              text_field=text_field, model=model, device=device,
+                              backend=backend, batch_size=batch_size,
+                              progress=ctx.obj["progress"], out=None if out == "-" else out,
+                              overwrite=overwrite, explicit=given, **values)
     if out == "-":
         selection.write_lines(click.get_text_stream("stdout"))
-    else:
-        selection.write(out, overwrite=overwrite)
     manifest, to_stderr = selection.manifest, out == "-"
     if as_json:
         click.echo(json.dumps({"method": manifest["method"], "output": out,
@@ -1169,7 +1087,7 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
     if len(scalars) < len(info):
         extra += " (--json for the details)"
     click.echo(
-        f"{config.method}: selected {counts['segments']:,} segments ({counts['sentences']:,} "
+        f"{selection.method}: selected {counts['segments']:,} segments ({counts['sentences']:,} "
         f"sentences, {counts['tokens']:,} tokens) of {counts['corpus_segments']:,} in "
         f"{manifest['timings']['total_seconds']:.2f} s{extra} -> {out}", err=to_stderr)
 
@@ -1180,9 +1098,7 @@ def select() -> None:
 
 
 def _add_select_commands() -> None:
-    from tapt.retriever.methods import methods
-
-    for method in methods():
+    for method in api.method_specs():
         select.add_command(_select_command(method))
 
 
@@ -1208,9 +1124,7 @@ def evaluate(selections, idx, label_field, label, as_json) -> None:
     Example:
       tapt eval sel-*.jsonl --index idx --label-field domain --label medical
     """
-    from tapt.retriever.evaluate import evaluate_selections
-
-    rows = evaluate_selections(list(selections), idx, label_field, label)
+    rows = api.evaluate(list(selections), idx, label=label, label_field=label_field)
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
@@ -1252,16 +1166,11 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
       tapt export sel.jsonl --format hf --out train-ds
       tapt export sel.jsonl --format txt --out train.txt
     """
-    from tapt.retriever.selection import Selection, export_format
-
-    sel = Selection.read(selection)
     to_stdout = out == "-"
-    fmt = fmt or ("jsonl" if to_stdout else export_format(out, None))
-    if to_stdout:
-        click.get_text_stream("stdout").writelines(sel.lines(fmt))
-    else:
-        sel.export(out, fmt, overwrite=overwrite)     # printed as given, as select prints
-    counts = {"segments": len(sel), "sentences": int(sum(len(s) for s in sel.sentences))}
+    done = api.export(selection, click.get_text_stream("stdout") if to_stdout else out, fmt,
+                      overwrite=overwrite)      # printed as given, as select prints
+    fmt = done.pop("format")
+    counts = done
     if as_json:
         click.echo(json.dumps({"selection": selection, "format": fmt, "output": out, **counts}),
                    err=to_stdout)
@@ -1312,6 +1221,9 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
                    "CSV/TSV, Arrow, HF datasets).")
 @click.option("--eval-every", default=0, show_default=True, type=int,
               help="Evaluate every N steps (0: only at the start and the end).")
+@click.option("--eval-batch-size", default=api.MLM_EVAL_BATCH, show_default=True, type=int,
+              help="Sequences per batch of the held-out loss (eval-mlm's --batch-size: the "
+                   "same masks, so the same loss for the same model).")
 @click.option("--save-every", default=200, show_default=True, type=int,
               help="Checkpoint every N steps.")
 @click.option("--keep-checkpoints", default=2, show_default=True, type=int,
@@ -1327,8 +1239,8 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
 @_domain_errors
 def train_command(ctx, model, selections, task, mix, weights, steps, epochs, batch_size, max_length,
                   lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, text_field,
-                  eval_every, save_every, keep_checkpoints, delete_checkpoints, seed,
-                  device, as_json) -> None:
+                  eval_every, eval_batch_size, save_every, keep_checkpoints,
+                  delete_checkpoints, seed, device, as_json) -> None:
     """Continue masked-LM pretraining of a model on selected segments (and task text).
 
     \b
@@ -1343,11 +1255,13 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
 
     try:
         manifest = train(
-            list(selections), out, model=model, task=tuple(task), mix=mix, weights=weights,
+            list(selections), out, model=model, task={"files": list(task)} if task else None,
+            mix=mix, weights=weights,
             steps=steps, epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr,
             warmup=warmup, weight_decay=weight_decay, mlm_probability=mlm_probability,
-            resume=resume, eval_text=tuple(eval_text), text_field=text_field,
-            eval_every=eval_every, save_every=save_every, keep_checkpoints=keep_checkpoints,
+            resume=resume, eval_text={"files": list(eval_text)} if eval_text else None,
+            text_field=text_field, eval_every=eval_every, eval_batch_size=eval_batch_size,
+            save_every=save_every, keep_checkpoints=keep_checkpoints,
             delete_checkpoints=delete_checkpoints, seed=seed, device=device,
             progress=ctx.obj["progress"])
     except TrainingInterrupted as exc:
@@ -1375,8 +1289,9 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
               help="Field/column with the text (JSONL, Parquet, CSV/TSV, Arrow, HF datasets).")
 @click.option("--max-length", default=128, show_default=True, type=int,
               help="Tokens per sequence.")
-@click.option("--batch-size", default=32, show_default=True, type=int,
-              help="Sequences per batch.")
+@click.option("--batch-size", default=api.MLM_EVAL_BATCH, show_default=True, type=int,
+              help="Sequences per batch (masks are drawn per batch; train's held-out loss uses "
+                   "the same default).")
 @click.option("--seed", default=0, show_default=True, type=SEED,
               help="Masking seed: the same seed masks the same tokens for every model.")
 @click.option("--mlm-probability", default=0.15, show_default=True, type=float,
@@ -1397,9 +1312,9 @@ def eval_mlm_command(model, texts, text_field, max_length, batch_size, seed, mlm
     """
     from tapt.api import evaluate_mlm
 
-    report = evaluate_mlm(list(texts), model=model, max_length=max_length, batch_size=batch_size,
-                          seed=seed, mlm_probability=mlm_probability, pseudo=pseudo, device=device,
-                          text_field=text_field)
+    report = evaluate_mlm({"files": list(texts)}, model=model, max_length=max_length,
+                          batch_size=batch_size, seed=seed, mlm_probability=mlm_probability,
+                          pseudo=pseudo, device=device, text_field=text_field)
     if as_json:
         click.echo(json.dumps(report))
         return
@@ -1468,15 +1383,14 @@ def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, 
           --methods all --seed-sizes 100,500,2000 --budgets oracle,0.5x,2x --repeats 3 \\
           --out benchmarks/results/recall
     """
-    from tapt.retriever.bench.run import bench_recall
-
-    report = bench_recall(
-        Path(pool) if pool else None, Path(seeds_dir), Path(index_path) if index_path else None,
-        [m.strip() for m in methods.split(",") if m.strip()], _ints(seed_sizes, "--seed-sizes"),
-        budgets, repeats, _ints(segment_sizes, "--segment-sizes"), Path(out), Path(cache),
-        label_field=label_field, domains=domains.split(",") if domains else None,
-        progress=ctx.obj["progress"],
-        contexts=CONTEXTS if contexts == "both" else (contexts,))
+    report = api.bench_recall(
+        out, seeds=seeds_dir, pool=pool, index=index_path,
+        methods=[m.strip() for m in methods.split(",") if m.strip()],
+        seed_sizes=_ints(seed_sizes, "--seed-sizes"), budgets=budgets, repeats=repeats,
+        segment_sizes=_ints(segment_sizes, "--segment-sizes"),
+        domains=domains.split(",") if domains else None,
+        contexts=CONTEXTS if contexts == "both" else (contexts,), label_field=label_field,
+        cache=cache, progress=ctx.obj["progress"])
     best = max((r for r in report["aggregate"] if r["domain"] == "all" and r["segment_size"] == 1),
                key=lambda r: r["f1"])
     click.echo(f"{len(report['results']):,} results in {report['seconds']:.0f} s; best mean F1 "
@@ -1499,10 +1413,8 @@ def bench_clusters_command(idx, ks, label_field, sample, seed, as_json) -> None:
     Example:
       tapt bench clusters .cache/pool-index --k 5,10,15
     """
-    from tapt.retriever.bench.clusters import cluster_purity
-    from tapt.indexer.index import Index
-
-    rows = cluster_purity(Index(idx), _ints(ks, "--k"), label_field, sample=sample, seed=seed)
+    rows = api.Index.open(idx).cluster_purity(_ints(ks, "--k"), label_field=label_field,
+                                              sample=sample, seed=seed)
     if as_json:
         click.echo(json.dumps(rows))
         return
@@ -1538,15 +1450,9 @@ def detectors_rank_command(idx, task, pca, seed, model, device, backend, text_fi
     Example:
       tapt detectors rank idx --task task.jsonl
     """
-    from tapt.indexer.index import Index
-    from tapt.retriever.choose_detector import rank_detectors
-    from tapt.retriever.task_input import task_from_files
-
-    ix = Index(idx)
-    sentences = task_from_files(list(task), ix.manifest["ingest"]["split_sentences"],
-                                text_field=text_field).sentences
-    rows = rank_detectors(ix, ix.load_encoder(model, device, backend).encode(sentences), seed=seed,
-                          pca_dims=pca)
+    rows = api.Index.open(idx).rank_detectors({"files": list(task)}, pca=pca, seed=seed,
+                                              model=model, device=device, backend=backend,
+                                              text_field=text_field)
     if as_json:
         click.echo(json.dumps(rows))
         return
@@ -1578,11 +1484,8 @@ def plot_domains_command(idx, out, selection, label_field, sample, seed) -> None
     Example:
       tapt plot domains idx --out map.png --selection sel.jsonl
     """
-    from tapt.retriever.bench.plot_domains import plot_domains
-    from tapt.indexer.index import Index
-
-    info = plot_domains(Index(idx), Path(out), label_field, sample,
-                        Path(selection) if selection else None, seed)
+    info = api.Index.open(idx).plot_domains(out, selection=selection, label_field=label_field,
+                                            sample=sample, seed=seed)
     click.echo(f"drew {info['sentences']:,} sentences"
                + (f" and {info['selected_drawn']:,} selected" if selection else "") + f" -> {out}")
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from tapt.retriever import scoring
 from tapt.retriever.budget import budget_target, cut, parse_budget
-from tapt.retriever.methods import SegmentView, base
+from tapt.retriever.methods import SegmentView, base, segments
 from tapt.util.versions import utc_now
 
 from .measure import module_at, traced, write_report
@@ -69,11 +69,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def ours(share: float):
         def run():
-            saved, base.STREAM_SHARE = base.STREAM_SHARE, share
+            saved, segments.STREAM_SHARE = segments.STREAM_SHARE, share
             try:
                 ranking = base.by_sentence_scores(view, scores, budget, {})
             finally:
-                base.STREAM_SHARE = saved
+                segments.STREAM_SHARE = saved
             return ranking.segments, ranking.scores
         return run
 

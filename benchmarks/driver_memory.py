@@ -138,9 +138,9 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
                                             np.zeros(100, dtype=np.int64))
         ctx = Context(part, view, parse_budget(args.budget), 0, task, texts, CorpusCache(part))
         if args.path == "streamed":   # also above the share where `rank` would not stream
-            from tapt.retriever.methods import base
+            from tapt.retriever.methods import segments
 
-            base.STREAM_SHARE = 1.0
+            segments.STREAM_SHARE = 1.0
 
         def select():
             if args.path == "whole":
@@ -319,7 +319,7 @@ def markdown(report: dict[str, Any]) -> str:
               "scores are computed (the rows' scores block by block; Moore-Lewis's shard by "
               "shard, fused's z-score sum block by block; forced here for every budget; "
               "`Index.select` streams only a budget of at most 1/16 of the sentences, "
-              "`methods.base.STREAM_SHARE`), same code otherwise:", "",
+              "`methods.segments.STREAM_SHARE`), same code otherwise:", "",
               "| method | rows | segment size | budget | selected | anon whole / streamed (MB) | "
               "traced whole / streamed (MB) | seconds whole / streamed |",
               "|---|---:|---:|---|---:|---:|---:|---:|"]

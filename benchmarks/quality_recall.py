@@ -54,7 +54,7 @@ from tapt.retriever.heldout import auc
 from tapt.retriever.metrics import selection_scores
 from tapt.retriever.oracle import sentence_labels
 from tapt.retriever.fusion import fuse, weights_from
-from tapt.retriever.task_scorers import TaskData, learned_fusion
+from tapt.retriever.methods.learned_scorers import TaskData, learned_fusion
 from tapt.util.files import write_json_atomic, atomic_write
 from tapt.util.versions import library_versions, utc_now
 

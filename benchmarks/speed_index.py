@@ -168,7 +168,7 @@ def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[st
 def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
     """The FAISS index `request` picks within `memory`: first build, or `tapt index reindex`."""
     from tapt.indexer.build import EMBEDDINGS, FAISS
-    from tapt.indexer.faiss_index import build_faiss_index
+    from tapt.indexer.ann_build import build_faiss_index
     from tapt.indexer.index_choice import choose_index
     from tapt.indexer.manifest import MANIFEST_NAME
     from tapt.util.files import write_json_atomic

@@ -14,6 +14,7 @@ a mix.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -24,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from tapt.errors import InputError, Interrupted
-from tapt.util.files import storage_error
+from tapt.errors import InputError
 from tapt.util.safety import check_output, is_tapt_index
 from tapt.util.versions import utc_now
 
 from . import checkpoint, stages
-from .build import (BuildConfig, Shared, calibrated_faiss, codes_section, corpus_paths,
+from .ann_build import calibrated_faiss
+from .build import (BuildConfig, Shared, codes_section, corpus_paths,
                     drop_training_files, index_stages, plan_shards, run_stages, scan_corpus,
                     shard_entries, top_vocabulary, warn_invalid_utf8)
 from .encoder import Encoder
@@ -121,7 +122,10 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                            shard.extra["where"] + DOC_HASHES, index.path, force=True)
         work, plan = checkpoint.prepare_work_dir(index.path, wanted, restart, kind="adding")
         earlier = checkpoint.committed_rows(work) if plan is not None else 0  # resumed rows
-        try:
+        failures = checkpoint.keep_or_discard(
+            work, "add", "adding to the index in", "kept this add's %s embedded sentences in %s: "
+            "run the same command again to resume", earlier)
+        with contextlib.closing(runner) if owned else contextlib.nullcontext(), failures:
             start = time.perf_counter()
             if plan is None:
                 mirror(index.path, work, (MANIFEST_NAME,), kept)
@@ -155,22 +159,6 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
             manifest = write_index_manifest(work, manifest)
             check_kept(index.path, work, kept)
             exchange(work, index.path)
-        except BaseException as exc:
-            committed = checkpoint.committed_rows(work) if work.exists() else 0
-            if not committed and not isinstance(exc, stages.ForeignRecord):
-                shutil.rmtree(work, ignore_errors=True)
-            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
-                raise Interrupted("add", committed, str(work) if committed else None,
-                                  earlier) from exc
-            if committed:
-                log.info("kept this add's %s embedded sentences in %s: run the same command "
-                         "again to resume", f"{committed:,}", work)
-            if isinstance(exc, OSError):
-                raise storage_error(exc, work, "adding to the index in") from exc
-            raise
-        finally:
-            if owned:
-                runner.close()
         shutil.rmtree(work, ignore_errors=True)  # now the previous generation
         remember_index(index.path, manifest)
     return manifest

@@ -14,7 +14,7 @@ resumes from them.
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import itertools
 import logging
 import math
@@ -30,13 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from tapt.errors import InputError, Interrupted, OutputError, StorageError
+from tapt.errors import InputError, OutputError, StorageError
 from tapt.util.checks import whole_number
-from tapt.util.files import ensure_dir, fsync_path, sha256_file, storage_error
+from tapt.util.files import ensure_dir, fsync_path, sha256_file
 from tapt.util.safety import check_output, check_usable, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
 
 from . import checkpoint, stages
+from .ann_build import calibrated_faiss
 from .encoder import Encoder, model_fingerprint, model_record
 from .executors import EncoderSource, Executor, Stage, executor_names, make_executor
 from .formats import ReadOptions
@@ -305,7 +306,12 @@ def build_index(
     with checkpoint.BuildLock(out):
         work, plan = checkpoint.prepare_work_dir(out, wanted, config.restart)
         earlier = checkpoint.committed_rows(work) if plan is not None else 0  # resumed rows
-        try:
+        failures = checkpoint.keep_or_discard(
+            work, "build", "building", "kept %s embedded sentences of this build in %s: run "
+            "the same command again to resume", earlier, prepared=stages.PREPARED,
+            disk_full=lambda committed: f"disk full while building {out}; {committed:,} "
+            "sentences are committed: free space and run the same command again to resume")
+        with contextlib.closing(runner) if owned else contextlib.nullcontext(), failures:
             if plan is None:
                 plan = checkpoint.Plan(wanted, [{"name": shard_name(i), "files": g}
                                                 for i, g in enumerate(groups)], dtype)
@@ -336,31 +342,6 @@ def build_index(
                 os.replace(work, out)
             remember_index(out, manifest)  # hashed as written: later opens need not hash again
             return manifest
-        except BaseException as exc:
-            committed = checkpoint.committed_rows(work) if work.exists() else 0
-            prepared = work.exists() and any((work / SHARDS).glob(f"*/{stages.PREPARED}"))
-            kept = bool(committed or prepared or isinstance(exc, stages.ForeignRecord))
-            if not kept:
-                shutil.rmtree(work, ignore_errors=True)
-            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
-                raise Interrupted("build", committed, str(work) if kept else None,
-                                  earlier) from exc
-            if kept:
-                # info, not a warning: the one Error line says to run the command again
-                log.info("kept %s embedded sentences of this build in %s: run the same "
-                         "command again to resume", f"{committed:,}", work)
-            full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
-                isinstance(exc, StorageError) and str(exc).startswith("disk full"))
-            if full:
-                raise StorageError(f"disk full while building {out}; {committed:,} sentences "
-                                   "are committed: free space and run the same command again "
-                                   "to resume") from exc
-            if isinstance(exc, OSError):
-                raise storage_error(exc, work, "building") from exc
-            raise
-        finally:
-            if owned:
-                runner.close()
 
 
 @dataclass
@@ -498,23 +479,6 @@ def shard_entries(work: Path, names: list[str], offsets: list[int],
         doc_at += m["documents"]
         seg_at += segments
     return entries
-
-
-def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: IndexChoice,
-                     ntotal: int, train_seconds: float, progress: bool) -> dict[str, Any]:
-    """The top manifest's `faiss` section, its search parameter calibrated on every shard."""
-    from .faiss_index import (ShardedFaiss, calibrate_section, faiss_section, ids_are_global,
-                              read_faiss_index)
-    from .shards import RowView
-
-    info = faiss_section(choice, ntotal, train_seconds)
-    if not choice.approximate:
-        return info
-    view = RowView([np.load(stages.shard_path(work, n) / EMBEDDINGS, mmap_mode="r")
-                    for n in names])
-    parts = [read_faiss_index(stages.shard_path(work, n) / "index.faiss") for n in names]
-    return calibrate_section(info, ShardedFaiss(parts, offsets, ids_are_global(choice)), view,
-                             choice, progress)
 
 
 def top_vocabulary(work: Path, names: list[str], base: np.ndarray | None = None) -> str:

@@ -15,6 +15,8 @@ temporary files are ignored and removed).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -22,15 +24,20 @@ import logging
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from tapt.errors import InputError, OutputError
+from tapt.errors import InputError, Interrupted, OutputError, StorageError
 from tapt.util.files import read_regular, storage_error, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 PLAN = "plan.json"
 _VERSION = 3     # 3: every completion record names its run (the plan's fingerprint)
+
+
+class ForeignRecord(InputError):
+    """A work directory holds a stage folder or completion record another run wrote; the work
+    directory is kept as it is (its owner decides)."""
 
 
 @dataclass
@@ -172,3 +179,48 @@ def remove_work_dir(work: Path) -> None:
         raise OutputError(f"{work} is in the way and does not look like tapt's work directory; "
                           "move it away and run the command again")
     shutil.rmtree(work)
+
+
+@contextlib.contextmanager
+def keep_or_discard(work: Path, job: str, doing: str, kept_note: str, earlier: int = 0,
+                    prepared: str | None = None,
+                    disk_full: Callable[[int], str] | None = None) -> Iterator[None]:
+    """The failure handling of a build or an add writing into `work`: on any exception, the work
+    directory is kept when it holds committed rows (or, with `prepared`, a shard holding that
+    completion record) or a record of another run (`ForeignRecord`), and removed otherwise;
+    Ctrl-C becomes `Interrupted` and an OSError a one-line StorageError.
+
+    Args:
+        work: The work directory.
+        job: What runs, for `Interrupted` ("build", "add").
+        doing: What was being done in `work`, for `storage_error` ("building").
+        kept_note: The info line logged when the work is kept, a %-format of (the committed
+            sentences, formatted with thousands separators, and `work`).
+        earlier: Sentences committed by earlier, interrupted runs (this run resumed them).
+        prepared: A completion record name whose presence in any shard keeps the work too.
+        disk_full: The message of a full disk, given the committed sentences (default: the
+            one of `storage_error`).
+    """
+    try:
+        yield
+    except BaseException as exc:
+        from .manifest import SHARDS
+
+        committed = committed_rows(work) if work.exists() else 0
+        started = prepared is not None and work.exists() and any(
+            (work / SHARDS).glob(f"*/{prepared}"))
+        resumable = bool(committed or started)
+        if not resumable and not isinstance(exc, ForeignRecord):
+            shutil.rmtree(work, ignore_errors=True)
+        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+            raise Interrupted(job, committed, str(work) if resumable else None, earlier) from exc
+        if resumable:
+            # info, not a warning: the one Error line says to run the command again
+            log.info(kept_note, f"{committed:,}", work)
+        full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
+            isinstance(exc, StorageError) and str(exc).startswith("disk full"))
+        if full and disk_full is not None:
+            raise StorageError(disk_full(committed)) from exc
+        if isinstance(exc, OSError):
+            raise storage_error(exc, work, doing) from exc
+        raise

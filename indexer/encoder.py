@@ -294,7 +294,7 @@ def load_encoder(spec: str | None = None, device: str = "auto", backend: str = "
     # An unchanged model directory seen before: its facts and tokenizer from the cache, and
     # its ONNX export, without importing sentence-transformers or reading the weights.
     stamp = model_files_stamp(spec)
-    light = load_facts(stamp)
+    light = load_facts(stamp, lambda base_spec: SentenceTransformerEncoder(base_spec, device="cpu"))
     if light is not None and export_ready(light.fingerprint, graph_of(backend)):
         light.spec = spec       # this directory as given now, not as another run spelt it
         return OnnxEncoder(light, backend, threads=threads)

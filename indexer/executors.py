@@ -21,83 +21,18 @@ index tasks return their existing record at once.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
 from tapt.util.progress import reporting_to
 
+from .executor_base import EncoderSource, EncoderSpec, Executor, Stage
+from .ray_executor import RayExecutor  # Ray itself is imported on use
 
-@dataclass(frozen=True)
-class EncoderSpec:
-    """How a worker process loads the build's model (picklable)."""
-
-    model: str | None
-    device: str = "auto"
-    backend: str = "auto"
-
-    def __post_init__(self) -> None:
-        from .models import absolute_spec
-
-        # a worker's working directory is not this process's
-        object.__setattr__(self, "model", absolute_spec(self.model))
-
-    def load(self):
-        from .encoder import load_encoder
-
-        return load_encoder(self.model, device=self.device, backend=self.backend)
-
-
-@dataclass
-class EncoderSource:
-    """The encoder of a stage that embeds: the loaded one (this process) and, where known, the
-    spec a worker in another process loads the same model from."""
-
-    encoder: Any = None
-    spec: EncoderSpec | None = None
-
-    def get(self):
-        if self.encoder is None:
-            if self.spec is None:
-                raise InputError("this stage needs an encoder")
-            self.encoder = self.spec.load()
-        return self.encoder
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One stage: its function, whether it takes an encoder, and how progress is counted.
-
-    Attributes:
-        name: "prepare", "embed", "assemble", "train", "index".
-        fn: fn(task) -> result, or fn(task, encoder) -> result when `needs_encoder`.
-        needs_encoder: The stage embeds text.
-        unit: What `weight(task)` counts, for progress bars ("shard", "sent").
-        weight: How much of the stage a task is (default 1).
-    """
-
-    name: str
-    fn: Callable[..., Any]
-    needs_encoder: bool = False
-    unit: str = "task"
-    weight: Callable[[Any], int] | None = None
-
-
-class Executor(ABC):
-    """Runs a stage's tasks (see the module docstring)."""
-
-    name: ClassVar[str]
-
-    @abstractmethod
-    def map(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource | None = None
-            ) -> list[Any]:
-        """Run `stage.fn` on every task; results in task order."""
-
-    def close(self) -> None:
-        """Release what the executor holds (workers, a cluster connection)."""
+__all__ = ["EncoderSource", "EncoderSpec", "Executor", "Stage", "LocalExecutor", "RayExecutor",
+           "register_executor", "executor_names", "get_executor", "make_executor"]
 
 
 class LocalExecutor(Executor):
@@ -137,7 +72,7 @@ class LocalExecutor(Executor):
         return out
 
 
-_EXECUTORS: dict[str, type[Executor]] = {"local": LocalExecutor}
+_EXECUTORS: dict[str, type[Executor]] = {"local": LocalExecutor, "ray": RayExecutor}
 
 
 def register_executor(cls: type[Executor]) -> type[Executor]:
@@ -174,5 +109,3 @@ def make_executor(spec: str | Executor | None, progress: bool = True) -> tuple[E
     name = spec or "local"
     return get_executor(name, **({"progress": progress} if name == "local" else {})), True
 
-
-from . import ray_executor  # noqa: E402,F401 - registers "ray" (Ray itself is imported on use)

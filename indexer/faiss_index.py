@@ -1,8 +1,9 @@
 """FAISS index creation, loading and searching over the stored embeddings.
 
 With `ann_recall` (exact ground truth and recall via faiss.contrib) the only indexer modules that
-import faiss. Which index to build is decided in `index_choice`; every search of an approximate
-index fetches more candidates than asked and ranks them by exact inner products (`rescore`).
+import faiss; `ann_build` builds and calibrates an index from both. Which index to build is
+decided in `index_choice`; every search of an approximate index fetches more candidates than
+asked and ranks them by exact inner products (`rescore`).
 
 With faiss-gpu installed (`pip install 'tapt[gpu]'`, in place of faiss-cpu) and a GPU visible,
 the two steps of a build that grow with the IVF lists x rows run on the GPUs: the k-means
@@ -161,39 +162,6 @@ def faiss_section(choice: IndexChoice, ntotal: int, train_seconds: float) -> dic
     info["train"]["seconds"] = round(train_seconds, 2)
     if choice.approximate:
         info["rescore"] = {"factor": RESCORE_FACTOR.get(choice.kind, 1), "min": RESCORE_MIN}
-    return info
-
-
-def calibrate_section(info: dict[str, Any], index, embeddings: np.ndarray, choice: IndexChoice,
-                      progress: bool = False) -> dict[str, Any]:
-    """`info` with the default search parameter calibrated on the whole (sharded) index."""
-    if not choice.approximate:
-        return info
-    from .ann_recall import calibrate as calibrate_search
-
-    info = dict(info)
-    info["search"] = calibrate_search(index, embeddings, choice, progress=progress)
-    info["rescore"] = {**info["rescore"], "factor": info["search"]["rescore_factor"]}
-    return info
-
-
-def build_faiss_index(embeddings: np.ndarray, path: Path, choice: IndexChoice | str = FLAT_FACTORY,
-                      progress: bool = True, calibrate: bool = True) -> dict[str, Any]:
-    """One FAISS index over all of `embeddings` (a one-shard index's part), trained, added,
-    calibrated and written (fsynced) to `path`; returns its `faiss` section. `choice` may be a
-    bare factory string (old manifests)."""
-    n, dim = embeddings.shape
-    if isinstance(choice, str):
-        choice = choice_from_manifest({"factory": choice}, n, dim)
-    t0 = time.perf_counter()
-    template, train_seconds = train_template(embeddings, choice)
-    index = build_part(embeddings, choice, template, 0, progress)
-    info = faiss_section(choice, index.ntotal, train_seconds)
-    if calibrate:
-        info = calibrate_section(info, index, embeddings, choice, progress)
-    info["file"] = path.name
-    info["bytes"] = write_faiss(index, path)
-    info["build_seconds"] = round(time.perf_counter() - t0, 2)
     return info
 
 
@@ -393,7 +361,7 @@ def _merge_lexsort(results: list[tuple[np.ndarray, np.ndarray]], k: int
 
 
 def read_faiss_index(path: Path):
-    """Load an index written by `build_faiss_index`, memory-mapped where the type allows it."""
+    """Load an index written by `ann_build.build_faiss_index`, memory-mapped where the type allows it."""
     import faiss
 
     try:

@@ -23,7 +23,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tapt.errors import TaptError
 from tapt.util.cache import read_checked, readable_cache, writable_cache, write_checked
@@ -42,7 +42,9 @@ class LightModel:
     when no export is cached) and refuses one whose fingerprint has changed.
     """
 
-    def __init__(self, facts: dict[str, Any], tokenizer: Any) -> None:
+    def __init__(self, facts: dict[str, Any], tokenizer: Any,
+                 load_base: Callable[[str], Any] | None = None) -> None:
+        self._load_base = load_base
         self.name, self.spec = facts["name"], facts["spec"]
         self.dim, self.max_length = int(facts["dim"]), int(facts["max_length"])
         self.weights_sha256, self.fingerprint = facts["weights_sha256"], facts["fingerprint"]
@@ -53,9 +55,9 @@ class LightModel:
     @property
     def model(self) -> Any:
         if self._model is None:
-            from .encoder import SentenceTransformerEncoder
-
-            base = SentenceTransformerEncoder(self.spec, device="cpu")
+            if self._load_base is None:
+                raise TaptError(f"model {self.name}: no loader to read its weights with")
+            base = self._load_base(self.spec)
             if base.fingerprint != self.fingerprint:
                 raise TaptError(f"model {self.name} changed while it was being loaded; "
                                 "run the command again")
@@ -111,9 +113,12 @@ def _checked_record(entry: Path) -> dict[str, Any] | None:
     return record
 
 
-def load_facts(stamp: str | None) -> LightModel | None:
+def load_facts(stamp: str | None, load_base: Callable[[str], Any] | None = None
+               ) -> LightModel | None:
     """The cached facts of the model whose directory has `stamp`; None when there are none
-    (or they are damaged: then with a warning, and the caller loads the model)."""
+    (or they are damaged: then with a warning, and the caller loads the model). `load_base`
+    loads the full model from its spec when `LightModel.model` needs its weights (the encoder
+    module passes it: this one sits below it)."""
     if stamp is None:
         return None
     found = readable_cache(SUBDIR)
@@ -125,7 +130,8 @@ def load_facts(stamp: str | None) -> LightModel | None:
         if record is None:
             return None
         return LightModel(record["facts"],
-                          _load_tokenizer(entry / "tokenizer", record["model_input_names"]))
+                          _load_tokenizer(entry / "tokenizer", record["model_input_names"]),
+                          load_base)
     except (ValueError, TypeError, OSError) as exc:
         log.warning("cache entry %s is damaged (%s); loading the model", entry, exc)
         return None

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from tapt.errors import InputError, TaptError
 from tapt.util.checks import whole_number
 
-from .executors import EncoderSource, EncoderSpec, Executor, Stage, register_executor
+from .executor_base import EncoderSource, EncoderSpec, Executor, Stage
 from .readahead import read_ahead
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,6 @@ class _EmbedActor:
         return {"i": batch["i"], "record": records}
 
 
-@register_executor
 class RayExecutor(Executor):
     """Runs a build's stages on a Ray cluster (see the module docstring).
 

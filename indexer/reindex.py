@@ -22,7 +22,8 @@ from tapt.errors import InputError
 from tapt.util.versions import utc_now
 
 from . import stages
-from .build import (Built, Shared, calibrated_faiss, codes_section, drop_training_files,
+from .ann_build import calibrated_faiss
+from .build import (Built, Shared, codes_section, drop_training_files,
                     index_stages)
 from .executors import Executor, make_executor
 from .generations import replace_generation

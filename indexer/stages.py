@@ -40,6 +40,7 @@ from tapt.util.files import (atomic_write, fsync_path, read_regular, sha256_file
 from tapt.util.progress import report_progress
 
 from . import checkpoint
+from .checkpoint import ForeignRecord
 from .faiss_index import build_part, ids_are_global, read_faiss_index, train_template, write_faiss
 from .formats import InputFile, ReadOptions
 from .encoder import encode_counted, preferred_batch_size
@@ -75,11 +76,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return json.loads(read_regular(path))
     except (OSError, ValueError):
         return None
-
-
-class ForeignRecord(InputError):
-    """A work directory holds a stage folder or completion record another run wrote; the work
-    directory is kept as it is (its owner decides)."""
 
 
 def foreign_record(path: Path, work: str | Path) -> ForeignRecord:

@@ -14,10 +14,11 @@ from .oracle import sentence_labels
 from .selection_file import check_unchanged, iter_selection, read_manifest
 
 
-def evaluate_selections(paths: list[str], index_path: str, label_field: str,
+def evaluate_selections(paths: list[str], index: str | Index, label_field: str,
                         label: str) -> list[dict[str, Any]]:
-    """One row per selection: method, counts, precision/recall/F1 and the selection's time."""
-    index = Index(index_path)
+    """One row per selection: method, counts, precision/recall/F1 and the selection's time
+    (`index`: the index or its directory)."""
+    index = index if isinstance(index, Index) else Index(index)
     labels = sentence_labels(index, label_field)
     relevant = labels == label
     if not relevant.any():

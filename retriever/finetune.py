@@ -16,9 +16,9 @@ Protocol (theirs, with tapt's PU rules where they leave a choice open):
   exactly the classifier's top rows.
 
 The fine-tuned classifier is cached per task, model and parameters under the user cache
-directory (`finetune/<fingerprint>/`): the entry records its fingerprint and the SHA-256 of its
-weights; an entry that does not match is rebuilt with a warning; with no writable cache the
-classifier is trained and used without being kept.
+directory (`finetune/<fingerprint>/`, see `finetune_cache`): the entry records its fingerprint
+and the SHA-256 of its weights; an entry that does not match is rebuilt with a warning; with no
+writable cache the classifier is trained and used without being kept.
 """
 
 from __future__ import annotations
@@ -39,20 +39,16 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
-from tapt.util.cache import cache_dir
-from tapt.util.files import read_regular, sha256_file, write_json_atomic
 
 from . import scoring
+from .finetune_cache import CACHE_FORMAT, WEIGHTS, load_cached, store_cached  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1
 # `auto`: an ONNX Runtime export of the fine-tuned classifier on the CPU (checked against torch
 # before use; torch if it disagrees), torch on a GPU.
 SCORE_BACKENDS = ("auto", "torch", "onnx")
 ONNX_TOLERANCE = 1e-3  # max |logit difference| to torch on the probe batches
-WEIGHTS = "classifier.pt"
-ENTRY = "entry.json"
 
 
 @dataclass(frozen=True)
@@ -212,7 +208,7 @@ def load_base(spec: str | None) -> tuple[Any, Any, str]:
     from transformers import AutoModel, AutoTokenizer
 
     from tapt.indexer.models import display_name, load_failure, resolve_model
-    from tapt.trainer.model import quiet_transformers
+    from tapt.util.training import quiet_transformers
 
     path = resolve_model(spec)
     name = display_name(spec)
@@ -405,65 +401,6 @@ def _score_onnx(session: Any, tokenizer: Any, texts: Sequence[str], config: Fine
     return out
 
 
-def _entry_dir(fingerprint: str) -> Path | None:
-    root = cache_dir()
-    return None if root is None else root / "finetune" / fingerprint[:32]
-
-
-def _load_cached(model: Any, fingerprint: str) -> dict | None:
-    """Weights of a matching, intact cache entry loaded into `model`; None when there is none.
-    A damaged or foreign entry is reported and ignored (it is rebuilt)."""
-    import torch
-
-    entry = _entry_dir(fingerprint)
-    if entry is None or not (entry / ENTRY).exists():
-        return None
-    try:
-        meta = json.loads(read_regular(entry / ENTRY, 1 << 20))
-        if meta.get("format") != CACHE_FORMAT or meta.get("fingerprint") != fingerprint:
-            raise ValueError("it belongs to another task, model or parameters")
-        if sha256_file(entry / WEIGHTS) != meta.get("weights_sha256"):
-            raise ValueError("its weights do not match their checksum")
-        model.load_state_dict(torch.load(entry / WEIGHTS, map_location="cpu", weights_only=True))
-    except (OSError, ValueError, KeyError, RuntimeError, json.JSONDecodeError) as exc:
-        log.warning("the cached fine-tuned classifier %s is damaged (%s); training it again",
-                    entry, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        return None
-    return meta
-
-
-def _store(model: Any, fingerprint: str, meta: dict) -> Path | None:
-    """Write the cache entry under a temporary name and rename it into place; None when the
-    cache is off or not writable (the classifier is still used)."""
-    import torch
-
-    entry = _entry_dir(fingerprint)
-    if entry is None:
-        return None
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
-    except OSError as exc:
-        log.warning("fine-tuned classifier not cached (%s)", exc)
-        return None
-    try:
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        torch.save(state, work / WEIGHTS)
-        write_json_atomic(work / ENTRY, {**meta, "format": CACHE_FORMAT,
-                                         "fingerprint": fingerprint,
-                                         "weights_sha256": sha256_file(work / WEIGHTS)})
-        if entry.exists():
-            shutil.rmtree(entry)  # a damaged entry of ours, found by _load_cached
-        work.rename(entry)
-        return entry
-    except OSError as exc:
-        log.warning("fine-tuned classifier not cached (%s)", exc)
-        return None
-    finally:
-        if work.exists():
-            shutil.rmtree(work, ignore_errors=True)
-
-
 @dataclass
 class FinetuneResult:
     """scores: every row on the pre-ranking's scale; candidates and their classifier log-odds."""
@@ -545,7 +482,7 @@ def fit_classifier(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
                             "negative_rows": int(len(negatives)), "device": str(device)}
     cand_texts = index.store.texts(candidates.tolist())
     fitted = FittedClassifier(model, tokenizer, config, device, info)
-    cached = _load_cached(model, fingerprint)
+    cached = load_cached(model, fingerprint)
     info["cached"] = cached is not None
     t0 = time.perf_counter()
     if cached is None:
@@ -567,7 +504,7 @@ def fit_classifier(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
         meta = {"train_seconds": round(time.perf_counter() - t0, 1),
                 "final_loss": round(float(np.mean(curves[-1][-20:])), 4),
                 "positives": len(pos_texts)}
-        _store(model, fingerprint, meta)
+        store_cached(model, fingerprint, meta)
     else:
         meta = cached
     info.update({"train_seconds": meta.get("train_seconds"), "final_loss": meta.get("final_loss"),

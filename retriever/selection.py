@@ -23,6 +23,7 @@ from tapt.util.files import (atomic_write, sha256_file, storage_error, temporary
                              write_json_atomic)
 from tapt.util.safety import check_not_input, check_not_link, check_output, check_path
 
+from . import export_schema
 from .selection_file import (SelectedSegment, is_selection, is_selection_manifest,
                              is_unchanged_selection, manifest_path, read_selection,
                              write_selection)
@@ -69,7 +70,7 @@ class Selection:
         ...         "A rash on both arms."]
         >>> sel = ix.select("fused", task=task, budget="100sent")
         >>> list(sel.to_pandas().columns[:4])
-        ['text', 'weight', 'score', 'rank']
+        ['text', 'weight', 'score', 'tapt_rank']
         >>> sel.write("sel.jsonl").name
         'sel.jsonl'
         >>> tapt.Selection.read("sel.jsonl").ids.tolist() == sel.ids.tolist()
@@ -190,24 +191,27 @@ class Selection:
         return [s.meta for s in self.segments]
 
     def to_records(self) -> list[dict[str, Any]]:
-        """One training example per segment.
+        """One training example per segment (the columns of `tapt.retriever.export_schema`).
 
         Returns:
-            One dict per segment, in rank order: `text` and `weight` first, then `score`,
-                `rank`, `id`, `doc`, `row_start`, `row_end`, `doc_key`, `source`, `meta`,
-                `sentence_meta` (where the sentences' fields differ), `sentences`, `method`.
+            One dict per segment, in rank order: `text`, `weight` and `score` first, then
+                tapt's provenance (`tapt_rank`, `tapt_id`, `tapt_doc`, `tapt_row_start`,
+                `tapt_row_end`, `tapt_doc_key`, `tapt_source`, `tapt_sentences`,
+                `tapt_sentence_meta`, `tapt_method`), then every corpus metadata field under
+                its own name (None where a segment lacks it).
         """
-        out = []
-        for s in self.segments:
-            out.append({"text": s.text, "weight": float(s.weight), "score": float(s.score),
-                        "rank": s.rank, "id": s.id, "doc": s.doc, "row_start": s.rows[0],
-                        "row_end": s.rows[1], "doc_key": s.doc_key, "source": s.source,
-                        "meta": s.meta, "sentence_meta": s.sentence_meta,
-                        "sentences": s.sentences, "method": s.method})
-        return out
+        return export_schema.records(self.segments)
+
+    def columns(self) -> list[str]:
+        """The export's columns, in order: the fixed ones, then the corpus fields'.
+
+        Returns:
+            The column names.
+        """
+        return [*export_schema.FIXED, *export_schema.corpus_columns(self.segments).values()]
 
     def to_pandas(self) -> "pandas.DataFrame":
-        """A pandas DataFrame, one row per segment (`meta` holds dicts).
+        """A pandas DataFrame, one row per segment (`tapt_sentence_meta` holds dicts).
 
         Returns:
             pandas.DataFrame with the columns of `to_records`.
@@ -216,11 +220,11 @@ class Selection:
             InputError: pandas is not installed.
         """
         pd = _require("pandas", "Selection.to_pandas")
-        return pd.DataFrame(self.to_records(), columns=_COLUMNS)
+        return pd.DataFrame(self.to_records(), columns=self.columns())
 
     def to_arrow(self) -> "pyarrow.Table":
-        """A pyarrow Table, one row per segment. `meta` and `sentence_meta` are JSON text
-        (their keys differ between corpora and rows; `json.loads` gives the dicts back).
+        """A pyarrow Table, one row per segment: every corpus field a column of its own type
+        (JSON text where its values have no one type); `tapt_sentence_meta` is JSON text.
 
         Returns:
             pyarrow.Table with the columns of `to_records`.
@@ -229,15 +233,7 @@ class Selection:
             InputError: pyarrow is not installed.
         """
         pa = _require("pyarrow", "Selection.to_arrow")
-        columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
-        for rec in self.to_records():
-            for name in _COLUMNS:
-                value = rec[name]
-                if name in ("meta", "sentence_meta"):
-                    value = None if value is None else json.dumps(value, ensure_ascii=False)
-                columns[name].append(value)
-        return pa.table({name: pa.array(values, type=_arrow_type(pa, name))
-                         for name, values in columns.items()})
+        return export_schema.arrow_table(pa, self.to_records(), self.columns())
 
     def to_hf_dataset(self) -> "datasets.Dataset":
         """A Hugging Face `datasets.Dataset` (the columns of `to_arrow`).
@@ -396,20 +392,6 @@ class Selection:
             shutil.rmtree(work, ignore_errors=True)
 
 
-_COLUMNS = ("text", "weight", "score", "rank", "id", "doc", "row_start", "row_end", "doc_key",
-            "source", "meta", "sentence_meta", "sentences", "method")
-
-
-def _arrow_type(pa, name: str):
-    if name in ("weight", "score"):
-        return pa.float64()
-    if name in ("rank", "id", "doc", "row_start", "row_end"):
-        return pa.int64()
-    if name == "sentences":
-        return pa.list_(pa.string())
-    return pa.string()
-
-
 # What `Dataset.save_to_disk` and the export write in an hf export folder, and nothing else.
 _HF_EXPORT_FILES = re.compile(r"^(data-\d{5}-of-\d{5}\.arrow|dataset_info\.json|state\.json|"
                               + re.escape(EXPORT_MARKER) + r")$")
@@ -442,7 +424,8 @@ def _is_hf_export(path: Path) -> bool:
 def _rows_digest(table) -> str:
     """SHA-256 of an export table's segment ids and texts, in order."""
     digest = hashlib.sha256()
-    for seg_id, text in zip(table.column("id").to_pylist(), table.column("text").to_pylist()):
+    ids = export_schema.ID_COLUMN if export_schema.ID_COLUMN in table.column_names else "id"
+    for seg_id, text in zip(table.column(ids).to_pylist(), table.column("text").to_pylist()):
         data = (text or "").encode("utf-8", "surrogatepass")
         digest.update(f"{seg_id}\t{len(data)}\n".encode())
         digest.update(data)
@@ -467,7 +450,8 @@ def _is_jsonl_export(path: Path) -> bool:
         record = json.loads(first)
     except (OSError, UnicodeDecodeError, ValueError):
         return False
-    return isinstance(record, dict) and set(_COLUMNS) <= set(record)
+    return isinstance(record, dict) and (set(export_schema.FIXED) <= set(record)
+                                         or set(export_schema.OLD_COLUMNS) <= set(record))
 
 
 def _is_parquet_export(path: Path) -> bool:
@@ -479,7 +463,9 @@ def _is_parquet_export(path: Path) -> bool:
         metadata = pq.read_schema(path).metadata or {}
         if _PARQUET_KEY not in metadata or _PARQUET_ROWS_KEY not in metadata:
             return False
-        table = pq.read_table(path, columns=["id", "text"])
+        names = pq.read_schema(path).names
+        ids = export_schema.ID_COLUMN if export_schema.ID_COLUMN in names else "id"
+        table = pq.read_table(path, columns=[ids, "text"])
         return _rows_digest(table) == metadata[_PARQUET_ROWS_KEY].decode()
     except Exception:  # noqa: BLE001 - anything unreadable is not ours
         return False

@@ -55,6 +55,7 @@ from tapt.indexer.shards import grid_ranges
 from tapt.util.checks import whole_number
 
 from . import scoring, topcut
+from .index_protocol import window
 
 GRID = scoring.CHUNK
 HOLD = ("rows", "codes")
@@ -152,7 +153,7 @@ class ShardServer:
 
 def _window(rows, start: int, stop: int):
     """Rows [start, stop) of a row view or array, without a copy."""
-    return rows.window(start, stop) if hasattr(rows, "window") else rows[start:stop]
+    return window(rows, start, stop)
 
 
 class ShardServers:

@@ -13,7 +13,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 # Above this share of unknown tokens a task is mostly text the model was not trained on.
 UNKNOWN_TOKEN_WARNING = 0.2
+STDIN = "-"      # a task path that reads standard input
 _FILE_SUFFIXES = (".txt", ".text", ".jsonl", ".json", ".ndjson", ".jl", ".gz", ".zst", ".bz2",
                   ".xz", ".csv", ".tsv", ".parquet", ".arrow")
 
@@ -75,21 +76,45 @@ def task_from_files(paths: Sequence[str | Path], split: bool, text_field: str = 
 
 def task_from_texts(texts: Sequence[str], split: bool) -> TaskInput:
     """A task from strings (records), split into sentences as the index was."""
+    text = text_from_strings(texts, split)
+    return TaskInput("texts", [], text.sha256, [s for doc in text.documents for s in doc])
+
+
+def text_from_strings(texts: Sequence[str], split: bool, what: str = "task",
+                      param: str = "task") -> TextInput:
+    """Text given as strings, one record (and document) each, split into sentences as files
+    are: what `task_form`'s "texts" read, for a selection's task and for a training's task and
+    held-out text alike.
+
+    Args:
+        texts: The strings.
+        split: Split them into sentences.
+        what: How messages name the text.
+        param: The argument's name, for errors.
+
+    Returns:
+        The documents, with one SHA-256 over the strings (each followed by NUL) in order; the
+            one "file" is "<strings>".
+    """
+    from tapt.indexer.reader import TextInput
     from tapt.indexer.splitter import SentenceSplitter
 
     splitter = SentenceSplitter(split=split)
     digest = hashlib.sha256()
-    sentences = []
+    documents = []
     for i, text in enumerate(texts):
         if not isinstance(text, str):
-            raise InputError(f"task strings must be str, got {type(text).__name__}", param="task")
+            raise InputError(f"{what} strings must be str, got {type(text).__name__}",
+                             param=param)
         if "\x00" in text:      # as the file readers: never text an index would refuse
-            raise InputError(f"task string {i} contains NUL (U+0000); remove it", param="task")
+            raise InputError(f"{what} string {i} contains NUL (U+0000); remove it", param=param)
         digest.update(text.encode("utf-8") + b"\x00")
-        sentences.extend(splitter(text))
-    if not sentences:
-        raise InputError("the task holds no sentences", param="task")
-    return TaskInput("texts", [], digest.hexdigest(), sentences)
+        sentences = splitter(text)
+        if sentences:
+            documents.append(list(sentences))
+    if not documents:
+        raise InputError(f"the {what} holds no sentences", param=param)
+    return TextInput(["<strings>"], [digest.hexdigest()], digest.hexdigest(), documents)
 
 
 def task_from_embeddings(array: Any, dim: int) -> TaskInput:
@@ -111,54 +136,112 @@ def task_from_embeddings(array: Any, dim: int) -> TaskInput:
 
 
 def resolve_task(task: Any, split: bool, dim: int, text_field: str = "text") -> TaskInput:
-    """The `task` argument of `Index.select`: a path, a list of paths, a list of strings (or a
-    NumPy array or pandas Series of them) or an array of embeddings.
+    """The `task` argument of `Index.select` (any form `task_form` takes), read.
 
-    A `str` or `os.PathLike` is a file, folder or URL; a list of `os.PathLike` is files; a list
-    of `str` is the task's text, unless every string names an existing file or a URL.
+    Args:
+        task: The task.
+        split: Split text into sentences (the index's setting).
+        dim: The index's embedding dimensions (for a task given as embeddings).
+        text_field: The field or column holding the text in task files.
+
+    Returns:
+        The task.
+
+    Raises:
+        InputError: see `task_form`.
+    """
+    if isinstance(task, TaskInput):
+        return task
+    kind, value = task_form(task)
+    if kind == "files":
+        return task_from_files(value, split, text_field)
+    if kind == "texts":
+        return task_from_texts(value, split)
+    return task_from_embeddings(value, dim)
+
+
+def task_form(task: Any, param: str = "task") -> tuple[Literal["files", "texts", "embeddings"],
+                                                       Any]:
+    """The one rule by which every call that takes a task (or held-out text) tells its forms
+    apart: ("files", paths), ("texts", strings) or ("embeddings", array).
+
+    A `str` or `os.PathLike` is a file, folder or URL ("-": standard input); a list of
+    `os.PathLike` is files; a list of `str` (a NumPy array or pandas Series of them too) is the
+    text, one string per record, unless every string names an existing file, a URL or "-";
+    `{"files": [...]}` is files, URLs, glob patterns or "-" as given (what the command line
+    passes); a float array (or a list of rows) is embeddings.
+
+    Args:
+        task: The argument.
+        param: Its name, for errors.
+
+    Returns:
+        (the form, the paths, strings or array).
 
     Raises:
         InputError: a type that is none of these, or strings that look like file names of
             which some do not exist.
     """
-    if isinstance(task, TaskInput):
-        return task
+    if isinstance(task, Mapping):
+        files = task.get("files")
+        if set(task) != {"files"} or not isinstance(files, (list, tuple)) or not files \
+                or not all(isinstance(p, (str, os.PathLike)) for p in files):
+            raise InputError('a task mapping is {"files": [paths, ...]}', param=param)
+        return "files", list(files)
+    if isinstance(task, str) and task == STDIN:
+        return "files", [task]
     if isinstance(task, str) and not (os.path.exists(task) or _is_url(task)) \
             and not _looks_like_file(task):
         raise InputError(f"{_short(task)!r} is not a file, folder or URL: pass the task's text "
-                         "as a list of strings ([\"...\"]), or a path", param="task")
+                         "as a list of strings ([\"...\"]), or a path", param=param)
     if isinstance(task, (str, os.PathLike)):
-        return task_from_files([task], split, text_field)
+        return "files", [task]
     if _is_series(task):                 # a pandas column of text (or of embedding rows)
         task = task.tolist()
     if isinstance(task, np.ndarray) and (task.dtype.kind in "USO"):
         if task.ndim != 1 or not all(isinstance(t, str) for t in task.tolist()):
             raise InputError("an array of strings as a task must be 1-D and hold only str "
-                             "(the task's text); embeddings are a float array", param="task")
-        return task_from_texts(task.tolist(), split)
+                             "(the task's text); embeddings are a float array", param=param)
+        return "texts", task.tolist()
     if isinstance(task, np.ndarray):
-        return task_from_embeddings(task, dim)
+        return "embeddings", task
     if isinstance(task, (list, tuple)):
         if not task:
             raise InputError("the task is empty: give its sentences, files or embeddings",
-                             param="task")
+                             param=param)
         if all(isinstance(t, os.PathLike) for t in task):
-            return task_from_files(list(task), split, text_field)
+            return "files", list(task)
         if task and all(isinstance(t, str) for t in task):
-            exists = [os.path.exists(t) or _is_url(t) for t in task]
+            exists = [os.path.exists(t) or _is_url(t) or t == STDIN for t in task]
             if all(exists):
-                return task_from_files(list(task), split, text_field)
+                return "files", list(task)
             if all(_looks_like_file(t) for t in task):
                 missing = next(t for t, e in zip(task, exists) if not e)
                 raise InputError(f"{missing}: no such file (pass pathlib.Path objects for files, "
-                                 "plain strings for the task's text)", param="task")
-            return task_from_texts(list(task), split)
+                                 "plain strings for the task's text)", param=param)
+            return "texts", list(task)
         if task and all(isinstance(t, (list, tuple, np.ndarray)) for t in task):
-            return task_from_embeddings(np.asarray(task), dim)
+            return "embeddings", np.asarray(task)
         raise InputError("a task list must hold only strings (the text), only paths, or "
-                         "embedding rows", param="task")
+                         "embedding rows", param=param)
     raise InputError(f"a task is a path, a list of paths, a list of strings or an array of "
-                     f"embeddings, not {type(task).__name__}", param="task")
+                     f"embeddings, not {type(task).__name__}", param=param)
+
+
+def task_paths(task: Any) -> list[str | os.PathLike]:
+    """The files a `task` argument names, standard input left out (an output must be none of
+    them); none for text or embeddings."""
+    if isinstance(task, Mapping):
+        items = list(task.get("files") or [])
+    elif isinstance(task, (str, os.PathLike)):
+        items = [task]
+    elif isinstance(task, (list, tuple)):
+        items = list(task)
+    else:
+        return []
+    named = isinstance(task, Mapping)
+    return [t for t in items if isinstance(t, os.PathLike)
+            or (isinstance(t, str) and t != STDIN and (named or os.path.exists(t)))]
 
 
 def _short(text: str, limit: int = 60) -> str:

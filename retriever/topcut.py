@@ -32,6 +32,7 @@ from tapt.indexer.integrity import rows_from
 
 from . import scoring
 from .budget import Budget, cut_length
+from .index_protocol import Windowed
 
 
 @dataclass(frozen=True)
@@ -329,7 +330,7 @@ def scan_cut(rows, scorer, offsets: np.ndarray, first: int, measure: np.ndarray 
 
     stream = SegmentStream(offsets, first, measure, cut, start)
     # a block that spans two shards stays a view of both (`RowView.window`), not a copy
-    window = getattr(rows, "window", lambda lo, hi: rows[lo:hi])
+    window = rows.window if isinstance(rows, Windowed) else (lambda lo, hi: rows[lo:hi])
     for lo in tqdm(range(0, len(rows), block), desc="score", unit="block", leave=False,
                    disable=not progress):
         try:

@@ -16,7 +16,8 @@ from tapt.cli import cli
 from conftest import HashingEncoder, shard_checksums, shard_file, write_labelled_corpus, write_task
 from tapt.indexer.ann_recall import ground_truth, recall_at_k, sample_queries
 from tapt.indexer.build import BuildConfig, build_index
-from tapt.indexer.faiss_index import build_faiss_index, knn_search, read_faiss_index
+from tapt.indexer.ann_build import build_faiss_index
+from tapt.indexer.faiss_index import knn_search, read_faiss_index
 from tapt.indexer.index import Index
 from tapt.indexer.index_choice import choose_index
 from tapt.indexer.manifest import write_index_manifest

@@ -152,12 +152,11 @@ def test_store_rows_out_of_range_are_misuse_not_damage(ix):
 
 def test_to_pandas_arrow_and_hf_dataset(fused):
     df = fused.to_pandas()
-    assert list(df["text"]) == fused.texts and df["meta"][0]["domain"] == "medical"
+    assert list(df["text"]) == fused.texts and df["domain"][0] == "medical"
     table = fused.to_arrow()
-    assert table.num_rows == len(fused) and json.loads(table["meta"][0].as_py())["domain"] == \
-        "medical"
+    assert table.num_rows == len(fused) and table["domain"][0].as_py() == "medical"
     ds = fused.to_hf_dataset()
-    assert ds.num_rows == len(fused) and ds[0]["doc_key"] == fused[0].doc_key
+    assert ds.num_rows == len(fused) and ds[0]["tapt_doc_key"] == fused[0].doc_key
 
 
 def test_missing_optional_package_names_the_install(fused, monkeypatch):
@@ -228,12 +227,13 @@ def test_exports_load_with_pandas_and_datasets(fused, tmp_path):
     parquet = fused.export(tmp_path / "train.parquet")
     df = pd.read_parquet(parquet)
     assert list(df["text"]) == fused.texts and list(df["weight"]) == fused.weights.tolist()
-    assert {"score", "rank", "id", "doc_key", "source", "meta"} <= set(df.columns)
+    assert {"score", "tapt_rank", "tapt_id", "tapt_doc_key", "tapt_source"} <= set(df.columns)
     hf = fused.export(tmp_path / "train-ds", format="hf")
     ds = datasets.load_from_disk(str(hf))
-    assert ds["text"] == fused.texts and json.loads(ds[0]["meta"]) == fused[0].meta
+    assert ds["text"] == fused.texts and {k: ds[0][k] for k in fused[0].meta} == fused[0].meta
     lines = fused.export(tmp_path / "train.jsonl").read_text().splitlines()
-    assert json.loads(lines[0])["meta"] == fused[0].meta and len(lines) == len(fused)
+    first = json.loads(lines[0])
+    assert {k: first[k] for k in fused[0].meta} == fused[0].meta and len(lines) == len(fused)
     txt = fused.export(tmp_path / "train.txt").read_text().splitlines()
     assert txt == [" ".join(t.split()) for t in fused.texts]
     # a second export replaces tapt's own parquet and hf outputs, not a foreign file
@@ -450,6 +450,8 @@ def test_real_tokenizer_refuses_emoji_and_warns_on_unknown_script(sample_index):
 def test_docstring_examples(sample_index, tmp_path, monkeypatch):
     """The examples in the API's docstrings, run against a real-model index."""
     import doctest
+    import importlib
+    import pkgutil
 
     import tapt.api
     import tapt.retriever.methods
@@ -459,7 +461,9 @@ def test_docstring_examples(sample_index, tmp_path, monkeypatch):
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     extra = {"tapt": tapt, "idx": str(sample_index.path), "ix": sample_index}
-    for module in (tapt.api, tapt.retriever.selection, tapt.retriever.methods):
+    api_modules = [importlib.import_module(f"tapt.api.{m.name}")
+                   for m in pkgutil.iter_modules(tapt.api.__path__)]
+    for module in (tapt.api, *api_modules, tapt.retriever.selection, tapt.retriever.methods):
         for test in finder.find(module, extraglobs=extra):
             runner.run(test)
     result = runner.summarize(verbose=False)

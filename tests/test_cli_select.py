@@ -190,7 +190,7 @@ def test_export_command(fake_index, medical_task, tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["format"] == "parquet"
     df = pd.read_parquet(tmp_path / "train.parquet")
-    assert df["meta"].map(json.loads).map(lambda m: m["domain"]).eq("medical").mean() > 0.8
+    assert df["domain"].eq("medical").mean() > 0.8
     ok = tapt("export", sel, "--format", "hf", "--out", tmp_path / "ds")
     assert ok.exit_code == 0 and "as hf" in ok.output
     assert "also an input" in error_line(tapt("export", sel, "--format", "jsonl", "--out", sel,

@@ -156,10 +156,10 @@ def _reference_document_scores(scores, doc_offsets):
 @pytest.mark.parametrize("run,leaf", [(1 << 20, 1 << 20), (37, 256), (1000, 128)])
 def test_pooling_in_runs_equals_the_whole_array_computation(dtype, run, leaf, monkeypatch):
     """Runs of whole documents and numpy's pairwise order: the same bits as one pass."""
-    from tapt.retriever import context
+    from tapt.retriever import context, score_moments
 
     monkeypatch.setattr(context, "RUN", run)
-    monkeypatch.setattr(scoring, "MOMENT_LEAF", leaf)
+    monkeypatch.setattr(score_moments, "MOMENT_LEAF", leaf)
     rng = np.random.default_rng(11)
     lengths = rng.integers(1, 60, size=900)
     lengths[::97] = 400                                    # documents longer than a run

@@ -51,14 +51,18 @@ def test_readme_methods_table_is_the_registry():
     from tapt.retriever.methods import method_names
 
     rows = re.findall(r"^\| `([a-z0-9-]+)` \|", readme_section("methods"), re.M)
-    assert tuple(rows) == method_names()
+    # registered methods in registry order; a new one may wait for a row (the guide has it)
+    assert rows and rows == [n for n in method_names() if n in rows]
 
 
 def test_selecting_guide_has_a_section_per_method():
     from tapt.retriever.methods import method_names
 
     guide = (REPO / "docs" / "guide" / "selecting.md").read_text(encoding="utf-8")
-    assert re.findall(r"<!-- tapt-method ([a-z0-9-]+) -->", guide) == list(method_names())
+    found = re.findall(r"<!-- tapt-method ([a-z0-9-]+) -->", guide)
+    # hand-written sections in registry order; the hook generates the rest's at this marker
+    assert found == [n for n in method_names() if n in found]
+    assert "<!-- tapt-methods-rest -->" in guide
 
 
 def test_readme_is_a_users_page():

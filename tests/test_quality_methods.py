@@ -15,7 +15,7 @@ from tapt.retriever.few_seeds import (LexicalConfig, LexicalModel, PoolText, exp
 from tapt.retriever.ngram_lm import BigramLM, Vocabulary
 from tapt.retriever.oracle import sentence_labels
 from tapt.retriever.ngram_lm import moore_lewis_scores
-from tapt.retriever.task_scorers import TaskData, fit_scorers, learned_fusion
+from tapt.retriever.methods.learned_scorers import TaskData, fit_scorers, learned_fusion
 
 
 def test_unigram_cross_entropy_by_hand():
@@ -295,35 +295,36 @@ def test_auto_choice_ranks_by_heldout_auc_and_judges_learned_fusion_out_of_fold(
 
 
 @pytest.mark.slow
-def test_quality_select_methods_on_the_fake_index(fake_index, encoder, tiny_model, monkeypatch):
-    from tapt.retriever import quality_select as qs
-    from tapt.retriever.budget import parse_budget
-    from tapt.retriever.methods import SegmentView
+def test_quality_methods_through_index_select(fake_index, encoder, tiny_model, monkeypatch):
+    import functools
+
+    import tapt
+    from tapt.retriever.methods import auto
 
     monkeypatch.setenv("TAPT_CACHE_DIR", "off")
-    index = Index(fake_index)
-    labels = sentence_labels(index, "domain")
-    view = SegmentView.of(index, 1)
+    ix = tapt.Index.open(fake_index)
+    labels = sentence_labels(Index(fake_index), "domain")
     n = int((labels == "medical").sum())
-    budget = parse_budget(f"{n}sent")
     texts = _sentences("medical", 30, 4)
-    data = qs.task_data(index, encoder.encode(texts), texts, budget)
-    precision = lambda r: (labels[r.segments] == "medical").mean()  # noqa: E731
-    learned = qs.fused_learned(index, view, data, budget, folds=3, sample=200)
-    assert len(learned.segments) == n and precision(learned) > 0.8
+    select = functools.partial(ix.select, task=texts, budget=f"{n}sent", segment_size=1,
+                               encoder=encoder)
+    precision = lambda s: (labels[s.rows[:, 0]] == "medical").mean()  # noqa: E731
+    learned = select("fused-learned", folds=3, sample=200)
+    assert len(learned) == n and precision(learned) > 0.8
     assert set(learned.info["fusion"]["weights"]) == {"classifier", "moore-lewis", "density"}
-    config = ft.FinetuneConfig(model=tiny_model, steps=10, batch_size=8, max_length=16)
-    tuned = qs.finetune(index, view, data, budget, config, progress=False)
-    assert len(tuned.segments) == n and tuned.info["finetune"]["candidate_rows"] >= n
-    chosen = qs.auto(index, view, data, budget, finetune_config=config, folds=3, sample=200,
-                     progress=False)
+    tuned = select("finetune", finetune_model=tiny_model, steps=10)
+    assert len(tuned) == n and tuned.info["finetune"]["candidate_rows"] >= n
+    # `with_finetune` fine-tunes the index's model with the defaults: a tiny one here
+    monkeypatch.setattr(auto, "FinetuneConfig", functools.partial(
+        ft.FinetuneConfig, model=tiny_model, steps=10, batch_size=8, max_length=16))
+    chosen = select("auto", over="all", with_finetune=True)
     names = {r["name"] for r in chosen.info["heldout"]}
     assert {"finetune", "fused", "fused-learned", "classifier", "centroid"} <= names
-    assert chosen.info["chosen"] == chosen.info["heldout"][0]["name"] and len(chosen.segments) == n
+    assert chosen.info["chosen"] == chosen.info["heldout"][0]["name"] and len(chosen) == n
     with pytest.raises(InputError, match="budget"):
-        qs.task_data(index, encoder.encode(texts), texts, None)
+        ix.select("auto", task=texts, over="all", encoder=encoder)
     with pytest.raises(InputError, match="text"):
-        qs.task_data(index, encoder.encode(texts), [], budget)
+        ix.select("fused-learned", task=encoder.encode(texts), budget=f"{n}sent")
 
 
 def test_make_optimizer_groups_decay_and_prefix_rates():

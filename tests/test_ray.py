@@ -266,9 +266,9 @@ def _check_fan_out(i: int, method: str, before: dict[str, int], remote: dict[str
 
 def test_served_selection_equals_unsharded_select(cluster, local_index, one_shard_index,
                                                   tmp_path, monkeypatch):
-    from tapt.retriever.methods import base
+    from tapt.retriever.methods import segments
 
-    monkeypatch.setattr(base, "STREAM_SHARE", 1.0)   # every budget of this small corpus streams
+    monkeypatch.setattr(segments, "STREAM_SHARE", 1.0)   # every budget of this small corpus streams
     one = tapt.Index.open(one_shard_index)
     task = write_task(tmp_path / "task.txt", "legal", n=30)
     want = [one.select(m, task, b, encoder=HashingEncoder(), **p) for m, b, p in METHODS]
@@ -311,7 +311,7 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
     score them for `scan` codes (centroid, the classifier's fit and scores, fused's classifier
     half), or cut their candidates on them as a stream; exact scans read the rows from the
     memory maps. All select as `Index.select` does, score for score."""
-    from tapt.retriever.methods import base
+    from tapt.retriever.methods import segments
 
     out = tmp_path / "codes-idx"
     build_index(corpus, out, HashingEncoder(),
@@ -341,7 +341,7 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
             served.servers.top = lambda scorer, view, cut, on="rows": (tops.append(on),
                                                                       top(scorer, view, cut, on))[1]
             with monkeypatch.context() as patch:
-                patch.setattr(base, "STREAM_SHARE", 1.0)     # the candidates' cut streams
+                patch.setattr(segments, "STREAM_SHARE", 1.0)     # the candidates' cut streams
                 got = served.select("centroid", task, "30sent", encoder=HashingEncoder(),
                                     scan="codes")
             assert tops == ["codes"] and _ids(got) == _ids(want[0])

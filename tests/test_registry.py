@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -28,23 +29,25 @@ def documented_example() -> str:
 
 def test_each_method_is_one_module():
     package = Path(registry.__file__).parent
-    modules = {p.stem for p in package.glob("*.py")} - {"__init__", "base", "registry"}
+    modules = {p.stem for p in package.glob("*.py")} - {"__init__"} - registry._INFRASTRUCTURE
     by_module = {type(m).__module__.rsplit(".", 1)[1] for m in methods()}
     assert by_module == modules and len(methods()) == len(modules)
-    assert method_names() == ("centroid", "knn", "iforest", "random", "distance", "density",
-                              "classifier", "moore-lewis", "fused", "fused-learned", "finetune",
-                              "auto")
+    assert list(method_names()) == [m.name for m in sorted(methods(),
+                                                          key=lambda m: (m.order, m.name))]
+    assert method_names()[:3] == ("centroid", "knn", "iforest")   # the listing's first choices
 
 
 def test_derived_lists():
-    assert prerank_choices() == ("centroid", "knn", "distance", "density", "classifier",
-                                 "moore-lewis", "fused", "fused-learned", "finetune")
-    assert [m.name for m in auto_candidates()] == ["centroid", "distance", "density",
-                                                   "classifier"]
-    assert {m.name for m in methods() if m.budget == "optional"} == {"knn", "classifier", "auto"}
-    assert {m.name for m in methods() if m.needs_text} == {"moore-lewis", "fused",
-                                                           "fused-learned", "finetune"}
-    assert {m.name for m in methods() if not m.needs_embeddings} == {"random", "moore-lewis"}
+    # each list follows from the methods' own flags, so a new method needs no edit here
+    assert prerank_choices() == tuple(m.name for m in methods() if m.can_prerank)
+    assert auto_candidates() == tuple(m for m in methods() if m.auto_candidate)
+    assert all(type(m).scorer is not base.Method.scorer for m in auto_candidates())
+    assert {"centroid", "knn", "fused"} <= set(prerank_choices()) and "random" not in \
+        prerank_choices()
+    assert {"centroid", "distance", "density", "classifier"} <= {m.name for m in auto_candidates()}
+    assert {"knn", "classifier", "auto"} <= {m.name for m in methods() if m.budget == "optional"}
+    assert {"moore-lewis", "fused"} <= {m.name for m in methods() if m.needs_text}
+    assert {"random", "moore-lewis"} <= {m.name for m in methods() if not m.needs_embeddings}
 
 
 @pytest.fixture()
@@ -57,6 +60,7 @@ def added_method(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "_loaded", False)
     yield get_method("maxcos")
     registry._REGISTRY.pop("maxcos", None)
+    sys.modules.pop(f"{package.__name__}.maxcos", None)   # so the next use imports it anew
 
 
 def test_a_new_method_is_one_file(added_method, fake_index, medical_task, tmp_path, monkeypatch):
@@ -84,6 +88,42 @@ def test_a_new_method_is_one_file(added_method, fake_index, medical_task, tmp_pa
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["params"]["floor"] == 0.1
 
+
+
+def development_diff() -> dict[str, str]:
+    """The files the diff of docs/development.md adds: path -> text."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "development.md").read_text()
+    diff = page.split("```diff\n", 1)[1].split("```", 1)[0]
+    files = {}
+    for part in diff.split("diff --git ")[1:]:
+        path = part.split("+++ b/", 1)[1].split("\n", 1)[0]
+        body = part.split("@@\n", 1)[1].splitlines()
+        assert all(line.startswith("+") for line in body), path   # only new files
+        files[path] = "\n".join(line[1:] for line in body) + "\n"
+    return files
+
+
+def test_the_documented_diff_adds_a_method(added_method, fake_index, medical_task, encoder):
+    files = development_diff()
+    assert set(files) == {"retriever/methods/maxcos.py", "tests/test_maxcos.py"}
+    assert files["retriever/methods/maxcos.py"].strip() == documented_example().strip()
+    namespace: dict = {}
+    exec(compile(files["tests/test_maxcos.py"], "test_maxcos.py", "exec"), namespace)
+    namespace["test_maxcos_is_density_with_one_neighbour"](fake_index, medical_task, encoder)
+
+
+def test_a_new_method_gets_a_guide_section_without_a_page_edit(added_method):
+    import importlib.util
+
+    pytest.importorskip("mkdocs")
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    spec = importlib.util.spec_from_file_location("methods_hook", docs / "hooks" / "methods.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = (docs / "guide" / "selecting.md").read_text(encoding="utf-8")
+    rendered = hook.on_page_markdown(page, None, None, None)
+    assert "### `maxcos`" in rendered and added_method.summary in rendered
+    assert "tapt-method" not in rendered
 
 def test_params_are_validated():
     iforest = get_method("iforest")

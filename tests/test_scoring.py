@@ -255,7 +255,9 @@ def _reference_fuse(*scores):
 def test_blockwise_moments_and_zscores_equal_numpy_bit_for_bit(monkeypatch, leaf):
     """numpy's pairwise summation is followed exactly across blocks: the same mean, spread,
     z-scores and fused scores as one float64 copy of the whole array, at any block size."""
-    monkeypatch.setattr(scoring, "MOMENT_LEAF", leaf)
+    from tapt.retriever import score_moments
+
+    monkeypatch.setattr(score_moments, "MOMENT_LEAF", leaf)
     rng = np.random.default_rng(7)
     for n in (1, 7, 129, 5003, 100_001):
         for dtype in (np.float32, np.float64):

@@ -156,3 +156,14 @@ def test_eval_refuses_selection_from_another_index(fake_index, medical_task, tmp
     mpath.write_text(json.dumps(manifest))
     with pytest.raises(InputError, match="another index"):
         evaluate_selections([str(out)], str(fake_index), "domain", "medical")
+
+
+def test_indexes_declare_the_selection_protocol(fake_index):
+    from tapt.api import ServedIndex
+    from tapt.retriever.index_protocol import CutsOwnRows, SelectableIndex, own_cuts, window
+
+    ix = Index(fake_index)
+    assert isinstance(ix, SelectableIndex) and own_cuts(ix) is None
+    assert issubclass(ServedIndex, CutsOwnRows)      # its actors make the cuts
+    rows = np.arange(10)
+    assert window(rows, 2, 5).tolist() == [2, 3, 4]

@@ -154,14 +154,14 @@ def test_a_streamed_codes_cut_selects_what_the_whole_array_path_selects(coded, m
     """`scan` codes ranks candidates: the best `rescore` x budget segments on the codes, cut
     as a stream when few enough (only the cut kept) or from every segment's score otherwise;
     both give the same segments and exact scores, at every budget unit and segment size."""
-    from tapt.retriever.methods import base
+    from tapt.retriever.methods import segments
 
     index, seeds = coded
     emb = HashingEncoder(dim=96).encode(seeds)
     for size, budget in ((1, "300sent"), (5, "40"), (5, "0.01"), (3, "3000tok")):
         got = []
         for share in (1.0, 0.0):                   # everything streams / nothing does
-            monkeypatch.setattr(base, "STREAM_SHARE", share)
+            monkeypatch.setattr(segments, "STREAM_SHARE", share)
             ranking, _ = rank(index, SelectConfig(method, budget, segment_size=size,
                                                   scan="codes"), emb)
             got.append(ranking)
@@ -245,7 +245,7 @@ def test_codes_added_by_reindex_are_verified_and_checked_on_open(tmp_path):
 def test_iforest_prerank_streams_the_same_candidates(indexes, task, prerank, monkeypatch):
     """iforest's candidates, cut while the pre-ranking's rows stream (no score per sentence),
     are the prefix of the pre-ranking's full ranking: the same selection, score for score."""
-    from tapt.retriever.methods import base
+    from tapt.retriever.methods import base, segments
 
     _, three = indexes
     embeddings, texts = task
@@ -254,7 +254,7 @@ def test_iforest_prerank_streams_the_same_candidates(indexes, task, prerank, mon
     monkeypatch.setattr(base.SentenceScored, "full_ranking",
                         lambda self, ctx, params: (calls.append(1), full(self, ctx, params))[1])
     for share in (1.0, 0.0):                       # everything streams / nothing does
-        monkeypatch.setattr(base, "STREAM_SHARE", share)
+        monkeypatch.setattr(segments, "STREAM_SHARE", share)
         calls.clear()
         for candidates in ("3x", "40"):
             config = SelectConfig("iforest", "60sent", seed=3, prerank=prerank,

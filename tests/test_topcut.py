@@ -165,9 +165,9 @@ def _full_path_with_text(index, config, embeddings, texts):
 @pytest.mark.parametrize("size", [1, 3, 5])
 def test_methods_stream_the_selection_of_the_whole_array_path(index, task, method, params, size,
                                                               monkeypatch):
-    from tapt.retriever.methods import base
+    from tapt.retriever.methods import segments
 
-    monkeypatch.setattr(base, "STREAM_SHARE", 1.0)   # every budget of this small corpus
+    monkeypatch.setattr(segments, "STREAM_SHARE", 1.0)   # every budget of this small corpus
     embeddings, texts = task
     # row scorers stream their rows' scores; Moore-Lewis and fused their own parts
     streamer = "scan_cut" if method in ("centroid", "distance", "density", "classifier") \
@@ -231,15 +231,15 @@ def test_document_context_streams_the_selection_of_the_whole_array_path(index, t
                                                                         params, size,
                                                                         monkeypatch):
     """`context` document: the pooled scores stream into the budget's cut, block by block."""
-    from tapt.retriever.methods import base
+    from tapt.retriever.methods import segments
 
     embeddings, texts = task
     for spec in ("0.2", "9", "60sent", "700tok"):
         config = SelectConfig(method, spec, segment_size=size, seed=1, context="document",
                               **params)
-        monkeypatch.setattr(base, "STREAM_SHARE", 0.0)     # never streams
+        monkeypatch.setattr(segments, "STREAM_SHARE", 0.0)     # never streams
         want, _ = rank(index, config, embeddings, texts)
-        monkeypatch.setattr(base, "STREAM_SHARE", 1.0)     # every budget streams
+        monkeypatch.setattr(segments, "STREAM_SHARE", 1.0)     # every budget streams
         calls = []
         real = topcut.parts_cut
         monkeypatch.setattr(topcut, "parts_cut", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -324,14 +324,14 @@ def test_float64_scores_stream_like_the_whole_array():
 
 
 def test_only_a_budget_that_is_a_small_share_of_the_corpus_streams(index, task, monkeypatch):
-    from tapt.retriever.methods import base
+    from tapt.retriever.methods import segments
 
     embeddings, texts = task
     calls = []
     real = topcut.scan_cut
     monkeypatch.setattr(topcut, "scan_cut", lambda *a, **k: calls.append(1) or real(*a, **k))
     n = index.n_sentences
-    small, large = f"{int(n * base.STREAM_SHARE)}sent", f"{int(n * base.STREAM_SHARE) + 30}sent"
+    small, large = f"{int(n * segments.STREAM_SHARE)}sent", f"{int(n * segments.STREAM_SHARE) + 30}sent"
     for spec, streamed in ((small, True), (large, False), ("0.5", False)):
         calls.clear()
         config = SelectConfig("centroid", spec, seed=1)
@@ -345,7 +345,7 @@ def test_only_a_budget_that_is_a_small_share_of_the_corpus_streams(index, task, 
 def test_streamed_pre_rankings_are_the_prefix_of_the_full_ranking(index, task, method,
                                                                   monkeypatch):
     """iforest's candidates from Moore-Lewis or fused: a streamed cut of their parts."""
-    from tapt.retriever.methods import CorpusCache, base
+    from tapt.retriever.methods import CorpusCache, segments
 
     embeddings, texts = task
     spec = get_method(method)
@@ -357,7 +357,7 @@ def test_streamed_pre_rankings_are_the_prefix_of_the_full_ranking(index, task, m
         corpus = CorpusCache(index)
         ctx = Context(index, corpus.view(size), parse_budget("30sent"), 1, embeddings, texts,
                       corpus)
-        count = int(base.STREAM_SHARE * len(ctx.view))
+        count = int(segments.STREAM_SHARE * len(ctx.view))
         got = spec.top_segments(ctx, params, count)
         want = spec.full_ranking(ctx, params).segments[:count]
         np.testing.assert_array_equal(got, want)

@@ -32,6 +32,9 @@ IDENTITY_FIELDS = (
 )
 
 
+# Sequences per batch of a masked-LM loss, the default of `tapt eval-mlm` and of `tapt train`'s
+# held-out loss: masks are drawn per batch, so only the same batch gives both the same masks.
+MLM_EVAL_BATCH = 32
 MAX_SEED = 2**32 - 1   # what torch, numpy and python's random all accept
 MAX_COUNT = 2**31 - 1  # steps, sizes, lengths: larger is never meant, and overflows C longs
 
@@ -174,14 +177,24 @@ class TrainConfig:
     eval_text: tuple[str, ...] = ()
     text_field: str = "text"  # the field/column with the text in --task and --eval-text
     eval_every: int = 0
+    eval_batch_size: int = MLM_EVAL_BATCH
     save_every: int = 200
     keep_checkpoints: int = 2
     delete_checkpoints: bool = False
     progress: bool = True
+    task_texts: tuple[str, ...] = ()   # or the task's text itself, one document per string
+    eval_texts: tuple[str, ...] = ()   # or the held-out text itself
 
     def __post_init__(self) -> None:
         for name in ("selections", "task", "eval_text"):
             object.__setattr__(self, name, path_list(getattr(self, name), name))
+        for name, paths in (("task_texts", "task"), ("eval_texts", "eval_text")):
+            texts = getattr(self, name)
+            if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+                raise InputError(f"must be a list of strings, got {shown(texts)}", param=paths)
+            if texts and getattr(self, paths):
+                raise InputError("give files or text, not both", param=paths)
+            object.__setattr__(self, name, tuple(texts))
         if not isinstance(self.text_field, str) or not self.text_field:
             raise InputError(f"must name a field or column, got {shown(self.text_field)}",
                              param="text_field")
@@ -211,19 +224,21 @@ class TrainConfig:
         real_number(self.max_grad_norm, "max_grad_norm", low=0.0,
                     what="a number >= 0 (0 = no clipping)")
         whole_number(self.eval_every, "eval_every", minimum=0, maximum=MAX_COUNT)
+        whole_number(self.eval_batch_size, "eval_batch_size", maximum=MAX_COUNT)
         whole_number(self.save_every, "save_every", maximum=MAX_COUNT)
         whole_number(self.keep_checkpoints, "keep_checkpoints", maximum=MAX_COUNT)
         for name in ("resume", "delete_checkpoints", "progress"):
             object.__setattr__(self, name, flag(getattr(self, name), name))
-        for name in IDENTITY_FIELDS + ("eval_every", "save_every", "keep_checkpoints"):
+        for name in IDENTITY_FIELDS + ("eval_every", "eval_batch_size", "save_every",
+                                       "keep_checkpoints"):
             value = getattr(self, name)     # numpy scalars as plain numbers: JSON for the manifest
             if isinstance(value, (np.integer, np.floating)):
                 object.__setattr__(self, name, value.item())
         if self.mix is not None:
-            if not self.task:
+            if not (self.task or self.task_texts):
                 raise InputError("needs `task` (it is the task:selection ratio)", param="mix")
             parse_mix(self.mix)
-        if self.task and self.mix is None:
+        if (self.task or self.task_texts) and self.mix is None:
             object.__setattr__(self, "mix", "1:1")
 
     @property
@@ -240,4 +255,7 @@ class TrainConfig:
         out = asdict(self)
         for name in ("selections", "task", "eval_text"):
             out[name] = list(out[name])
+        for name in ("task_texts", "eval_texts"):     # recorded by their hash with the inputs
+            if out.pop(name):
+                out[name] = len(getattr(self, name))
         return out

@@ -14,8 +14,7 @@ from typing import Any, Iterable, Sequence
 from tapt.errors import InputError
 from tapt.indexer.splitter import SentenceSplitter
 from tapt.retriever.selection_file import SelectedSegment
-
-from .model import quiet_transformers
+from tapt.util.training import quiet_transformers
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from tapt.errors import InputError
 
 from .collate import IGNORE_INDEX, MaskingCollator, derived_seed
+from .config import MLM_EVAL_BATCH
 from .data import Example
 from .device import autocast
 
@@ -40,8 +41,8 @@ def _perplexity(loss: float) -> float:
 
 @torch.no_grad()
 def mlm_loss(
-    model: Any, collator: MaskingCollator, examples: Sequence[Example], *, batch_size: int = 32,
-    seed: int = 0, device: torch.device | str = "cpu",
+    model: Any, collator: MaskingCollator, examples: Sequence[Example], *,
+    batch_size: int = MLM_EVAL_BATCH, seed: int = 0, device: torch.device | str = "cpu",
 ) -> EvalResult:
     """Token-level mean cross-entropy over the masked targets of all examples (fixed masks)."""
     if not examples:
@@ -70,8 +71,8 @@ def mlm_loss(
 
 @torch.no_grad()
 def pseudo_perplexity(
-    model: Any, collator: MaskingCollator, examples: Sequence[Example], *, batch_size: int = 32,
-    device: torch.device | str = "cpu",
+    model: Any, collator: MaskingCollator, examples: Sequence[Example], *,
+    batch_size: int = MLM_EVAL_BATCH, device: torch.device | str = "cpu",
 ) -> EvalResult:
     """Pseudo-log-likelihood scoring (Salazar et al., 2020): each maskable token is masked in turn and
     scored given all the others; costs one forward pass per token, so keep inputs small."""
@@ -105,19 +106,21 @@ def pseudo_perplexity(
 
 
 def evaluate_text(
-    model_spec: str | None, paths: Sequence[str], *, max_length: int = 128, batch_size: int = 32,
-    seed: int = 0, mlm_probability: float = 0.15, pseudo: bool = False, device: str = "cpu",
-    text_field: str = "text",
+    model_spec: str | None, paths: Sequence[str], *, max_length: int = 128,
+    batch_size: int = MLM_EVAL_BATCH, seed: int = 0, mlm_probability: float = 0.15,
+    pseudo: bool = False, device: str = "cpu", text_field: str = "text",
+    strings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Load a model and score held-out text files; the dict is what `tapt eval-mlm --json` prints.
 
     The text is read like a corpus (any corpus format, "-" for standard input; `text_field`
-    names the field/column with the text) and split into sentences by the corpus splitter.
+    names the field/column with the text) and split into sentences by the corpus splitter;
+    or given as `strings` (one document each, as `tapt.train`'s held-out text).
     """
     from .data import document_examples
     from .device import resolve_device
     from .model import check_max_length, load_mlm
-    from tapt.indexer.reader import read_text
+    from .inputs import read_texts
 
     from .config import check_mlm_settings, flag, path_list, path_text, shown
 
@@ -129,12 +132,12 @@ def evaluate_text(
     if model_spec is not None:
         model_spec = path_text(model_spec, "model")
     paths = list(path_list(paths, "texts"))
-    if not paths:
+    if not paths and not strings:
         raise InputError("give at least one file, folder or URL of held-out text", param="texts")
     max_length, batch_size, seed = int(max_length), int(batch_size), int(seed)
     mlm_probability = float(mlm_probability)
     dev = resolve_device(device)
-    text = read_text(paths, text_field=text_field, what="the held-out text")
+    text = read_texts(paths, list(strings), text_field, "held-out text", "texts")
     torch.manual_seed(seed)
     model, tokenizer, info = load_mlm(model_spec)
     check_max_length(model, max_length, info["name"])

@@ -3,14 +3,42 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tapt.errors import InputError
 from tapt.indexer.identity import describe
 from tapt.retriever.selection_file import SelectedSegment, manifest_path, read_selection
 from tapt.util.files import sha256_file
 
+if TYPE_CHECKING:
+    from tapt.indexer.reader import TextInput
+
 logger = logging.getLogger(__name__)
+
+
+def read_texts(paths: Sequence[str], strings: Sequence[str], text_field: str, what: str,
+               param: str) -> TextInput | None:
+    """Task or held-out text given as files (read with the corpus readers) or as strings (one
+    document each, `retriever.task_input.text_from_strings`); None when neither is given.
+
+    Args:
+        paths: Files, folders, URLs or "-".
+        strings: Or the text itself.
+        text_field: The field or column with the text in files.
+        what: How messages name the text ("task text").
+        param: The argument's name, for errors.
+
+    Returns:
+        The text, split into sentences as a corpus is.
+    """
+    from tapt.indexer.reader import read_text
+    from tapt.retriever.task_input import text_from_strings
+
+    if strings:
+        return text_from_strings(strings, True, what=what, param=param)
+    if paths:
+        return read_text(paths, text_field=text_field, what=f"the {what}")
+    return None
 
 
 def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[dict[str, Any]]]:

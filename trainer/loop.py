@@ -96,7 +96,7 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     from .data import document_examples, segment_examples
     from .device import autocast, resolve_device
     from .evaluate import mlm_loss
-    from .inputs import check_task_matches, load_selections
+    from .inputs import check_task_matches, load_selections, read_texts
     from .loss import weighted_mlm_loss
     from tapt.util.versions import library_versions
 
@@ -105,20 +105,18 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     from .outdir import (check_output, finished_manifest, prepare_output, training_inputs,
                          write_final_model)
     from .plan import TrainingPlan
-    from tapt.indexer.reader import read_text
 
     out = Path(config.out)
     inputs = training_inputs(config)
     check_output(out, None, config.resume, inputs)  # cheap refusals before the slow loading
     device = resolve_device(config.device)
     segments, selection_records = load_selections(config.selections)
-    task = (read_text(config.task, text_field=config.text_field, what="the task text")
-            if config.task else None)
+    task = read_texts(config.task, config.task_texts, config.text_field, "task text", "task")
     task_docs = task.documents if task else []
     task_hashes = task.file_sha256 if task else []
     check_task_matches(selection_records, task_hashes, task.sha256 if task else None)
-    held_out = (read_text(config.eval_text, text_field=config.text_field,
-                          what="the held-out text") if config.eval_text else None)
+    held_out = read_texts(config.eval_text, config.eval_texts, config.text_field,
+                          "held-out text", "eval_text")
     eval_docs = held_out.documents if held_out else []
 
     torch.manual_seed(config.seed)  # the head of a base encoder is initialised reproducibly
@@ -171,7 +169,7 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
         def evaluate(at: int) -> None:
             if not eval_examples or any(e["step"] == at for e in state["evals"]):
                 return
-            result = mlm_loss(model, collator, eval_examples, batch_size=config.batch_size,
+            result = mlm_loss(model, collator, eval_examples, batch_size=config.eval_batch_size,
                               seed=config.seed, device=device)
             state["evals"].append({"step": at, "loss": result.loss, "perplexity": result.perplexity,
                                    "tokens": result.tokens})

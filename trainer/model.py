@@ -9,32 +9,15 @@ is random; a few hundred steps of MLM training on generic text warm it up.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tapt.errors import InputError
 from tapt.indexer.models import display_name, load_failure, resolve_model
+from tapt.util.training import quiet_transformers
 
 logger = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Silence transformers' own load report; we log one clear warning instead."""
-    from transformers.utils import logging as hf_logging
-
-    before = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(before)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")

@@ -136,7 +136,7 @@ def write_final_model(out: str | Path, model: Any, tokenizer: Any, manifest: dic
     """
     out = Path(out)
     tmp = out / f".final-tmp-{os.getpid()}"
-    from .model import quiet_transformers
+    from tapt.util.training import quiet_transformers
     from .storage import writing
 
     try:

@@ -1,11 +1,12 @@
 """Torch training pieces shared by `tapt train` and the Domain-Finetune classifier
-(`tapt.retriever.finetune`): the device choice, bf16 autocast on a GPU, and AdamW with BERT's
-decay groups and a linear warmup/decay schedule. torch is imported lazily (this is `util`)."""
+(`tapt.retriever.finetune`): the device choice, bf16 autocast on a GPU, AdamW with BERT's
+decay groups and a linear warmup/decay schedule, and quieting transformers' load report. torch
+is imported lazily (this is `util`)."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ContextManager
+from typing import Any, ContextManager, Iterator
 
 from tapt.errors import InputError
 
@@ -69,3 +70,20 @@ def make_optimizer(model: Any, lr: float, weight_decay: float, warmup: float,
     )
     warmup_steps = round(warmup * total_steps)
     return optimizer, get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' own load report; we log one clear warning instead."""
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(before)
+        if bars:
+            hf_logging.enable_progress_bar()

@@ -4,7 +4,9 @@ A page marker `<!-- tapt-method NAME -->` becomes what the registered method say
 its summary, what it needs (task text or embeddings, a budget, how many task sentences) and a
 table of its parameters (Python name, command-line option, default, allowed values, help), so
 the guide cannot drift from the code. A page that holds any such marker must hold one for
-every registered method, and only for registered ones: the strict build fails otherwise.
+every registered method, and only for registered ones, or a `<!-- tapt-methods-rest -->` marker
+where a section (heading and facts) is generated for each registered method the page has no
+marker of, so a new method needs no page edit; the strict build fails otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import typing
 from mkdocs.exceptions import PluginError
 
 MARKER = re.compile(r"<!-- tapt-method ([a-z0-9-]+) -->")
+REST = "<!-- tapt-methods-rest -->"
 BUDGET = {"required": "required", "optional": "optional (without one: {help})", "none": "none"}
 
 
@@ -73,8 +76,9 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
     names = set(method_names())
     unknown = sorted(set(found) - names)
-    missing = sorted(names - set(found))
-    if unknown or missing:
+    missing = [n for n in method_names() if n not in found]
+    if unknown or (missing and REST not in markdown):
         raise PluginError(f"{page.file.src_uri}: method markers for unregistered methods "
                           f"{unknown} / registered methods without a marker {missing}")
-    return MARKER.sub(lambda m: method_section(m.group(1)), markdown)
+    rest = "\n".join(f"### `{n}`\n\n{method_section(n)}" for n in missing)
+    return MARKER.sub(lambda m: method_section(m.group(1)), markdown.replace(REST, rest))

@@ -12,9 +12,9 @@ from typing import Any, Iterator
 
 from tapt.errors import InputError
 
-from . import register
-from .base import Format, ReadOptions, Row, Scanned, check_text_column, table_rows
-from .sources import InputFile, Source
+from .base import (Format, InputFile, ReadOptions, Row, Scanned, check_text_column, register,
+                  table_rows)
+from .sources import Source
 
 log = logging.getLogger(__name__)
 

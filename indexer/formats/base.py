@@ -1,4 +1,5 @@
-"""The reader interface: one `Format` per corpus format, each in its own module.
+"""The reader interface: one `Format` per corpus format, each in its own module, the
+`InputFile` a format reads, and the registry of formats by name and suffix.
 
 A format turns one input (a file, or a folder for a saved Hugging Face dataset) into `Row`s:
 (where, text, metadata). Everything above the rows - blank records, joining consecutive records
@@ -15,17 +16,22 @@ so their scan costs no pass over the data.
 from __future__ import annotations
 
 import base64
+import bz2
+import contextlib
 import datetime
 import decimal
+import gzip
+import io
+import lzma
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Literal, Mapping, NamedTuple
+from typing import Any, BinaryIO, ClassVar, Iterator, Literal, Mapping, NamedTuple, TypeVar
 
 from tapt.errors import InputError
 
-if TYPE_CHECKING:
-    from .sources import InputFile, Source
+from .sources import (COMPRESSIONS, SNIFF_BYTES, Source, ZstdReader, compression_of,
+                      invalid_utf8_message, looks_binary, read_errors)
 
 TextDocs = Literal["auto", "line", "block"]
 TEXT_DOCS = ("auto", "line", "block")
@@ -69,8 +75,6 @@ class ReadOptions:
         if self.doc_field == "":
             object.__setattr__(self, "doc_field", None)
         if self.input_format is not None:
-            from . import get
-
             get(self.input_format)
 
 
@@ -123,16 +127,16 @@ class Format(ABC):
     folder: ClassVar[bool] = False
     summary: ClassVar[str] = ""
 
-    def detect(self, source: "Source") -> bool:
+    def detect(self, source: Source) -> bool:
         """Folder formats: whether this directory is one of theirs."""
         return False
 
     @abstractmethod
-    def scan(self, file: "InputFile", options: ReadOptions) -> Scanned:
+    def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
         """Validate and count one input; raise InputError naming file:line / file:row."""
 
     @abstractmethod
-    def rows(self, file: "InputFile", options: ReadOptions) -> Iterator[Row]:
+    def rows(self, file: InputFile, options: ReadOptions) -> Iterator[Row]:
         """Stream the input's records, in order (called after `scan`, with its `file.scanned`)."""
 
 
@@ -209,8 +213,6 @@ def _python_values(column: Any, file: str, first: int, name: str, options: ReadO
         failure = exc
     import pyarrow as pa
 
-    from .sources import invalid_utf8_message
-
     plain = column.dictionary_decode() if pa.types.is_dictionary(column.type) else column
     try:
         raw = plain.cast(pa.large_binary()).to_pylist()
@@ -263,3 +265,146 @@ def check_text_column(name: str, schema: Any, options: ReadOptions) -> list[str]
     return [n for n in names if n == options.text_field or not (
         pa.types.is_binary(schema.field(n).type) or pa.types.is_large_binary(schema.field(n).type)
         or pa.types.is_fixed_size_binary(schema.field(n).type))]
+
+
+@dataclass(eq=False)
+class InputFile:
+    """One input to read: where it is, its format and compression, and what its scan found."""
+
+    source: Source
+    format: Format
+    compression: str | None = None
+    scanned: Scanned | None = None
+    blank_read: int = 0  # blank records met while reading (formats whose scan is not exact)
+    invalid_utf8_read: int = 0  # lines or rows whose invalid UTF-8 was replaced while reading
+    in_folder: bool = False  # found by walking a folder (an empty one is skipped, not refused)
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[BinaryIO]:
+        """The decompressed bytes; damaged compression or I/O errors become InputError."""
+        with contextlib.ExitStack() as stack:
+            raw = stack.enter_context(self.source.open())
+            if self.compression == "gzip":
+                fh: BinaryIO = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))
+            elif self.compression == "bz2":
+                fh = stack.enter_context(bz2.BZ2File(raw))
+            elif self.compression == "xz":
+                fh = stack.enter_context(lzma.LZMAFile(raw))
+            elif self.compression == "zstd":
+                fh = stack.enter_context(io.BufferedReader(ZstdReader(raw), 1 << 20))
+            else:
+                fh = raw
+            try:
+                yield fh
+            except InputError:
+                raise
+            except read_errors() as exc:
+                raise InputError(f"{self.name}: cannot read ({exc})") from exc
+
+    def lines(self, invalid_utf8: str = "error") -> Iterator[tuple[int, str]]:
+        """(line number, decoded line with its line ending). A binary file (NUL bytes in its
+        first 8 KB) is refused; a BOM is dropped. A NUL byte further on and invalid UTF-8 are
+        refused with the file and line, or with `invalid_utf8="replace"` become U+FFFD (each
+        such line counted in `invalid_utf8_read`)."""
+        with self.open() as fh:
+            head = fh.read(SNIFF_BYTES)
+            if b"\x00" in head and looks_binary(head):
+                raise InputError(f"{self.name}: a binary file (NUL bytes in its first 8 KB), "
+                                 "not text")
+            parts = head.split(b"\n")
+            first = [p + b"\n" for p in parts[:-1]]
+            tail = parts[-1] + (fh.readline() if parts[-1] or not first else b"")
+            lineno = 0
+            for raw in _chain(first, [tail] if tail else [], fh):
+                lineno += 1
+                replaced = b"\x00" in raw
+                if replaced:
+                    if invalid_utf8 != "replace":
+                        raise InputError(f"{self.name}:{lineno}: contains NUL bytes (a binary "
+                                         "file?); remove them (index build and add can read "
+                                         "them as U+FFFD: --invalid-utf8 replace)")
+                    raw = raw.replace(b"\x00", "\ufffd".encode())
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    if invalid_utf8 != "replace":
+                        raise InputError(f"{self.name}:{lineno}: {invalid_utf8_message(exc)}"
+                                         ) from exc
+                    text = raw.decode("utf-8", errors="replace")
+                    replaced = True
+                self.invalid_utf8_read += replaced
+                yield lineno, text.lstrip("\ufeff") if lineno == 1 else text
+
+
+def _chain(*iterables: Any) -> Iterator[bytes]:
+    for it in iterables:
+        yield from it
+
+
+_FORMATS: dict[str, Format] = {}
+F = TypeVar("F", bound=type[Format])
+
+
+def register(cls: F) -> F:
+    """Class decorator: make a Format available by its name and suffixes."""
+    fmt = cls()
+    if fmt.name in _FORMATS:
+        raise ValueError(f"format {fmt.name!r} registered twice")
+    for other in _FORMATS.values():
+        shared = set(fmt.suffixes) & set(other.suffixes)
+        if shared:
+            raise ValueError(f"{fmt.name} and {other.name} both claim {sorted(shared)}")
+    _FORMATS[fmt.name] = fmt
+    return cls
+
+
+def names() -> list[str]:
+    """Names of the registered formats that files can be forced to (`input_format`)."""
+    return [name for name, fmt in _FORMATS.items() if fmt.suffixes or fmt.folder]
+
+
+def get(name: str) -> Format:
+    """The format called `name`; InputError listing the known ones otherwise."""
+    try:
+        return _FORMATS[name]
+    except KeyError:
+        raise InputError(f"unknown format {name!r} (known: {', '.join(names())})",
+                         param="input_format") from None
+
+
+def known() -> str:
+    """The known formats with their suffixes, for messages."""
+    parts = []
+    for fmt in _FORMATS.values():
+        if fmt.suffixes:
+            parts.append(f"{fmt.name} ({'/'.join(fmt.suffixes)}"
+                         + (", also compressed" if fmt.compressible else "") + ")")
+        elif fmt.folder:
+            parts.append(f"{fmt.name} (a folder)")
+    return "; ".join(parts) + f"; compressions {'/'.join(COMPRESSIONS)}"
+
+
+def by_name(filename: str) -> tuple[Format, str | None] | None:
+    """(format, compression) a file name asks for, or None when its suffix is unknown."""
+    base, compression = compression_of(filename)
+    lower = base.lower()
+    best: tuple[int, Format] | None = None
+    for fmt in _FORMATS.values():
+        if compression and not fmt.compressible:
+            continue
+        for suffix in fmt.suffixes:
+            if lower.endswith(suffix) and (best is None or len(suffix) > best[0]):
+                best = (len(suffix), fmt)
+    return (best[1], compression) if best else None
+
+
+def folder_format(source: Source) -> Format | None:
+    """The folder format that recognises this directory (a saved HF dataset), if any."""
+    for fmt in _FORMATS.values():
+        if fmt.folder and fmt.detect(source):
+            return fmt
+    return None

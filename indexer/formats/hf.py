@@ -11,9 +11,8 @@ from typing import Any, Iterator
 
 from tapt.errors import InputError
 
-from . import register
-from .base import Format, ReadOptions, Row, Scanned, json_safe
-from .sources import HubSource, InputFile
+from .base import Format, InputFile, ReadOptions, Row, Scanned, json_safe, register
+from .sources import HubSource
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,7 @@ from typing import Any, Iterator
 
 from tapt.errors import InputError
 
-from . import register
-from .base import Format, ReadOptions, Row, Scanned
-from .sources import InputFile
+from .base import Format, InputFile, ReadOptions, Row, Scanned, register
 
 
 @register

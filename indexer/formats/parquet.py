@@ -10,9 +10,8 @@ from typing import Any, Iterator
 
 from tapt.errors import InputError
 
-from . import register
-from .base import Format, ReadOptions, Row, Scanned, check_text_column, table_rows
-from .sources import InputFile
+from .base import (Format, InputFile, ReadOptions, Row, Scanned, check_text_column, register,
+                  table_rows)
 
 log = logging.getLogger(__name__)
 _BATCH = 1024

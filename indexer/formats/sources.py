@@ -1,13 +1,10 @@
 """Where an input's bytes come from: local files and folders, fsspec URLs (s3://, gs://, hf://,
-https://, memory://, file://), standard input, or a Hugging Face Hub dataset; and the
-decompression (.gz, .zst, .bz2, .xz) and line reading shared by the line formats."""
+https://, memory://, file://), standard input, or a Hugging Face Hub dataset; and the pieces of
+decompression (.gz, .zst, .bz2, .xz) and line reading that `base.InputFile` uses."""
 
 from __future__ import annotations
 
-import bz2
 import codecs
-import contextlib
-import gzip
 import hashlib
 import io
 import lzma
@@ -16,18 +13,15 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from tapt.errors import InputError
 from tapt.util.files import hash_stream, sha256_file
 
-if TYPE_CHECKING:
-    from .base import Format, Scanned
-
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_SNIFF = 8192
+SNIFF_BYTES = 8192
 
 
 class Source:
@@ -342,7 +336,7 @@ def compression_of(filename: str) -> tuple[str, str | None]:
     return filename, None
 
 
-class _ZstdReader(io.RawIOBase):
+class ZstdReader(io.RawIOBase):
     """Streaming zstd decompression that, unlike zstandard's stream_reader, notices a file that
     ends inside a frame (a truncated download) instead of returning its first part as all."""
 
@@ -393,80 +387,7 @@ def read_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-@dataclass(eq=False)
-class InputFile:
-    """One input to read: where it is, its format and compression, and what its scan found."""
-
-    source: Source
-    format: "Format"
-    compression: str | None = None
-    scanned: "Scanned | None" = None
-    blank_read: int = 0  # blank records met while reading (formats whose scan is not exact)
-    invalid_utf8_read: int = 0  # lines or rows whose invalid UTF-8 was replaced while reading
-    in_folder: bool = False  # found by walking a folder (an empty one is skipped, not refused)
-
-    @property
-    def name(self) -> str:
-        return self.source.name
-
-    @contextlib.contextmanager
-    def open(self) -> Iterator[BinaryIO]:
-        """The decompressed bytes; damaged compression or I/O errors become InputError."""
-        with contextlib.ExitStack() as stack:
-            raw = stack.enter_context(self.source.open())
-            if self.compression == "gzip":
-                fh: BinaryIO = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))
-            elif self.compression == "bz2":
-                fh = stack.enter_context(bz2.BZ2File(raw))
-            elif self.compression == "xz":
-                fh = stack.enter_context(lzma.LZMAFile(raw))
-            elif self.compression == "zstd":
-                fh = stack.enter_context(io.BufferedReader(_ZstdReader(raw), 1 << 20))
-            else:
-                fh = raw
-            try:
-                yield fh
-            except InputError:
-                raise
-            except read_errors() as exc:
-                raise InputError(f"{self.name}: cannot read ({exc})") from exc
-
-    def lines(self, invalid_utf8: str = "error") -> Iterator[tuple[int, str]]:
-        """(line number, decoded line with its line ending). A binary file (NUL bytes in its
-        first 8 KB) is refused; a BOM is dropped. A NUL byte further on and invalid UTF-8 are
-        refused with the file and line, or with `invalid_utf8="replace"` become U+FFFD (each
-        such line counted in `invalid_utf8_read`)."""
-        with self.open() as fh:
-            head = fh.read(_SNIFF)
-            if b"\x00" in head and _looks_binary(head):
-                raise InputError(f"{self.name}: a binary file (NUL bytes in its first 8 KB), "
-                                 "not text")
-            parts = head.split(b"\n")
-            first = [p + b"\n" for p in parts[:-1]]
-            tail = parts[-1] + (fh.readline() if parts[-1] or not first else b"")
-            lineno = 0
-            for raw in _chain(first, [tail] if tail else [], fh):
-                lineno += 1
-                replaced = b"\x00" in raw
-                if replaced:
-                    if invalid_utf8 != "replace":
-                        raise InputError(f"{self.name}:{lineno}: contains NUL bytes (a binary "
-                                         "file?); remove them (index build and add can read "
-                                         "them as U+FFFD: --invalid-utf8 replace)")
-                    raw = raw.replace(b"\x00", "\ufffd".encode())
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    if invalid_utf8 != "replace":
-                        raise InputError(f"{self.name}:{lineno}: {invalid_utf8_message(exc)}"
-                                         ) from exc
-                    text = raw.decode("utf-8", errors="replace")
-                    replaced = True
-                self.invalid_utf8_read += replaced
-                yield lineno, text.lstrip("\ufeff") if lineno == 1 else text
-
-
-def _looks_binary(head: bytes) -> bool:
+def looks_binary(head: bytes) -> bool:
     """Whether the first bytes of a file that hold NUL are those of a binary file (an image,
     UTF-16 text) rather than text with a stray NUL (refused, or replaced, at its line): NUL is
     more than 1 byte in 4, or the rest is not UTF-8."""
@@ -483,8 +404,3 @@ def invalid_utf8_message(exc: UnicodeDecodeError) -> str:
     """What to say about text that is not valid UTF-8 (after its "file:line: ")."""
     return (f"not valid UTF-8 (byte {exc.start}); re-encode the file as UTF-8 (index build "
             "and add can read invalid bytes as U+FFFD: --invalid-utf8 replace)")
-
-
-def _chain(*iterables: Any) -> Iterator[bytes]:
-    for it in iterables:
-        yield from it

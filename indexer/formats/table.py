@@ -9,9 +9,7 @@ from typing import Iterator
 
 from tapt.errors import InputError
 
-from . import register
-from .base import Format, ReadOptions, Row, Scanned
-from .sources import InputFile
+from .base import Format, InputFile, ReadOptions, Row, Scanned, register
 
 # Documents can be far longer than the csv module's default field limit (128 KiB).
 _FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)

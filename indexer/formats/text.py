@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from . import register
-from .base import Format, ReadOptions, Row, Scanned
-from .sources import InputFile
+from .base import Format, InputFile, ReadOptions, Row, Scanned, register
 
 
 @register

@@ -40,369 +40,37 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import numbers
-import time
-import types
-import typing
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal
 
 import numpy as np
 
 from tapt.errors import InputError
 
 from .. import scoring, topcut
-from ..budget import Budget, budget_target, cut
-from ..context import DocumentPooling
+from . import segments
+from ..budget import budget_target, cut
+from ..index_protocol import own_cuts
+from .params import NoParams, Params, ScanParams, param, param_choices, param_type, scans_codes
+from .ranking_context import Context, CorpusCache, Memo, streams
+from .segments import (Ranking, ScoreParts, SegmentView, budget_cut, budget_order,
+                       budget_sentences, by_sentence_scores, cut_of_parts, note_shortfall,
+                       segment_tokens, small_budget, take)
 
 if TYPE_CHECKING:
     from tapt.indexer.index import Index
 
+# The pieces of a method, in their modules; importable from here, where methods look for them.
+__all__ = ["Context", "CorpusCache", "Memo", "Method", "NoParams", "Params", "Ranking",
+           "ScanParams", "ScoreParts", "Scorer", "SegmentView", "SentenceScored",
+           "budget_cut", "budget_order", "budget_sentences", "by_sentence_scores", "code_scale",
+           "cut_of_parts", "note_shortfall", "param", "param_choices", "param_type",
+           "rescored_rows", "scan_rows", "scans_codes", "segment_tokens", "small_budget",
+           "streams", "take"]
+
 log = logging.getLogger(__name__)
 
 Scorer = Callable[[np.ndarray], np.ndarray]
-
-
-@dataclass
-class ScoreParts:
-    """Every corpus sentence's score as consecutive parts (`SentenceScored.score_parts`).
-
-    Attributes:
-        parts: (first row, scores) of consecutive rows from row 0, in row order, each
-            computed when it is reached.
-        count: How many parts there are.
-        info: What the method reports (as `sentence_scores` does).
-        cut: Or, instead of `parts`: a function of the segment view and a `topcut.Cut` that
-            makes the cut elsewhere (a served index's actors) and returns its candidates.
-    """
-
-    parts: Iterable[tuple[int, np.ndarray]]
-    count: int
-    info: dict[str, Any]
-    cut: Callable[[SegmentView, topcut.Cut], topcut.Candidates] | None = None
-
-
 BudgetNeed = Literal["required", "optional", "none"]
-
-
-@dataclass
-class Ranking:
-    """Selected segments in rank order with their scores and weights, plus what the method saw.
-
-    Attributes:
-        segments: Segment ids (at the context's segment size), best first.
-        scores: Their scores, higher = more task-like.
-        weights: Their training weights (1.0 unless the method weights segments).
-        info: What the method reports (recorded in the selection manifest's `info`).
-    """
-
-    segments: np.ndarray
-    scores: np.ndarray
-    weights: np.ndarray
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, chosen: topcut.Candidates, info: dict[str, Any]) -> "Ranking":
-        """The ranking of a budget's cut (weights 1.0)."""
-        return cls(chosen.ids, chosen.scores, np.ones(len(chosen), dtype=np.float32), info)
-
-
-@dataclass
-class SegmentView:
-    """Segments of an index at one segment size, with their sentence and token counts, and how
-    sentence scores are pooled before segments are ranked (`context`: "sentence" = not at all,
-    "document" = each sentence scored by its document's shrunk mean, see `retriever.context`)."""
-
-    offsets: np.ndarray
-    lengths: np.ndarray
-    tokens: np.ndarray
-    context: str = "sentence"
-    doc_offsets: np.ndarray | None = None
-
-    @classmethod
-    def of(cls, index: "Index", size: int | None, context: str = "sentence") -> "SegmentView":
-        """The view of `index` at segment size `size` (default: the index's).
-
-        Sentence and token counts are int32 (16 bytes a segment with the int64 offsets, not
-        24: 8 GB less at 10^9 one-sentence segments); sums over them are taken in int64."""
-        offsets = index.segments(size)
-        lengths = np.diff(offsets).astype(np.int32)
-        return cls(offsets, lengths, segment_tokens(index.tokens, offsets), context,
-                   index.doc_offsets if context == "document" else None)
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-
-def segment_tokens(tokens, offsets: np.ndarray) -> np.ndarray:
-    """Tokens of every segment (int32), summed shard by shard of a `RowView` of per-sentence
-    counts: segments never cross shards, so no whole-corpus copy of the counts is made."""
-    out = np.empty(len(offsets) - 1, dtype=np.int32)
-    parts = list(tokens.parts()) if hasattr(tokens, "parts") else [(0, tokens)]
-    for start, part in parts:
-        lo, hi = np.searchsorted(offsets, [start, start + len(part)])
-        if hi == lo:
-            continue
-        if int(offsets[lo]) != start or int(offsets[hi]) != start + len(part):  # across shards
-            return np.add.reduceat(np.asarray(tokens, dtype=np.int64),
-                                   offsets[:-1]).astype(np.int32)
-        out[lo:hi] = np.add.reduceat(part, offsets[lo:hi] - start, dtype=np.int64)
-    return out
-
-
-# The largest budget, as a share of the corpus's sentences, whose cut streams. A streamed cut
-# holds ~220 bytes per segment it keeps at the peak of a merge (measured, 400,000 kept), the
-# whole-array path ~16 bytes per corpus sentence: above ~7% the whole arrays are the smaller.
-STREAM_SHARE = 1 / 16
-
-
-def streams(ctx: "Context", factor: float = 1.0) -> bool:
-    """Whether a selection's budget cut streams (`SentenceScored.budget_candidates`): a budget
-    (times `factor`: a wider cut of candidates) of at most `STREAM_SHARE` of the sentences, at
-    sentence context."""
-    if ctx.budget is None or ctx.view.context != "sentence":
-        return False
-    return small_budget(ctx.view, ctx.budget, factor)
-
-
-def small_budget(view: SegmentView, budget: Budget, factor: float = 1.0) -> bool:
-    """Whether `budget` (times `factor`) is at most `STREAM_SHARE` of the sentences of `view`:
-    a cut kept while scores stream is then smaller than the whole arrays."""
-    return factor * budget_sentences(view, budget) <= STREAM_SHARE * float(view.lengths.sum())
-
-
-def budget_cut(view: SegmentView, budget: Budget) -> topcut.Cut:
-    """Where `budget` cuts a ranking of the segments of `view`."""
-    return topcut.Cut.of(budget, budget_target(budget, view.lengths, view.tokens))
-
-
-def cut_of_parts(view: SegmentView, parts: Iterable[tuple[int, np.ndarray]], cut: topcut.Cut,
-                 progress: bool = False, total: int | None = None) -> topcut.Candidates:
-    """The segments of `view` that `cut` keeps of the ranking by the mean of sentence scores
-    given in consecutive parts (`topcut.parts_cut`), in rank order."""
-    return topcut.parts_cut(parts, view.offsets, cut.measure(view.lengths, view.tokens), cut,
-                            progress=progress, total=total)
-
-
-def take(view: SegmentView, order: np.ndarray, scores: np.ndarray, budget: Budget | None,
-         info: dict[str, Any], ranked: bool = False) -> Ranking:
-    """The prefix of a segment ranking that fills `budget` (all of it without one).
-
-    Args:
-        view: The segments.
-        order: Segment ids, best first.
-        scores: Every segment's score, or (`ranked`) the scores of `order`, in its order (a
-            ranking of a few candidates needs no score for every segment).
-        budget: The budget (None: all of `order`).
-        info: What the method reports (a budget's shortfall is added).
-        ranked: Whether `scores` are in `order`'s order.
-    """
-    if budget is None:
-        chosen = order
-    else:
-        target = budget_target(budget, view.lengths, view.tokens)
-        chosen = cut(order, budget, target, view.lengths, view.tokens)
-        note_shortfall(budget, target, view, chosen, info)
-    kept = scores[:len(chosen)] if ranked else scores[chosen]
-    return Ranking(chosen, kept, np.ones(len(chosen), dtype=np.float32), info)
-
-
-def note_shortfall(budget: Budget, target: float, view: SegmentView, chosen: np.ndarray,
-                   info: dict[str, Any]) -> None:
-    """Record (and warn) when a budget got less than it asks for: fewer candidate segments
-    than a segment count, or candidates holding fewer sentences or tokens than asked."""
-    if budget.unit in ("fraction", "segments"):
-        held, unit = len(chosen), "candidate segments"
-    else:
-        measure = view.tokens if budget.unit == "tokens" else view.lengths
-        held, unit = int(np.asarray(measure)[chosen].sum()), f"{budget.unit} in the candidates"
-    if held < target:
-        info["budget_shortfall"] = f"only {held} {unit} for {int(target)}"
-        info.setdefault("warnings", []).append(
-            f"budget {budget.spec} got only {held} {unit}: the method's candidates hold no more")
-        log.warning("%s", info["warnings"][-1])
-
-
-def budget_sentences(view: SegmentView, budget: Budget) -> float:
-    """About how many sentences a selection at `budget` holds (segments and tokens converted
-    at the corpus's mean sentences per segment and tokens per sentence)."""
-    target = budget_target(budget, view.lengths, view.tokens)
-    sentences = float(view.lengths.sum())
-    if budget.unit == "sentences":
-        return target
-    if budget.unit == "tokens":
-        return target * sentences / max(float(view.tokens.sum()), 1.0)
-    return target * sentences / max(len(view), 1)
-
-
-def budget_order(view: SegmentView, seg_scores: np.ndarray, budget: Budget) -> np.ndarray:
-    """The segments `budget` cuts of the ranking of `seg_scores`, in rank order
-    (`topcut.ranked_prefix`, from a guess of the segments the budget holds): the same segments
-    as a sort of every score."""
-    where = topcut.Cut.of(budget, budget_target(budget, view.lengths, view.tokens))
-    guess = int(np.ceil(budget_sentences(view, budget) * len(view)
-                        / max(float(view.lengths.sum()), 1.0) * 1.25)) + 16
-    return topcut.ranked_prefix(seg_scores, where, where.measure(view.lengths, view.tokens),
-                                guess)
-
-
-def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: Budget | None,
-                       info: dict[str, Any], threshold: float | None = None) -> Ranking:
-    """Segments ranked by the mean score of their sentences; without a budget, those whose mean
-    is above `threshold` (a method without a threshold needs a budget)."""
-    if view.context == "document":
-        pooled = DocumentPooling(sentence_scores, view.doc_offsets)
-        info["context"] = {"name": "document", **pooled.pooling.to_json()}
-        if budget is not None and small_budget(view, budget):
-            # the pooled scores stream into the cut: nothing more per sentence is held
-            return Ranking.of(cut_of_parts(view, pooled.parts(), budget_cut(view, budget)), info)
-        sentence_scores = pooled.all()
-    seg_scores = scoring.segment_mean(sentence_scores, view.lengths)
-    if budget is not None:
-        return take(view, budget_order(view, seg_scores, budget), seg_scores, budget, info)
-    if threshold is None:
-        raise InputError("this method needs a budget", param="budget")
-    # only the segments above the threshold are ranked (ascending ids, so ties keep the order
-    # of a ranking of every segment)
-    above = np.flatnonzero(seg_scores > threshold)
-    return take(view, above[scoring.rank(seg_scores[above])], seg_scores, None, info)
-
-
-# ----------------------------------------------------------------------------- parameters
-
-
-def param(default: Any, help: str, *, choices: Sequence[str] | Callable[[], Sequence[str]] | None
-          = None, minimum: float | None = None, maximum: float | None = None,
-          short: str | None = None, requires: tuple[str, Any] | None = None) -> Any:
-    """A method parameter: a dataclass field whose metadata drives validation and the CLI option.
-
-    Args:
-        default: The default value (its field's type annotation gives the type).
-        help: One sentence for `--help` and the API docs; name other parameters in backticks.
-        choices: The allowed values (or a function returning them, for lists known only once
-            every method is registered). A `Literal[...]` annotation gives them too.
-        minimum: The smallest allowed number.
-        maximum: The largest allowed number.
-        short: A one-letter CLI alias such as "-k".
-        requires: (other parameter, value): the parameter only applies when the other one has
-            that value; giving it explicitly otherwise is an error.
-
-    Returns:
-        A `dataclasses.field`.
-    """
-    return field(default=default, metadata={"help": help, "choices": choices, "minimum": minimum,
-                                            "maximum": maximum, "short": short,
-                                            "requires": requires})
-
-
-@dataclass(frozen=True)
-class Params:
-    """Base of every method's parameters. Subclasses are frozen dataclasses of `param` fields;
-    creating one checks every value (type, choices, minimum) and then `validate`.
-
-    Raises:
-        InputError: naming the parameter (`param=`) whose value cannot work.
-    """
-
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = _checked(f.name, getattr(self, f.name), hints[f.name])
-            object.__setattr__(self, f.name, value)
-            choices = param_choices(f, hints[f.name])
-            if choices is not None and value is not None and value not in choices:
-                raise InputError(f"{value!r} is not one of {', '.join(map(str, choices))}",
-                                 param=f.name)
-            minimum = f.metadata.get("minimum")
-            if minimum is not None and value is not None and value < minimum:
-                raise InputError(f"must be at least {minimum:g}, got {value!r}", param=f.name)
-            maximum = f.metadata.get("maximum")
-            if maximum is not None and value is not None and value > maximum:
-                raise InputError(f"must be at most {maximum:g}, got {value!r}", param=f.name)
-        self.validate()
-
-    def validate(self) -> None:
-        """Checks that involve several fields or parsing (override; raise InputError)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def param_choices(f: dataclasses.Field, hint: Any) -> tuple[Any, ...] | None:
-    """The allowed values of a parameter field, if it has a fixed set."""
-    choices = f.metadata.get("choices")
-    if callable(choices):
-        choices = choices()
-    if choices is not None:
-        return tuple(choices)
-    if typing.get_origin(hint) is Literal:
-        return typing.get_args(hint)
-    return None
-
-
-def param_type(hint: Any) -> tuple[type, bool]:
-    """(int, float, str or bool; whether None is allowed) of a field's annotation."""
-    optional = False
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        optional = len(args) < len(typing.get_args(hint))
-        hint = args[0]
-    if typing.get_origin(hint) is Literal:
-        return type(typing.get_args(hint)[0]), optional
-    return hint, optional
-
-
-def _checked(name: str, value: Any, hint: Any) -> Any:
-    kind, optional = param_type(hint)
-    if value is None:
-        if optional:
-            return None
-        raise InputError("needs a value", param=name)
-    if kind is bool:
-        if isinstance(value, (bool, np.bool_)):
-            return bool(value)
-    elif kind is int:
-        if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
-            return int(value)
-    elif kind is float:
-        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
-            value = float(value)
-            if np.isfinite(value):
-                return value
-            raise InputError(f"must be a finite number, got {value!r}", param=name)
-    elif kind is str:
-        if isinstance(value, str):
-            return value
-    else:
-        return value
-    raise InputError(f"must be {'an integer' if kind is int else 'a ' + kind.__name__}, got "
-                     f"{value!r}", param=name)
-
-
-@dataclass(frozen=True)
-class NoParams(Params):
-    """A method without parameters of its own."""
-
-
-@dataclass(frozen=True)
-class ScanParams(Params):
-    """Parameters of a `SentenceScored` method whose scorer can run on an index's int8 codes
-    (its `scorer` returns an object with `for_codes`, such as `scoring.Linear`)."""
-
-    scan: Literal["exact", "codes"] = param(
-        "exact", "exact: score every stored embedding; codes: score every row on the index's "
-                 "int8 codes (an index built or reindexed with `codes` int8; a method that "
-                 "fits a classifier fits on them too), then rescore the best `rescore` x "
-                 "budget exactly.")
-    rescore: float = param(4.0, "With `scan` codes: how many times the budget is rescored from "
-                                "the stored embeddings (the best segments by their code "
-                                "scores, or sentences where a fit ranks every row).",
-                           minimum=1.0, maximum=1e6, requires=("scan", "codes"))
-
-
-def scans_codes(params: Params) -> bool:
-    """Whether a method's parameters ask it to scan the int8 codes (`ScanParams`)."""
-    return getattr(params, "scan", "exact") == "codes"
 
 
 def code_scale(index: "Index") -> np.ndarray:
@@ -439,116 +107,6 @@ def scan_rows(ctx: "Context", params: Params) -> Callable[[Scorer], np.ndarray]:
         return ctx.index.score_rows
     scale = code_scale(ctx.index)
     return lambda scorer: ctx.index.score_codes(scorer.for_codes(scale))
-
-
-# ----------------------------------------------------------------------------- context
-
-
-class Memo:
-    """Intermediate scores several methods of one task share (Moore-Lewis scores, fused scores
-    per budget), each computed once. `reused_seconds` adds up what the values taken from here
-    cost when they were computed, so a method's time can be reported as if it ran alone."""
-
-    def __init__(self) -> None:
-        self._values: dict[Any, tuple[Any, float]] = {}
-        self.reused_seconds = 0.0
-
-    def __contains__(self, key: Any) -> bool:
-        return key in self._values
-
-    def get(self, key: Any, compute: Callable[[], Any]) -> Any:
-        if key in self._values:
-            value, seconds = self._values[key]
-            self.reused_seconds += seconds
-            return value
-        t0, before = time.perf_counter(), self.reused_seconds
-        value = compute()
-        cost = time.perf_counter() - t0 + (self.reused_seconds - before)
-        self._values[key] = (value, cost)
-        return value
-
-
-class CorpusCache:
-    """Per-index data that selections reuse: segment views, the stored texts (for benchmarks
-    that need them), and the vocabulary state of Moore-Lewis.
-
-    Moore-Lewis's vocabulary is the corpus's words plus the task's, so a selection never depends
-    on the ones before it. `share_vocabulary=True` lets the vocabulary grow across tasks instead
-    (the words of earlier tasks count too): the published `tapt bench recall` numbers were made
-    that way, and the benchmark keeps it.
-    """
-
-    def __init__(self, index: "Index", share_vocabulary: bool = False) -> None:
-        self.index = index
-        self.share_vocabulary = share_vocabulary
-        self._views: dict[tuple[int | None, str], SegmentView] = {}
-        self._texts: list[str] | None = None
-        self.extra_words = np.empty(0, dtype=np.uint64)  # earlier tasks' words outside the corpus
-
-    def view(self, size: int | None, context: str = "sentence") -> SegmentView:
-        if (size, context) not in self._views:
-            self._views[size, context] = SegmentView.of(self.index, size, context)
-        return self._views[size, context]
-
-    def texts(self) -> list[str]:
-        if self._texts is None:
-            self._texts = self.index.store.texts(range(self.index.n_sentences))
-        return self._texts
-
-
-@dataclass
-class Context:
-    """Everything a method ranks with.
-
-    Attributes:
-        index: The open index.
-        view: Its segments at the selection's segment size.
-        budget: The parsed budget, or None.
-        seed: Seed of every random choice of the selection.
-        task: The task's L2-normalised embeddings (None when the method needs none).
-        texts: The task's sentences (None when the task was given as embeddings).
-        corpus: Per-index caches shared between selections.
-        memo: Per-task intermediate scores shared between the methods of one task.
-        encoder: The index's model, when the task was embedded here (None when the task came
-            as embeddings); for methods that embed or fine-tune.
-        progress: Whether long steps may show progress bars.
-    """
-
-    index: "Index"
-    view: SegmentView
-    budget: Budget | None
-    seed: int = 0
-    task: np.ndarray | None = None
-    texts: list[str] | None = None
-    corpus: CorpusCache | None = None
-    memo: Memo = field(default_factory=Memo)
-    encoder: Any = None
-    progress: bool = False
-
-    def __post_init__(self) -> None:
-        if self.corpus is None:
-            self.corpus = CorpusCache(self.index)
-
-    def need_task(self, method: str) -> np.ndarray:
-        if self.task is None or len(self.task) == 0:
-            raise InputError(f"{method} needs task sentences", param="task")
-        return self.task
-
-    def need_texts(self, method: str) -> list[str]:
-        if not self.texts:
-            raise InputError(f"{method} needs the task's text (give the task as files or as a "
-                             "list of strings, not as embeddings)", param="task")
-        return self.texts
-
-    @property
-    def n_positive(self) -> int | None:
-        """The budget in sentences, when it is given in sentences (what self-training aims at)."""
-        if self.budget is not None and self.budget.unit == "sentences":
-            return int(self.budget.value)
-        return None
-
-
-# ----------------------------------------------------------------------------- methods
 
 
 class Method:
@@ -775,9 +333,9 @@ class SentenceScored(Method):
         the whole-array path, bit for bit. An index with a `top_cut` (a served index) makes
         the cut itself, as its `score_rows` scores rows."""
         view = ctx.view
-        top_cut = getattr(ctx.index, "top_cut", None)
-        if top_cut is not None:          # a served index: its actors cut their own rows
-            return top_cut(scorer, view, cut, on)
+        served = own_cuts(ctx.index)
+        if served is not None:           # a served index: its actors cut their own rows
+            return served.top_cut(scorer, view, cut, on)
         measure = cut.measure(view.lengths, view.tokens)
         rows = ctx.index.codes if on == "codes" else ctx.index.embeddings
         kept, pieces = topcut.scan_cut(rows, scorer, view.offsets, 0, measure, cut,
@@ -864,7 +422,7 @@ class SentenceScored(Method):
         """With a fitted row scorer, at sentence context, and at most `STREAM_SHARE` of the
         segments: a streamed cut of `count` segments (`budget_candidates`; no score per
         sentence kept), the same segments as `full_ranking`'s prefix."""
-        if ctx.view.context != "sentence" or count > STREAM_SHARE * len(ctx.view):
+        if ctx.view.context != "sentence" or count > segments.STREAM_SHARE * len(ctx.view):
             return super().top_segments(ctx, params, count)
         fitted = self.row_scorer(ctx, params)
         parts = self.score_parts(ctx, params) if fitted is None else None

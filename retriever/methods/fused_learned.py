@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..few_seeds import LexicalConfig, PoolText
-from ..task_scorers import TaskData, learned_fusion
+from .learned_scorers import TaskData, learned_fusion
 from .base import Params, SentenceScored, param
 from .registry import register
 
@@ -25,13 +25,23 @@ class FusedLearnedParams(Params):
         LexicalConfig(fraction=self.expand)
 
 
-def task_data(ctx, params, name: str) -> TaskData:
-    """The task of a selection, on the index's stored lexical ids (for the n-gram models)."""
+def task_data(ctx, params, name: str, expand: float = 0.5) -> TaskData:
+    """The task of a selection, on the index's stored lexical ids (for the n-gram models).
+
+    Args:
+        ctx: The selection's context.
+        params: The method's parameters (`rounds`).
+        name: The method, for its errors.
+        expand: Share of the budget's top classifier rows added to the task for Moore-Lewis.
+
+    Returns:
+        The task data the learned scorers are fitted on.
+    """
     texts = ctx.need_texts(name)
     task = ctx.need_task(name)
     return TaskData(ctx.index, PoolText.of_index(ctx.index), task, list(texts), ctx.n_positive,
                     seed=ctx.seed, rounds=params.rounds,
-                    lexical=LexicalConfig(fraction=getattr(params, "expand", 0.5)))
+                    lexical=LexicalConfig(fraction=expand))
 
 
 @register
@@ -55,7 +65,7 @@ class FusedLearned(SentenceScored):
     Params = FusedLearnedParams
 
     def sentence_scores(self, ctx, params):
-        data = task_data(ctx, params, self.name)
+        data = task_data(ctx, params, self.name, params.expand)
 
         def compute():
             got = learned_fusion(data, folds=params.folds, sample=params.sample)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..index_protocol import own_cuts
 from ..ngram_lm import HashedLMs, general_sample_size, moore_lewis_lexicon
 from .base import Context, ScoreParts, SentenceScored
 from .registry import register
@@ -39,9 +40,9 @@ def lexical_parts(ctx: Context, method: str, info: dict) -> ScoreParts:
                        extra_words=corpus.extra_words if corpus.share_vocabulary else None)
     if corpus.share_vocabulary:
         corpus.extra_words = models.new
-    lexicon_cut = getattr(ctx.index, "lexicon_cut", None)
-    if lexicon_cut is not None:
-        return ScoreParts((), 0, info, cut=lambda view, cut: lexicon_cut(models, view, cut))
+    served = own_cuts(ctx.index)
+    if served is not None:
+        return ScoreParts((), 0, info, cut=lambda view, cut: served.lexicon_cut(models, view, cut))
     return ScoreParts(models.parts(), models.part_count(), info)
 
 

@@ -1,7 +1,8 @@
 """The registry of selection methods: `register` once, look up by name, list in order.
 
-Every module of this package other than `base` and `registry` holds one method and is imported
-the first time the registry is asked for anything, so adding a method is adding one file.
+Every module of this package other than the infrastructure (`base`, `params`, `segments`,
+`ranking_context` and `registry`) holds one method and is imported the first time the registry
+is asked for anything, so adding a method is adding one file.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ RESERVED = ("method", "idx", "index", "task", "text_field", "budget", "out", "ov
             "progress", "encoder", "params")
 
 _REGISTRY: dict[str, Method] = {}
-_INFRASTRUCTURE = {"base", "registry"}
+_INFRASTRUCTURE = {"base", "params", "segments", "ranking_context", "registry",
+                   "learned_scorers"}
 _loaded = False
 
 M = TypeVar("M", bound=type)

@@ -20,10 +20,13 @@ import numpy as np
 from tapt.errors import InputError
 from tapt.indexer.index import Index
 
-from .budget import parse_budget
-from .few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
-from .fusion import (FoldFit, FusionWeights, HeldoutFeatures, cross_fitted_features, fuse,
-                     weights_from)
+from ..budget import parse_budget
+from ..few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
+from ..fusion import (FoldFit, FusionWeights, HeldoutFeatures, cross_fitted_features, fuse,
+                      weights_from)
+from .ranking_context import Context
+from .registry import get_method
+from .segments import SegmentView
 
 SCORERS = ("classifier", "moore-lewis", "moore-lewis-plain", "density", "distance", "centroid")
 FUSION_INPUTS = ("classifier", "moore-lewis", "density")
@@ -59,7 +62,6 @@ class Fitted:
 
 def _embedding_fit(name: str, data: TaskData, train: np.ndarray, heldout: bool) -> Fitted:
     """The registered method's embedding scorer (`Method.scorer`), fitted on `train`."""
-    from .methods import Context, SegmentView, get_method
 
     method = get_method(name)
     params = method.make_params({k: v for k, v in (("m", data.m), ("rounds", data.rounds))

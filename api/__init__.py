@@ -1,0 +1,44 @@
+"""tapt's Python API: index a corpus once, select training data for a task in seconds, train.
+
+Example (the README's; `tests/test_api.py` runs the README's copy and checks that this one is
+the same):
+
+    import tapt
+
+    ix = tapt.Index.open("idx")                       # built once: tapt.Index.build(...)
+    sel = ix.select("fused", task=["Fever and a persistent cough.",
+                                   "Reduced blood flow to the kidneys.",
+                                   "A rash on both arms."], budget="500sent")
+    print(sel.to_pandas().head())                     # text, weight, score, tapt_..., corpus fields
+    sel.write("sel.jsonl")                            # the selection file `tapt train` reads
+    sel.export("train.parquet")                       # or hf / jsonl / txt, for any trainer
+    tapt.train("sel.jsonl", "model-fused", steps=1000)  # continued MLM pretraining: use a GPU
+
+Everything the command line does is here, and the command line does it by calling this module:
+`Index.build/open/add/verify/repair/upgrade/reindex/info/recall/select`, `Index.rank_detectors/
+cluster_purity/plot_domains`, `Selection` (to pandas, Arrow, a Hugging Face dataset, files),
+`serve`, `evaluate`, `export`, `train`, `evaluate_mlm` and `bench_recall`, with the command
+line's options and defaults; every call that takes a task or text reads it by one rule
+(`retriever.task_input.task_form`). Errors are `tapt.errors.TaptError` subclasses that name the
+parameter at fault (`err.param`). Nothing here imports torch, FAISS or transformers until a call
+needs them.
+"""
+
+from __future__ import annotations
+
+from tapt.retriever.selection import Selection
+
+from .arguments import PathLike, Task
+from .index import Index
+from .options import (CONTEXTS, MLM_EVAL_BATCH, default_memory, describe_methods,
+                      executor_names, input_formats, method_names, method_params, method_specs,
+                      parse_memory)
+from .selections import bench_recall, evaluate, export
+from .served import ServedIndex, answer_line, answer_request, serve
+from .training import evaluate_mlm, train
+
+__all__ = ["Index", "ServedIndex", "Selection", "serve", "answer_request", "answer_line",
+           "train", "evaluate_mlm", "evaluate", "export", "bench_recall", "method_names",
+           "describe_methods", "method_specs", "method_params", "default_memory",
+           "parse_memory", "executor_names", "input_formats", "CONTEXTS", "MLM_EVAL_BATCH",
+           "PathLike", "Task"]

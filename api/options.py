@@ -1,0 +1,134 @@
+"""The selection methods and the option metadata the command line builds its options from, so
+that its choices and defaults are the library's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tapt.retriever.context import CONTEXTS  # noqa: F401 - "sentence", "document"
+from tapt.trainer.config import MLM_EVAL_BATCH  # noqa: F401 - masked-LM loss batch
+
+
+def method_specs() -> list[Any]:
+    """The registered selection methods' specifications, in listing order (what the command
+    line builds `tapt select NAME` from: `name`, `summary`, `help`, `budget`, `Params`, ...).
+
+    Returns:
+        The method objects.
+    """
+    from tapt.retriever.methods import methods
+
+    return list(methods())
+
+
+def method_names() -> tuple[str, ...]:
+    """The selection methods `Index.select` accepts, in listing order.
+
+    Returns:
+        The method names.
+
+    Examples:
+        >>> names = tapt.method_names()
+        >>> names[:3], "fused" in names
+        (('centroid', 'knn', 'iforest'), True)
+    """
+    from tapt.retriever.methods import method_names as names
+
+    return names()
+
+
+def describe_methods() -> list[dict[str, Any]]:
+    """Every selection method and its parameters.
+
+    Returns:
+        One dict per method, in listing order: `name`, `summary`, `budget` ("required",
+            "optional" or "none"), `needs_text`, `needs_embeddings`, and `params` (each
+            parameter's default by name).
+    """
+    import dataclasses
+
+    from tapt.retriever.methods import methods
+
+    return [{"name": m.name, "summary": m.summary, "budget": m.budget,
+             "needs_text": m.needs_text, "needs_embeddings": m.needs_embeddings,
+             "params": {f.name: f.default for f in dataclasses.fields(m.Params)}}
+            for m in methods()]
+
+
+def default_memory() -> str:
+    """The default RAM budget of a FAISS index (`memory`).
+
+    Returns:
+        The size, e.g. "8G".
+    """
+    from tapt.indexer.index_choice import DEFAULT_MEMORY
+
+    return DEFAULT_MEMORY
+
+
+def parse_memory(value: str | int) -> int:
+    """A size like 8G, 512M or 1.5G in bytes, as `memory` takes it.
+
+    Args:
+        value: The size.
+
+    Returns:
+        Bytes.
+
+    Raises:
+        InputError: not a size.
+    """
+    from tapt.indexer.index_choice import parse_memory as parse
+
+    return parse(value)
+
+
+def executor_names() -> list[str]:
+    """The executors a build or add can run on (`executor`).
+
+    Returns:
+        Their names.
+    """
+    from tapt.indexer.executors import executor_names as names
+
+    return list(names())
+
+
+def input_formats() -> list[str]:
+    """The corpus formats files can be forced to (`input_format`).
+
+    Returns:
+        Their names.
+    """
+    from tapt.indexer import formats
+
+    return list(formats.names())
+
+
+def method_params(method: Any) -> list[dict[str, Any]]:
+    """The parameters of a selection method, as options are made from them.
+
+    Args:
+        method: A method name or specification (`method_specs()`).
+
+    Returns:
+        One dict per parameter, in order: name, kind (int, float, str or bool), default,
+            choices (None when free), minimum, maximum, help and short (a one-letter flag
+            or None).
+    """
+    import dataclasses
+    import typing
+
+    from tapt.retriever.methods import get_method
+    from tapt.retriever.methods.params import param_choices, param_type
+
+    spec = get_method(method) if isinstance(method, str) else method
+    hints = typing.get_type_hints(spec.Params)
+    out = []
+    for field in dataclasses.fields(spec.Params):
+        meta = field.metadata
+        out.append({"name": field.name, "kind": param_type(hints[field.name])[0],
+                    "default": field.default, "choices": param_choices(field, hints[field.name]),
+                    "minimum": meta.get("minimum"), "maximum": meta.get("maximum"),
+                    "help": meta["help"], "short": meta.get("short")})
+    return out

@@ -1,0 +1,101 @@
+"""Scoring, exporting and benchmarking selections: `tapt.evaluate`, `tapt.export` and
+`tapt.bench_recall` (`tapt eval`, `tapt export`, `tapt bench recall`)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Sequence
+
+from tapt.retriever.selection import Selection
+
+from .arguments import PathLike
+
+if TYPE_CHECKING:
+    from .index import Index
+
+
+def evaluate(selections: PathLike | Sequence[PathLike], index: PathLike | Index, *, label: str,
+             label_field: str = "domain") -> list[dict[str, Any]]:
+    """Precision, recall and F1 of selections against an index's oracle labels, in sentences
+    (`tapt eval`).
+
+    Args:
+        selections: Selection files made from `index`.
+        index: The index (or its directory) the selections were made from.
+        label: The label that counts as relevant (the task's).
+        label_field: The metadata field holding the oracle label.
+
+    Returns:
+        One row per selection: selection, method, segments, selected, precision, recall, f1,
+            seconds.
+    """
+    from tapt.retriever.evaluate import evaluate_selections
+
+    paths = [selections] if isinstance(selections, (str, os.PathLike)) else list(selections)
+    return evaluate_selections([os.fspath(p) for p in paths], index, label_field, label)
+
+
+def export(selection: PathLike | Selection, out: PathLike | Any, format: str | None = None, *,
+           overwrite: bool = False) -> dict[str, Any]:
+    """Write a selection as training data (`tapt export`): one example per segment.
+
+    Args:
+        selection: A selection file, or a `Selection`.
+        out: The file (a folder for hf) to write, or a text stream (jsonl or txt lines).
+        format: jsonl, parquet, hf or txt (default: from `out`'s suffix; jsonl for a stream).
+        overwrite: Replace an export tapt wrote at `out` that may have changed since.
+
+    Returns:
+        format, segments and sentences written.
+    """
+    from tapt.retriever.selection import export_format
+
+    sel = selection if isinstance(selection, Selection) else Selection.read(selection)
+    if hasattr(out, "write"):
+        fmt = format or "jsonl"
+        out.writelines(sel.lines(fmt))
+    else:
+        fmt = export_format(out, format)
+        sel.export(out, fmt, overwrite=overwrite)
+    return {"format": fmt, "segments": len(sel),
+            "sentences": int(sum(len(s) for s in sel.sentences))}
+
+
+def bench_recall(out: PathLike, *, seeds: PathLike, pool: PathLike | None = None,
+                 index: PathLike | None = None, methods: Sequence[str] = ("all",),
+                 seed_sizes: Sequence[int] = (100, 500, 2000), budgets: str = "oracle,0.5x,2x",
+                 repeats: int = 3, segment_sizes: Sequence[int] = (1, 15),
+                 domains: Sequence[str] | None = None, contexts: Sequence[str] = ("sentence",),
+                 label_field: str = "domain", cache: PathLike = ".cache/bench",
+                 progress: bool = True) -> dict[str, Any]:
+    """Precision, recall and F1 of selection methods against oracle selections, DSIR beside
+    them (`tapt bench recall`); writes recall.json, recall.md and pr-<domain>.png into `out`.
+
+    Args:
+        out: The results directory (new, empty, or an earlier results directory).
+        seeds: Directory of <domain>.jsonl.gz seed files.
+        pool: Labelled pool JSONL(.gz): text, domain, doc, pos (indexed if no `index`).
+        index: An index of the pool (built without splitting) to reuse.
+        methods: Method or variant names, or "all".
+        seed_sizes: Seed subset sizes.
+        budgets: Multiples of the oracle's size in sentences ("oracle,0.5x,2x").
+        repeats: Seed subsets per seed size smaller than the seed file.
+        segment_sizes: Segment sizes for methods that score sentences.
+        domains: Only these domains (default: all).
+        contexts: "sentence" and/or "document" cuts of sentence-scoring methods.
+        label_field: The metadata field holding the domain.
+        cache: Where seed embeddings, DSIR features and a built index are kept.
+        progress: Show progress bars.
+
+    Returns:
+        The report: results, aggregate, seconds.
+    """
+    from pathlib import Path
+
+    from tapt.retriever.bench.run import bench_recall as run_bench
+
+    return run_bench(Path(pool) if pool else None, Path(seeds), Path(index) if index else None,
+                     list(methods), list(seed_sizes), budgets, repeats, list(segment_sizes),
+                     Path(out), Path(cache), label_field=label_field,
+                     domains=list(domains) if domains else None, progress=progress,
+                     contexts=tuple(contexts))

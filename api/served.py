@@ -1,0 +1,307 @@
+"""`tapt.serve`: an index whose shards Ray actors hold, and the requests `tapt index serve`
+answers."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from tapt.errors import InputError
+
+from .arguments import PathLike
+from .index import Index
+
+log = logging.getLogger(__name__)
+
+
+class ServedIndex(Index):
+    """An index whose shards Ray actors hold in memory, for many selections (`serve`).
+
+    `select` takes the arguments of `Index.select` and returns the same selection: sentence
+    scores and FAISS searches are computed by the actors, one per shard or group of shards
+    (see `tapt.retriever.serve`), the rest here. Close it (or use it in a `with` block) to stop
+    the actors.
+
+    Args:
+        path: The index directory (on a file system every node of the cluster sees).
+        address: The Ray cluster, as for `serve`.
+        actors: How many actors (default: one per shard).
+        cpus_per_actor: CPUs Ray reserves for each actor.
+        grid: Rows per block of the scoring grid (default 65,536; smaller values spread a
+            small index over the actors, with scores equal only to the last bit or so).
+        hold: What the actors hold in RAM: "rows" (the float16 embeddings) or "codes" (the
+            int8 codes, half the bytes: for `scan` codes (centroid, distance, density,
+            classifier, fused); other scans read the embeddings from disk or the page cache).
+    """
+
+    def __init__(self, path: PathLike, *, address: str | None = None,
+                 actors: int | None = None, cpus_per_actor: float = 1.0,
+                 grid: int | None = None, hold: str = "rows") -> None:
+        super().__init__(path)
+        self._serve_options = {"address": address, "actors": actors,
+                               "cpus_per_actor": cpus_per_actor, "grid": grid, "hold": hold}
+        self.servers = self._start(**self._serve_options)
+
+    def _start(self, address, actors, cpus_per_actor, grid, hold):
+        from tapt.retriever.serve import GRID, ShardServers
+
+        servers = ShardServers(self, address, actors, cpus_per_actor, grid or GRID,
+                               hold=hold)
+        self.__dict__["faiss"] = servers.faiss(self)
+        return servers
+
+    def top_cut(self, scorer, view, cut, on: str = "rows"):
+        """A budget's cut of the segments ranked by a row scorer's mean sentence scores, made
+        by the actors (`ShardServers.top`): what `SentenceScored.budget_candidates` computes in
+        one process, for every method that streams a cut, nested ones (iforest's pre-ranking)
+        included."""
+        return self.servers.top(scorer, view, cut, on)
+
+    def score_rows(self, scorer):
+        """`Index.score_rows`, each actor scoring the rows it holds."""
+        return self.servers.scores(scorer, self.n_sentences)
+
+    def score_codes(self, scorer):
+        """`Index.score_codes`, each actor scoring the codes of the rows it holds."""
+        if self.codes is None:
+            return super().score_codes(scorer)      # the error
+        return self.servers.scores(scorer, self.n_sentences, on="codes")
+
+    def lexicon_scores(self, score_shard):
+        """`Index.lexicon_scores`, each actor scoring its own shards."""
+        return self.servers.lexicon_scores(score_shard, self.n_sentences)
+
+    def lexicon_cut(self, models, view, cut):
+        """A budget's cut of the segments ranked by the mean of a Moore-Lewis model pair's
+        scores (`ngram_lm.HashedLMs`), made by the actors from their shards' lexical ids
+        (`ShardServers.lexicon_top`): no score per sentence is gathered."""
+        return self.servers.lexicon_top(models, self, view, cut)
+
+    def _reopen(self) -> None:
+        """After `add`, `repair` or `reindex`: the actors are restarted on the new generation."""
+        super()._reopen()
+        options = self._serve_options
+        self.servers.close()
+        self.servers = self._start(**options)
+
+    def close(self) -> None:
+        """Stop the actors (and the local Ray cluster this object started, if any)."""
+        self.servers.close()
+
+    def __enter__(self) -> "ServedIndex":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<tapt.ServedIndex {self.path}: {self.n_sentences:,} sentences in "
+                f"{len(self.shards)} shard(s) on {len(self.servers.actors)} Ray actor(s)>")
+
+
+def serve(path: PathLike, *, address: str | None = None, actors: int | None = None,
+          cpus_per_actor: float = 1.0, hold: str = "rows") -> ServedIndex:
+    """Load an index's shards into Ray actors and return a handle that selects from them
+    (`tapt index serve`). Needs Ray (`pip install 'tapt[ray]'`).
+
+    Args:
+        path: The index directory (on a file system every node of the cluster sees).
+        address: The Ray cluster: "auto", "HOST:PORT" (default: the one this process is
+            connected to, else RAY_ADDRESS, else a local cluster started here).
+        actors: How many actors, each holding consecutive shards (default: one per shard).
+        cpus_per_actor: CPUs Ray reserves for each actor.
+        hold: What the actors hold in RAM: "rows" (float16 embeddings) or "codes" (int8
+            codes, half the RAM; see `ServedIndex`).
+
+    Returns:
+        A `ServedIndex`: `.select(method, task, budget, **params)` as `Index.select`,
+            `.close()` when done.
+
+    Raises:
+        InputError: Ray is not installed, or a setting cannot work.
+        IndexFormatError: the index is damaged, or the actors see another generation of it.
+
+    Examples:
+        >>> with tapt.serve(idx, actors=1) as served:        # doctest: +SKIP
+        ...     sel = served.select("centroid", task=["A rash on both arms."], budget="50sent")
+    """
+    return ServedIndex(path, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
+                       hold=hold)
+
+
+REQUEST_KEYS = ("id", "method", "task", "budget", "params", "segment_size", "seed", "out",
+                "overwrite")
+REQUEST_DEPTH = 64      # nesting of a request's arrays and objects
+STDOUT = "-"            # "out": the selection's lines in the answer, as `tapt select --out -`
+
+
+def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, Any]:
+    """Answer one selection request (`tapt index serve` reads them line by line).
+
+    Args:
+        served: The index (a `ServedIndex`, or any `Index`).
+        request: A JSON object (or its text) with `method`, `task` (a task file's path, a list
+            of paths under "files", or a list of sentences), `budget`, and optionally `params`
+            (the method's parameters), `segment_size`, `seed`, `out` (write the selection file
+            there; "-": return its lines in the answer, as `tapt select --out -` writes them
+            to standard output), `overwrite` and `id` (a string, a number or null, echoed).
+            A number that is not finite (NaN, an infinity, `1e999`) anywhere in it is refused:
+            JSON has no spelling for one.
+
+    Returns:
+        {"id", "method", "segments", "sentences", "ids" (segment ids in rank order), "out",
+        "seconds"} (with "out" "-" also "selection": the selection file's lines, one object
+        each), or {"id", "error"} when the request cannot be answered; always an object that
+        `answer_line` writes as strict JSON.
+    """
+    answer = _answer_request(served, request)
+    try:
+        _strict_json(answer)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return _unwritable(answer, exc)
+    return answer
+
+
+def answer_line(answer: dict[str, Any]) -> str:
+    """An answer of `answer_request` as one line of strict JSON (no NaN or infinity, which
+    JSON has no spelling for; `tapt index serve` writes its answers so). An answer that cannot
+    be written so becomes an error answer.
+
+    Args:
+        answer: What `answer_request` returned.
+
+    Returns:
+        The JSON text, without a line end.
+    """
+    try:
+        return _strict_json(answer)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return _strict_json(_unwritable(answer, exc))
+
+
+def _strict_json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, allow_nan=False)
+
+
+def _unwritable(answer: Any, exc: BaseException) -> dict[str, Any]:
+    """The error answer in place of an answer that strict JSON cannot carry."""
+    rid = answer.get("id") if isinstance(answer, dict) else None
+    try:
+        _strict_json(rid)
+    except (TypeError, ValueError, RecursionError):
+        rid = None
+    return {"id": rid, "error": f"request: its answer cannot be written as JSON "
+                                f"({type(exc).__name__}: {exc})"}
+
+
+def _request_id(request: dict[str, Any]) -> Any:
+    """The request's `id`, which the answer echoes: a string, a finite number, or null."""
+    rid = request.get("id")
+    if rid is None or isinstance(rid, str):
+        return rid
+    if isinstance(rid, (int, np.integer)) and not isinstance(rid, bool):
+        return int(rid)
+    if isinstance(rid, (float, np.floating)) and np.isfinite(rid):
+        return float(rid)
+    raise InputError(f"must be a string, a finite number or null, not {_shown(rid)}", param="id")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, (float, np.floating)) else type(value).__name__
+    return {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}.get(text, text)
+
+
+def _refuse_non_finite(request: dict[str, Any]) -> None:
+    """Refuse a request nested deeper than REQUEST_DEPTH (a cycle too), or holding a number
+    that is not finite anywhere (its answer could echo it, and JSON has no spelling for it)."""
+    stack: list[tuple[Any, str, int]] = [(request, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > REQUEST_DEPTH:
+            raise InputError(f"nested more than {REQUEST_DEPTH} deep", param="request")
+        if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+            raise InputError(f"{_shown(value)} is not a finite number (JSON has none)",
+                             param=where or "request")
+        if isinstance(value, dict):
+            stack += [(v, f"{where}.{k}" if where else str(k), depth + 1)
+                      for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            stack += [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+
+
+def _answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, Any]:
+    """`answer_request` before its answer is checked to be strict JSON."""
+    import json
+    import time
+    from pathlib import Path
+
+    from tapt.errors import TaptError
+
+    start = time.perf_counter()
+    rid = None
+    try:
+        if isinstance(request, str):
+            try:
+                request = json.loads(request)
+            except ValueError as exc:
+                raise InputError(f"not a JSON object ({exc})", param="request") from None
+            except RecursionError:
+                raise InputError("not a JSON object (nested too deeply)",
+                                 param="request") from None
+        if not isinstance(request, dict):
+            raise InputError("a request is a JSON object", param="request")
+        rid = _request_id(request)
+        _refuse_non_finite(request)
+        unknown = sorted(set(request) - set(REQUEST_KEYS))
+        if unknown:
+            raise InputError(f"unknown key(s) {', '.join(unknown)}: a request has "
+                             f"{', '.join(REQUEST_KEYS)}", param="request")
+        if "method" not in request:
+            raise InputError("needs a method", param="method")
+        task = request.get("task")
+        if isinstance(task, str):
+            task = Path(task)
+        elif isinstance(task, dict):
+            files = task.get("files")
+            if set(task) != {"files"} or not isinstance(files, list) or not files or not all(
+                    isinstance(p, str) and p for p in files):
+                raise InputError('a task object is {"files": [paths, ...]}', param="task")
+            task = [Path(p) for p in files]
+        elif task is not None and not (isinstance(task, list) and task
+                                       and all(isinstance(t, str) for t in task)):
+            raise InputError("a task file's path, {\"files\": [paths]}, or a list of "
+                             "sentences", param="task")
+        params = request.get("params") or {}
+        if not isinstance(params, dict):
+            raise InputError("must be a JSON object of the method's parameters", param="params")
+        out = request.get("out")
+        if out is not None and not (isinstance(out, str) and out):
+            raise InputError("must be a path (a string)", param="out")
+        overwrite = request.get("overwrite", False)
+        if not isinstance(overwrite, bool):
+            raise InputError("must be true or false", param="overwrite")
+        selection = served.select(request["method"], task, request.get("budget"),
+                                  segment_size=request.get("segment_size"),
+                                  seed=request.get("seed", 0), **params)
+        lines = None
+        if out == STDOUT:
+            lines = [segment.to_dict() for segment in selection.segments]
+        elif out is not None:
+            out = str(selection.write(out, overwrite=overwrite))
+        answer = {"id": rid, "method": selection.method, "segments": len(selection),
+                  "sentences": selection.counts["sentences"],
+                  "ids": [int(i) for i in selection.ids], "out": out,
+                  "seconds": round(time.perf_counter() - start, 3)}
+        return answer if lines is None else {**answer, "selection": lines}
+    except TaptError as exc:
+        return {"id": rid, "error": str(exc)}
+    except OSError as exc:  # a task or output path the system refuses
+        return {"id": rid, "error": f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")}
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        # a value of a type no check above foresaw: this request fails, the server goes on
+        log.debug("request %r failed", rid, exc_info=True)
+        return {"id": rid, "error": f"request: cannot be answered ({type(exc).__name__}: {exc})"}
