@@ -39,7 +39,7 @@ docs-serve: setup
 demo: setup $(DEMO)/index/manifest.json
 	@for m in centroid knn iforest fused; do \
 	  $(TAPT) -q select $$m $(DEMO)/index --task data/sample/seeds/$(DOMAIN).jsonl.gz \
-	    --budget $$($(PY) -m tapt.retriever.oracle_count $(DEMO)/index domain $(DOMAIN))sent \
+	    --budget $$($(PY) -m tapt.retriever.evaluation.oracle_count $(DEMO)/index domain $(DOMAIN))sent \
 	    --out $(DEMO)/$$m.jsonl || exit 1; \
 	done
 	@echo

@@ -3,7 +3,7 @@
 The command line only: parsing, terminal output and turning every failure into one line,
 `Error: ...`, and a non-zero exit status. Every command calls the Python API (`tapt.api`, whose
 option metadata its options are built from) and nothing deeper: an import-linter contract in
-pyproject.toml and tests/test_api_parity.py keep it so.
+pyproject.toml and tests/api/test_api_parity.py keep it so.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from tapt import api
 from tapt.api import CONTEXTS
 from tapt.errors import Interrupted, TaptError
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+CLICK_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _STATE = {"verbose": 0}  # -v count of the running invocation, for tracebacks of internal errors
 # SIGTERM: `terminated` once one arrived; `stopping` once _Terminated was raised or the command's
 # outcome is decided (later signals only set `terminated`); `reported` once an Error line is out
@@ -273,7 +273,7 @@ def _quiet_broken_pipe() -> int:
     return 141  # 128 + SIGPIPE, as a shell reports a reader that went away
 
 
-@click.group("tapt", cls=TaptGroup, context_settings=CONTEXT)
+@click.group("tapt", cls=TaptGroup, context_settings=CLICK_SETTINGS)
 @click.version_option(package_name="tapt")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug and tracebacks).")
 @click.option("-q", "--quiet", is_flag=True, help="Warnings and errors only, no progress bars.")
@@ -299,7 +299,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
 # ----------------------------------------------------------------------------- index
 
 
-@cli.group(context_settings=CONTEXT)
+@cli.group(context_settings=CLICK_SETTINGS)
 def index() -> None:
     """Build and inspect corpus indexes."""
 
@@ -333,7 +333,7 @@ class _MemoryType(click.ParamType):
 
 
 def _faiss_options(func=None, *, keep: bool = False):
-    """--index, --memory and --opq: which FAISS index to build (see indexer/index_choice.py);
+    """--index, --memory and --opq: which FAISS index to build (see indexer/ann/index_choice.py);
     `keep` (reindex): --index keep, the index's current type, is the default."""
     DEFAULT_MEMORY = api.default_memory()
 
@@ -397,7 +397,7 @@ def _shard_options(func):
 
 
 def _input_options(add: bool = False):
-    """How corpus files are read (see indexer/formats): shared by `index build` and `index add`."""
+    """How corpus files are read (see indexer/reading/formats): shared by `index build` and `index add`."""
     index_default = " [default: the index's]"
     options = [
         click.option("--text-field", default=None if add else "text", show_default=not add,
@@ -444,7 +444,7 @@ def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...]) -> list[str]:
     return list(corpus)
 
 
-@index.command("build", context_settings=CONTEXT)
+@index.command("build", context_settings=CLICK_SETTINGS)
 @click.argument("corpus", nargs=-1)
 @click.option("--out", "-o", required=True, type=click.Path(), help="Index directory to create.")
 @click.option("--model", default=None, help="Sentence-transformers model directory or hub name "
@@ -558,7 +558,7 @@ def _faiss_summary(info: dict) -> str:
     return line
 
 
-@index.command("add", context_settings=CONTEXT)
+@index.command("add", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.argument("corpus", nargs=-1)
 @click.option("--model", default=None, help="The index's model directory, if it moved.")
@@ -622,7 +622,7 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
                f"now holds {manifest['counts']['sentences']:,} sentences")
 
 
-@index.command("info", context_settings=CONTEXT)
+@index.command("info", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest and sizes as JSON.")
 @_domain_errors
@@ -670,7 +670,7 @@ def index_info(idx, as_json) -> None:
     click.echo("\n".join(lines))
 
 
-@index.command("serve", context_settings=CONTEXT)
+@index.command("serve", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--ray-address", "address", default=None, metavar="auto|HOST:PORT",
               help="The Ray cluster [default: RAY_ADDRESS, else a local cluster on this "
@@ -757,7 +757,7 @@ def _stdout_for_answers():
             pass
 
 
-@index.command("verify", context_settings=CONTEXT)
+@index.command("verify", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--deep", is_flag=True, help="Also re-embed a sample of stored sentences.")
 @click.option("--sample", default=200, show_default=True, type=int,
@@ -794,7 +794,7 @@ def index_verify(ctx, idx, deep, sample, model, as_json) -> None:
         raise click.ClickException(f"{idx} failed {len(bad)} check(s): {', '.join(bad)}")
 
 
-@index.command("repair", context_settings=CONTEXT)
+@index.command("repair", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.pass_context
 @_domain_errors
@@ -809,7 +809,7 @@ def index_repair(ctx, idx) -> None:
     click.echo("; ".join(done) if done else f"{idx}: nothing to repair")
 
 
-@index.command("upgrade", context_settings=CONTEXT)
+@index.command("upgrade", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.pass_context
 @_domain_errors
@@ -836,7 +836,7 @@ def index_upgrade(ctx, idx) -> None:
                "one shard, text records with checksums, lexical ids stored)")
 
 
-@index.command("reindex", context_settings=CONTEXT)
+@index.command("reindex", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @_faiss_options(keep=True)
 @click.option("--codes", default="keep", show_default=True,
@@ -875,7 +875,7 @@ def _int_list(ctx, param, value):
     return out
 
 
-@index.command("recall", context_settings=CONTEXT)
+@index.command("recall", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--queries", default=1000, show_default=True, type=click.IntRange(min=1),
               help="Sampled corpus rows (moved off the corpus by noise) used as queries.")
@@ -1042,7 +1042,7 @@ def _select_command(method) -> click.Command:
                  == click.core.ParameterSource.COMMANDLINE}
         _run_select(ctx, method, values, given, **kw)
 
-    return TaptCommand(method.name, params=params, callback=callback, context_settings=CONTEXT,
+    return TaptCommand(method.name, params=params, callback=callback, context_settings=CLICK_SETTINGS,
                        help=f"{method.summary}\n\n{_flags_in_text(inspect.cleandoc(method.help))}",
                        short_help=method.summary)
 
@@ -1092,7 +1092,7 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
         f"{manifest['timings']['total_seconds']:.2f} s{extra} -> {out}", err=to_stderr)
 
 
-@cli.group(context_settings=CONTEXT)
+@cli.group(context_settings=CLICK_SETTINGS)
 def select() -> None:
     """Select task-like segments from an index (one command per method)."""
 
@@ -1108,7 +1108,7 @@ _add_select_commands()
 # ----------------------------------------------------------------------------- eval
 
 
-@cli.command("eval", context_settings=CONTEXT)
+@cli.command("eval", context_settings=CLICK_SETTINGS)
 @click.argument("selections", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--index", "idx", required=True, type=click.Path(exists=True, file_okay=False),
               help="The index the selections were made from.")
@@ -1140,7 +1140,7 @@ def evaluate(selections, idx, label_field, label, as_json) -> None:
                    f"{row['f1']:>6.3f} {row['seconds']:>7.2f}")
 
 
-@cli.command("export", context_settings=CONTEXT)
+@cli.command("export", context_settings=CLICK_SETTINGS)
 @click.argument("selection", type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "fmt", default=None, type=click.Choice(["jsonl", "parquet", "hf", "txt"]),
               help="jsonl, parquet, hf (a datasets save_to_disk folder) or txt (one segment per "
@@ -1182,7 +1182,7 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
 # --- trainer commands ---
 
 
-@cli.command("train", context_settings=CONTEXT)
+@cli.command("train", context_settings=CLICK_SETTINGS)
 @click.option("--model", default=None, help="Masked-LM model directory or hub name (BERT, RoBERTa, "
               "DistilBERT...) [default: the packaged all-MiniLM-L6-v2, MLM head newly initialised].")
 @click.option("--selection", "selections", required=True, multiple=True,
@@ -1279,7 +1279,7 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
                f"train loss {manifest['train_loss']:.4f}{tail} -> {out}")
 
 
-@cli.command("eval-mlm", context_settings=CONTEXT)
+@cli.command("eval-mlm", context_settings=CLICK_SETTINGS)
 @click.option("--model", default=None, help="Masked-LM model directory or hub name "
               "[default: the packaged all-MiniLM-L6-v2].")
 @click.option("--text", "texts", required=True, multiple=True, metavar="PATH",
@@ -1334,12 +1334,12 @@ def _ints(spec: str, option: str) -> list[int]:
         raise click.BadParameter(f"{spec!r}: use comma-separated integers", param_hint=option) from exc
 
 
-@cli.group(context_settings=CONTEXT)
+@cli.group(context_settings=CLICK_SETTINGS)
 def bench() -> None:
     """Benchmark selection methods against oracle labels."""
 
 
-@bench.command("recall", context_settings=CONTEXT)
+@bench.command("recall", context_settings=CLICK_SETTINGS)
 @click.option("--pool", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Labelled pool JSONL(.gz): text, domain, doc, pos (indexed if no --index).")
 @click.option("--seeds", "seeds_dir", required=True, type=click.Path(exists=True, file_okay=False),
@@ -1398,7 +1398,7 @@ def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, 
                f"{best['budget']}) -> {Path(out) / 'recall.md'}")
 
 
-@bench.command("clusters", context_settings=CONTEXT)
+@bench.command("clusters", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--k", "ks", default="5,10,15", show_default=True, help="Numbers of clusters.")
 @click.option("--label-field", default="domain", show_default=True)
@@ -1423,12 +1423,12 @@ def bench_clusters_command(idx, ks, label_field, sample, seed, as_json) -> None:
                    f"{row['labels']} labels)")
 
 
-@cli.group(context_settings=CONTEXT)
+@cli.group(context_settings=CLICK_SETTINGS)
 def detectors() -> None:
     """Novelty detectors for a task."""
 
 
-@detectors.command("rank", context_settings=CONTEXT)
+@detectors.command("rank", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @_TASK
 @click.option("--pca", default=0, show_default=True, type=click.IntRange(min=0),
@@ -1462,12 +1462,12 @@ def detectors_rank_command(idx, task, pca, seed, model, device, backend, text_fi
         click.echo(f"{row['name']:<12} {row['f1']:>6.3f} {row['auc']:>6.3f}")
 
 
-@cli.group(context_settings=CONTEXT)
+@cli.group(context_settings=CLICK_SETTINGS)
 def plot() -> None:
     """Pictures of an index."""
 
 
-@plot.command("domains", context_settings=CONTEXT)
+@plot.command("domains", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
               help="PNG to write (replaces only a plot tapt wrote, never another file).")

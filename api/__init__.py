@@ -1,6 +1,6 @@
 """tapt's Python API: index a corpus once, select training data for a task in seconds, train.
 
-Example (the README's; `tests/test_api.py` runs the README's copy and checks that this one is
+Example (the README's; `tests/api/test_api.py` runs the README's copy and checks that this one is
 the same):
 
     import tapt
@@ -19,14 +19,14 @@ Everything the command line does is here, and the command line does it by callin
 cluster_purity/plot_domains`, `Selection` (to pandas, Arrow, a Hugging Face dataset, files),
 `serve`, `evaluate`, `export`, `train`, `evaluate_mlm` and `bench_recall`, with the command
 line's options and defaults; every call that takes a task or text reads it by one rule
-(`retriever.task_input.task_form`). Errors are `tapt.errors.TaptError` subclasses that name the
+(`retriever.tasks.forms.task_form`). Errors are `tapt.errors.TaptError` subclasses that name the
 parameter at fault (`err.param`). Nothing here imports torch, FAISS or transformers until a call
 needs them.
 """
 
 from __future__ import annotations
 
-from tapt.retriever.selection import Selection
+from tapt.retriever.selections.selection import Selection
 
 from .arguments import PathLike, Task
 from .index import Index

@@ -89,10 +89,11 @@ class IndexBuilding:
             Interrupted: Ctrl-C; the embedded part is kept (`kept`, `work`) and the same call
                 resumes it.
         """
-        from tapt.indexer.build import BuildConfig, build_index, check_index_output, parse_count
-        from tapt.indexer.encoder import load_encoder
-        from tapt.indexer.executors import EncoderSpec
-        from tapt.indexer.index_choice import DEFAULT_MEMORY
+        from tapt.indexer.building.pipeline import (BuildConfig, build_index, check_index_output,
+                                                    parse_count)
+        from tapt.indexer.encoding.encoder import load_encoder
+        from tapt.indexer.building.executors import EncoderSpec
+        from tapt.indexer.ann.index_choice import DEFAULT_MEMORY
 
         inputs = _inputs(inputs, hf_datasets, hf_split)
         config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
@@ -166,7 +167,7 @@ class IndexBuilding:
             Interrupted: Ctrl-C; the embedded part is kept (`kept`, `work`) and the same call
                 resumes it.
         """
-        from tapt.indexer.add import add_to_index, check_add_inputs
+        from tapt.indexer.building.add import add_to_index, check_add_inputs
 
         inputs = _inputs(inputs, hf_datasets, hf_split)
         check_add_inputs(self.path, inputs)  # before the model is loaded
@@ -194,7 +195,7 @@ def _runner(executor: Any, progress: bool, **ray_options: Any) -> Iterator[Any]:
             raise InputError("only applies with `executor` ray", param=name)
         yield executor
         return
-    from tapt.indexer.executors import get_executor
+    from tapt.indexer.building.executors import get_executor
 
     runner = get_executor("ray", progress=progress,
                           **{name.removeprefix("ray_"): value for name, value in given.items()})
@@ -206,7 +207,7 @@ def _runner(executor: Any, progress: bool, **ray_options: Any) -> Iterator[Any]:
 
 def _inputs(inputs: Any, hf_datasets: Sequence[str], hf_split: str | None) -> list[Any]:
     """Corpus inputs as the reader takes them: paths and URLs, plus Hub dataset specs."""
-    from tapt.indexer.reader import HubDataset
+    from tapt.indexer.reading.reader import HubDataset
 
     items = [inputs] if isinstance(inputs, (str, os.PathLike, HubDataset)) else list(inputs or ())
     out = [i if isinstance(i, HubDataset) else os.fspath(i) for i in items]

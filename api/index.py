@@ -11,14 +11,14 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index as _IndexBase
-from tapt.retriever.selection import Selection
+from tapt.retriever.selections.selection import Selection
 
 from .arguments import PathLike, Task
 from .building import IndexBuilding
 
 if TYPE_CHECKING:
-    from tapt.indexer.verify import VerifyReport
-    from tapt.retriever.select import SelectConfig
+    from tapt.indexer.building.verify import VerifyReport
+    from tapt.retriever.selections.make import SelectConfig
 
 
 class Index(IndexBuilding, _IndexBase):
@@ -95,7 +95,7 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             The `VerifyReport`, as from `verify`.
         """
-        from tapt.indexer.verify import verify_index
+        from tapt.indexer.building.verify import verify_index
 
         return verify_index(path, deep=deep, sample=sample, model=model, progress=progress)
 
@@ -124,7 +124,7 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             What was rebuilt (empty when nothing needed it).
         """
-        from tapt.indexer.repair import repair_index
+        from tapt.indexer.building.repair import repair_index
 
         return repair_index(path, progress=progress)
 
@@ -157,7 +157,7 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             (the index's manifest, whether it was upgraded).
         """
-        from tapt.indexer.upgrade import upgrade_index
+        from tapt.indexer.building.upgrade import upgrade_index
 
         return upgrade_index(path, progress=progress)
 
@@ -179,7 +179,7 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             The manifest's new `faiss` section.
         """
-        from tapt.indexer.reindex import reindex
+        from tapt.indexer.building.reindex import reindex
 
         manifest = reindex(self.path, index_type, memory, opq=opq, progress=progress,
                            codes=codes)
@@ -205,7 +205,7 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             What `info` returns.
         """
-        from tapt.indexer.manifest import INDEX_FORMAT_VERSION, UPGRADABLE_VERSIONS
+        from tapt.indexer.store.manifest import INDEX_FORMAT_VERSION, UPGRADABLE_VERSIONS
 
         ix = _IndexBase(path, versions=(INDEX_FORMAT_VERSION, *UPGRADABLE_VERSIONS))
         return {**ix.manifest, "disk_bytes": ix.disk_bytes()}
@@ -217,7 +217,7 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             True when so; False when records were joined or the count is unknown.
         """
-        from tapt.indexer.build import doc_field_joined_nothing
+        from tapt.indexer.building.pipeline import doc_field_joined_nothing
 
         return doc_field_joined_nothing(self.manifest)
 
@@ -237,7 +237,7 @@ class Index(IndexBuilding, _IndexBase):
             The report: factory, kind, param, default, k, queries, exact_ms_per_query and
                 `sweep` (value, recall, raw_recall, candidates, ms_per_query per row).
         """
-        from tapt.indexer.ann_recall import recall_report
+        from tapt.indexer.ann.ann_recall import recall_report
 
         return recall_report(self.faiss, self.embeddings, self.manifest.get("faiss", {}),
                              queries=queries, k=k, values=None if values is None else
@@ -299,7 +299,7 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             One row per detector, best first: name, f1, auc.
         """
-        from tapt.retriever.choose_detector import rank_detectors
+        from tapt.retriever.learned.detector_choice import rank_detectors
 
         task_input = self._task(task, text_field)
         embeddings = task_input.embeddings
@@ -308,8 +308,8 @@ class Index(IndexBuilding, _IndexBase):
         return rank_detectors(self, embeddings, seed=seed, pca_dims=pca)
 
     def _task(self, task: Task, text_field: str):
-        """The task as `select` reads it (`retriever.task_input.resolve_task`)."""
-        from tapt.retriever.task_input import resolve_task
+        """The task as `select` reads it (`retriever.tasks.forms.resolve_task`)."""
+        from tapt.retriever.tasks.forms import resolve_task
 
         return resolve_task(task, self.manifest["ingest"]["split_sentences"], self.dim,
                             text_field)
@@ -373,9 +373,9 @@ class Index(IndexBuilding, _IndexBase):
             (True, True)
         """
         from tapt.retriever.methods import CorpusCache
-        from tapt.retriever.select import SelectConfig, make_selection
-        from tapt.retriever.selection import check_selection_output
-        from tapt.retriever.task_input import task_paths
+        from tapt.retriever.selections.make import SelectConfig, make_selection
+        from tapt.retriever.selections.selection import check_selection_output
+        from tapt.retriever.tasks.forms import task_paths
 
         config = self.configure(SelectConfig(method, budget, segment_size=segment_size,
                                                seed=seed, context=context, explicit=explicit,
@@ -420,7 +420,7 @@ class Index(IndexBuilding, _IndexBase):
             >>> emb.shape == (2, ix.dim)
             True
         """
-        from tapt.retriever.task_cache import encode_cached
+        from tapt.retriever.tasks.embedding import encode_cached
 
         if isinstance(texts, str):
             raise InputError("pass a list of strings, not one string", param="texts")
@@ -433,7 +433,7 @@ class Index(IndexBuilding, _IndexBase):
         return embeddings
 
     def configure(self, config: SelectConfig) -> SelectConfig:
-        """The selection configuration (`retriever.select.SelectConfig`) as this index runs it:
+        """The selection configuration (`retriever.selections.make.SelectConfig`) as this index runs it:
         unchanged here (a `ServedIndex` fans out through its scans instead: `score_rows`,
         `top_cut`, `lexicon_scores`, its FAISS search); a subclass may adapt it.
 
@@ -441,7 +441,7 @@ class Index(IndexBuilding, _IndexBase):
             config: What to select.
 
         Returns:
-            The configuration to pass to `retriever.select.make_selection` with this index.
+            The configuration to pass to `retriever.selections.make.make_selection` with this index.
         """
         return config
 
@@ -452,7 +452,7 @@ class Index(IndexBuilding, _IndexBase):
             missing = [a for a in ("encode", "dim", "name") if not hasattr(encoder, a)]
             if missing:
                 raise InputError(f"{type(encoder).__name__} is not an encoder: it has no "
-                                 f"{', '.join(missing)} (see tapt.indexer.encoder.Encoder)",
+                                 f"{', '.join(missing)} (see tapt.indexer.encoding.encoder.Encoder)",
                                  param="encoder")
             return self.lazy_encoder(encoder=encoder)
         key = (model, device, backend)

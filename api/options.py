@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tapt.retriever.context import CONTEXTS  # noqa: F401 - "sentence", "document"
+from tapt.retriever.ranking.document_pooling import CONTEXTS  # noqa: F401 - "sentence", "document"
 from tapt.trainer.config import MLM_EVAL_BATCH  # noqa: F401 - masked-LM loss batch
 
 
@@ -61,7 +61,7 @@ def default_memory() -> str:
     Returns:
         The size, e.g. "8G".
     """
-    from tapt.indexer.index_choice import DEFAULT_MEMORY
+    from tapt.indexer.ann.index_choice import DEFAULT_MEMORY
 
     return DEFAULT_MEMORY
 
@@ -78,7 +78,7 @@ def parse_memory(value: str | int) -> int:
     Raises:
         InputError: not a size.
     """
-    from tapt.indexer.index_choice import parse_memory as parse
+    from tapt.indexer.ann.index_choice import parse_memory as parse
 
     return parse(value)
 
@@ -89,7 +89,7 @@ def executor_names() -> list[str]:
     Returns:
         Their names.
     """
-    from tapt.indexer.executors import executor_names as names
+    from tapt.indexer.building.executors import executor_names as names
 
     return list(names())
 
@@ -100,7 +100,7 @@ def input_formats() -> list[str]:
     Returns:
         Their names.
     """
-    from tapt.indexer import formats
+    from tapt.indexer.reading import formats
 
     return list(formats.names())
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tapt.retriever.selection import Selection
+from tapt.retriever.selections.selection import Selection
 
 from .arguments import PathLike
 
@@ -29,7 +29,7 @@ def evaluate(selections: PathLike | Sequence[PathLike], index: PathLike | Index,
         One row per selection: selection, method, segments, selected, precision, recall, f1,
             seconds.
     """
-    from tapt.retriever.evaluate import evaluate_selections
+    from tapt.retriever.evaluation.evaluate import evaluate_selections
 
     paths = [selections] if isinstance(selections, (str, os.PathLike)) else list(selections)
     return evaluate_selections([os.fspath(p) for p in paths], index, label_field, label)
@@ -48,7 +48,7 @@ def export(selection: PathLike | Selection, out: PathLike | Any, format: str | N
     Returns:
         format, segments and sentences written.
     """
-    from tapt.retriever.selection import export_format
+    from tapt.retriever.selections.selection import export_format
 
     sel = selection if isinstance(selection, Selection) else Selection.read(selection)
     if hasattr(out, "write"):

@@ -21,7 +21,7 @@ class ServedIndex(Index):
 
     `select` takes the arguments of `Index.select` and returns the same selection: sentence
     scores and FAISS searches are computed by the actors, one per shard or group of shards
-    (see `tapt.retriever.serve`), the rest here. Close it (or use it in a `with` block) to stop
+    (see `tapt.retriever.serving.actors`), the rest here. Close it (or use it in a `with` block) to stop
     the actors.
 
     Args:
@@ -45,7 +45,7 @@ class ServedIndex(Index):
         self.servers = self._start(**self._serve_options)
 
     def _start(self, address, actors, cpus_per_actor, grid, hold):
-        from tapt.retriever.serve import GRID, ShardServers
+        from tapt.retriever.serving.actors import GRID, ShardServers
 
         servers = ShardServers(self, address, actors, cpus_per_actor, grid or GRID,
                                hold=hold)

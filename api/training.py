@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tapt.errors import InputError
-from tapt.retriever.selection import Selection
+from tapt.retriever.selections.selection import Selection
 from tapt.trainer.config import MLM_EVAL_BATCH
 
 from .arguments import PathLike, Task, is_series
@@ -156,8 +156,8 @@ def evaluate_mlm(texts: Task, *, model: str | None = None,
 
 def _text_form(value: Any, param: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(paths, strings) of a task or held-out text, told apart by the rule every task-taking
-    call follows (`retriever.task_input.task_form`); nothing for None or an empty list."""
-    from tapt.retriever.task_input import task_form
+    call follows (`retriever.tasks.forms.task_form`); nothing for None or an empty list."""
+    from tapt.retriever.tasks.forms import task_form
     from tapt.trainer.config import path_list
 
     if value is None or (isinstance(value, (list, tuple)) and not value):

@@ -1,7 +1,7 @@
 """Centroid scoring over 1M stored embeddings, float32 vs float16 storage, from the page cache.
 
 Writes N random unit rows (dim 384) as float32 and float16 `.npy` files, memory-maps them as an
-index does, and times `retriever.scoring.centroid_scores` (one warm-up pass, then min and median
+index does, and times `retriever.scoring.arrays.centroid_scores` (one warm-up pass, then min and median
 of `--repeats`); float16 is timed through the vectorised torch cast and through numpy's cast.
 
     python -m benchmarks.centroid_dtype --n 1000000 --out benchmarks/results/centroid_dtype.json
@@ -20,15 +20,15 @@ from pathlib import Path
 import numpy as np
 
 from tapt.util.versions import library_versions, utc_now
-from tapt.retriever import scoring
+from tapt.retriever.scoring import arrays
 
 
 def timed(embeddings: np.ndarray, query: np.ndarray, repeats: int) -> dict[str, float]:
-    scoring.centroid_scores(embeddings, query)  # warm-up: rows now in the page cache
+    arrays.centroid_scores(embeddings, query)  # warm-up: rows now in the page cache
     runs = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        scoring.centroid_scores(embeddings, query)
+        arrays.centroid_scores(embeddings, query)
         runs.append(time.perf_counter() - t0)
     gb = embeddings.nbytes / 1e9
     return {"seconds_min": round(min(runs), 4), "seconds_median": round(statistics.median(runs), 4),
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         for start in range(0, args.n, 65536):
             block = rng.standard_normal((min(65536, args.n - start), args.dim), dtype=np.float32)
             rows[start:start + len(block)] = block / np.linalg.norm(block, axis=1, keepdims=True)
-        query = scoring.centroid(rows[:2000])
+        query = arrays.centroid(rows[:2000])
         for dtype in ("float32", "float16"):
             np.save(Path(tmp) / f"{dtype}.npy", rows.astype(dtype))
         del rows

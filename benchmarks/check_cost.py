@@ -2,7 +2,7 @@
 """What the damage checks cost (docs/reference/reliability.md quotes this).
 
 - centroid scoring over N stored rows (float32 and float16, memory-mapped, from the page cache)
-  with the cosine-range check and without it (`retriever/scoring.py` before the checks, loaded from git);
+  with the cosine-range check and without it (`retriever/scoring/arrays.py` before the checks, loaded from git);
 - the unit-length check of gathered candidate rows (a knn union of 40 x 50 rows);
 - reading every text record with its CRC32 check against the reader of a format-1 store before the checks;
 - SHA-256 throughput (the once-per-version hash of large files, and every open of small ones);
@@ -26,9 +26,10 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 
-from tapt.indexer.integrity import check_cosines, check_unit_rows  # noqa: E402
-from tapt.retriever import scoring  # noqa: E402
+from tapt.indexer.store.integrity import check_cosines, check_unit_rows  # noqa: E402
+from tapt.retriever.scoring import arrays  # noqa: E402
 from tapt.util.versions import library_versions, utc_now  # noqa: E402
 
 from .measure import module_at  # noqa: E402
@@ -59,19 +60,19 @@ def centroid(n: int, dim: int, repeats: int, tmp: Path) -> dict:
     for start in range(0, n, 65536):
         block = rng.standard_normal((min(65536, n - start), dim), dtype=np.float32)
         rows[start:start + len(block)] = block / np.linalg.norm(block, axis=1, keepdims=True)
-    query = scoring.centroid(rows[:2000])
+    query = arrays.centroid(rows[:2000])
     for dtype in ("float32", "float16"):
         np.save(tmp / f"{dtype}.npy", rows.astype(dtype))
     del rows
-    old = _main_module("retriever/scoring.py", "scoring_main")
+    old = _main_module("retriever/scoring/arrays.py", "scoring_main")
     out = {}
     for dtype in ("float32", "float16"):
         mapped = np.load(tmp / f"{dtype}.npy", mmap_mode="r")
         before, after = [], []
         for _ in range(3):  # interleaved, so load on the shared machine hits both alike
             before.append(_timed(lambda: old.centroid_scores(mapped, query), repeats)["min_s"])
-            after.append(_timed(lambda: scoring.centroid_scores(mapped, query), repeats)["min_s"])
-        scores = scoring.centroid_scores(mapped, query)
+            after.append(_timed(lambda: arrays.centroid_scores(mapped, query), repeats)["min_s"])
+        scores = arrays.centroid_scores(mapped, query)
         out[dtype] = {"without_check_s": min(before), "with_check_s": min(after),
                       "overhead_pct": round(100 * (min(after) / min(before) - 1), 1),
                       "range_check_alone_s": _timed(lambda: check_cosines(scores),
@@ -86,7 +87,7 @@ def centroid(n: int, dim: int, repeats: int, tmp: Path) -> dict:
 def records(n: int, repeats: int, tmp: Path) -> dict:
     """All texts of a store: the reader before the checks on a format-1 store, this one (CRC per
     record)."""
-    from tapt.indexer.store import TextStore, TextStoreWriter
+    from tapt.indexer.store.text_store import TextStore, TextStoreWriter
 
     rng = np.random.default_rng(2)
     words = ["patient", "court", "ship", "the", "a", "of", "dose", "clause", "storm", "and"]
@@ -125,8 +126,8 @@ def sha256_speed(tmp: Path) -> dict:
 
 def small_open(repeats: int, tmp: Path) -> dict:
     from conftest import HashingEncoder, write_labelled_corpus
-    from tapt.indexer import integrity
-    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.store import integrity
+    from tapt.indexer.building.pipeline import BuildConfig, build_index
     from tapt.indexer.index import Index
 
     write_labelled_corpus(tmp / "pool.jsonl", docs_per_topic=200)

@@ -33,8 +33,8 @@ from tapt.indexer.index import Index
 from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
 from tapt.retriever.bench.run import seed_embeddings
 from tapt.retriever.methods import CorpusCache
-from tapt.retriever.oracle import sentence_labels
-from tapt.retriever.select import SelectConfig, rank
+from tapt.retriever.evaluation.oracle import sentence_labels
+from tapt.retriever.selections.make import SelectConfig, rank
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
 

@@ -1,7 +1,7 @@
 """Peak memory of a budgeted selection with `context` document, per corpus sentence.
 
 `--context document` scores every sentence by its document's shrunk mean score
-(`retriever.context`). This measures, with `tracemalloc` (numpy's allocations included), the
+(`retriever.ranking.document_pooling`). This measures, with `tracemalloc` (numpy's allocations included), the
 peak of ranking one float32 score per sentence (given, not counted) at segment size 1 with a
 budget, three ways:
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tapt.retriever import scoring
-from tapt.retriever.budget import budget_target, cut, parse_budget
+from tapt.retriever.scoring import arrays
+from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
 from tapt.retriever.methods import SegmentView, base, segments
 from tapt.util.versions import utc_now
 
@@ -57,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     ones = np.ones(n, dtype=np.int32)
     view = SegmentView(offsets, ones, ones * 20, "document", starts)
     budget = parse_budget(args.budget)
-    old = module_at(args.before, "retriever/context.py", "context_before")
+    old = module_at(args.before, "retriever/ranking/document_pooling.py", "context_before")
 
     def before():
         pooled, _ = old.document_scores(scores, starts)
-        seg = scoring.segment_mean(pooled, ones)
+        seg = arrays.segment_mean(pooled, ones)
         del pooled
         target = budget_target(budget, ones, view.tokens)
         chosen = cut(base.budget_order(view, seg, budget), budget, target, ones, view.tokens)

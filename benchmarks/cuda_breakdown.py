@@ -33,8 +33,8 @@ RESULTS: dict = {}
 
 import torch  # noqa: E402
 
-from tapt.indexer.batching import SortedBatches  # noqa: E402
-from tapt.indexer.encoder import CUDA_PAD_TO, SentenceTransformerEncoder  # noqa: E402
+from tapt.indexer.encoding.batching import SortedBatches  # noqa: E402
+from tapt.indexer.encoding.encoder import CUDA_PAD_TO, SentenceTransformerEncoder  # noqa: E402
 from tapt.util.files import atomic_write, write_json_atomic  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 """Document context (`select --context document`) against per-sentence scores, same scores.
 
 Reads the per-task sentence scores that `benchmarks/quality_recall.py` stored (CACHE/scores/
-DOMAIN-SEEDS-REPEAT.npz, one array per method), pools each with `retriever.context.
+DOMAIN-SEEDS-REPEAT.npz, one array per method), pools each with `retriever.ranking.document_pooling.
 document_scores` over the index's documents, and cuts both versions at the budgets oracle / 0.5x
 / 2x at segment sizes 1 and 15 with the quality benchmark's own evaluation (`evaluate_fixed`).
 Nothing is fitted here: the pooling estimates its two variances from each task's scores, and the
@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 
 from tapt.indexer.index import Index
 from tapt.retriever.bench.recall import Shared, evaluate_fixed
-from tapt.retriever.context import document_scores
-from tapt.retriever.oracle import sentence_labels
+from tapt.retriever.ranking.document_pooling import document_scores
+from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
 

@@ -120,8 +120,8 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
             sel = index.select("centroid", task=task, budget=args.budget)
             return sel.ids, sel.scores.astype(np.float32), index.n_sentences, len(sel)
     else:
-        from tapt.retriever.budget import parse_budget
-        from tapt.retriever.methods import Context, CorpusCache, get_method
+        from tapt.retriever.ranking.budget import parse_budget
+        from tapt.retriever.methods import RankingInputs, CorpusCache, get_method
         from tapt.retriever.methods.base import by_sentence_scores
 
         from .scale_select import ShardPrefix
@@ -136,7 +136,7 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
         if method.needs_text:    # 100 synthetic sentences of blob 0, as its rows are the task's
             texts, _ = Sentences(spec).make(np.random.default_rng(args.seed + 2),
                                             np.zeros(100, dtype=np.int64))
-        ctx = Context(part, view, parse_budget(args.budget), 0, task, texts, CorpusCache(part))
+        ctx = RankingInputs(part, view, parse_budget(args.budget), 0, task, texts, CorpusCache(part))
         if args.path == "streamed":   # also above the share where `rank` would not stream
             from tapt.retriever.methods import segments
 

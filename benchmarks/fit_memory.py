@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tapt.retriever import pu, scoring
-from tapt.retriever.pu import PUConfig, pu_classifier
+from tapt.retriever.learned import pu
+from tapt.retriever.scoring import arrays
+from tapt.retriever.learned.pu import PUConfig, pu_classifier
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = rng.standard_normal((args.rows, args.dim), dtype=np.float32)
     corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
     task = corpus[: args.task] + np.float32(0.1)
-    prerank = scoring.Linear(scoring.centroid(task), cosine=True)(corpus)
+    prerank = arrays.Linear(arrays.centroid(task), cosine=True)(corpus)
     config = PUConfig(rounds=args.rounds, seed=0)
     # warm-up on a slice: imports (scikit-learn) and first-call allocations are not per row
     pu_classifier(corpus[:5000], task, prerank[:5000], 200, config)
@@ -65,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     params = classifier.make_params({"rounds": args.rounds})
     (_, method_scores, _), method_peak, method_s = traced(
         lambda: classifier.fit(ctx, task, params))
-    _, rank_peak, rank_s = traced(lambda: scoring.rank(prerank))
-    fused_top, fuse_peak, fuse_s = traced(lambda: scoring.rank_top(
-        scoring.fuse_zscores(scores, prerank), args.positives))
+    _, rank_peak, rank_s = traced(lambda: arrays.rank(prerank))
+    fused_top, fuse_peak, fuse_s = traced(lambda: arrays.rank_top(
+        arrays.fuse_zscores(scores, prerank), args.positives))
     n = args.rows
     report = {"date": utc_now(), "label": args.label, "rows": n, "dim": args.dim,
               "task": args.task, "n_positive": args.positives, "rounds": args.rounds,

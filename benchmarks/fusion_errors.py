@@ -22,10 +22,10 @@ from tapt.indexer.index import Index
 from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.bench.labelled_pool import read_seed_sets
 from tapt.retriever.bench.run import seed_embeddings
-from tapt.retriever.budget import parse_budget
-from tapt.retriever.methods import Context, SegmentView, get_method
-from tapt.retriever.ngram_lm import Vocabulary, moore_lewis_scores
-from tapt.retriever.oracle import sentence_labels
+from tapt.retriever.ranking.budget import parse_budget
+from tapt.retriever.methods import RankingInputs, SegmentView, get_method
+from tapt.retriever.scoring.ngram_lm import Vocabulary, moore_lewis_scores
+from tapt.retriever.evaluation.oracle import sentence_labels
 
 log = logging.getLogger("fusion_errors")
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     view = SegmentView.of(index, 1)
     for s in tqdm(seed_sets, desc="domains"):
         relevant = labels == s.domain
-        ctx = Context(index, view, parse_budget(f"{int(relevant.sum())}sent"), seed=0)
+        ctx = RankingInputs(index, view, parse_budget(f"{int(relevant.sum())}sent"), seed=0)
         scorer, _ = classifier.scorer(ctx, embeddings[s.domain], classifier.make_params())
         lexical = moore_lewis_scores([], s.texts, 0, vocab=vocab, pool_encoded=encoded)
         rows[s.domain] = error_overlap(scorer(index.embeddings), lexical, relevant)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Try every hostile input and fault of tests/hostile_cases.py through the CLI, then fuzz a small
-index (tests/index_fuzz.py); write what happened.
+"""Try every hostile input and fault of tests/support/hostile_cases.py through the CLI, then fuzz a small
+index (tests/support/index_fuzz.py); write what happened.
 
     python benchmarks/hostile_input.py                  # -> benchmarks/results/hostile_input.md
     python benchmarks/hostile_input.py --trials 300     # more fuzz trials per mode
@@ -22,9 +22,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(REPO))
 
-import tapt.indexer.encoder  # noqa: E402
+import tapt.indexer.encoding.encoder  # noqa: E402
 from hostile_cases import CASES, run_case, verdict  # noqa: E402
 from index_fuzz import FILES, SHARDS, fuzz  # noqa: E402
 
@@ -43,18 +44,18 @@ TESTED_ELSEWHERE = [
     "| class | outcome | where |", "|---|---|---|",
     "| SIGTERM during a lazy import, swallowed by a library, or while the interpreter exits | "
     "exit 143, one `Error: terminated (SIGTERM)` line counting what this run kept | "
-    "tests/test_failure_statuses.py (`test_sigterm_*`) |",
+    "tests/cli/test_failure_statuses.py (`test_sigterm_*`) |",
     "| usage errors (unknown option, missing argument, a path that does not exist) | exit 2, "
     "one `Error:` line, as docs/reference/reliability.md lists | "
-    "tests/test_failure_statuses.py (`test_exit_statuses_are_the_documented_ones`) |",
+    "tests/cli/test_failure_statuses.py (`test_exit_statuses_are_the_documented_ones`) |",
     "| a select that opened a generation before a concurrent `index add` swapped it | every "
-    "method answers from the generation it opened | tests/test_generation_integrity.py |",
+    "method answers from the generation it opened | tests/indexer/test_generation_integrity.py |",
     "| an `index add` paused while another add completes | one `Error:` line: the index "
-    "changed, run it again (no `/proc/self/fd` path) | tests/test_generation_integrity.py |",
+    "changed, run it again (no `/proc/self/fd` path) | tests/indexer/test_generation_integrity.py |",
     "| a shard folder copied into a build's work directory | refused, neither reused nor "
-    "deleted | tests/test_generation_integrity.py |",
+    "deleted | tests/indexer/test_generation_integrity.py |",
     "| `tapt index serve` / `select --executor ray` with a relative index on a real Ray "
-    "cluster | the actors open the same generation | tests/test_relative_paths.py |",
+    "cluster | the actors open the same generation | tests/indexer/test_relative_paths.py |",
 ]
 
 
@@ -62,7 +63,7 @@ def run_cases() -> tuple[list[str], collections.Counter]:
     rows, counts = [], collections.Counter()
 
     def patch(cls):
-        tapt.indexer.encoder.load_encoder = (
+        tapt.indexer.encoding.encoder.load_encoder = (
             lambda spec=None, device="auto", backend="auto", threads=None: cls())
 
     for case in CASES:
@@ -132,7 +133,7 @@ def main() -> None:
         "# Hostile input and faults (`benchmarks/hostile_input.py`)", "",
         "Each input, damaged index, user folder, cache and disk fault was made on purpose and run "
         "through the `tapt` CLI as a user would (hashing encoder in place of the model; cases "
-        "marked in tests/hostile_cases.py run in a fresh process, so a signal would show). An "
+        "marked in tests/support/hostile_cases.py run in a fresh process, so a signal would show). An "
         "error case must exit 1 with exactly one `Error:` line (`index verify` prints its report "
         "first), leave nothing behind (a build keeps its committed work to resume) and keep "
         "every user file; exit 0 where an error was due is a silent wrong answer.", "",
@@ -149,7 +150,7 @@ def main() -> None:
         "| group | input | exit | output (last line) | left behind | user files | s | verdict |",
         "|---|---|---:|---|---|---|---:|---|", *rows, "",
         *TESTED_ELSEWHERE, "",
-        "## Fuzz (`tests/index_fuzz.py`)", "",
+        "## Fuzz (`tests/support/index_fuzz.py`)", "",
         "Each trial copies a small index (133 sentences), flips 1-3 random bytes of a random file "
         "or cuts it at a random length (or both; seeded), then runs `index info`, `index verify`, "
         "`select` centroid/knn/fused/iforest, `eval` of a selection made before the damage, "

@@ -32,7 +32,7 @@ def module_at(rev: str, rel: str, name: str):
 
     Args:
         rev: A git revision ("8b8cc4a^").
-        rel: The file's path in the repository ("retriever/context.py").
+        rel: The file's path in the repository ("retriever/ranking/document_pooling.py").
         name: The module's name (registered in `sys.modules`).
 
     Returns:

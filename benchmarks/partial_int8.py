@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from tapt.indexer.encoder import SentenceTransformerEncoder
+from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
 from tapt.util.versions import library_versions, utc_now
-from tapt.indexer.onnx_encoder import OnnxEncoder, default_threads
-from tapt.retriever import scoring
+from tapt.indexer.encoding.onnx_encoder import OnnxEncoder, default_threads
+from tapt.retriever.scoring import arrays
 
 from .speed_encode import machine, read_jsonl
 
@@ -74,8 +74,8 @@ def selections(pool: np.ndarray, labels: np.ndarray, seeds: dict[str, np.ndarray
     out = {}
     for domain, task in seeds.items():
         n = int((labels == domain).sum())
-        out[("centroid", domain)] = set(scoring.rank(
-            scoring.centroid_scores(pool, scoring.centroid(task)))[:n].tolist())
+        out[("centroid", domain)] = set(arrays.rank(
+            arrays.centroid_scores(pool, arrays.centroid(task)))[:n].tolist())
         sims = task @ pool.T
         out[("knn", domain)] = set(np.argsort(-sims, axis=1)[:, :k].ravel().tolist())
     return out

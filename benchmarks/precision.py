@@ -2,7 +2,7 @@
 
 For each domain: the task is the domain's seed file (held out by document from the pool), the
 budget is the domain's size in the pool in sentences, so precision ~= recall. Methods run on one
-index through `retriever.select.rank` with the task embedded once per domain.
+index through `retriever.selections.make.rank` with the task embedded once per domain.
 
     python -m benchmarks.precision --index .cache/pool-index \
         --seeds ../shared/data/multidomain/seeds --out benchmarks/results/precision
@@ -20,11 +20,11 @@ import numpy as np
 
 from tapt.indexer.index import Index
 from tapt.util.versions import library_versions, utc_now
-from tapt.retriever.metrics import selection_scores
-from tapt.retriever.oracle import sentence_labels
-from tapt.retriever.scoring import rows_of_segments
-from tapt.retriever.select import SelectConfig, rank
-from tapt.retriever.task import load_task
+from tapt.retriever.evaluation.metrics import selection_scores
+from tapt.retriever.evaluation.oracle import sentence_labels
+from tapt.retriever.scoring.arrays import rows_of_segments
+from tapt.retriever.selections.make import SelectConfig, rank
+from tapt.retriever.tasks.reading import load_task
 
 METHODS: dict[str, dict] = {
     "random": {"method": "random"},

@@ -5,18 +5,18 @@ For every domain of the pool and every seed count (100 / 500 / 2,000; 3 repeats 
 seed subsets of `tapt bench recall`: `labelled_pool.seed_subset`), the task is scored by
 
   fused            z(classifier) + z(moore-lewis), the equal-weight sum (the baseline)
-  fused-learned    classifier, moore-lewis and density with per-task weights (`retriever.fusion`,
+  fused-learned    classifier, moore-lewis and density with per-task weights (`retriever.learned.fusion`,
                    fitted on held-out task sentences vs a corpus sample; never the labels)
   moore-lewis-x    Moore-Lewis with the task expanded by the classifier's top 0.5 x budget rows
-                   (`retriever.few_seeds`); -x1 the same at unigram order
+                   (`retriever.learned.few_seeds`); -x1 the same at unigram order
   fused-x          z(classifier) + z(moore-lewis-x)
   fused-learned-x  learned weights over classifier, moore-lewis-x, density
   iforest-fused    Isolation Forest rescoring the top 1.2 x budget of fused (the TADPOLE path);
                    iforest-fused-learned-x the same on fused-learned-x's candidates
-  finetune*        Domain-Finetune (`retriever.finetune`) on the top c x budget of a pre-ranking
+  finetune*        Domain-Finetune (`retriever.learned.finetune_classifier`) on the top c x budget of a pre-ranking
                    (only for the tasks given by --finetune; it costs minutes per task on a CPU)
   auto, auto-x     the held-out protocol's choice among the scorers, fused and fused-learned
-                   (`retriever.auto_all`), with plain / expanded Moore-Lewis
+                   (`retriever.learned.auto_choice`), with plain / expanded Moore-Lewis
 
 and cut at the budgets oracle / 0.5x / 2x at segment sizes 1 and 15. Every finished task is kept
 in CACHE/tasks.jsonl, so a run that stops resumes where it was; score arrays go to CACHE/scores.
@@ -41,19 +41,20 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.indexer.index import Index
-from tapt.retriever import auto_all, scoring
+from tapt.retriever.learned import auto_choice
+from tapt.retriever.scoring import arrays
 from tapt.retriever.bench import recall_report
 from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
 from tapt.retriever.bench.recall import Shared, evaluate_fixed
-from tapt.retriever.budget import parse_budget
-from tapt.retriever.methods import Context, by_sentence_scores, get_method
+from tapt.retriever.ranking.budget import parse_budget
+from tapt.retriever.methods import RankingInputs, by_sentence_scores, get_method
 from tapt.retriever.bench.run import seed_embeddings
-from tapt.retriever.finetune import FinetuneConfig, finetune_scores, transplant
-from tapt.retriever.few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
-from tapt.retriever.heldout import auc
-from tapt.retriever.metrics import selection_scores
-from tapt.retriever.oracle import sentence_labels
-from tapt.retriever.fusion import fuse, weights_from
+from tapt.retriever.learned.finetune_classifier import FinetuneConfig, finetune_scores, transplant
+from tapt.retriever.learned.few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
+from tapt.retriever.learned.heldout import auc
+from tapt.retriever.evaluation.metrics import selection_scores
+from tapt.retriever.evaluation.oracle import sentence_labels
+from tapt.retriever.learned.fusion import fuse, weights_from
 from tapt.retriever.methods.learned_scorers import TaskData, learned_fusion
 from tapt.util.files import write_json_atomic, atomic_write
 from tapt.util.versions import library_versions, utc_now
@@ -133,7 +134,7 @@ class _Scores:
     def shared_params(self, params: Any) -> Any:
         return params
 
-    def full_ranking(self, ctx: Context, params: Any):
+    def full_ranking(self, ctx: RankingInputs, params: Any):
         return by_sentence_scores(ctx.view, self.scores, None, {}, threshold=-np.inf)
 
 
@@ -142,7 +143,7 @@ def iforest_on(run: Run, emb: np.ndarray, scores: np.ndarray, n: int, seed: int)
     `scores` (segment size 1), the same as `--prerank fused` when `scores` are fused's."""
     method = get_method("iforest")
     params = method.make_params({"candidates": "1.2x", "detector": "iforest"}, explicit=())
-    ctx = Context(run.index, run.shared.view(1), parse_budget(f"{n}sent"), seed, emb)
+    ctx = RankingInputs(run.index, run.shared.view(1), parse_budget(f"{n}sent"), seed, emb)
     adapter = type("Pre", (type(method),), {"_prerank": lambda self, p: _Scores(scores)})()
     return adapter.rank(ctx, params)
 
@@ -180,7 +181,7 @@ def base_task(run: Run, s, size: int, rep: int) -> dict:
                                                  "-x": "moore-lewis-plain"}[suffix])]
         cols = f.columns(names)
         names = ["moore-lewis" if nm == lexical else nm for nm in names]
-        choice = auto_all.choose(cols, f.is_task, f.fold_of, names, seed=rep)
+        choice = auto_choice.choose(cols, f.is_task, f.fold_of, names, seed=rep)
         info["auto" + suffix] = choice.to_json()
     for name in ("classifier", "density", "distance", "centroid"):
         arrays[name] = lf.parts[name]
@@ -188,8 +189,8 @@ def base_task(run: Run, s, size: int, rep: int) -> dict:
     extra = expansion_rows(arrays["classifier"], n, 0.5)
     arrays["moore-lewis-x1"] = LexicalModel(run.pool, texts, extra, rep, 1).score_rows()
     seconds["moore-lewis-x1"] = time.perf_counter() - t0
-    arrays["fused"] = scoring.fuse_zscores(arrays["classifier"], arrays["moore-lewis"])
-    arrays["fused-x"] = scoring.fuse_zscores(arrays["classifier"], arrays["moore-lewis-x"])
+    arrays["fused"] = arrays.fuse_zscores(arrays["classifier"], arrays["moore-lewis"])
+    arrays["fused-x"] = arrays.fuse_zscores(arrays["classifier"], arrays["moore-lewis-x"])
     for suffix in ("", "-x"):
         chosen = info["auto" + suffix]["chosen"]
         key = chosen + suffix if chosen in ("fused", "fused-learned", "moore-lewis") else chosen
@@ -225,7 +226,7 @@ def finetune_task(run: Run, s, size: int, rep: int, prerank_name: str) -> dict:
     t0 = time.perf_counter()
     result = finetune_scores(run.index, texts, prerank, n, config, progress=False)
     seconds = time.perf_counter() - t0
-    both = scoring.zscore(result.candidate_scores) + scoring.zscore(prerank[result.candidates])
+    both = arrays.zscore(result.candidate_scores) + arrays.zscore(prerank[result.candidates])
     arrays = {"finetune": result.scores,
               "finetune+fused": transplant(prerank, result.candidates, both)}
     rows, curves = [], {}

@@ -52,7 +52,7 @@ class TimedExecutor:
     """Wraps an executor: wall seconds per stage (summed over the stage's `map` calls)."""
 
     def __init__(self, inner) -> None:
-        from tapt.indexer.executors import Executor
+        from tapt.indexer.building.executors import Executor
 
         class _Timed(Executor):
             name = "timed"
@@ -86,7 +86,7 @@ def write_input(out: Path, sentences: int, files: int) -> list[Path]:
 def run(name: str, inputs: list[Path], out: Path, executor, window: int, shards: int,
         spec, encoder) -> dict[str, Any]:
     """One build into `out` (replaced); its wall and per-stage seconds."""
-    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.building.pipeline import BuildConfig, build_index
 
     timed = TimedExecutor(executor)
     load = os.getloadavg()[0]
@@ -189,8 +189,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     import ray
 
-    from tapt.indexer.executors import EncoderSpec, LocalExecutor
-    from tapt.indexer.ray_executor import RayExecutor
+    from tapt.indexer.building.executors import EncoderSpec, LocalExecutor
+    from tapt.indexer.building.ray_executor import RayExecutor
 
     import torch
 

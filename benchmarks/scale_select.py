@@ -10,7 +10,7 @@ own build stages, the embed stage replaced by the rows: prepare (text store, lex
 and index (the FAISS part `index_choice` picks for the row count and `--memory`, one coarse
 quantizer trained on a seeded sample across shards; int8 codes as `--codes int8` stores them),
 publish (the search calibration of `tapt index build`). Selections run `Method.rank` on a
-`Context` over the opened `Index` (its shards seen as one), at sentence-level segments; what is
+`RankingInputs` over the opened `Index` (its shards seen as one), at sentence-level segments; what is
 not timed: opening the index, its FAISS parts and lexical ids (checks, once per process), and
 reading the selected text.
 
@@ -49,14 +49,14 @@ from typing import Any
 
 import numpy as np
 
-from tapt.indexer.ann_recall import ground_truth, recall_at_k
-from tapt.indexer.faiss_index import search_setting
+from tapt.indexer.ann.ann_recall import ground_truth, recall_at_k
+from tapt.indexer.ann.faiss_index import search_setting
 from tapt.indexer.index import Index
-from tapt.indexer.shards import RowView
-from tapt.retriever.budget import parse_budget
-from tapt.retriever.methods import Context, SegmentView, get_method
+from tapt.indexer.store.shards import RowView
+from tapt.retriever.ranking.budget import parse_budget
+from tapt.retriever.methods import RankingInputs, SegmentView, get_method
 from tapt.retriever.methods.base import Memo
-from tapt.retriever.scoring import rows_of_segments
+from tapt.retriever.scoring.arrays import rows_of_segments
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
 
@@ -83,7 +83,7 @@ class ShardPrefix:
     @cached_property
     def lexicon(self):
         """The first shards' stored lexical ids (the corpus vocabulary of the whole index)."""
-        from tapt.indexer.lexical import Lexicon
+        from tapt.indexer.reading.lexical import Lexicon
 
         whole = self._index.lexicon
         return Lexicon(whole.shards[:self._shards], whole.row_offsets[:self._shards + 1],
@@ -113,7 +113,7 @@ def sentence_view(n: int) -> SegmentView:
 def timed_select(index: Index | ShardPrefix, view: SegmentView, task: np.ndarray, budget: str,
                  params: dict[str, Any]) -> tuple[float, np.ndarray, dict[str, Any]]:
     method = get_method("centroid")
-    ctx = Context(index, view, parse_budget(budget), 0, task)
+    ctx = RankingInputs(index, view, parse_budget(budget), 0, task)
     t0 = time.perf_counter()
     ranking = method.rank(ctx, method.make_params(params))
     return time.perf_counter() - t0, ranking.segments, ranking.info
@@ -123,13 +123,13 @@ def parts_of_a_selection(index: Index | ShardPrefix, view: SegmentView, task: np
                          budget: str, repeats: int) -> dict[str, Any]:
     """Best seconds of each step of a selection at the largest size: the scan of every row
     (float16 embeddings, int8 codes) and the global ranking and cut of the sentence scores."""
-    from tapt.retriever import scoring
+    from tapt.retriever.scoring import arrays
     from tapt.retriever.methods.base import by_sentence_scores
 
-    query = scoring.centroid(task)
+    query = arrays.centroid(task)
     scale = np.asarray(index.manifest["codes"]["scale"], dtype=np.float32)
-    on_codes = scoring.Linear(query, cosine=True).for_codes(scale)
-    steps = {"scan_float16_s": lambda: scoring.centroid_scores(index.embeddings, query),
+    on_codes = arrays.Linear(query, cosine=True).for_codes(scale)
+    steps = {"scan_float16_s": lambda: arrays.centroid_scores(index.embeddings, query),
              "scan_int8_codes_s": lambda: on_codes(index.codes)}
     out: dict[str, Any] = {"rows": index.n_sentences, "budget": budget}
     scores = None
@@ -219,7 +219,7 @@ def measure_knn(index: Index, args: argparse.Namespace, spec: Spec) -> dict[str,
     view = sentence_view(index.n_sentences)
     runs = []
     for _ in range(args.repeats):
-        ctx = Context(index, view, None, args.seed, task)
+        ctx = RankingInputs(index, view, None, args.seed, task)
         t0 = time.perf_counter()
         ranking = method.rank(ctx, params)
         runs.append((time.perf_counter() - t0, ranking.info))
@@ -236,8 +236,8 @@ def measure_knn(index: Index, args: argparse.Namespace, spec: Spec) -> dict[str,
     exact_s = time.perf_counter() - t0
     _, found = index.search(task[sub], params.k)
     recall = recall_at_k(found, truth)
-    ours = method.rank(Context(index, view, None, args.seed, task[sub]), params).segments
-    exact = method.rank(Context(reference, view, None, args.seed, task[sub]), params).segments
+    ours = method.rank(RankingInputs(index, view, None, args.seed, task[sub]), params).segments
+    exact = method.rank(RankingInputs(reference, view, None, args.seed, task[sub]), params).segments
     out = {"rows": index.n_sentences, "shards": len(index.shards), "queries": len(task),
            "query_clusters": len(clusters), "k": params.k, "factory": faiss_info.get("factory"),
            "kind": kind, "search_param": param, "search_value": value,
@@ -291,7 +291,7 @@ def measure_fused(index: Index, args: argparse.Namespace, spec: Spec, labels: np
     runs = []
     for _ in range(args.repeats):
         memo = TimedMemo()
-        ctx = Context(index, view, parse_budget(budget), args.seed, task, texts, memo=memo)
+        ctx = RankingInputs(index, view, parse_budget(budget), args.seed, task, texts, memo=memo)
         t0 = time.perf_counter()
         ranking = method.rank(ctx, params)
         total = time.perf_counter() - t0

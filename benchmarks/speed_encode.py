@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from tapt.indexer.encoder import SentenceTransformerEncoder, load_encoder, pick_device
+from tapt.indexer.encoding.encoder import SentenceTransformerEncoder, load_encoder, pick_device
 from tapt.util.versions import library_versions, utc_now
-from tapt.indexer.onnx_encoder import default_threads
+from tapt.indexer.encoding.onnx_encoder import default_threads
 from tapt.util.files import atomic_write, write_json_atomic
 
 log = logging.getLogger("speed_encode")
@@ -157,7 +157,7 @@ def work_of(lengths: np.ndarray, batches: list[np.ndarray], shape: dict[str, int
 def batch_plan(encoder, lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """The batches `encoder.encode` forms (the ONNX path exactly; torch sorts by characters, not
     tokens, so its plan is approximated by the token sort)."""
-    from tapt.indexer.batching import plan_batches
+    from tapt.indexer.encoding.batching import plan_batches
 
     return plan_batches(lengths, batch_size, getattr(encoder, "max_tokens", None))
 
@@ -229,7 +229,7 @@ def _transformer_config(encoder):
     if model is None:  # ONNX encoder: read the config from the model directory
         from transformers import AutoConfig
 
-        from tapt.indexer.models import resolve_model
+        from tapt.indexer.encoding.models import resolve_model
 
         return AutoConfig.from_pretrained(resolve_model(encoder.spec))
     return model[0].auto_model.config
@@ -259,7 +259,7 @@ def make_encoder(variant: str, spec: str | None, device: str, threads: int | Non
             raise SystemExit(f"{variant} is a CUDA variant; on the CPU use torch (fp32)")
         return SentenceTransformerEncoder(spec, device=device, dtype=dtype)
     if variant == "onnx-plain":  # the fp32 path before fusion: the plain trace, batches of texts
-        from tapt.indexer.onnx_encoder import OnnxEncoder
+        from tapt.indexer.encoding.onnx_encoder import OnnxEncoder
 
         return OnnxEncoder(SentenceTransformerEncoder(spec, device="cpu"), "onnx", threads=threads,
                            fused=False)
@@ -290,11 +290,11 @@ def build_and_agree(pool: Path, encoders: dict[str, Any], batch_size: int, seeds
                     k: int = 50) -> tuple[dict[str, Any], dict[str, Any]]:
     """Build one index of `pool` per backend (timed end to end) and compare the tool's own centroid
     and kNN selections at the oracle budget with the reference backend's (the first one)."""
-    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.building.pipeline import BuildConfig, build_index
     from tapt.indexer.index import Index
-    from tapt.retriever.oracle import sentence_labels
-    from tapt.retriever.scoring import rows_of_segments
-    from tapt.retriever.select import SelectConfig, rank
+    from tapt.retriever.evaluation.oracle import sentence_labels
+    from tapt.retriever.scoring.arrays import rows_of_segments
+    from tapt.retriever.selections.make import SelectConfig, rank
 
     builds, chosen = {}, {}
     for variant, encoder in encoders.items():
@@ -613,7 +613,7 @@ def markdown(r: dict[str, Any]) -> str:
                          f"{b['embed_sentences_per_s']:,.1f} |")
     if r["agreement"]:
         names = list(next(iter(r["agreement"].values())))
-        lines += ["", f"Selection agreement with {ref}: the tool's own selection (`retriever.select.rank`) "
+        lines += ["", f"Selection agreement with {ref}: the tool's own selection (`retriever.selections.make.rank`) "
                   "on each backend's index with the task embedded by the same backend, budget = each "
                   "domain's pool size in sentences, at segment size 1 and 15; overlap = shared "
                   "sentence ids / reference selection; mean over domains (worst domain):", "",

@@ -18,7 +18,7 @@ step in a fresh process (so its peak RSS is its own):
                HNSW is skipped above, where auto never picks it): train, add, calibrate
     knn        2,000 task queries, k = 50: approximate search + exact rescoring at the recorded
                default, and recall@100 of the same path against the exact top-100
-    iforest    the repository's Isolation Forest (retriever.detector_registry.fit_detector)
+    iforest    the repository's Isolation Forest (retriever.learned.detectors.fit_detector)
                fitted on the task (+10% corpus rows), scoring the 100k best centroid candidates
 
     python benchmarks/speed_index.py --sizes 100000 1000000
@@ -106,11 +106,11 @@ def _own_cpu_seconds() -> float:
 
 def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[str, Any]:
     """Write an n-row index (all files but index.faiss) from the source index's rows + noise."""
-    from tapt.indexer.build import DOCS, EMBEDDINGS, STORE, TOKENS
+    from tapt.indexer.building.pipeline import DOCS, EMBEDDINGS, STORE, TOKENS
     from tapt.indexer.index import Index
     from tapt.util.files import write_json_atomic
-    from tapt.indexer.splitter import segment_offsets
-    from tapt.indexer.store import TextStoreWriter
+    from tapt.indexer.reading.splitter import segment_offsets
+    from tapt.indexer.store.text_store import TextStoreWriter
     from tapt.util.files import sha256_file
 
     t0 = time.perf_counter()
@@ -167,12 +167,12 @@ def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[st
 
 def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
     """The FAISS index `request` picks within `memory`: first build, or `tapt index reindex`."""
-    from tapt.indexer.build import EMBEDDINGS, FAISS
-    from tapt.indexer.ann_build import build_faiss_index
-    from tapt.indexer.index_choice import choose_index
-    from tapt.indexer.manifest import MANIFEST_NAME
+    from tapt.indexer.building.pipeline import EMBEDDINGS, FAISS
+    from tapt.indexer.building.ann_build import build_faiss_index
+    from tapt.indexer.ann.index_choice import choose_index
+    from tapt.indexer.store.manifest import MANIFEST_NAME
     from tapt.util.files import write_json_atomic
-    from tapt.indexer.reindex import reindex
+    from tapt.indexer.building.reindex import reindex
     from tapt.util.files import sha256_file
 
     path = Path(index_dir)
@@ -195,8 +195,8 @@ def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
 
 def step_exact(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict[str, Any]:
     """Exact top-k by brute force over the memory-mapped embeddings (after one warm-up read)."""
-    from tapt.indexer.ann_recall import ground_truth
-    from tapt.indexer.build import EMBEDDINGS
+    from tapt.indexer.ann.ann_recall import ground_truth
+    from tapt.indexer.building.pipeline import EMBEDDINGS
 
     emb = np.load(Path(index_dir) / EMBEDDINGS, mmap_mode="r")
     queries = np.load(queries_path)
@@ -213,15 +213,15 @@ def step_exact(index_dir: str, queries_path: str, truth_path: str, k: int) -> di
 def step_centroid(index_dir: str, queries_path: str, repeats: int = 5) -> dict[str, Any]:
     """Domain-Cosine over every row: one warm-up pass, then `repeats` timed passes."""
     from tapt.indexer.index import Index
-    from tapt.retriever import scoring
+    from tapt.retriever.scoring import arrays
 
     ix = Index(index_dir)
-    query = scoring.centroid(np.load(queries_path))
-    scoring.centroid_scores(ix.embeddings, query)   # warm-up: rows now in the page cache
+    query = arrays.centroid(np.load(queries_path))
+    arrays.centroid_scores(ix.embeddings, query)   # warm-up: rows now in the page cache
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        scores = scoring.centroid_scores(ix.embeddings, query)
+        scores = arrays.centroid_scores(ix.embeddings, query)
         times.append(time.perf_counter() - t0)
     assert len(scores) == ix.n_sentences
     best, median = min(times), float(np.median(times))
@@ -232,11 +232,11 @@ def step_centroid(index_dir: str, queries_path: str, repeats: int = 5) -> dict[s
 
 def step_knn(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict[str, Any]:
     """Task queries through `Index.search` (approximate + exact rescoring) at the default."""
-    from tapt.indexer.ann_recall import recall_at_k
-    from tapt.indexer.faiss_index import search_setting, set_search_param
+    from tapt.indexer.ann.ann_recall import recall_at_k
+    from tapt.indexer.ann.faiss_index import search_setting, set_search_param
     from tapt.indexer.index import Index
-    from tapt.indexer.index_choice import rescore_k
-    from tapt.indexer.rescore import exact_topk
+    from tapt.indexer.ann.index_choice import rescore_k
+    from tapt.indexer.ann.rescore import exact_topk
 
     ix = Index(index_dir)
     queries = np.load(queries_path)
@@ -270,12 +270,12 @@ def step_knn(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict
 def step_iforest(index_dir: str, queries_path: str, candidates: int, seed: int) -> dict[str, Any]:
     """Isolation Forest (200 trees) on the task + 10% corpus rows; score the top centroid rows."""
     from tapt.indexer.index import Index
-    from tapt.retriever import scoring
-    from tapt.retriever.detector_registry import fit_detector
+    from tapt.retriever.scoring import arrays
+    from tapt.retriever.learned.detectors import fit_detector
 
     ix = Index(index_dir)
     task = np.load(queries_path)
-    sims = scoring.centroid_scores(ix.embeddings, scoring.centroid(task))
+    sims = arrays.centroid_scores(ix.embeddings, arrays.centroid(task))
     count = min(candidates, ix.n_sentences)
     rows = np.sort(np.argpartition(-sims, count - 1)[:count])
     rng = np.random.default_rng(seed)
@@ -323,8 +323,8 @@ def task_queries(source: Path, task_file: Path, count: int, noise: float, seed: 
     if path.exists():
         return path, json.loads(path.with_suffix(".json").read_text())["how"]
     try:
-        from tapt.retriever.task import load_task
-        from tapt.retriever.task_cache import encode_cached
+        from tapt.retriever.tasks.reading import load_task
+        from tapt.retriever.tasks.embedding import encode_cached
 
         encoder = ix.load_encoder()
         sentences = load_task([task_file], split=ix.manifest["ingest"]["split_sentences"])
@@ -358,7 +358,7 @@ def run_size(n: int, args: argparse.Namespace, source: Path, queries: Path, work
                                     args.seed)
     result["configs"] = []
     result["skipped"] = []
-    from tapt.indexer.index_choice import MEDIUM_MAX
+    from tapt.indexer.ann.index_choice import MEDIUM_MAX
 
     for i, spec in enumerate(args.configs):
         request, memory = spec.split("@", 1)

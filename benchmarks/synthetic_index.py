@@ -6,19 +6,19 @@ synthetic sentence: words drawn from a Zipf distribution over a made-up vocabula
 them (`topic_share`) from its cluster's own Zipf-ranked topic words, so a cluster's sentences
 share wording as its embeddings share direction.
 
-The index is built by tapt's own build stages (`tapt.indexer.stages` through `indexer.build`),
-only the embed stage is replaced by the synthetic rows:
+The index is built by tapt's own build stages (`tapt.indexer.building.stages` through
+`indexer.building.pipeline`), only the embed stage is replaced by the synthetic rows:
 
     corpus    the sentences, one `.jsonl` file per shard (one record = one sentence = one
               document), written under `WORK/corpus/` and removed once the index is built
     prepare   `stages.prepare_shard`: text store, document offsets, lexical ids
     embed     replaced: the rows are written as the shard's `embeddings.npy` (float16, as a
               sharded build stores them), `tokens.npy` (words + 2) and `embedded.json`
-    train     `stages.train_shared` (through `build.index_stages`): the FAISS template that
+    train     `stages.train_shared` (through `pipeline.index_stages`): the FAISS template that
               `index_choice.choose_index` picks for the row count and `memory`, trained on a
               seeded sample across shards, and the int8 code scales
     index     `stages.index_shard`: each shard's FAISS part (global ids) and int8 codes
-    publish   `build.publish`: the search calibration (`nprobe` for recall@100 >= 0.95 after
+    publish   `pipeline.publish`: the search calibration (`nprobe` for recall@100 >= 0.95 after
               rescoring, as `tapt index build` calibrates it) and the top manifest
 
 The result opens as a `tapt.indexer.index.Index` (`WORK/index`); the cluster of every row is kept
@@ -39,16 +39,16 @@ from typing import Any
 
 import numpy as np
 
-from tapt.indexer import stages
-from tapt.indexer.build import (Built, BuildConfig, index_stages, plan_shards, publish,
+from tapt.indexer.building import stages
+from tapt.indexer.building.pipeline import (Built, BuildConfig, index_stages, plan_shards, publish,
                                 scan_corpus)
-from tapt.indexer.checkpoint import Plan
-from tapt.indexer.executors import LocalExecutor, Stage
+from tapt.indexer.building.checkpoint import Plan
+from tapt.indexer.building.executors import LocalExecutor, Stage
 from tapt.indexer.index import Index
-from tapt.indexer.index_choice import DEFAULT_MEMORY, choose_index
-from tapt.indexer.integrity import remember_index
-from tapt.indexer.manifest import EMBEDDINGS, TOKENS, shard_name
-from tapt.indexer.npy import NpyAppender, write_npy
+from tapt.indexer.ann.index_choice import DEFAULT_MEMORY, choose_index
+from tapt.indexer.store.integrity import remember_index
+from tapt.indexer.store.manifest import EMBEDDINGS, TOKENS, shard_name
+from tapt.indexer.store.npy import NpyAppender, write_npy
 from tapt.util.files import atomic_write, write_json_atomic
 
 log = logging.getLogger("synthetic_index")
@@ -135,7 +135,7 @@ class Sentences:
 
 
 class SyntheticModel:
-    """What `build.publish` records of the model that embedded the rows: here, none (the rows
+    """What `pipeline.publish` records of the model that embedded the rows: here, none (the rows
     are synthetic; the fingerprint names the spec)."""
 
     spec = None

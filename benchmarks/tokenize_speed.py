@@ -5,11 +5,11 @@ A GPU embeds all-MiniLM-L6-v2 far faster than one core tokenises (an H100 comput
 This measures, on the same texts and in one run:
 
 - *tokenizer call*: `tokenizer(texts, truncation=True, max_length=...)` and the flat int64
-  columns built from its lists (what `indexer.batching.SortedBatches` did before it used the
+  columns built from its lists (what `indexer.encoding.batching.SortedBatches` did before it used the
   backend; `TOKENIZERS_PARALLELISM` as the environment sets it);
-- *backend, T threads*: `indexer.batching.tokenize`, the fast tokenizer's Rust backend in chunks
+- *backend, T threads*: `indexer.encoding.batching.tokenize`, the fast tokenizer's Rust backend in chunks
   on T threads (offsets not computed), the same columns;
-- *token counts*: `indexer.batching.token_lengths` (untruncated, what the build stores), on
+- *token counts*: `indexer.encoding.batching.token_lengths` (untruncated, what the build stores), on
   every usable core;
 - *CUDA path, model stubbed*: the encoder's whole CUDA path on the CPU with a model that
   returns zeros: the host's ceiling for that path.
@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tapt.indexer.batching import CHUNK, tokenize, token_lengths
+from tapt.indexer.encoding.batching import CHUNK, tokenize, token_lengths
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.machine import usable_cores
 from tapt.util.versions import library_versions, utc_now
@@ -70,7 +70,7 @@ def stubbed_cuda_path(model: str | None, texts: list[str], batch_size: int, repe
     padding one batch ahead, tensors and the loop: the rate no GPU can raise."""
     import torch
 
-    from tapt.indexer.encoder import SentenceTransformerEncoder
+    from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
 
     encoder = SentenceTransformerEncoder(model, device="cpu")
     real = encoder.model
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from transformers import AutoTokenizer
 
-    from tapt.indexer.models import resolve_model
+    from tapt.indexer.encoding.models import resolve_model
 
     texts = [r["text"] for r in read_jsonl(args.pool, args.n)]
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tapt.indexer import lexical
-from tapt.indexer.lexical import union_vocabulary, write_union
+from tapt.indexer.reading import lexical
+from tapt.indexer.reading.lexical import union_vocabulary, write_union
 from tapt.util.versions import utc_now
 
 from .measure import traced, write_report

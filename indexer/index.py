@@ -23,15 +23,15 @@ import numpy as np
 from tapt.errors import IndexFormatError, InputError, ModelMismatchError
 from tapt.util.files import read_regular, regular_file
 
-from . import integrity
-from .encoder import Encoder, LazyEncoder, model_differences
-from .identity import generation_mismatch
-from .manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION,
+from .store import integrity
+from .encoding.encoder import Encoder, LazyEncoder, model_differences
+from .store.identity import generation_mismatch
+from .store.manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION,
                        LEXICAL, LEXICAL_OFFSETS, LMDB_DATA, MANIFEST_NAME, SHARDS, STORE, TOKENS,
                        VOCAB, read_index_manifest, read_shard_manifest)
-from .shards import RowView, ShardedStore, StoreShard
-from .splitter import segment_docs, segment_offsets
-from .store import TextStore, damaged
+from .store.shards import RowView, ShardedStore, StoreShard
+from .reading.splitter import segment_docs, segment_offsets
+from .store.text_store import TextStore, damaged
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ class Index:
     def faiss(self):
         """The FAISS parts of every shard as one searchable index (`ShardedFaiss`), each checked
         before use (its length and checksum on open): its header and stored ids."""
-        from .faiss_index import ShardedFaiss, read_faiss_index
+        from .ann.faiss_index import ShardedFaiss, read_faiss_index
 
         parts = []
         global_ids = self.manifest.get("faiss", {}).get("part_ids") == "global"
@@ -330,13 +330,13 @@ class Index:
     @cached_property
     def lexicon(self):
         """The stored lexical ids of every shard (`lexical.Lexicon`), checked on first use."""
-        from .lexical import open_lexicon
+        from .reading.lexical import open_lexicon
 
         return open_lexicon(self)
 
     def score_rows(self, scorer: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """`scorer` of every stored embedding (a row scorer walks the rows in blocks of the
-        global grid, `retriever.scoring.blocks`). A served index has the actors that hold the
+        global grid, `retriever.scoring.arrays.blocks`). A served index has the actors that hold the
         rows run it, with the same scores."""
         return np.asarray(scorer(self.embeddings))
 
@@ -359,7 +359,7 @@ class Index:
         """Exact top-`k` corpus rows per query (inner product): candidates from the FAISS index,
         rescored from the stored embeddings when it is approximate. `nprobe` / `ef_search`
         override the recorded default of an IVF / HNSW index."""
-        from .faiss_index import knn_search
+        from .ann.faiss_index import knn_search
 
         return knn_search(self.faiss, self.embeddings, queries, k, self.manifest.get("faiss", {}),
                           nprobe=nprobe, ef_search=ef_search, label=self.path)
@@ -396,7 +396,7 @@ class Index:
         `backend="auto"` embeds with the backend the index was built with (the same embedding
         function for corpus and task) where the device allows it, else the device's default.
         """
-        from .encoder import load_encoder
+        from .encoding.encoder import load_encoder
 
         recorded = self.manifest["model"]
         spec = model if model is not None else (recorded.get("source") or recorded["name"])
@@ -413,7 +413,7 @@ class Index:
 
     def _task_backend(self, device: str, backend: str) -> str:
         """`load_encoder`'s backend before `resolve_backend`: `auto` is the index's own."""
-        from .encoder import pick_device
+        from .encoding.encoder import pick_device
 
         if backend != "auto":
             return backend
@@ -439,8 +439,8 @@ class Index:
         Returns:
             The lazy encoder.
         """
-        from .encoder import embedding_key_of, pick_device, resolve_backend
-        from .models import model_files_stamp
+        from .encoding.encoder import embedding_key_of, pick_device, resolve_backend
+        from .encoding.models import model_files_stamp
 
         if encoder is not None:
             self.check_encoder(encoder)

@@ -82,7 +82,7 @@ def shard_checksums(index: Path, shard: int | str = 0) -> dict[str, str]:
 def reseal_shard(index: Path, shard: int | str = 0, **changes) -> None:
     """Record new checksums (name=sha256 pairs) in a shard's `shard.json` and seal it and the top
     manifest again, as a careful forger would (what tapt must still catch by its other checks)."""
-    from tapt.indexer.manifest import (read_index_manifest, write_index_manifest,
+    from tapt.indexer.store.manifest import (read_index_manifest, write_index_manifest,
                                        write_shard_manifest)
 
     path = shard_file(index, "shard.json", shard)
@@ -102,8 +102,8 @@ def make_legacy(index: Path, version: int) -> None:
     import shutil
 
     from tapt.indexer.index import Index
-    from tapt.indexer.manifest import write_index_manifest
-    from tapt.indexer.store import TextStoreWriter
+    from tapt.indexer.store.manifest import write_index_manifest
+    from tapt.indexer.store.text_store import TextStoreWriter
     from tapt.util.files import sha256_file
 
     index = Path(index)
@@ -211,7 +211,7 @@ def labelled_corpus(tmp_path_factory) -> tuple[Path, list[dict]]:
 @pytest.fixture(scope="session")
 def fake_index(tmp_path_factory, labelled_corpus):
     """An index of the labelled corpus built with the hashing encoder (segments of 4)."""
-    from tapt.indexer.build import BuildConfig, build_index
+    from tapt.indexer.building.pipeline import BuildConfig, build_index
 
     out = tmp_path_factory.mktemp("idx") / "index"
     build_index([labelled_corpus[0]], out, HashingEncoder(),

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from tapt.errors import InputError
-from tapt.indexer.splitter import SentenceSplitter
-from tapt.retriever.selection_file import SelectedSegment
+from tapt.indexer.reading.splitter import SentenceSplitter
+from tapt.retriever.selections.file_format import SelectedSegment
 from tapt.util.training import quiet_transformers
 
 

@@ -6,12 +6,12 @@ import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tapt.errors import InputError
-from tapt.indexer.identity import describe
-from tapt.retriever.selection_file import SelectedSegment, manifest_path, read_selection
+from tapt.indexer.store.identity import describe
+from tapt.retriever.selections.file_format import SelectedSegment, manifest_path, read_selection
 from tapt.util.files import sha256_file
 
 if TYPE_CHECKING:
-    from tapt.indexer.reader import TextInput
+    from tapt.indexer.reading.reader import TextInput
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 def read_texts(paths: Sequence[str], strings: Sequence[str], text_field: str, what: str,
                param: str) -> TextInput | None:
     """Task or held-out text given as files (read with the corpus readers) or as strings (one
-    document each, `retriever.task_input.text_from_strings`); None when neither is given.
+    document each, `retriever.tasks.forms.text_from_strings`); None when neither is given.
 
     Args:
         paths: Files, folders, URLs or "-".
@@ -31,8 +31,8 @@ def read_texts(paths: Sequence[str], strings: Sequence[str], text_field: str, wh
     Returns:
         The text, split into sentences as a corpus is.
     """
-    from tapt.indexer.reader import read_text
-    from tapt.retriever.task_input import text_from_strings
+    from tapt.indexer.reading.reader import read_text
+    from tapt.retriever.tasks.forms import text_from_strings
 
     if strings:
         return text_from_strings(strings, True, what=what, param=param)

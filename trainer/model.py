@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tapt.errors import InputError
-from tapt.indexer.models import display_name, load_failure, resolve_model
+from tapt.indexer.encoding.models import display_name, load_failure, resolve_model
 from tapt.util.training import quiet_transformers
 
 logger = logging.getLogger(__name__)

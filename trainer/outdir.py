@@ -43,7 +43,7 @@ def _holds_run(out: Path) -> bool:
 def training_inputs(config: Any) -> list[Path]:
     """Every path a training run reads: selections and their manifests, task and eval text,
     and the model when it is a local directory."""
-    from tapt.retriever.selection_file import manifest_path
+    from tapt.retriever.selections.file_format import manifest_path
 
     paths = [Path(p) for p in config.selections]
     paths += [manifest_path(p) for p in config.selections]

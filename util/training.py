@@ -1,5 +1,5 @@
 """Torch training pieces shared by `tapt train` and the Domain-Finetune classifier
-(`tapt.retriever.finetune`): the device choice, bf16 autocast on a GPU, AdamW with BERT's
+(`tapt.retriever.learned.finetune_classifier`): the device choice, bf16 autocast on a GPU, AdamW with BERT's
 decay groups and a linear warmup/decay schedule, and quieting transformers' load report. torch
 is imported lazily (this is `util`)."""
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever.oracle import sentence_labels
+from tapt.retriever.evaluation.oracle import sentence_labels
 
 
 def purity(clusters: np.ndarray, labels: np.ndarray) -> float:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from tapt.indexer.index import Index
-from tapt.retriever.oracle import sentence_labels
+from tapt.retriever.evaluation.oracle import sentence_labels
 
 
 PNG_SOFTWARE = "tapt plot domains"
@@ -35,7 +35,7 @@ def plot_domains(index: Index, out: Path, label_field: str = "domain", sample: i
 
     from . import optional
 
-    from tapt.retriever.selection_file import manifest_path
+    from tapt.retriever.selections.file_format import manifest_path
 
     inputs = [index.path] + ([selection, manifest_path(selection)] if selection else [])
     check_output(out, what="plot", inputs=inputs, ours=_is_tapt_png)
@@ -55,7 +55,7 @@ def plot_domains(index: Index, out: Path, label_field: str = "domain", sample: i
         ax.scatter(xy[mask, 0], xy[mask, 1], s=2, alpha=0.5, label=name or "(none)")
     drawn = 0
     if selection is not None:
-        from tapt.retriever.selection_file import iter_selection
+        from tapt.retriever.selections.file_format import iter_selection
 
         sel = np.concatenate([np.arange(*s.rows) for s in iter_selection(selection)])
         sel = np.random.default_rng(seed).permutation(sel)[: sample // 4]

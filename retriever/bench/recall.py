@@ -27,12 +27,13 @@ from tqdm.auto import tqdm
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever import scoring
-from tapt.retriever.budget import parse_budget
-from tapt.retriever.context import CONTEXTS, document_scores
-from tapt.retriever.methods import Context, CorpusCache, Memo, get_method, methods as registered
-from tapt.retriever.metrics import selection_scores
-from tapt.retriever.select import SelectConfig, rank
+from tapt.retriever.scoring import arrays
+from tapt.retriever.ranking.budget import parse_budget
+from tapt.retriever.ranking.document_pooling import CONTEXTS, document_scores
+from tapt.retriever.methods import CorpusCache, Memo, RankingInputs, get_method
+from tapt.retriever.methods import methods as registered
+from tapt.retriever.evaluation.metrics import selection_scores
+from tapt.retriever.selections.make import SelectConfig, rank
 
 from .labelled_pool import SeedSet, seed_subset
 
@@ -135,15 +136,15 @@ def evaluate_fixed(scores: np.ndarray, shared: Shared, relevant: np.ndarray,
     curve = {}
     for size in sizes:
         view = shared.view(size)
-        seg_scores = scoring.segment_mean(np.where(np.isfinite(scores), scores, -1e30),
+        seg_scores = arrays.segment_mean(np.where(np.isfinite(scores), scores, -1e30),
                                           view.lengths)
-        order = scoring.rank(seg_scores)
+        order = arrays.rank(seg_scores)
         order = order[seg_scores[order] > -1e29]          # knn: only the union can be selected
         if size == 1:
             curve = pr_curve(order, relevant)
         for budget_name, n in budgets.items():
             chosen = cut_sentences(order, view.lengths, n)
-            sel = scoring.rows_of_segments(view.offsets, chosen)
+            sel = arrays.rows_of_segments(view.offsets, chosen)
             rows.append({"segment_size": size, "budget": budget_name, "budget_sentences": n,
                          **selection_scores(sel, relevant).to_json()})
     return rows, curve
@@ -166,8 +167,8 @@ def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], na
              contexts: Sequence[str] = ("sentence",)) -> tuple[list[dict], dict]:
     """Every method on one task: result rows and PR curves (segment size 1).
 
-    Methods that score sentences are also cut with each of `contexts` (`retriever.context`):
-    rows named `METHOD+document` for document context.
+    Methods that score sentences are also cut with each of `contexts`
+    (`retriever.ranking.document_pooling`): rows named `METHOD+document` for document context.
     """
     relevant = shared.labels == domain
     rows, curves = [], {}
@@ -195,9 +196,9 @@ def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], na
         method = get_method(method_name)
         method_params = method.make_params(params, explicit=())
 
-        def context(n: int | None) -> Context:
+        def context(n: int | None) -> RankingInputs:
             budget = parse_budget(f"{n}sent") if n is not None else None
-            return Context(shared.index, shared.view(1), budget, seed, task, texts,
+            return RankingInputs(shared.index, shared.view(1), budget, seed, task, texts,
                            shared.corpus, memo)
 
         if method.scores_sentences and not method.depends_on_budget(method_params):

@@ -18,7 +18,7 @@ from tapt.util.files import (IrregularFileError, atomic_write, ensure_dir, read_
                              regular_file, write_json_atomic)
 from tapt.util.safety import check_output
 from tapt.util.versions import library_versions, utc_now
-from tapt.retriever.oracle import sentence_labels
+from tapt.retriever.evaluation.oracle import sentence_labels
 
 from . import recall, recall_report
 from .labelled_pool import read_seed_sets
@@ -33,8 +33,8 @@ def open_or_build_index(pool: Path | None, index_path: Path | None, cache: Path,
         return Index(index_path)
     if pool is None:
         raise InputError("give `pool` (to index it) or `index_path`")
-    from tapt.indexer.build import BuildConfig, build_index
-    from tapt.indexer.encoder import SentenceTransformerEncoder
+    from tapt.indexer.building.pipeline import BuildConfig, build_index
+    from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
 
     digest = hashlib.sha256(str(pool.resolve()).encode()).hexdigest()[:12]
     out = cache / f"index-{digest}"
@@ -80,11 +80,11 @@ def _atomic_write(path: Path, text: str) -> None:
 def seed_embeddings(index: Index, seed_sets, cache: Path, encoder=None) -> dict[str, np.ndarray]:
     """Embeddings of every seed sentence with the index's model (checked against the index).
 
-    They go through the task-embedding cache (`retriever.task_cache`), keyed by the model's full
-    fingerprint, backend and dtype and checksummed, so a model change or a damaged entry never
+    They go through the task-embedding cache (`retriever.tasks.embedding`), keyed by the model's
+    full fingerprint, backend and dtype and checksummed, so a model change or a damaged entry never
     reuses stale vectors. `cache` is kept for callers; seed embeddings no longer live there.
     """
-    from tapt.retriever.task_cache import encode_cached
+    from tapt.retriever.tasks.embedding import encode_cached
 
     encoder = encoder or index.load_encoder()
     index.check_encoder(encoder)

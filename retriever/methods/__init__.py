@@ -9,12 +9,12 @@
 `base` defines the interface (and how to write a method in one file), `registry` the lookups.
 """
 
-from .base import (Context, CorpusCache, Memo, Method, NoParams, Params, Ranking, SegmentView,
-                   SentenceScored, by_sentence_scores, param, take)
+from .base import (CorpusCache, Memo, Method, NoParams, Params, Ranking, RankingInputs,
+                   SegmentView, SentenceScored, by_sentence_scores, param, take)
 from .registry import (auto_candidates, get_method, method_names, methods, prerank_choices,
                        register)
 
-__all__ = ["Context", "CorpusCache", "Memo", "Method", "NoParams", "Params", "Ranking",
+__all__ = ["CorpusCache", "Memo", "Method", "NoParams", "Params", "Ranking", "RankingInputs",
            "SegmentView", "SentenceScored", "auto_candidates", "by_sentence_scores",
            "get_method", "method_names", "methods", "param", "prerank_choices", "register",
            "take"]

@@ -4,11 +4,12 @@ One method, two named modes (`over`), each a table of candidates scored on held-
 against a random corpus sample, best first; the first row runs:
 
     embeddings  every embedding scorer of `auto_candidates()`, fitted on 90% of the task, by
-                held-out F1 then AUC (TADPOLE's protocol, `retriever.heldout`); the chosen
+                held-out F1 then AUC (TADPOLE's protocol, `retriever.learned.heldout`); the chosen
                 method then runs through the registry on the whole task.
     all         every scorer, `fused` and `fused-learned` (and Domain-Finetune with
                 `with_finetune`) on the cross-fitted folds of the learned fusion, by held-out AUC
-                then F1 (`retriever.auto_all`); the chosen scores are the ones fitted there.
+                then F1 (`retriever.learned.auto_choice`); the chosen scores are the ones fitted
+                there.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ import numpy as np
 
 from tapt.errors import InputError
 
-from .. import auto_all, scoring
-from ..choose_detector import corpus_rows
-from ..finetune import FinetuneConfig, finetune_scores, fit_classifier
-from ..fusion import fold_split
-from ..heldout import evaluate
+from ..learned import auto_choice
+from ..scoring import arrays
+from ..learned.detector_choice import corpus_rows
+from ..learned.finetune_classifier import FinetuneConfig, finetune_scores, fit_classifier
+from ..learned.fusion import fold_split
+from ..learned.heldout import evaluate
 from .learned_scorers import TaskData, corpus_sample, learned_fusion
-from .base import Context, Method, Params, Ranking, by_sentence_scores, param
+from .base import RankingInputs, Method, Params, Ranking, by_sentence_scores, param
 from .fused_learned import task_data
 from .registry import auto_candidates, get_method, register
 
@@ -50,7 +52,7 @@ class AutoParams(Params):
                                 "more fine-tuning).", requires=("over", "all"))
 
 
-def choose_method(ctx: Context, task: np.ndarray, params: Params) -> list[dict]:
+def choose_method(ctx: RankingInputs, task: np.ndarray, params: Params) -> list[dict]:
     """Held-out F1 and AUC of every `auto` candidate for this task, best first.
 
     Args:
@@ -71,7 +73,7 @@ def choose_method(ctx: Context, task: np.ndarray, params: Params) -> list[dict]:
     return evaluate({m.name: fit_of(m) for m in auto_candidates()}, task, outliers, ctx.seed)
 
 
-def over_embeddings(ctx: Context, params: AutoParams) -> Ranking:
+def over_embeddings(ctx: RankingInputs, params: AutoParams) -> Ranking:
     """Mode `embeddings`: the embedding scorer with the best held-out F1, run on the task."""
     table = choose_method(ctx, ctx.need_task("auto"), params)
     best = get_method(table[0]["name"])
@@ -111,19 +113,20 @@ def heldout_finetune(data: TaskData, prerank: np.ndarray, config: FinetuneConfig
     return scores, is_task
 
 
-def over_all(ctx: Context, params: AutoParams) -> Ranking:
-    """Mode `all`: every method by held-out AUC (`retriever.auto_all`), the table in the info."""
+def over_all(ctx: RankingInputs, params: AutoParams) -> Ranking:
+    """Mode `all`: every method by held-out AUC (`retriever.learned.auto_choice`), the table in the
+    info."""
     if ctx.budget is None:
         raise InputError("auto over all methods needs a budget", param="budget")
     data = task_data(ctx, params, "auto")
     config = FinetuneConfig(seed=ctx.seed) if params.with_finetune else None
     got = learned_fusion(data, also=AUTO_EXTRA, folds=FOLDS, sample=SAMPLE)
-    fused = scoring.fuse_zscores(got.parts["classifier"], got.parts["moore-lewis"])
+    fused = arrays.fuse_zscores(got.parts["classifier"], got.parts["moore-lewis"])
     extra = {}
     if config is not None:
         extra["finetune"] = heldout_finetune(data, fused, config, progress=ctx.progress)
     f = got.features
-    choice = auto_all.choose(f.x, f.is_task, f.fold_of, f.names, extra=extra, seed=data.seed)
+    choice = auto_choice.choose(f.x, f.is_task, f.fold_of, f.names, extra=extra, seed=data.seed)
     log.info("auto: %s (%s)", choice.chosen, ", ".join(
         f"{r['name']} AUC {r['auc']:.3f}" for r in choice.table))
     info: dict[str, Any] = {"chosen": choice.chosen, "heldout": choice.table,

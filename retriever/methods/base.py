@@ -1,4 +1,5 @@
-"""What every selection method is made of: `Method`, its `Params`, and the `Context` it ranks in.
+"""What every selection method is made of: `Method`, its `Params`, and the `RankingInputs` it ranks
+with.
 
 A method is one module of this package holding one `Method` subclass decorated with `@register`
 (see `registry`); nothing else names it. The CLI's `tapt select NAME` command and its options,
@@ -7,7 +8,7 @@ derived from the registered objects and their properties:
 
     from dataclasses import dataclass
 
-    from tapt.retriever import scoring
+    from tapt.retriever.scoring import arrays
     from tapt.retriever.methods.base import Params, SentenceScored, param
     from tapt.retriever.methods.registry import register
 
@@ -22,18 +23,18 @@ derived from the registered objects and their properties:
         Params = MaxCosParams
 
         def scorer(self, ctx, task, params, heldout=False):
-            return (lambda rows: scoring.max_similarity(rows, task).clip(min=params.floor)), {}
+            return (lambda rows: arrays.max_similarity(rows, task).clip(min=params.floor)), {}
 
 Saved as `retriever/methods/maxcos.py`, this is `tapt select maxcos IDX --floor 0.2 ...`,
 `index.select("maxcos", ..., floor=0.2)`, a `prerank` choice and a `tapt bench recall` method
-(tests/test_registry.py adds exactly this file). Override `rank` instead of `scorer` for a
+(tests/retriever/test_registry.py adds exactly this file). Override `rank` instead of `scorer` for a
 method that does not score sentences; see the existing modules. A method whose scores do not
 come from one scorer of the embeddings overrides `sentence_scores`, and `score_parts` too when
 it can compute them run by run (Moore-Lewis, `fused`): a small budget's cut then streams, with
 no score per sentence held.
 
-Scores are "higher = more task-like" everywhere; the arithmetic lives in `scoring`, `pu`,
-`ngram_lm` and `detector_registry`, which know nothing of indexes.
+Scores are "higher = more task-like" everywhere; the arithmetic lives in `scoring.arrays`,
+`scoring.ngram_lm`, `learned.pu` and `learned.detectors`, which know nothing of indexes.
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ import numpy as np
 
 from tapt.errors import InputError
 
-from .. import scoring, topcut
+from ..scoring import arrays
+from ..ranking import topcut
 from . import segments
-from ..budget import budget_target, cut
-from ..index_protocol import own_cuts
+from ..ranking.budget import budget_target, cut
+from ..ranking.index_protocol import own_cuts
 from .params import NoParams, Params, ScanParams, param, param_choices, param_type, scans_codes
-from .ranking_context import Context, CorpusCache, Memo, streams
+from .ranking_inputs import CorpusCache, Memo, RankingInputs, streams
 from .segments import (Ranking, ScoreParts, SegmentView, budget_cut, budget_order,
                        budget_sentences, by_sentence_scores, cut_of_parts, note_shortfall,
                        segment_tokens, small_budget, take)
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
     from tapt.indexer.index import Index
 
 # The pieces of a method, in their modules; importable from here, where methods look for them.
-__all__ = ["Context", "CorpusCache", "Memo", "Method", "NoParams", "Params", "Ranking",
+__all__ = ["CorpusCache", "Memo", "Method", "NoParams", "Params", "Ranking", "RankingInputs",
            "ScanParams", "ScoreParts", "Scorer", "SegmentView", "SentenceScored",
            "budget_cut", "budget_order", "budget_sentences", "by_sentence_scores", "code_scale",
            "cut_of_parts", "note_shortfall", "param", "param_choices", "param_type",
@@ -86,7 +88,7 @@ def code_scale(index: "Index") -> np.ndarray:
     return np.asarray(codes["scale"], dtype=np.float32)
 
 
-def rescored_rows(ctx: "Context", params: Params) -> int:
+def rescored_rows(ctx: "RankingInputs", params: Params) -> int:
     """How many rows a `scan` codes selection rescores exactly: `rescore` x the budget's
     sentences. Checked before any fitting.
 
@@ -99,7 +101,7 @@ def rescored_rows(ctx: "Context", params: Params) -> int:
     return int(np.ceil(params.rescore * budget_sentences(ctx.view, ctx.budget)))
 
 
-def scan_rows(ctx: "Context", params: Params) -> Callable[[Scorer], np.ndarray]:
+def scan_rows(ctx: "RankingInputs", params: Params) -> Callable[[Scorer], np.ndarray]:
     """How a method's full scans score every corpus row: exactly (`Index.score_rows`), or with
     `scan` codes on the int8 codes (`Index.score_codes` of the scorer's `for_codes`). A served
     index runs either in its actors."""
@@ -196,7 +198,7 @@ class Method:
 
     def pools_documents(self, params: Params) -> bool:
         """Whether this method's ranking goes through sentence scores that `context` "document"
-        can pool (see `retriever.context`)."""
+        can pool (see `retriever.ranking.document_pooling`)."""
         return False
 
     @property
@@ -208,7 +210,7 @@ class Method:
         """Fewest task sentences this method can work with, with these parameters."""
         return self.min_task_sentences
 
-    def rank(self, ctx: Context, params: Params) -> Ranking:
+    def rank(self, ctx: RankingInputs, params: Params) -> Ranking:
         """Select: what `tapt select NAME` and `Index.select(NAME, ...)` run.
 
         Args:
@@ -220,7 +222,7 @@ class Method:
         """
         raise NotImplementedError
 
-    def full_ranking(self, ctx: Context, params: Params) -> Ranking:
+    def full_ranking(self, ctx: RankingInputs, params: Params) -> Ranking:
         """Every segment the method can rank, in order, uncut (for `can_prerank` methods).
 
         Args:
@@ -232,7 +234,7 @@ class Method:
         """
         raise InputError(f"{self.name} cannot pre-rank candidates", param="prerank")
 
-    def top_segments(self, ctx: Context, params: Params, count: int) -> np.ndarray:
+    def top_segments(self, ctx: RankingInputs, params: Params, count: int) -> np.ndarray:
         """The first `count` segments of `full_ranking`, in rank order: the candidates a
         rescoring method (iforest) takes from this pre-ranking.
 
@@ -246,7 +248,7 @@ class Method:
         """
         return self.full_ranking(ctx, params).segments[:count]
 
-    def sentence_scores(self, ctx: Context, params: Params
+    def sentence_scores(self, ctx: RankingInputs, params: Params
                         ) -> tuple[np.ndarray, dict[str, Any]] | None:
         """A score per corpus sentence whose segment means rank segments at any segment size.
 
@@ -266,7 +268,7 @@ class Method:
         """Whether `sentence_scores` change with the budget (then they are computed per budget)."""
         return True
 
-    def scorer(self, ctx: Context, task: np.ndarray, params: Params, heldout: bool = False
+    def scorer(self, ctx: RankingInputs, task: np.ndarray, params: Params, heldout: bool = False
                ) -> tuple[Scorer, dict[str, Any]]:
         """An embedding scorer fitted on the task, for `auto_candidate` methods.
 
@@ -297,7 +299,8 @@ class SentenceScored(Method):
     def pools_documents(self, params: Params) -> bool:
         return True
 
-    def sentence_scores(self, ctx: Context, params: Params) -> tuple[np.ndarray, dict[str, Any]]:
+    def sentence_scores(self, ctx: RankingInputs, params: Params
+                        ) -> tuple[np.ndarray, dict[str, Any]]:
         """Every row's score by the fitted `scorer`; with `scan` codes (`ScanParams`), every
         row's score on its int8 codes, the best `rescore` x budget sentences rescored exactly
         from the stored embeddings (the selection's segments mix both)."""
@@ -306,10 +309,10 @@ class SentenceScored(Method):
             return ctx.index.score_rows(scorer), info
         wanted = rescored_rows(ctx, params)
         scorer, approx, info = self.fitted_scores(ctx, params)
-        scores, rescored = scoring.rescore_best(ctx.index.embeddings, scorer, approx, wanted)
+        scores, rescored = arrays.rescore_best(ctx.index.embeddings, scorer, approx, wanted)
         return scores, {**info, "scan": "codes", "rescored_sentences": int(len(rescored))}
 
-    def fitted_scores(self, ctx: Context, params: Params
+    def fitted_scores(self, ctx: RankingInputs, params: Params
                       ) -> tuple[Scorer, np.ndarray, dict[str, Any]]:
         """The fitted scorer, its scores of every corpus row (`scan_rows`: on the codes with
         `scan` codes) and what the fit saw. A method whose fit ends with those scores (the
@@ -317,7 +320,8 @@ class SentenceScored(Method):
         scorer, info = self.scorer(ctx, ctx.need_task(self.name), params)
         return scorer, scan_rows(ctx, params)(scorer), info
 
-    def row_scorer(self, ctx: Context, params: Params) -> tuple[Scorer, dict[str, Any]] | None:
+    def row_scorer(self, ctx: RankingInputs, params: Params
+                   ) -> tuple[Scorer, dict[str, Any]] | None:
         """The fitted scorer whose scores of `ctx.index.embeddings` are `sentence_scores`, or
         None where they come another way (a method that overrides `sentence_scores` overrides
         this too; `scan` codes). With one, a budget's cut streams (`budget_candidates`)."""
@@ -325,7 +329,7 @@ class SentenceScored(Method):
             return None
         return self.scorer(ctx, ctx.need_task(self.name), params)
 
-    def budget_candidates(self, ctx: Context, scorer: Scorer, cut: topcut.Cut,
+    def budget_candidates(self, ctx: RankingInputs, scorer: Scorer, cut: topcut.Cut,
                           on: str = "rows") -> topcut.Candidates:
         """The segments `cut` keeps of the ranking by `scorer`'s mean sentence scores, in rank
         order: every row (`on` codes: every row's int8 codes) scored block by block on the
@@ -342,14 +346,14 @@ class SentenceScored(Method):
                                        progress=ctx.progress)
         return topcut.merge(kept, topcut.join_pieces(pieces, view.offsets, measure), cut)
 
-    def score_parts(self, ctx: Context, params: Params) -> ScoreParts | None:
+    def score_parts(self, ctx: RankingInputs, params: Params) -> ScoreParts | None:
         """`sentence_scores` as consecutive parts computed one at a time, for a method whose
         scores do not come from a row scorer of the embeddings; None (the default) where they
         come only whole. With parts, a budget's cut streams (`topcut.parts_cut`): no score per
         sentence is kept beyond what the method itself holds."""
         return None
 
-    def parts_candidates(self, ctx: Context, parts: ScoreParts, cut: topcut.Cut
+    def parts_candidates(self, ctx: RankingInputs, parts: ScoreParts, cut: topcut.Cut
                          ) -> topcut.Candidates:
         """The segments `cut` keeps of the ranking by the mean of the scores in `parts`, in
         rank order (those of `by_sentence_scores`, bit for bit)."""
@@ -360,7 +364,7 @@ class SentenceScored(Method):
     def depends_on_budget(self, params: Params) -> bool:
         return scans_codes(params)         # how many rows are rescored
 
-    def rank(self, ctx: Context, params: Params) -> Ranking:
+    def rank(self, ctx: RankingInputs, params: Params) -> Ranking:
         """With a budget that `streams`, a fitted row scorer's cut streams
         (`budget_candidates`: no score per sentence is kept), as does a method's whose scores
         come in parts (`score_parts`); otherwise every sentence's score is computed, then
@@ -386,7 +390,7 @@ class SentenceScored(Method):
             scores, info = ctx.index.score_rows(fitted[0]), fitted[1]
         return by_sentence_scores(ctx.view, scores, ctx.budget, dict(info), self.threshold)
 
-    def code_rank(self, ctx: Context, params: Params) -> Ranking:
+    def code_rank(self, ctx: RankingInputs, params: Params) -> Ranking:
         """`scan` codes: the best `rescore` x budget segments by their mean score on the int8
         codes are the candidates (a streamed cut when that many `streams`, else a ranking of
         every segment's score), their rows are scored again exactly, and the budget is cut
@@ -401,24 +405,24 @@ class SentenceScored(Method):
         if streams(ctx, params.rescore):
             ids = self.budget_candidates(ctx, on_codes, wide, on="codes").ids
         else:
-            approx = scoring.segment_mean(ctx.index.score_codes(on_codes), view.lengths)
+            approx = arrays.segment_mean(ctx.index.score_codes(on_codes), view.lengths)
             ids = topcut.ranked_prefix(approx, wide, wide.measure(view.lengths, view.tokens))
         ids = np.sort(np.asarray(ids, dtype=np.int64))
-        rows = scoring.rows_of_segments(view.offsets, ids)
-        exact = scoring.segment_mean(scoring.exact_scores(ctx.index.embeddings, scorer, rows),
+        rows = arrays.rows_of_segments(view.offsets, ids)
+        exact = arrays.segment_mean(arrays.exact_scores(ctx.index.embeddings, scorer, rows),
                                      view.lengths[ids])
-        order = scoring.rank(exact)                 # ties by ascending segment id
+        order = arrays.rank(exact)                 # ties by ascending segment id
         chosen = cut(ids[order], budget, target, view.lengths, view.tokens)
         info = {**info, "scan": "codes", "rescored_sentences": int(len(rows))}
         note_shortfall(budget, target, view, chosen, info)
         return Ranking(chosen, exact[order[:len(chosen)]],
                        np.ones(len(chosen), dtype=np.float32), info)
 
-    def full_ranking(self, ctx: Context, params: Params) -> Ranking:
+    def full_ranking(self, ctx: RankingInputs, params: Params) -> Ranking:
         scores, info = self.sentence_scores(ctx, params)
         return by_sentence_scores(ctx.view, scores, None, dict(info), threshold=-np.inf)
 
-    def top_segments(self, ctx: Context, params: Params, count: int) -> np.ndarray:
+    def top_segments(self, ctx: RankingInputs, params: Params, count: int) -> np.ndarray:
         """With a fitted row scorer, at sentence context, and at most `STREAM_SHARE` of the
         segments: a streamed cut of `count` segments (`budget_candidates`; no score per
         sentence kept), the same segments as `full_ranking`'s prefix."""

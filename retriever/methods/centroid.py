@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import scoring
+from ..scoring import arrays
 from .base import ScanParams, SentenceScored
 from .registry import register
 
@@ -25,4 +25,4 @@ class Centroid(SentenceScored):
     Params = ScanParams
 
     def scorer(self, ctx, task, params, heldout=False):
-        return scoring.Linear(scoring.centroid(task), cosine=True), {}
+        return arrays.Linear(arrays.centroid(task), cosine=True), {}

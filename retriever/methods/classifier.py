@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import scoring
-from ..pu import PUConfig, pu_classifier
+from ..scoring import arrays
+from ..learned.pu import PUConfig, pu_classifier
 from .base import ScanParams, SentenceScored, param, scan_rows, scans_codes
 from .registry import register
 
@@ -63,7 +63,7 @@ class Classifier(SentenceScored):
         n_positive = None if heldout else ctx.n_positive
         # the pre-ranking is handed over, not kept here: the fit frees it after round 0
         scores, scorer, info = pu_classifier(
-            ctx.index.embeddings, task, scan(scoring.Linear(scoring.centroid(task), cosine=True)),
+            ctx.index.embeddings, task, scan(arrays.Linear(arrays.centroid(task), cosine=True)),
             n_positive, PUConfig(rounds=rounds, seed=ctx.seed), score_rows=scan)
         return scorer, scores, info
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import scoring
+from ..scoring import arrays
 from .base import ScanParams, SentenceScored, param
 from .registry import register
 
@@ -33,4 +33,4 @@ class Density(SentenceScored):
     Params = DensityParams
 
     def scorer(self, ctx, task, params, heldout=False):
-        return scoring.TopMeanSimilarity(task, params.m), {"m": params.m}
+        return arrays.TopMeanSimilarity(task, params.m), {"m": params.m}

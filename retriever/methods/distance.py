@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import scoring
-from ..choose_detector import corpus_rows
+from ..scoring import arrays
+from ..learned.detector_choice import corpus_rows
 from .base import ScanParams, SentenceScored
 from .registry import register
 
@@ -30,4 +30,4 @@ class Distance(SentenceScored):
         sample = corpus_rows(ctx.index, max(len(task), 1000), np.random.default_rng(ctx.seed))
         t_mean = np.asarray(task, np.float64).mean(axis=0)
         c_mean = np.asarray(ctx.index.embeddings[sample], np.float64).mean(axis=0)
-        return scoring.DistanceDifference(t_mean, c_mean), {"corpus_sample": int(len(sample))}
+        return arrays.DistanceDifference(t_mean, c_mean), {"corpus_sample": int(len(sample))}

@@ -1,11 +1,11 @@
 """finetune: Domain-Finetune (Aharoni & Goldberg 2020), a fine-tuned encoder reranks the top
-candidates of `fused` (`retriever.finetune`)."""
+candidates of `fused` (`retriever.learned.finetune_classifier`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..finetune import FinetuneConfig, finetune_scores, parse_candidates
+from ..learned.finetune_classifier import FinetuneConfig, finetune_scores, parse_candidates
 from .base import Params, SentenceScored, param
 from .registry import get_method, register
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import scoring
-from ..ngram_lm import general_sample_size
+from ..scoring import arrays
+from ..scoring.ngram_lm import general_sample_size
 from .base import ScanParams, ScoreParts, SentenceScored, param, rescored_rows, scans_codes
 from .moore_lewis import lexical_scores
 from .registry import get_method, register
@@ -47,7 +47,7 @@ class Fused(SentenceScored):
         fused, info = self._fused(ctx, params)
         return ScoreParts(fused.parts(), fused.part_count(), info)
 
-    def _fused(self, ctx, params) -> tuple[scoring.ZSum, dict]:
+    def _fused(self, ctx, params) -> tuple[arrays.ZSum, dict]:
         """The z-score sum of the two halves (`scoring.ZSum`, computed once per task and
         setting) and what the fit saw."""
         texts = ctx.need_texts(self.name)          # before any fitting
@@ -59,11 +59,11 @@ class Fused(SentenceScored):
             lexical = lexical_scores(ctx, self.name)
             scorer, meaning, info = classifier.fit(ctx, task, classifier.shared_params(params))
             if wanted:
-                meaning, rescored = scoring.rescore_best(
+                meaning, rescored = arrays.rescore_best(
                     ctx.index.embeddings, scorer, meaning, wanted,
-                    by=scoring.fuse_zscores(meaning, lexical))
+                    by=arrays.fuse_zscores(meaning, lexical))
                 info = {**info, "scan": "codes", "rescored_sentences": int(len(rescored))}
-            return scoring.ZSum(meaning, lexical), info
+            return arrays.ZSum(meaning, lexical), info
 
         key = ("fused", ctx.n_positive, params.rounds, ctx.seed, wanted)
         fused, info = ctx.memo.get(key, compute)

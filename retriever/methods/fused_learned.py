@@ -1,11 +1,11 @@
 """fused-learned: classifier, Moore-Lewis (task expanded by the classifier's top rows) and density,
-their z-scores weighted per task by the held-out protocol (`retriever.fusion`)."""
+their z-scores weighted per task by the held-out protocol (`retriever.learned.fusion`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..few_seeds import LexicalConfig, PoolText
+from ..learned.few_seeds import LexicalConfig, PoolText
 from .learned_scorers import TaskData, learned_fusion
 from .base import Params, SentenceScored, param
 from .registry import register

@@ -10,12 +10,12 @@ from typing import Any, Literal
 import numpy as np
 
 from tapt.errors import InputError
-from tapt.indexer.integrity import check_unit_rows
+from tapt.indexer.store.integrity import check_unit_rows
 
-from .. import scoring
-from ..budget import budget_target, cut_length
-from ..choose_detector import rank_detectors
-from ..detector_registry import DETECTORS, fit_detector
+from ..scoring import arrays
+from ..ranking.budget import budget_target, cut_length
+from ..learned.detector_choice import rank_detectors
+from ..learned.detectors import DETECTORS, fit_detector
 from .base import Method, Params, param, take
 from .registry import get_method, prerank_choices, register
 
@@ -155,11 +155,11 @@ class IForest(Method):
             extra = {"detector_f1": {r["name"]: r["f1"] for r in table}}
         anomaly_of = fit_detector(detector, task, np.asarray(index.embeddings[sample_rows]),
                                   seed=ctx.seed, pca_dims=params.pca, background=background)
-        rows = scoring.rows_of_segments(view.offsets, pool)
+        rows = arrays.rows_of_segments(view.offsets, pool)
         candidate_rows = index.embeddings[rows]
         check_unit_rows(candidate_rows, rows)  # damaged rows fail here instead of ranking
-        seg_anomaly = scoring.segment_mean(anomaly_of(candidate_rows), view.lengths[pool])
-        order_in_pool = scoring.rank(-seg_anomaly)
+        seg_anomaly = arrays.segment_mean(anomaly_of(candidate_rows), view.lengths[pool])
+        order_in_pool = arrays.rank(-seg_anomaly)
         scores = np.full(len(view), -np.inf, dtype=np.float32)
         scores[pool] = -seg_anomaly
         info: dict[str, Any] = {"candidate_segments": int(len(pool)),
@@ -172,6 +172,6 @@ class IForest(Method):
         ranking = take(view, pool[order_in_pool], scores, budget, info)
         if params.weights == "continuous":
             lam = np.zeros(len(view), dtype=np.float32)
-            lam[pool] = scoring.lambda_weights(seg_anomaly, params.C, params.alpha)
+            lam[pool] = arrays.lambda_weights(seg_anomaly, params.C, params.alpha)
             ranking.weights = lam[ranking.segments]
         return ranking

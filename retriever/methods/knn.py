@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import scoring
+from ..scoring import arrays
 from .base import Method, Params, param, take
 from .registry import register
 
@@ -26,7 +26,7 @@ class KnnParams(Params):
 
 def faiss_label(index, nprobe: int | None, ef_search: int | None) -> str:
     """The FAISS index and search parameter a search used, e.g. `HNSW32 efSearch 128`."""
-    from tapt.indexer.faiss_index import search_setting
+    from tapt.indexer.ann.faiss_index import search_setting
 
     info = index.manifest.get("faiss", {})
     _, name, value = search_setting(info, index.n_sentences, index.dim, nprobe, ef_search)
@@ -58,13 +58,13 @@ class Knn(Method):
         t0 = time.perf_counter()
         distances, ids = index.search(task, k, nprobe=params.nprobe, ef_search=params.ef_search)
         search_s = time.perf_counter() - t0
-        union, _ = scoring.knn_union(distances, ids)
-        candidates = np.unique(scoring.segment_of_rows(view.offsets, union))
-        rows = scoring.rows_of_segments(view.offsets, candidates)
-        best = scoring.max_similarity(index.embeddings[rows] if len(rows) else rows, task,
+        union, _ = arrays.knn_union(distances, ids)
+        candidates = np.unique(arrays.segment_of_rows(view.offsets, union))
+        rows = arrays.rows_of_segments(view.offsets, candidates)
+        best = arrays.max_similarity(index.embeddings[rows] if len(rows) else rows, task,
                                       ids=rows)
-        cand_scores = scoring.segment_mean(best, view.lengths[candidates])
-        ranking = scoring.rank(cand_scores)     # only the candidates: no score per segment
+        cand_scores = arrays.segment_mean(best, view.lengths[candidates])
+        ranking = arrays.rank(cand_scores)     # only the candidates: no score per segment
         info = {"union_sentences": int(len(union)), "candidate_segments": int(len(candidates)),
                 "search_seconds": round(search_s, 3),
                 "faiss": faiss_label(index, params.nprobe, params.ef_search)}
@@ -81,7 +81,7 @@ class Knn(Method):
         index = ctx.index
         distances, ids = index.search(ctx.need_task(self.name), min(params.k, index.n_sentences),
                                       nprobe=params.nprobe, ef_search=params.ef_search)
-        union, best = scoring.knn_union(distances, ids)
+        union, best = arrays.knn_union(distances, ids)
         out = np.full(index.n_sentences, -np.inf, dtype=np.float32)
         out[union] = best
         return out, {}

@@ -20,11 +20,11 @@ import numpy as np
 from tapt.errors import InputError
 from tapt.indexer.index import Index
 
-from ..budget import parse_budget
-from ..few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
-from ..fusion import (FoldFit, FusionWeights, HeldoutFeatures, cross_fitted_features, fuse,
-                      weights_from)
-from .ranking_context import Context
+from ..ranking.budget import parse_budget
+from ..learned.few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
+from ..learned.fusion import (FoldFit, FusionWeights, HeldoutFeatures, cross_fitted_features, fuse,
+                              weights_from)
+from .ranking_inputs import RankingInputs
 from .registry import get_method
 from .segments import SegmentView
 
@@ -68,7 +68,7 @@ def _embedding_fit(name: str, data: TaskData, train: np.ndarray, heldout: bool) 
                                  if k in {f.name for f in dataclasses.fields(method.Params)}},
                                 explicit=())
     budget = parse_budget(f"{data.n_positive}sent") if data.n_positive else None
-    ctx = Context(data.index, SegmentView.of(data.index, 1), budget, data.seed,
+    ctx = RankingInputs(data.index, SegmentView.of(data.index, 1), budget, data.seed,
                   data.embeddings, data.texts)
     scorer, info = method.scorer(ctx, data.embeddings[train], params, heldout=heldout)
     emb = data.index.embeddings

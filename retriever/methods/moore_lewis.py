@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..index_protocol import own_cuts
-from ..ngram_lm import HashedLMs, general_sample_size, moore_lewis_lexicon
-from .base import Context, ScoreParts, SentenceScored
+from ..ranking.index_protocol import own_cuts
+from ..scoring.ngram_lm import HashedLMs, general_sample_size, moore_lewis_lexicon
+from .base import RankingInputs, ScoreParts, SentenceScored
 from .registry import register
 
 
-def lexical_scores(ctx: Context, method: str = "moore-lewis") -> np.ndarray:
+def lexical_scores(ctx: RankingInputs, method: str = "moore-lewis") -> np.ndarray:
     """Moore-Lewis scores of every stored sentence for the task, computed once per task from
     the index's stored lexical ids (the corpus is not read or tokenised per task; a served
     index's actors score their own shards)."""
@@ -28,7 +28,7 @@ def lexical_scores(ctx: Context, method: str = "moore-lewis") -> np.ndarray:
     return ctx.memo.get(("moore-lewis", ctx.seed), compute)
 
 
-def lexical_parts(ctx: Context, method: str, info: dict) -> ScoreParts:
+def lexical_parts(ctx: RankingInputs, method: str, info: dict) -> ScoreParts:
     """`lexical_scores` in parts, computed run by run and not kept (`HashedLMs.parts`); on a
     served index, a cut its actors make from their own shards (`lexicon_cut`); the whole
     array as one part when this task has computed it already."""
@@ -71,6 +71,6 @@ class MooreLewis(SentenceScored):
         return lexical_parts(ctx, self.name, self._info(ctx))
 
     @staticmethod
-    def _info(ctx: Context) -> dict:
+    def _info(ctx: RankingInputs) -> dict:
         return {"general_lm_sentences": general_sample_size(len(ctx.texts),
                                                             ctx.index.n_sentences)}

@@ -12,9 +12,10 @@ import numpy as np
 
 from tapt.errors import InputError
 
-from .. import scoring, topcut
-from ..budget import Budget, budget_target, cut
-from ..context import DocumentPooling
+from ..scoring import arrays
+from ..ranking import topcut
+from ..ranking.budget import Budget, budget_target, cut
+from ..ranking.document_pooling import DocumentPooling
 
 if TYPE_CHECKING:
     from tapt.indexer.index import Index
@@ -48,7 +49,8 @@ class Ranking:
 class SegmentView:
     """Segments of an index at one segment size, with their sentence and token counts, and how
     sentence scores are pooled before segments are ranked (`context`: "sentence" = not at all,
-    "document" = each sentence scored by its document's shrunk mean, see `retriever.context`)."""
+    "document" = each sentence scored by its document's shrunk mean, see
+    `retriever.ranking.document_pooling`)."""
 
     offsets: np.ndarray
     lengths: np.ndarray
@@ -185,7 +187,7 @@ def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: B
             # the pooled scores stream into the cut: nothing more per sentence is held
             return Ranking.of(cut_of_parts(view, pooled.parts(), budget_cut(view, budget)), info)
         sentence_scores = pooled.all()
-    seg_scores = scoring.segment_mean(sentence_scores, view.lengths)
+    seg_scores = arrays.segment_mean(sentence_scores, view.lengths)
     if budget is not None:
         return take(view, budget_order(view, seg_scores, budget), seg_scores, budget, info)
     if threshold is None:
@@ -193,7 +195,7 @@ def by_sentence_scores(view: SegmentView, sentence_scores: np.ndarray, budget: B
     # only the segments above the threshold are ranked (ascending ids, so ties keep the order
     # of a ranking of every segment)
     above = np.flatnonzero(seg_scores > threshold)
-    return take(view, above[scoring.rank(seg_scores[above])], seg_scores, None, info)
+    return take(view, above[arrays.rank(seg_scores[above])], seg_scores, None, info)
 
 
 @dataclass

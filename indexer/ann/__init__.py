@@ -1,0 +1,1 @@
+"""Approximate nearest-neighbour search: FAISS index types, their choice, recall and rescoring."""

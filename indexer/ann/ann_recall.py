@@ -1,0 +1,164 @@
+"""Recall of an approximate FAISS index against exact search, and the default search parameter.
+
+Exact neighbours come from `faiss.contrib.exhaustive_search.knn_ground_truth` streamed over the
+memory-mapped embeddings in blocks; recall@k is `faiss.contrib.evaluation.knn_intersection_measure`
+(the fraction of the exact top-k that a search returns in its top k). Queries are sampled corpus
+rows moved off the corpus by Gaussian noise (norm 0.5, renormalised), so that, like task sentences,
+they are not rows of the index themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .index_choice import RESCORE_FACTORS, IndexChoice, rescore_k
+from ..store.integrity import check_cosines, check_unit_rows
+from .rescore import exact_topk
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_QUERIES = 200
+CALIBRATION_K = 100
+TARGET_RECALL = 0.95
+CALIBRATION_MARGIN = 0.01    # calibrate to 0.96 so that task queries still reach 0.95
+PLATEAU = 0.003              # a wider search that gains less than this: rescore more instead
+QUERY_NOISE = 0.5
+_BLOCK = 65536
+
+
+def sample_queries(embeddings: np.ndarray, count: int, seed: int = 0,
+                   noise: float = QUERY_NOISE) -> np.ndarray:
+    """`count` seeded corpus rows plus Gaussian noise of norm ~`noise`, L2-normalised."""
+    n, dim = embeddings.shape
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(n, size=min(count, n), replace=False))
+    queries = np.asarray(embeddings[rows], dtype=np.float32)
+    check_unit_rows(queries, rows, dtype=embeddings.dtype)  # damaged rows: no recall from them
+    shift = rng.normal(scale=noise / np.sqrt(dim), size=queries.shape).astype(np.float32)
+    queries = queries + shift
+    queries /= np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+    return np.ascontiguousarray(queries, dtype=np.float32)
+
+
+def ground_truth(embeddings: np.ndarray, queries: np.ndarray, k: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k (inner product) over the embeddings, read block by block (float16 is fine)."""
+    import faiss
+    from faiss.contrib.exhaustive_search import knn_ground_truth
+
+    n = len(embeddings)
+    blocks = (np.ascontiguousarray(embeddings[s:s + _BLOCK], dtype=np.float32)
+              for s in range(0, n, _BLOCK))
+    sims, ids = knn_ground_truth(np.ascontiguousarray(queries, dtype=np.float32), blocks,
+                                 min(k, n), metric_type=faiss.METRIC_INNER_PRODUCT, ngpu=0)
+    check_cosines(sims[ids >= 0], ids[ids >= 0])  # a damaged row would be everyone's neighbour
+    return sims, ids
+
+
+def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
+    """Fraction of the exact top-k ids found in the search's top k."""
+    from faiss.contrib.evaluation import knn_intersection_measure
+
+    return float(knn_intersection_measure(found, truth))
+
+
+def measure(index, embeddings: np.ndarray, kind: str, queries: np.ndarray, truth: np.ndarray,
+            param: str | None, value: int | None, factor: int | None = None) -> dict[str, Any]:
+    """Recall@k after exact rescoring (and of the raw approximate ranking) and time per query."""
+    from .faiss_index import set_search_param
+
+    n = len(embeddings)
+    k = truth.shape[1]
+    if param is not None:
+        set_search_param(index, param, value)
+    t0 = time.perf_counter()
+    _, candidates = index.search(queries, rescore_k(k, kind, n, factor))
+    search_s = time.perf_counter() - t0
+    _, ids = exact_topk(embeddings, queries, candidates, k)
+    total_s = time.perf_counter() - t0
+    return {"value": value, "recall": round(recall_at_k(ids, truth), 4),
+            "raw_recall": round(recall_at_k(candidates[:, :k], truth), 4),
+            "candidates": int(candidates.shape[1]),
+            "ms_per_query": round(1000 * total_s / max(1, len(queries)), 3),
+            "search_ms_per_query": round(1000 * search_s / max(1, len(queries)), 3)}
+
+
+def calibrate(index, embeddings: np.ndarray, choice: IndexChoice, progress: bool = False,
+              queries: int = CALIBRATION_QUERIES, k: int = CALIBRATION_K) -> dict[str, Any]:
+    """The smallest nprobe/efSearch whose recall@k after rescoring reaches the target, with the
+    smallest candidate factor that lets it (IVF-PQ tries 4, 8 and 16 x k candidates: coarse
+    codes need more of them rescored, a wider search alone stops helping)."""
+    q = sample_queries(embeddings, queries, seed=choice.seed + 1)
+    _, truth = ground_truth(embeddings, q, k)
+    target = TARGET_RECALL + CALIBRATION_MARGIN
+    rows: list[dict[str, Any]] = []
+    chosen = None
+    factors = RESCORE_FACTORS.get(choice.kind, (1,))
+    bar = tqdm(total=len(factors) * len(choice.search_sweep), disable=not progress, leave=False,
+               desc=f"calibrating {choice.search_param}")
+    for factor in factors:
+        previous = -1.0
+        for value in choice.search_sweep:
+            row = measure(index, embeddings, choice.kind, q, truth, choice.search_param, value,
+                          factor)
+            row["factor"] = factor
+            rows.append(row)
+            bar.update()
+            if row["recall"] >= target:
+                chosen = row
+                break
+            if row["recall"] - previous < PLATEAU:
+                break
+            previous = row["recall"]
+        if chosen is not None:
+            break
+    bar.close()
+    if chosen is None:
+        chosen = max(rows, key=lambda r: (r["recall"], -r["factor"], -r["value"]))
+        log.warning("%s reaches recall@%d %.3f at most (%s %d, %d x k candidates): below the "
+                    "%.2f target", choice.factory, truth.shape[1], chosen["recall"],
+                    choice.search_param, chosen["value"], chosen["factor"], target)
+    log.info("default %s = %d, %d x k candidates: recall@%d %.3f on %d sampled queries",
+             choice.search_param, chosen["value"], chosen["factor"], truth.shape[1],
+             chosen["recall"], len(q))
+    return {"param": choice.search_param, "default": int(chosen["value"]),
+            "rescore_factor": int(chosen["factor"]), "recall": chosen["recall"],
+            "k": int(truth.shape[1]), "queries": len(q), "target": target,
+            "query_noise": QUERY_NOISE,
+            "sweep": [{"value": r["value"], "factor": r["factor"], "recall": r["recall"]}
+                      for r in rows]}
+
+
+def recall_report(index, embeddings: np.ndarray, faiss_info: dict[str, Any], queries: int = 1000,
+                  k: int = 100, values: list[int] | None = None, seed: int = 0,
+                  progress: bool = False) -> dict[str, Any]:
+    """Recall@k and time per query of an index for a sweep of its search parameter."""
+    from .index_choice import choice_from_manifest
+
+    n, dim = embeddings.shape
+    choice = choice_from_manifest(faiss_info, n, dim)
+    q = sample_queries(embeddings, queries, seed=seed)
+    t0 = time.perf_counter()
+    _, truth = ground_truth(embeddings, q, k)
+    exact_ms = 1000 * (time.perf_counter() - t0) / len(q)
+    default = (faiss_info.get("search") or {}).get("default")
+    if choice.search_param is None:
+        sweep_values: list[int | None] = [None]
+    else:
+        sweep_values = sorted(set(values or [v for v in choice.search_sweep])
+                              | ({int(default)} if default else set()))
+    factor = (faiss_info.get("rescore") or {}).get("factor")
+    rows = [measure(index, embeddings, choice.kind, q, truth, choice.search_param, v, factor)
+            for v in tqdm(sweep_values, desc="recall sweep", disable=not progress, leave=False)]
+    if choice.search_param is not None and default:
+        from .faiss_index import set_search_param
+
+        set_search_param(index, choice.search_param, int(default))
+    return {"factory": choice.factory, "kind": choice.kind, "param": choice.search_param,
+            "default": default, "k": int(truth.shape[1]), "queries": len(q), "seed": seed,
+            "query_noise": QUERY_NOISE, "exact_ms_per_query": round(exact_ms, 3), "sweep": rows}

@@ -1,0 +1,222 @@
+"""Which FAISS index to build for a corpus: pure arithmetic on (rows, dims, memory budget).
+
+No faiss import, so the rules can be tested and printed cheaply. Like autofaiss, the choice goes
+by size first and memory second:
+
+    small   n <= 100,000       Flat: exact search is fast enough (2,000 queries in ~1.3 s on
+                               2 cores, as fast as HNSW there: benchmarks/results/speed_index.md)
+    medium  n <= 500,000       HNSW{M}, M the largest of 32/16/8 that fits the budget
+    large   n  > 500,000       IVF{nlist},PQ{m}x4fs: 4-bit fast-scan product quantisation,
+                               optionally behind an OPQ rotation; trained on a seeded sample
+
+A type that does not fit the budget falls through to the next, more compact one. The budget is
+for the FAISS index in RAM; the embeddings stay memory-mapped on disk and are read only to rescore
+candidates exactly, so approximate search never decides the final ranking alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tapt.errors import InputError
+from tapt.util.sizes import parse_memory
+
+KINDS = ("flat", "hnsw", "ivfpq")
+REQUESTS = ("auto",) + KINDS
+SMALL_MAX = 100_000
+MEDIUM_MAX = 500_000
+DEFAULT_MEMORY = "8G"
+IVFPQ_MIN_ROWS = 1_000
+HNSW_M = (32, 16, 8)
+HNSW_EF_CONSTRUCTION = 40
+NPROBE_SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+EF_SEARCH_SWEEP = (16, 32, 64, 128, 256, 512, 1024)
+TRAIN_PER_LIST = 40          # faiss warns below 39 training points per centroid
+TRAIN_MIN = 10_000
+RESCORE_MIN = 100            # approximate search fetches at least this many candidates ...
+RESCORE_FACTOR = {"hnsw": 1, "ivfpq": 4}  # ... and this many times k, rescored exactly
+RESCORE_FACTORS = {"hnsw": (1,), "ivfpq": (4, 8, 16)}  # tried in turn by the calibration
+
+def format_bytes(size: float) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{int(size)} B"
+
+
+@dataclass
+class IndexChoice:
+    """A FAISS index to build: factory string, parameters, and why it was chosen."""
+
+    kind: str
+    factory: str
+    params: dict[str, Any]
+    estimated_bytes: int
+    reason: str
+    requested: str = "auto"
+    memory_budget_bytes: int | None = None
+    train_size: int = 0
+    seed: int = 0
+    search_param: str | None = None          # "nprobe" (IVF) or "efSearch" (HNSW)
+    search_sweep: tuple[int, ...] = field(default_factory=tuple)
+
+    @property
+    def approximate(self) -> bool:
+        return self.kind != "flat"
+
+    def manifest(self) -> dict[str, Any]:
+        """The keys this choice adds to the manifest's `faiss` section."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("search_sweep", "train_size",
+                                                                   "seed", "search_param")}
+        out["train"] = {"sample": self.train_size, "seed": self.seed}
+        return out
+
+
+def rescore_k(k: int, kind: str, n: int, factor: int | None = None) -> int:
+    """How many candidates an approximate search fetches for the exact top `k` (`factor` x k,
+    the recorded one or the kind's default, and at least RESCORE_MIN)."""
+    if kind == "flat":
+        return min(k, n)
+    factor = int(factor or RESCORE_FACTOR.get(kind, 1))
+    return min(n, max(k * factor, RESCORE_MIN, k))
+
+
+def flat_bytes(n: int, dim: int) -> int:
+    return n * dim * 4
+
+
+def hnsw_bytes(n: int, dim: int, m: int) -> int:
+    # vectors + level-0 links (2M int32) + upper levels (~1/M of the rows, M links each)
+    return n * dim * 4 + int(n * m * 2 * 4 * (1 + 1 / m)) + n * 16
+
+
+def ivfpq_bytes(n: int, dim: int, nlist: int, m: int, nbits: int = 4, opq: bool = False) -> int:
+    codes = n * m * nbits // 8 + n * 8                 # codes + int64 ids
+    padding = nlist * 32 * m * nbits // 8              # fast-scan lists pad to blocks of 32
+    tables = nlist * dim * 4 + m * (1 << nbits) * (dim // m) * 4
+    return codes + padding + tables + (dim * dim * 4 if opq else 0)
+
+
+def ivf_nlist(n: int) -> int:
+    """Inverted lists: a power of two near 2 sqrt(n), with >= 40 training rows per list."""
+    target = 2 ** round(math.log2(max(2.0, 2 * math.sqrt(n))))
+    return int(max(1, min(target, n // TRAIN_PER_LIST)))
+
+
+def ivf_train_size(n: int, nlist: int) -> int:
+    """Training rows of an IVF index: `TRAIN_PER_LIST` per inverted list, at least
+    `TRAIN_MIN` (every row of a smaller corpus); at 10M rows, 327,680 rows for 8,192 lists."""
+    return int(min(n, max(TRAIN_MIN, TRAIN_PER_LIST * nlist)))
+
+
+def pq_subquantizers(dim: int) -> list[int]:
+    """Even divisors m of `dim` with 2, 4 or 8 dimensions per sub-quantizer, largest first."""
+    return [dim // s for s in (2, 4, 8) if dim % s == 0 and (dim // s) % 2 == 0]
+
+
+def _flat(n: int, dim: int, requested: str, budget: int, why: str) -> IndexChoice:
+    est = flat_bytes(n, dim)
+    return IndexChoice("flat", "Flat", {}, est, f"{why}; Flat (exact), estimated "
+                       f"{format_bytes(est)} <= budget {format_bytes(budget)}", requested, budget)
+
+
+def _hnsw(n: int, dim: int, requested: str, budget: int, why: str) -> IndexChoice | None:
+    for m in HNSW_M:
+        est = hnsw_bytes(n, dim, m)
+        if est <= budget:
+            return IndexChoice(
+                "hnsw", f"HNSW{m}", {"M": m, "efConstruction": HNSW_EF_CONSTRUCTION}, est,
+                f"{why}; HNSW{m}, estimated {format_bytes(est)} <= budget {format_bytes(budget)}",
+                requested, budget, search_param="efSearch", search_sweep=EF_SEARCH_SWEEP)
+    return None
+
+
+def _ivfpq(n: int, dim: int, requested: str, budget: int, why: str, seed: int,
+           opq: bool) -> IndexChoice | None:
+    nlist = ivf_nlist(n)
+    for m in pq_subquantizers(dim):
+        est = ivfpq_bytes(n, dim, nlist, m, 4, opq)
+        if est > budget:
+            continue
+        prefix = f"OPQ{m}," if opq else ""
+        factory = f"{prefix}IVF{nlist},PQ{m}x4fs"
+        return IndexChoice(
+            "ivfpq", factory, {"nlist": nlist, "m": m, "nbits": 4, "fast_scan": True, "opq": opq},
+            est, f"{why}; {factory}, estimated {format_bytes(est)} <= budget "
+            f"{format_bytes(budget)}", requested, budget, train_size=ivf_train_size(n, nlist),
+            seed=seed, search_param="nprobe",
+            search_sweep=tuple(p for p in NPROBE_SWEEP if p <= nlist) or (1,))
+    return None
+
+
+def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested: str = "auto",
+                 seed: int = 0, opq: bool = False) -> IndexChoice:
+    """The FAISS index for `n` rows of `dim` dims within `memory` bytes (`requested` or auto)."""
+    if requested not in REQUESTS:
+        raise InputError(f"{requested!r}: use one of {', '.join(REQUESTS)}", param="index_type")
+    if n < 1 or dim < 1:
+        raise InputError("an index needs at least one row")
+    budget = parse_memory(memory)
+    size = f"n = {n:,}"
+    if requested == "ivfpq" and n < IVFPQ_MIN_ROWS:
+        raise InputError(f"ivfpq needs at least {IVFPQ_MIN_ROWS:,} sentences "
+                         f"(this index has {n:,}): use flat or hnsw", param="index_type")
+    if requested == "ivfpq" and not pq_subquantizers(dim):
+        raise InputError(f"ivfpq needs a dimension divisible by 4 (this model has {dim})",
+                         param="index_type")
+    if requested == "flat" or (requested == "auto" and n <= SMALL_MAX):
+        why = f"{size} <= {SMALL_MAX:,} (small)" if requested == "auto" else "--index flat"
+        if flat_bytes(n, dim) <= budget:
+            return _flat(n, dim, requested, budget, why)
+        if requested == "flat":
+            raise _too_small("flat", flat_bytes(n, dim), budget)
+    if requested == "hnsw" or (requested == "auto" and n <= MEDIUM_MAX):
+        why = (f"{size} <= {MEDIUM_MAX:,} (medium)" if n > SMALL_MAX else
+               f"{size}, Flat does not fit") if requested == "auto" else "--index hnsw"
+        choice = _hnsw(n, dim, requested, budget, why)
+        if choice is not None:
+            return choice
+        if requested == "hnsw":
+            raise _too_small(f"HNSW{HNSW_M[-1]}", hnsw_bytes(n, dim, HNSW_M[-1]), budget)
+    why = (f"{size} > {MEDIUM_MAX:,} (large)" if n > MEDIUM_MAX else
+           f"{size}, HNSW does not fit") if requested == "auto" else "--index ivfpq"
+    if n >= IVFPQ_MIN_ROWS and pq_subquantizers(dim):
+        choice = _ivfpq(n, dim, requested, budget, why, seed, opq)
+        if choice is not None:
+            return choice
+        m = pq_subquantizers(dim)[-1]
+        raise _too_small("the most compact IVF-PQ", ivfpq_bytes(n, dim, ivf_nlist(n), m, 4, opq),
+                         budget)
+    raise _too_small(f"HNSW{HNSW_M[-1]}", hnsw_bytes(n, dim, HNSW_M[-1]), budget)
+
+
+def _too_small(what: str, needed: int, budget: int) -> InputError:
+    return InputError(f"{format_bytes(budget)} is too small: {what} needs about "
+                      f"{format_bytes(needed)}", param="memory")
+
+
+def choice_from_manifest(faiss_info: dict[str, Any], n: int, dim: int) -> IndexChoice:
+    """The choice recorded in a manifest's `faiss` section (old indexes record only `Flat`)."""
+    factory = str(faiss_info.get("factory", "Flat"))
+    kind = faiss_info.get("kind") or ("flat" if factory == "Flat" else
+                                      "hnsw" if factory.startswith("HNSW") else "ivfpq")
+    if kind not in KINDS:
+        raise InputError(f"unknown FAISS index kind {kind!r} in the manifest")
+    params = dict(faiss_info.get("params") or {})
+    train = faiss_info.get("train") or {}
+    sweep: tuple[int, ...] = ()
+    param = None
+    if kind == "hnsw":
+        param, sweep = "efSearch", EF_SEARCH_SWEEP
+    elif kind == "ivfpq":
+        nlist = int(params.get("nlist") or ivf_nlist(n))
+        param, sweep = "nprobe", tuple(p for p in NPROBE_SWEEP if p <= nlist) or (1,)
+    return IndexChoice(kind, factory, params, int(faiss_info.get("estimated_bytes") or 0),
+                       str(faiss_info.get("reason") or f"recorded factory {factory}"),
+                       str(faiss_info.get("requested") or kind),
+                       faiss_info.get("memory_budget_bytes"),
+                       int(train.get("sample") or (ivf_train_size(n, int(params.get("nlist", 1)))
+                                                   if kind == "ivfpq" else 0)),
+                       int(train.get("seed") or 0), param, sweep)

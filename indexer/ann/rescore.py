@@ -1,0 +1,117 @@
+"""Exact rescoring of approximate-search candidates from the stored (memory-mapped) embeddings.
+
+Pure numpy: the final ranking of every search is by exact inner products of stored rows, whatever
+index type produced the candidates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..store.integrity import check_unit_rows
+from ..store.npy import as_float32
+
+_GATHER_BYTES = 64 << 20  # rows gathered per block of queries
+_BLOCK_QUERIES = 64  # at most: a block's matrix product grows with queries x distinct rows
+
+
+def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int,
+               label: str | Path | None = None, candidate_sims: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, the `k` candidates with the highest exact inner product, best first.
+
+    `candidates` is (queries, k') of row ids, -1 for none. Ties break by ascending id. Returns
+    (similarities, ids); a query with fewer than `k` valid candidates is padded with -inf / -1.
+    Every gathered row is checked for unit length (IndexFormatError names damaged rows).
+
+    A similarity is one float32 dot product of its row and query, the same value whichever
+    other rows and queries share the call (so a sharded index ranks as an unsharded one). Only
+    the candidates that can reach a query's top `k` are computed that way: a matrix product of
+    the block's distinct rows and queries (whose rounding depends on the block) finds them,
+    within a bound on the two roundings' difference.
+
+    `candidate_sims`, a (queries, k') float32 array when given, is filled with every
+    candidate's similarity from that matrix product (-inf for none): within ~1e-6 of the exact
+    value, what a caller needs to check a search's own similarities against the stored rows.
+    """
+    queries = np.asarray(queries, dtype=np.float32)
+    nq, width = candidates.shape
+    k = min(k, width)
+    dim = queries.shape[1]
+    sims_out = np.full((nq, k), -np.inf, dtype=np.float32)
+    ids_out = np.full((nq, k), -1, dtype=np.int64)
+    if candidate_sims is not None:
+        candidate_sims[...] = -np.inf
+    if nq == 0 or k == 0:
+        return sims_out, ids_out
+    step = max(1, min(_BLOCK_QUERIES, _GATHER_BYTES // max(1, width * dim * 4)))
+    grouped = _by_shared_candidates(candidates)
+    # reused for every block of queries: fresh memory per block costs more page faults than
+    # the work
+    rows_buf = np.empty((min(step, nq) * width, dim), dtype=np.float32)
+    for start in range(0, nq, step):
+        block = grouped[start:start + step]
+        cand = np.asarray(candidates[block], dtype=np.int64)
+        valid = cand >= 0
+        if not valid.any():
+            continue
+        block_q = queries[block]
+        safe = np.where(valid, cand, cand[valid][0])
+        unique, inverse = np.unique(safe, return_inverse=True)
+        inverse = inverse.reshape(safe.shape)
+        # ascending ids: sequential reads
+        rows = as_float32(embeddings[unique], out=rows_buf[:len(unique)])
+        squared = np.einsum("ij,ij->i", rows, rows)
+        check_unit_rows(rows, unique, label, squared=squared, dtype=embeddings.dtype)
+        sims, approx = _exact_sims(rows, block_q, inverse, valid, k,
+                                   float(np.sqrt(squared.max())))
+        if candidate_sims is not None:
+            candidate_sims[block] = approx
+        order = np.lexsort((np.where(valid, cand, np.iinfo(np.int64).max), -sims), axis=-1)[:, :k]
+        top_sims = np.take_along_axis(sims, order, axis=1)
+        top_ids = np.take_along_axis(cand, order, axis=1)
+        top_ids[~np.isfinite(top_sims)] = -1
+        sims_out[block] = top_sims
+        ids_out[block] = top_ids
+    return sims_out, ids_out
+
+
+def _by_shared_candidates(candidates: np.ndarray) -> np.ndarray:
+    """The queries in an order that puts queries with many common candidates together (by a
+    MinHash of their candidate sets), so a block of queries gathers fewer distinct rows."""
+    signature = np.empty(len(candidates), dtype=np.uint64)
+    for start in range(0, len(candidates), 4096):      # bounded temporaries for any task
+        ids = np.asarray(candidates[start:start + 4096], dtype=np.int64)
+        hashed = ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        hashed[ids < 0] = np.iinfo(np.uint64).max
+        signature[start:start + len(ids)] = hashed.min(axis=1)
+    return np.argsort(signature, kind="stable")
+
+
+def _exact_sims(rows: np.ndarray, queries: np.ndarray, inverse: np.ndarray, valid: np.ndarray,
+                k: int, row_norm: float) -> tuple[np.ndarray, np.ndarray]:
+    """(queries, candidates) exact similarities of the candidates that can be among a query's
+    `k` best, -inf for the rest and for invalid ones, and the block product's similarities of
+    every candidate (-inf for invalid ones); candidate j of query i is row `inverse[i, j]`."""
+    approx = rows @ queries.T                     # (distinct rows, queries)
+    approx = np.take_along_axis(approx.T, inverse, axis=1)  # (queries, candidates)
+    approx[~valid] = -np.inf
+    # Any float32 rounding of a d-term dot product is within gamma_d |row| |query| of the exact
+    # value (Higham; gamma_d ~ d 2^-24), so the two roundings differ by at most twice that, and
+    # a candidate more than four times that below the k-th best cannot reach the top k. Eight
+    # times leaves room for the rounding of the norms themselves.
+    margin = (8.0 * queries.shape[1] * 2.0 ** -24 * row_norm
+              * np.sqrt(np.einsum("ij,ij->i", queries, queries)))
+    if k < approx.shape[1]:
+        kth = -np.partition(-approx, k - 1, axis=1)[:, k - 1]
+    else:
+        kth = np.full(len(approx), -np.inf, dtype=np.float32)
+    floor = kth - margin
+    floor[~np.isfinite(floor)] = -np.inf   # a NaN or too few candidates: compute them all
+    near = valid & ~(approx < floor[:, None])
+    q_of, j_of = np.nonzero(near)
+    sims = np.full(approx.shape, -np.inf, dtype=np.float32)
+    sims[q_of, j_of] = np.einsum("ij,ij->i", rows[inverse[q_of, j_of]], queries[q_of])
+    return sims, approx

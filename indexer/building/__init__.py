@@ -1,0 +1,1 @@
+"""Building an index: stages, executors, checkpoints; add, reindex, upgrade, repair, verify."""

@@ -1,0 +1,273 @@
+"""`tapt index add`: append new documents to an index as new shards, skipping documents it
+already holds.
+
+The add builds a new generation in a hidden sibling directory (`.NAME.adding`): the index's
+shards are hard-linked into it unchanged (their ids never change), and the new documents become
+new shards after them, through the same resumable stages as a build (`pipeline.run_stages`), so a
+killed add resumes. Documents whose normalised sentences the index (or an earlier new shard)
+holds are skipped, by the hashes every shard stores. New shards reuse the index's FAISS template
+(the trained quantizer of an IVF index) and code scales; the search parameter is calibrated again
+on the whole. When it is complete the new generation and the index are exchanged in one atomic
+rename (`renameat2(RENAME_EXCHANGE)` on Linux): a reader sees the old index or the new one, never
+a mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tapt.errors import InputError
+from tapt.util.safety import check_output, is_tapt_index
+from tapt.util.versions import utc_now
+
+from . import checkpoint, stages
+from .ann_build import calibrated_faiss
+from .pipeline import (BuildConfig, Shared, codes_section, corpus_paths,
+                    drop_training_files, index_stages, plan_shards, run_stages, scan_corpus,
+                    shard_entries, top_vocabulary, warn_invalid_utf8)
+from ..encoding.encoder import Encoder
+from .executors import EncoderSource, Executor, make_executor
+from .generations import carry, check_kept, check_unchanged, exchange, mirror, user_entries
+from ..index import Index
+from ..ann.index_choice import choice_from_manifest
+from ..store.integrity import check_checksum, remember_index
+from ..reading.lexical import doc_hash, normalise_for_identity  # noqa: F401 - where add's callers look
+from ..store.manifest import (DOC_HASHES, INDEX_FORMAT_VERSION, MANIFEST_NAME, SHARDS, VOCAB,
+                       read_shard_manifest, shard_name, write_index_manifest)
+from ..reading.reader import CorpusScan, InputSpec
+
+log = logging.getLogger(__name__)
+
+
+def check_add_inputs(index_path: Path, inputs: list[InputSpec] | CorpusScan) -> None:
+    """`index add` writes the index: no local input may be it, lie inside it, or contain it."""
+    check_output(os.path.realpath(index_path), what="index", inputs=corpus_paths(inputs),
+                 directory=True, ours=is_tapt_index, param="idx")  # a link's index, updated
+
+
+def _recorded_batch_size(manifest: dict[str, Any]) -> int | None:
+    """The batch size the index was built with, if one was given (None: by device)."""
+    recorded = manifest.get("build", {}).get("batch_size")
+    return recorded if isinstance(recorded, int) and recorded > 0 else None
+
+
+def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
+                 batch_size: int | None = None, restart: bool = False,
+                 progress: bool = True, *, text_field: str | None = None,
+                 doc_field: str | None = None, text_docs: str | None = None,
+                 input_format: str | None = None, hf_split: str | None = None,
+                 strict: bool = False, invalid_utf8: str | None = None,
+                 shards: int | None = None,
+                 shard_size: int | str | None = None, executor: Executor | str | None = None,
+                 encoder_spec: Any = None) -> dict[str, Any]:
+    """Append the documents of `inputs` that the index does not hold yet, as new shards;
+    returns the new manifest. When every document is already in the index, nothing is written:
+    the index keeps its generation (selections made from it stay valid), and the returned
+    manifest is the index's with this add's record (`"unchanged": true`) appended in memory.
+
+    The reading options (`text_field`, `doc_field`, `text_docs`, `invalid_utf8`) default to the
+    index's; the others are as for a build (`tapt.indexer.reading.reader.scan_inputs`). `shards` /
+    `shard_size` split the new files into several shards (default: one).
+    """
+    # absolute, as the stages may run elsewhere; a symbolic link IDX: the index it names is
+    # updated and the link kept (swapping at the link's name would replace the link)
+    index = Index(os.path.realpath(path))
+    check_add_inputs(index.path, list(inputs))
+    index.check_encoder(encoder)
+    old = index.manifest
+    ingest = old["ingest"]
+    config = BuildConfig(segment_size=old["segment_size"],
+                         batch_size=batch_size or _recorded_batch_size(old),
+                         window=old["build"].get("window", 4096),
+                         split=ingest["split_sentences"],
+                         text_field=text_field or ingest["text_field"],
+                         doc_field=ingest["doc_field"] if doc_field is None else doc_field,
+                         text_docs=text_docs or ingest["text_docs"], input_format=input_format,
+                         hf_split=hf_split, strict=strict, progress=progress,
+                         invalid_utf8=invalid_utf8 or ingest.get("invalid_utf8", "error"),
+                         embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"),
+                         shards=shards, shard_size=shard_size)
+    scan = scan_corpus(inputs, config)
+    check_add_inputs(index.path, scan)
+    groups = plan_shards(scan, config)
+    first = len(index.shards)
+    wanted = checkpoint.fingerprint({
+        "inputs": scan.identity(),
+        "index": index.manifest_sha256, "batch_size": config.batch_size,
+        "read": [config.text_field, config.doc_field, config.text_docs, config.input_format,
+                 config.hf_split] + ([config.invalid_utf8] if config.invalid_utf8 != "error"
+                                     else []),
+        "groups": groups,
+        "store_format": INDEX_FORMAT_VERSION,
+    })
+    runner, owned = make_executor(executor, progress)
+    old_shards = [(s.name, s.rows) for s in index.shards]
+    new_names = [shard_name(first + i) for i in range(len(groups))]
+    with checkpoint.BuildLock(index.path):
+        check_unchanged(index.path, index.manifest_sha256)
+        kept = user_entries(index.path)
+        _check_free(index.path, kept, new_names)
+        for shard in index.shards:   # the hashes that decide what is skipped must be sound
+            check_checksum(shard.directory / DOC_HASHES,
+                           shard.extra["checksums"].get(DOC_HASHES),
+                           shard.extra["where"] + DOC_HASHES, index.path, force=True)
+        work, plan = checkpoint.prepare_work_dir(index.path, wanted, restart, kind="adding")
+        earlier = checkpoint.committed_rows(work) if plan is not None else 0  # resumed rows
+        failures = checkpoint.keep_or_discard(
+            work, "add", "adding to the index in", "kept this add's %s embedded sentences in %s: "
+            "run the same command again to resume", earlier)
+        with contextlib.closing(runner) if owned else contextlib.nullcontext(), failures:
+            start = time.perf_counter()
+            if plan is None:
+                mirror(index.path, work, (MANIFEST_NAME,), kept)
+                plan = checkpoint.Plan(
+                    wanted, [{"name": name, "files": g} for name, g in zip(new_names, groups)],
+                    config.embedding_dtype, base_rows=index.n_sentences,
+                    base_docs=int(old["counts"]["documents"]), sessions=1)
+            else:
+                carry(index.path, work, kept)   # what a user put there since the last session
+                plan.sessions += 1
+            checkpoint.write_plan(work, plan)
+            built = run_stages(work, scan, plan, config, runner,
+                               EncoderSource(encoder, encoder_spec), encoder.dim, old_shards,
+                               dedupe_against=tuple(str(stages.shard_path(work, n))
+                                                    for n, _ in old_shards))
+            if built.rows == index.n_sentences:  # every document is already there
+                shutil.rmtree(work, ignore_errors=True)
+                return _unchanged(old, inputs, plan, built, time.perf_counter() - start)
+            choice = choice_from_manifest(old.get("faiss", {}), built.rows, encoder.dim)
+            shared = _shared_of(index, work)
+            results, _ = index_stages(work, built, choice, "none", runner,
+                                      config.embedding_dtype, shared, run=plan.fingerprint)
+            for name, _ in old_shards:
+                manifest_path = stages.shard_path(work, name) / "shard.json"
+                results[name] = {"manifest": read_shard_manifest(manifest_path.parent,
+                                                                 index.path),
+                                 "sha256": hashlib.sha256(manifest_path.read_bytes()).hexdigest()}
+            manifest = _new_manifest(work, index, built, results, choice, config, scan, inputs,
+                                     plan, time.perf_counter() - start)
+            drop_training_files(work)
+            manifest = write_index_manifest(work, manifest)
+            check_kept(index.path, work, kept)
+            exchange(work, index.path)
+        shutil.rmtree(work, ignore_errors=True)  # now the previous generation
+        remember_index(index.path, manifest)
+    return manifest
+
+
+def _check_free(index_dir: Path, kept: list[str], new_names: list[str]) -> None:
+    """Refuse an add whose new shards would land where the index holds shard folders its
+    manifest does not list (a newer generation's, left by restoring an older copy over it; or a
+    copy): they are neither reused as this add's work nor deleted."""
+    taken = {f"{SHARDS}/{name}" for name in new_names}
+    stray = [rel for rel in kept if "/".join(rel.split("/")[:2]) in taken]
+    if stray:
+        raise InputError(f"index {index_dir} holds {', '.join(stray[:5])}, which its manifest "
+                         "does not list (left by restoring an older copy of the index over a "
+                         "newer one, or copied there): tapt neither reuses nor deletes it; move "
+                         "it out of the index and run the command again")
+
+
+def _shared_of(index: Index, work: Path) -> Shared:
+    """What new shards share with the index's: its FAISS template (an IVF part emptied, so the
+    new parts use the same coarse quantizer and codebooks) and its code scales."""
+    from ..ann.faiss_index import template_of, write_faiss
+
+    template = template_sha = None
+    if index.manifest.get("faiss", {}).get("part_ids") == "global":
+        template = str(work / stages.TRAINED)
+        write_faiss(template_of(index.faiss.parts[0]), Path(template))
+        template_sha = hashlib.sha256(Path(template).read_bytes()).hexdigest()
+    scale = (index.manifest.get("codes") or {}).get("scale")
+    return Shared(template, template_sha, 0.0, scale)
+
+
+def _duplicates(built: Any, plan: checkpoint.Plan) -> int:
+    """Documents this add skipped because the index holds them already."""
+    return sum(int(built.prepared[s["name"]].get("duplicates", 0)) for s in plan.shards)
+
+
+def _unchanged(old: dict[str, Any], inputs: list[InputSpec], plan: checkpoint.Plan,
+               built: Any, seconds: float) -> dict[str, Any]:
+    """An add that found nothing new: the index stays as it is (the same generation, so its
+    selections stay valid); its manifest is returned with this add's record appended to the
+    history in memory only (`unchanged`: true)."""
+    duplicates = _duplicates(built, plan)
+    log.info("nothing new to add: %s duplicate documents skipped; the index is unchanged",
+             f"{duplicates:,}")
+    return {**old, "history": list(old.get("history", [])) + [{
+        "added": utc_now(), "sources": [str(p) for p in inputs], "shards": [],
+        "documents": 0, "sentences": 0, "duplicate_documents_skipped": duplicates,
+        "embed_seconds": 0.0, "seconds": round(seconds, 2), "sessions": plan.sessions,
+        "unchanged": True}]}
+
+
+def _new_manifest(work: Path, index: Index, built, results: dict[str, dict[str, Any]], choice,
+                  config: BuildConfig, scan: CorpusScan, inputs, plan: checkpoint.Plan,
+                  seconds: float) -> dict[str, Any]:
+    """The new generation's manifest: the index's identity and history, every shard, this add."""
+    old = index.manifest
+    shards = shard_entries(work, built.names, built.row_offsets, results, config.segment_size)
+    base_vocab = np.load(work / VOCAB, mmap_mode="r") if (work / VOCAB).is_file() else None
+    vocab_sha = top_vocabulary(work, built.new, base_vocab)
+    faiss_info = calibrated_faiss(work, built.names, built.row_offsets, choice, built.rows,
+                                  float((old.get("faiss", {}).get("train") or {})
+                                        .get("seconds") or 0), config.progress)
+    for key in ("reindexed", "previous", "requested", "memory_budget_bytes", "reason"):
+        if key in old.get("faiss", {}):
+            faiss_info[key] = old["faiss"][key]
+    faiss_info["bytes"] = sum(r["manifest"]["faiss"]["bytes"] for r in results.values())
+    new = [results[n]["manifest"] for n in built.new]
+    added_rows = sum(m["rows"] for m in new)
+    added_docs = sum(m["documents"] for m in new)
+    duplicates = _duplicates(built, plan)
+    merged = dict(old)
+    merged["generation"] = int(old.get("generation", 1)) + 1
+    merged.pop("same_content_as", None)  # new rows: earlier manifests name other content
+    merged["updated"] = utc_now()
+    merged["shards"] = shards
+    merged["faiss"] = faiss_info
+    merged["codes"] = codes_section((old.get("codes") or {}).get("scale"))
+    merged["files"] = {**old["files"], "embeddings": {**old["files"]["embeddings"],
+                                                      "shape": [built.rows, index.dim]}}
+    merged["lexical"] = {**old.get("lexical", {}),
+                         "vocabulary": int(len(np.load(work / VOCAB, mmap_mode="r")))}
+    merged["checksums"] = {**(old.get("checksums") or {}), VOCAB: vocab_sha}
+    merged["ingest"] = {**old["ingest"],
+                        "sources": old["ingest"]["sources"] + [str(p) for p in inputs],
+                        "files": old["ingest"]["files"] + scan.manifest_files()}
+    if config.invalid_utf8 != "error":     # the index may now hold replaced bytes
+        merged["ingest"]["invalid_utf8"] = config.invalid_utf8
+    replaced = sum(int(built.prepared[s["name"]].get("invalid_utf8_records", 0))
+                   for s in plan.shards)
+    warn_invalid_utf8(replaced)
+    merged["counts"] = {
+        "files": old["counts"]["files"] + len(scan.files),
+        "documents": old["counts"]["documents"] + added_docs,
+        "sentences": built.rows,
+        "segments": sum(s["segments"] for s in shards),
+        "tokens": old["counts"]["tokens"] + sum(m["tokens"] for m in new),
+        "truncated_sentences": old["counts"]["truncated_sentences"]
+        + sum(m["truncated_sentences"] for m in new),
+        "skipped_blank_records": old["counts"]["skipped_blank_records"]
+        + sum(int(built.prepared[s["name"]].get("skipped_blank_records", 0))
+              for s in plan.shards),
+        "invalid_utf8_records": int(old["counts"].get("invalid_utf8_records", 0)) + replaced}
+    merged["history"] = list(old.get("history", [])) + [{
+        "added": merged["updated"], "sources": [str(p) for p in inputs],
+        "shards": built.new, "documents": added_docs, "sentences": added_rows,
+        "duplicate_documents_skipped": duplicates,
+        "embed_seconds": round(sum(float(built.embedded[n].get("embed_seconds") or 0)
+                                   for n in built.new), 2),
+        "seconds": round(seconds, 2), "sessions": plan.sessions,
+    }]
+    return merged

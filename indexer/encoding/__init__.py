@@ -1,0 +1,1 @@
+"""Encoding text into embeddings: the encoder, its ONNX export and runtime, models, batching."""

@@ -1,0 +1,1 @@
+"""Reading corpora: input formats, sentence splitting, hashed words and bigrams per sentence."""

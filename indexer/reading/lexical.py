@@ -1,0 +1,349 @@
+"""What text-scanning methods need, stored at build time: stable hashed word ids and bigram types.
+
+Moore-Lewis (and `fused`, which uses it) scores every corpus sentence by word-bigram language
+models fitted per task. Tokenising the whole corpus per task costs minutes at 10M sentences, so
+each shard stores, once, for its sentences:
+
+    vocab.npy            uint64, local word id -> 64-bit hash of the word (ids 0 and 1 are the
+                         sentence boundaries <s> and </s>, hashes 0 and 1)
+    bigrams.npy          int32 (types x 2): every distinct (history, word) pair of local ids
+    lexical.npy          int32, per predicted token (each word and </s>) of every sentence, in
+                         order: its bigram type
+    lexical_offsets.npy  int64 (rows + 1): CSR offsets of each sentence's predicted tokens
+
+Words are what `retriever.scoring.ngram_lm` always used: `\\w+|[^\\w\\s]` over the lowercased text. A word's
+hash is the first 8 bytes of its BLAKE2b digest (stable across processes and machines; two words
+share a hash with probability ~3e-6 for 10M distinct words, see docs/scale.md). The index keeps the
+sorted union of all shards' word hashes (top-level `vocab.npy`): the language models' vocabulary
+size counts every corpus word, as before.
+
+Document identity (`doc_hash`) lives here too: `index add` skips documents whose normalised
+sentences an index already holds, and each shard stores its documents' hashes (`dochash.npy`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import unicodedata
+from array import array
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+TOKEN = re.compile(r"\w+|[^\w\s]")
+BOS, EOS = 0, 1
+_LOW32 = np.int64(0xFFFFFFFF)
+
+# Invisible characters that make two renderings of one text differ byte for byte.
+_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
+
+
+def normalise_for_identity(text: str) -> str:
+    """The form two texts are compared in: Unicode NFC, without zero-width characters and
+    soft hyphens. Only for duplicate detection; stored text stays as the corpus gave it."""
+    return unicodedata.normalize("NFC", text).translate(_ZERO_WIDTH)
+
+
+def doc_hash(sentences: Iterable[str]) -> bytes:
+    """Identity of a document's content: its sentences, in order, normalised (NFC, no
+    zero-width characters), so Unicode variants of one document are one document."""
+    joined = "\n".join(normalise_for_identity(s) for s in sentences)
+    return hashlib.sha256(joined.encode("utf-8")).digest()[:16]
+
+
+def words(text: str) -> list[str]:
+    """The language models' tokens of a text."""
+    return TOKEN.findall(text.lower())
+
+
+def word_hash(word: str) -> int:
+    """A stable 64-bit id of a word (never 0 or 1, the sentence boundaries)."""
+    value = int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
+    return value if value > 1 else value + 2
+
+
+def hash_words(unique_words: Iterable[str]) -> np.ndarray:
+    return np.fromiter((word_hash(w) for w in unique_words), dtype=np.uint64)
+
+
+class LexicalWriter:
+    """Collects the words of a shard's sentences, in row order, and writes the four arrays."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._stream = array("i")       # <s> w1 .. wm </s> of every sentence, local word ids
+        self._lengths = array("q")      # predicted tokens per sentence (m + 1)
+
+    def add(self, text: str) -> None:
+        get = self._ids.setdefault
+        ids = [get(w, len(self._ids) + 2) for w in words(text)]
+        self._stream.append(BOS)
+        self._stream.extend(ids)
+        self._stream.append(EOS)
+        self._lengths.append(len(ids) + 1)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """vocab, bigrams, lexical, lexical_offsets (see the module docstring)."""
+        vocab = np.concatenate([np.array([0, 1], dtype=np.uint64), hash_words(self._ids)])
+        stream = np.frombuffer(self._stream, dtype=np.int32).astype(np.int64)
+        lengths = np.frombuffer(self._lengths, dtype=np.int64)
+        return pairs_to_arrays(stream, lengths, vocab)
+
+
+def pairs_to_arrays(stream: np.ndarray, lengths: np.ndarray, vocab: np.ndarray
+                    ) -> dict[str, np.ndarray]:
+    """The stored arrays of sentences given as one stream of local ids (<s> w.. </s> each) and
+    the number of predicted tokens of each."""
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    starts = offsets[:-1] + np.arange(len(lengths), dtype=np.int64)   # <s> of each sentence
+    predicted = np.ones(len(stream), dtype=bool)
+    predicted[starts] = False
+    pos = np.flatnonzero(predicted)
+    keys = (stream[pos - 1] << 32) | stream[pos]
+    types, inverse = np.unique(keys, return_inverse=True)
+    bigrams = np.stack([types >> 32, types & _LOW32], axis=1).astype(np.int32)
+    return {"vocab": vocab, "bigrams": bigrams,
+            "lexical": inverse.astype(np.int32).reshape(-1),
+            "lexical_offsets": offsets}
+
+
+def union_vocabulary(vocabs: Iterable[np.ndarray]) -> np.ndarray:
+    """The sorted distinct word hashes of several shards (boundaries left out), in memory."""
+    out = np.empty(0, dtype=np.uint64)
+    for vocab in vocabs:
+        out = np.union1d(out, np.asarray(vocab[2:], dtype=np.uint64))
+    return out.astype(np.uint64)
+
+
+# words read at a time, how many buckets (by the hashes' top bits) `write_union` splits into,
+# and up to how many words in all it makes the union in memory instead (one sort: below that,
+# creating 256 bucket files costs more time than the sort; benchmarks/vocab_union.py)
+_UNION_CHUNK = 1 << 22
+_UNION_BUCKET_BITS = 8
+_UNION_IN_MEMORY = 1 << 20
+
+
+def write_union(path: Path, arrays: Iterable[np.ndarray]) -> int:
+    """Write the sorted distinct values of several arrays of word hashes to `path` (.npy,
+    uint64), in memory bounded by one bucket instead of the whole union.
+
+    Up to 2^20 hashes in all, the union is made in memory. Above, the hashes (uniform 64-bit
+    values) are split by their top 8 bits into 256 bucket files in a folder beside `path`, each
+    bucket is made distinct alone (the union's order is the buckets' order). The result is
+    written under a temporary name, then renamed. Time grows with the words read, not with the
+    number of arrays times the union (as repeated `np.union1d` does). What `union_vocabulary`
+    returns, value for value.
+
+    Args:
+        path: The file to write (replaced if it exists).
+        arrays: The hashes (e.g. each shard's `vocab[2:]`, memory-mapped, and an earlier union).
+
+    Returns:
+        How many distinct hashes were written.
+    """
+    from tapt.util.files import atomic_write
+
+    from ..store.npy import NpyAppender, write_npy
+
+    arrays = list(arrays)
+    if sum(len(a) for a in arrays) <= _UNION_IN_MEMORY:
+        words = np.unique(np.concatenate([np.asarray(a, dtype=np.uint64) for a in arrays]
+                                         or [np.empty(0, np.uint64)]))
+        with atomic_write(path, "wb") as fh:
+            write_npy(fh, words)
+        return len(words)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    buckets = 1 << _UNION_BUCKET_BITS
+    shift = np.uint64(64 - _UNION_BUCKET_BITS)
+    folder = path.parent / f".{path.name}.buckets-{os.getpid()}"
+    folder.mkdir()
+    try:
+        files = [NpyAppender(folder / f"{b:03d}.npy", np.uint64) for b in range(buckets)]
+        try:
+            for values in arrays:
+                for lo in range(0, len(values), _UNION_CHUNK):
+                    block = np.unique(np.asarray(values[lo:lo + _UNION_CHUNK], dtype=np.uint64))
+                    # sorted, so each bucket's hashes are one run of the block
+                    edges = np.searchsorted(block >> shift, np.arange(buckets + 1,
+                                                                      dtype=np.uint64))
+                    for b in np.flatnonzero(np.diff(edges)).tolist():
+                        files[b].append(block[edges[b]:edges[b + 1]])
+        finally:
+            for f in files:
+                f.close()
+        written = 0
+        out = NpyAppender(tmp, np.uint64)
+        try:
+            for b in range(buckets):
+                words = np.unique(np.load(folder / f"{b:03d}.npy"))
+                out.append(words)
+                written += len(words)
+            out.sync()
+        finally:
+            out.close()
+        os.replace(tmp, path)
+        return written
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.unlink(missing_ok=True)
+
+
+class ShardLexicon:
+    """One shard's stored lexical arrays (memory-mapped)."""
+
+    def __init__(self, directory: Path | None, vocab: np.ndarray, bigrams: np.ndarray,
+                 lexical: np.ndarray, offsets: np.ndarray) -> None:
+        self.directory = directory
+        self.vocab, self.bigrams, self.lexical, self.offsets = vocab, bigrams, lexical, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def sentences(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(history hashes, word hashes) of every predicted token of the local `rows`, in order,
+        and the predicted-token count of each row."""
+        rows = np.asarray(rows, dtype=np.int64)
+        lo, hi = self.offsets[rows], self.offsets[rows + 1]
+        lengths = hi - lo
+        base = np.repeat(lo - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+        types = np.asarray(self.lexical[base + np.arange(int(lengths.sum()))], dtype=np.int64)
+        pairs = np.asarray(self.bigrams)[types]
+        vocab = np.asarray(self.vocab)
+        return vocab[pairs[:, 0]], vocab[pairs[:, 1]], lengths
+
+
+class Lexicon:
+    """Every shard's lexical ids under global row ids, and the corpus vocabulary."""
+
+    def __init__(self, shards: list[ShardLexicon], row_offsets: np.ndarray,
+                 vocabulary: np.ndarray) -> None:
+        self.shards = shards
+        self.row_offsets = np.asarray(row_offsets, dtype=np.int64)
+        self.vocabulary = vocabulary
+
+    @classmethod
+    def of_texts(cls, texts: Iterable[str]) -> "Lexicon":
+        """The lexicon of sentences held in memory (tokenised here, as a build stores them)."""
+        writer = LexicalWriter()
+        for text in texts:
+            writer.add(text)
+        a = writer.arrays()
+        shard = ShardLexicon(None, a["vocab"], a["bigrams"], a["lexical"], a["lexical_offsets"])
+        return cls([shard], np.array([0, len(shard)]), union_vocabulary([a["vocab"]]))
+
+    def __len__(self) -> int:
+        return int(self.row_offsets[-1])
+
+    def map_shards(self, score_shard: Callable[[ShardLexicon], np.ndarray]) -> np.ndarray:
+        """One float32 score per sentence: `score_shard` of every shard, in row order.
+
+        Args:
+            score_shard: A function of one shard's lexicon to the scores of its sentences.
+
+        Returns:
+            (sentences,) float32 scores.
+        """
+        out = np.empty(len(self), dtype=np.float32)
+        for shard, start, stop in zip(self.shards, self.row_offsets[:-1].tolist(),
+                                      self.row_offsets[1:].tolist()):
+            out[start:stop] = score_shard(shard)
+        return out
+
+    def pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(history hashes, word hashes, predicted tokens per row) of global `rows` (sorted
+        ascending: the pairs come shard by shard)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        shard = np.searchsorted(self.row_offsets, rows, side="right") - 1
+        hist, word, lengths = [], [], []
+        for s in np.unique(shard).tolist():
+            h, w, n = self.shards[s].sentences(rows[shard == s] - self.row_offsets[s])
+            hist.append(h)
+            word.append(w)
+            lengths.append(n)
+        if not lengths:
+            empty = np.empty(0, dtype=np.uint64)
+            return empty, empty, np.empty(0, dtype=np.int64)
+        return np.concatenate(hist), np.concatenate(word), np.concatenate(lengths)
+
+    def new_words(self, hashes: np.ndarray) -> np.ndarray:
+        """The distinct hashes among `hashes` that no corpus sentence holds."""
+        unique = np.unique(np.asarray(hashes, dtype=np.uint64))
+        at = np.minimum(np.searchsorted(self.vocabulary, unique), max(len(self.vocabulary) - 1, 0))
+        held = (self.vocabulary[at] == unique) if len(self.vocabulary) else np.zeros(
+            len(unique), dtype=bool)
+        return unique[~held]
+
+
+def open_lexicon(index) -> Lexicon:
+    """The lexical arrays of an open index, checked (shapes, checksums by the index's policy,
+    every stored id in range) before any method gathers through them."""
+    from tapt.errors import IndexFormatError
+
+    from ..store import integrity
+    from ..store.manifest import (BIGRAMS, LEXICAL, LEXICAL_OFFSETS, VOCAB, upgrade_hint)
+    from ..store.text_store import damaged
+
+    label = index.path
+    if index.format_version < 3:
+        raise IndexFormatError(f"index {label} has no lexical ids (format "
+                               f"{index.format_version}): {upgrade_hint(label, 2)}")
+    shards = []
+    for shard in index.shards:
+        where = shard.extra["where"]
+        arrays = {}
+        mapped = shard.extra.get("mapped") or {}
+        for name in (VOCAB, BIGRAMS, LEXICAL, LEXICAL_OFFSETS):
+            path = shard.directory / name
+            if name in mapped:        # mapped and checked when the index was opened
+                arrays[name] = mapped[name]
+                continue
+            try:
+                arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+            except FileNotFoundError:
+                raise IndexFormatError(f"index {label} is incomplete: {where}{name} is missing; "
+                                       f"run tapt index verify {label}") from None
+            except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
+                raise damaged(label, f"{where}{name} cannot be read ({type(exc).__name__})"
+                              ) from exc
+            integrity.check_checksum(path, shard.extra["checksums"].get(name), where + name,
+                                     label)
+        vocab, bigrams = arrays[VOCAB], arrays[BIGRAMS]
+        lexical, offsets = arrays[LEXICAL], arrays[LEXICAL_OFFSETS]
+        problem = None
+        if vocab.dtype != np.uint64 or vocab.ndim != 1 or len(vocab) < 2:
+            problem = f"{VOCAB} holds {vocab.dtype} {vocab.shape}"
+        elif bigrams.dtype != np.int32 or bigrams.ndim != 2 or bigrams.shape[1] != 2:
+            problem = f"{BIGRAMS} holds {bigrams.dtype} {bigrams.shape}"
+        elif offsets.dtype != np.int64 or offsets.shape != (shard.rows + 1,):
+            problem = f"{LEXICAL_OFFSETS} holds {offsets.dtype} {offsets.shape}"
+        elif lexical.dtype != np.int32 or lexical.ndim != 1 or len(lexical) != offsets[-1]:
+            problem = f"{LEXICAL} holds {lexical.dtype} {lexical.shape}"
+        elif offsets[0] != 0 or (np.diff(offsets) < 1).any():
+            problem = f"{LEXICAL_OFFSETS} do not rise from 0"
+        elif len(bigrams) and (bigrams.min() < 0 or bigrams.max() >= len(vocab)):
+            problem = f"{BIGRAMS} names words that do not exist"
+        elif len(lexical) and (lexical.min() < 0 or lexical.max() >= len(bigrams)):
+            problem = f"{LEXICAL} names bigrams that do not exist"
+        if problem:
+            raise damaged(label, f"{where}{problem}")
+        shards.append(ShardLexicon(shard.directory, vocab, bigrams, lexical, offsets))
+    path = index._base / VOCAB
+    vocabulary = getattr(index, "vocabulary", None)   # mapped when the index was opened
+    try:
+        if vocabulary is None:
+            vocabulary = np.load(path, mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        raise IndexFormatError(f"index {label} is incomplete: {VOCAB} is missing; run tapt index "
+                               f"verify {label}") from None
+    except Exception as exc:  # noqa: BLE001
+        raise damaged(label, f"{VOCAB} cannot be read ({type(exc).__name__})") from exc
+    if path.is_file():    # else another command swapped in a new generation: checked on open
+        integrity.check_checksum(path, (index.manifest.get("checksums") or {}).get(VOCAB),
+                                 VOCAB, label, force=True)
+    if vocabulary.dtype != np.uint64 or vocabulary.ndim != 1:
+        raise damaged(label, f"{VOCAB} holds {vocabulary.dtype} {vocabulary.shape}")
+    return Lexicon(shards, index.row_offsets, np.asarray(vocabulary))

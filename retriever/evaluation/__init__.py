@@ -1,0 +1,1 @@
+"""Selections scored against an index's oracle labels."""

@@ -1,0 +1,37 @@
+"""Score selection files against an index's oracle labels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapt.errors import InputError
+from tapt.indexer.index import Index
+
+from .metrics import selection_scores
+from .oracle import sentence_labels
+from ..selections.file_format import check_unchanged, iter_selection, read_manifest
+
+
+def evaluate_selections(paths: list[str], index: str | Index, label_field: str,
+                        label: str) -> list[dict[str, Any]]:
+    """One row per selection: method, counts, precision/recall/F1 and the selection's time
+    (`index`: the index or its directory)."""
+    index = index if isinstance(index, Index) else Index(index)
+    labels = sentence_labels(index, label_field)
+    relevant = labels == label
+    if not relevant.any():
+        raise InputError(f"no sentence of the index has {label_field} = {label!r}")
+    rows = []
+    for path in paths:
+        manifest = read_manifest(path)
+        check_unchanged(path, manifest)
+        index.check_selection(path, manifest.get("index"))
+        parts = [np.arange(*seg.rows) for seg in iter_selection(path)]
+        selected = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        scores = selection_scores(selected, relevant)
+        rows.append({"selection": path, "method": manifest["method"],
+                     "segments": manifest["counts"]["segments"], **scores.to_json(),
+                     "seconds": manifest["timings"]["total_seconds"]})
+    return rows

@@ -1,0 +1,141 @@
+"""Positive-unlabeled classification on stored embeddings (Aharoni & Goldberg's Domain-Finetune
+at CPU cost): logistic regression, task = positive, negatives from the bottom of a pre-ranking.
+
+Round 0 trains on the task sentences against corpus rows sampled from the bottom two-thirds of
+the pre-ranking (the centroid ranking: their "pre-ranking"), so few true positives are sampled
+as negatives. Each self-training round scores every corpus row, adds the top rows (a fraction of `n_positive`) as
+extra positives and samples new negatives from below the top `2 * n_positive`. With no
+`n_positive` (the "positive only" variant, no budget) the count is the number of rows the last
+model puts above probability 0.5. Only the top `positive_fraction` of the n_positive rows
+become pseudo-positives (the most confident), which keeps rounds from drifting.
+
+Negatives are a uniform sample, without replacement, of the rows below a position of the
+ranking. Up to `EXACT_DRAW_ROWS` rows they are the ranking's rows at uniformly drawn positions
+(one 8-byte key per row while drawing); above it, the same number of rows drawn uniformly from
+the same rows taken in row order (`ordering.rank_cut`: the round's scores and one block, not
+a key per row). Both are uniform samples of one population; they are not the same sample.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from tapt.errors import InputError
+from tapt.util import ordering
+
+from ..scoring import arrays
+
+log = logging.getLogger(__name__)
+
+# Above this many rows the negatives are drawn without ranking keys (see the module's docstring):
+# the fit's peak falls from ~13 to ~4 bytes a row, and past 2^32 rows (where the packed keys
+# stop) from a full `lexsort`.
+EXACT_DRAW_ROWS = 1 << 27
+
+
+@dataclass
+class PUConfig:
+    """rounds: self-training rounds; negatives: negatives per training positive (sampled)."""
+
+    rounds: int = 2
+    positive_fraction: float = 0.5
+    negatives: float = 3.0
+    max_train: int = 60_000
+    C: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rounds < 0:
+            raise InputError("must be 0 or more", param="rounds")
+        if not 0 < self.positive_fraction <= 1:
+            raise InputError("PU classifier: positive_fraction must be in (0, 1]")
+        if self.negatives <= 0 or self.C <= 0 or self.max_train < 10:
+            raise InputError("PU classifier: negatives and C must be positive, max_train >= 10")
+
+
+def _fit(pos: np.ndarray, neg: np.ndarray, C: float, seed: int):
+    from sklearn.linear_model import LogisticRegression
+
+    x = np.vstack([pos, neg]).astype(np.float32)
+    y = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+    return LogisticRegression(C=C, class_weight="balanced", max_iter=500,
+                              random_state=seed).fit(x, y)
+
+
+def _log_odds(model) -> arrays.Linear:
+    """The fitted logistic regression's log-odds as a row scorer (its decision function, a
+    linear score: one float32 pass over the rows, float16 ones cast block by block)."""
+    return arrays.Linear(np.asarray(model.coef_[0], dtype=np.float32),
+                          float(model.intercept_[0]))
+
+
+def _sample_ranks(rng: np.random.Generator, scores: np.ndarray, start: int, wanted: int,
+                  most: int) -> np.ndarray:
+    """Sorted rows drawn without replacement from the ranking of `scores` below position
+    `start`: `rng.choice(rank(scores)[start:], ...)` (the same draws: `choice` picks positions
+    from the population's size alone), without holding the ranking. Above `EXACT_DRAW_ROWS`
+    float32 scores the drawn positions pick those rows in row order instead (no key per row)."""
+    population = len(scores) - start
+    size = min(population, wanted, most)
+    positions = rng.choice(population, size=size, replace=False)
+    if len(scores) > EXACT_DRAW_ROWS and scores.dtype == np.float32:
+        return ordering.rows_below_cut(scores, ordering.rank_cut(scores, start),
+                                       np.sort(positions))
+    return np.sort(arrays.rows_at_ranks(scores, start + positions))
+
+
+def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
+                  n_positive: int | None, config: PUConfig,
+                  score_rows: Callable[[Callable[[np.ndarray], np.ndarray]], np.ndarray]
+                  | None = None
+                  ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray], dict]:
+    """Scores (log-odds) of every corpus row, the final scorer, and what each round used.
+
+    `score_rows` applies a row scorer to every corpus row (default: to `corpus`; an index's
+    `score_rows`, which a served index runs in its actors)."""
+    score_rows = score_rows or (lambda scorer: scorer(corpus))
+    rng = np.random.default_rng(config.seed)
+    n = len(corpus)
+    pos_rows = np.empty(0, dtype=np.int64)
+    neg_rows = _sample_ranks(rng, prerank, n // 3, int(config.negatives * len(task)),
+                             config.max_train)
+    del prerank     # freed here when the caller handed it over (4 bytes a row less per round)
+    info: dict = {"rounds": []}
+    for round_ in range(config.rounds + 1):
+        pos = task if not len(pos_rows) else np.vstack([task, np.asarray(corpus[pos_rows])])
+        model = _fit(pos, np.asarray(corpus[neg_rows]), config.C, config.seed)
+        scores = score_rows(_log_odds(model))
+        info["rounds"].append({"positives": int(len(pos)), "negatives": int(len(neg_rows))})
+        if round_ == config.rounds:
+            break
+        k = int(n_positive) if n_positive else _count_positive(scores)
+        k = max(1, min(k, n - 1))
+        n_top = min(n, max(1, int(config.positive_fraction * k)))
+        top = _top(scores, n_top)
+        take = min(n_top, config.max_train // 2)
+        pos_rows = np.sort(top[rng.choice(n_top, size=take, replace=False)])
+        neg_rows = _sample_ranks(rng, scores, min(2 * k, n - 1),
+                                 int(config.negatives * (len(task) + take)), config.max_train)
+        n_neg = len(neg_rows)
+        scores = top = None   # freed: not held beside the next round's scores
+        log.debug("PU round %d: %d pseudo-positives, %d negatives", round_ + 1, take, n_neg)
+    info["positive_estimate"] = _count_positive(scores)
+    return scores, _log_odds(model), info
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    """`rank(scores)[:k]`: without a copy of every score (`ordering.top_rows`) where the
+    scores are float32, else by a partition (`scoring.rank_top`)."""
+    if scores.dtype == np.float32:
+        return ordering.top_rows(scores, k)
+    return arrays.rank_top(scores, k)[:k]
+
+
+def _count_positive(scores: np.ndarray) -> int:
+    """How many scores are above 0 (a block at a time: no mask of every row)."""
+    return sum(int(np.count_nonzero(np.asarray(scores[lo:lo + ordering.BLOCK]) > 0))
+               for lo in range(0, len(scores), ordering.BLOCK))

@@ -1,0 +1,1 @@
+"""Pure scoring arithmetic: embedding similarities and rankings, score moments, n-gram LMs."""

@@ -1,0 +1,1 @@
+"""A selection: made for a task by a method, held in memory, written to its file, exported."""

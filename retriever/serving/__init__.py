@@ -1,0 +1,1 @@
+"""An index served from Ray actors that hold its shards in memory."""

@@ -1,0 +1,47 @@
+"""The package's shape: the import rules of pyproject.toml's `[tool.importlinter]` (the layers in
+order, no import cycle, function-local imports included) and modules small enough to read in one
+sitting. docs/development.md ("Layers") says what the rules are and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOT_INSTALLED = {"tests", "benchmarks"}      # folders at the root that are not part of `tapt`
+MAX_LINES = 600
+# Issue 28 shrinks this one (the command line over the Python API); remove it from here then.
+TOO_LONG_FOR_NOW = {"cli.py"}
+
+
+def test_import_contracts_hold(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every contract of `[tool.importlinter]` (import-linter, a dev dependency) is kept."""
+    from importlinter import configuration
+    from importlinter.application import use_cases
+
+    configuration.configure()
+    kept = use_cases.lint_imports(config_filename=str(ROOT / "pyproject.toml"), cache_dir=None,
+                                  no_logo=True)
+    report = capsys.readouterr().out
+    assert kept, report
+
+
+def _package_modules() -> list[Path]:
+    """The .py files of the package: the root's and those of its subpackages."""
+    files = sorted(ROOT.glob("*.py"))
+    for folder in sorted(ROOT.iterdir()):
+        if (folder / "__init__.py").is_file() and folder.name not in NOT_INSTALLED:
+            files += sorted(folder.rglob("*.py"))
+    return files
+
+
+def test_no_module_over_600_lines() -> None:
+    """Modules small enough to read in one sitting."""
+    long = {}
+    for path in _package_modules():
+        name = path.relative_to(ROOT).as_posix()
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_LINES and name not in TOO_LONG_FOR_NOW:
+            long[name] = lines
+    assert not long, f"modules over {MAX_LINES} lines (split them by concept): {long}"

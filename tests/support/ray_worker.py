@@ -1,0 +1,80 @@
+"""Test encoders for the Ray executor, and a child build driver to kill.
+
+Run as `python ray_worker.py ADDRESS CORPUS[,CORPUS...] OUT LOG` it is the child: a driver that
+joins the Ray cluster at ADDRESS and builds a 3-shard index of CORPUS with a slow hashing
+encoder whose actors append the size of every part they embed to LOG.
+
+Ray workers cannot import the tests' modules, so `ship_by_value` makes Ray pickle these
+encoders (and conftest's) by value.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: conftest
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository
+
+import conftest  # noqa: E402
+from conftest import HashingEncoder  # noqa: E402
+
+WORKER = Path(__file__).resolve()
+CONFIG = dict(segment_size=4, split=False, progress=False, window=16, batch_size=16, shards=3)
+
+
+def ship_by_value() -> None:
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(conftest)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class LoggingEncoder(HashingEncoder):
+    """Sleeps `delay` s per part and appends each part's size to `log`."""
+
+    def __init__(self, log: str, delay: float = 0.0) -> None:
+        super().__init__()
+        self.log, self.delay = log, delay
+
+    def encode(self, texts, batch_size: int = 64):
+        time.sleep(self.delay)
+        out = super().encode(texts, batch_size)
+        with open(self.log, "a", encoding="utf-8") as fh:
+            fh.write(f"{len(texts)}\n")
+        return out
+
+
+class CrashingEncoder(HashingEncoder):
+    """Kills its worker process (os._exit) in `encode`: once (the first call anywhere creates
+    `marker`, later calls embed), or on every call when `always`."""
+
+    def __init__(self, marker: str, always: bool = False) -> None:
+        super().__init__()
+        self.marker, self.always = marker, always
+
+    def encode(self, texts, batch_size: int = 64):
+        if self.always or not os.path.exists(self.marker):
+            Path(self.marker).touch()
+            os._exit(3)
+        return super().encode(texts, batch_size)
+
+
+def main(address: str, corpus: str, out: str, log: str) -> None:
+    from tapt.indexer.building.pipeline import BuildConfig, build_index
+    from tapt.indexer.building.ray_executor import RayExecutor
+
+    runner = RayExecutor(address=address, progress=False)
+    ship_by_value()
+    try:
+        build_index(corpus.split(","), out, LoggingEncoder(log, delay=0.3),
+                    BuildConfig(**CONFIG, executor="ray"), executor=runner)
+    finally:
+        runner.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
