@@ -4,15 +4,12 @@ their text and corpus metadata into a `Selection`.
     config = SelectConfig("fused", "500sent", rounds=1)       # validated against the registry
     selection = make_selection(index, config, task)           # embeds the task, ranks, reads
     ranking, view = rank(index, config, embeddings, texts)    # ranking only, no I/O
-
-`run_selection` is `make_selection` plus writing the selection file.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -29,7 +26,7 @@ from ..methods import (CorpusCache, Memo, Method, Params, Ranking, RankingInputs
 from ..ranking.budget import parse_budget
 from ..ranking.document_pooling import CONTEXTS
 from ..tasks.embedding import embed_task
-from ..tasks.forms import TaskInput, task_from_files
+from ..tasks.forms import TaskInput
 from .file_format import SelectedSegment
 from .selection import Selection
 
@@ -218,7 +215,7 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
         "seed": config.seed,
         "task": None if not config.needs_task else {**task.to_manifest(),
                                                     "sentences": len(texts or task)},
-        "index": index_record(index),
+        "index": index.identity(),
         "counts": {"segments": len(segments),
                    "sentences": int(view.lengths[ranking.segments].sum()),
                    "tokens": int(view.tokens[ranking.segments].sum()),
@@ -231,26 +228,6 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
     timings["total_seconds"] = round(time.perf_counter() - start, 3)
     manifest["timings"] = timings
     return Selection(segments, manifest)
-
-
-def index_record(index: Index) -> dict[str, Any]:
-    """The exact index generation a selection was made from."""
-    return index.identity()
-
-
-def run_selection(index: Index, config: SelectConfig, out: str | Path,
-                  task_files: list[str] | None = None, encoder: Encoder | None = None,
-                  batch_size: int = 64, *, text_field: str = "text", overwrite: bool = False,
-                  progress: bool = False) -> dict[str, Any]:
-    """Read the task files, select, and write `out` plus its manifest; returns the manifest."""
-    task = None
-    if task_files:
-        task = task_from_files(task_files, split=index.manifest["ingest"]["split_sentences"],
-                               text_field=text_field)
-    selection = make_selection(index, config, task, encoder=encoder, batch_size=batch_size,
-                               progress=progress)
-    selection.write(out, overwrite=overwrite)
-    return selection.manifest
 
 
 def materialise(index: Index, view: SegmentView, ranking: Ranking,

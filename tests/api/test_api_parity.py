@@ -17,7 +17,9 @@ from conftest import HashingEncoder
 from tapt import api
 from tapt.errors import InputError
 
-CLI = Path(__file__).resolve().parents[2] / "cli.py"
+ROOT = Path(__file__).resolve().parents[2]
+CLI = ROOT / "cli.py"
+COMMANDS = sorted((ROOT / "commands").glob("*.py"))    # the commands cli.py assembles
 INTERNAL = ("tapt.indexer", "tapt.retriever", "tapt.trainer", "tapt.util")
 
 # every command of the command line -> what it calls in Python
@@ -55,11 +57,16 @@ def _imported_modules(tree: ast.AST) -> set[str]:
 
 
 def test_cli_imports_only_the_public_api():
-    """At module level and inside every function: tapt.api and tapt.errors, nothing deeper."""
-    modules = _imported_modules(ast.parse(CLI.read_text(encoding="utf-8")))
-    deeper = sorted(m for m in modules if m.startswith(INTERNAL) or m.startswith("."))
-    assert not deeper, deeper
-    assert {m.split(".")[1] for m in modules if m.startswith("tapt.")} <= {"api", "errors"}
+    """At module level and inside every function, in cli.py and in the commands package:
+    tapt.api and tapt.errors (and the commands), nothing deeper; no command imports tapt.cli."""
+    assert COMMANDS
+    for path in (CLI, *COMMANDS):
+        modules = _imported_modules(ast.parse(path.read_text(encoding="utf-8")))
+        deeper = sorted(m for m in modules if m.startswith(INTERNAL) or m.startswith("."))
+        assert not deeper, (path.name, deeper)
+        tapt_modules = {m.split(".")[1] for m in modules if m.startswith("tapt.")}
+        assert tapt_modules <= {"api", "errors", "commands"}, (path.name, tapt_modules)
+        assert path == CLI or "cli" not in tapt_modules, path.name
 
 
 def _commands(group, prefix=""):

@@ -482,7 +482,7 @@ def test_serve_answers_keep_stdout_to_themselves():
     """What Ray's processes write to file descriptor 1 goes to stderr while `index serve`
     answers: stdout holds only JSON lines."""
     code = ("import os, sys\n"
-            "from tapt.cli import _stdout_for_answers\n"
+            "from tapt.commands.index import _stdout_for_answers\n"
             "with _stdout_for_answers() as answers:\n"
             "    os.write(1, b'(raylet) a worker died\\n')\n"
             "    print('a library print')\n"

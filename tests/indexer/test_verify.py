@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import tapt
 from tapt.cli import cli
 from conftest import HashingEncoder, shard_file
 from tapt.errors import IndexFormatError
@@ -18,7 +19,6 @@ from tapt.indexer.index import Index
 from tapt.indexer.building.repair import repair_index
 from tapt.indexer.store.text_store import key
 from tapt.indexer.building.verify import verify_index
-from tapt.retriever.selections.make import SelectConfig, run_selection
 
 
 @pytest.fixture()
@@ -127,7 +127,7 @@ def test_moved_index_loads_selects_and_verifies(idx, tmp_path, medical_task):
     shutil.move(str(idx), moved)
     assert not idx.exists()
     assert verify_index(moved).ok
-    manifest = run_selection(Index(moved), SelectConfig(method="knn", k=3), tmp_path / "s.jsonl",
-                             [str(medical_task)], HashingEncoder())
-    assert manifest["counts"]["segments"] > 0
+    selection = tapt.Index.open(moved).select("knn", medical_task, k=3, encoder=HashingEncoder(),
+                                              out=tmp_path / "s.jsonl")
+    assert selection.manifest["counts"]["segments"] > 0
     assert str(idx) not in json.dumps(Index(moved).manifest["files"])

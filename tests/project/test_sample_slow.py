@@ -7,24 +7,23 @@ from conftest import SAMPLE
 
 @pytest.mark.slow
 def test_bundled_sample_selection_quality(tmp_path):
+    import tapt
     from tapt.indexer.building.pipeline import BuildConfig, build_index
     from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
-    from tapt.indexer.index import Index
     from tapt.retriever.evaluation.evaluate import evaluate_selections
     from tapt.retriever.evaluation.oracle import sentence_labels
-    from tapt.retriever.selections.make import SelectConfig, run_selection
 
     encoder = SentenceTransformerEncoder(None, device="cpu")
     build_index([SAMPLE / "pool.jsonl.gz"], tmp_path / "idx", encoder,
                 BuildConfig(split=False, progress=False))
-    index = Index(tmp_path / "idx")
+    index = tapt.Index.open(tmp_path / "idx")
     n_medical = int((sentence_labels(index, "domain") == "medical").sum())
-    seeds = [str(SAMPLE / "seeds" / "medical.jsonl.gz")]
+    seeds = SAMPLE / "seeds" / "medical.jsonl.gz"
     floors = {"centroid": 0.8, "knn": 0.7, "iforest": 0.5, "random": 0.0}
     for method, floor in floors.items():
         out = tmp_path / f"{method}.jsonl"
-        run_selection(index, SelectConfig(method=method, budget=f"{n_medical}sent"), out,
-                      None if method == "random" else seeds, encoder)
+        index.select(method, None if method == "random" else seeds, f"{n_medical}sent",
+                     encoder=encoder, out=out)
         row = evaluate_selections([str(out)], str(tmp_path / "idx"), "domain", "medical")[0]
         assert row["precision"] >= floor, row
         if method == "random":

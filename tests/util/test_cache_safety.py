@@ -7,11 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import tapt
 import tapt.util.cache as cache_module
 from conftest import HashingEncoder
 from faultfs import read_only_dir
-from tapt.indexer.index import Index
-from tapt.retriever.selections.make import SelectConfig, run_selection
 from tapt.retriever.selections.file_format import read_selection
 from tapt.retriever.tasks.embedding import SUBDIR, encode_cached
 
@@ -73,8 +72,8 @@ def test_keys_cover_backend_and_dtype(tmp_path, monkeypatch):
 
 
 def _select(fake_index, task, out):
-    return run_selection(Index(fake_index), SelectConfig(method="centroid", budget="5"), out,
-                         [str(task)], Counting())
+    return tapt.Index.open(fake_index).select("centroid", task, "5", encoder=Counting(),
+                                              out=out).manifest
 
 
 def test_cache_that_is_a_file_gives_one_warning_and_every_command_works(

@@ -2,9 +2,8 @@
 
 import numpy as np
 
+import tapt
 from conftest import HashingEncoder
-from tapt.indexer.index import Index
-from tapt.retriever.selections.make import SelectConfig, run_selection
 from tapt.retriever.selections.file_format import read_selection
 from tapt.retriever.tasks.embedding import encode_cached
 
@@ -24,8 +23,8 @@ class OtherModel(CountingEncoder):
 
 
 def _select(fake_index, task, out, encoder):
-    return run_selection(Index(fake_index), SelectConfig(method="centroid", budget="5"), out,
-                         [str(task)], encoder)
+    return tapt.Index.open(fake_index).select("centroid", task, "5", encoder=encoder,
+                                              out=out).manifest
 
 
 def test_second_selection_reuses_the_task_embeddings(fake_index, tmp_path, monkeypatch,

@@ -1,22 +1,26 @@
+"""Selecting (`retriever.selections.make`, through `Index.select`): methods find the task's domain,
+the selection file and manifest, determinism, budgets, and refused requests."""
+
 import json
 
 import numpy as np
 import pytest
 
+import tapt
 from conftest import HashingEncoder
 from tapt.errors import BudgetError, InputError
 from tapt.indexer.index import Index
 from tapt.retriever.evaluation.evaluate import evaluate_selections
-from tapt.retriever.selections.make import SelectConfig, rank, run_selection
+from tapt.retriever.selections.make import SelectConfig, rank
 from tapt.retriever.selections.file_format import manifest_path, read_selection
 from tapt.retriever.tasks.reading import load_task
 
 
-def select(fake_index, task, tmp_path, name="sel.jsonl", **params):
+def select(fake_index, task, tmp_path, name="sel.jsonl", *, method, **params):
     out = tmp_path / name
-    manifest = run_selection(Index(fake_index), SelectConfig(**params), out,
-                             [str(task)] if task else None, HashingEncoder())
-    return out, manifest
+    selection = tapt.Index.open(fake_index).select(method, task, encoder=HashingEncoder(),
+                                                   out=out, **params)
+    return out, selection.manifest
 
 
 def medical_precision(fake_index, out):
@@ -105,8 +109,8 @@ def test_bad_requests(fake_index, medical_task, tmp_path):
         SelectConfig(method="iforest", budget="0.1", candidates="lots")
     assert err.value.param == "candidates"
     with pytest.raises(InputError, match="needs a task"):
-        run_selection(Index(fake_index), SelectConfig(method="centroid", budget="3"),
-                      tmp_path / "x.jsonl", None, HashingEncoder())
+        tapt.Index.open(fake_index).select("centroid", None, "3", encoder=HashingEncoder(),
+                                           out=tmp_path / "x.jsonl")
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
     with pytest.raises(InputError, match="holds no text"):

@@ -1,3 +1,6 @@
+"""Building an index (`indexer.building.pipeline`): one id per row across FAISS, embeddings and
+store, the manifest, refusals, sharded builds equal to one shard, and the vocabulary merge."""
+
 import json
 import pickle
 
@@ -114,16 +117,15 @@ def test_loading_checks_directory_version_and_model(tmp_path, fake_index):
 
 def test_reading_an_index_writes_nothing_into_it(fake_index, medical_task, tmp_path):
     """So read-only directories and media can be queried (LMDB without a lock file)."""
-    from tapt.retriever.selections.make import SelectConfig, run_selection
+    import tapt
 
     def snapshot():
         return {p.relative_to(fake_index): p.stat().st_mtime_ns for p in fake_index.rglob("*")}
 
     before = snapshot()
-    ix = Index(fake_index)
+    ix = tapt.Index.open(fake_index)
     ix.store.texts(range(5))
-    run_selection(ix, SelectConfig(method="knn", k=3), tmp_path / "s.jsonl", [str(medical_task)],
-                  HashingEncoder())
+    ix.select("knn", medical_task, k=3, encoder=HashingEncoder(), out=tmp_path / "s.jsonl")
     assert snapshot() == before
 
 

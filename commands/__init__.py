@@ -1,0 +1,1 @@
+"""The commands of the `tapt` command line, by concept; tapt.cli assembles them."""

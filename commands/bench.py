@@ -1,0 +1,130 @@
+"""`tapt bench` (recall against oracle selections, cluster purity) and `tapt plot`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from tapt import api
+from tapt.api import CONTEXTS
+from tapt.commands.common import CLICK_SETTINGS, CommandGroup, _domain_errors
+from tapt.commands.options import SEED, _ints
+
+
+@click.group(cls=CommandGroup, context_settings=CLICK_SETTINGS)
+def bench() -> None:
+    """Benchmark selection methods against oracle labels."""
+
+
+@bench.command("recall", context_settings=CLICK_SETTINGS)
+@click.option("--pool", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Labelled pool JSONL(.gz): text, domain, doc, pos (indexed if no --index).")
+@click.option("--seeds", "seeds_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="Directory of <domain>.jsonl.gz seed files.")
+@click.option("--index", "index_path", type=click.Path(exists=True, file_okay=False), default=None,
+              help="An index of the pool (built with --no-split) to reuse.")
+@click.option("--methods", default="all", show_default=True,
+              help="Comma-separated names, or all: every selection method at its defaults, "
+                   "the benchmark's named variants of them and the dsir baseline (an unknown "
+                   "name lists them all).")
+@click.option("--seed-sizes", default="100,500,2000", show_default=True)
+@click.option("--budgets", default="oracle,0.5x,2x", show_default=True,
+              help="Multiples of the oracle's size in sentences.")
+@click.option("--repeats", default=3, show_default=True, type=int,
+              help="Seed subsets per seed size smaller than the seed file.")
+@click.option("--segment-sizes", default="1,15", show_default=True,
+              help="Segment sizes for methods that score sentences (others rank at size 1).")
+@click.option("--domains", default=None, help="Only these domains (comma-separated).")
+@click.option("--context", "contexts", default="sentence", show_default=True,
+              type=click.Choice([*CONTEXTS, "both"]),
+              help="How methods that score sentences are cut: by each sentence's own score, "
+                   "by its document's (rows named METHOD+document, see select --context), or "
+                   "both side by side.")
+@click.option("--label-field", default="domain", show_default=True)
+@click.option("--cache", default=".cache/bench", show_default=True, type=click.Path(file_okay=False),
+              help="Seed embeddings, DSIR features and a built index are kept here (a new, "
+                   "empty or earlier bench cache directory).")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
+              help="Results directory: recall.json, recall.md, pr-<domain>.png (new, empty, or "
+                   "an earlier results directory).")
+@click.pass_context
+@_domain_errors
+def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, budgets, repeats,
+                         segment_sizes, domains, contexts, label_field, cache, out) -> None:
+    """Precision, recall and F1 of every method against oracle selections, DSIR beside them.
+
+    \b
+    Example:
+      tapt bench recall --pool corpus/pool.jsonl.gz \\
+          --seeds corpus/seeds --index .cache/pool-index \\
+          --methods all --seed-sizes 100,500,2000 --budgets oracle,0.5x,2x --repeats 3 \\
+          --out benchmarks/results/recall
+    """
+    report = api.bench_recall(
+        out, seeds=seeds_dir, pool=pool, index=index_path,
+        methods=[m.strip() for m in methods.split(",") if m.strip()],
+        seed_sizes=_ints(seed_sizes, "--seed-sizes"), budgets=budgets, repeats=repeats,
+        segment_sizes=_ints(segment_sizes, "--segment-sizes"),
+        domains=domains.split(",") if domains else None,
+        contexts=CONTEXTS if contexts == "both" else (contexts,), label_field=label_field,
+        cache=cache, progress=ctx.obj["progress"])
+    best = max((r for r in report["aggregate"] if r["domain"] == "all" and r["segment_size"] == 1),
+               key=lambda r: r["f1"])
+    click.echo(f"{len(report['results']):,} results in {report['seconds']:.0f} s; best mean F1 "
+               f"{best['f1']:.3f} ({best['method']}, {best['seeds']} seeds, budget "
+               f"{best['budget']}) -> {Path(out) / 'recall.md'}")
+
+
+@bench.command("clusters", context_settings=CLICK_SETTINGS)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.option("--k", "ks", default="5,10,15", show_default=True, help="Numbers of clusters.")
+@click.option("--label-field", default="domain", show_default=True)
+@click.option("--sample", default=20000, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=0, show_default=True, type=SEED)
+@click.option("--json", "as_json", is_flag=True)
+@_domain_errors
+def bench_clusters_command(idx, ks, label_field, sample, seed, as_json) -> None:
+    """GMM cluster purity of the embeddings against domain labels (Aharoni & Goldberg Table 1).
+
+    \b
+    Example:
+      tapt bench clusters .cache/pool-index --k 5,10,15
+    """
+    rows = api.Index.open(idx).cluster_purity(_ints(ks, "--k"), label_field=label_field,
+                                              sample=sample, seed=seed)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for row in rows:
+        click.echo(f"k={row['k']:<4} purity {row['purity']:.3f}  ({row['sentences']:,} sentences, "
+                   f"{row['labels']} labels)")
+
+
+@click.group(cls=CommandGroup, context_settings=CLICK_SETTINGS)
+def plot() -> None:
+    """Pictures of an index."""
+
+
+@plot.command("domains", context_settings=CLICK_SETTINGS)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
+              help="PNG to write (replaces only a plot tapt wrote, never another file).")
+@click.option("--selection", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Overlay this selection's sentences.")
+@click.option("--label-field", default="domain", show_default=True)
+@click.option("--sample", default=8000, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=0, show_default=True, type=SEED)
+@_domain_errors
+def plot_domains_command(idx, out, selection, label_field, sample, seed) -> None:
+    """2-D PCA map of the embeddings coloured by label, a selection overlaid.
+
+    \b
+    Example:
+      tapt plot domains idx --out map.png --selection sel.jsonl
+    """
+    info = api.Index.open(idx).plot_domains(out, selection=selection, label_field=label_field,
+                                            sample=sample, seed=seed)
+    click.echo(f"drew {info['sentences']:,} sentences"
+               + (f" and {info['selected_drawn']:,} selected" if selection else "") + f" -> {out}")

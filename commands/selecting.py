@@ -1,0 +1,266 @@
+"""`tapt select` (one command per method, built from the registry), `eval`, `export` and
+`detectors rank`."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import click
+
+from tapt import api
+from tapt.api import CONTEXTS
+from tapt.commands.common import CLICK_SETTINGS, CommandGroup, TaptCommand, _domain_errors
+from tapt.commands.options import (_BUDGET_HELP, _TASK, SEED, _backend_option, _flags_in_text,
+                                   _param_option)
+
+
+def _select_command(method) -> click.Command:
+    """`tapt select NAME`: arguments from what the method needs, options from its Params."""
+    fields = api.method_params(method)
+    params: list[click.Parameter] = [click.Argument(["idx"], type=click.Path(exists=True,
+                                                                           file_okay=False))]
+    if method.needs_embeddings or method.needs_text:
+        params += [
+            click.Option(["--task", "-t"], required=True, multiple=True, metavar="PATH",
+                         help="Task text: files or folders in any corpus format, URLs, or - for "
+                              "standard input (repeatable)."),
+            click.Option(["--text-field"], default="text", show_default=True,
+                         help="Field/column with the task's text (JSONL, Parquet, CSV/TSV, ...)."),
+        ]
+    if method.budget == "required":
+        params.append(click.Option(["--budget", "-b"], required=True, help=_BUDGET_HELP))
+    elif method.budget == "optional":
+        params.append(click.Option(["--budget", "-b"], default=None,
+                                   help=f"{_BUDGET_HELP} [default: {method.budget_help}]"))
+    params += [_param_option(f) for f in fields]
+    params += [
+        click.Option(["--out", "-o"], required=True, type=click.Path(dir_okay=False, allow_dash=True),
+                     help="Selection JSONL to write (its manifest goes beside it); - writes the "
+                          "JSONL lines to stdout (no manifest then; the summary goes to stderr)."),
+        click.Option(["--overwrite"], is_flag=True,
+                     help="Replace a selection tapt wrote at --out that was edited since (an "
+                          "unchanged one is always replaced; a file tapt did not write, or an "
+                          "input, never is)."),
+        click.Option(["--json", "as_json"], is_flag=True,
+                     help="Print one JSON object: method, counts, timings, output, info."),
+        click.Option(["--segment-size"], type=click.IntRange(min=1), default=None,
+                     help="Re-cut segments at this size [default: the index's]."),
+        click.Option(["--seed"], type=SEED, default=0, show_default=True,
+                     help="Seed of every random choice (the same seed gives the same selection)."),
+        click.Option(["--executor"], type=click.Choice(["local", "ray"]), default="local",
+                     show_default=True,
+                     help="local: this process; ray: the index's shards loaded into Ray actors "
+                          "for this selection, which score and search them (as `tapt index "
+                          "serve`; the same selection; needs pip install 'tapt[ray]')."),
+        click.Option(["--ray-address", "address"], default=None, metavar="auto|HOST:PORT",
+                     help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
+                          "local cluster on this machine]."),
+        click.Option(["--actors"], type=click.IntRange(min=1), default=None,
+                     help="--executor ray: actors holding the shards [default: one per "
+                          "shard]."),
+        click.Option(["--cpus-per-actor"], type=click.FloatRange(min=0, min_open=True),
+                     default=None, help="--executor ray: CPUs Ray reserves for each actor "
+                                        "[default: 1]."),
+    ]
+    if method.pools_documents(method.make_params()):
+        params.append(click.Option(
+            ["--context"], type=click.Choice(CONTEXTS), default="sentence",
+            show_default=True,
+            help="document: score each sentence by its whole document's (shrunk) mean score, "
+                 "so documents are kept or dropped together; usually more precise when corpus "
+                 "documents are about one thing each (web pages, articles, books)."))
+    if method.needs_embeddings:
+        params += [
+            click.Option(["--model"], default=None,
+                         help="Model directory if the index's recorded one cannot be found."),
+            click.Option(["--device"], default="auto", show_default=True,
+                         type=click.Choice(["auto", "cpu", "cuda"]),
+                         help="Device that embeds the task."),
+            click.Option(["--backend"], default="auto", show_default=True,
+                         type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]),
+                         help="Backend that embeds the task [auto: the one the index was built "
+                              "with, where the device allows]."),
+            click.Option(["--batch-size"], type=click.IntRange(min=1), default=64,
+                         show_default=True, help="Task sentences per encoder batch."),
+        ]
+
+    def callback(**kw) -> None:
+        ctx = click.get_current_context()
+        values = {f["name"]: kw.pop(f["name"]) for f in fields}
+        given = {name for name in values if ctx.get_parameter_source(name)
+                 == click.core.ParameterSource.COMMANDLINE}
+        _run_select(ctx, method, values, given, **kw)
+
+    return TaptCommand(method.name, params=params, callback=callback, context_settings=CLICK_SETTINGS,
+                       help=f"{method.summary}\n\n{_flags_in_text(inspect.cleandoc(method.help))}",
+                       short_help=method.summary)
+
+
+def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, out, overwrite,
+                as_json, segment_size, seed, executor="local", address=None, actors=None,
+                cpus_per_actor=None, task=(), text_field="text", budget=None, model=None,
+                device="auto", backend="auto", batch_size=64, context="sentence") -> None:
+    from contextlib import nullcontext
+
+    from tapt.errors import InputError
+
+    if executor != "ray":
+        for name, value in (("address", address), ("actors", actors),
+                            ("cpus_per_actor", cpus_per_actor)):
+            if value is not None:
+                raise InputError("only applies with `executor` ray", param=name)
+    ix = (api.serve(idx, address=address, actors=actors,
+                    cpus_per_actor=1.0 if cpus_per_actor is None else cpus_per_actor)
+          if executor == "ray" else api.Index.open(idx))
+    with ix if executor == "ray" else nullcontext(ix):
+        selection = ix.select(method.name, {"files": list(task)} if task else None, budget,
+                              segment_size=segment_size, seed=seed, context=context,
+                              text_field=text_field, model=model, device=device,
+                              backend=backend, batch_size=batch_size,
+                              progress=ctx.obj["progress"], out=None if out == "-" else out,
+                              overwrite=overwrite, explicit=given, **values)
+    if out == "-":
+        selection.write_lines(click.get_text_stream("stdout"))
+    manifest, to_stderr = selection.manifest, out == "-"
+    if as_json:
+        click.echo(json.dumps({"method": manifest["method"], "output": out,
+                               "manifest": None if out == "-" else str(Path(f"{out}.manifest.json")),
+                               "counts": manifest["counts"], "timings": manifest["timings"],
+                               "budget": manifest["budget"], "params": manifest["params"],
+                               "task": manifest["task"], "info": manifest["info"],
+                               "warnings": manifest["warnings"]}, default=str), err=to_stderr)
+        return
+    counts, info = manifest["counts"], manifest["info"]
+    scalars = {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool))}
+    extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in scalars.items())
+    if len(scalars) < len(info):
+        extra += " (--json for the details)"
+    click.echo(
+        f"{selection.method}: selected {counts['segments']:,} segments ({counts['sentences']:,} "
+        f"sentences, {counts['tokens']:,} tokens) of {counts['corpus_segments']:,} in "
+        f"{manifest['timings']['total_seconds']:.2f} s{extra} -> {out}", err=to_stderr)
+
+
+@click.group(cls=CommandGroup, context_settings=CLICK_SETTINGS)
+def select() -> None:
+    """Select task-like segments from an index (one command per method)."""
+
+
+def _add_select_commands() -> None:
+    for method in api.method_specs():
+        select.add_command(_select_command(method))
+
+
+_add_select_commands()
+
+
+@click.command("eval", cls=TaptCommand, context_settings=CLICK_SETTINGS)
+@click.argument("selections", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--index", "idx", required=True, type=click.Path(exists=True, file_okay=False),
+              help="The index the selections were made from.")
+@click.option("--label-field", default="domain", show_default=True,
+              help="Metadata field holding the oracle label.")
+@click.option("--label", required=True, help="The label that counts as relevant (the task's).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per selection.")
+@_domain_errors
+def evaluate(selections, idx, label_field, label, as_json) -> None:
+    """Precision/recall/F1 of selections against the index's oracle labels (in sentences).
+
+    \b
+    Example:
+      tapt eval sel-*.jsonl --index idx --label-field domain --label medical
+    """
+    rows = api.evaluate(list(selections), idx, label=label, label_field=label_field)
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    names = [Path(row["selection"]).name for row in rows]
+    wide = max([28, *map(len, names)])             # columns stay aligned for any name
+    method = max([9, *(len(row["method"]) for row in rows)])
+    click.echo(f"{'selection':<{wide}} {'method':<{method}} {'segments':>8} {'sentences':>9} "
+               f"{'precision':>9} {'recall':>7} {'F1':>6} {'time s':>7}")
+    for name, row in zip(names, rows):
+        click.echo(f"{name:<{wide}} {row['method']:<{method}} {row['segments']:>8,} "
+                   f"{row['selected']:>9,} {row['precision']:>9.3f} {row['recall']:>7.3f} "
+                   f"{row['f1']:>6.3f} {row['seconds']:>7.2f}")
+
+
+@click.command("export", cls=TaptCommand, context_settings=CLICK_SETTINGS)
+@click.argument("selection", type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "fmt", default=None, type=click.Choice(["jsonl", "parquet", "hf", "txt"]),
+              help="jsonl, parquet, hf (a datasets save_to_disk folder) or txt (one segment per "
+                   "line, weights dropped) [default: from --out's suffix].")
+@click.option("--out", "-o", required=True, type=click.Path(allow_dash=True),
+              help="File to write (a folder for --format hf); - writes jsonl or txt to stdout.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an export tapt wrote at --out that may have changed since (a "
+                   "jsonl export, a filtered parquet one); a file tapt did not write, or an "
+                   "input, never is.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def export_command(selection, fmt, out, overwrite, as_json) -> None:
+    """Write a selection as training data: one example per segment with its text and weight,
+    plus score, rank, ids, document key, source file and the corpus metadata.
+
+    \b
+    parquet loads with pandas.read_parquet, hf with datasets.load_from_disk; `meta` and
+    `sentence_meta` are JSON text there (jsonl keeps them as objects).
+
+    \b
+    Examples:
+      tapt export sel.jsonl --format parquet --out train.parquet
+      tapt export sel.jsonl --format hf --out train-ds
+      tapt export sel.jsonl --format txt --out train.txt
+    """
+    to_stdout = out == "-"
+    done = api.export(selection, click.get_text_stream("stdout") if to_stdout else out, fmt,
+                      overwrite=overwrite)      # printed as given, as select prints
+    fmt = done.pop("format")
+    counts = done
+    if as_json:
+        click.echo(json.dumps({"selection": selection, "format": fmt, "output": out, **counts}),
+                   err=to_stdout)
+        return
+    click.echo(f"exported {counts['segments']:,} segments ({counts['sentences']:,} sentences) as "
+               f"{fmt} -> {out}", err=to_stdout)
+
+
+@click.group(cls=CommandGroup, context_settings=CLICK_SETTINGS)
+def detectors() -> None:
+    """Novelty detectors for a task."""
+
+
+@detectors.command("rank", context_settings=CLICK_SETTINGS)
+@click.argument("idx", type=click.Path(exists=True, file_okay=False))
+@_TASK
+@click.option("--pca", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Fit every detector in a PCA projection of this many dimensions (0 = off).")
+@click.option("--seed", default=0, show_default=True, type=SEED)
+@click.option("--model", default=None, help="The index's model directory, if it moved.")
+@click.option("--device", default="auto", show_default=True,
+              type=click.Choice(["auto", "cpu", "cuda"]), help="Device that embeds the task.")
+@_backend_option("Backend that embeds the task [auto: the index's].")
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the task's text (JSONL, Parquet, CSV/TSV, ...).")
+@click.option("--json", "as_json", is_flag=True, help="Print the detectors' scores as JSON.")
+@_domain_errors
+def detectors_rank_command(idx, task, pca, seed, model, device, backend, text_field,
+                           as_json) -> None:
+    """Which detector separates this task from the corpus best (TADPOLE Table 1 protocol).
+
+    \b
+    Example:
+      tapt detectors rank idx --task task.jsonl
+    """
+    rows = api.Index.open(idx).rank_detectors({"files": list(task)}, pca=pca, seed=seed,
+                                              model=model, device=device, backend=backend,
+                                              text_field=text_field)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    click.echo(f"{'detector':<12} {'F1':>6} {'AUC':>6}   (90/10 task split vs as many random "
+               "corpus sentences)")
+    for row in rows:
+        click.echo(f"{row['name']:<12} {row['f1']:>6.3f} {row['auc']:>6.3f}")

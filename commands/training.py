@@ -1,0 +1,155 @@
+"""`tapt train` and `tapt eval-mlm`: continued masked-LM pretraining and its held-out loss."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import click
+
+from tapt import api
+from tapt.commands.common import (_STATE, CLICK_SETTINGS, TaptCommand, _domain_errors,
+                                  _Interrupted)
+from tapt.commands.options import SEED
+
+
+@click.command("train", cls=TaptCommand, context_settings=CLICK_SETTINGS)
+@click.option("--model", default=None, help="Masked-LM model directory or hub name (BERT, RoBERTa, "
+              "DistilBERT...) [default: the packaged all-MiniLM-L6-v2, MLM head newly initialised].")
+@click.option("--selection", "selections", required=True, multiple=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="Selection JSONL from `tapt select` (repeatable; all from one index).")
+@click.option("--task", multiple=True, metavar="PATH",
+              help="Task text mixed into training: files or folders in any corpus format, "
+                   "URLs, or - for standard input (repeatable; a path given twice is read once).")
+@click.option("--mix", default=None, help="TASK:SELECTION examples ratio with --task [default: 1:1].")
+@click.option("--weights", default="discrete", show_default=True,
+              type=click.Choice(["discrete", "continuous", "sample"]),
+              help="discrete: ignore weights; continuous: scale each example's loss by its "
+                   "lambda; sample: draw examples with probability proportional to lambda.")
+@click.option("--steps", type=int, default=None, help="Optimizer steps (or give --epochs).")
+@click.option("--epochs", type=int, default=None, help="Passes over the (mixed) data.")
+@click.option("--batch-size", default=16, show_default=True, type=int,
+              help="Examples per optimizer step.")
+@click.option("--max-length", default=128, show_default=True, type=int,
+              help="Tokens per example; consecutive sentences of one segment are packed up to it.")
+@click.option("--lr", default=1e-4, show_default=True, type=float,
+              help="Peak learning rate.")
+@click.option("--warmup", default=0.06, show_default=True, type=float,
+              help="Fraction of steps of linear warmup (then linear decay to 0).")
+@click.option("--weight-decay", default=0.01, show_default=True, type=float,
+              help="AdamW weight decay (none on biases and LayerNorm).")
+@click.option("--mlm-probability", default=0.15, show_default=True, type=float,
+              help="Share of tokens masked.")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
+              help="Model directory to write (checkpoints go to OUT/checkpoints).")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option("--eval-text", multiple=True, metavar="PATH",
+              help="Held-out text for the masked-LM loss during training, read like --task "
+                   "(repeatable).")
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the text in --task and --eval-text (JSONL, Parquet, "
+                   "CSV/TSV, Arrow, HF datasets).")
+@click.option("--eval-every", default=0, show_default=True, type=int,
+              help="Evaluate every N steps (0: only at the start and the end).")
+@click.option("--eval-batch-size", default=api.MLM_EVAL_BATCH, show_default=True, type=int,
+              help="Sequences per batch of the held-out loss (eval-mlm's --batch-size: the "
+                   "same masks, so the same loss for the same model).")
+@click.option("--save-every", default=200, show_default=True, type=int,
+              help="Checkpoint every N steps.")
+@click.option("--keep-checkpoints", default=2, show_default=True, type=int,
+              help="How many of the newest checkpoints to keep.")
+@click.option("--delete-checkpoints", is_flag=True,
+              help="Delete OUT/checkpoints once the run has finished.")
+@click.option("--seed", default=0, show_default=True, type=SEED,
+              help="Seed of data order, masks and head initialisation.")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
+              help="cuda trains with bf16 autocast where supported.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
+@click.pass_context
+@_domain_errors
+def train_command(ctx, model, selections, task, mix, weights, steps, epochs, batch_size, max_length,
+                  lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, text_field,
+                  eval_every, eval_batch_size, save_every, keep_checkpoints,
+                  delete_checkpoints, seed, device, as_json) -> None:
+    """Continue masked-LM pretraining of a model on selected segments (and task text).
+
+    \b
+    Examples:
+      tapt train --selection sel.jsonl --steps 1000 --out model-tapt
+      tapt train --model ./bert --selection knn.jsonl --task task.jsonl --mix 1:1 \\
+          --epochs 3 --eval-text heldout.txt --eval-every 200 --out model-knn
+      tapt train --selection weighted.jsonl --weights continuous --steps 2000 --out m --resume
+    """
+    from tapt.api import train
+    from tapt.errors import TrainingInterrupted
+
+    try:
+        manifest = train(
+            list(selections), out, model=model, task={"files": list(task)} if task else None,
+            mix=mix, weights=weights,
+            steps=steps, epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr,
+            warmup=warmup, weight_decay=weight_decay, mlm_probability=mlm_probability,
+            resume=resume, eval_text={"files": list(eval_text)} if eval_text else None,
+            text_field=text_field, eval_every=eval_every, eval_batch_size=eval_batch_size,
+            save_every=save_every, keep_checkpoints=keep_checkpoints,
+            delete_checkpoints=delete_checkpoints, seed=seed, device=device,
+            progress=ctx.obj["progress"])
+    except TrainingInterrupted as exc:
+        if exc.signum == signal.SIGTERM:
+            _STATE["terminated"] = True     # the trainer's handler took it: exit 143
+        raise _Interrupted(f"{exc}; continue with the same arguments plus --resume") from exc
+    if as_json:
+        click.echo(json.dumps({"out": out, **{k: v for k, v in manifest.items()
+                                               if k != "loss_curve"}}))
+        return
+    evals = manifest["evals"]
+    tail = (f", eval loss {evals[0]['loss']:.4f} -> {evals[-1]['loss']:.4f} "
+            f"(perplexity {evals[-1]['perplexity']:.2f})" if evals else "")
+    click.echo(f"trained {manifest['steps']:,} steps in {manifest['seconds']:.0f} s: "
+               f"train loss {manifest['train_loss']:.4f}{tail} -> {out}")
+
+
+@click.command("eval-mlm", cls=TaptCommand, context_settings=CLICK_SETTINGS)
+@click.option("--model", default=None, help="Masked-LM model directory or hub name "
+              "[default: the packaged all-MiniLM-L6-v2].")
+@click.option("--text", "texts", required=True, multiple=True, metavar="PATH",
+              help="Held-out text: files or folders in any corpus format, URLs, or - for "
+                   "standard input (repeatable).")
+@click.option("--text-field", default="text", show_default=True,
+              help="Field/column with the text (JSONL, Parquet, CSV/TSV, Arrow, HF datasets).")
+@click.option("--max-length", default=128, show_default=True, type=int,
+              help="Tokens per sequence.")
+@click.option("--batch-size", default=api.MLM_EVAL_BATCH, show_default=True, type=int,
+              help="Sequences per batch (masks are drawn per batch; train's held-out loss uses "
+                   "the same default).")
+@click.option("--seed", default=0, show_default=True, type=SEED,
+              help="Masking seed: the same seed masks the same tokens for every model.")
+@click.option("--mlm-probability", default=0.15, show_default=True, type=float,
+              help="Share of tokens masked.")
+@click.option("--pseudo-perplexity", "pseudo", is_flag=True,
+              help="Mask every token in turn (Salazar et al. 2020): one pass per token, small inputs.")
+@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_domain_errors
+def eval_mlm_command(model, texts, text_field, max_length, batch_size, seed, mlm_probability, pseudo,
+                     device, as_json) -> None:
+    """Masked-LM loss and perplexity of a model on held-out text (fixed, seeded masks).
+
+    \b
+    Examples:
+      tapt eval-mlm --model model-knn --text heldout.txt
+      tapt eval-mlm --model model-knn --text small.txt --pseudo-perplexity --json
+    """
+    from tapt.api import evaluate_mlm
+
+    report = evaluate_mlm({"files": list(texts)}, model=model, max_length=max_length,
+                          batch_size=batch_size, seed=seed, mlm_probability=mlm_probability,
+                          pseudo=pseudo, device=device, text_field=text_field)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    kind = "pseudo-log-likelihood loss" if pseudo else "masked-LM loss"
+    click.echo(f"{report['model']}: {kind} {report['loss']:.4f}, perplexity "
+               f"{report['perplexity']:.2f} over {report['tokens']:,} scored tokens "
+               f"({report['examples']:,} sequences of <= {max_length} tokens)")
