@@ -30,15 +30,15 @@ from tapt.retriever.selections.selection import Selection
 
 from .arguments import PathLike, Task
 from .index import Index
-from .options import (CONTEXTS, MLM_EVAL_BATCH, default_memory, describe_methods,
-                      executor_names, input_formats, method_names, method_params, method_specs,
-                      parse_memory)
+from .options import (CONTEXTS, MLM_EVAL_BATCH, config_fields, default_memory,
+                      describe_methods, executor_names, input_formats, method_names,
+                      method_params, method_specs, parse_memory)
 from .selections import bench_recall, evaluate, export
 from .served import ServedIndex, answer_line, answer_request, serve
 from .training import evaluate_mlm, train
 
 __all__ = ["Index", "ServedIndex", "Selection", "serve", "answer_request", "answer_line",
            "train", "evaluate_mlm", "evaluate", "export", "bench_recall", "method_names",
-           "describe_methods", "method_specs", "method_params", "default_memory",
+           "describe_methods", "method_specs", "method_params", "config_fields", "default_memory",
            "parse_memory", "executor_names", "input_formats", "CONTEXTS", "MLM_EVAL_BATCH",
            "PathLike", "Task"]

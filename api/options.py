@@ -132,3 +132,63 @@ def method_params(method: Any) -> list[dict[str, Any]]:
                     "minimum": meta.get("minimum"), "maximum": meta.get("maximum"),
                     "help": meta["help"], "short": meta.get("short")})
     return out
+
+
+CONFIG_KINDS = ("build", "add", "train")
+
+
+def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]:
+    """The options of `index build`, `index add` or `train` that are fields of their config
+    dataclass (`BuildConfig`, `TrainConfig`), as the command line makes its options from them:
+    each field whose metadata has a `help` (for "add": an `add` entry too, whose keys override
+    the build's; `from_index`: defaults to what the index was built with).
+
+    Args:
+        kind: "build", "add" or "train".
+        config: The dataclass to describe instead of the kind's own (a variant of it).
+
+    Returns:
+        One dict per option, in field order: name (the field's), flag ("--segment-size", or
+            "--split/--no-split"), kind (int, float, str or bool), default, choices (None when
+            free), minimum, maximum, metavar, show_default and help.
+
+    Raises:
+        InputError: an unknown kind.
+    """
+    import dataclasses
+    import typing
+
+    from tapt.errors import InputError
+
+    if kind not in CONFIG_KINDS:
+        raise InputError(f"must be one of {', '.join(CONFIG_KINDS)}, got {kind!r}", param="kind")
+    if config is None:
+        if kind == "train":
+            from tapt.trainer.config import TrainConfig as config
+        else:
+            from tapt.indexer.building.build_config import BuildConfig as config
+    hints = typing.get_type_hints(config)
+    kinds = {bool: bool, int: int, float: float}
+    out = []
+    for field in dataclasses.fields(config):
+        meta = dict(field.metadata)
+        if "help" not in meta or (kind == "add" and "add" not in meta):
+            continue
+        if kind == "add":
+            meta.update(meta["add"])
+        default = field.default
+        if meta.get("from_index"):
+            default, meta["show_default"] = None, False
+            meta["help"] += " [default: the index's]"
+        hint = typing.get_args(hints[field.name]) or (hints[field.name],)
+        choices = meta.get("choices")
+        if callable(choices):       # registries filled at import (formats, executors)
+            choices = choices()
+        out.append({"name": field.name,
+                    "flag": meta.get("flag", "--" + field.name.replace("_", "-")),
+                    "kind": str if meta.get("type") == "str" else kinds.get(hint[0], str),
+                    "default": default, "choices": tuple(choices) if choices else None,
+                    "minimum": meta.get("minimum"), "maximum": meta.get("maximum"),
+                    "metavar": meta.get("metavar"),
+                    "show_default": meta.get("show_default", False), "help": meta["help"]})
+    return out

@@ -12,9 +12,16 @@ import click
 
 from tapt import api
 from tapt.commands.common import CLICK_SETTINGS, CommandGroup, _domain_errors, _Interrupted
-from tapt.commands.options import (SEED, _backend_option, _faiss_options, _input_options,
-                                   _inputs, _shard_options)
+from tapt.commands.options import (_HF_DATASET, SEED, _backend_option, _config_options,
+                                   _faiss_options, _inputs, _ray_options)
 from tapt.errors import Interrupted
+
+
+_DEVICE = click.option("--device", default="auto", show_default=True,
+                       type=click.Choice(["auto", "cpu", "cuda"]),
+                       help="Device that embeds the corpus (auto: cuda when torch sees a GPU).")
+_JSON = click.option("--json", "as_json", is_flag=True,
+                     help="Print one JSON object instead of the summary.")
 
 
 @click.group(cls=CommandGroup, context_settings=CLICK_SETTINGS)
@@ -27,37 +34,11 @@ def index() -> None:
 @click.option("--out", "-o", required=True, type=click.Path(), help="Index directory to create.")
 @click.option("--model", default=None, help="Sentence-transformers model directory or hub name "
               "[default: the packaged all-MiniLM-L6-v2].")
-@click.option("--segment-size", default=15, show_default=True, type=int,
-              help="Sentences per segment (the selection unit).")
-@click.option("--batch-size", default=None, type=click.IntRange(min=1),
-              help="Sentences per encoder batch [default: 1024 on CUDA, 64 on the CPU].")
-@click.option("--device", default="auto", show_default=True,
-              type=click.Choice(["auto", "cpu", "cuda"]),
-              help="Device that embeds the corpus (auto: cuda when torch sees a GPU).")
-@_backend_option()
-@click.option("--split/--no-split", default=True, show_default=True,
-              help="Split records into sentences (--no-split: each record is one sentence).")
-@_input_options()
-@click.option("--overwrite", is_flag=True,
-              help="Replace an existing tapt index at --out (never anything else).")
-@click.option("--restart", is_flag=True,
-              help="Discard an interrupted build of --out instead of resuming it.")
-@click.option("--embedding-dtype", default="auto", show_default=True,
-              type=click.Choice(["auto", "float32", "float16"]),
-              help="Stored embeddings: float16 halves their disk and page-cache size (cosine "
-                   "error ~5e-5 at most); scoring always computes in float32. auto = float16 "
-                   "when the index has several shards or its corpus 1M records or more, else "
-                   "float32.")
-@_shard_options
-@click.option("--part-size", "window", default="4096", show_default=True, metavar="ROWS",
-              help="Sentences per embed part: the unit a resumed build redoes and a Ray embed "
-                   "task embeds (64k for corpora of 10^9 sentences and more, so a Ray driver "
-                   "tracks fewer parts).")
-@click.option("--codes", default="none", show_default=True, type=click.Choice(["none", "int8"]),
-              help="Also store int8 codes of the embeddings, for `select --scan codes` on "
-                   "indexes too large to scan exactly (1 byte per dimension per sentence).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
-@_faiss_options
+@_config_options("build", "segment_size", "batch_size", _DEVICE, _backend_option(), "split",
+                  "text_field", "doc_field", "text_docs", "input_format", _HF_DATASET,
+                  "hf_split", "strict", "invalid_utf8", "overwrite", "restart",
+                  "embedding_dtype", "shards", "shard_size", "executor", _ray_options, "window",
+                  "codes", _JSON, _faiss_options)
 @click.pass_context
 @_domain_errors
 def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
@@ -140,18 +121,12 @@ def _faiss_summary(info: dict) -> str:
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.argument("corpus", nargs=-1)
 @click.option("--model", default=None, help="The index's model directory, if it moved.")
-@click.option("--batch-size", default=None, type=click.IntRange(min=1),
-              help="Sentences per encoder batch [default: the build's, else 1024 on CUDA "
-                   "and 64 on the CPU].")
-@click.option("--device", default="auto", show_default=True,
-              type=click.Choice(["auto", "cpu", "cuda"]),
-              help="Device that embeds the corpus (auto: cuda when torch sees a GPU).")
-@_backend_option("Encoder backend [auto: the one IDX was built with, where the device allows].")
-@_input_options(add=True)
-@_shard_options
-@click.option("--restart", is_flag=True,
-              help="Discard an interrupted add of IDX instead of resuming it.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
+@_config_options("add", "batch_size", _DEVICE,
+                  _backend_option("Encoder backend [auto: the one IDX was built with, where "
+                                  "the device allows]."),
+                  "text_field", "doc_field", "text_docs", "input_format", _HF_DATASET,
+                  "hf_split", "strict", "invalid_utf8", "shards", "shard_size", "executor",
+                  _ray_options, "restart", _JSON)
 @click.pass_context
 @_domain_errors
 def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, doc_field,

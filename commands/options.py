@@ -1,5 +1,6 @@
 """What several commands share: option decorators, the options of method parameters
-(`_param_option`, from `tapt.api.method_params`) and small parsers of option values."""
+(`_param_option`, from `tapt.api.method_params`) and of config fields (`_config_options`, from
+`tapt.api.config_fields`), and small parsers of option values."""
 
 from __future__ import annotations
 
@@ -64,19 +65,9 @@ def _faiss_options(func=None, *, keep: bool = False):
     return func
 
 
-def _shard_options(func):
-    """--shards / --shard-size / --executor: how a build or add splits and runs its work."""
+def _ray_options(func):
+    """--ray-*: the Ray executor's options (a build's or add's, not config fields)."""
     options = [
-        click.option("--shards", type=click.IntRange(min=1), default=None,
-                     help="Split the input files into this many shards (whole files each, "
-                          "about equal record counts) [default: one shard]."),
-        click.option("--shard-size", default=None, metavar="COUNT",
-                     help="Or: start a new shard before a file would take the shard past this "
-                          "many input records (2M, 500k, ...)."),
-        click.option("--executor", default="local", show_default=True,
-                     type=click.Choice(api.executor_names()),
-                     help="What runs the build's stages (local: this process; ray: a Ray "
-                          "cluster, see --ray-address; needs pip install 'tapt[ray]')."),
         click.option("--ray-address", "address", default=None, metavar="auto|HOST:PORT",
                      help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
                           "local cluster on this machine]."),
@@ -100,45 +91,10 @@ def _shard_options(func):
     return func
 
 
-def _input_options(add: bool = False):
-    """How corpus files are read (see indexer/reading/formats): shared by `index build` and `index add`."""
-    index_default = " [default: the index's]"
-    options = [
-        click.option("--text-field", default=None if add else "text", show_default=not add,
-                     help="Field (JSONL) or column (Parquet, CSV/TSV, Arrow, HF datasets) with "
-                          "the text." + (index_default if add else "")),
-        click.option("--doc-field", default=None if add else "doc", show_default=not add,
-                     help="Field/column whose equal consecutive values join records into one "
-                          "document ('' = none)." + (index_default if add else "")),
-        click.option("--text-docs", default=None if add else "auto", show_default=not add,
-                     type=click.Choice(["auto", "line", "block"]),
-                     help="Plain text: one document per line, or per blank-line block."
-                          + (index_default if add else "")),
-        click.option("--input-format", default=None, type=click.Choice(api.input_formats()),
-                     help="Read every input file as this format (files without a telling "
-                          "extension) [default: by extension]."),
-        click.option("--hf-dataset", "hf_datasets", multiple=True, metavar="NAME[:CONFIG]",
-                     help="Also read this Hugging Face Hub dataset, streamed (needs the "
-                          "datasets package and a network; repeatable)."),
-        click.option("--hf-split", default=None,
-                     help="Split of --hf-dataset [default: train] and of DatasetDict folders "
-                          "[default: their only split]."),
-        click.option("--strict", is_flag=True,
-                     help="Refuse folders holding files of no known format (default: skip "
-                          "them and list them at INFO)."),
-        click.option("--invalid-utf8", default=None if add else "error", show_default=not add,
-                     type=click.Choice(["error", "replace"]),
-                     help="Text that is not valid UTF-8, or holds NUL: stop at its file and "
-                          "line (error), or read each invalid byte (and NUL) as U+FFFD and count "
-                          "the records (replace)." + (index_default if add else "")),
-    ]
-
-    def decorate(func):
-        for option in reversed(options):
-            func = option(func)
-        return func
-
-    return decorate
+_HF_DATASET = click.option(
+    "--hf-dataset", "hf_datasets", multiple=True, metavar="NAME[:CONFIG]",
+    help="Also read this Hugging Face Hub dataset, streamed (needs the datasets package and a "
+         "network; repeatable).")
 
 
 def _inputs(corpus: tuple[str, ...], hf_datasets: tuple[str, ...]) -> list[str]:
@@ -185,6 +141,65 @@ def _param_option(param: dict) -> click.Option:
     return click.Option(flags + [name], type=type_, default=param["default"],
                         show_default=param["default"] is not None,
                         help=_flags_in_text(param["help"]))
+
+
+def _config_option(desc: dict) -> click.Option:
+    """The click option of one config field (flag, type, default, help from
+    `tapt.api.config_fields`)."""
+    kind, choices = desc["kind"], desc["choices"]
+    minimum, maximum = desc["minimum"], desc["maximum"]
+    decls = [desc["flag"], desc["name"]]
+    if kind is bool:
+        return click.Option(decls, is_flag=True, default=desc["default"],
+                            show_default=desc["show_default"], help=desc["help"])
+    if choices is not None:
+        type_ = click.Choice([str(c) for c in choices])
+    elif kind is int:
+        type_ = (click.IntRange(min=minimum, max=maximum)
+                 if minimum is not None or maximum is not None else click.INT)
+    elif kind is float:
+        type_ = (click.FloatRange(min=minimum, max=maximum)
+                 if minimum is not None or maximum is not None else click.FLOAT)
+    else:
+        type_ = click.STRING
+    return click.Option(decls, type=type_, default=desc["default"], metavar=desc["metavar"],
+                        show_default=desc["show_default"], help=desc["help"])
+
+
+def _config_options(kind: str, *layout, config: type | None = None):
+    """A decorator giving a command the options of its config's fields (`kind`: "build", "add"
+    or "train"), placed as `layout` lists them among hand-written option decorators; a field
+    `layout` does not name comes after them, so a new field needs no edit here to become an
+    option (its value reaches the command under the field's name).
+
+    Args:
+        kind: Which command's fields (`tapt.api.config_fields`).
+        *layout: Field names and decorators of other options, in the order `--help` lists them.
+        config: The dataclass to describe instead of the kind's own.
+
+    Returns:
+        The decorator.
+    """
+    fields = {desc["name"]: desc for desc in api.config_fields(kind, config)}
+    unknown = [name for name in layout if isinstance(name, str) and name not in fields]
+    if unknown:
+        raise KeyError(f"not options of {kind}: {', '.join(unknown)}")
+    items = list(layout) + [name for name in fields if name not in layout]
+
+    def attach(option: click.Option):
+        def decorate(func):
+            func.__dict__.setdefault("__click_params__", []).append(option)
+            return func
+        return decorate
+
+    def decorate(func):
+        for item in reversed(items):
+            if isinstance(item, str):
+                item = attach(_config_option(fields[item]))
+            func = item(func)
+        return func
+
+    return decorate
 
 
 def _ints(spec: str, option: str) -> list[int]:

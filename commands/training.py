@@ -10,62 +10,31 @@ import click
 from tapt import api
 from tapt.commands.common import (_STATE, CLICK_SETTINGS, TaptCommand, _domain_errors,
                                   _Interrupted)
-from tapt.commands.options import SEED
+from tapt.commands.options import SEED, _config_options
+
+
+_SELECTIONS = click.option(
+    "--selection", "selections", required=True, multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Selection JSONL from `tapt select` (repeatable; all from one index).")
+_TASK_TEXT = click.option(
+    "--task", multiple=True, metavar="PATH",
+    help="Task text mixed into training: files or folders in any corpus format, URLs, or - for "
+         "standard input (repeatable; a path given twice is read once).")
+_OUT = click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
+                    help="Model directory to write (checkpoints go to OUT/checkpoints).")
+_EVAL_TEXT = click.option(
+    "--eval-text", multiple=True, metavar="PATH",
+    help="Held-out text for the masked-LM loss during training, read like --task (repeatable).")
 
 
 @click.command("train", cls=TaptCommand, context_settings=CLICK_SETTINGS)
-@click.option("--model", default=None, help="Masked-LM model directory or hub name (BERT, RoBERTa, "
-              "DistilBERT...) [default: the packaged all-MiniLM-L6-v2, MLM head newly initialised].")
-@click.option("--selection", "selections", required=True, multiple=True,
-              type=click.Path(exists=True, dir_okay=False),
-              help="Selection JSONL from `tapt select` (repeatable; all from one index).")
-@click.option("--task", multiple=True, metavar="PATH",
-              help="Task text mixed into training: files or folders in any corpus format, "
-                   "URLs, or - for standard input (repeatable; a path given twice is read once).")
-@click.option("--mix", default=None, help="TASK:SELECTION examples ratio with --task [default: 1:1].")
-@click.option("--weights", default="discrete", show_default=True,
-              type=click.Choice(["discrete", "continuous", "sample"]),
-              help="discrete: ignore weights; continuous: scale each example's loss by its "
-                   "lambda; sample: draw examples with probability proportional to lambda.")
-@click.option("--steps", type=int, default=None, help="Optimizer steps (or give --epochs).")
-@click.option("--epochs", type=int, default=None, help="Passes over the (mixed) data.")
-@click.option("--batch-size", default=16, show_default=True, type=int,
-              help="Examples per optimizer step.")
-@click.option("--max-length", default=128, show_default=True, type=int,
-              help="Tokens per example; consecutive sentences of one segment are packed up to it.")
-@click.option("--lr", default=1e-4, show_default=True, type=float,
-              help="Peak learning rate.")
-@click.option("--warmup", default=0.06, show_default=True, type=float,
-              help="Fraction of steps of linear warmup (then linear decay to 0).")
-@click.option("--weight-decay", default=0.01, show_default=True, type=float,
-              help="AdamW weight decay (none on biases and LayerNorm).")
-@click.option("--mlm-probability", default=0.15, show_default=True, type=float,
-              help="Share of tokens masked.")
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
-              help="Model directory to write (checkpoints go to OUT/checkpoints).")
-@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
-@click.option("--eval-text", multiple=True, metavar="PATH",
-              help="Held-out text for the masked-LM loss during training, read like --task "
-                   "(repeatable).")
-@click.option("--text-field", default="text", show_default=True,
-              help="Field/column with the text in --task and --eval-text (JSONL, Parquet, "
-                   "CSV/TSV, Arrow, HF datasets).")
-@click.option("--eval-every", default=0, show_default=True, type=int,
-              help="Evaluate every N steps (0: only at the start and the end).")
-@click.option("--eval-batch-size", default=api.MLM_EVAL_BATCH, show_default=True, type=int,
-              help="Sequences per batch of the held-out loss (eval-mlm's --batch-size: the "
-                   "same masks, so the same loss for the same model).")
-@click.option("--save-every", default=200, show_default=True, type=int,
-              help="Checkpoint every N steps.")
-@click.option("--keep-checkpoints", default=2, show_default=True, type=int,
-              help="How many of the newest checkpoints to keep.")
-@click.option("--delete-checkpoints", is_flag=True,
-              help="Delete OUT/checkpoints once the run has finished.")
-@click.option("--seed", default=0, show_default=True, type=SEED,
-              help="Seed of data order, masks and head initialisation.")
-@click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
-              help="cuda trains with bf16 autocast where supported.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
+@_config_options("train", "model", _SELECTIONS, _TASK_TEXT, "mix", "weights", "steps", "epochs",
+                 "batch_size", "max_length", "lr", "warmup", "weight_decay", "mlm_probability",
+                 _OUT, "resume", _EVAL_TEXT, "text_field", "eval_every", "eval_batch_size",
+                 "save_every", "keep_checkpoints", "delete_checkpoints", "seed", "device",
+                 click.option("--json", "as_json", is_flag=True,
+                              help="Print one JSON object instead of the summary."))
 @click.pass_context
 @_domain_errors
 def train_command(ctx, model, selections, task, mix, weights, steps, epochs, batch_size, max_length,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -158,29 +158,57 @@ class TrainConfig:
 
     selections: tuple[str, ...]
     out: str
-    model: str | None = None
+    model: str | None = field(default=None, metadata={
+        "help": "Masked-LM model directory or hub name (BERT, RoBERTa, DistilBERT...) [default: "
+                "the packaged all-MiniLM-L6-v2, MLM head newly initialised]."})
     task: tuple[str, ...] = ()
-    mix: str | None = None
-    weights: str = "discrete"
-    steps: int | None = None
-    epochs: int | None = None
-    batch_size: int = 16
-    max_length: int = 128
-    lr: float = 1e-4
-    warmup: float = 0.06
-    weight_decay: float = 0.01
+    mix: str | None = field(default=None, metadata={
+        "help": "TASK:SELECTION examples ratio with --task [default: 1:1]."})
+    weights: str = field(default="discrete", metadata={
+        "help": "discrete: ignore weights; continuous: scale each example's loss by its lambda; "
+                "sample: draw examples with probability proportional to lambda.",
+        "choices": WEIGHT_MODES, "show_default": True})
+    steps: int | None = field(default=None, metadata={
+        "help": "Optimizer steps (or give --epochs)."})
+    epochs: int | None = field(default=None, metadata={"help": "Passes over the (mixed) data."})
+    batch_size: int = field(default=16, metadata={
+        "help": "Examples per optimizer step.", "show_default": True})
+    max_length: int = field(default=128, metadata={
+        "help": "Tokens per example; consecutive sentences of one segment are packed up to it.",
+        "show_default": True})
+    lr: float = field(default=1e-4, metadata={"help": "Peak learning rate.", "show_default": True})
+    warmup: float = field(default=0.06, metadata={
+        "help": "Fraction of steps of linear warmup (then linear decay to 0).",
+        "show_default": True})
+    weight_decay: float = field(default=0.01, metadata={
+        "help": "AdamW weight decay (none on biases and LayerNorm).", "show_default": True})
     max_grad_norm: float = 1.0
-    mlm_probability: float = 0.15
-    seed: int = 0
-    device: str = "cpu"
-    resume: bool = False
+    mlm_probability: float = field(default=0.15, metadata={
+        "help": "Share of tokens masked.", "show_default": True})
+    seed: int = field(default=0, metadata={
+        "help": "Seed of data order, masks and head initialisation.", "minimum": 0,
+        "maximum": MAX_SEED, "show_default": True})
+    device: str = field(default="cpu", metadata={
+        "help": "cuda trains with bf16 autocast where supported.", "choices": DEVICES,
+        "show_default": True})
+    resume: bool = field(default=False, metadata={
+        "help": "Continue the run in --out from its last checkpoint."})
     eval_text: tuple[str, ...] = ()
-    text_field: str = "text"  # the field/column with the text in --task and --eval-text
-    eval_every: int = 0
-    eval_batch_size: int = MLM_EVAL_BATCH
-    save_every: int = 200
-    keep_checkpoints: int = 2
-    delete_checkpoints: bool = False
+    text_field: str = field(default="text", metadata={
+        "help": "Field/column with the text in --task and --eval-text (JSONL, Parquet, CSV/TSV, "
+                "Arrow, HF datasets).", "show_default": True})
+    eval_every: int = field(default=0, metadata={
+        "help": "Evaluate every N steps (0: only at the start and the end).",
+        "show_default": True})
+    eval_batch_size: int = field(default=MLM_EVAL_BATCH, metadata={
+        "help": "Sequences per batch of the held-out loss (eval-mlm's --batch-size: the same "
+                "masks, so the same loss for the same model).", "show_default": True})
+    save_every: int = field(default=200, metadata={
+        "help": "Checkpoint every N steps.", "show_default": True})
+    keep_checkpoints: int = field(default=2, metadata={
+        "help": "How many of the newest checkpoints to keep.", "show_default": True})
+    delete_checkpoints: bool = field(default=False, metadata={
+        "help": "Delete OUT/checkpoints once the run has finished."})
     progress: bool = True
     task_texts: tuple[str, ...] = ()   # or the task's text itself, one document per string
     eval_texts: tuple[str, ...] = ()   # or the held-out text itself

@@ -19,7 +19,6 @@ import itertools
 import logging
 import math
 import os
-import re
 import resource
 import shutil
 import time
@@ -31,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import InputError, OutputError, StorageError
-from tapt.util.checks import whole_number
 from tapt.util.files import ensure_dir, fsync_path, sha256_file
 from tapt.util.safety import check_output, check_usable, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
@@ -39,96 +37,20 @@ from tapt.util.versions import library_versions, utc_now
 from . import checkpoint, stages
 from .ann_build import calibrated_faiss
 from ..encoding.encoder import Encoder, model_fingerprint, model_record
-from .executors import EncoderSource, Executor, Stage, executor_names, make_executor
-from ..reading.formats import ReadOptions
-from ..ann.index_choice import DEFAULT_MEMORY, REQUESTS, IndexChoice, choose_index, parse_memory
+from .executors import EncoderSource, Executor, Stage, make_executor
+from ..ann.index_choice import IndexChoice, choose_index
 from ..store.integrity import remember_index
 from ..reading.lexical import write_union
 from ..store.manifest import (EMBEDDINGS, INDEX_FORMAT, INDEX_FORMAT_VERSION, SHARDS, VOCAB,
                        index_foreign_entries, shard_name, write_index_manifest)
-from ..reading.reader import CorpusScan, InputSpec, TextDocs, scan_inputs
+from ..reading.reader import CorpusScan, InputSpec, scan_inputs
+# BuildConfig and its checks moved to build_config; callers still import them from here
+from .build_config import CODES, EMBEDDING_DTYPES, BuildConfig, parse_count  # noqa: F401
 
 log = logging.getLogger(__name__)
 
 
-EMBEDDING_DTYPES = ("auto", "float32", "float16")
-CODES = ("none", "int8")
 LARGE_ROWS = 1_000_000  # embedding_dtype auto: float16 from this many records, or when sharded
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)\s*$")
-
-
-def parse_count(spec: str | int, param: str = "shard_size") -> int:
-    """`2M`, `500k`, `1.5M`, `20000` -> a whole count (decimal units); InputError otherwise."""
-    if isinstance(spec, int) and not isinstance(spec, bool):
-        value = float(spec) if abs(spec) < 2**1000 else math.inf
-    else:
-        match = _COUNT.match(str(spec))
-        if not match:
-            raise InputError(f"{spec!r}: use a count like 2M, 500k or 20000", param=param)
-        value = float(match.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[
-            match.group(2).lower()]
-    if not math.isfinite(value):    # more digits than a float holds, or 1e400
-        raise InputError(f"{str(spec)[:24]!r}... is too large", param=param)
-    if value < 1 or value != int(value):
-        raise InputError(f"{spec!r} must be a whole number of at least 1", param=param)
-    return int(value)
-
-
-@dataclass
-class BuildConfig:
-    """Options of one index build, validated on creation."""
-
-    segment_size: int = 15
-    batch_size: int | None = None  # None: by the embedding device (`preferred_batch_size`)
-    window: int = 4096
-    split: bool = True
-    text_field: str = "text"
-    doc_field: str | None = "doc"
-    text_docs: TextDocs = "auto"
-    input_format: str | None = None  # read every file as this format (else by its suffix)
-    hf_split: str | None = None      # split of a DatasetDict folder or Hub dataset
-    strict: bool = False             # refuse folders holding files of no known format
-    invalid_utf8: str = "error"      # or "replace": invalid bytes read as U+FFFD, counted
-    overwrite: bool = False
-    restart: bool = False
-    progress: bool = True
-    index: str = "auto"             # FAISS type: auto, flat, hnsw or ivfpq (see index_choice)
-    memory: str | int = DEFAULT_MEMORY  # budget for the FAISS index in RAM
-    opq: bool = False
-    embedding_dtype: str = "auto"   # float16 when sharded or large (see `resolve_dtype`), float32
-    shards: int | None = None       # split the files into this many shards (whole files each)
-    shard_size: int | str | None = None  # or: a new shard every this many input records
-    codes: str = "none"             # int8: also store int8 codes for `scan="codes"` selection
-    executor: str = "local"
-
-    def __post_init__(self) -> None:
-        whole_number(self.segment_size, "segment_size", maximum=2**31 - 1)
-        if self.batch_size is not None:
-            whole_number(self.batch_size, "batch_size")
-            self.window = max(self.window, self.batch_size)
-        ReadOptions(self.text_field, self.doc_field, self.text_docs, self.input_format,
-                    self.hf_split, self.strict, self.invalid_utf8)  # validates them
-        if self.index not in REQUESTS:
-            raise InputError(f"must be one of {', '.join(REQUESTS)}", param="index_type")
-        parse_memory(self.memory)
-        if self.embedding_dtype not in EMBEDDING_DTYPES:
-            raise InputError(f"must be one of {', '.join(EMBEDDING_DTYPES)}",
-                             param="embedding_dtype")
-        if self.shards is not None:
-            whole_number(self.shards, "shards")
-        if self.shards is not None and self.shard_size is not None:
-            raise InputError("give `shards` or `shard_size`, not both", param="shard_size")
-        if self.shard_size is not None:
-            self.shard_size = parse_count(self.shard_size)
-        if self.codes not in CODES:
-            raise InputError(f"must be one of {', '.join(CODES)}", param="codes")
-        if self.executor not in executor_names():
-            raise InputError(f"unknown executor {self.executor!r}: use one of "
-                             f"{', '.join(executor_names())}", param="executor")
-
-    @property
-    def sharded(self) -> bool:
-        return self.shards is not None and self.shards > 1 or self.shard_size is not None
 
 
 def plan_shards(scan: CorpusScan, config: BuildConfig) -> list[list[int]]:

@@ -22,9 +22,9 @@ from tapt.util.checks import whole_number
 from tapt.util.files import regular_file
 
 from ..store import integrity
-from ..store.manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LMDB_DATA, SHARDS, STORE,
-                       TOKENS, UPGRADABLE_VERSIONS, VOCAB, read_index_manifest,
-                       read_shard_manifest, upgrade_hint)
+from ..store.manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LMDB_DATA, SHARDS,
+                              STORE, TOKENS, UPGRADABLE_VERSIONS, VOCAB, lost_manifest_hint,
+                              read_index_manifest, read_shard_manifest, upgrade_hint)
 
 REPAIR = "run tapt index repair {path} (rebuilds the FAISS index from the stored embeddings)"
 REBUILD = "rebuild the index from its corpus (tapt index build ... --out {path} --overwrite)"
@@ -91,7 +91,7 @@ def verify_index(path: str | Path, deep: bool = False, sample: int = 200, encode
         n, dim = int(manifest["counts"]["sentences"]), int(manifest["model"]["dim"])
         documents = int(manifest["counts"]["documents"])
     except TaptError as exc:
-        report.add("manifest", False, str(exc), rebuild)
+        report.add("manifest", False, str(exc), lost_manifest_hint(path))
         return report
     except (KeyError, TypeError, ValueError) as exc:
         report.add("manifest", False, f"lacks its counts or model ({exc})", rebuild)

@@ -102,11 +102,12 @@ def write_index_manifest(index_dir: Path, manifest: dict[str, Any]) -> dict[str,
     return sealed
 
 
-def _rebuild_hint(index_dir: str | Path) -> str:
-    """What to run for an index whose manifest is lost (what `tapt index verify` and `repair`
-    recommend)."""
-    return (f"rebuild the index from its corpus (tapt index build ... --out {index_dir} "
-            "--overwrite)")
+def lost_manifest_hint(index_dir: str | Path) -> str:
+    """What to run for an index whose manifest is lost or unreadable (what `tapt index verify`
+    recommends too). Not `--overwrite` of the same folder: a folder whose manifest cannot be
+    read cannot be told from a user's, so tapt never replaces it."""
+    return (f"restore {Path(index_dir) / MANIFEST_NAME} from a backup, or rebuild the index from "
+            "its corpus into a new folder (tapt index build ... --out NEW_FOLDER)")
 
 
 def read_index_manifest(index_dir: Path, versions: tuple[int, ...] = (INDEX_FORMAT_VERSION,),
@@ -134,7 +135,7 @@ def read_index_manifest(index_dir: Path, versions: tuple[int, ...] = (INDEX_FORM
     manifest = read_versioned_json(index_dir / MANIFEST_NAME, INDEX_FORMAT,
                                    tuple(versions) + UPGRADABLE_VERSIONS, f"index {label}",
                                    IndexFormatError, rebuild="rebuild it with this tapt",
-                                   lost=_rebuild_hint(label) if rebuild_hint else "",
+                                   lost=lost_manifest_hint(label) if rebuild_hint else "",
                                    shown=Path(label) / MANIFEST_NAME)
     version = manifest["format_version"]
     if version not in versions:

@@ -96,8 +96,8 @@ def test_manifest_that_is_not_an_index_manifest_says_what_to_run(idx, run, medic
                  ["select", "random", idx, "--budget", "3", "--out", out],
                  ["index", "info", idx]):
         one_error(run(*argv), f"{idx}/manifest.json",
-                  f"rebuild the index from its corpus (tapt index build ... --out {idx} "
-                  "--overwrite)")
+                  f"restore {idx}/manifest.json from a backup, or rebuild the index from its "
+                  "corpus into a new folder (tapt index build ... --out NEW_FOLDER)")
     verify = run("index", "verify", idx)       # verify names the same fix, once
     assert verify.exit_code == 1 and verify.output.count("tapt index build") == 1, verify.output
 
