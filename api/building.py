@@ -10,6 +10,7 @@ from typing import Any, Iterator, Self, Sequence
 from tapt.errors import InputError
 
 from .arguments import PathLike
+from .options import config_settings
 
 
 class IndexBuilding:
@@ -30,7 +31,7 @@ class IndexBuilding:
               ray_address: str | None = None, ray_workers: int | None = None,
               gpus_per_worker: float | None = None, ray_timeout: float | None = None,
               ray_retries: int | None = None, progress: bool = True,
-              encoder: Any = None) -> Self:
+              encoder: Any = None, **settings: Any) -> Self:
         """Embed a corpus into a new index (the options of `tapt index build`).
 
         An interrupted build is resumed by the same call.
@@ -81,32 +82,37 @@ class IndexBuilding:
             ray_retries: executor "ray": restarts of a dead actor and retries of a task.
             progress: Show progress bars.
             encoder: An encoder object to use instead of loading `model` (for tests).
+            **settings: Any other option of `tapt index build` that is a `BuildConfig` field,
+                by the field's name.
 
         Returns:
             The new index, open.
 
         Raises:
+            InputError: an unknown keyword, or a setting out of range (named).
             Interrupted: Ctrl-C; the embedded part is kept (`kept`, `work`) and the same call
                 resumes it.
         """
-        from tapt.indexer.building.pipeline import (BuildConfig, build_index, check_index_output,
-                                                    parse_count)
+        from tapt.indexer.building import build_config
+        from tapt.indexer.building.pipeline import build_index, check_index_output, parse_count
         from tapt.indexer.encoding.encoder import load_encoder
         from tapt.indexer.building.executors import EncoderSpec
         from tapt.indexer.ann.index_choice import DEFAULT_MEMORY
 
         inputs = _inputs(inputs, hf_datasets, hf_split)
-        config = BuildConfig(segment_size=segment_size, batch_size=batch_size, split=split,
-                             text_field=text_field, doc_field=doc_field or None,
-                             text_docs=text_docs, input_format=input_format,
-                             hf_split=hf_split, strict=strict, invalid_utf8=invalid_utf8,
-                             overwrite=overwrite, restart=restart,
-                             progress=progress, index=index_type,
-                             memory=DEFAULT_MEMORY if memory is None else memory, opq=opq,
-                             embedding_dtype=embedding_dtype, shards=shards,
-                             shard_size=shard_size, codes=codes,
-                             executor=executor if isinstance(executor, str) else "local",
-                             window=parse_count(part_size, param="part_size"))
+        own = dict(segment_size=segment_size, batch_size=batch_size, split=split,
+                   text_field=text_field, doc_field=doc_field or None,
+                   text_docs=text_docs, input_format=input_format,
+                   hf_split=hf_split, strict=strict, invalid_utf8=invalid_utf8,
+                   overwrite=overwrite, restart=restart,
+                   progress=progress, index=index_type,
+                   memory=DEFAULT_MEMORY if memory is None else memory, opq=opq,
+                   embedding_dtype=embedding_dtype, shards=shards,
+                   shard_size=shard_size, codes=codes,
+                   executor=executor if isinstance(executor, str) else "local",
+                   window=parse_count(part_size, param="part_size"))
+        config_class = build_config.BuildConfig     # looked up here: tests swap in a variant
+        config = config_class(**own, **config_settings("build", config_class, settings, own))
         check_index_output(out, inputs, overwrite)  # before the model is loaded
         with _runner(executor, progress, ray_address=ray_address, ray_workers=ray_workers,
                      gpus_per_worker=gpus_per_worker, ray_timeout=ray_timeout,
@@ -127,7 +133,7 @@ class IndexBuilding:
             executor: Any = "local", restart: bool = False, ray_address: str | None = None,
             ray_workers: int | None = None, gpus_per_worker: float | None = None,
             ray_timeout: float | None = None, ray_retries: int | None = None,
-            progress: bool = True, encoder: Any = None) -> dict[str, Any]:
+            progress: bool = True, encoder: Any = None, **settings: Any) -> dict[str, Any]:
         """Append the documents of `inputs` the index does not hold yet, as new shards
         (`tapt index add`); existing ids never change.
 
@@ -158,6 +164,8 @@ class IndexBuilding:
             ray_retries: executor "ray": restarts of a dead actor and retries of a task.
             progress: Show progress bars.
             encoder: An encoder object to use instead of loading the model (for tests).
+            **settings: Any other option of `tapt index add` that is a `BuildConfig` field, by
+                the field's name.
 
         Returns:
             The record of this add (sentences and documents added, duplicates skipped);
@@ -167,8 +175,12 @@ class IndexBuilding:
             Interrupted: Ctrl-C; the embedded part is kept (`kept`, `work`) and the same call
                 resumes it.
         """
+        from tapt.indexer.building import build_config
         from tapt.indexer.building.add import add_to_index, check_add_inputs
 
+        own = ("batch_size", "text_field", "doc_field", "text_docs", "input_format", "hf_split",
+               "strict", "invalid_utf8", "shards", "shard_size", "executor", "restart")
+        config_settings("add", build_config.BuildConfig, settings, own)
         inputs = _inputs(inputs, hf_datasets, hf_split)
         check_add_inputs(self.path, inputs)  # before the model is loaded
         encoder = self._checked_encoder(encoder, model, device, backend).get()
@@ -180,7 +192,7 @@ class IndexBuilding:
                                     doc_field=doc_field, text_docs=text_docs,
                                     input_format=input_format, hf_split=hf_split, strict=strict,
                                     invalid_utf8=invalid_utf8, shards=shards,
-                                    shard_size=shard_size, executor=runner)
+                                    shard_size=shard_size, executor=runner, **settings)
         self._reopen()
         return manifest["history"][-1]
 

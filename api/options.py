@@ -3,7 +3,7 @@ that its choices and defaults are the library's own."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from tapt.retriever.ranking.document_pooling import CONTEXTS  # noqa: F401 - "sentence", "document"
 from tapt.trainer.config import MLM_EVAL_BATCH  # noqa: F401 - masked-LM loss batch
@@ -192,3 +192,30 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
                     "metavar": meta.get("metavar"),
                     "show_default": meta.get("show_default", False), "help": meta["help"]})
     return out
+
+
+def config_settings(kind: str, config: type, settings: dict[str, Any],
+                    explicit: Iterable[str]) -> dict[str, Any]:
+    """The config fields a call takes as keywords beyond its own (`**settings`): every option
+    of the kind's command that is a field (`config_fields`) and that no explicit keyword sets,
+    so a field added to the config is a keyword of the call with no other edit.
+
+    Args:
+        kind: "build", "add" or "train".
+        config: The config dataclass (`BuildConfig`, `TrainConfig`, or a variant of it).
+        settings: The keywords given beyond the call's own.
+        explicit: The fields the call's own keywords set.
+
+    Returns:
+        `settings`, checked.
+
+    Raises:
+        InputError: a keyword that is no such field (named).
+    """
+    from tapt.errors import InputError
+
+    allowed = {desc["name"] for desc in config_fields(kind, config)} - set(explicit)
+    for name in settings:
+        if name not in allowed:
+            raise InputError(f"unknown keyword {name!r}", param=name)
+    return settings

@@ -44,7 +44,8 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
           eval_every: int = 0, eval_batch_size: int = MLM_EVAL_BATCH,
           save_every: int = 200, keep_checkpoints: int = 2, delete_checkpoints: bool = False,
           seed: int = 0, device: str = "cpu", progress: bool = True,
-          on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+          on_step: Callable[[int, float], None] | None = None,
+          **settings: Any) -> dict[str, Any]:
     """Continue masked-LM pretraining of a model on selected segments (`tapt train`).
 
     Args:
@@ -80,6 +81,8 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         device: cpu or cuda.
         progress: Show a progress bar.
         on_step: Called with (step, loss) after every optimizer step.
+        **settings: Any other option of `tapt train` that is a `TrainConfig` field, by the
+            field's name.
 
     Returns:
         The training manifest (steps, losses, evaluations, inputs and their hashes).
@@ -90,8 +93,11 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         StorageError: the disk filled up or refused a write (the newest checkpoint is kept).
         TrainingInterrupted: Ctrl-C; a checkpoint was saved (resume with `resume=True`).
     """
-    from tapt.trainer.config import TrainConfig, shown
+    from tapt.trainer import config as train_config
+    from tapt.trainer.config import shown
     from tapt.trainer.loop import train as run_training
+
+    from .options import config_settings
 
     if on_step is not None and not callable(on_step):
         raise InputError(f"must be a function of (step, loss), got {shown(on_step)}",
@@ -99,7 +105,7 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
     selection_paths = tuple(_selection_paths(selections))
     task_paths, task_texts = _text_form(task, "task")
     eval_paths, eval_texts = _text_form(eval_text, "eval_text")
-    config = TrainConfig(
+    own = dict(
         selections=selection_paths, out=out, model=model,
         task=task_paths, task_texts=task_texts, mix=mix, weights=weights, steps=steps,
         epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr, warmup=warmup,
@@ -109,6 +115,8 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         eval_every=eval_every, eval_batch_size=eval_batch_size,
         save_every=save_every, keep_checkpoints=keep_checkpoints,
         delete_checkpoints=delete_checkpoints, progress=progress)
+    config_class = train_config.TrainConfig     # looked up here: tests swap in a variant
+    config = config_class(**own, **config_settings("train", config_class, settings, own))
     return run_training(config, on_step=on_step)
 
 

@@ -41,12 +41,9 @@ def index() -> None:
                   "codes", _JSON, _faiss_options)
 @click.pass_context
 @_domain_errors
-def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backend, split, text_field,
-                doc_field, text_docs, input_format, hf_datasets, hf_split, strict, invalid_utf8,
-                overwrite,
-                restart, embedding_dtype, shards, shard_size, executor, address, workers,
-                gpus_per_worker, timeout, retries, window, codes, as_json, index_type, memory,
-                opq) -> None:
+def index_build(ctx, corpus, out, model, device, backend, hf_datasets, address, workers,
+                gpus_per_worker, timeout, retries, as_json, index_type, memory, opq,
+                **config) -> None:
     """Embed CORPUS (files, folders, fsspec URLs, or quoted glob patterns of them) into an index.
 
     Formats, chosen by extension: JSONL (.jsonl/.ndjson/.jl/.json), plain text (.txt) and
@@ -72,14 +69,10 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
     try:
         ix = api.Index.build(
             _inputs(corpus, hf_datasets), out, model=model, device=device, backend=backend,
-            segment_size=segment_size, batch_size=batch_size, split=split,
-            text_field=text_field, doc_field=doc_field, text_docs=text_docs,
-            input_format=input_format, hf_datasets=hf_datasets, hf_split=hf_split,
-            strict=strict, invalid_utf8=invalid_utf8, overwrite=overwrite, restart=restart,
-            embedding_dtype=embedding_dtype, shards=shards, shard_size=shard_size, codes=codes,
-            executor=executor, index_type=index_type, memory=memory, opq=opq, part_size=window,
+            hf_datasets=hf_datasets, index_type=index_type, memory=memory, opq=opq,
+            part_size=config.pop("window"),     # the field `window` is the API's `part_size`
             ray_address=address, ray_workers=workers, gpus_per_worker=gpus_per_worker,
-            ray_timeout=timeout, ray_retries=retries, progress=ctx.obj["progress"])
+            ray_timeout=timeout, ray_retries=retries, progress=ctx.obj["progress"], **config)
     except Interrupted as exc:
         raise _Interrupted(str(exc)) from exc
     manifest = ix.manifest
@@ -87,7 +80,7 @@ def index_build(ctx, corpus, out, model, segment_size, batch_size, device, backe
             and ix.doc_field_joined_nothing()):
         logging.getLogger("tapt.cli").warning(
             "--doc-field %r joined no records: no record has it, so every record is its own "
-            "document (check the field's name; '' turns joining off)", doc_field)
+            "document (check the field's name; '' turns joining off)", config["doc_field"])
     if as_json:
         click.echo(json.dumps({"index": out, "manifest": manifest}))
         return
@@ -129,10 +122,8 @@ def _faiss_summary(info: dict) -> str:
                   _ray_options, "restart", _JSON)
 @click.pass_context
 @_domain_errors
-def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, doc_field,
-              text_docs, input_format, hf_datasets, hf_split, strict, invalid_utf8, shards,
-              shard_size, executor, address, workers, gpus_per_worker, timeout, retries, restart,
-              as_json) -> None:
+def index_add(ctx, idx, corpus, model, device, backend, hf_datasets, address, workers,
+              gpus_per_worker, timeout, retries, as_json, **config) -> None:
     """Append the documents of CORPUS that IDX does not hold yet, as new shards (same model
     and settings).
 
@@ -149,13 +140,10 @@ def index_add(ctx, idx, corpus, model, batch_size, device, backend, text_field, 
     inputs = _inputs(corpus, hf_datasets)
     ix = api.Index.open(idx)
     try:
-        last = ix.add(inputs, model=model, device=device, backend=backend, batch_size=batch_size,
-               text_field=text_field, doc_field=doc_field, text_docs=text_docs,
-               input_format=input_format, hf_datasets=hf_datasets, hf_split=hf_split,
-               strict=strict, invalid_utf8=invalid_utf8, shards=shards, shard_size=shard_size,
-               executor=executor, restart=restart, ray_address=address, ray_workers=workers,
-               gpus_per_worker=gpus_per_worker, ray_timeout=timeout, ray_retries=retries,
-               progress=ctx.obj["progress"])
+        last = ix.add(inputs, model=model, device=device, backend=backend,
+                      hf_datasets=hf_datasets, ray_address=address, ray_workers=workers,
+                      gpus_per_worker=gpus_per_worker, ray_timeout=timeout, ray_retries=retries,
+                      progress=ctx.obj["progress"], **config)
     except Interrupted as exc:
         raise _Interrupted(str(exc)) from exc
     manifest = ix.manifest      # an add that added nothing leaves the index as it was

@@ -201,12 +201,12 @@ def evaluate(selections, idx, label_field, label, as_json) -> None:
                    "input, never is.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def export_command(selection, fmt, out, overwrite, as_json) -> None:
-    """Write a selection as training data: one example per segment with its text and weight,
-    plus score, rank, ids, document key, source file and the corpus metadata.
+    """Write a selection as training data: one example per segment with its text, weight and
+    score, tapt's provenance under tapt_ names (rank, ids, document key, source file) and every
+    corpus field as a column of its own, under its own name and type.
 
     \b
-    parquet loads with pandas.read_parquet, hf with datasets.load_from_disk; `meta` and
-    `sentence_meta` are JSON text there (jsonl keeps them as objects).
+    parquet loads with pandas.read_parquet, hf with datasets.load_from_disk.
 
     \b
     Examples:

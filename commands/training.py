@@ -37,10 +37,7 @@ _EVAL_TEXT = click.option(
                               help="Print one JSON object instead of the summary."))
 @click.pass_context
 @_domain_errors
-def train_command(ctx, model, selections, task, mix, weights, steps, epochs, batch_size, max_length,
-                  lr, warmup, weight_decay, mlm_probability, out, resume, eval_text, text_field,
-                  eval_every, eval_batch_size, save_every, keep_checkpoints,
-                  delete_checkpoints, seed, device, as_json) -> None:
+def train_command(ctx, selections, task, out, eval_text, as_json, **config) -> None:
     """Continue masked-LM pretraining of a model on selected segments (and task text).
 
     \b
@@ -55,15 +52,9 @@ def train_command(ctx, model, selections, task, mix, weights, steps, epochs, bat
 
     try:
         manifest = train(
-            list(selections), out, model=model, task={"files": list(task)} if task else None,
-            mix=mix, weights=weights,
-            steps=steps, epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr,
-            warmup=warmup, weight_decay=weight_decay, mlm_probability=mlm_probability,
-            resume=resume, eval_text={"files": list(eval_text)} if eval_text else None,
-            text_field=text_field, eval_every=eval_every, eval_batch_size=eval_batch_size,
-            save_every=save_every, keep_checkpoints=keep_checkpoints,
-            delete_checkpoints=delete_checkpoints, seed=seed, device=device,
-            progress=ctx.obj["progress"])
+            list(selections), out, task={"files": list(task)} if task else None,
+            eval_text={"files": list(eval_text)} if eval_text else None,
+            progress=ctx.obj["progress"], **config)
     except TrainingInterrupted as exc:
         if exc.signum == signal.SIGTERM:
             _STATE["terminated"] = True     # the trainer's handler took it: exit 143

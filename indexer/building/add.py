@@ -68,7 +68,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                  strict: bool = False, invalid_utf8: str | None = None,
                  shards: int | None = None,
                  shard_size: int | str | None = None, executor: Executor | str | None = None,
-                 encoder_spec: Any = None) -> dict[str, Any]:
+                 encoder_spec: Any = None, **settings: Any) -> dict[str, Any]:
     """Append the documents of `inputs` that the index does not hold yet, as new shards;
     returns the new manifest. When every document is already in the index, nothing is written:
     the index keeps its generation (selections made from it stay valid), and the returned
@@ -76,7 +76,8 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
 
     The reading options (`text_field`, `doc_field`, `text_docs`, `invalid_utf8`) default to the
     index's; the others are as for a build (`tapt.indexer.reading.reader.scan_inputs`). `shards` /
-    `shard_size` split the new files into several shards (default: one).
+    `shard_size` split the new files into several shards (default: one). `settings`: other
+    `BuildConfig` fields, by name.
     """
     # absolute, as the stages may run elsewhere; a symbolic link IDX: the index it names is
     # updated and the link kept (swapping at the link's name would replace the link)
@@ -95,7 +96,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                          hf_split=hf_split, strict=strict, progress=progress,
                          invalid_utf8=invalid_utf8 or ingest.get("invalid_utf8", "error"),
                          embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"),
-                         shards=shards, shard_size=shard_size)
+                         shards=shards, shard_size=shard_size, **settings)
     scan = scan_corpus(inputs, config)
     check_add_inputs(index.path, scan)
     groups = plan_shards(scan, config)

@@ -1,5 +1,6 @@
 """The options of `index build`, `index add` and `train` that are config fields come from the
-fields' metadata (`tapt.api.config_fields`), through one helper (`_config_options`)."""
+fields' metadata (`tapt.api.config_fields`), through one helper (`_config_options`), and reach the
+config through the commands and `Index.build` / `Index.add` / `tapt.train` with no other edit."""
 
 import dataclasses
 import importlib.util
@@ -9,20 +10,24 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from conftest import HashingEncoder, write_labelled_corpus
 from tapt import api
 from tapt.commands.index import index_add, index_build
 from tapt.commands.options import _config_options
 from tapt.commands.training import train_command
-from tapt.indexer.building import build_config
+from tapt.errors import InputError
+from tapt.indexer.building import add as add_module, build_config
 from tapt.indexer.building.build_config import BuildConfig
+from tapt.trainer import config as train_config
 from tapt.trainer.config import TrainConfig
 
 COMMANDS = {"build": (index_build, BuildConfig), "add": (index_add, BuildConfig),
             "train": (train_command, TrainConfig)}
 
 
-def _with_new_field():
-    """BuildConfig plus one field, `beam_width`, declared the way a new option would be."""
+def _with_new_field(made: list | None = None):
+    """BuildConfig plus one field, `beam_width`, declared the way a new option would be; every
+    config made is appended to `made`."""
 
     @dataclasses.dataclass
     class ThrowawayConfig(BuildConfig):
@@ -30,7 +35,37 @@ def _with_new_field():
             "help": "Beams per shard.", "minimum": 1, "show_default": True,
             "add": {"help": "Beams per new shard."}})
 
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if made is not None:
+                made.append(self)
+
     return ThrowawayConfig
+
+
+def _fresh_index_commands():
+    """The `tapt index` command module as written, read again (its options are made on import)."""
+    path = Path(importlib.util.find_spec("tapt.commands.index").origin)
+    spec = importlib.util.spec_from_file_location("_fresh_index_commands", path)
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    return fresh
+
+
+@pytest.fixture()
+def new_field(monkeypatch, tmp_path):
+    """BuildConfig swapped for the variant with `beam_width` where the API and the add stage
+    look it up, the model for the hashing encoder, and a small corpus; yields (configs made,
+    corpus path)."""
+    made: list = []
+    variant = _with_new_field(made)
+    monkeypatch.setattr(build_config, "BuildConfig", variant)
+    monkeypatch.setattr(add_module, "BuildConfig", variant)
+    monkeypatch.setattr("tapt.indexer.encoding.encoder.load_encoder",
+                        lambda *a, **k: HashingEncoder())
+    corpus = tmp_path / "corpus.jsonl"
+    write_labelled_corpus(corpus, docs_per_topic=2)
+    return made, corpus
 
 
 @pytest.mark.parametrize("kind", sorted(COMMANDS))
@@ -76,10 +111,7 @@ def test_a_new_field_becomes_an_option_through_the_helper():
 
 def test_a_new_field_appears_in_index_build_without_another_edit(monkeypatch):
     monkeypatch.setattr(build_config, "BuildConfig", _with_new_field())
-    path = Path(importlib.util.find_spec("tapt.commands.index").origin)
-    spec = importlib.util.spec_from_file_location("_fresh_index_commands", path)
-    fresh = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fresh)           # the command module as written, read again
+    fresh = _fresh_index_commands()
 
     for command, help_text in ((fresh.index_build, "Beams per shard."),
                                (fresh.index_add, "Beams per new shard.")):
@@ -89,3 +121,58 @@ def test_a_new_field_appears_in_index_build_without_another_edit(monkeypatch):
         assert "--beam-width" in shown and "[default: 3]" in shown
     # the real commands are untouched
     assert "beam_width" not in {p.name for p in index_build.params}
+
+
+def test_a_new_field_reaches_the_config_from_the_command_line(new_field, tmp_path):
+    made, corpus = new_field
+    fresh = _fresh_index_commands()
+    out = tmp_path / "idx"
+    result = CliRunner().invoke(fresh.index_build, [str(corpus), "--out", str(out), "--no-split",
+                                                    "--beam-width", "5"], obj={"progress": False})
+    assert result.exit_code == 0, result.output
+    assert [c.beam_width for c in made] == [5]
+
+    more = tmp_path / "more.jsonl"
+    write_labelled_corpus(more, docs_per_topic=2, seed=7)
+    result = CliRunner().invoke(fresh.index_add, [str(out), str(more), "--beam-width", "6"],
+                                obj={"progress": False})
+    assert result.exit_code == 0, result.output
+    assert made[-1].beam_width == 6
+
+
+def test_a_new_field_is_a_keyword_of_the_api(new_field, tmp_path):
+    made, corpus = new_field
+    ix = api.Index.build(corpus, tmp_path / "idx", split=False, progress=False,
+                         encoder=HashingEncoder(), beam_width=7)
+    assert [c.beam_width for c in made] == [7]
+    more = tmp_path / "more.jsonl"
+    write_labelled_corpus(more, docs_per_topic=2, seed=7)
+    ix.add(more, progress=False, encoder=HashingEncoder(), beam_width=8)
+    assert made[-1].beam_width == 8
+    for keyword in ("window", "codes", "no_such_field"):     # not options of `index add`
+        with pytest.raises(InputError) as err:
+            ix.add(more, encoder=HashingEncoder(), **{keyword: "int8"})
+        assert err.value.param == keyword
+
+
+def test_a_new_train_field_is_a_keyword_of_train(monkeypatch, tmp_path):
+    @dataclasses.dataclass(frozen=True)
+    class ThrowawayTrainConfig(TrainConfig):
+        beam_width: int = dataclasses.field(default=3, metadata={"help": "Beams."})
+
+    monkeypatch.setattr(train_config, "TrainConfig", ThrowawayTrainConfig)
+    monkeypatch.setattr("tapt.trainer.loop.train", lambda config, on_step=None: config)
+    selection = tmp_path / "sel.jsonl"
+    selection.write_text("")
+    config = api.train(selection, tmp_path / "model", steps=1, beam_width=4)
+    assert isinstance(config, ThrowawayTrainConfig) and config.beam_width == 4
+
+
+@pytest.mark.parametrize("keyword", ["beam_width", "window", "index", "max_grad_norm_x"])
+def test_unknown_keywords_are_refused_by_name(tmp_path, keyword):
+    with pytest.raises(InputError) as err:
+        api.Index.build(tmp_path / "none.jsonl", tmp_path / "idx", **{keyword: 1})
+    assert err.value.param == keyword and keyword in str(err.value)
+    with pytest.raises(InputError) as err:
+        api.train(tmp_path / "sel.jsonl", tmp_path / "model", **{keyword: 1})
+    assert err.value.param == keyword
