@@ -18,7 +18,7 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -55,15 +55,36 @@ def new_faiss(choice: IndexChoice, dim: int):
     return index
 
 
+def faiss_gpu_installed() -> bool:
+    """Whether the faiss installed here is faiss-gpu, unless the environment variable
+    TAPT_FAISS_GPU=0 keeps FAISS on the CPU (whether a GPU is visible is `faiss_gpus`)."""
+    if os.environ.get("TAPT_FAISS_GPU", "1").strip() == "0":
+        return False
+    import faiss
+
+    return hasattr(faiss, "StandardGpuResources")
+
+
+@contextmanager
+def faiss_threads(threads: int) -> Iterator[None]:
+    """Within: FAISS's OpenMP threads set to `threads` (at least 1); put back afterwards."""
+    import faiss
+
+    saved = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(max(1, int(threads)))
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(saved)
+
+
 def faiss_gpus() -> int:
     """GPUs FAISS can use in this process: 0 without faiss-gpu, without a visible GPU, or with
     the environment variable TAPT_FAISS_GPU=0."""
-    if os.environ.get("TAPT_FAISS_GPU", "1").strip() == "0":
+    if not faiss_gpu_installed():
         return 0
     import faiss
 
-    if not hasattr(faiss, "StandardGpuResources"):
-        return 0
     try:
         return int(faiss.get_num_gpus())
     except (AttributeError, RuntimeError):

@@ -57,6 +57,9 @@ class Stage:
         needs_encoder: The stage embeds text.
         unit: What `weight(task)` counts, for progress bars ("shard", "sent").
         weight: How much of the stage a task is (default 1).
+        whole_node: Each task is whole-node work (FAISS training, a shard's FAISS part): an
+            executor that places tasks on a cluster gives it a node's cores, FAISS's threads set
+            to them (and a GPU where faiss-gpu is installed); in one process it already has them.
     """
 
     name: str
@@ -64,6 +67,7 @@ class Stage:
     needs_encoder: bool = False
     unit: str = "task"
     weight: Callable[[Any], int] | None = None
+    whole_node: bool = False
 
 
 class Executor(ABC):

@@ -365,7 +365,8 @@ def index_stages(work: Path, built: Built, choice: IndexChoice, codes: str, runn
     build each new shard's FAISS part; returns ({shard: index_shard result}, what was shared).
     `run`: the build's or add's fingerprint (its finished parts are reused)."""
     if shared is None:
-        trained = runner.map(Stage("train", stages.train_shared, unit="index"),
+        trained = runner.map(Stage("train", stages.train_shared, unit="index",
+                                   whole_node=True),
                              [stages.TrainTask(str(work), tuple(built.new), choice, codes,
                                                run=run)])[0]
         shared = Shared(trained["template"], trained["template_sha256"],
@@ -378,7 +379,7 @@ def index_stages(work: Path, built: Built, choice: IndexChoice, codes: str, runn
                               built.prepared[name], built.embedded[name], dtype,
                               tuple(sorted((keep_checksums or {}).get(name, {}).items())), run)
              for name in built.new]
-    results = runner.map(Stage("index", stages.index_shard, unit="shard"), tasks)
+    results = runner.map(Stage("index", stages.index_shard, unit="shard", whole_node=True), tasks)
     return {r["manifest"]["shard"]: r for r in results}, shared
 
 

@@ -1,6 +1,9 @@
 """The Ray executor: a build's stages on a Ray cluster (`--executor ray`).
 
-prepare, assemble, train and index tasks run as Ray tasks (one CPU each); the embed stage runs
+prepare and assemble tasks run as Ray tasks (one CPU each); train and index tasks, whole-node
+work (`Stage.whole_node`), as Ray tasks asking for the CPUs of the cluster's largest node, with
+FAISS's OpenMP threads set to the CPUs Ray granted (and one GPU where faiss-gpu is installed
+and a node has one: Ray hides GPUs from tasks that do not ask); the embed stage runs
 as a Ray Data `map_batches` over an actor pool (`compute=ActorPoolStrategy`), one part per call:
 each actor loads the model once (from the build's `EncoderSpec`, or a copy of the encoder
 object when there is none) and calls the same idempotent stage function as the local executor,
@@ -30,7 +33,7 @@ import os
 import re
 import socket
 import warnings
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from tqdm.auto import tqdm
 
@@ -182,6 +185,33 @@ def _run_task(fn, task):
     return fn(task)
 
 
+def granted_cpus() -> int:
+    """The CPUs this Ray task was granted (its assigned resources), else the cores this process
+    may run on; at least 1."""
+    try:
+        import ray
+
+        cpus = float(ray.get_runtime_context().get_assigned_resources().get("CPU", 0))
+    except Exception:  # noqa: BLE001 - not in a Ray task (or another Ray): the affinity decides
+        cpus = 0.0
+    if cpus < 1:
+        try:
+            cpus = float(len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):     # pragma: no cover - no affinity on this platform
+            cpus = float(os.cpu_count() or 1)
+    return max(1, int(cpus))
+
+
+def _run_whole_node(fn: Callable[[Any], Any], task: Any) -> Any:
+    """Run a whole-node task with FAISS's OpenMP threads set to the CPUs Ray granted it (a
+    worker starts with one); the worker's thread count is put back afterwards, for the next
+    task it runs."""
+    from ..ann.faiss_index import faiss_threads
+
+    with faiss_threads(granted_cpus()):
+        return fn(task)
+
+
 class _EmbedActor:
     """One actor of the embed pool: the model loaded once, one part per call."""
 
@@ -306,10 +336,28 @@ class RayExecutor(Executor):
                     unit=stage.unit, disable=not self.progress, dynamic_ncols=True,
                     smoothing=0.05)
 
+    def whole_node(self) -> dict[str, int]:
+        """Ray resources of one whole-node task: `num_cpus`, the CPUs of the largest alive node
+        (never more than one node has, or the task would never be scheduled), and `num_gpus`,
+        1 where faiss-gpu is installed here (and not switched off by TAPT_FAISS_GPU=0) and a node
+        has a GPU (then the largest such node's CPUs), else 0."""
+        from ..ann.faiss_index import faiss_gpu_installed
+
+        nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
+        gpu_nodes = [r for r in nodes if float(r.get("GPU", 0)) >= 1]
+        gpus = 1 if gpu_nodes and faiss_gpu_installed() else 0
+        cpus = max((int(r.get("CPU", 0)) for r in (gpu_nodes if gpus else nodes)), default=0)
+        return {"num_cpus": max(1, cpus), "num_gpus": gpus}
+
     def _map_tasks(self, stage: Stage, tasks: Sequence[Any]) -> list[Any]:
         ray = self.ray
-        remote = ray.remote(num_cpus=1, max_retries=self.retries, retry_exceptions=False)(
-            _run_task)
+        if stage.whole_node:
+            resources, run = self.whole_node(), _run_whole_node
+            log.info("%s tasks ask Ray for %d CPU(s) and %d GPU(s) each", stage.name,
+                     resources["num_cpus"], resources["num_gpus"])
+        else:
+            resources, run = {"num_cpus": 1}, _run_task
+        remote = ray.remote(**resources, max_retries=self.retries, retry_exceptions=False)(run)
         fn = ray.put(stage.fn)
         refs = [remote.remote(fn, task) for task in tasks]
         where = {ref: i for i, ref in enumerate(refs)}

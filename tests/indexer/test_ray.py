@@ -5,6 +5,8 @@ Skipped when Ray is not installed (`pip install 'tapt[ray]'`; `make test` instal
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import signal
@@ -20,7 +22,8 @@ ray = pytest.importorskip("ray")
 
 from build_worker import assert_same_index  # noqa: E402
 from conftest import HashingEncoder, write_split_corpus, write_task  # noqa: E402
-from ray_worker import CONFIG, WORKER, CrashingEncoder, ship_by_value  # noqa: E402
+from ray_worker import (CONFIG, WORKER, CrashingEncoder, ship_by_value,  # noqa: E402
+                        with_faiss_threads)
 
 import tapt  # noqa: E402
 from tapt.errors import TaptError  # noqa: E402
@@ -79,6 +82,35 @@ def test_ray_add_equals_local_add(cluster, corpus, tmp_path):
                      executor=executor)
     assert len(Index(tmp_path / "ray").shards) == 3
     assert_same_index(tmp_path / "local", tmp_path / "ray")
+
+
+class _ThreadsProbe(RayExecutor):
+    """Records the FAISS threads each whole-node task ran with, by stage."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.seen: dict[str, list[int]] = {}
+
+    def map(self, stage, tasks, encoder=None):
+        if not stage.whole_node:
+            return super().map(stage, tasks, encoder)
+        probed = dataclasses.replace(stage, fn=functools.partial(with_faiss_threads, stage.fn))
+        out = super().map(probed, tasks, encoder)
+        self.seen[stage.name] = [threads for _, threads in out]
+        return [result for result, _ in out]
+
+
+def test_train_and_index_tasks_get_a_nodes_cores(cluster, corpus, local_index, tmp_path):
+    import faiss
+
+    node_cpus = max(int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"])
+    driver_threads = faiss.omp_get_max_threads()
+    runner = _ThreadsProbe(progress=False)
+    build_index(corpus, tmp_path / "idx", HashingEncoder(), BuildConfig(**CONFIG, executor="ray"),
+                executor=runner)
+    assert runner.seen == {"train": [node_cpus], "index": [node_cpus] * 3}
+    assert faiss.omp_get_max_threads() == driver_threads      # the driver's is left as it was
+    assert_same_index(local_index, tmp_path / "idx")
 
 
 def test_worker_killed_once_is_retried(cluster, corpus, local_index, tmp_path):

@@ -63,6 +63,13 @@ class CrashingEncoder(HashingEncoder):
         return super().encode(texts, batch_size)
 
 
+def with_faiss_threads(fn, task):
+    """`fn(task)` and the FAISS OpenMP threads it ran with (wraps a stage's function)."""
+    import faiss
+
+    return fn(task), faiss.omp_get_max_threads()
+
+
 def main(address: str, corpus: str, out: str, log: str) -> None:
     from tapt.indexer.building.pipeline import BuildConfig, build_index
     from tapt.indexer.building.ray_executor import RayExecutor
