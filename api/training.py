@@ -15,7 +15,7 @@ from .arguments import PathLike, Task, is_series
 
 
 def _selection_paths(selections) -> list[str]:
-    from tapt.trainer.config import path_text, shown
+    from tapt.util.checks import path_text, shown
 
     if selections is None or not isinstance(selections, (list, tuple, str, os.PathLike,
                                                           Selection)):
@@ -94,7 +94,7 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         TrainingInterrupted: Ctrl-C; a checkpoint was saved (resume with `resume=True`).
     """
     from tapt.trainer import config as train_config
-    from tapt.trainer.config import shown
+    from tapt.util.checks import shown
     from tapt.trainer.loop import train as run_training
 
     from .options import config_settings
@@ -149,7 +149,7 @@ def evaluate_mlm(texts: Task, *, model: str | None = None,
         InputError: an argument of the wrong type or out of range (named), or text or a model
             that cannot be used.
     """
-    from tapt.trainer.config import shown
+    from tapt.util.checks import shown
     from tapt.trainer.evaluate import evaluate_text
 
     if texts is None or not (isinstance(texts, (str, os.PathLike, list, tuple, np.ndarray, dict))
@@ -166,7 +166,7 @@ def _text_form(value: Any, param: str) -> tuple[tuple[str, ...], tuple[str, ...]
     """(paths, strings) of a task or held-out text, told apart by the rule every task-taking
     call follows (`retriever.tasks.forms.task_form`); nothing for None or an empty list."""
     from tapt.retriever.tasks.forms import task_form
-    from tapt.trainer.config import path_list
+    from tapt.util.checks import path_list
 
     if value is None or (isinstance(value, (list, tuple)) and not value):
         return (), ()

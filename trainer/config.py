@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from tapt.errors import InputError
-from tapt.util.checks import whole_number
+from tapt.util.checks import (choice, flag, path_list, path_text, real_number, shown,
+                              whole_number)
 
 WEIGHT_MODES = ("discrete", "continuous", "sample")
 DEVICES = ("cpu", "cuda")
@@ -37,88 +36,6 @@ IDENTITY_FIELDS = (
 MLM_EVAL_BATCH = 32
 MAX_SEED = 2**32 - 1   # what torch, numpy and python's random all accept
 MAX_COUNT = 2**31 - 1  # steps, sizes, lengths: larger is never meant, and overflows C longs
-
-
-def shown(value: Any) -> str:
-    """`repr(value)` for a message, cut short (a 400-digit integer, a long list)."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:40] + "..." + text[-12:]
-
-
-def real_number(value: Any, param: str, *, low: float | None = None, high: float | None = None,
-                low_open: bool = False, high_open: bool = False, what: str = "") -> float:
-    """`value` as a float, refused unless it is a finite number (not a bool or a string) in the
-    range given.
-
-    Args:
-        value: What the caller passed.
-        param: The parameter's name, for the message.
-        low: The smallest value allowed (excluded when `low_open`), or None.
-        high: The largest value allowed (excluded when `high_open`), or None.
-        low_open: Exclude `low` itself.
-        high_open: Exclude `high` itself.
-        what: How the range reads in the message ("a positive number"), by default the bounds.
-
-    Returns:
-        The value as a Python float.
-
-    Raises:
-        InputError: not a number, not finite, or out of range.
-    """
-    if not what:
-        left = "" if low is None else ("(" if low_open else "[") + f"{low:g}"
-        right = "" if high is None else f"{high:g}" + (")" if high_open else "]")
-        what = (f"a number in {left or '(-inf'}, {right or 'inf)'}" if left or right
-                else "a finite number")
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
-                                                                      np.floating)):
-        raise InputError(f"must be {what}, got {shown(value)}", param=param)
-    try:
-        number = float(value)
-    except OverflowError:       # an int with hundreds of digits
-        number = math.inf
-    ok = math.isfinite(number)
-    if ok and low is not None:
-        ok = number > low if low_open else number >= low
-    if ok and high is not None:
-        ok = number < high if high_open else number <= high
-    if not ok:
-        raise InputError(f"must be {what}, got {shown(value)}", param=param)
-    return number
-
-
-def flag(value: Any, param: str) -> bool:
-    """`value` as a bool, refused unless it is True or False."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise InputError(f"must be True or False, got {shown(value)}", param=param)
-    return bool(value)
-
-
-def choice(value: Any, param: str, choices: tuple[str, ...]) -> str:
-    """`value`, refused unless it is one of the strings `choices`."""
-    if not isinstance(value, str) or value not in choices:
-        raise InputError(f"must be one of {', '.join(choices)}, got {shown(value)}", param=param)
-    return value
-
-
-def path_text(value: Any, param: str) -> str:
-    """A path as a string, refused unless it is a non-empty str or os.PathLike."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str) or not value or "\x00" in value:
-        raise InputError(f"must be a path, got {shown(value)}", param=param)
-    return value
-
-
-def path_list(value: Any, param: str) -> tuple[str, ...]:
-    """One path, or a list or tuple of paths, as a tuple of strings; None is no paths."""
-    if value is None:
-        return ()
-    if isinstance(value, (str, os.PathLike)):
-        return (path_text(value, param),)
-    if not isinstance(value, (list, tuple)):
-        raise InputError(f"must be a path or a list of paths, got {shown(value)}", param=param)
-    return tuple(path_text(v, param) for v in value)
 
 
 def check_mlm_settings(max_length: Any, batch_size: Any, mlm_probability: Any, seed: Any,

@@ -122,7 +122,9 @@ def evaluate_text(
     from .model import check_max_length, load_mlm
     from .inputs import read_texts
 
-    from .config import check_mlm_settings, flag, path_list, path_text, shown
+    from tapt.util.checks import flag, path_list, path_text, shown
+
+    from .config import check_mlm_settings
 
     check_mlm_settings(max_length, batch_size, mlm_probability, seed, device)
     flag(pseudo, "pseudo")
