@@ -38,6 +38,7 @@ if (os.path.basename(sys.argv[0] if sys.argv else "") == "tapt"   # the console 
 import click  # noqa: E402 - after the handlers above: importing takes a few tenths of a second
 
 from tapt.commands.bench import bench, plot
+from tapt.commands.bench_downstream import downstream as bench_downstream
 from tapt.commands.common import (_STATE, CLICK_SETTINGS, CommandGroup, _BrokenPipe, _Interrupted,
                                   _one_line)
 from tapt.commands.index import index
@@ -230,6 +231,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
 for _command in (index, select, evaluate, export_command, train_command, eval_mlm_command,
                  bench, detectors, plot):
     cli.add_command(_command)
+bench.add_command(bench_downstream)
 
 
 def main() -> None:

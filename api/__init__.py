@@ -29,6 +29,7 @@ from __future__ import annotations
 from tapt.retriever.selections.selection import Selection
 
 from .arguments import PathLike, Task
+from .downstream import bench_downstream
 from .index import Index
 from .options import (CONTEXTS, MLM_EVAL_BATCH, config_fields, default_memory,
                       describe_methods, executor_names, input_formats, method_names,
@@ -39,6 +40,7 @@ from .training import evaluate_mlm, train
 
 __all__ = ["Index", "ServedIndex", "Selection", "serve", "answer_request", "answer_line",
            "train", "evaluate_mlm", "evaluate", "export", "bench_recall", "method_names",
+           "bench_downstream",
            "describe_methods", "method_specs", "method_params", "config_fields", "default_memory",
            "parse_memory", "executor_names", "input_formats", "CONTEXTS", "MLM_EVAL_BATCH",
            "PathLike", "Task"]

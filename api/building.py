@@ -69,7 +69,8 @@ class IndexBuilding:
             codes: "int8": also store int8 codes for `select(..., scan="codes")`.
             executor: What runs the build's stages: "local", or an `Executor`.
             index_type: FAISS index: auto, flat, hnsw or ivfpq.
-            memory: RAM budget for the FAISS index ("8G", "512M" or bytes).
+            memory: RAM budget for the FAISS index ("8G", "512M", bytes, or "auto", the
+                default: half the memory available where the build runs).
             opq: IVF-PQ only: rotate with OPQ before quantising.
             part_size: Sentences per embed part: the unit a resumed build redoes and a Ray
                 embed task embeds ("64k", 4096).

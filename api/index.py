@@ -315,7 +315,7 @@ class Index(IndexBuilding, _IndexBase):
                             text_field)
 
     def select(self, method: str, task: Task | None = None, budget: str | float | None = None, *,
-               segment_size: int | None = None, seed: int = 0, context: str = "sentence",
+               segment_size: int | None = None, seed: int = 0, context: str = "auto",
                text_field: str = "text", model: str | None = None, device: str = "auto",
                backend: str = "auto", batch_size: int = 64, progress: bool = False,
                encoder: Any = None, out: PathLike | None = None, overwrite: bool = False,
@@ -334,9 +334,13 @@ class Index(IndexBuilding, _IndexBase):
                 with a decimal point is a fraction (1.0: every segment), an int a count.
             segment_size: Re-cut segments at this many sentences (default: the index's).
             seed: Seed of every random choice.
-            context: "sentence" ranks by each sentence's own score; "document" by its
-                document's shrunk mean score (usually more precise where corpus documents are
-                about one thing each: web pages, articles, books; see the selecting guide).
+            context: "auto" (the default) is "document" where at least half of the index's
+                sentences sit in documents of two or more sentences and the method ranks by
+                sentence scores, "sentence" otherwise (knn, random); the selection's manifest
+                (`context`) says which was used and why. "sentence" ranks by each sentence's
+                own score; "document" by its document's shrunk mean score (usually more
+                precise where corpus documents are about one thing each: web pages, articles,
+                books; see the selecting guide for where it can hurt).
             text_field: The field with the text in JSONL task files.
             model: The index's model directory, if it moved.
             device: auto, cpu or cuda (for embedding the task).

@@ -59,7 +59,7 @@ def default_memory() -> str:
     """The default RAM budget of a FAISS index (`memory`).
 
     Returns:
-        The size, e.g. "8G".
+        "auto": half the memory available where the index is built.
     """
     from tapt.indexer.ann.index_choice import DEFAULT_MEMORY
 

@@ -65,7 +65,7 @@ def bench_recall(out: PathLike, *, seeds: PathLike, pool: PathLike | None = None
                  index: PathLike | None = None, methods: Sequence[str] = ("all",),
                  seed_sizes: Sequence[int] = (100, 500, 2000), budgets: str = "oracle,0.5x,2x",
                  repeats: int = 3, segment_sizes: Sequence[int] = (1, 15),
-                 domains: Sequence[str] | None = None, contexts: Sequence[str] = ("sentence",),
+                 domains: Sequence[str] | None = None, contexts: Sequence[str] = ("auto",),
                  label_field: str = "domain", cache: PathLike = ".cache/bench",
                  progress: bool = True) -> dict[str, Any]:
     """Precision, recall and F1 of selection methods against oracle selections, DSIR beside
@@ -82,7 +82,10 @@ def bench_recall(out: PathLike, *, seeds: PathLike, pool: PathLike | None = None
         repeats: Seed subsets per seed size smaller than the seed file.
         segment_sizes: Segment sizes for methods that score sentences.
         domains: Only these domains (default: all).
-        contexts: "sentence" and/or "document" cuts of sentence-scoring methods.
+        contexts: How methods that pool sentence scores are cut: "auto" (the default: what
+            `Index.select` uses on this index, document context where its documents mostly
+            hold several sentences; rows `METHOD+document` then), "sentence" (rows `METHOD`)
+            and/or "document" (rows `METHOD+document`).
         label_field: The metadata field holding the domain.
         cache: Where seed embeddings, DSIR features and a built index are kept.
         progress: Show progress bars.

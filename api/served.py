@@ -24,6 +24,11 @@ class ServedIndex(Index):
     (see `tapt.retriever.serving.actors`), the rest here. Close it (or use it in a `with` block) to stop
     the actors.
 
+    Each actor opens and verifies only its own shards (every file against the checksum in its
+    shard's `shard.json`, once per version of its content), and a shard that fails stops the
+    start with one error naming it; this process checks the index's headers and lengths and
+    hashes its offsets and token counts, leaving the content to the actors.
+
     Args:
         path: The index directory (on a file system every node of the cluster sees).
         address: The Ray cluster, as for `serve`.
@@ -34,21 +39,31 @@ class ServedIndex(Index):
         hold: What the actors hold in RAM: "rows" (the float16 embeddings) or "codes" (the
             int8 codes, half the bytes: for `scan` codes (centroid, distance, density,
             classifier, fused); other scans read the embeddings from disk or the page cache).
+        resources: Ray custom resources each actor needs (e.g. {"index-node": 1} to place
+            them only on the nodes that offer it).
     """
 
     def __init__(self, path: PathLike, *, address: str | None = None,
                  actors: int | None = None, cpus_per_actor: float = 1.0,
-                 grid: int | None = None, hold: str = "rows") -> None:
-        super().__init__(path)
+                 grid: int | None = None, hold: str = "rows",
+                 resources: dict[str, float] | None = None) -> None:
+        from tapt.indexer.store import integrity
+
+        # this process checks every header and length and hashes the offsets and token
+        # counts; the content of every shard is verified by the actor that serves it, before
+        # this returns (`ShardServers`)
+        with integrity.hashing(0, False):
+            super().__init__(path)
         self._serve_options = {"address": address, "actors": actors,
-                               "cpus_per_actor": cpus_per_actor, "grid": grid, "hold": hold}
+                               "cpus_per_actor": cpus_per_actor, "grid": grid, "hold": hold,
+                               "resources": resources}
         self.servers = self._start(**self._serve_options)
 
-    def _start(self, address, actors, cpus_per_actor, grid, hold):
+    def _start(self, address, actors, cpus_per_actor, grid, hold, resources):
         from tapt.retriever.serving.actors import GRID, ShardServers
 
         servers = ShardServers(self, address, actors, cpus_per_actor, grid or GRID,
-                               hold=hold)
+                               hold=hold, resources=resources)
         self.__dict__["faiss"] = servers.faiss(self)
         return servers
 
@@ -81,10 +96,24 @@ class ServedIndex(Index):
 
     def _reopen(self) -> None:
         """After `add`, `repair` or `reindex`: the actors are restarted on the new generation."""
-        super()._reopen()
+        from tapt.indexer.store import integrity
+
+        with integrity.hashing(0, False):       # as on open: the actors verify the shards
+            super()._reopen()
         options = self._serve_options
         self.servers.close()
         self.servers = self._start(**options)
+
+    def actor_reports(self) -> list[dict[str, Any]]:
+        """What each actor opened when it started, in actor order: its shards (`shards`, by
+        name), the shards whose files it compared with their checksums (`verified`: its own
+        only), the shards past its own whose rows its scoring grid reaches (`reached`: mapped,
+        headers checked, content verified by their own actor), its rows and start seconds.
+
+        Returns:
+            One dict per actor.
+        """
+        return [dict(r) for r in self.servers.reports]
 
     def close(self) -> None:
         """Stop the actors (and the local Ray cluster this object started, if any)."""
@@ -102,7 +131,8 @@ class ServedIndex(Index):
 
 
 def serve(path: PathLike, *, address: str | None = None, actors: int | None = None,
-          cpus_per_actor: float = 1.0, hold: str = "rows") -> ServedIndex:
+          cpus_per_actor: float = 1.0, hold: str = "rows",
+          resources: dict[str, float] | None = None) -> ServedIndex:
     """Load an index's shards into Ray actors and return a handle that selects from them
     (`tapt index serve`). Needs Ray (`pip install 'tapt[ray]'`).
 
@@ -114,6 +144,7 @@ def serve(path: PathLike, *, address: str | None = None, actors: int | None = No
         cpus_per_actor: CPUs Ray reserves for each actor.
         hold: What the actors hold in RAM: "rows" (float16 embeddings) or "codes" (int8
             codes, half the RAM; see `ServedIndex`).
+        resources: Ray custom resources each actor needs (see `ServedIndex`).
 
     Returns:
         A `ServedIndex`: `.select(method, task, budget, **params)` as `Index.select`,
@@ -128,7 +159,7 @@ def serve(path: PathLike, *, address: str | None = None, actors: int | None = No
         ...     sel = served.select("centroid", task=["A rash on both arms."], budget="50sent")
     """
     return ServedIndex(path, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
-                       hold=hold)
+                       hold=hold, resources=resources)
 
 
 REQUEST_KEYS = ("id", "method", "task", "budget", "params", "segment_size", "seed", "out",

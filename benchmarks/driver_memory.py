@@ -1,4 +1,21 @@
-"""Peak driver memory of budgeted selections, before and after the streamed cut.
+"""Peak driver memory of budgeted selections: every method at 1M, 3M and 10M rows (`--indexes`),
+and centroid before and after the streamed cut.
+
+`--indexes DIR,DIR,..` (the headline, issue 29): for each synthetic index (`WORK/index` of
+`benchmarks/synthetic_index.py`, its spec read from `WORK/made.json`) and each of `--methods`
+(centroid, knn, classifier, fused, iforest), one fresh process (`--cell`) imports tapt, opens
+the index and ranks once (`Method.rank` on a `RankingInputs` of the opened `Index`, what
+`Index.select` runs; the segment view built in the process) at `--cell-budget` (10000sent).
+The task: 100 fresh rows of blob 0 as embeddings, with 100 fresh synthetic sentences of blob 0
+as its text (fused's Moore-Lewis half). Recorded: `peak_mb`, the peak of the process's RssAnon
+(its own memory: mapped embedding, code, FAISS and lexical pages not counted; sampled every
+millisecond) from the start to the end of the selection; `base_mb` its RssAnon after the imports,
+before the index is opened; `open_mb` after opening; `seconds`; a digest of the selection.
+
+    nice -n 10 .venv/bin/python -m benchmarks.driver_memory --indexes \\
+        /work/benchcache/synthetic-1m,/work/benchcache/synthetic-3m --out benchmarks/results/scale
+
+The older comparison (no `--indexes`; kept in the JSON's `select` and `paths`):
 
 The index: `benchmarks/synthetic_index.py`'s real tapt index of synthetic rows (Gaussian blobs
 on the unit sphere, float16, one sentence per document, built by tapt's own stages), the task
@@ -172,6 +189,162 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
             "digest": digest[:16]}
 
 
+CELL_METHODS = "centroid,knn,classifier,fused,iforest"
+
+
+def cell(args: argparse.Namespace) -> dict[str, Any]:
+    """One method's selection on one synthetic index, in this fresh process: its RssAnon peak
+    from before the index is opened to the end of the ranking."""
+    import torch
+
+    torch.mv(torch.ones(4, 4), torch.ones(4))
+    import tapt
+    from tapt.indexer.index import Index
+    from tapt.retriever.methods import RankingInputs, CorpusCache, get_method
+    from tapt.retriever.ranking.budget import parse_budget
+
+    from .synthetic_index import Sentences
+
+    work = Path(args.cell_index)
+    made = json.loads((work / "made.json").read_text())
+    spec = Spec(**made["spec"])
+    rng = np.random.default_rng(spec.seed + 1)
+    task = blob_rows(rng, centres(spec), np.zeros(100, dtype=np.int64), spec.noise)
+    texts, _ = Sentences(spec).make(np.random.default_rng(spec.seed + 2),
+                                    np.zeros(100, dtype=np.int64))
+    method = get_method(args.cell)
+    params = method.make_params({})
+    base = _anon_bytes()
+    t0 = time.perf_counter()
+    with AnonPeak() as anon:
+        index = Index(work / "index")
+        opened = _anon_bytes()
+        corpus = CorpusCache(index)
+        ctx = RankingInputs(index, corpus.view(None), parse_budget(args.cell_budget), 0, task,
+                            texts if method.needs_text else None, corpus)
+        ranking = method.rank(ctx, params)
+    seconds = time.perf_counter() - t0
+    digest = hashlib.sha256(np.asarray(ranking.segments, np.int64).tobytes()
+                            + np.asarray(ranking.scores, np.float32).tobytes()).hexdigest()
+    return {"method": args.cell, "rows": index.n_sentences, "tapt": str(Path(tapt.__file__).parent), "shards": len(index.shards),
+            "budget": args.cell_budget, "selected": int(len(ranking.segments)),
+            "peak_mb": round(anon.peak / MB, 1), "base_mb": round(base / MB, 1),
+            "open_mb": round(opened / MB, 1), "seconds": round(seconds, 2),
+            "ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "faiss": index.manifest.get("faiss", {}).get("factory"),
+            "digest": digest[:16]}
+
+
+def cells(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """`cell` for every index of `--indexes` and method of `--methods`, each in a fresh
+    process, smallest index first."""
+    codes: list[tuple[str, Path | None]] = [("after", None)]
+    if args.cell_before:       # the same cells with a revision's code first
+        codes.insert(0, ("before", _before_tree(args.cell_before, args.work.parent
+                                                / (args.work.name + "-code"))))
+    out = []
+    for work in args.indexes.split(","):
+        for method in args.methods.split(","):
+            for code, tree in codes:
+                env = dict(os.environ)
+                if tree is not None:
+                    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(Path.cwd())])
+                run = subprocess.run([sys.executable, "-m", "benchmarks.driver_memory", "--cell",
+                                      method, "--cell-index", work, "--cell-budget",
+                                      args.cell_budget], capture_output=True, text=True, env=env)
+                if run.returncode:
+                    log.error("%s on %s failed:\n%s", method, work, run.stderr[-3000:])
+                    out.append({"method": method, "index": work, "code": code, "error":
+                                run.stderr.strip().splitlines()[-1] if run.stderr.strip()
+                                else "?"})
+                    continue
+                got = json.loads(run.stdout.strip().splitlines()[-1])
+                got["code"], got["index"] = code, work
+                got["load_average"] = round(os.getloadavg()[0], 1)
+                log.info("%s", got)
+                out.append(got)
+    return out
+
+
+def _base_range(records: list[dict[str, Any]]) -> str:
+    """The RssAnon after the imports, by code (a revision's and this checkout's differ by the
+    modules they import)."""
+    parts = []
+    for code in ("after", "before"):
+        values = [r["base_mb"] for r in records if r.get("code", "after") == code]
+        if values:
+            parts.append(f"{min(values):.0f}-{max(values):.0f} MB"
+                         + (" with the revision's code" if code == "before" else ""))
+    return ", ".join(parts)
+
+
+def cells_markdown(report: dict[str, Any]) -> str:
+    """The headline table (peak RssAnon per method and row count, and its growth) and, with
+    `--cell-before`, the same cells with that revision's code."""
+    records = [r for r in report["records"] if "peak_mb" in r]
+    rows = sorted({r["rows"] for r in records})
+    methods = [m for m in report["methods"] if any(r["method"] == m for r in records)]
+    by = {(r.get("code", "after"), r["method"], r["rows"]): r for r in records}
+    lines = [
+        "## Measured: the driver's peak memory by method and corpus size",
+        "",
+        f"Measured {report['created']} on {report['machine'].get('cpu', '?')} "
+        f"({report['machine'].get('cores')} cores, shared with other developers' work). Each "
+        "index is a real tapt index of synthetic float16 rows in 384 dimensions, one sentence "
+        "per document, 500,000 rows a shard (`benchmarks/synthetic_index.py`, seed 0; the FAISS "
+        "index `index_choice` picks for 8G: IVF-PQ fast-scan); the "
+        "task 100 fresh rows of blob 0 as embeddings, with 100 fresh synthetic sentences of "
+        f"blob 0 as its text; budget {report['budget']}, sentence context, default parameters "
+        "(knn: k 50, its union smaller than the budget here; iforest: 10x candidates "
+        "pre-ranked by centroid). Every cell is one fresh process that imports tapt, opens the index and "
+        "ranks once (`Method.rank`, what `Index.select` runs, its segment view built in the "
+        "process).",
+        "",
+        "*peak*: the peak of the process's RssAnon (its own memory; the memory-mapped "
+        "embeddings, codes, FAISS lists and lexical ids are not counted), sampled every ms, "
+        "from before the index is opened to the end of the ranking, imports (torch, faiss) "
+        "included; *base*: RssAnon after the imports ("
+        + _base_range(records) + "); *growth*: peak at the largest size / "
+        "peak at the smallest; *above base*: peak - base at each size.",
+        "",
+        "| method | " + " | ".join(f"peak at {n / 1e6:g}M (MB)" for n in rows)
+        + " | growth | above base (MB) | seconds |",
+        "|---|" + "---:|" * len(rows) + "---:|---:|---:|",
+    ]
+    for m in methods:
+        got = [by.get(("after", m, n)) for n in rows]
+        have = [g for g in got if g]
+        if not have:
+            continue
+        peaks = [f"{g['peak_mb']:.0f}" if g else "–" for g in got]
+        growth = (f"{have[-1]['peak_mb'] / have[0]['peak_mb']:.2f}x" if len(have) > 1 else "–")
+        above = " / ".join(f"{g['peak_mb'] - g['base_mb']:.0f}" for g in have)
+        secs = " / ".join(f"{g['seconds']:.0f}" for g in have)
+        lines.append(f"| {m} | " + " | ".join(peaks) + f" | {growth} | {above} | {secs} |")
+    if any(r.get("code") == "before" for r in records):
+        lines += ["", f"The same cells with the code of revision {report.get('before')} "
+                  "(*before*) and of this checkout (*after*); the selections' digests compared:",
+                  "", "| method | rows | peak before / after (MB) | above base before / after "
+                  "(MB) | same selection |", "|---|---:|---:|---:|---|"]
+        for m in methods:
+            for n in rows:
+                b, a = by.get(("before", m, n)), by.get(("after", m, n))
+                if not (a and b):
+                    continue
+                lines.append(f"| {m} | {n:,} | {b['peak_mb']:.0f} / {a['peak_mb']:.0f} | "
+                             f"{b['peak_mb'] - b['base_mb']:.0f} / "
+                             f"{a['peak_mb'] - a['base_mb']:.0f} | "
+                             f"{'yes' if a['digest'] == b['digest'] else 'NO'} |")
+    for r in report["records"]:
+        if "error" in r:
+            lines.append(f"\n{r['method']} on {r['index']} ({r.get('code')}) failed: "
+                         f"{r['error']}")
+    runs = " ".join(report["argv"]).split(" + ")
+    lines += ["", "Regenerate (one run per line, each after the one before):", ""]
+    lines += ["    nice -n 10 .venv/bin/python -m benchmarks.driver_memory " + run for run in runs]
+    return "\n".join(lines) + "\n"
+
+
 def _before_tree(rev: str, where: Path) -> Path:
     """The repository at `rev`, importable as `tapt` from the returned directory."""
     root = where / rev
@@ -212,11 +385,53 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prefix", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--budget", help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--indexes", help="Synthetic index work directories (comma-separated): "
+                        "measure every --methods there (default methods: " + CELL_METHODS + ").")
+    parser.add_argument("--cell-budget", default="10000sent",
+                        help="The budget of the --indexes measurement.")
+    parser.add_argument("--cell-before", default=None,
+                        help="Also measure the --indexes cells with this git revision's code "
+                        "(`code`: before), for a before / after table.")
+    parser.add_argument("--keep-other-indexes", action="store_true",
+                        help="Keep the records of indexes not in --indexes from the existing "
+                        "report under --out (measure one size at a time).")
+    parser.add_argument("--cell", help=argparse.SUPPRESS)
+    parser.add_argument("--cell-index", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(one(args)))
         return
+    if args.cell:
+        print(json.dumps(cell(args)))
+        return
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.indexes:
+        if args.methods == "centroid":
+            args.methods = CELL_METHODS
+        report = {"created": utc_now(), "machine": machine(), "versions": library_versions(),
+                  "argv": sys.argv[1:] if argv is None else argv, "budget": args.cell_budget,
+                  "before": args.cell_before,
+                  "methods": args.methods.split(","), "records": cells(args)}
+        earlier = args.out / f"{args.name}.json"
+        if earlier.is_file():      # the older before/after comparison, kept beside
+            old = json.loads(earlier.read_text())
+            if args.keep_other_indexes:     # and the cells of the indexes not measured now
+                measured = set(args.indexes.split(","))
+                kept = [r for r in old.get("records", []) if r.get("index") not in measured]
+                report["records"] = kept + report["records"]
+                report["argv"] = [*old.get("argv", []), "+", *report["argv"]]
+            old = old.get("earlier", old)
+            if old.get("select") is not None or old.get("paths"):
+                report["earlier"] = {k: v for k, v in old.items() if k != "earlier"}
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(args.out / f"{args.name}.json", report)
+        text = cells_markdown(report)
+        if "earlier" in report:
+            text += "\n" + markdown(report["earlier"])
+        with atomic_write(args.out / f"{args.name}.md") as fh:
+            fh.write(text)
+        print(text)
+        return
     made = make_index(args.work, _spec(args))
     old = _before_tree(args.before, args.work.parent / (args.work.name + "-code"))
     common = ["--rows", str(args.rows), "--shards", str(args.shards), "--dim", str(args.dim),
@@ -329,9 +544,9 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{r['budget']} | {s['selected']:,} | {_mb(w, 'anon')} / {_mb(s, 'anon')} | "
                      f"{_mb(w, 'traced')} / {_mb(s, 'traced')} | "
                      f"{w['seconds']:.2f} / {s['seconds']:.2f} |")
-    lines += ["", "Regenerate:", "",
-              "    nice -n 10 .venv/bin/python -m benchmarks.driver_memory "
-              + " ".join(report["argv"])]
+    runs = " ".join(report["argv"]).split(" + ")
+    lines += ["", "Regenerate (one run per line, each after the one before):", ""]
+    lines += ["    nice -n 10 .venv/bin/python -m benchmarks.driver_memory " + run for run in runs]
     return "\n".join(lines) + "\n"
 
 

@@ -37,11 +37,12 @@ def bench() -> None:
 @click.option("--segment-sizes", default="1,15", show_default=True,
               help="Segment sizes for methods that score sentences (others rank at size 1).")
 @click.option("--domains", default=None, help="Only these domains (comma-separated).")
-@click.option("--context", "contexts", default="sentence", show_default=True,
-              type=click.Choice([*CONTEXTS, "both"]),
+@click.option("--context", "contexts", default="auto", show_default=True,
+              type=click.Choice(["auto", *CONTEXTS, "both"]),
               help="How methods that score sentences are cut: by each sentence's own score, "
-                   "by its document's (rows named METHOD+document, see select --context), or "
-                   "both side by side.")
+                   "by its document's (rows named METHOD+document, see select --context), "
+                   "both side by side, or auto: what `tapt select` uses by default on this "
+                   "index (document where most sentences share a document).")
 @click.option("--label-field", default="domain", show_default=True)
 @click.option("--cache", default=".cache/bench", show_default=True, type=click.Path(file_okay=False),
               help="Seed embeddings, DSIR features and a built index are kept here (a new, "

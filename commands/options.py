@@ -31,6 +31,8 @@ class _MemoryType(click.ParamType):
     def convert(self, value, param, ctx):
         from tapt.errors import InputError
 
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"          # resolved where the build runs (half its available memory)
         try:
             return api.parse_memory(value)
         except InputError as exc:
@@ -56,7 +58,8 @@ def _faiss_options(func=None, *, keep: bool = False):
         click.option("--memory", default=None if keep else DEFAULT_MEMORY,
                      show_default=f"the current one with keep, else {DEFAULT_MEMORY}" if keep
                      else True, type=_MemoryType(),
-                     help="RAM budget for the FAISS index (8G, 512M, ...)."),
+                     help="RAM budget for the FAISS index (8G, 512M, ...; auto = half the memory "
+                          "available where the build runs)."),
         click.option("--opq", is_flag=True, help="IVF-PQ: rotate with OPQ before quantising "
                                                  "(slower to train)."),
     ]

@@ -148,8 +148,6 @@ class Index:
         self.embeddings = RowView([s.embeddings for s in self.shards])
         self.tokens = RowView([s.tokens for s in self.shards])
         self.row_offsets = self.embeddings.offsets
-        self.doc_offsets: np.ndarray = np.concatenate(
-            [[0]] + [s.docs[1:] + s.row_offset for s in self.shards]).astype(np.int64)
         codes = [s.codes for s in self.shards]
         self.codes: RowView | None = RowView(codes) if all(c is not None for c in codes) \
             else None
@@ -233,7 +231,7 @@ class Index:
             if (directory / file).is_file():
                 integrity.check_checksum(directory / file, checksums.get(file), where + file,
                                          label, force=file in (DOCS, TOKENS))
-        docs = np.array(arrays[DOCS])
+        docs = arrays[DOCS]      # memory-mapped, checked (kept once: no copy per shard)
         integrity.check_offsets(docs, n, documents, label, where + DOCS)
         integrity.check_tokens(arrays[TOKENS], label, where + TOKENS)
         store = TextStore(directory / STORE, checksummed=self.format_version >= 2, label=label)
@@ -292,9 +290,53 @@ class Index:
     def manifest_sha256(self) -> str:
         return hashlib.sha256(self._manifest_bytes).hexdigest()
 
+    @cached_property
+    def doc_offsets(self) -> np.ndarray:
+        """CSR offsets of every document over the global sentence rows (int64, built on first
+        use: 8 bytes a document; `segments` and `docs_of_rows` work from the shards' own
+        memory-mapped offsets instead)."""
+        return np.concatenate([[0]] + [s.docs[1:] + s.row_offset for s in self.shards]
+                              ).astype(np.int64)
+
     def segments(self, size: int | None = None) -> np.ndarray:
-        """CSR offsets of segments over sentence rows (the index's segment size unless given)."""
-        return segment_offsets(self.doc_offsets, size or self.segment_size)
+        """CSR offsets of segments over sentence rows (the index's segment size unless given).
+
+        Cut shard by shard from each shard's memory-mapped document offsets (segments never
+        cross documents, nor documents shards) into the one result: the offsets of
+        `segment_offsets(doc_offsets, size)` without a global copy of the document offsets."""
+        size = size or self.segment_size
+        if size < 1:
+            raise ValueError("segment size must be >= 1")
+        counts = [int(np.sum((np.diff(s.docs) + size - 1) // size)) for s in self.shards]
+        out = np.empty(sum(counts) + 1, dtype=np.int64)
+        at = 0
+        for shard, count in zip(self.shards, counts):
+            part = segment_offsets(shard.docs, size)
+            out[at:at + count] = part[:-1]
+            out[at:at + count] += shard.row_offset
+            at += count
+        out[-1] = self.n_sentences
+        return out
+
+    def docs_of_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The global document of each sentence row (as `reading.splitter.docs_of_rows` of
+        `doc_offsets`), from the shards' own document offsets.
+
+        Args:
+            rows: Global sentence rows.
+
+        Returns:
+            Their documents' global indices (int64).
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty(rows.shape, dtype=np.int64)
+        shard_of = np.searchsorted(np.asarray(self.row_offsets), rows, side="right") - 1
+        for i in np.unique(shard_of):
+            shard = self.shards[int(i)]
+            where = shard_of == i
+            out[where] = (np.searchsorted(shard.docs, rows[where] - shard.row_offset,
+                                          side="right") - 1 + shard.doc_offset)
+        return out
 
     def segment_docs(self, seg_offsets: np.ndarray) -> np.ndarray:
         return segment_docs(self.doc_offsets, seg_offsets)
@@ -302,30 +344,51 @@ class Index:
     @cached_property
     def faiss(self):
         """The FAISS parts of every shard as one searchable index (`ShardedFaiss`), each checked
-        before use (its length and checksum on open): its header and stored ids."""
-        from .ann.faiss_index import ShardedFaiss, read_faiss_index
+        before use (its length and checksum on open): its header and stored ids. Holds every
+        part; `search` of several shards loads one part at a time instead (`PartByPart`),
+        unless this was asked for first."""
+        from .ann.faiss_index import ShardedFaiss
 
-        parts = []
-        global_ids = self.manifest.get("faiss", {}).get("part_ids") == "global"
-        for shard in self.shards:
-            where = shard.extra["where"] + FAISS
-            if shard.faiss_fd is None and not (shard.directory / FAISS).is_file():
-                raise IndexFormatError(f"index {self.path} is incomplete: {where} is missing; "
-                                       f"run tapt index repair {self.path} (rebuilds it from the "
-                                       "stored embeddings)")
-            size = (os.fstat(shard.faiss_fd).st_size if shard.faiss_fd is not None
-                    else (shard.directory / FAISS).stat().st_size)
-            integrity.check_faiss_file(size, {"faiss": shard.extra["faiss"]}, self.path, where)
-            try:
-                part = read_faiss_index(shard.faiss_path)
-            except (RuntimeError, MemoryError) as exc:
-                first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else ""
-                raise damaged(self.path, f"{where} cannot be read ({first}); tapt index repair "
-                                         "rebuilds it from the stored embeddings") from exc
-            integrity.check_faiss_index(part, shard.rows, self.dim, self.path,
-                                        shard.row_offset if global_ids else 0, where)
-            parts.append(part)
-        return ShardedFaiss(parts, [s.row_offset for s in self.shards], global_ids)
+        return ShardedFaiss([self.faiss_part(i) for i in range(len(self.shards))],
+                            [s.row_offset for s in self.shards], self._global_part_ids)
+
+    @property
+    def _global_part_ids(self) -> bool:
+        return self.manifest.get("faiss", {}).get("part_ids") == "global"
+
+    def faiss_part(self, i: int):
+        """Shard `i`'s FAISS part, read (memory-mapped where its type allows) and checked: its
+        length, header and stored ids.
+
+        Args:
+            i: The shard's position in `shards`.
+
+        Returns:
+            The FAISS index of that shard's rows.
+
+        Raises:
+            IndexFormatError: the part is missing or damaged (naming `tapt index repair`).
+        """
+        from .ann.faiss_index import read_faiss_index
+
+        shard = self.shards[i]
+        where = shard.extra["where"] + FAISS
+        if shard.faiss_fd is None and not (shard.directory / FAISS).is_file():
+            raise IndexFormatError(f"index {self.path} is incomplete: {where} is missing; "
+                                   f"run tapt index repair {self.path} (rebuilds it from the "
+                                   "stored embeddings)")
+        size = (os.fstat(shard.faiss_fd).st_size if shard.faiss_fd is not None
+                else (shard.directory / FAISS).stat().st_size)
+        integrity.check_faiss_file(size, {"faiss": shard.extra["faiss"]}, self.path, where)
+        try:
+            part = read_faiss_index(shard.faiss_path)
+        except (RuntimeError, MemoryError) as exc:
+            first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else ""
+            raise damaged(self.path, f"{where} cannot be read ({first}); tapt index repair "
+                                     "rebuilds it from the stored embeddings") from exc
+        integrity.check_faiss_index(part, shard.rows, self.dim, self.path,
+                                    shard.row_offset if self._global_part_ids else 0, where)
+        return part
 
     @cached_property
     def lexicon(self):
@@ -359,9 +422,14 @@ class Index:
         """Exact top-`k` corpus rows per query (inner product): candidates from the FAISS index,
         rescored from the stored embeddings when it is approximate. `nprobe` / `ef_search`
         override the recorded default of an IVF / HNSW index."""
-        from .ann.faiss_index import knn_search
+        from .ann.faiss_index import PartByPart, knn_search
 
-        return knn_search(self.faiss, self.embeddings, queries, k, self.manifest.get("faiss", {}),
+        # the parts already held (`faiss` asked for, a served index's) or the only one (kept
+        # for the next search), else one at a time: the driver holds one shard's part, never
+        # every shard's (a search of several shards reads each part again)
+        parts = (self.faiss if "faiss" in self.__dict__ or len(self.shards) == 1 else PartByPart(
+            self.faiss_part, [s.row_offset for s in self.shards], self._global_part_ids))
+        return knn_search(parts, self.embeddings, queries, k, self.manifest.get("faiss", {}),
                           nprobe=nprobe, ef_search=ef_search, label=self.path)
 
     def check_encoder(self, encoder: Encoder) -> None:

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from tapt.errors import InputError
+from tapt.retriever.learned.mlm import masked_token_losses
 
 from .collate import IGNORE_INDEX, MaskingCollator, derived_seed
 from .config import MLM_EVAL_BATCH
@@ -78,30 +79,14 @@ def pseudo_perplexity(
     scored given all the others; costs one forward pass per token, so keep inputs small."""
     if not examples:
         raise InputError("no held-out examples to evaluate")
-    device = torch.device(device)
-    was_training = model.training
-    model.eval()
     copies: list[tuple[tuple[int, ...], int]] = []
     for e in examples:
         ids = torch.tensor(e.input_ids).unsqueeze(0)
         maskable = collator.maskable(ids, torch.ones_like(ids))[0]
         copies.extend((e.input_ids, int(i)) for i in torch.nonzero(maskable).flatten())
-    total = 0.0
-    try:
-        for k in range(0, len(copies), batch_size):
-            chunk = copies[k : k + batch_size]
-            ids, attention = collator.pad([Example(c[0]) for c in chunk])
-            rows = torch.arange(len(chunk))
-            cols = torch.tensor([c[1] for c in chunk])
-            targets = ids[rows, cols].clone()
-            ids[rows, cols] = collator.mask_id
-            with autocast(device):
-                logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
-            logp = torch.log_softmax(logits[rows.to(device), cols.to(device)].float(), dim=-1)
-            total -= float(logp.gather(1, targets.to(device).unsqueeze(1)).sum())
-    finally:
-        model.train(was_training)
-    mean = total / max(len(copies), 1)
+    losses = masked_token_losses(model, collator.mask_id, collator.pad_id, copies,
+                                 batch_size=batch_size, device=device)
+    mean = float(losses.sum()) / max(len(copies), 1)
     return EvalResult(mean, _perplexity(mean), len(copies), len(examples), "pseudo-perplexity")
 
 

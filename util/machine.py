@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["usable_cores"]
+__all__ = ["usable_cores", "available_memory", "MEMORY_SHARE"]
+
+MEMORY_SHARE = 0.5   # of the available memory: the default RAM budget of a FAISS index
+_MEMINFO = "/proc/meminfo"
+_CGROUP = "/sys/fs/cgroup"
 
 
 def usable_cores() -> int:
@@ -25,3 +29,53 @@ def usable_cores() -> int:
     except ValueError:
         limit = 0
     return min(cores, limit) if limit > 0 else cores
+
+
+def _read_int(path: str) -> int | None:
+    """The whole number a one-line kernel file holds; None where it is absent, unreadable or
+    says `max` (no limit)."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            text = fh.read().strip()
+    except (OSError, ValueError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _meminfo_available(path: str = _MEMINFO) -> int | None:
+    """`MemAvailable` of /proc/meminfo in bytes (the kernel's estimate of what can be allocated
+    without swapping), None where it is not known."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_room(root: str = _CGROUP) -> int | None:
+    """What the cgroup this process lives in still lets it allocate (limit - usage), for cgroup
+    v2 (`memory.max`, `memory.current`) and v1 (`memory/memory.limit_in_bytes`,
+    `memory.usage_in_bytes`); None where no limit is set or readable."""
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes",
+                                    "memory/memory.usage_in_bytes")):
+        limit = _read_int(os.path.join(root, limit_file))
+        if limit is None or limit >= 1 << 60:     # v1 writes "no limit" as a huge number
+            continue
+        usage = _read_int(os.path.join(root, usage_file)) or 0
+        return max(0, limit - usage)
+    return None
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the smaller of the kernel's `MemAvailable` and the
+    room its cgroup's memory limit leaves (containers, Slurm, Kubernetes).
+
+    Returns:
+        Bytes, or None where neither is known (not Linux).
+    """
+    known = [v for v in (_meminfo_available(), _cgroup_room()) if v is not None]
+    return min(known) if known else None

@@ -1,7 +1,7 @@
 """Recall of an approximate FAISS index against exact search, and the default search parameter.
 
-Exact neighbours come from `faiss.contrib.exhaustive_search.knn_ground_truth` streamed over the
-memory-mapped embeddings in blocks; recall@k is `faiss.contrib.evaluation.knn_intersection_measure`
+Exact neighbours come from one matrix product per block of the memory-mapped embeddings and
+partial sorts (`ground_truth`); recall@k is `faiss.contrib.evaluation.knn_intersection_measure`
 (the fraction of the exact top-k that a search returns in its top k). Queries are sampled corpus
 rows moved off the corpus by Gaussian noise (norm 0.5, renormalised), so that, like task sentences,
 they are not rows of the index themselves.
@@ -28,6 +28,7 @@ TARGET_RECALL = 0.95
 CALIBRATION_MARGIN = 0.01    # calibrate to 0.96 so that task queries still reach 0.95
 PLATEAU = 0.003              # a wider search that gains less than this: rescore more instead
 QUERY_NOISE = 0.5
+GROWTH_SHARE = 0.25          # `index add` recalibrates once the rows grow by more than this
 _BLOCK = 65536
 
 
@@ -47,15 +48,29 @@ def sample_queries(embeddings: np.ndarray, count: int, seed: int = 0,
 
 def ground_truth(embeddings: np.ndarray, queries: np.ndarray, k: int
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k (inner product) over the embeddings, read block by block (float16 is fine)."""
-    import faiss
-    from faiss.contrib.exhaustive_search import knn_ground_truth
-
+    """Exact top-k (inner product) over the embeddings, read block by block (float16 is fine):
+    one matrix product of each block with the queries, its best k per query kept by partial
+    sorts (`np.argpartition`), best first, ties by ascending id. (2.2-3x less CPU than FAISS's
+    `knn_ground_truth`, whose heaps of k = 100 cost more than the product itself, for the same
+    ids: benchmarks/results/scale/calibration.md.)"""
     n = len(embeddings)
-    blocks = (np.ascontiguousarray(embeddings[s:s + _BLOCK], dtype=np.float32)
-              for s in range(0, n, _BLOCK))
-    sims, ids = knn_ground_truth(np.ascontiguousarray(queries, dtype=np.float32), blocks,
-                                 min(k, n), metric_type=faiss.METRIC_INNER_PRODUCT, ngpu=0)
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    k = min(int(k), n)
+    best_s = np.full((len(q), 0), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(q), 0), dtype=np.int64)
+    for start in range(0, n, _BLOCK):
+        block = np.asarray(embeddings[start:start + _BLOCK], dtype=np.float32)
+        sims = np.concatenate([best_s, q @ block.T], axis=1)  # the best so far, then the block
+        held = best_i.shape[1]
+        keep = (np.argpartition(-sims, k - 1, axis=1)[:, :k] if sims.shape[1] > k else
+                np.broadcast_to(np.arange(sims.shape[1]), sims.shape))
+        ids = start + keep - held                             # a position in the block ...
+        if held:                                              # ... or among the best so far
+            ids = np.where(keep < held, np.take_along_axis(best_i, np.minimum(keep, held - 1),
+                                                           1), ids)
+        best_s, best_i = np.take_along_axis(sims, keep, 1), ids.astype(np.int64)
+    order = np.lexsort((best_i, -best_s), axis=-1)
+    sims, ids = np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
     check_cosines(sims[ids >= 0], ids[ids >= 0])  # a damaged row would be everyone's neighbour
     return sims, ids
 
@@ -88,13 +103,56 @@ def measure(index, embeddings: np.ndarray, kind: str, queries: np.ndarray, truth
             "search_ms_per_query": round(1000 * search_s / max(1, len(queries)), 3)}
 
 
+def calibration_queries(embeddings: np.ndarray, choice: IndexChoice,
+                        queries: int = CALIBRATION_QUERIES) -> tuple[np.ndarray, int]:
+    """The calibration's seeded query sample (`sample_queries`, seed = the choice's + 1) and
+    its seed."""
+    seed = choice.seed + 1
+    return sample_queries(embeddings, queries, seed=seed), seed
+
+
+def reusable(search: dict[str, Any] | None, choice: IndexChoice, rows: int) -> bool:
+    """Whether a recorded calibration (`faiss.search` of a manifest) still holds for `choice`
+    over `rows` rows: the same factory, and at most GROWTH_SHARE more rows than it was
+    calibrated on (older manifests record no row count: never reused)."""
+    if not search or search.get("param") != choice.search_param:
+        return False
+    sample = search.get("sample") or {}
+    calibrated = sample.get("rows")
+    return (sample.get("factory") == choice.factory and isinstance(calibrated, int)
+            and 0 < calibrated and rows <= calibrated * (1 + GROWTH_SHARE))
+
+
 def calibrate(index, embeddings: np.ndarray, choice: IndexChoice, progress: bool = False,
-              queries: int = CALIBRATION_QUERIES, k: int = CALIBRATION_K) -> dict[str, Any]:
+              queries: int = CALIBRATION_QUERIES, k: int = CALIBRATION_K,
+              truth: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
     """The smallest nprobe/efSearch whose recall@k after rescoring reaches the target, with the
     smallest candidate factor that lets it (IVF-PQ tries 4, 8 and 16 x k candidates: coarse
-    codes need more of them rescored, a wider search alone stops helping)."""
-    q = sample_queries(embeddings, queries, seed=choice.seed + 1)
-    _, truth = ground_truth(embeddings, q, k)
+    codes need more of them rescored, a wider search alone stops helping).
+
+    Args:
+        index: The (sharded) FAISS index.
+        embeddings: Every row, in global row order (memory-mapped).
+        choice: The index's type and search sweep.
+        progress: Show a progress bar.
+        queries: How many queries to sample; k: the recall's k.
+        truth: (queries, exact top-k ids) computed elsewhere (shard by shard: see
+            `ann_build.exact_truth`); default: computed here over `embeddings`.
+
+    Returns:
+        The manifest's `faiss.search` section: the setting, its recall, the sweep, and the
+        sample it was measured on (seed, queries, k, rows, factory, seconds).
+    """
+    t0 = time.perf_counter()
+    if truth is None:
+        q, seed = calibration_queries(embeddings, choice, queries)
+        _, truth_ids = ground_truth(embeddings, q, k)
+        how = "exact top-k over every row"
+    else:
+        (q, truth_ids), seed = truth, choice.seed + 1
+        how = "exact top-k, shard by shard, merged"
+    truth_seconds = time.perf_counter() - t0
+    truth = truth_ids
     target = TARGET_RECALL + CALIBRATION_MARGIN
     rows: list[dict[str, Any]] = []
     chosen = None
@@ -131,7 +189,13 @@ def calibrate(index, embeddings: np.ndarray, choice: IndexChoice, progress: bool
             "k": int(truth.shape[1]), "queries": len(q), "target": target,
             "query_noise": QUERY_NOISE,
             "sweep": [{"value": r["value"], "factor": r["factor"], "recall": r["recall"]}
-                      for r in rows]}
+                      for r in rows],
+            "sample": {"seed": seed, "queries": len(q), "k": int(truth.shape[1]),
+                       "rows": int(len(embeddings)), "factory": choice.factory,
+                       "truth": how,
+                       "truth_seconds": round(truth_seconds, 2),
+                       "sweep_seconds": round(time.perf_counter() - t0 - truth_seconds, 2),
+                       "reused": False}}
 
 
 def recall_report(index, embeddings: np.ndarray, faiss_info: dict[str, Any], queries: int = 1000,

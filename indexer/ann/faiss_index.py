@@ -254,6 +254,78 @@ class ShardedFaiss:
             set_search_param(part, name, value)
 
 
+
+class PartByPart(ShardedFaiss):
+    """The FAISS parts of a sharded index searched one at a time: each part is loaded (by
+    `load`, with its checks), searched and released before the next, its results merged as
+    they come (`merge_in_groups`), so a search holds one part, not every part (`ShardedFaiss`
+    holds them all: the whole index's codes and graphs in the driver). The same results as
+    `ShardedFaiss` of the same parts: parts that share one IVF quantizer (what a sharded build
+    trains) are searched with one coarse assignment of the queries, as there.
+
+    Args:
+        load: The checked FAISS part of shard i (`Index.faiss_part`).
+        row_offsets: Each shard's first global row.
+        global_ids: Whether the parts store global row ids.
+    """
+
+    def __init__(self, load, row_offsets: list[int], global_ids: bool) -> None:
+        super().__init__([], row_offsets, global_ids)
+        self._load = load
+        self._params: dict[str, int] = {}
+
+    def set_param(self, name: str, value: int) -> None:
+        self._params[name] = int(value)
+
+    def _part(self, i: int):
+        part = self._load(i)
+        for name, value in self._params.items():
+            set_search_param(part, name, value)
+        return part
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        bases = [0 if self.global_ids else off for off in self.row_offsets]
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        held = [self._part(0)]                 # the first part, until it is searched
+        if len(bases) == 1:
+            return merge_in_groups([search_part(held.pop(), q, k, bases[0])], k)
+        first = held[0]
+        assigned = None
+        if _same_ivf_quantizer([first]):
+            shape = (first.nlist, first.nprobe, first.d, first.metric_type)
+            centroids = first.quantizer.reconstruct_n(0, first.nlist)
+            coarse_sims, lists = first.quantizer.search(q, int(first.nprobe))
+            assigned = (lists, coarse_sims)
+        del first
+
+        def shared(part) -> bool:
+            """Whether `part` is an IVF part over the first part's coarse centroids."""
+            try:
+                return (_same_ivf_quantizer([part])
+                        and (part.nlist, part.nprobe, part.d, part.metric_type) == shape
+                        and np.array_equal(part.quantizer.reconstruct_n(0, part.nlist),
+                                           centroids))
+            except RuntimeError:
+                return False
+
+        def results(assigned):
+            for i, base in enumerate(bases):
+                part = held.pop() if held else self._part(i)
+                if assigned is not None and not shared(part):
+                    raise _NotShared
+                yield search_part(part, q, k, base, assigned)
+                del part
+
+        try:
+            return merge_in_groups(results(assigned), k)
+        except _NotShared:      # the parts do not share one quantizer: each assigns its own
+            held.clear()
+            return merge_in_groups(results(None), k)
+
+
+class _NotShared(Exception):
+    """A part of `PartByPart` does not share the first part's IVF quantizer."""
+
 def _same_ivf_quantizer(parts: list[Any]) -> bool:
     import faiss
 

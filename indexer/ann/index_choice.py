@@ -11,7 +11,10 @@ by size first and memory second:
 
 A type that does not fit the budget falls through to the next, more compact one. The budget is
 for the FAISS index in RAM; the embeddings stay memory-mapped on disk and are read only to rescore
-candidates exactly, so approximate search never decides the final ranking alone.
+candidates exactly, so approximate search never decides the final ranking alone. The default
+budget (`memory` "auto") is `MEMORY_SHARE` of the memory this process may still allocate
+(`tapt.util.machine.available_memory`: MemAvailable, capped by a cgroup limit), 8G where that is
+not known.
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tapt.errors import InputError
-from tapt.util.sizes import parse_memory
+from tapt.util.machine import MEMORY_SHARE, available_memory
+from tapt.util.sizes import parse_memory as parse_size
 
 KINDS = ("flat", "hnsw", "ivfpq")
 REQUESTS = ("auto",) + KINDS
 SMALL_MAX = 100_000
 MEDIUM_MAX = 500_000
-DEFAULT_MEMORY = "8G"
+DEFAULT_MEMORY = "auto"       # MEMORY_SHARE of the machine's available memory (`memory_budget`)
+FALLBACK_MEMORY = 8 << 30    # "auto" where the available memory is not known
 IVFPQ_MIN_ROWS = 1_000
 HNSW_M = (32, 16, 8)
 HNSW_EF_CONSTRUCTION = 40
@@ -38,6 +43,34 @@ TRAIN_MIN = 10_000
 RESCORE_MIN = 100            # approximate search fetches at least this many candidates ...
 RESCORE_FACTOR = {"hnsw": 1, "ivfpq": 4}  # ... and this many times k, rescored exactly
 RESCORE_FACTORS = {"hnsw": (1,), "ivfpq": (4, 8, 16)}  # tried in turn by the calibration
+
+def memory_budget(memory: str | int = DEFAULT_MEMORY) -> tuple[int, str]:
+    """The RAM budget `memory` stands for, and where it comes from.
+
+    Args:
+        memory: A size ("8G", "512M", bytes) or "auto": `MEMORY_SHARE` of the memory this
+            process may still allocate (`available_memory`), FALLBACK_MEMORY where unknown.
+
+    Returns:
+        (bytes, a phrase naming its source: "given", or "auto: 50% of 22.0 GB available").
+
+    Raises:
+        InputError: not a size.
+    """
+    if isinstance(memory, str) and memory.strip().lower() == "auto":
+        free = available_memory()
+        if free is None:
+            return FALLBACK_MEMORY, f"auto: {format_bytes(FALLBACK_MEMORY)} (available " \
+                                    "memory not known)"
+        budget = max(1, int(free * MEMORY_SHARE))
+        return budget, f"auto: {MEMORY_SHARE:.0%} of {format_bytes(free)} available"
+    return parse_size(memory), "given"
+
+
+def parse_memory(spec: str | int) -> int:
+    """`8G`, `512M`, `1.5GB`, bytes, or "auto" (see `memory_budget`) -> bytes."""
+    return memory_budget(spec)[0]
+
 
 def format_bytes(size: float) -> str:
     for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
@@ -193,8 +226,18 @@ def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested
 
 
 def _too_small(what: str, needed: int, budget: int) -> InputError:
+    more = "" if what.startswith("the most compact") else \
+        " (or `index_type` ivfpq, the most compact type)"
     return InputError(f"{format_bytes(budget)} is too small: {what} needs about "
-                      f"{format_bytes(needed)}", param="memory")
+                      f"{format_bytes(needed)}; give `memory` {_round_up(needed)} or more"
+                      f"{more}", param="memory")
+
+
+def _round_up(size: int) -> str:
+    """`size` bytes as a `memory` value of whole MB or GB, rounded up."""
+    if size > 1 << 30:
+        return f"{-(-size // (1 << 30))}G"
+    return f"{max(1, -(-size // (1 << 20)))}M"
 
 
 def choice_from_manifest(faiss_info: dict[str, Any], n: int, dim: int) -> IndexChoice:

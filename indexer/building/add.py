@@ -31,6 +31,7 @@ from tapt.util.versions import utc_now
 
 from . import checkpoint, stages
 from .ann_build import calibrated_faiss
+from .build_plan import BuildPlan, plan_add
 from .pipeline import (BuildConfig, Shared, codes_section, corpus_paths,
                     drop_training_files, index_stages, plan_shards, run_stages, scan_corpus,
                     shard_entries, top_vocabulary, warn_invalid_utf8)
@@ -138,10 +139,22 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                 carry(index.path, work, kept)   # what a user put there since the last session
                 plan.sessions += 1
             checkpoint.write_plan(work, plan)
+            planned: dict[str, Any] = {}
+
+            def before_embed(rows: dict[str, int], pending: list[int]) -> None:
+                added = sum(rows.values())
+                if added:       # nothing new: nothing to plan
+                    planned["choice"], planned["plan"] = plan_add(
+                        old.get("faiss", {}), index.n_sentences + added, added, encoder.dim,
+                        config.memory, work, pending, config.embedding_dtype,
+                        codes=bool(old.get("codes")),
+                        written=[stages.shard_path(work, n) for n in rows])
+
             built = run_stages(work, scan, plan, config, runner,
                                EncoderSource(encoder, encoder_spec), encoder.dim, old_shards,
                                dedupe_against=tuple(str(stages.shard_path(work, n))
-                                                    for n, _ in old_shards))
+                                                    for n, _ in old_shards),
+                               before_embed=before_embed)
             if built.rows == index.n_sentences:  # every document is already there
                 shutil.rmtree(work, ignore_errors=True)
                 return _unchanged(old, inputs, plan, built, time.perf_counter() - start)
@@ -155,7 +168,8 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                                                                  index.path),
                                  "sha256": hashlib.sha256(manifest_path.read_bytes()).hexdigest()}
             manifest = _new_manifest(work, index, built, results, choice, config, scan, inputs,
-                                     plan, time.perf_counter() - start)
+                                     plan, time.perf_counter() - start, runner,
+                                     planned.get("plan"))
             drop_training_files(work)
             manifest = write_index_manifest(work, manifest)
             check_kept(index.path, work, kept)
@@ -214,15 +228,19 @@ def _unchanged(old: dict[str, Any], inputs: list[InputSpec], plan: checkpoint.Pl
 
 def _new_manifest(work: Path, index: Index, built, results: dict[str, dict[str, Any]], choice,
                   config: BuildConfig, scan: CorpusScan, inputs, plan: checkpoint.Plan,
-                  seconds: float) -> dict[str, Any]:
-    """The new generation's manifest: the index's identity and history, every shard, this add."""
+                  seconds: float, runner: Executor | None = None,
+                  build_plan: BuildPlan | None = None) -> dict[str, Any]:
+    """The new generation's manifest: the index's identity and history, every shard, this add
+    (its calibration kept where it still holds: `ann_build.calibrated_faiss`)."""
     old = index.manifest
     shards = shard_entries(work, built.names, built.row_offsets, results, config.segment_size)
     base_vocab = np.load(work / VOCAB, mmap_mode="r") if (work / VOCAB).is_file() else None
     vocab_sha = top_vocabulary(work, built.new, base_vocab)
     faiss_info = calibrated_faiss(work, built.names, built.row_offsets, choice, built.rows,
                                   float((old.get("faiss", {}).get("train") or {})
-                                        .get("seconds") or 0), config.progress)
+                                        .get("seconds") or 0), config.progress, runner,
+                                  previous=old.get("faiss"))
+    calibration = (faiss_info.get("search") or {}).get("sample") or {}
     for key in ("reindexed", "previous", "requested", "memory_budget_bytes", "reason"):
         if key in old.get("faiss", {}):
             faiss_info[key] = old["faiss"][key]
@@ -270,5 +288,8 @@ def _new_manifest(work: Path, index: Index, built, results: dict[str, dict[str, 
         "embed_seconds": round(sum(float(built.embedded[n].get("embed_seconds") or 0)
                                    for n in built.new), 2),
         "seconds": round(seconds, 2), "sessions": plan.sessions,
+        "calibration": None if not calibration else
+        "kept" if calibration.get("reused") else "recalibrated",
+        "plan": build_plan.record() if build_plan is not None else None,
     }]
     return merged

@@ -4,30 +4,80 @@ exact ground truth), above them."""
 
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import stages
+from .executor_base import Executor, Stage
+from ..ann.ann_recall import CALIBRATION_K, calibration_queries, ground_truth, reusable
 from ..ann.ann_recall import calibrate as calibrate_search
 from ..ann.faiss_index import (FLAT_FACTORY, ShardedFaiss, build_part, faiss_section, ids_are_global,
-                          read_faiss_index, train_template, write_faiss)
+                          merge_topk, read_faiss_index, train_template, write_faiss)
 from ..ann.index_choice import IndexChoice, choice_from_manifest
 from ..store.manifest import EMBEDDINGS
 from ..store.shards import RowView
 
+log = logging.getLogger(__name__)
+
 
 def calibrate_section(info: dict[str, Any], index, embeddings: np.ndarray, choice: IndexChoice,
-                      progress: bool = False) -> dict[str, Any]:
-    """`info` with the default search parameter calibrated on the whole (sharded) index."""
+                      progress: bool = False,
+                      truth: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+    """`info` with the default search parameter calibrated on the whole (sharded) index
+    (`truth`: the sample's queries and exact top-k, where computed shard by shard)."""
     if not choice.approximate:
         return info
     info = dict(info)
-    info["search"] = calibrate_search(index, embeddings, choice, progress=progress)
+    info["search"] = calibrate_search(index, embeddings, choice, progress=progress, truth=truth)
     info["rescore"] = {**info["rescore"], "factor": info["search"]["rescore_factor"]}
     return info
+
+
+@dataclass(frozen=True)
+class TruthTask:
+    """The exact top-k of the calibration queries within one shard (global row ids).
+
+    Attributes:
+        work: The directory holding `shards/`.
+        shard: The shard's name.
+        row_offset: Its first global row id.
+        queries: The calibration queries (float32, L2-normalised).
+        k: How many neighbours.
+    """
+
+    work: str
+    shard: str
+    row_offset: int
+    queries: np.ndarray
+    k: int
+
+
+def shard_truth(task: TruthTask) -> tuple[np.ndarray, np.ndarray]:
+    """(similarities, global ids) of the exact top-k of `task.queries` in one shard, read from
+    its memory-mapped embeddings block by block."""
+    rows = np.load(stages.shard_path(task.work, task.shard) / EMBEDDINGS, mmap_mode="r")
+    sims, ids = ground_truth(rows, task.queries, task.k)
+    ids = np.where(ids >= 0, ids + task.row_offset, -1)
+    return np.ascontiguousarray(sims, dtype=np.float32), ids.astype(np.int64)
+
+
+def exact_truth(work: Path, names: list[str], offsets: list[int], queries: np.ndarray, k: int,
+                runner: Executor | None = None) -> np.ndarray:
+    """The exact top-k ids of `queries` over every shard: one task per shard through `runner`
+    (Ray: tasks in parallel over the cluster; local: one after another, FAISS's threads each),
+    merged (ties by ascending id)."""
+    from .executors import LocalExecutor
+
+    runner = runner or LocalExecutor(progress=False)
+    tasks = [TruthTask(str(work), name, int(offset), queries, int(k))
+             for name, offset in zip(names, offsets)]
+    parts = runner.map(Stage("calibrate", shard_truth, unit="shard"), tasks)
+    return merge_topk(parts, k)[1]
 
 
 def build_faiss_index(embeddings: np.ndarray, path: Path, choice: IndexChoice | str = FLAT_FACTORY,
@@ -51,13 +101,44 @@ def build_faiss_index(embeddings: np.ndarray, path: Path, choice: IndexChoice | 
 
 
 def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: IndexChoice,
-                     ntotal: int, train_seconds: float, progress: bool) -> dict[str, Any]:
-    """The top manifest's `faiss` section, its search parameter calibrated on every shard."""
+                     ntotal: int, train_seconds: float, progress: bool,
+                     runner: Executor | None = None,
+                     previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The top manifest's `faiss` section, its search parameter calibrated on every shard.
+
+    Args:
+        work: The directory holding `shards/`.
+        names: Every shard, in row order; offsets: their first global row ids.
+        choice: The index's type.
+        ntotal: Rows in all.
+        train_seconds: Recorded in the section.
+        progress: Show a progress bar.
+        runner: Runs the exact top-k of the calibration sample, one task per shard.
+        previous: The `faiss` section of the generation an add builds on: its calibration is
+            kept when it still holds (`ann_recall.reusable`: same factory, rows grown by at
+            most GROWTH_SHARE), else the search is calibrated again on a new sample.
+
+    Returns:
+        The section.
+    """
     info = faiss_section(choice, ntotal, train_seconds)
     if not choice.approximate:
         return info
+    old = (previous or {}).get("search")
+    if reusable(old, choice, ntotal):
+        info["search"] = {**old, "sample": {**old["sample"], "reused": True}}
+        info["rescore"] = {**info["rescore"], "factor": int(old["rescore_factor"])}
+        log.info("kept the calibrated %s = %s (calibrated on %s rows; %s now)", old["param"],
+                 old["default"], f"{old['sample']['rows']:,}", f"{ntotal:,}")
+        return info
     view = RowView([np.load(stages.shard_path(work, n) / EMBEDDINGS, mmap_mode="r")
                     for n in names])
+    t0 = time.perf_counter()
+    queries, _ = calibration_queries(view, choice)
+    truth = exact_truth(work, names, offsets, queries, CALIBRATION_K, runner)
+    truth_seconds = time.perf_counter() - t0
     parts = [read_faiss_index(stages.shard_path(work, n) / "index.faiss") for n in names]
-    return calibrate_section(info, ShardedFaiss(parts, offsets, ids_are_global(choice)), view,
-                             choice, progress)
+    info = calibrate_section(info, ShardedFaiss(parts, offsets, ids_are_global(choice)), view,
+                             choice, progress, truth=(queries, truth))
+    info["search"]["sample"]["truth_seconds"] = round(truth_seconds, 2)
+    return info

@@ -25,7 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -36,9 +36,10 @@ from tapt.util.versions import library_versions, utc_now
 
 from . import checkpoint, stages
 from .ann_build import calibrated_faiss
+from .build_plan import BuildPlan, plan_build
 from ..encoding.encoder import Encoder, model_fingerprint, model_record
 from .executors import EncoderSource, Executor, Stage, make_executor
-from ..ann.index_choice import IndexChoice, choose_index
+from ..ann.index_choice import IndexChoice
 from ..store.integrity import remember_index
 from ..reading.lexical import write_union
 from ..store.manifest import (EMBEDDINGS, INDEX_FORMAT, INDEX_FORMAT_VERSION, SHARDS, VOCAB,
@@ -244,16 +245,23 @@ def build_index(
             checkpoint.write_plan(work, plan)
             start = time.perf_counter()
             source = EncoderSource(encoder, encoder_spec)
-            built = run_stages(work, scan, plan, config, runner, source, encoder.dim)
+            planned: dict[str, Any] = {}
+
+            def before_embed(rows: dict[str, int], pending: list[int]) -> None:
+                planned["choice"], planned["plan"] = plan_build(
+                    sum(rows.values()), encoder.dim, config, work, pending,
+                    plan.embedding_dtype, [stages.shard_path(work, n) for n in rows])
+
+            built = run_stages(work, scan, plan, config, runner, source, encoder.dim,
+                               before_embed=before_embed)
             if built.rows == 0:
                 raise InputError("the corpus holds no sentences")
-            choice = choose_index(built.rows, encoder.dim, config.memory, config.index,
-                                  opq=config.opq)
-            log.info("faiss index: %s", choice.reason)
+            choice = planned["choice"]
             results, shared = index_stages(work, built, choice, config.codes, runner, dtype,
                                            run=plan.fingerprint)
             manifest = publish(work, built, results, shared, choice, config, scan, inputs,
-                               encoder, plan, time.perf_counter() - start)
+                               encoder, plan, time.perf_counter() - start,
+                               runner=runner, build_plan=planned["plan"])
             if out.exists() or out.is_symlink():
                 check_index_output(out, [], config.overwrite)  # still ours after the long build
                 old = parent / f".{out.name}.old-{os.getpid()}"
@@ -281,10 +289,14 @@ class Built:
 
 def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: BuildConfig,
                runner: Executor, source: EncoderSource, dim: int,
-               old: list[tuple[str, int]] = (), dedupe_against: tuple[str, ...] = ()) -> Built:
+               old: list[tuple[str, int]] = (), dedupe_against: tuple[str, ...] = (),
+               before_embed: Callable[[dict[str, int], list[int]], None] | None = None
+               ) -> Built:
     """Prepare, embed and assemble the plan's shards (skipping finished ones); `old`: (name,
     rows) of the shards an add appends to, whose rows come first; `dedupe_against`: shard
-    directories whose documents are skipped (an add), one shard after another."""
+    directories whose documents are skipped (an add), one shard after another;
+    `before_embed({new shard: rows}, [rows of each shard not embedded yet])`: called once every
+    shard is prepared and before anything is embedded (the build's plan and its checks)."""
     shard_root = work / SHARDS
     shard_root.mkdir(exist_ok=True)
     for leftover in shard_root.glob(".*.preparing-*"):
@@ -312,12 +324,15 @@ def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: Buil
         if p["rows"] == 0:   # a shard of blank or duplicate documents holds nothing: not kept
             shutil.rmtree(stages.shard_path(work, name), ignore_errors=True)
     new = [s["name"] for s in plan.shards if prepared[s["name"]]["rows"] > 0]
+    pending = [name for name in new if not stages.run_record(
+        stages.shard_path(work, name) / stages.EMBEDDED, run, work)]
+    if before_embed is not None:
+        before_embed({name: int(prepared[name]["rows"]) for name in new},
+                     [int(prepared[name]["rows"]) for name in pending])
     window = max(1, config.window)
     embed_tasks, assemble_tasks = [], []
-    for name in new:
+    for name in pending:
         rows = int(prepared[name]["rows"])
-        if stages.run_record(stages.shard_path(work, name) / stages.EMBEDDED, run, work):
-            continue
         parts = math.ceil(rows / window)
         for p in range(parts):
             if not stages.run_record(stages.part_record_path(work, name, p), run, work):
@@ -414,12 +429,17 @@ def top_vocabulary(work: Path, names: list[str], base: np.ndarray | None = None)
 
 def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared: Shared,
             choice: IndexChoice, config: BuildConfig, scan: CorpusScan, inputs: list[InputSpec],
-            encoder: Encoder, plan: checkpoint.Plan, seconds: float) -> dict[str, Any]:
-    """Write the top manifest (last) into the work directory; returns it."""
+            encoder: Encoder, plan: checkpoint.Plan, seconds: float,
+            runner: Executor | None = None, build_plan: BuildPlan | None = None
+            ) -> dict[str, Any]:
+    """Write the top manifest (last) into the work directory; returns it (`runner`: runs the
+    calibration's per-shard tasks; `build_plan`: recorded as `build.plan`)."""
     shards = shard_entries(work, built.names, built.row_offsets, results, config.segment_size)
     vocab_sha = top_vocabulary(work, built.names)
+    t0 = time.perf_counter()
     faiss_info = calibrated_faiss(work, built.names, built.row_offsets, choice, built.rows,
-                                  shared.train_seconds, config.progress)
+                                  shared.train_seconds, config.progress, runner)
+    calibrate_seconds = time.perf_counter() - t0
     faiss_info["bytes"] = sum(r["manifest"]["faiss"]["bytes"] for r in results.values())
     faiss_info["build_seconds"] = round(sum(r["manifest"]["faiss"]["seconds"]
                                             for r in results.values()), 2)
@@ -491,6 +511,8 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
             "window": config.window,
             "shards": len(shards),
             "sessions": plan.sessions,
+            "calibrate_seconds": round(calibrate_seconds, 2),
+            "plan": build_plan.record() if build_plan is not None else None,
         },
         "checksums": {VOCAB: vocab_sha},
         "versions": library_versions(),

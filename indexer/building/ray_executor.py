@@ -4,12 +4,14 @@ prepare and assemble tasks run as Ray tasks (one CPU each); train and index task
 work (`Stage.whole_node`), as Ray tasks asking for the CPUs of the cluster's largest node, with
 FAISS's OpenMP threads set to the CPUs Ray granted (and one GPU where faiss-gpu is installed
 and a node has one: Ray hides GPUs from tasks that do not ask); the embed stage runs
-as a Ray Data `map_batches` over an actor pool (`compute=ActorPoolStrategy`), one part per call:
-each actor loads the model once (from the build's `EncoderSpec`, or a copy of the encoder
-object when there is none) and calls the same idempotent stage function as the local executor,
-which writes its files under temporary names and renames them, so a retried call writes the
-same part. Resuming is tapt's own: the driver passes only unfinished tasks (Ray Data keeps no
-state between runs).
+as a Ray Data pipeline, one row per part (`ray_embed`): CPU tasks read and tokenise each part
+(the encoder's own length-sorted tokenisation), an autoscaling actor pool
+(`ActorPoolStrategy(min_size, max_size)`, two parts in flight per actor) runs the model only,
+each actor loading it once (from the build's `EncoderSpec`, or a copy of the encoder object
+when there is none), and CPU tasks write each part through the same idempotent functions as
+the local executor (temporary names renamed), so a retried step writes the same part.
+Resuming is tapt's own: the driver passes only unfinished tasks (Ray Data keeps no state
+between runs). `resources` steers steps to the nodes that offer a custom resource.
 
 Ray is imported only when a `RayExecutor` is made; without it that fails with one error saying
 what to install. Guarded pitfalls:
@@ -32,6 +34,7 @@ import math
 import os
 import re
 import socket
+import uuid
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
@@ -41,6 +44,7 @@ from tapt.errors import InputError, TaptError
 from tapt.util.checks import whole_number
 
 from .executor_base import EncoderSource, EncoderSpec, Executor, Stage
+from .ray_embed import ModelActor, granted_cpus, save_parts, tokenize_parts
 from .readahead import read_ahead
 
 log = logging.getLogger(__name__)
@@ -185,23 +189,6 @@ def _run_task(fn, task):
     return fn(task)
 
 
-def granted_cpus() -> int:
-    """The CPUs this Ray task was granted (its assigned resources), else the cores this process
-    may run on; at least 1."""
-    try:
-        import ray
-
-        cpus = float(ray.get_runtime_context().get_assigned_resources().get("CPU", 0))
-    except Exception:  # noqa: BLE001 - not in a Ray task (or another Ray): the affinity decides
-        cpus = 0.0
-    if cpus < 1:
-        try:
-            cpus = float(len(os.sched_getaffinity(0)))
-        except (AttributeError, OSError):     # pragma: no cover - no affinity on this platform
-            cpus = float(os.cpu_count() or 1)
-    return max(1, int(cpus))
-
-
 def _run_whole_node(fn: Callable[[Any], Any], task: Any) -> Any:
     """Run a whole-node task with FAISS's OpenMP threads set to the CPUs Ray granted it (a
     worker starts with one); the worker's thread count is put back afterwards, for the next
@@ -212,21 +199,6 @@ def _run_whole_node(fn: Callable[[Any], Any], task: Any) -> Any:
         return fn(task)
 
 
-class _EmbedActor:
-    """One actor of the embed pool: the model loaded once, one part per call."""
-
-    def __init__(self, fn, source: EncoderSource) -> None:
-        self.fn = fn
-        self.encoder = source.get()
-
-    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        from ray import cloudpickle
-
-        records = [json.dumps(self.fn(cloudpickle.loads(bytes(blob)), self.encoder))
-                   for blob in batch["task"]]
-        return {"i": batch["i"], "record": records}
-
-
 class RayExecutor(Executor):
     """Runs a build's stages on a Ray cluster (see the module docstring).
 
@@ -234,12 +206,18 @@ class RayExecutor(Executor):
         address: The cluster: "auto", "HOST:PORT" or "ray://HOST:PORT" (default: RAY_ADDRESS,
             else a local cluster started here and stopped by `close`). A process already
             connected to Ray uses its connection.
-        workers: Actors in the embedding pool (default: GPUs / `gpus_per_worker` with GPUs,
-            else the cluster's CPUs - 1; never more than CPUs - 1).
+        workers: Most actors in the embedding pool (default: GPUs / `gpus_per_worker` with
+            GPUs, else the cluster's CPUs - 1; never more than CPUs - 1).
         gpus_per_worker: GPUs per embedding actor (0: CPU actors; 0.5: two actors per GPU).
         progress: Show a progress bar per stage.
         timeout: Seconds without any finished task before a stage fails.
         retries: Restarts of a dead actor, retries of a task whose worker died.
+        min_workers: Fewest actors in the pool: it starts with these and Ray Data adds actors
+            up to `workers` while parts wait for one (autoscaling).
+        resources: Custom Ray resources a step's tasks or actors ask for, by step ("prepare",
+            "tokenize", "embed" (the model actors), "save", "assemble", "train", "index",
+            "calibrate"), to
+            steer steps to the nodes that offer them: {"embed": {"gpu_box": 0.01}}.
 
     Raises:
         InputError: Ray is not installed, or a setting cannot work.
@@ -250,9 +228,15 @@ class RayExecutor(Executor):
 
     def __init__(self, address: str | None = None, workers: int | None = None,
                  gpus_per_worker: float = 0.0, progress: bool = True,
-                 timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
+                 min_workers: int = 1,
+                 resources: dict[str, dict[str, float]] | None = None) -> None:
         if workers is not None:
             whole_number(workers, "workers")
+        whole_number(min_workers, "min_workers")
+        if workers is not None and min_workers > workers:
+            raise InputError(f"must be at most workers ({workers})", param="min_workers")
+        self.resources = _checked_resources(resources)
         if not gpus_per_worker >= 0:
             raise InputError("must be 0 or more", param="gpus_per_worker")
         if gpus_per_worker > 1 and gpus_per_worker != int(gpus_per_worker):
@@ -265,6 +249,7 @@ class RayExecutor(Executor):
             raise InputError(f"must be 0 to {MAX_RETRIES}", param="retries")
         self.ray = import_ray()
         self.address, self.workers, self.gpus_per_worker = address, workers, float(gpus_per_worker)
+        self.min_workers = int(min_workers)
         self.progress, self.timeout, self.retries = progress, float(timeout), int(retries)
         self._owned = connect(address, quiet=not progress)
         if self.gpus_per_worker > 0:       # refused now, not after the prepare stage
@@ -357,6 +342,8 @@ class RayExecutor(Executor):
                      resources["num_cpus"], resources["num_gpus"])
         else:
             resources, run = {"num_cpus": 1}, _run_task
+        if stage.name in self.resources:
+            resources["resources"] = self.resources[stage.name]
         remote = ray.remote(**resources, max_retries=self.retries, retry_exceptions=False)(run)
         fn = ray.put(stage.fn)
         refs = [remote.remote(fn, task) for task in tasks]
@@ -389,25 +376,44 @@ class RayExecutor(Executor):
 
     def _map_pool(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource
                   ) -> list[Any]:
+        """The embed stage as a Ray Data pipeline, one row per part: tokenise (CPU tasks), the
+        model (an autoscaling actor pool, two parts in flight per actor), save (CPU tasks);
+        see `tokenize_parts`. A stage function not split into steps (`fn.steps`, as
+        `stages.embed_part` is) runs whole in the actors."""
         from ray import cloudpickle
         from ray.data import ActorPoolStrategy
+
+        from ..encoding.encoder import tokenizing_of
 
         ray = self.ray
         size = min(self.pool_size(), len(tasks))
         source = worker_source(encoder)
+        steps = getattr(stage.fn, "steps", None)
         items = [{"i": i, "task": cloudpickle.dumps(t)} for i, t in enumerate(tasks)]
-        with _data_context(ray):
+        tasks_args = {"num_cpus": 1, "max_retries": self.retries}
+        with _data_context(ray), warnings.catch_warnings():
+            # Ray 2.60 sets retries, and the pool's restarts, only through `ray_remote_args`
+            # (deprecated for 2.64); its defaults, unbounded, are what hangs (ray #62746)
+            warnings.simplefilter("ignore", DeprecationWarning)
             ds = ray.data.from_items(items, override_num_blocks=len(items))
-            with warnings.catch_warnings():
-                # Ray 2.60 sets the pool's restarts and retries only through `ray_remote_args`
-                # (deprecated for 2.64); its defaults, unbounded, are what hangs (ray #62746)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                ds = ds.map_batches(
-                    _EmbedActor, batch_size=1, batch_format="numpy",
-                    fn_constructor_kwargs={"fn": stage.fn, "source": source},
-                    compute=ActorPoolStrategy(size=size), num_cpus=1,
-                    num_gpus=self.gpus_per_worker or None,
-                    max_restarts=self.retries, max_task_retries=self.retries)
+            if steps is not None:
+                tokenizing = cloudpickle.dumps(tokenizing_of(encoder.get()))
+                ds = ds.map_batches(tokenize_parts, batch_size=1, batch_format="numpy",
+                                    fn_kwargs={"steps": steps, "tokenizing": tokenizing,
+                                               "key": uuid.uuid4().hex},
+                                    **tasks_args, **self._steer("tokenize"))
+            pool = ActorPoolStrategy(min_size=min(self.min_workers, size), max_size=size,
+                                     max_tasks_in_flight_per_actor=ACTOR_PARTS_IN_FLIGHT)
+            ds = ds.map_batches(
+                ModelActor, batch_size=1, batch_format="numpy",
+                fn_constructor_kwargs={"fn": stage.fn, "source": source},
+                compute=pool, num_cpus=1, num_gpus=self.gpus_per_worker or None,
+                max_restarts=self.retries, max_task_retries=self.retries,
+                **self._steer("embed"))
+            if steps is not None:
+                ds = ds.map_batches(save_parts, batch_size=1, batch_format="numpy",
+                                    fn_kwargs={"steps": steps}, **tasks_args,
+                                    **self._steer("save"))
             out: list[Any] = [None] * len(tasks)
             weight = stage.weight or (lambda _: 1)
             with self._bar(stage, tasks) as bar:
@@ -421,6 +427,30 @@ class RayExecutor(Executor):
                                 "task(s); the finished parts are kept: run the same command "
                                 "again to resume")
         return out
+
+    def _steer(self, step: str) -> dict[str, Any]:
+        return {"resources": self.resources[step]} if step in self.resources else {}
+
+
+STEPS = ("prepare", "tokenize", "embed", "save", "assemble", "train", "index", "calibrate")
+# Parts sent to an actor at once: the next part's tokens arrive while it runs the current one.
+ACTOR_PARTS_IN_FLIGHT = 2
+
+
+def _checked_resources(resources: dict[str, dict[str, float]] | None
+                       ) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for step, wanted in (resources or {}).items():
+        if step not in STEPS:
+            raise InputError(f"unknown step {step!r}: use one of {', '.join(STEPS)}",
+                             param="resources")
+        if not isinstance(wanted, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and v > 0
+                for k, v in wanted.items()):
+            raise InputError(f"{step}: must map resource names to amounts above 0",
+                             param="resources")
+        out[step] = {k: float(v) for k, v in wanted.items()}
+    return out
 
 
 @contextlib.contextmanager

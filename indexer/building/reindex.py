@@ -90,7 +90,7 @@ def rebuild_parts(index: Index, choice: IndexChoice, kind: str, progress: bool =
                 results[name] = {"manifest": read_shard_manifest(path.parent, index.path),
                                  "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
         info = calibrated_faiss(work, names, [s.row_offset for s in index.shards], choice,
-                                index.n_sentences, shared.train_seconds, progress)
+                                index.n_sentences, shared.train_seconds, progress, runner)
         for key in keep:
             if key in old.get("faiss", {}):
                 info[key] = old["faiss"][key]

@@ -282,35 +282,55 @@ def part_record_path(work: str | Path, shard: str, part: int) -> Path:
 
 
 def embed_part(task: EmbedTask, encoder) -> dict[str, Any]:
-    """Embed one part; returns its completion record (`parts/part-PPPPPP.json`)."""
-    record_path = part_record_path(task.work, task.shard, task.part)
-    done = run_record(record_path, task.run, task.work)
+    """Embed one part; returns its completion record (`parts/part-PPPPPP.json`). The same as
+    `part_done`, `part_texts`, `encode_counted` and `save_part` one after another (`steps`: how
+    the Ray executor runs them apart: reading and tokenising on CPUs, the model in actors)."""
+    done = part_done(task)
     if done is not None:
         return done
-    directory = shard_path(task.work, task.shard)
-    parts = directory / PARTS
-    parts.mkdir(exist_ok=True)
-    store = directory / STORE
-    try:
-        texts = TextStore(store, label=directory).texts(range(task.start, task.stop))
-    finally:
-        close_reader(store)
+    texts = part_texts(task)
     t0 = time.perf_counter()
     embeddings, counts = encode_counted(encoder, texts,
                                         batch_size=task.batch_size or preferred_batch_size(encoder))
+    return save_part(task, embeddings, counts, time.perf_counter() - t0, encoder.dim,
+                     encoder.max_length)
+
+
+def part_done(task: EmbedTask) -> dict[str, Any] | None:
+    """The part's completion record of this run, if it has one."""
+    return run_record(part_record_path(task.work, task.shard, task.part), task.run, task.work)
+
+
+def part_texts(task: EmbedTask) -> list[str]:
+    """The part's texts, from the shard's text store."""
+    directory = shard_path(task.work, task.shard)
+    (directory / PARTS).mkdir(exist_ok=True)
+    store = directory / STORE
+    try:
+        return TextStore(store, label=directory).texts(range(task.start, task.stop))
+    finally:
+        close_reader(store)
+
+
+def save_part(task: EmbedTask, embeddings, counts, seconds: float, dim: int, max_length: int
+              ) -> dict[str, Any]:
+    """Write the part's embeddings and token counts, then its completion record; returns it."""
     embeddings, counts = np.asarray(embeddings), np.asarray(counts, dtype=np.int32)
-    seconds = time.perf_counter() - t0
-    if embeddings.shape != (len(texts), encoder.dim) or counts.shape != (len(texts),):
+    if embeddings.shape != (task.rows, dim) or counts.shape != (task.rows,):
         raise ValueError(f"the encoder returned {embeddings.shape} embeddings and "
-                         f"{counts.shape} token counts for {len(texts)} texts")
+                         f"{counts.shape} token counts for {task.rows} texts")
+    parts = shard_path(task.work, task.shard) / PARTS
     _save(parts / f"emb-{task.part:06d}.npy", embeddings.astype(task.dtype))
     _save(parts / f"tok-{task.part:06d}.npy", counts)
     record = {"run": task.run, "part": task.part, "start": task.start, "stop": task.stop, "rows": task.rows,
               "tokens": int(counts.sum()),
-              "truncated": int((counts > encoder.max_length).sum()),
+              "truncated": int((counts > max_length).sum()),
               "embed_seconds": round(seconds, 3)}
-    checkpoint.commit_part(record_path, record)
+    checkpoint.commit_part(part_record_path(task.work, task.shard, task.part), record)
     return record
+
+
+embed_part.steps = (part_done, part_texts, save_part)  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------------------- assemble

@@ -295,3 +295,49 @@ class SortedBatches:
             array[valid] = self.columns[name][picked]
             out[name] = array
         return out
+
+
+# Every column an encoder may feed its model: a tokenising worker makes them all (the two
+# besides the ids cost next to nothing), so any backend's model runs on them.
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class Pretokenized(NamedTuple):
+    """A part's texts tokenised for a model: `SortedBatches` and each text's untruncated token
+    count (what `encode_counted` returns beside the embeddings)."""
+
+    tokens: SortedBatches
+    counts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+
+class Tokenizing:
+    """What tokenising apart from the model needs of an encoder (picklable, so a CPU worker
+    tokenises while the model runs elsewhere): its tokenizer, maximum length and input names.
+    Calling it is the encoder's own tokenisation (`SortedBatches`, `full_lengths`).
+
+    Args:
+        tokenizer: The encoder's Hugging Face tokenizer.
+        max_length: The model's maximum tokens per text.
+        names: The columns to make (default: every model input, `MODEL_INPUTS`).
+    """
+
+    def __init__(self, tokenizer: Any, max_length: int,
+                 names: Sequence[str] = MODEL_INPUTS) -> None:
+        self.tokenizer, self.max_length, self.names = tokenizer, int(max_length), tuple(names)
+
+    def __call__(self, texts: Sequence[str], threads: int | None = None) -> Pretokenized:
+        """Tokenise `texts`.
+
+        Args:
+            texts: The texts, in order.
+            threads: Threads for a fast tokenizer (default: every usable core).
+
+        Returns:
+            Their `Pretokenized` tokens and counts.
+        """
+        texts = list(texts)
+        tokens = SortedBatches(self.tokenizer, texts, self.max_length, self.names, threads)
+        return Pretokenized(tokens, tokens.full_lengths(self.tokenizer, texts))

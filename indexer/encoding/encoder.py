@@ -60,6 +60,21 @@ def encode_counted(encoder: Encoder, texts: Sequence[str], batch_size: int = 64
     return encoder.encode(texts, batch_size=batch_size), counts
 
 
+def tokenizing_of(encoder: Encoder) -> Any:
+    """The encoder's tokenisation to run apart from its model (`batching.Tokenizing`: picklable,
+    texts -> `Pretokenized`), where its model runs on pre-tokenised batches (`encode_tokens`):
+    the ONNX backends, torch on CUDA; else None (the encoder tokenises itself).
+
+    Args:
+        encoder: Any `Encoder`.
+
+    Returns:
+        The `Tokenizing`, or None.
+    """
+    make = getattr(encoder, "tokenizing", None)
+    return make() if make is not None and hasattr(encoder, "encode_tokens") else None
+
+
 # Model-config keys that change what a transformer computes; stable across library versions
 # (paths, versions and training-only settings are left out, so a moved or re-saved model matches).
 _ARCHITECTURE_KEYS = ("model_type", "hidden_act", "layer_norm_eps", "position_embedding_type",
@@ -409,22 +424,63 @@ class SentenceTransformerEncoder:
         )
         return np.ascontiguousarray(emb, dtype=np.float32)
 
+    def tokenizing(self) -> Any:
+        """This encoder's tokenisation, to run apart from the model, where its model runs on
+        pre-tokenised batches: on CUDA (`encode_tokens`).
+
+        Returns:
+            A picklable `batching.Tokenizing` (texts -> `Pretokenized`); None on the CPU, where
+            sentence-transformers tokenises itself.
+        """
+        from .batching import Tokenizing
+
+        return Tokenizing(self.model.tokenizer, self.max_length) if self._own_batches else None
+
+    @property
+    def _own_batches(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def encode_tokens(self, tokens: Any, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """`encode_counted` of texts tokenised already (by `tokenizing()`): the forward pass
+        only, the same embeddings (CUDA only).
+
+        Args:
+            tokens: The texts' `batching.Pretokenized` tokens.
+            batch_size: Most texts per batch.
+
+        Returns:
+            (embeddings, counts) in the texts' order.
+        """
+        if not self._own_batches:
+            raise InputError("this encoder tokenises itself on the CPU: use encode_counted")
+        return self._forward_cuda(tokens.tokens, len(tokens), batch_size), tokens.counts
+
     def _encode_cuda(self, texts: list[str], batch_size: int, counted: bool = False
                      ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """Tokenised once on every core, length-sorted batches padded (to a multiple of
-        CUDA_PAD_TO) one ahead on a thread into pinned memory, results kept on the GPU and copied
-        back once: the GPU never waits on the host. `counted`: also the untruncated token
-        counts, from the same tokenisation (`SortedBatches.full_lengths`)."""
-        import torch
-        from concurrent.futures import ThreadPoolExecutor
-
-        from .batching import SortedBatches
+        """Tokenised once on every core (`batching.Tokenizing`), then `_forward_cuda`.
+        `counted`: also the untruncated token counts, from the same tokenisation
+        (`SortedBatches.full_lengths`)."""
+        from .batching import Tokenizing
 
         if not texts:
             empty = np.empty((0, self.dim), dtype=np.float32)
             return (empty, np.empty(0, dtype=np.int32)) if counted else empty
-        tokens = SortedBatches(self.model.tokenizer, texts, self.max_length,
-                               ("input_ids", "attention_mask", "token_type_ids"))
+        names = ("input_ids", "attention_mask", "token_type_ids")
+        if counted:
+            done = Tokenizing(self.model.tokenizer, self.max_length, names)(texts)
+            return self._forward_cuda(done.tokens, len(texts), batch_size), done.counts
+        from .batching import SortedBatches
+
+        tokens = SortedBatches(self.model.tokenizer, texts, self.max_length, names)
+        return self._forward_cuda(tokens, len(texts), batch_size)
+
+    def _forward_cuda(self, tokens: Any, n: int, batch_size: int) -> np.ndarray:
+        """The model on length-sorted batches of `tokens` (a `SortedBatches` of `n` texts),
+        padded (to a multiple of CUDA_PAD_TO) one ahead on a thread into pinned memory, results
+        kept on the GPU and copied back once: the GPU never waits on the host."""
+        import torch
+        from concurrent.futures import ThreadPoolExecutor
+
         batches = tokens.batches(batch_size)
 
         def prepare(rows: np.ndarray) -> dict:
@@ -440,9 +496,9 @@ class SentenceTransformerEncoder:
                     ahead = pool.submit(prepare, batches[b + 1])
                 parts.append(self.model(features)["sentence_embedding"].float())
             emb = torch.nn.functional.normalize(torch.cat(parts), dim=1)  # in fp32, not half
-            out = np.empty((len(texts), self.dim), dtype=np.float32)
+            out = np.empty((n, self.dim), dtype=np.float32)
             out[np.concatenate(batches)] = emb.cpu().numpy()
-        return (out, tokens.full_lengths(self.model.tokenizer, texts)) if counted else out
+        return out
 
     def token_counts(self, texts: Sequence[str]) -> np.ndarray:
         from .batching import token_lengths

@@ -17,6 +17,8 @@ import numpy as np
 from tapt.errors import TaptError
 from tapt.util.machine import usable_cores
 
+from .batching import MODEL_INPUTS, Pretokenized, SortedBatches, Tokenizing
+
 log = logging.getLogger(__name__)
 
 
@@ -95,30 +97,64 @@ class OnnxEncoder:
 
     def encode_counted(self, texts: Sequence[str], batch_size: int = 64
                        ) -> tuple[np.ndarray, np.ndarray]:
-        """`encode` and `token_counts` from one tokenisation (see `encoder.encode_counted`)."""
-        out, tokens = self._encode(texts, batch_size)
-        if tokens is None:
-            return out, np.empty(0, dtype=np.int32)
-        return out, tokens.full_lengths(self.tokenizer, texts)
+        """`encode` and `token_counts` from one tokenisation (see `encoder.encode_counted`):
+        `encode_tokens` of `tokenizing()(texts)`."""
+        if not len(texts):
+            return np.empty((0, self.dim), dtype=np.float32), np.empty(0, dtype=np.int32)
+        return self.encode_tokens(self.tokenizing(self.inputs)(texts), batch_size)
+
+    def tokenizing(self, names: Sequence[str] | None = None) -> Tokenizing:
+        """This encoder's tokenisation, to run apart from the model (`batching.Tokenizing`).
+
+        Args:
+            names: The columns to make (default: every model input, so any backend of the
+                same model can run on them).
+
+        Returns:
+            A picklable callable: texts -> `Pretokenized`.
+        """
+        return Tokenizing(self.tokenizer, self.max_length, names or MODEL_INPUTS)
+
+    def encode_tokens(self, tokens: Pretokenized, batch_size: int = 64
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """`encode_counted` of texts tokenised already (by `tokenizing()`): the forward pass
+        only, the same embeddings.
+
+        Args:
+            tokens: The texts' `Pretokenized` tokens.
+            batch_size: Most texts per batch.
+
+        Returns:
+            (embeddings, counts) in the texts' order.
+        """
+        return self._forward(tokens.tokens, batch_size), tokens.counts
 
     def _encode(self, texts: Sequence[str], batch_size: int):
         """The embeddings and the `SortedBatches` they came from (None without texts)."""
-        from .batching import SortedBatches
-
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not len(texts):
-            return out, None
+            return np.empty((0, self.dim), dtype=np.float32), None
         tokens = SortedBatches(self.tokenizer, texts, self.max_length, self.inputs)
+        return self._forward(tokens, batch_size), tokens
+
+    def _forward(self, tokens: SortedBatches, batch_size: int) -> np.ndarray:
+        """The model on length-sorted batches of `tokens` (the next padded on a thread while
+        ONNX Runtime, which releases the GIL, runs the current one), normalised, in order."""
+        out = np.empty((len(tokens.lengths), self.dim), dtype=np.float32)
         batches = tokens.batches(batch_size, self.max_tokens)
+
+        def features(rows: np.ndarray) -> dict[str, np.ndarray]:
+            padded = tokens.features(rows)
+            return {name: padded[name] for name in self.inputs if name in padded}
+
         with ThreadPoolExecutor(max_workers=1) as pool:  # pads the next batch while ORT runs
-            ahead = pool.submit(tokens.features, batches[0])
+            ahead = pool.submit(features, batches[0])
             for b, rows in enumerate(batches):
-                features = ahead.result()
+                fed = ahead.result()
                 if b + 1 < len(batches):
-                    ahead = pool.submit(tokens.features, batches[b + 1])
-                out[rows] = self.session.run(None, features)[0]
+                    ahead = pool.submit(features, batches[b + 1])
+                out[rows] = self.session.run(None, fed)[0]
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out, tokens
+        return out
 
     def token_counts(self, texts: Sequence[str]) -> np.ndarray:
         from .batching import token_lengths

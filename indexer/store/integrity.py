@@ -7,11 +7,16 @@ ranges. Then the SHA-256 its manifests record, for every file they record one fo
 manifest: the vocabulary):
 
 - `docs.npy`, `tokens.npy` and any file up to 64 MiB: hashed on every open (milliseconds);
-- larger files: hashed on their first open after they changed (a new copy, an edit, a partial
-  write: inode, size or times differ), with a progress note; the verdict is remembered in the
-  user cache (`verified/`), so later opens cost nothing. A file tapt itself just wrote (build,
-  add, reindex, repair, upgrade) is remembered without hashing again. Without a writable cache,
-  larger files are not hashed on open.
+- larger files: hashed on their first open after they changed (an edit, a partial write, a
+  copy that does not keep the modification time: size or mtime differ), with a progress note;
+  the verdict is remembered in the user cache (`verified/`), so later opens cost nothing. A
+  file tapt itself just wrote (build, add, reindex, repair, upgrade) is remembered without
+  hashing again. Without a writable cache, larger files are not hashed on open. A stamp names
+  the file's content (the SHA-256 its manifest records, its size and modification time), never
+  its inode or device: one node's stamp holds for the same file seen from another node through
+  a shared cache (whose inode numbers differ), and a stamp written for one file never vouches
+  for another of different content. Within one process a verdict is also keyed by inode and
+  change time (a file replaced under the same name is hashed again).
 
 `TAPT_HASH_ON_OPEN` changes that: `all` hashes every file on every open, a size such as `256M`
 hashes files up to it on every open and larger ones never, `0` hashes only `docs.npy` and
@@ -27,7 +32,9 @@ import logging
 import math
 import os
 import re
+from collections import deque
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -44,13 +51,50 @@ log = logging.getLogger(__name__)
 
 SMALL_FILE = 64 << 20
 _VERIFIED: set[tuple[Any, ...]] = set()
+# every file compared with its checksum in this process, in order (the latest 100,000)
+_CHECKED: deque[str] = deque(maxlen=100_000)
 STAMPS = "verified"
+
+
+def checked_files() -> list[str]:
+    """The paths this process has compared with their recorded checksums (hashed, or known
+    intact from a stamp), in the order it did: what a serving actor reports it verified.
+
+    Returns:
+        The paths, as they were given (an index's files through its directory handle).
+    """
+    return list(_CHECKED)
+
+
+_POLICY: ContextVar[tuple[int | None, bool] | None] = ContextVar("tapt_hash_policy",
+                                                                 default=None)
+
+
+@contextmanager
+def hashing(limit: int | None, once: bool) -> Iterator[None]:
+    """Opens in this block hash as `hash_policy` would return (`limit`, `once`), unless
+    `TAPT_HASH_ON_OPEN` is set (the user's word wins). A serving actor opens its shards with
+    (0, True): every file hashed once per version of its content, then known from its stamp;
+    a served index's driver with (0, False): only the offsets and token counts hashed, as every
+    shard's content is verified by the actor that serves it.
+
+    Args:
+        limit: Files up to this size are hashed on every open (None: all).
+        once: Larger files are hashed once per version and remembered.
+    """
+    token = _POLICY.set((limit, once))
+    try:
+        yield
+    finally:
+        _POLICY.reset(token)
 
 
 def hash_policy() -> tuple[int | None, bool]:
     """(files up to this size are hashed on every open, None = all; whether larger files are
-    hashed once per version and remembered), from `TAPT_HASH_ON_OPEN`."""
+    hashed once per version and remembered), from `TAPT_HASH_ON_OPEN` (else `hashing`'s)."""
     raw = os.environ.get("TAPT_HASH_ON_OPEN", "").strip().lower()
+    if raw == "" and _POLICY.get() is not None:
+        return _POLICY.get()
     if raw in ("", "once", "default"):
         return SMALL_FILE, True
     if raw in ("all", "always"):
@@ -65,19 +109,27 @@ def hash_policy() -> tuple[int | None, bool]:
 
 
 def _identity(path: Path, expected: str) -> tuple[Any, ...]:
+    """This process's key of a verdict on `path`: (size, mtime, expected SHA-256, device,
+    inode, change time); the first three are what a stamp in the cache is keyed by."""
     stat = path.stat()
-    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, expected)
+    return (stat.st_size, stat.st_mtime_ns, expected, stat.st_dev, stat.st_ino,
+            stat.st_ctime_ns)
 
 
 def _stamp_name(ident: tuple[Any, ...]) -> str:
-    return hashlib.sha256(repr(ident).encode()).hexdigest()
+    """The cache file of a verdict: named by the content it vouches for (the expected SHA-256,
+    size and modification time), not by inode or device, which differ between nodes."""
+    size, mtime_ns, expected = ident[:3]
+    return hashlib.sha256(repr(("content", expected, size, mtime_ns)).encode()).hexdigest()
 
 
 def remember(path: Path, expected: str) -> None:
-    """Record that this version of `path` (just written and hashed by tapt) is intact."""
+    """Record that this version of `path` (just written and hashed by tapt) is intact: in this
+    process, and by a stamp in the cache where the policy would not hash it on every open."""
     ident = _identity(path, expected)
     _VERIFIED.add(ident)
-    if path.stat().st_size > SMALL_FILE:
+    limit = hash_policy()[0]
+    if ident[0] > (SMALL_FILE if limit is None else min(SMALL_FILE, limit)):
         stamps = writable_cache(STAMPS)
         if stamps is not None:
             write_checked(stamps / _stamp_name(ident), expected.encode())
@@ -122,11 +174,12 @@ def check_checksum(path: Path, expected: str | None, name: str, label: str | Pat
     """
     if not expected:
         return False
+    _CHECKED.append(str(path))
     ident = _identity(path, expected)
     if ident in _VERIFIED:
         return True
     limit, once = hash_policy()
-    size = ident[2]
+    size = ident[0]
     if not (force or limit is None or size <= limit):
         if not once:
             return False

@@ -29,7 +29,8 @@ from tapt.errors import InputError
 from tapt.indexer.index import Index
 from tapt.retriever.scoring import arrays
 from tapt.retriever.ranking.budget import parse_budget
-from tapt.retriever.ranking.document_pooling import CONTEXTS, document_scores
+from tapt.retriever.ranking.document_pooling import (CONTEXT_CHOICES, ContextChoice, choose_context,
+                                                   document_scores)
 from tapt.retriever.methods import CorpusCache, Memo, RankingInputs, get_method
 from tapt.retriever.methods import methods as registered
 from tapt.retriever.evaluation.metrics import selection_scores
@@ -51,6 +52,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                                  "detector": "knn-dist"}),
     "iforest-fused": ("iforest", {"prerank": "fused", "candidates": "1.2x",
                                   "detector": "iforest"}),
+    # the perplexity baseline at a CPU's cost: fewer candidates, masks and adaptation steps
+    "perplexity-cpu": ("perplexity", {"candidates": "2x", "max_masks": 4, "adapt_steps": 50}),
+    "perplexity-cpu-difference": ("perplexity", {"candidates": "2x", "max_masks": 4,
+                                                 "adapt_steps": 50, "difference": True}),
 }
 # Baselines that are not tapt methods: DSIR (Xie et al. 2023), importance weights on hashed
 # n-grams, through `dsir_baseline`.
@@ -59,7 +64,8 @@ BASELINES = ("dsir",)
 
 def bench_methods() -> dict[str, tuple[str, dict[str, Any]]]:
     """Every benchmarked name -> (registered method, parameters)."""
-    out = {m.name: (m.name, {}) for m in registered()}
+    out = {m.name: (m.name, {}) for m in registered()
+           if getattr(m, "benchmarked", True)}      # False: it needs a user's model
     clash = set(out) & (set(VARIANTS) | set(BASELINES))
     if clash:
         raise ValueError(f"benchmark variants named like registered methods: {sorted(clash)}")
@@ -162,6 +168,20 @@ def context_name(method: str, context: str) -> str:
     return method if context == "sentence" else f"{method}+{context}"
 
 
+def resolve_contexts(shared: Shared, contexts: Sequence[str]
+                     ) -> tuple[tuple[str, ...], ContextChoice | None]:
+    """The contexts a run cuts sentence-scoring methods with, "auto" resolved for the index
+    as `tapt select` resolves it (`document_pooling.choose_context`), in order, once each;
+    and the auto choice (None when "auto" was not asked for)."""
+    bad = [c for c in contexts if c not in CONTEXT_CHOICES]
+    if bad or not contexts:
+        raise InputError(f"{bad or 'none'}: use {', '.join(CONTEXT_CHOICES)}", param="contexts")
+    auto = (choose_context("auto", True, shared.corpus.document_shape())
+            if "auto" in contexts else None)
+    names = [auto.name if c == "auto" and auto is not None else c for c in contexts]
+    return tuple(dict.fromkeys(names)), auto
+
+
 def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], names: list[str],
              budgets: dict[str, int], sizes: list[int], seed: int,
              contexts: Sequence[str] = ("sentence",)) -> tuple[list[dict], dict]:
@@ -213,14 +233,16 @@ def run_task(shared: Shared, domain: str, task: np.ndarray, texts: list[str], na
                 emit(name, scores, {budget_name: n}, seconds, keep_curve=budget_name == "oracle",
                      pools=method.pools_documents(method_params))
                 continue
-            config = SelectConfig(method_name, f"{n}sent", segment_size=1, seed=seed,
-                                  explicit=(), **params)
-            (ranking, _), seconds = _timed(memo, lambda: rank(
-                shared.index, config, task, texts, corpus=shared.corpus, memo=memo))
-            extra = {k: ranking.info[k] for k in ("chosen", "detector") if k in ranking.info}
-            rows.append({"method": name, "segment_size": 1, "budget": budget_name,
-                         "budget_sentences": n, "seconds": round(seconds, 2), **extra,
-                         **selection_scores(ranking.segments, relevant).to_json()})
+            for ctx_name in contexts if method.pools_documents(method_params) else ("sentence",):
+                config = SelectConfig(method_name, f"{n}sent", segment_size=1, seed=seed,
+                                      context=ctx_name, explicit=(), **params)
+                (ranking, _), seconds = _timed(memo, lambda: rank(
+                    shared.index, config, task, texts, corpus=shared.corpus, memo=memo))
+                extra = {k: ranking.info[k] for k in ("chosen", "detector") if k in ranking.info}
+                rows.append({"method": context_name(name, ctx_name), "segment_size": 1,
+                             "budget": budget_name, "budget_sentences": n,
+                             "seconds": round(seconds, 2), **extra,
+                             **selection_scores(ranking.segments, relevant).to_json()})
     return rows, curves
 
 
@@ -228,12 +250,11 @@ def run(shared: Shared, seed_sets: list[SeedSet], seed_embeddings: dict[str, np.
         methods: list[str], seed_sizes: list[int], budgets: list[tuple[str, float]],
         repeats: int, sizes: list[int], progress: bool = True,
         on_task: Callable[[list[dict]], None] | None = None,
-        contexts: Sequence[str] = ("sentence",)) -> tuple[list[dict], dict]:
+        contexts: Sequence[str] = ("auto",)) -> tuple[list[dict], dict]:
     """The whole grid. Seed sizes >= the seed file's size run once (the whole file); methods
-    that score sentences are cut with each of `contexts` ("sentence", "document")."""
-    bad = [c for c in contexts if c not in CONTEXTS]
-    if bad or not contexts:
-        raise InputError(f"{bad or 'none'}: use {', '.join(CONTEXTS)}", param="contexts")
+    that pool sentence scores are cut with each of `contexts` ("auto": what `tapt select`
+    uses by default on this index, see `resolve_contexts`; "sentence", "document")."""
+    contexts, _ = resolve_contexts(shared, contexts)
     unknown = [m for m in methods if m not in all_methods()]
     if unknown:
         raise InputError(f"unknown methods {unknown}: use {', '.join(all_methods())} or all",

@@ -131,9 +131,11 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
                  seed_sizes: list[int], budgets: str, repeats: int, segment_sizes: list[int],
                  out_dir: Path, cache: Path, label_field: str = "domain",
                  domains: list[str] | None = None, progress: bool = True,
-                 encoder=None, contexts: Sequence[str] = ("sentence",)) -> dict[str, Any]:
+                 encoder=None, contexts: Sequence[str] = ("auto",)) -> dict[str, Any]:
     """Run the grid and write recall.json, recall.md and pr-<domain>.png into `out_dir`
-    (`contexts`: also cut sentence-scoring methods with document context, rows `METHOD+document`).
+    (`contexts`: how methods that pool sentence scores are cut; "auto", the default, is what
+    `tapt select` uses on this index: rows `METHOD+document` where that is document context,
+    `METHOD` where it is sentence context).
     """
     budget_list = recall.parse_budgets(budgets)
     if repeats < 1 or any(n < 2 for n in seed_sizes):
@@ -152,6 +154,7 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
     if "dsir" in methods:
         shared.dsir = dsir_features(index, shared.texts, cache, progress)
         extra["dsir_library_check"] = dsir_library_check(shared, seed_sets[0], progress)
+    _, auto = recall.resolve_contexts(shared, contexts)
     embeddings = seed_embeddings(index, seed_sets, cache, encoder)
     results, curves = recall.run(shared, seed_sets, embeddings, methods, seed_sizes, budget_list,
                                  repeats, segment_sizes, progress, contexts=contexts)
@@ -163,6 +166,7 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
         "config": {"methods": methods, "seed_sizes": seed_sizes, "budgets": budgets,
                    "repeats": repeats, "segment_sizes": segment_sizes, "label_field": label_field,
                    "contexts": list(contexts),
+                   **({"auto_context": auto.to_json()} if auto is not None else {}),
                    "seeds_dir": str(seeds_dir), "pool": str(pool) if pool else None},
         "oracle_sentences": oracle, **extra, "seconds": round(time.perf_counter() - t_start, 1),
         "versions": library_versions(), "aggregate": agg, "results": results, "pr_curves": curves,

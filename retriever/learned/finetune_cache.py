@@ -21,17 +21,18 @@ WEIGHTS = "classifier.pt"
 ENTRY = "entry.json"
 
 
-def _entry_dir(fingerprint: str) -> Path | None:
+def _entry_dir(fingerprint: str, kind: str = "finetune") -> Path | None:
     root = cache_dir()
-    return None if root is None else root / "finetune" / fingerprint[:32]
+    return None if root is None else root / kind / fingerprint[:32]
 
 
-def load_cached(model: Any, fingerprint: str) -> dict | None:
+def load_cached(model: Any, fingerprint: str, kind: str = "finetune") -> dict | None:
     """Weights of a matching, intact cache entry loaded into `model`; None when there is none.
-    A damaged or foreign entry is reported and ignored (it is rebuilt)."""
+    A damaged or foreign entry is reported and ignored (it is rebuilt). `kind` names the
+    cache's folder (`finetune`; `perplexity` for the task-adapted masked LMs)."""
     import torch
 
-    entry = _entry_dir(fingerprint)
+    entry = _entry_dir(fingerprint, kind)
     if entry is None or not (entry / ENTRY).exists():
         return None
     try:
@@ -48,12 +49,13 @@ def load_cached(model: Any, fingerprint: str) -> dict | None:
     return meta
 
 
-def store_cached(model: Any, fingerprint: str, meta: dict) -> Path | None:
+def store_cached(model: Any, fingerprint: str, meta: dict, kind: str = "finetune"
+                 ) -> Path | None:
     """Write the cache entry under a temporary name and rename it into place; None when the
     cache is off or not writable (the classifier is still used)."""
     import torch
 
-    entry = _entry_dir(fingerprint)
+    entry = _entry_dir(fingerprint, kind)
     if entry is None:
         return None
     try:

@@ -56,8 +56,11 @@ class Fused(SentenceScored):
         wanted = rescored_rows(ctx, params) if scans_codes(params) else 0   # 0: exact
 
         def compute():
-            lexical = lexical_scores(ctx, self.name)
+            ctx.index.lexicon       # noqa: B018 - its lexical ids checked before any fitting
+            # the fit first, the Moore-Lewis half after it: the fit's peak (every row's score
+            # and the ranks its negatives are drawn from) is not held beside 4 more bytes a row
             scorer, meaning, info = classifier.fit(ctx, task, classifier.shared_params(params))
+            lexical = lexical_scores(ctx, self.name)
             if wanted:
                 meaning, rescored = arrays.rescore_best(
                     ctx.index.embeddings, scorer, meaning, wanted,

@@ -42,6 +42,59 @@ def parse_candidates(spec: str) -> tuple[Literal["all", "times", "count"], float
     return kind, value
 
 
+def candidate_pool(ctx, pre_method: Method | None, pre_params: Params | None,
+                   spec: str) -> np.ndarray:
+    """The candidate segments a rescoring method takes from a pre-ranking, best first.
+
+    Args:
+        ctx: The selection's `RankingInputs` (a `times` spec needs its budget).
+        pre_method: The pre-ranking method (unused for `all`).
+        pre_params: Its parameters.
+        spec: `candidates`: a multiple of the budget ("10x"), a segment count, or "all".
+
+    Returns:
+        Segment ids: for a multiple, the pre-ranking's shortest prefix that holds it.
+    """
+    view, budget = ctx.view, ctx.budget
+    kind, value = parse_candidates(spec)
+    if kind == "all":
+        return np.arange(len(view))
+    if kind == "times":    # the segments the budget holds, counted in index order
+        if budget is None:
+            raise InputError("a candidates multiple needs a budget", param="candidates")
+        wanted = cut_length(budget.unit, budget_target(budget, view.lengths, view.tokens),
+                            view.tokens if budget.unit == "tokens" else view.lengths)
+        return IForest._holding_budget(ctx, pre_method, pre_params,
+                                       int(math.ceil(value * wanted)), value)
+    return pre_method.top_segments(ctx, pre_params, int(value))
+
+
+# The most driver memory the candidates' rows may take as the detector reads them (float32):
+# the rescoring gathers every candidate row, so its memory grows with `candidates` x the budget,
+# not with the corpus; a selection that would need more is refused before it gathers any.
+CANDIDATE_MEMORY = 8 << 30
+
+
+def check_candidate_memory(rows: int, dim: int, spec: str) -> None:
+    """Refuse candidates whose rows would take more than `CANDIDATE_MEMORY` (float32).
+
+    Args:
+        rows: Sentences the candidate segments hold.
+        dim: The embeddings' dimension.
+        spec: The `candidates` value asked for (named in the message).
+
+    Raises:
+        InputError: naming `candidates`, with the memory it would take and the limit.
+    """
+    need = rows * dim * 4
+    if need > CANDIDATE_MEMORY:
+        raise InputError(
+            f"{spec} gives {rows:,} candidate sentences, {need / (1 << 30):.1f} GiB of rows "
+            f"to rescore in memory (the limit is {CANDIDATE_MEMORY / (1 << 30):.0f} GiB, "
+            f"{CANDIDATE_MEMORY // (dim * 4):,} sentences): give fewer candidates or a "
+            "smaller budget", param="candidates")
+
+
 @dataclass(frozen=True)
 class IForestParams(Params):
     candidates: str = param("10x", "Candidates to rescore: 10x the budget, a segment count, or "
@@ -76,7 +129,8 @@ class IForest(Method):
     PCA reconstruction, kNN distance, or auto = the best held-out F1 for the task) is fitted on
     the task plus random corpus sentences (10% as many as the task's), and rescores the
     pre-ranked candidates by their mean anomaly; --weights continuous turns the anomaly into
-    TADPOLE's lambda weights.
+    TADPOLE's lambda weights. The candidates' rows are rescored in memory: more than 8 GiB of
+    them (as float32) is refused.
 
     \b
     Examples:
@@ -127,19 +181,9 @@ class IForest(Method):
     def rank(self, ctx, params):
         index, view, budget = ctx.index, ctx.view, ctx.budget
         task = ctx.need_task(self.name)
-        kind, value = parse_candidates(params.candidates)
-        if kind == "all":
-            pool = np.arange(len(view))
-        else:
-            pre_method = self._prerank(params)
-            pre_params = pre_method.shared_params(params)
-            if kind == "times":    # the segments the budget holds, counted in index order
-                wanted = cut_length(budget.unit, budget_target(budget, view.lengths, view.tokens),
-                                    view.tokens if budget.unit == "tokens" else view.lengths)
-                pool = self._holding_budget(ctx, pre_method, pre_params,
-                                            int(math.ceil(value * wanted)), value)
-            else:
-                pool = pre_method.top_segments(ctx, pre_params, int(value))
+        pre_method = self._prerank(params)
+        pool = candidate_pool(ctx, pre_method, pre_method and pre_method.shared_params(params),
+                              params.candidates)
         rng = np.random.default_rng(ctx.seed)
         n_sample = min(max(1, int(math.ceil(0.1 * len(task)))), index.n_sentences)
         sample_rows = np.sort(rng.choice(index.n_sentences, size=n_sample, replace=False))
@@ -155,6 +199,8 @@ class IForest(Method):
             extra = {"detector_f1": {r["name"]: r["f1"] for r in table}}
         anomaly_of = fit_detector(detector, task, np.asarray(index.embeddings[sample_rows]),
                                   seed=ctx.seed, pca_dims=params.pca, background=background)
+        check_candidate_memory(int(np.sum(view.lengths[pool], dtype=np.int64)), index.dim,
+                               params.candidates)
         rows = arrays.rows_of_segments(view.offsets, pool)
         candidate_rows = index.embeddings[rows]
         check_unit_rows(candidate_rows, rows)  # damaged rows fail here instead of ranking

@@ -14,6 +14,7 @@ import numpy as np
 from tapt.errors import InputError
 
 from ..ranking.budget import Budget
+from ..ranking.document_pooling import DocumentShape
 from .segments import SegmentView, small_budget
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ class Memo:
 
 
 class CorpusCache:
-    """Per-index data that selections reuse: segment views, the stored texts (for benchmarks
-    that need them), and the vocabulary state of Moore-Lewis.
+    """Per-index data that selections reuse: segment views, the shape of its documents, the
+    stored texts (for benchmarks that need them), and the vocabulary state of Moore-Lewis.
 
     Moore-Lewis's vocabulary is the corpus's words plus the task's, so a selection never depends
     on the ones before it. `share_vocabulary=True` lets the vocabulary grow across tasks instead
@@ -59,12 +60,20 @@ class CorpusCache:
         self.share_vocabulary = share_vocabulary
         self._views: dict[tuple[int | None, str], SegmentView] = {}
         self._texts: list[str] | None = None
+        self._shape: DocumentShape | None = None
         self.extra_words = np.empty(0, dtype=np.uint64)  # earlier tasks' words outside the corpus
 
     def view(self, size: int | None, context: str = "sentence") -> SegmentView:
         if (size, context) not in self._views:
             self._views[size, context] = SegmentView.of(self.index, size, context)
         return self._views[size, context]
+
+    def document_shape(self) -> DocumentShape:
+        """How the index's sentences are grouped into documents (counted once, from its
+        document offsets: what `context` "auto" decides by)."""
+        if self._shape is None:
+            self._shape = DocumentShape.of(self.index.doc_offsets)
+        return self._shape
 
     def texts(self) -> list[str]:
         if self._texts is None:

@@ -15,7 +15,7 @@ from tapt.errors import InputError
 from ..scoring import arrays
 from ..ranking import topcut
 from ..ranking.budget import Budget, budget_target, cut
-from ..ranking.document_pooling import DocumentPooling
+from ..ranking.document_pooling import CONTEXTS, DocumentPooling
 
 if TYPE_CHECKING:
     from tapt.indexer.index import Index
@@ -63,14 +63,28 @@ class SegmentView:
         """The view of `index` at segment size `size` (default: the index's).
 
         Sentence and token counts are int32 (16 bytes a segment with the int64 offsets, not
-        24: 8 GB less at 10^9 one-sentence segments); sums over them are taken in int64."""
+        24: 8 GB less at 10^9 one-sentence segments); sums over them are taken in int64.
+        `context` is the resolved one, "sentence" or "document" (`SelectConfig.resolve_context`
+        decides what "auto" means for an index)."""
+        if context not in CONTEXTS:
+            raise ValueError(f"a segment view's context is one of {CONTEXTS}, not {context!r}")
         offsets = index.segments(size)
-        lengths = np.diff(offsets).astype(np.int32)
+        lengths = segment_lengths(offsets)
         return cls(offsets, lengths, segment_tokens(index.tokens, offsets), context,
                    index.doc_offsets if context == "document" else None)
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+
+def segment_lengths(offsets: np.ndarray, block: int = 1 << 20) -> np.ndarray:
+    """Sentences of every segment (int32), `np.diff(offsets)` taken `block` segments at a time
+    (no int64 copy of every segment's length)."""
+    out = np.empty(max(len(offsets) - 1, 0), dtype=np.int32)
+    for lo in range(0, len(out), block):
+        hi = min(lo + block, len(out))
+        out[lo:hi] = np.diff(offsets[lo:hi + 1])
+    return out
 
 
 def segment_tokens(tokens, offsets: np.ndarray) -> np.ndarray:

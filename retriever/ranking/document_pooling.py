@@ -16,20 +16,38 @@ document are ordered among themselves by their own scores (a tie-break far below
 documents), so a budget that cuts a document keeps its best sentences.
 
 Where every document is one sentence the result is an increasing function of the scores (the
-same ranking); where the scores do not vary between documents more than within them
-(s_b^2 <= 0), documents carry no information and the scores are returned unchanged.
+same ranking). Where the scores do not vary between documents more than chance allows, the
+documents carry no information and the scores are returned unchanged: the one-way ANOVA's F
+statistic (mean square between documents over mean square within them) must exceed the
+1 - `ALPHA` point of its F(k - 1, N - k) distribution under "documents are random groups of
+sentences" (k documents, N sentences). Without that test a corpus whose "documents" are random
+mixes of topics would get a small positive s_b^2 by chance half the time, and every sentence
+would be ranked by its document's mean, not its own score (`benchmarks/mixed_documents.py`).
+
+`choose_context` decides what `context` "auto" (the default of `tapt select`) means for one
+index, from its document offsets alone: "document" where at least half of the corpus's sentences
+sit in documents of two or more sentences (`MULTI_SHARE`), "sentence" otherwise.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
+from scipy.special import fdtrc
 
 from ..scoring.arrays import RowRuns, pairwise_sum
 
 CONTEXTS = ("sentence", "document")
+# what a selection may ask for: "auto" is resolved per index by `choose_context`
+CONTEXT_CHOICES = ("auto", *CONTEXTS)
+# the level of the F test below which scores are pooled (documents vary more than chance allows)
+ALPHA = 1e-3
+# "auto" pools where at least this share of the sentences sit in multi-sentence documents
+MULTI_SHARE = 0.5
+# doc offsets per pass when they are counted (8 bytes each: 8 MB a pass)
+OFFSET_RUN = 1 << 20
 # rows per run of the passes over the scores (their temporaries take ~50 bytes a row)
 RUN = 1 << 16
 
@@ -43,16 +61,23 @@ class Pooling:
         within: Variance of sentences around their document's mean (s_w^2).
         reliability_1: Share of a one-sentence document's own deviation it keeps.
         pooled: Whether the scores were pooled (False: returned unchanged).
+        f_statistic: The ANOVA's F (mean square between documents / within), None where
+            there was nothing to test.
+        p_value: Its upper tail under F(k - 1, N - k); pooled only below `ALPHA`.
     """
 
     between: float
     within: float
     reliability_1: float
     pooled: bool
+    f_statistic: float | None = None
+    p_value: float | None = None
 
-    def to_json(self) -> dict[str, float | bool]:
+    def to_json(self) -> dict[str, float | bool | None]:
         return {"between_variance": round(self.between, 6), "within_variance": round(self.within, 6),
-                "one_sentence_reliability": round(self.reliability_1, 4), "pooled": self.pooled}
+                "one_sentence_reliability": round(self.reliability_1, 4), "pooled": self.pooled,
+                "f_statistic": None if self.f_statistic is None else round(self.f_statistic, 4),
+                "p_value": None if self.p_value is None else float(f"{self.p_value:.3g}")}
 
 
 class DocumentPooling(RowRuns):
@@ -113,8 +138,10 @@ class DocumentPooling(RowRuns):
         msb = float(np.sum(n[has] * (means[has] - mu) ** 2) / (k - 1))
         n0 = (N - float(np.sum(n[has] ** 2)) / N) / (k - 1)
         between = (msb - within) / n0 if n0 > 0 else 0.0
-        if not between > 0 or not within > 0:
-            self.pooling = Pooling(max(between, 0.0), within, 1.0, False)
+        f_stat = msb / within if within > 0 else None
+        p_value = float(fdtrc(k - 1, N - k, f_stat)) if f_stat is not None else None
+        if not between > 0 or not within > 0 or not (p_value is not None and p_value < ALPHA):
+            self.pooling = Pooling(max(between, 0.0), within, 1.0, False, f_stat, p_value)
             return
         shrink = np.zeros(len(starts))
         shrink[has] = between / (between + within / n[has])
@@ -123,7 +150,7 @@ class DocumentPooling(RowRuns):
         # far below the smallest gap between documents that matters at float64
         self.spread = (high - low) or 1.0
         self.pooling, self._pooled = Pooling(between, within, between / (between + within),
-                                             True), True
+                                             True, f_stat, p_value), True
 
     def __len__(self) -> int:
         return self.n_rows
@@ -181,3 +208,98 @@ def document_scores(scores: np.ndarray, doc_offsets: np.ndarray) -> tuple[np.nda
     """
     pooled = DocumentPooling(scores, doc_offsets)
     return pooled.all(), pooled.pooling
+
+
+@dataclass(frozen=True)
+class DocumentShape:
+    """How an index's sentences are grouped into documents (what `choose_context` reads).
+
+    Attributes:
+        documents: Documents holding at least one sentence.
+        sentences: Sentences.
+        in_multi: Sentences in documents of two or more sentences.
+    """
+
+    documents: int
+    sentences: int
+    in_multi: int
+
+    @classmethod
+    def of(cls, doc_offsets: np.ndarray) -> "DocumentShape":
+        """The shape of documents given by CSR offsets (n_docs + 1 entries, or the starts
+        only), counted a million offsets at a time (no per-sentence array)."""
+        offsets = np.asarray(doc_offsets)
+        documents, in_multi = 0, 0
+        for lo in range(0, max(len(offsets) - 1, 0), OFFSET_RUN):
+            sizes = np.diff(offsets[lo:lo + OFFSET_RUN + 1])
+            documents += int(np.count_nonzero(sizes))
+            in_multi += int(sizes[sizes > 1].sum())
+        sentences = int(offsets[-1] - offsets[0]) if len(offsets) else 0
+        return cls(documents, sentences, in_multi)
+
+    @property
+    def per_document(self) -> float:
+        return self.sentences / self.documents if self.documents else 0.0
+
+    @property
+    def multi_share(self) -> float:
+        return self.in_multi / self.sentences if self.sentences else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"documents": self.documents, "sentences": self.sentences,
+                "sentences_per_document": round(self.per_document, 3),
+                "share_in_multi_sentence_documents": round(self.multi_share, 4)}
+
+
+@dataclass(frozen=True)
+class ContextChoice:
+    """The context a selection used and why (its manifest's `context`).
+
+    Attributes:
+        name: "sentence" or "document".
+        requested: What was asked for: "auto", "sentence" or "document".
+        reason: One line: what decided it.
+        shape: The index's documents, where "auto" read them.
+    """
+
+    name: str
+    requested: str
+    reason: str
+    shape: DocumentShape | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "requested": self.requested, "reason": self.reason,
+                **({"rule": f"document where >= {MULTI_SHARE:.0%} of sentences are in "
+                            "multi-sentence documents", **self.shape.to_json()}
+                   if self.shape is not None else {})}
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.reason})"
+
+
+def choose_context(requested: str, pools: bool, shape: DocumentShape | None = None,
+                   method: str = "the method") -> ContextChoice:
+    """What `context` `requested` means for one index: "auto" is "document" where the
+    method pools documents and at least `MULTI_SHARE` of the sentences are in documents of
+    two or more sentences, "sentence" otherwise; "sentence" and "document" are themselves.
+
+    Args:
+        requested: "auto", "sentence" or "document".
+        pools: Whether the method ranks by sentence scores that can be pooled.
+        shape: The index's documents (`DocumentShape.of(index.doc_offsets)`); needed for
+            "auto" on a method that pools.
+        method: The method's name, for the reason.
+
+    Returns:
+        The choice, with a one-line reason.
+    """
+    if requested != "auto":
+        return ContextChoice(requested, requested, "asked for")
+    if not pools:
+        return ContextChoice("sentence", "auto", f"auto: {method} does not pool sentence scores")
+    if shape is None:
+        raise ValueError("context auto needs the index's document shape")
+    name = "document" if shape.sentences and shape.multi_share >= MULTI_SHARE else "sentence"
+    reason = (f"auto: {shape.documents:,} documents, {shape.per_document:.1f} sentences each, "
+              f"{shape.multi_share:.0%} of sentences in multi-sentence documents")
+    return ContextChoice(name, "auto", reason, shape)

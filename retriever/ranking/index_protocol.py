@@ -48,7 +48,9 @@ class CutsOwnRows(Protocol):
 
     def top_cut(self, scorer: Scorer, view: Any, cut: Any, on: str = "rows") -> Any:
         """The cut (`topcut.Cut` -> `topcut.Candidates`; not imported: topcut reads this
-        module) of the segments ranked by `scorer`'s mean sentence scores."""
+        module) of the segments ranked by `scorer`'s mean sentence scores. A served index
+        sends its actors the scorer, the cut and the view's segment size, never the view's
+        offsets: each actor cuts its own segments, and answers with at most the cut."""
         ...
 
     def lexicon_cut(self, models: Any, view: Any, cut: Any) -> Any:

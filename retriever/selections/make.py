@@ -24,7 +24,7 @@ from tapt.util.versions import library_versions, utc_now
 from ..methods import (CorpusCache, Memo, Method, Params, Ranking, RankingInputs, SegmentView,
                        get_method, methods)
 from ..ranking.budget import parse_budget
-from ..ranking.document_pooling import CONTEXTS
+from ..ranking.document_pooling import CONTEXT_CHOICES, ContextChoice, choose_context
 from ..tasks.embedding import embed_task
 from ..tasks.forms import TaskInput
 from .file_format import SelectedSegment
@@ -41,9 +41,12 @@ class SelectConfig:
         budget: "0.2" (a fraction of segments), "5000" (segments), "20000sent", "2Mtok".
         segment_size: Re-cut segments at this many sentences (default: the index's).
         seed: Seed of every random choice.
-        context: "sentence" (each sentence's own score) or "document" (each sentence scored by
-            its document's shrunk mean score, `retriever.ranking.document_pooling`; methods that
-            score every sentence, `auto`, and `iforest` on such a pre-ranking).
+        context: "auto" (the default: "document" where the index's documents mostly hold more
+            than one sentence and the method pools sentence scores, "sentence" otherwise;
+            decided per index by `document_pooling.choose_context`), "sentence" (each
+            sentence's own score) or "document" (each sentence scored by its document's shrunk
+            mean score, `retriever.ranking.document_pooling`; methods that score every
+            sentence, `auto`, and `iforest` on such a pre-ranking).
         explicit: The parameters the user gave (default: every keyword in `params`).
         **params: The method's parameters (see `tapt.retriever.methods`).
 
@@ -53,7 +56,7 @@ class SelectConfig:
     """
 
     def __init__(self, method: str, budget: str | None = None, *, segment_size: int | None = None,
-                 seed: int = 0, context: str = "sentence", explicit: Iterable[str] | None = None,
+                 seed: int = 0, context: str = "auto", explicit: Iterable[str] | None = None,
                  **params: Any) -> None:
         self.spec: Method = get_method(method)
         self.method: str = self.spec.name
@@ -74,12 +77,22 @@ class SelectConfig:
         self.segment_size = segment_size
         self.seed = int(seed)
         self.params: Params = self.spec.make_params(params, explicit)
-        if context not in CONTEXTS:
-            raise InputError(f"{context!r}: use one of {', '.join(CONTEXTS)}", param="context")
-        if context != "sentence" and not self.spec.pools_documents(self.params):
+        if context not in CONTEXT_CHOICES:
+            raise InputError(f"{context!r}: use one of {', '.join(CONTEXT_CHOICES)}",
+                             param="context")
+        if context == "document" and not self.spec.pools_documents(self.params):
             raise InputError(f"{self.method} does not rank by sentence scores, so there is "
                              "nothing to pool over documents", param="context")
         self.context = context
+
+    def resolve_context(self, index: Index, corpus: CorpusCache | None = None) -> ContextChoice:
+        """The context this selection uses on `index` ("auto" decided from the index's
+        document offsets, counted once per `corpus` cache), with the reason."""
+        pools = self.spec.pools_documents(self.params)
+        shape = None
+        if self.context == "auto" and pools:
+            shape = (corpus or CorpusCache(index)).document_shape()
+        return choose_context(self.context, pools, shape, self.method)
 
     @property
     def uses_embeddings(self) -> bool:
@@ -95,7 +108,7 @@ class SelectConfig:
 
     def to_manifest(self) -> dict[str, Any]:
         return {"budget": self.budget, "segment_size": self.segment_size, "seed": self.seed,
-                **({"context": self.context} if self.context != "sentence" else {}),
+                **({"context": self.context} if self.context != "auto" else {}),
                 **self.params.to_dict()}
 
     def __repr__(self) -> str:
@@ -119,10 +132,10 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
         progress: Whether long steps may show progress bars.
 
     Returns:
-        The ranking and the segment view it indexes.
+        The ranking and the segment view it indexes (its `context` is the one used).
     """
     corpus = corpus or CorpusCache(index)
-    view = corpus.view(config.segment_size, config.context)
+    view = corpus.view(config.segment_size, config.resolve_context(index, corpus).name)
     if config.uses_text and not task_texts:
         raise InputError(f"{config.method} needs the task's text (give the task as files or "
                          "strings, not as embeddings)", param="task")
@@ -195,6 +208,8 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
     t0 = time.perf_counter()
     if isinstance(encoder, LazyEncoder):
         encoder = encoder.loaded
+    corpus = corpus or CorpusCache(index)
+    context = config.resolve_context(index, corpus)
     ranking, view = rank(index, config, embeddings, texts, corpus=corpus, encoder=encoder,
                          progress=progress)
     timings["score_seconds"] = round(time.perf_counter() - t0, 3)
@@ -213,6 +228,7 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
         "budget": config.parsed_budget.to_json() if config.parsed_budget else None,
         "segment_size": int(config.segment_size or index.segment_size),
         "seed": config.seed,
+        "context": context.to_json(),
         "task": None if not config.needs_task else {**task.to_manifest(),
                                                     "sentences": len(texts or task)},
         "index": index.identity(),

@@ -1,14 +1,17 @@
 """Serving an index from Ray actors: its shards held in memory, selections fanned out to them.
 
-`ShardServers` starts one actor per group of consecutive shards (`ShardServer`); each opens the
-index (checked as any open is), keeps its rows of the embeddings (or, `hold` codes, their int8
-codes) in RAM and its shards' FAISS parts loaded, and answers four calls: `top(scorer, cut,
-...)` (a budget's cut of the segments of its rows ranked by a sentence scorer), `score(scorer,
-on)` (the scorer's score of every one of its rows, or of their codes), `lexicon_scores(
-score_shard)` (a score of each of its shards' sentences from their stored lexical ids) and
-`search(queries, k)` (its parts' top-k with global ids). The driver keeps the index
-open too (memory-mapped) for everything else a selection does: the segment view, the exact
-rescoring of FAISS candidates, reading the chosen text.
+`ShardServers` starts one actor per group of consecutive shards (`ShardServer`); each opens
+and verifies only its own shards (`shard_set.ShardSubset`: every file against the checksum in
+its shard's `shard.json`, once per version of its content), keeps its rows of the embeddings
+(or, `hold` codes, their int8 codes) in RAM and its shards' FAISS parts loaded, and answers
+these calls: `top(scorer, cut, size, first)` (a budget's cut of the segments of its rows ranked
+by a sentence scorer; the request names the segment size and its first segment's id, the
+actor cuts its own segments from its shards' document offsets), `score(scorer, on)` (the
+scorer's score of every one of its rows, or of their codes), `lexicon_scores(score_shard)` and
+`lexicon_top` (from its shards' stored lexical ids) and `search(queries, k)` (its parts' top-k
+with global ids). The driver keeps the index open too (memory-mapped; headers and lengths
+checked, the content left to the actors) for everything else a selection does: the segment
+view, the exact rescoring of FAISS candidates, reading the chosen text.
 
 What fans out:
 
@@ -41,7 +44,10 @@ single process: a served selection equals `Index.select`, row for row.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -56,7 +62,8 @@ from tapt.util.checks import whole_number
 
 from ..scoring import arrays
 from ..ranking import topcut
-from ..ranking.index_protocol import window
+
+log = logging.getLogger(__name__)
 
 GRID = arrays.CHUNK
 HOLD = ("rows", "codes")
@@ -66,72 +73,124 @@ START_TIMEOUT = 600.0
 class ShardServer:
     """One actor's share of a served index (created through Ray, see `ShardServers`).
 
+    It opens and verifies only its own shards (`shard_set.ShardSubset`), once, when it starts,
+    and keeps what a request needs where its rows are: the rows (or codes), the FAISS parts,
+    the lexical ids, and each segment size's segment offsets of its rows (computed from its
+    shards' document offsets on the first request at that size).
+
     Args:
         path: The index directory (on a file system this actor's node sees).
-        shards: Positions of its shards in the index's shard list.
-        grid: Rows per block of the scoring grid (see the module docstring).
+        shards: Positions of its shards in the index's shard list (consecutive).
+        rows: The rows [start, stop) it scores: the `grid`-row blocks that start in its shards
+            (`span`; (0, 0) when none does).
         hold: What it copies into RAM: `rows` (the float16 embeddings) or `codes` (the int8
             codes, half the bytes; the embeddings stay memory-mapped, read when a method
             scores rows).
     """
 
-    def __init__(self, path: str, shards: Sequence[int], grid: int = GRID,
+    def __init__(self, path: str, shards: Sequence[int], rows: tuple[int, int],
                  hold: str = "rows") -> None:
-        from tapt.indexer.ann.faiss_index import read_faiss_index
-        from tapt.indexer.index import Index
+        from tapt.indexer.store.integrity import checked_files
 
-        index = Index(path)
+        from .shard_set import ShardSubset, checked_by_shard
+
+        began = time.perf_counter()
+        before = len(checked_files())
+        index = ShardSubset(path, shards, rows)
         self.index, self.shards = index, list(shards)
         self._identity = index.identity()
-        self.start, self.stop = span(index, shards, grid)
-        rows = _window(index.embeddings, self.start, self.stop)
-        codes = None if index.codes is None else _window(index.codes, self.start, self.stop)
+        self.start, self.stop = index.rows
+        rows_view, codes = index.held("embeddings"), index.held("codes")
         # what it holds in RAM, not mapped
-        self.rows = np.array(rows) if hold == "rows" else rows
+        self.rows = np.array(rows_view) if hold == "rows" else rows_view
         self.codes = np.array(codes) if hold == "codes" and codes is not None else codes
-        global_ids = index.manifest.get("faiss", {}).get("part_ids") == "global"
-        self.parts = [(read_faiss_index(index.shards[s].faiss_path),
-                       0 if global_ids else index.shards[s].row_offset) for s in shards]
+        faiss = index.faiss                  # each part checked: length, checksum, header, ids
+        self.parts = [(part, 0 if faiss.global_ids else base)
+                      for part, base in zip(faiss.parts, faiss.row_offsets)]
+        self._segments: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        checked = checked_by_shard(checked_files()[before:])
+        verified = [s.name for s in index.shards
+                    if set(s.extra["checksums"]) <= set(checked.get(s.name, []))]
+        self._report = {"shards": list(index.opened), "reached": list(index.reached),
+                        "checked": checked, "verified": verified,
+                        "rows": [self.start, self.stop], "node": _node_id(),
+                        "seconds": round(time.perf_counter() - began, 3)}
 
     def identity(self) -> dict[str, Any]:
         return self._identity
+
+    def report(self) -> dict[str, Any]:
+        """What it opened when it started: its shards (`shards`), the files it compared with
+        their recorded checksums by shard (`checked`), the shards all of whose recorded files
+        it checked (`verified`), the shards past its own whose rows the scoring grid reaches
+        (`reached`: mapped, headers and lengths checked, only their small document offsets
+        and token counts hashed), its rows, its Ray node and its start's seconds."""
+        return dict(self._report)
 
     def score(self, scorer, on: str = "rows") -> tuple[int, np.ndarray]:
         """(first row, the scorer's scores of this actor's rows, or of their int8 codes)."""
         return self.start, np.asarray(scorer(self.rows if on == "rows" else self.codes))
 
-    def top(self, scorer, cut: topcut.Cut, offsets: np.ndarray, first: int,
-            measure: np.ndarray | None, on: str = "rows"
-            ) -> tuple[topcut.Candidates, list[topcut.Piece]]:
+    def segments(self, size: int, of: str = "rows") -> tuple[np.ndarray, np.ndarray]:
+        """(offsets in global rows, tokens) of the segments at `size` of the shards that hold
+        its rows (`of` rows) or of its own shards (`of` shards), kept per size."""
+        key = (of, int(size))
+        if key not in self._segments:
+            if len(self._segments) >= 8:               # a few sizes at a time
+                self._segments.pop(next(iter(self._segments)))
+            parts = self.index.held_parts if of == "rows" else [
+                {"row": s.row_offset, "docs": s.docs, "tokens": s.tokens}
+                for s in self.index.shards]
+            self._segments[key] = segments_of(parts, int(size))
+        return self._segments[key]
+
+    def _stream(self, cut: topcut.Cut, size: int, first: int, start: int, stop: int,
+                of: str) -> tuple[np.ndarray, int, np.ndarray | None, tuple[int, int, int]]:
+        """The segments that meet rows [start, stop): (offsets, id of the first, measure,
+        (id of the first, how many, the row they end at) for the driver's check)."""
+        offsets, tokens = self.segments(size, of)
+        lo = int(np.searchsorted(offsets, start, side="right")) - 1
+        hi = int(np.searchsorted(offsets, stop, side="left"))
+        mine = offsets[lo:hi + 1]
+        measure = None if cut.by_count else (
+            np.diff(mine).astype(np.int32) if cut.unit == "sentences" else tokens[lo:hi])
+        return mine, first + lo, measure, (first + lo, hi - lo, int(mine[-1]))
+
+    def top(self, scorer, cut: topcut.Cut, size: int, first: int, on: str = "rows"
+            ) -> tuple[topcut.Candidates, list[topcut.Piece], tuple[int, int, int]]:
         """The cut of this actor's whole segments ranked by the scorer's mean scores (of its
         rows, or with `on` codes of their int8 codes), and the pieces of the segments its rows
-        begin or end inside (`topcut.scan_cut`; `offsets`, `first`, `measure`: the segments
-        that meet its rows)."""
-        return topcut.scan_cut(self.rows if on == "rows" else self.codes, scorer, offsets, first,
-                               measure, cut, self.start)
+        begin or end inside (`topcut.scan_cut`). The request is the task and the budget only:
+        `size` the segment size, `first` the id of the first segment of the first shard that
+        holds its rows; the segments are this actor's own."""
+        offsets, seg, measure, check = self._stream(cut, size, first, self.start, self.stop,
+                                                    "rows")
+        kept, pieces = topcut.scan_cut(self.rows if on == "rows" else self.codes, scorer,
+                                       offsets, seg, measure, cut, self.start)
+        return kept, pieces, check
 
     def lexicon_scores(self, score_shard) -> list[tuple[int, np.ndarray]]:
         """(first row, scores) of each of this actor's shards by `score_shard` of its stored
         lexical ids (`Index.lexicon_scores`)."""
         lexicon = self.index.lexicon
-        return [(int(lexicon.row_offsets[s]), np.asarray(score_shard(lexicon.shards[s]),
-                                                          dtype=np.float32))
-                for s in self.shards]
+        return [(int(lexicon.row_offsets[i]), np.asarray(score_shard(shard), dtype=np.float32))
+                for i, shard in enumerate(lexicon.shards)]
 
-    def lexicon_top(self, models, cut: topcut.Cut, offsets: np.ndarray, first: int,
-                    measure: np.ndarray | None
-                    ) -> tuple[topcut.Candidates, list[topcut.Piece]]:
+    def lexicon_top(self, models, cut: topcut.Cut, size: int, first: int
+                    ) -> tuple[topcut.Candidates, list[topcut.Piece], tuple[int, int, int]]:
         """The cut of the segments of this actor's shards ranked by the mean of `models`'
         scores of their sentences from the stored lexical ids (`HashedLMs.shard_parts`,
         shard by shard; no score is kept), as `lexicon_scores` then a cut would rank them
-        (`offsets`, `first`, `measure`: the segments of those shards)."""
+        (`size`, `first`: as for `top`, of its first shard)."""
         lexicon = self.index.lexicon
-        stream = topcut.SegmentStream(offsets, first, measure, cut,
-                                      int(lexicon.row_offsets[self.shards[0]]))
-        for s in self.shards:
-            for _, part in models.shard_parts(lexicon.shards[s]):
+        start, stop = int(lexicon.row_offsets[0]), int(lexicon.row_offsets[-1])
+        offsets, seg, measure, check = self._stream(cut, size, first, start, stop, "shards")
+        stream = topcut.SegmentStream(offsets, seg, measure, cut, start)
+        for shard in lexicon.shards:
+            for _, part in models.shard_parts(shard):
                 stream.feed(part)
-        return stream.finish()
+        kept, pieces = stream.finish()
+        return kept, pieces, check
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The best `k` per query of this actor's parts (global ids), merged here: one k-wide
@@ -152,9 +211,42 @@ class ShardServer:
         return int(sum(a.nbytes for a in held))
 
 
-def _window(rows, start: int, stop: int):
-    """Rows [start, stop) of a row view or array, without a copy."""
-    return window(rows, start, stop)
+def _node_id() -> str | None:
+    """The Ray node this process runs on (None outside Ray)."""
+    ray = sys.modules.get("ray")          # never imported for this
+    try:
+        return ray.get_runtime_context().get_node_id() if ray and ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - a report, never a failure
+        return None
+
+
+def segments_of(parts: Sequence[dict[str, Any]], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets (global rows) and tokens of the segments at `size` of consecutive shards, from
+    their document offsets and token counts: segments never cross shards, so they are those of
+    `Index.segments(size)` over the same rows.
+
+    Args:
+        parts: Consecutive shards: {"row": first row, "docs": local document offsets, "tokens":
+            tokens per sentence}.
+        size: Sentences per segment.
+
+    Returns:
+        (offsets (one more than the segments), tokens per segment (int32)).
+    """
+    from tapt.indexer.reading.splitter import segment_offsets
+
+    offsets, tokens = [], []
+    for part in parts:
+        seg = segment_offsets(part["docs"], size)
+        offsets.append(seg[:-1] + part["row"])
+        tokens.append(np.add.reduceat(np.asarray(part["tokens"]), seg[:-1], dtype=np.int64
+                                      ).astype(np.int32) if len(seg) > 1
+                      else np.empty(0, np.int32))
+    if not parts:
+        return np.zeros(1, np.int64), np.empty(0, np.int32)
+    end = int(parts[-1]["row"]) + len(parts[-1]["tokens"])
+    return (np.concatenate(offsets + [np.array([end], np.int64)]).astype(np.int64),
+            np.concatenate(tokens))
 
 
 class ShardServers:
@@ -171,6 +263,8 @@ class ShardServers:
         timeout: Seconds the actors may take to load their shards.
         hold: What each actor holds in RAM: `rows` (float16 embeddings) or `codes` (int8
             codes; an index built or reindexed with `codes` int8).
+        resources: Ray custom resources each actor needs (e.g. {"index-node": 1}: only on the
+            nodes that offer it).
 
     Raises:
         InputError: Ray is not installed, or a setting cannot work.
@@ -180,7 +274,8 @@ class ShardServers:
 
     def __init__(self, index, address: str | None = None, actors: int | None = None,
                  cpus_per_actor: float = 1.0, grid: int = GRID,
-                 timeout: float = START_TIMEOUT, hold: str = "rows") -> None:
+                 timeout: float = START_TIMEOUT, hold: str = "rows",
+                 resources: dict[str, float] | None = None) -> None:
         n = len(index.shards)
         if hold not in HOLD:
             raise InputError(f"must be one of {', '.join(HOLD)}", param="hold")
@@ -201,19 +296,27 @@ class ShardServers:
                              f"{count * cpus_per_actor:g} CPUs, the Ray cluster has {cpus:g} "
                              "(an actor that cannot be placed waits forever): pass fewer "
                              "`actors` or a smaller `cpus_per_actor`", param="actors")
-        groups = [list(g) for g in np.array_split(np.arange(n), count)]
+        groups = [[int(s) for s in g] for g in np.array_split(np.arange(n), count)]
         # a dead actor comes back for the next request; the call it died in fails (no retries:
         # a call on a stopped actor must fail at once, not wait for one)
         remote = self.ray.remote(num_cpus=cpus_per_actor, max_restarts=2,
-                                 max_task_retries=0)(ShardServer)
+                                 max_task_retries=0, **({"resources": resources}
+                                                         if resources else {}))(ShardServer)
         # absolute: the actors' working directory is the cluster's, not this process's
         where = os.path.abspath(index.path)
-        self.actors = [remote.remote(where, g, grid, hold) for g in groups]
         self.groups = groups
         self.spans = [span(index, g, grid) for g in groups]
+        self.row_offsets = np.array([s.row_offset for s in index.shards] + [index.n_sentences],
+                                    dtype=np.int64)
+        self.traffic: dict[str, int] | None = None
+        began = time.perf_counter()
+        self.actors = [remote.remote(where, g, rows, hold)
+                       for g, rows in zip(groups, self.spans)]
         try:
             identities = self.ray.get([a.identity.remote() for a in self.actors],
                                       timeout=timeout)
+            self.reports = self.ray.get([a.report.remote() for a in self.actors],
+                                        timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - one tapt error, the actors stopped
             self.close()
             if isinstance(exc, self.ray.exceptions.GetTimeoutError):
@@ -226,6 +329,9 @@ class ShardServers:
             raise IndexFormatError(f"the Ray actors opened another generation of {index.path} "
                                    "than this process (the index changed, or the path is not "
                                    "the same directory on every node): serve it again")
+        self.start_seconds = time.perf_counter() - began
+        log.info("%d serving actor(s) opened their shards of %s in %.1f s", count, index.path,
+                 self.start_seconds)
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
         try:
@@ -257,38 +363,69 @@ class ShardServers:
         scores (`on` codes: scores of the int8 codes): each actor cuts its own segments, the
         driver merges the cuts and completes the segments that straddle two actors' rows
         (equal to `SentenceScored.budget_candidates` in one process)."""
-        return self._merged_cuts(view, cut, self.spans, "top", self.ray.put(scorer), on)
+        return self._merged_cuts(view, cut, self.spans, "top", scorer, on)
 
     def lexicon_top(self, models, index, view, cut: topcut.Cut) -> topcut.Candidates:
         """The budget's cut of the segments of `view` ranked by the mean of `models`' scores
         (`ngram_lm.HashedLMs`) of their sentences: each actor scores and cuts its own shards'
         segments (segments never cross shards), the driver merges the cuts; equal to
         `topcut.parts_cut` of `models.parts()` in one process."""
-        rows = [s.row_offset for s in index.shards] + [index.n_sentences]
-        spans = [(rows[group[0]], rows[group[-1] + 1]) for group in self.groups]
-        return self._merged_cuts(view, cut, spans, "lexicon_top", self.ray.put(models))
+        rows = self.row_offsets
+        spans = [(int(rows[group[0]]), int(rows[group[-1] + 1])) for group in self.groups]
+        return self._merged_cuts(view, cut, spans, "lexicon_top", models)
 
-    def _merged_cuts(self, view, cut: topcut.Cut, spans, method: str, ref, *rest
+    def _merged_cuts(self, view, cut: topcut.Cut, spans, method: str, scorer, *rest
                      ) -> topcut.Candidates:
-        """The actors' `method(ref, cut, offsets, first, measure, *rest)` for every actor with
-        rows (`spans`: each actor's rows [start, stop)), given the segments that meet its rows;
-        their cuts merged, and the segments that straddle two actors completed from their
-        pieces."""
+        """The actors' `method(scorer, cut, size, first, *rest)` for every actor with rows
+        (`spans`: each actor's rows [start, stop)). A request carries the scorer (or models),
+        the cut, the segment size and the id of the first segment of the shard the actor's
+        rows begin in: never offsets, so its bytes do not grow with the rows. Each answer is
+        at most the budget's segments plus the pieces of the two segments its rows may begin
+        and end inside; the cuts are merged by one running cut (`topcut.TopCut`: what ranks
+        after a full cut's last is dropped at once), and the straddling segments completed
+        from their pieces."""
         measure = cut.measure(view.lengths, view.tokens)
+        size = segment_size_of(view)
+        ref = self.ray.put(scorer)           # once, shared by every actor
+        self._count("scorer_bytes", scorer)
         calls = []
         for actor, (start, stop) in zip(self.actors, spans):
             if stop <= start:
                 continue
-            first = int(np.searchsorted(view.offsets, start, side="right")) - 1
-            last = int(np.searchsorted(view.offsets, stop, side="left"))
-            calls.append(getattr(actor, method).remote(
-                ref, cut, view.offsets[first:last + 1], first,
-                None if measure is None else measure[first:last], *rest))
-        kept, pieces = topcut.Candidates.empty(), []
-        for part, edges in self._get(calls, "score"):
-            kept = topcut.merge(kept, part, cut)
+            shard = int(np.searchsorted(self.row_offsets, start, side="right")) - 1
+            first = first_segment(view.offsets, int(self.row_offsets[shard]))
+            self._count("sent", (cut, size, first, *rest))
+            calls.append(getattr(actor, method).remote(ref, cut, size, first, *rest))
+        top, pieces = topcut.TopCut(cut), []
+        for part, edges, (seg, count, end) in self._get(calls, "score"):
+            self._count("received", (part, edges, (seg, count, end)))
+            if seg + count >= len(view.offsets) or int(view.offsets[seg + count]) != end:
+                raise ValueError(f"an actor's segments {seg}..{seg + count} end at row {end}, "
+                                 "the selection's segment view does not")
+            top.add(part)
             pieces += edges
-        return topcut.merge(kept, topcut.join_pieces(pieces, view.offsets, measure), cut)
+        top.add(topcut.join_pieces(pieces, view.offsets, measure))
+        return top.result()
+
+    def count_traffic(self) -> dict[str, int]:
+        """Start counting the bytes of the requests and answers of the actors' cuts (pickled;
+        for benchmarks): the returned dict is updated by every later cut.
+
+        Returns:
+            {"sent", "received", "requests"}; "sent" excludes the scorer, put once per cut
+            and shared by every actor (`scorer_bytes` adds it).
+        """
+        self.traffic = {"sent": 0, "received": 0, "requests": 0, "scorer_bytes": 0}
+        return self.traffic
+
+    def _count(self, way: str, value: Any) -> None:
+        from ray import cloudpickle
+
+        if self.traffic is None:
+            return
+        self.traffic[way] += len(cloudpickle.dumps(value))
+        if way == "sent":
+            self.traffic["requests"] += 1
 
     def faiss(self, index) -> "RemoteFaiss":
         """The actors' FAISS parts as one searchable index of `index`'s rows."""
@@ -330,6 +467,26 @@ class RemoteFaiss(ShardedFaiss):
     def set_param(self, name: str, value: int) -> None:
         self.servers._get([a.set_param.remote(name, value) for a in self.servers.actors],
                           "search")
+
+
+def segment_size_of(view) -> int:
+    """The segment size a view was cut at: its longest segment (`splitter.segment_offsets`
+    cuts each document into runs of at most the size, all but the last of a document exactly
+    the size; where no document reaches the size, cutting at the longest cuts none either, so
+    either way the same segments)."""
+    return max(1, int(view.lengths.max())) if len(view.lengths) else 1
+
+
+def first_segment(offsets: np.ndarray, row: int) -> int:
+    """The id of the segment that begins at `row` (a shard's first row).
+
+    Raises:
+        ValueError: no segment begins there (the view is not of this index's shards).
+    """
+    at = int(np.searchsorted(offsets, row, side="left"))
+    if at >= len(offsets) or int(offsets[at]) != row:
+        raise ValueError(f"no segment of the view begins at row {row}, where a shard begins")
+    return at
 
 
 def span(index, shards: Sequence[int], grid: int) -> tuple[int, int]:

@@ -39,6 +39,7 @@ ENTRY_POINTS = {
     "train": api.train,
     "eval-mlm": api.evaluate_mlm,
     "bench recall": api.bench_recall,
+    "bench downstream": api.bench_downstream,
     "bench clusters": api.Index.cluster_purity,
     "detectors rank": api.Index.rank_detectors,
     "plot domains": api.Index.plot_domains,

@@ -68,8 +68,11 @@ def test_real_full_disk_during_a_build(run, corpus, tmp_path, size):
     with full_disk(tmp_path / "disk", size) as disk:
         if disk is None:
             pytest.skip("a tiny filesystem needs root")
-        one_error(run("index", "build", corpus, "--out", disk / "idx", "--no-split"),
-                  "disk full")
+        line = one_error(run("index", "build", corpus, "--out", disk / "idx", "--no-split"))
+        # Either the disk fills while the text store is written (before the plan can know the
+        # row count), or the plan refuses the rest before anything is embedded.
+        assert "disk full" in line or ("more disk" in line and "nothing was embedded" in line), \
+            line
         assert not (disk / "idx").exists()
 
 

@@ -262,3 +262,30 @@ def test_the_cpu_computes_in_float32_and_an_unknown_dtype_is_refused(minilm):
     assert minilm.dtype == "float32" and preferred_batch_size(minilm) == 64
     with pytest.raises(InputError, match="float16"):
         SentenceTransformerEncoder(None, device="cpu", dtype="half")
+
+
+def test_tokenising_apart_embeds_as_encode_counted(minilm, monkeypatch):
+    """`tokenizing_of` (pickled, as to a Ray task) then `encode_tokens`: the same embeddings and
+    counts, bit for bit, as `encode_counted` (ONNX, and torch's CUDA path run on the CPU);
+    sentence-transformers on the CPU tokenises itself."""
+    import pickle
+
+    import torch
+
+    from tapt.indexer.encoding.encoder import encode_counted, tokenizing_of
+    from tapt.indexer.encoding.onnx_encoder import OnnxEncoder
+
+    texts = ["A short sentence.", "", "word " * 300, "x " * 255, "Ünïcödé 中文",
+             "ten words in this sentence are enough to be longer"] * 3
+    assert tokenizing_of(minilm) is None
+    onnx = OnnxEncoder(minilm, "onnx")
+    tokens = pickle.loads(pickle.dumps(tokenizing_of(onnx)(texts)))
+    emb, counts = onnx.encode_tokens(tokens, batch_size=4)
+    want_emb, want_counts = encode_counted(onnx, texts, batch_size=4)
+    assert np.array_equal(emb, want_emb) and np.array_equal(counts, want_counts)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+    monkeypatch.setattr(type(minilm), "_own_batches", property(lambda self: True))  # as on CUDA
+    tokens = pickle.loads(pickle.dumps(tokenizing_of(minilm)(texts)))
+    emb, counts = minilm.encode_tokens(tokens, batch_size=4)
+    want_emb, want_counts = minilm._encode_cuda(texts, batch_size=4, counted=True)
+    assert np.array_equal(emb, want_emb) and np.array_equal(counts, want_counts)

@@ -266,6 +266,12 @@ CUT_BY_ACTORS = {i for i, (m, b, p) in enumerate(METHODS)
                  and b is not None and p.get("context", "sentence") == "sentence"}
 
 
+def _sentence(params: dict) -> dict:
+    """The params at sentence context unless they name one (the default context `auto` pools
+    documents on this corpus, whose cuts do not stream)."""
+    return {"context": "sentence", **params}
+
+
 def _served_calls(served) -> dict[str, int]:
     remote = {"score": 0, "search": 0, "top": 0, "lexicon": 0, "lexicon_top": 0}
     for name, obj, attr in (("score", served.servers, "scores"),
@@ -303,7 +309,8 @@ def test_served_selection_equals_unsharded_select(cluster, local_index, one_shar
     monkeypatch.setattr(segments, "STREAM_SHARE", 1.0)   # every budget of this small corpus streams
     one = tapt.Index.open(one_shard_index)
     task = write_task(tmp_path / "task.txt", "legal", n=30)
-    want = [one.select(m, task, b, encoder=HashingEncoder(), **p) for m, b, p in METHODS]
+    want = [one.select(m, task, b, encoder=HashingEncoder(), **_sentence(p))
+            for m, b, p in METHODS]
     # The default scoring grid: this small index's rows all score on the first actor, every
     # FAISS search fans out to the 3; the same selection, score for score
     with tapt.serve(local_index, actors=3, cpus_per_actor=0.5) as served:
@@ -311,7 +318,8 @@ def test_served_selection_equals_unsharded_select(cluster, local_index, one_shar
         remote = _served_calls(served)
         for i, (method, budget, params) in enumerate(METHODS):
             before = dict(remote)
-            got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
+            got = served.select(method, task, budget, encoder=HashingEncoder(),
+                                **_sentence(params))
             assert _ids(got) == _ids(want[i]) and len(got) > 0, method
             assert [s.score for s in got] == [s.score for s in want[i]], method
             assert got.manifest["index"] == served.identity()
@@ -329,7 +337,8 @@ def test_served_selection_equals_unsharded_select(cluster, local_index, one_shar
         remote = _served_calls(served)
         for i, (method, budget, params) in enumerate(METHODS):
             before = dict(remote)
-            got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
+            got = served.select(method, task, budget, encoder=HashingEncoder(),
+                                **_sentence(params))
             assert _ids(got) == _ids(want[i]), method
             np.testing.assert_allclose([s.score for s in got],
                                        [s.score for s in want[i]], rtol=0, atol=1e-6)
@@ -353,7 +362,8 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
     runs = [("centroid", "30sent", {"scan": "codes"}), ("centroid", "30sent", {}),
             ("centroid", "0.2", {"scan": "codes"}), ("classifier", "30sent", {"scan": "codes"}),
             ("fused", "30sent", {"scan": "codes"})]
-    want = [index.select(m, task, b, encoder=HashingEncoder(), **p) for m, b, p in runs]
+    want = [index.select(m, task, b, encoder=HashingEncoder(), **_sentence(p))
+            for m, b, p in runs]
     held = {}
     for hold in ("codes", "rows"):
         with tapt.serve(out, actors=3, cpus_per_actor=0.5, hold=hold) as served:
@@ -362,7 +372,8 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
             served.servers.scores = lambda scorer, n, on="rows": (scanned.append(on),
                                                                  scores(scorer, n, on))[1]
             for (method, budget, params), expected in zip(runs, want):
-                got = served.select(method, task, budget, encoder=HashingEncoder(), **params)
+                got = served.select(method, task, budget, encoder=HashingEncoder(),
+                                    **_sentence(params))
                 assert _ids(got) == _ids(expected) and len(got) > 0, (hold, method, params)
                 assert [s.score for s in got] == [s.score for s in expected], (hold, params)
             # the two centroid code scans and the classifier's four (pre-ranking, 3 rounds)
@@ -375,7 +386,7 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
             with monkeypatch.context() as patch:
                 patch.setattr(segments, "STREAM_SHARE", 1.0)     # the candidates' cut streams
                 got = served.select("centroid", task, "30sent", encoder=HashingEncoder(),
-                                    scan="codes")
+                                    scan="codes", context="sentence")
             assert tops == ["codes"] and _ids(got) == _ids(want[0])
             assert [s.score for s in got] == [s.score for s in want[0]]
             held[hold] = sum(served.servers.ray.get([a.nbytes.remote()

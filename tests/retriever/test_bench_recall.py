@@ -91,9 +91,11 @@ def _without_timings(rows):
 
 
 def _run_e2e(index, corpus, seeds, tmp_path):
+    # recorded at sentence context (the rows named METHOD); the default, auto, cuts this
+    # corpus's sentence-scoring methods by document (test_bench_recall_default_context_rows)
     return bench_recall(corpus, seeds, index, E2E_METHODS, [10, 30], "oracle,2x", 2, [1, 4],
                         tmp_path / "out", tmp_path / "cache", progress=False,
-                        encoder=HashingEncoder())
+                        encoder=HashingEncoder(), contexts=("sentence",))
 
 
 def test_bench_recall_end_to_end(fake_index, labelled_corpus, seeds_dir, tmp_path):
@@ -172,3 +174,27 @@ def test_bench_recall_document_context_rows(fake_index, labelled_corpus, seeds_d
         bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["centroid"], [30], "oracle", 1,
                      [1], tmp_path / "out2", tmp_path / "cache", progress=False,
                      encoder=HashingEncoder(), contexts=("paragraph",))
+
+
+def test_bench_recall_default_context_rows(fake_index, labelled_corpus, seeds_dir, tmp_path):
+    """The default, auto, reports what `tapt select` runs by default: this corpus's documents
+    hold several sentences, so centroid's rows are its document-context cut (iforest's too:
+    its pre-ranking pools), knn's its own."""
+    report = bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["centroid", "knn"], [30],
+                          "oracle", 1, [1], tmp_path / "out", tmp_path / "cache", progress=False,
+                          encoder=HashingEncoder())
+    assert {r["method"] for r in report["results"]} == {"centroid+document", "knn"}
+    auto = report["config"]["auto_context"]
+    assert report["config"]["contexts"] == ["auto"] and auto["name"] == "document"
+    assert auto["reason"].startswith("auto: ") and auto["sentences_per_document"] > 1
+    both = bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["centroid"], [30], "oracle",
+                        1, [1], tmp_path / "out2", tmp_path / "cache", progress=False,
+                        encoder=HashingEncoder(), contexts=("auto", "document", "sentence"))
+    names = [r["method"] for r in both["results"]]
+    assert sorted(set(names)) == ["centroid", "centroid+document"]
+    assert names.count("centroid+document") == names.count("centroid")    # auto = document, once
+
+    def pooled(rep):
+        return [(r["domain"], r["precision"]) for r in rep["results"]
+                if r["method"] == "centroid+document"]
+    assert pooled(both) == pooled(report)

@@ -12,7 +12,8 @@ from conftest import HashingEncoder
 from tapt.errors import InputError
 from tapt.indexer.index import Index
 from tapt.retriever.scoring import arrays
-from tapt.retriever.ranking.document_pooling import document_scores
+from tapt.retriever.ranking.document_pooling import (DocumentShape, choose_context,
+                                                   document_scores)
 from tapt.retriever.selections.make import SelectConfig, make_selection
 from tapt.retriever.tasks.forms import task_from_files
 
@@ -112,11 +113,23 @@ def test_cli_context_option(fake_index, medical_task, tmp_path, monkeypatch):
     runner = CliRunner()
     assert "--context" not in runner.invoke(cli.cli, ["select", "knn", "--help"]).output
     out = tmp_path / "sel.jsonl"
-    result = runner.invoke(cli.cli, ["select", "centroid", str(fake_index), "--task",
+    result = runner.invoke(cli.cli, ["-q", "select", "centroid", str(fake_index), "--task",
                                       str(medical_task), "--budget", "0.3", "--context",
                                       "document", "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["params"]["context"] == "document"
+    assert json.loads(result.output)["context"]["reason"] == "asked for"
+    help_text = " ".join(runner.invoke(cli.cli, ["select", "centroid", "--help"]).output.split())
+    assert "[auto|sentence|document]" in help_text and "[default: auto]" in help_text
+    bench_help = " ".join(runner.invoke(cli.cli, ["bench", "recall", "--help"]).output.split())
+    assert "[auto|sentence|document|both]" in bench_help
+    assert "--context [auto|sentence|document|both] How methods" in bench_help
+    result = runner.invoke(cli.cli, ["select", "centroid", str(fake_index), "--task",
+                                      str(medical_task), "--budget", "0.3", "--out",
+                                      str(tmp_path / "auto.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "; context: document (auto: " in result.output
+    assert "sentences each" in result.output
 
 
 def _reference_document_scores(scores, doc_offsets):
@@ -142,6 +155,10 @@ def _reference_document_scores(scores, doc_offsets):
     n0 = (N - float(np.sum(n[has] ** 2)) / N) / (k - 1)
     between = (msb - within) / n0 if n0 > 0 else 0.0
     if not between > 0 or not within > 0:
+        return s.copy()
+    from scipy.stats import f as f_distribution
+
+    if not f_distribution.sf(msb / within, k - 1, N - k) < 1e-3:   # documents like random groups
         return s.copy()
     shrink = np.zeros(len(starts))
     shrink[has] = between / (between + within / n[has])
@@ -182,3 +199,91 @@ def test_pooling_in_runs_equals_the_whole_array_computation(dtype, run, leaf, mo
     flat = np.ones(n, dtype=dtype)                         # nothing varies: unchanged
     got, info = document_scores(flat, starts)
     assert not info.pooled and np.array_equal(got, flat.astype(np.float64))
+
+
+def test_documents_that_are_random_groups_of_sentences_are_not_pooled():
+    """Random "documents" (the F test finds no between-document variance): every sentence
+    keeps its own score, though the estimated s_b^2 comes out positive by chance."""
+    chance_positive = 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        s = rng.normal(size=4000) + 3.0 * (rng.random(4000) < 0.2)      # 20% "relevant"
+        lengths = rng.integers(1, 8, size=2000)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        offsets = offsets[offsets < len(s)]
+        got, info = document_scores(s, offsets)
+        assert not info.pooled and np.array_equal(got, s)
+        assert info.p_value is not None and info.p_value >= 1e-3 and info.f_statistic < 1.2
+        chance_positive += info.between > 0
+    assert chance_positive > 0              # without the test some of these would be pooled
+    # the same scores grouped by a real document effect are pooled
+    rng = np.random.default_rng(0)
+    effects = rng.normal(size=1000)
+    s = np.repeat(effects, 4) + rng.normal(size=4000)
+    got, info = document_scores(s, np.arange(0, 4000, 4))
+    assert info.pooled and info.p_value < 1e-12 and info.f_statistic > 3
+
+
+def test_document_shape_and_the_auto_rule(monkeypatch):
+    from tapt.retriever.ranking import document_pooling
+
+    shape = DocumentShape.of(np.array([0, 1, 3, 6, 6, 7]))    # sizes 1, 2, 3, 0, 1
+    assert (shape.documents, shape.sentences, shape.in_multi) == (4, 7, 5)
+    monkeypatch.setattr(document_pooling, "OFFSET_RUN", 2)     # counted in runs: the same
+    assert DocumentShape.of(np.array([0, 1, 3, 6, 6, 7])) == shape
+    choice = choose_context("auto", True, shape, "centroid")
+    assert choice.name == "document" and choice.requested == "auto"
+    assert str(choice) == ("document (auto: 4 documents, 1.8 sentences each, 71% of sentences "
+                           "in multi-sentence documents)")
+    assert choice.to_json()["share_in_multi_sentence_documents"] == round(5 / 7, 4)
+    ones = DocumentShape.of(np.arange(11))
+    assert choose_context("auto", True, ones).name == "sentence"
+    # one long document among one-sentence ones: under half the sentences share a document
+    few = DocumentShape.of(np.array([*range(0, 10), 13]))      # nine of 1, one of 4
+    assert few.multi_share == 4 / 13 and choose_context("auto", True, few).name == "sentence"
+    knn = choose_context("auto", False, None, "knn")
+    assert knn.name == "sentence" and "knn does not pool" in knn.reason
+    assert choose_context("document", True).reason == "asked for"
+    assert choose_context("sentence", True).name == "sentence"
+
+
+def test_config_resolves_auto_per_index():
+    from types import SimpleNamespace
+
+    docs = SimpleNamespace(doc_offsets=np.array([0, 3, 5, 9]))
+    lines = SimpleNamespace(doc_offsets=np.arange(10))
+    config = SelectConfig("centroid", "0.3")
+    assert config.context == "auto" and "context" not in config.to_manifest()
+    assert config.resolve_context(docs).name == "document"
+    assert config.resolve_context(lines).name == "sentence"
+    assert SelectConfig("knn", None).resolve_context(docs).name == "sentence"
+    assert SelectConfig("random", "0.3").resolve_context(docs).name == "sentence"
+    explicit = SelectConfig("centroid", "0.3", context="sentence")
+    assert explicit.resolve_context(docs).name == "sentence"
+    assert explicit.to_manifest()["context"] == "sentence"
+
+
+def test_select_uses_document_context_by_default_and_says_why(fake_index, medical_task):
+    ix = Index(fake_index)
+    task = task_from_files([str(medical_task)], False, "text")
+    enc = HashingEncoder()
+    auto = make_selection(ix, SelectConfig("centroid", "0.3"), task, encoder=enc)
+    pooled = make_selection(ix, SelectConfig("centroid", "0.3", context="document"), task,
+                            encoder=enc)
+    plain = make_selection(ix, SelectConfig("centroid", "0.3", context="sentence"), task,
+                           encoder=enc)
+    assert auto.ids.tolist() == pooled.ids.tolist() != plain.ids.tolist()
+    context = auto.manifest["context"]
+    assert context["name"] == "document" and context["requested"] == "auto"
+    shape = DocumentShape.of(ix.doc_offsets)
+    assert context["documents"] == shape.documents == ix.manifest["counts"]["documents"]
+    assert context["reason"] == (f"auto: {shape.documents:,} documents, "
+                                 f"{shape.per_document:.1f} sentences each, "
+                                 f"{shape.multi_share:.0%} of sentences in multi-sentence "
+                                 "documents")
+    assert pooled.manifest["context"] == {"name": "document", "requested": "document",
+                                          "reason": "asked for"}
+    assert plain.manifest["context"]["name"] == "sentence" and "context" not in plain.manifest["info"]
+    knn = make_selection(ix, SelectConfig("knn", None, k=5), task, encoder=enc)
+    assert knn.manifest["context"]["name"] == "sentence"
+    assert "does not pool" in knn.manifest["context"]["reason"]

@@ -146,7 +146,9 @@ def test_malformed_serve_requests_get_an_error_answer(fake_index, medical_task, 
 def test_rank_is_pure_given_embeddings(fake_index):
     ix = Index(fake_index)
     task = np.asarray(ix.embeddings[7:8])
-    ranking, view = rank(ix, SelectConfig(method="centroid", budget="3", segment_size=1), task)
+    # each sentence's own score (the default, auto, pools this corpus's documents)
+    ranking, view = rank(ix, SelectConfig(method="centroid", budget="3", segment_size=1,
+                                          context="sentence"), task)
     assert len(view) == ix.n_sentences and len(ranking.segments) == 3
     assert np.isclose(ranking.scores[0], 1.0, atol=1e-5)
     assert np.allclose(ix.embeddings[ranking.segments[0]], ix.embeddings[7])

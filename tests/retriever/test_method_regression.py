@@ -74,8 +74,10 @@ def selections(index_path: Path, task_path: Path) -> dict[str, dict]:
     out = {}
     for name, method, budget, size, seed, params in CASES:
         try:
+            # recorded at sentence context (the default, auto, pools this corpus's documents;
+            # document context has its own tests in test_document_pooling.py)
             config = SelectConfig(method=method, budget=budget, segment_size=size, seed=seed,
-                                  **params)
+                                  **{"context": "sentence", **params})
             ranking, _ = rank(index, config, task, texts)
         except Exception as exc:  # noqa: BLE001 - the recording keeps which error a case raised
             out[name] = {"error": type(exc).__name__}

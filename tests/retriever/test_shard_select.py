@@ -14,9 +14,10 @@ from tapt.indexer.index import Index
 from tapt.retriever.methods.registry import methods
 from tapt.retriever.selections.make import SelectConfig, rank
 
-# finetune fine-tunes a transformer for minutes per task (tests/retriever/test_quality_methods.py runs it);
+# finetune fine-tunes a transformer for minutes per task (tests/retriever/test_quality_methods.py runs it),
+# perplexity adapts a masked LM (tests/retriever/test_perplexity.py runs it);
 # every other registered method is deterministic given its seed.
-SLOW = {"finetune"}
+SLOW = {"finetune", "perplexity", "task-model"}    # task-model: needs a model of its own
 VARIANTS = {"auto": [{}, {"over": "all"}], "iforest": [{}, {"detector": "knn-dist"}],
             "classifier": [{}, {"rounds": 0}]}
 
@@ -72,7 +73,8 @@ def test_document_context_is_the_same_over_shards(indexes, task, method):
     embeddings, texts = task
     got = [rank(index, SelectConfig(method, "120sent", seed=3, context="document"),
                 embeddings, texts)[0] for index in (one, three)]
-    plain = rank(one, SelectConfig(method, "120sent", seed=3), embeddings, texts)[0]
+    plain = rank(one, SelectConfig(method, "120sent", seed=3, context="sentence"), embeddings,
+                 texts)[0]
     assert np.array_equal(got[0].segments, got[1].segments)
     assert np.allclose(got[0].scores, got[1].scores, rtol=0, atol=1e-5)
     assert got[0].info["context"]["pooled"] and "context" not in plain.info
@@ -194,10 +196,10 @@ def test_codes_scans_reach_the_codes_only(coded, monkeypatch):
         real = getattr(Index, name)
         monkeypatch.setattr(Index, name, lambda self, scorer, _r=real, _n=name:
                             (calls.append(_n), _r(self, scorer))[1])
-    rank(index, SelectConfig("classifier", "300sent", scan="codes"), emb)
+    rank(index, SelectConfig("classifier", "300sent", scan="codes", context="sentence"), emb)
     assert calls == ["score_codes"] * 4          # pre-ranking, rounds 0, 1 and 2
     calls.clear()
-    rank(index, SelectConfig("classifier", "300sent"), emb)
+    rank(index, SelectConfig("classifier", "300sent", context="sentence"), emb)
     assert calls == ["score_rows"] * 4
 
 
@@ -258,7 +260,7 @@ def test_iforest_prerank_streams_the_same_candidates(indexes, task, prerank, mon
         calls.clear()
         for candidates in ("3x", "40"):
             config = SelectConfig("iforest", "60sent", seed=3, prerank=prerank,
-                                  candidates=candidates)
+                                  candidates=candidates, context="sentence")
             ranking, _ = rank(three, config, embeddings, texts)
             got.append(ranking)
         assert bool(calls) == (share == 0.0)

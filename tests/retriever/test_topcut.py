@@ -143,7 +143,7 @@ def _full_path(index, config, embeddings):
     from tapt.retriever.methods import CorpusCache
 
     corpus = CorpusCache(index)
-    view = corpus.view(config.segment_size, config.context)
+    view = corpus.view(config.segment_size, config.resolve_context(index, corpus).name)
     ctx = RankingInputs(index, view, config.parsed_budget, config.seed, embeddings, None, corpus)
     scores, info = config.spec.sentence_scores(ctx, config.params)
     return by_sentence_scores(view, scores, ctx.budget, dict(info), config.spec.threshold)
@@ -153,7 +153,7 @@ def _full_path_with_text(index, config, embeddings, texts):
     from tapt.retriever.methods import CorpusCache
 
     corpus = CorpusCache(index)
-    view = corpus.view(config.segment_size, config.context)
+    view = corpus.view(config.segment_size, config.resolve_context(index, corpus).name)
     ctx = RankingInputs(index, view, config.parsed_budget, config.seed, embeddings, texts, corpus)
     scores, info = config.spec.sentence_scores(ctx, config.params)
     return by_sentence_scores(view, scores, ctx.budget, dict(info), config.spec.threshold)
@@ -174,7 +174,8 @@ def test_methods_stream_the_selection_of_the_whole_array_path(index, task, metho
     streamer = "scan_cut" if method in ("centroid", "distance", "density", "classifier") \
         else "parts_cut"
     for spec in ("0.2", "9", "60sent", "700tok"):
-        config = SelectConfig(method, spec, segment_size=size, seed=1, **params)
+        config = SelectConfig(method, spec, segment_size=size, seed=1, context="sentence",
+                              **params)
         want = _full_path_with_text(index, config, embeddings, texts)
         calls = []
         real = getattr(topcut, streamer)
@@ -335,7 +336,7 @@ def test_only_a_budget_that_is_a_small_share_of_the_corpus_streams(index, task, 
     small, large = f"{int(n * segments.STREAM_SHARE)}sent", f"{int(n * segments.STREAM_SHARE) + 30}sent"
     for spec, streamed in ((small, True), (large, False), ("0.5", False)):
         calls.clear()
-        config = SelectConfig("centroid", spec, seed=1)
+        config = SelectConfig("centroid", spec, seed=1, context="sentence")
         got, _ = rank(index, config, embeddings, texts)
         assert bool(calls) == streamed, spec
         want = _full_path(index, config, embeddings)

@@ -1,0 +1,276 @@
+"""Serving at scale: how long Ray actors take to start on a synthetic index, how many bytes a
+selection request and its answers carry, and a served centroid selection's latency beside the
+same selection in one process.
+
+For each index (`benchmarks/synthetic_index.py`, built beforehand): a local Ray cluster of
+`--ray-cpus` CPUs is started once (not timed), then
+
+- start: `tapt.serve(index, actors=N, cpus_per_actor=C)` with an empty tapt cache (no hash
+  stamp: every actor hashes its own shards' large files), then again with the stamps the first
+  start wrote; the seconds of the driver's open and of the actors' start (each actor opening
+  and verifying only its own shards) separately. With `--before MODULE`, the same start with the
+  `ShardServers` of that file (the implementation before this change, where every actor opened
+  and checked the whole index), in the same cluster, on the first index. The file measured as
+  "before": `git show c881158:retriever/serving/actors.py` with its three relative imports
+  (`from ..scoring`, `from ..ranking`) made absolute (`from tapt.retriever.scoring`, ...);
+- bytes: the pickled size of what the driver sends each actor for one centroid selection's
+  cut (beside the scorer, put once and shared) and of what the actors return;
+- latency: a centroid selection at `--budget` (the task: 100 fresh rows of blob 0), local
+  (`Index`) and served, `--repeats` times each, alternating; first and best seconds, and whether
+  the two select the same segments with the same scores.
+
+Regenerate (2 shared cores: 8 actors of a quarter CPU each on a 2-CPU Ray cluster; each
+WORK built beforehand by `synthetic_index.make_index(WORK, Spec(rows=..., shards=8))`):
+
+    nice -n 10 .venv/bin/python -m benchmarks.serve_scale --index 1M=WORK1M/index \\
+        --index 3M=WORK3M/index --out benchmarks/results/scale/serve
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("serve_scale")
+
+
+def _task(index_dir: Path) -> np.ndarray:
+    from .synthetic_index import Spec, blob_rows, centres
+
+    made = json.loads((index_dir.parent / "made.json").read_text())
+    spec = Spec(**made["spec"])
+    rng = np.random.default_rng(spec.seed + 1)
+    return blob_rows(rng, centres(spec), np.zeros(100, dtype=np.int64), spec.noise)
+
+
+def _select(index, task: np.ndarray, budget: str):
+    from tapt.retriever.methods import RankingInputs, SegmentView, get_method
+    from tapt.retriever.ranking.budget import parse_budget
+
+    method = get_method("centroid")
+    view = SegmentView.of(index, None, "sentence")
+    ctx = RankingInputs(index, view, parse_budget(budget), 0, task)
+    t0 = time.perf_counter()
+    ranking = method.rank(ctx, method.make_params({}))
+    return time.perf_counter() - t0, ranking
+
+
+def _start(path: Path, args, cold: bool, module=None) -> tuple[Any, dict[str, float]]:
+    """A served index started (`cold`: with no hash stamp in the tapt cache); its seconds."""
+    import shutil
+
+    import tapt
+    from tapt.indexer.index import Index
+    from tapt.indexer.store import integrity
+
+    stamps = Path(os.environ["TAPT_CACHE_DIR"]) / integrity.STAMPS
+    if cold and stamps.is_dir():
+        shutil.rmtree(stamps)            # the benchmark's own cache directory
+        stamps.mkdir()
+    integrity._VERIFIED.clear()          # as a new driver process
+    t0 = time.perf_counter()
+    if module is None:
+        served = tapt.ServedIndex(path, actors=args.actors,
+                                  cpus_per_actor=args.cpus_per_actor)
+        total = time.perf_counter() - t0
+        return served, {"total_s": round(total, 2),
+                        "actors_s": round(served.servers.start_seconds, 2),
+                        "driver_open_s": round(total - served.servers.start_seconds, 2),
+                        "slowest_actor_open_s": max(r["seconds"]
+                                                    for r in served.actor_reports())}
+    index = Index(path)
+    opened = time.perf_counter()
+    servers = module.ShardServers(index, None, args.actors, args.cpus_per_actor)
+    done = time.perf_counter()
+    return servers, {"total_s": round(done - t0, 2), "actors_s": round(done - opened, 2),
+                     "driver_open_s": round(opened - t0, 2)}
+
+
+def measure(name: str, path: Path, args, before) -> dict[str, Any]:
+    """Start, bytes and latency on one index."""
+    from tapt.indexer.index import Index
+
+    out: dict[str, Any] = {"index": name}
+    served, out["start_cold"] = _start(path, args, True)
+    out["actor_reports"] = served.actor_reports()
+    served.close()
+    served, out["start_warm"] = _start(path, args, False)
+    served.close()
+    if before is not None:
+        servers, out["start_before_cold"] = _start(path, args, True, before)
+        servers.close()
+        servers, out["start_before_warm"] = _start(path, args, False, before)
+        servers.close()
+    served, _ = _start(path, args, False)
+    local = Index(path)
+    out["rows"], out["shards"] = local.n_sentences, len(local.shards)
+    task = _task(path)
+    traffic = served.servers.count_traffic()
+    out["first_request_s"] = round(_select(served, task, args.budget)[0], 2)
+    out["bytes_per_request"] = {"sent_per_actor": traffic["sent"] // max(traffic["requests"],
+                                                                         1),
+                                "scorer_once": traffic["scorer_bytes"],
+                                "received_all_actors": traffic["received"],
+                                "actors_asked": traffic["requests"]}
+    served.servers.traffic = None
+    times: dict[str, list[float]] = {"local": [], "served": []}
+    rankings: dict[str, Any] = {}
+    for _ in range(args.repeats):
+        for kind, index in (("local", local), ("served", served)):
+            seconds, rankings[kind] = _select(index, task, args.budget)
+            times[kind].append(seconds)
+    served.close()
+    same = (np.array_equal(rankings["local"].segments, rankings["served"].segments)
+            and np.array_equal(rankings["local"].scores, rankings["served"].scores))
+    out["latency"] = {kind: {"first_s": round(t[0], 3), "best_s": round(min(t), 3),
+                             "median_s": round(statistics.median(t), 3)}
+                      for kind, t in times.items()}
+    out["served_over_local_best"] = round(min(times["served"]) / min(times["local"]), 2)
+    out["same_selection"] = bool(same)
+    out["selected_segments"] = int(len(rankings["served"].segments))
+    out["load_average"] = round(os.getloadavg()[0], 1)
+    return out
+
+
+def _load_before(path: str):
+    from ray import cloudpickle
+
+    spec = importlib.util.spec_from_file_location("serve_before", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["serve_before"] = module
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)
+    return module
+
+
+def run_meta(args) -> dict[str, Any]:
+    """What a run was: its command, settings, machine and time."""
+    from .speed_encode import machine
+
+    return {"machine": machine(), "command": " ".join(["python -m benchmarks.serve_scale"]
+                                                      + sys.argv[1:]),
+            "actors": args.actors, "cpus_per_actor": args.cpus_per_actor,
+            "ray_cpus": args.ray_cpus, "budget": args.budget, "repeats": args.repeats,
+            "before": args.before, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                             time.gmtime())}
+
+
+def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
+    """`out`.json (the results) and `out`.md (their tables)."""
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results},
+                                                   indent=1) + "\n")
+    args = argparse.Namespace(**{k: meta[k] for k in ("actors", "cpus_per_actor", "ray_cpus",
+                                                      "budget", "repeats")})
+    host = meta["machine"]
+    where = (f"{host.get('cpu', '?')} ({host.get('cores', '?')} cores, shared with other "
+             "developers' jobs: see the load average column)") if isinstance(host, dict) \
+        else str(host)
+    lines = ["## Measured: serving a synthetic index from Ray actors", "",
+             f"Measured {meta['measured']} on {where}: a local Ray cluster of "
+             f"{args.ray_cpus} CPUs, {args.actors} actors of {args.cpus_per_actor:g} CPU each "
+             "(8 actors on 2 shared cores: each start is mostly process start-up, run "
+             "side by side), the synthetic indexes of `benchmarks/synthetic_index.py` "
+             "(8 shards, float16 rows, IVF-PQ parts).", "",
+             "Regenerate (the indexes first, one per size: rows in 8 shards):", "",
+             "    nice -n 10 .venv/bin/python -c \"from pathlib import Path; from "
+             "benchmarks.synthetic_index import Spec, make_index; "
+             "make_index(Path('WORK'), Spec(rows=1_000_000, shards=8))\"",
+             f"    nice -n 10 .venv/bin/{meta['command']}", "",
+             "Start (seconds, from the call to the last actor's answer; cold: an empty tapt "
+             "cache, every file hashed; warm: the hash stamps of the cold start; before: the "
+             "implementation before this change, every actor opening and checking the whole "
+             "index: `git show c881158:retriever/serving/actors.py`, its relative imports made "
+             "absolute, its driver opening the index as `tapt.Index` does):", "",
+             "| index | rows | start | total (s) | driver open (s) | actors (s) |",
+             "|---|---:|---|---:|---:|---:|"]
+    for r in results:
+        for key in ("start_cold", "start_warm", "start_before_cold", "start_before_warm"):
+            if key in r:
+                s = r[key]
+                lines.append(f"| {r['index']} | {r['rows']:,} | {key[6:].replace('_', ' ')} | "
+                             f"{s['total_s']} | {s['driver_open_s']} | {s['actors_s']} |")
+    lines += ["", f"Bytes of one centroid selection at {args.budget} (pickled): sent to each "
+              "actor beside the scorer, the scorer (put once), and all actors' answers:", "",
+              "| index | rows | sent per actor | scorer | received (all actors) |",
+              "|---|---:|---:|---:|---:|"]
+    for r in results:
+        b = r["bytes_per_request"]
+        lines.append(f"| {r['index']} | {r['rows']:,} | {b['sent_per_actor']:,} | "
+                     f"{b['scorer_once']:,} | {b['received_all_actors']:,} |")
+    lines += ["", "The first request after a start (each actor imports torch for its float16 "
+              "scans and cuts its segments at the request's size, kept for later requests): "
+              + ", ".join(f"{r['index']} {r['first_request_s']} s" for r in results) + ".", ""]
+    lines += ["", f"Centroid at {args.budget}, {args.repeats} runs each, alternating (seconds):",
+              "", "| index | local first / best | served first / best | served / local (best) "
+              "| same selection | load average |", "|---|---:|---:|---:|---|---:|"]
+    for r in results:
+        lo, se = r["latency"]["local"], r["latency"]["served"]
+        lines.append(f"| {r['index']} | {lo['first_s']} / {lo['best_s']} | {se['first_s']} / "
+                     f"{se['best_s']} | {r['served_over_local_best']} | "
+                     f"{'yes' if r['same_selection'] else 'NO'} | {r['load_average']} |")
+    lines += ["", "What each actor opened (the first index, cold start): its own shards "
+              "verified, the next shard's rows its last scoring block reaches mapped:", "",
+              "| actor | shards | verified | reached | rows | open (s) |",
+              "|---:|---|---|---|---|---:|"]
+    for i, rep in enumerate(results[0]["actor_reports"]):
+        lines.append(f"| {i} | {', '.join(rep['shards'])} | {', '.join(rep['verified'])} | "
+                     f"{', '.join(rep['reached']) or '-'} | {rep['rows'][0]:,}-"
+                     f"{rep['rows'][1]:,} | {rep['seconds']} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--index", action="append", default=[],
+                        help="NAME=PATH of a synthetic index (repeatable)")
+    parser.add_argument("--actors", type=int, default=8)
+    parser.add_argument("--cpus-per-actor", type=float, default=0.25)
+    parser.add_argument("--ray-cpus", type=int, default=2)
+    parser.add_argument("--budget", default="10000sent")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--before", help="a file with the ShardServers to compare with")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--render", action="store_true",
+                        help="only write OUT.md again from OUT.json")
+    args = parser.parse_args(argv)
+    if args.render:
+        data = json.loads(args.out.with_suffix(".json").read_text())
+        write_report(data["results"], data["meta"], args.out)
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    import ray
+
+    cache = tempfile.mkdtemp(prefix="serve-scale-cache-")
+    os.environ["TAPT_CACHE_DIR"] = cache        # before Ray starts: its workers inherit it
+    ray.init(address="local", num_cpus=args.ray_cpus, include_dashboard=False,
+             logging_level="WARNING", log_to_driver=False)
+    before = _load_before(args.before) if args.before else None
+    meta, results = run_meta(args), []
+    try:
+        for spec in args.index:
+            name, _, path = spec.partition("=")
+            # the implementation before: on the first index only (every actor hashing the
+            # whole index takes minutes at larger sizes on this machine)
+            results.append(measure(name, Path(path), args, before if not results else None))
+            log.info("%s", json.dumps(results[-1])[:2000])
+            write_report(results, meta, args.out)
+    finally:
+        ray.shutdown()
+        import shutil
+
+        shutil.rmtree(cache, ignore_errors=True)     # the temporary cache made above
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""What one serving actor opens of an index: its own shards, checked, and nothing else hashed.
+
+`ShardSubset` opens an index as `Index` does (one directory handle, so one generation; the top
+manifest and the shard list checked), but opens and verifies only the shards it is given: each
+one's `shard.json` against the SHA-256 the top manifest records for it, then its files against
+the checksums in that `shard.json` (`integrity.check_checksum`: small files hashed, large ones
+hashed once per version of their content and remembered by a stamp named by that content).
+Every file, whatever its size, is hashed once per version of its content (`integrity.hashing`),
+so an actor restarted on the same files verifies them from its stamps in milliseconds; the
+offsets and token counts are hashed on every open. Another actor's shards are neither opened
+nor hashed.
+
+The one exception is the scoring grid (`actors` module docstring): an actor scores the
+`grid`-row blocks that start in its shards, and the last may run on into the next shard(s).
+Those rows are read from the next shard's `embeddings.npy` (or `codes.npy`), whose header and
+length are checked here and whose content the actor that owns it verifies; its document
+offsets and token counts (to cut segments there) are small and hashed here. Every row scored
+is still checked where it is read (cosines in [-1, 1]).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from tapt.indexer.index import Index, Shard
+from tapt.indexer.store import integrity
+from tapt.indexer.store.manifest import (CODES, DOCS, EMBEDDINGS, MANIFEST_NAME, SHARDS, TOKENS,
+                                         read_index_manifest, read_shard_manifest)
+from tapt.indexer.store.shards import RowView
+from tapt.indexer.store.text_store import damaged
+from tapt.util.cache import writable_cache
+from tapt.util.files import read_regular, regular_file
+
+
+class ShardSubset(Index):
+    """The shards `own` of the index at `path`, opened and checked; the rows [`start`, `stop`)
+    mapped (its own shards' rows and, past their end, the next shards' rows the scoring grid
+    reaches).
+
+    Args:
+        path: The index directory.
+        own: Positions of this actor's shards in the index's shard list (consecutive).
+        rows: The rows [start, stop) it scores (`actors.span`; (0, 0): none).
+
+    Raises:
+        IndexFormatError: the index or one of these shards is damaged or incomplete.
+    """
+
+    def __init__(self, path: str | Path, own: Sequence[int], rows: tuple[int, int]) -> None:
+        self.own = [int(s) for s in own]
+        self.rows = (int(rows[0]), int(rows[1]))
+        # every file once per version of its content, where a stamp can be kept (else as any
+        # open: files up to 64 MiB on every open)
+        once = writable_cache(integrity.STAMPS) is not None
+        with integrity.hashing(0, True) if once else contextlib.nullcontext():
+            super().__init__(path)
+
+    def _open_snapshot(self, dir_fd: int) -> None:
+        base = Path(f"/proc/self/fd/{dir_fd}") if Path("/proc/self/fd").is_dir() else self.path
+        label = self.path
+        self.manifest = read_index_manifest(base, self._versions, label=label, rebuild_hint=True)
+        self._manifest_bytes = read_regular(base / MANIFEST_NAME)
+        self._base = base
+        try:
+            dim = int(self.manifest["model"]["dim"])
+            emb_dtype = (self.manifest.get("files", {}).get("embeddings") or {}).get(
+                "dtype", "float32")
+            entries = self.manifest["shards"]
+            if not isinstance(entries, list) or not entries:
+                raise TypeError("no shards listed")
+            starts = [(int(e["row_offset"]), int(e["rows"]), int(e["doc_offset"]),
+                       int(e["documents"])) for e in entries]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise damaged(label, f"{MANIFEST_NAME} lacks its counts, shards or model ({exc})"
+                          ) from exc
+        row_at = doc_at = 0
+        for entry, (row, n, doc, documents) in zip(entries, starts):
+            if row != row_at or doc != doc_at or n < 0 or documents < 0:
+                raise damaged(label, f"{MANIFEST_NAME}: shard {entry.get('name')} starts at row "
+                                     f"{row:,} / document {doc:,}, not {row_at:,} / {doc_at:,}")
+            row_at, doc_at = row_at + n, doc_at + documents
+        counts = self.manifest.get("counts") or {}
+        if counts.get("sentences") != row_at or counts.get("documents") != doc_at:
+            raise damaged(label, f"{MANIFEST_NAME}: its shards hold {row_at:,} sentences in "
+                                 f"{doc_at:,} documents, its counts say "
+                                 f"{counts.get('sentences')} in {counts.get('documents')}")
+        self._rows_total, self._dim, self._dtype = row_at, dim, np.dtype(emb_dtype)
+        self.all_row_offsets = np.array([s[0] for s in starts] + [row_at], dtype=np.int64)
+        if any(not 0 <= s < len(entries) for s in self.own):
+            raise damaged(label, f"{MANIFEST_NAME} lists {len(entries)} shards, the actor "
+                                 f"serves shard {max(self.own)}")
+        self.shards: list[Shard] = [self._open_shard(base, entries[s], dim, emb_dtype, label)
+                                    for s in self.own]
+        self.opened = [s.name for s in self.shards]
+        self._check_vocabulary(base, label)
+        last = self.own[-1] + 1 if self.own else 0
+        self.row_offsets = (np.array([s.row_offset for s in self.shards]
+                                     + [int(self.all_row_offsets[last])], dtype=np.int64)
+                            if self.shards else np.zeros(1, np.int64))
+        # the shards that hold the rows: its own, then those the grid reaches past them
+        start, stop = self.rows
+        parts: list[dict[str, Any]] = []
+        self.reached: list[str] = []
+        for s in range(len(entries)):
+            lo, hi = int(self.all_row_offsets[s]), int(self.all_row_offsets[s + 1])
+            if hi <= start or lo >= stop or hi == lo:
+                continue
+            if s in self.own:
+                shard = self.shards[self.own.index(s)]
+                parts.append({"row": lo, "embeddings": shard.embeddings, "codes": shard.codes,
+                              "tokens": shard.tokens, "docs": shard.docs})
+            else:
+                parts.append(self._reach(base, entries[s], dim, emb_dtype, label))
+                self.reached.append(str(entries[s]["name"]))
+        self.held_parts = parts
+
+    def _reach(self, base: Path, entry: dict[str, Any], dim: int, emb_dtype: str,
+               label: Path) -> dict[str, Any]:
+        """Another shard's rows, mapped: its `shard.json` against the top manifest's checksum,
+        the headers and lengths of its arrays, its (small) offsets and token counts hashed;
+        its embeddings' content is verified by the actor that owns the shard."""
+        name, n, documents = str(entry["name"]), int(entry["rows"]), int(entry["documents"])
+        directory, where = base / SHARDS / name, f"{SHARDS}/{name}/"
+        manifest = read_shard_manifest(directory, label, entry.get("shard_sha256"))
+        checksums = manifest.get("checksums") or {}
+        found: dict[str, Any] = {}
+        wanted = [(EMBEDDINGS, emb_dtype, (n, dim)), (TOKENS, np.int32, (n,)),
+                  (DOCS, np.int64, (documents + 1,))]
+        if manifest.get("codes") and (directory / CODES).is_file():
+            wanted.append((CODES, np.int8, (n, dim)))
+        for file, dtype, shape in wanted:
+            with integrity.array_errors(where + file, label):
+                found[file] = np.load(regular_file(directory / file), mmap_mode="r",
+                                      allow_pickle=False)
+            integrity.check_npy(found[file], directory / file, where + file, label, dtype, shape)
+        for file in (DOCS, TOKENS):
+            integrity.check_checksum(directory / file, checksums.get(file), where + file, label,
+                                     force=True)
+        docs = np.array(found[DOCS])
+        integrity.check_offsets(docs, n, documents, label, where + DOCS)
+        integrity.check_tokens(found[TOKENS], label, where + TOKENS)
+        return {"row": int(entry["row_offset"]), "embeddings": found[EMBEDDINGS],
+                "codes": found.get(CODES), "tokens": found[TOKENS], "docs": docs}
+
+    @property
+    def n_sentences(self) -> int:
+        """Sentences of the whole index (the top manifest's count)."""
+        return self._rows_total
+
+    @property
+    def dim(self) -> int:
+        """Dimensions of a row (the top manifest's model)."""
+        return self._dim
+
+    def held(self, what: str) -> Any:
+        """The rows [start, stop) of `what` ("embeddings", "codes", "tokens") as one view
+        (None: codes the index lacks)."""
+        start, stop = self.rows
+        if what == "codes" and any(s.codes is None for s in self.shards):
+            return None
+        if not self.held_parts or stop <= start:
+            dtype = np.int8 if what == "codes" else self._dtype
+            return np.empty((0, self._dim) if what != "tokens" else (0,), dtype=dtype)
+        arrays = [p[what] for p in self.held_parts]
+        if any(a is None for a in arrays):
+            return None
+        first = self.held_parts[0]["row"]
+        view = RowView(arrays)
+        return view.window(start - first, stop - first)
+
+
+def checked_by_shard(paths: Sequence[str]) -> dict[str, list[str]]:
+    """The index files among `paths` (`.../shards/NAME/FILE`) by shard name: each shard's
+    files, sorted.
+
+    Args:
+        paths: File paths (`integrity.checked_files`).
+
+    Returns:
+        {shard name: [file names relative to the shard's directory]}.
+    """
+    out: dict[str, set[str]] = {}
+    for path in paths:
+        parts = Path(path).parts
+        for i in range(len(parts) - 2, -1, -1):
+            if parts[i] == SHARDS:
+                out.setdefault(parts[i + 1], set()).add("/".join(parts[i + 2:]))
+                break
+    return {name: sorted(files) for name, files in out.items()}
