@@ -23,6 +23,7 @@ _LAZY = {
     "evaluate": "tapt.api",
     "export": "tapt.api",
     "bench_recall": "tapt.api",
+    "bench_downstream": "tapt.api",
     "method_names": "tapt.api",
     "describe_methods": "tapt.api",
     "TaptError": "tapt.errors",

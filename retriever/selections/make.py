@@ -17,7 +17,6 @@ import numpy as np
 from tapt.errors import InputError
 from tapt.indexer.encoding.encoder import Encoder, LazyEncoder
 from tapt.indexer.index import Index
-from tapt.indexer.reading.splitter import docs_of_rows
 from tapt.util.checks import whole_number
 from tapt.util.versions import library_versions, utc_now
 
@@ -250,7 +249,7 @@ def materialise(index: Index, view: SegmentView, ranking: Ranking,
                 method: str) -> list[SelectedSegment]:
     """The ranked segments with their text, document key, source and metadata."""
     # the documents of the chosen segments only (not one per corpus segment)
-    docs = docs_of_rows(index.doc_offsets, view.offsets[ranking.segments]).tolist()
+    docs = index.docs_of_rows(view.offsets[ranking.segments]).tolist()
     out = []
     for rank_, seg in enumerate(ranking.segments.tolist()):
         lo, hi = int(view.offsets[seg]), int(view.offsets[seg + 1])
