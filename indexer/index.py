@@ -109,6 +109,35 @@ class Index:
         `tapt index add` replaces the directory atomically; a reader that opened the old one keeps
         reading it (FAISS through an open file handle, even after the old files are removed).
         """
+        base, label, dim, emb_dtype, entries = self._read_top(dir_fd)
+        self.shards: list[Shard] = []
+        row_at = doc_at = 0
+        for entry in entries:
+            shard = self._open_shard(base, entry, dim, emb_dtype, label)
+            if shard.row_offset != row_at or shard.doc_offset != doc_at:
+                raise damaged(label, f"{MANIFEST_NAME}: shard {shard.name} starts at row "
+                                     f"{shard.row_offset:,} / document {shard.doc_offset:,}, "
+                                     f"not {row_at:,} / {doc_at:,}")
+            row_at += shard.rows
+            doc_at += shard.documents
+            self.shards.append(shard)
+        self._check_counts(label, row_at, doc_at)
+        if self.format_version >= 3:
+            self._check_vocabulary(base, label)
+        self.embeddings = RowView([s.embeddings for s in self.shards])
+        self.tokens = RowView([s.tokens for s in self.shards])
+        self.row_offsets = self.embeddings.offsets
+        codes = [s.codes for s in self.shards]
+        self.codes: RowView | None = RowView(codes) if all(c is not None for c in codes) \
+            else None
+        self.store = (ShardedStore([StoreShard(s.store, s.row_offset, s.doc_offset, s.name)
+                                    for s in self.shards], label,
+                                   rows=sum(s.rows for s in self.shards)))
+
+    def _read_top(self, dir_fd: int) -> tuple[Path, Path, int, str, list[dict[str, Any]]]:
+        """The top manifest through the directory handle (kept as `manifest`): the folder to
+        read from, the name errors give, the rows' dimension and dtype, and the shard entries
+        (formats 1 and 2: the top directory as one shard)."""
         base = Path(f"/proc/self/fd/{dir_fd}") if _PROC_FD.is_dir() else self.path
         label = self.path
         self.manifest: dict[str, Any] = read_index_manifest(base, self._versions, label=label,
@@ -127,33 +156,15 @@ class Index:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise damaged(label, f"{MANIFEST_NAME} lacks its counts, shards or model ({exc})"
                           ) from exc
-        self.shards: list[Shard] = []
-        row_at = doc_at = 0
-        for entry in entries:
-            shard = self._open_shard(base, entry, dim, emb_dtype, label)
-            if shard.row_offset != row_at or shard.doc_offset != doc_at:
-                raise damaged(label, f"{MANIFEST_NAME}: shard {shard.name} starts at row "
-                                     f"{shard.row_offset:,} / document {shard.doc_offset:,}, "
-                                     f"not {row_at:,} / {doc_at:,}")
-            row_at += shard.rows
-            doc_at += shard.documents
-            self.shards.append(shard)
+        return base, label, dim, emb_dtype, entries
+
+    def _check_counts(self, label: Path, sentences: int, documents: int) -> None:
+        """The top manifest's counts are those its shards add up to."""
         counts = self.manifest.get("counts") or {}
-        if counts.get("sentences") != row_at or counts.get("documents") != doc_at:
-            raise damaged(label, f"{MANIFEST_NAME}: its shards hold {row_at:,} sentences in "
-                                 f"{doc_at:,} documents, its counts say "
+        if counts.get("sentences") != sentences or counts.get("documents") != documents:
+            raise damaged(label, f"{MANIFEST_NAME}: its shards hold {sentences:,} sentences in "
+                                 f"{documents:,} documents, its counts say "
                                  f"{counts.get('sentences')} in {counts.get('documents')}")
-        if self.format_version >= 3:
-            self._check_vocabulary(base, label)
-        self.embeddings = RowView([s.embeddings for s in self.shards])
-        self.tokens = RowView([s.tokens for s in self.shards])
-        self.row_offsets = self.embeddings.offsets
-        codes = [s.codes for s in self.shards]
-        self.codes: RowView | None = RowView(codes) if all(c is not None for c in codes) \
-            else None
-        self.store = (ShardedStore([StoreShard(s.store, s.row_offset, s.doc_offset, s.name)
-                                    for s in self.shards], label,
-                                   rows=sum(s.rows for s in self.shards)))
 
     def _open_shard(self, base: Path, entry: dict[str, Any], dim: int, emb_dtype: str,
                     label: Path) -> Shard:

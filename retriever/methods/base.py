@@ -52,7 +52,8 @@ from ..ranking import topcut
 from . import segments
 from ..ranking.budget import budget_target, cut
 from ..ranking.index_protocol import own_cuts
-from .params import NoParams, Params, ScanParams, param, param_choices, param_type, scans_codes
+from .params import (GIVEN, NoParams, Params, ScanParams, param, param_choices, param_type,
+                     requirement_met, scans_codes)
 from .ranking_inputs import CorpusCache, Memo, RankingInputs, streams
 from .segments import (Ranking, ScoreParts, SegmentView, budget_cut, budget_order,
                        budget_sentences, by_sentence_scores, cut_of_parts, note_shortfall,
@@ -175,10 +176,10 @@ class Method:
         given = set(values) if explicit is None else set(explicit)
         for f in dataclasses.fields(params):
             requires = f.metadata.get("requires")
-            if (requires and f.name in given and getattr(params, requires[0]) != requires[1]
+            if (requires and f.name in given and not requirement_met(params, requires)
                     and getattr(params, f.name) != f.default):
-                raise InputError(f"only applies with `{requires[0]}` {requires[1]}",
-                                 param=f.name)
+                value = "" if requires[1] is GIVEN else f" {requires[1]}"
+                raise InputError(f"only applies with `{requires[0]}`{value}", param=f.name)
         return params
 
     def shared_params(self, params: Params) -> Params:

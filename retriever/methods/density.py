@@ -1,5 +1,5 @@
 """density: the mean cosine of a sentence to its m nearest task sentences (with `tuned_model`,
-in a task-tuned encoder's embedding of the candidates: `centroid.TunedCosine`)."""
+in a task-tuned encoder's embedding of the candidates: `tuned.TunedCosine`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..scoring import arrays
 from .base import ScanParams, SentenceScored, param
-from .centroid import TunedCosine, TunedParams
+from .tuned import TunedCosine, TunedParams
 from .registry import register
 
 

@@ -13,60 +13,13 @@ from tapt.errors import InputError
 from tapt.indexer.store.integrity import check_unit_rows
 
 from ..scoring import arrays
-from ..ranking.budget import budget_target, cut_length
 from ..learned.detector_choice import rank_detectors
 from ..learned.detectors import DETECTORS, fit_detector
-from .base import Method, Params, param, take
-from .registry import get_method, prerank_choices, register
+from .base import Params, param, take
+from .candidates import RescoresCandidates, candidate_pool, parse_candidates
+from .registry import prerank_choices, register
 
 log = logging.getLogger(__name__)
-
-
-def parse_candidates(spec: str) -> tuple[Literal["all", "times", "count"], float]:
-    """'10x' -> ('times', 10.0), '500' -> ('count', 500.0), 'all' -> ('all', 0.0)."""
-    spec = str(spec).strip().lower()
-    try:
-        if spec == "all":
-            return "all", 0.0
-        if spec.endswith("x"):
-            value = float(spec[:-1])
-            kind: Literal["times", "count"] = "times"
-        else:
-            value = float(int(spec))
-            kind = "count"
-    except ValueError as exc:
-        raise InputError(f"{spec!r}: use 10x, a segment count, or all",
-                         param="candidates") from exc
-    if not math.isfinite(value) or value <= 0:
-        raise InputError(f"{spec!r} must be positive", param="candidates")
-    return kind, value
-
-
-def candidate_pool(ctx, pre_method: Method | None, pre_params: Params | None,
-                   spec: str) -> np.ndarray:
-    """The candidate segments a rescoring method takes from a pre-ranking, best first.
-
-    Args:
-        ctx: The selection's `RankingInputs` (a `times` spec needs its budget).
-        pre_method: The pre-ranking method (unused for `all`).
-        pre_params: Its parameters.
-        spec: `candidates`: a multiple of the budget ("10x"), a segment count, or "all".
-
-    Returns:
-        Segment ids: for a multiple, the pre-ranking's shortest prefix that holds it.
-    """
-    view, budget = ctx.view, ctx.budget
-    kind, value = parse_candidates(spec)
-    if kind == "all":
-        return np.arange(len(view))
-    if kind == "times":    # the segments the budget holds, counted in index order
-        if budget is None:
-            raise InputError("a candidates multiple needs a budget", param="candidates")
-        wanted = cut_length(budget.unit, budget_target(budget, view.lengths, view.tokens),
-                            view.tokens if budget.unit == "tokens" else view.lengths)
-        return IForest._holding_budget(ctx, pre_method, pre_params,
-                                       int(math.ceil(value * wanted)), value)
-    return pre_method.top_segments(ctx, pre_params, int(value))
 
 
 # The most driver memory the candidates' rows may take as the detector reads them (float32):
@@ -122,7 +75,7 @@ class IForestParams(Params):
 
 
 @register
-class IForest(Method):
+class IForest(RescoresCandidates):
     name = "iforest"
     summary = "Rescore candidates with an Isolation Forest fitted on the task (TADPOLE)."
     help = """A detector (Isolation Forest by default, or LOF, one-class SVM, robust covariance,
@@ -143,15 +96,6 @@ class IForest(Method):
     warn_task_sentences = 5
     Params = IForestParams
 
-    def _prerank(self, params: IForestParams):
-        if parse_candidates(params.candidates)[0] == "all":
-            return None
-        return get_method(params.prerank)
-
-    def uses_text(self, params):
-        pre = self._prerank(params)
-        return pre is not None and pre.uses_text(pre.shared_params(params))
-
     def pools_documents(self, params):
         pre = self._prerank(params)
         return (parse_candidates(params.candidates)[0] != "all" and pre is not None
@@ -159,24 +103,6 @@ class IForest(Method):
 
     def min_task(self, params):
         return 4 if params.detector == "auto" else self.min_task_sentences
-
-    @staticmethod
-    def _holding_budget(ctx, pre_method, pre_params, size: int, times: float) -> np.ndarray:
-        """`times` x the budget of candidates from the pre-ranking: its first `size` segments
-        for a budget in segments, else its shortest prefix that holds `times` x the budget's
-        sentences or tokens (the pre-ranking's top segments are often shorter or longer than
-        the index's average, which `size` assumes)."""
-        view, budget = ctx.view, ctx.budget
-        pool = pre_method.top_segments(ctx, pre_params, size)
-        if budget.unit not in ("sentences", "tokens"):
-            return pool
-        measure = np.asarray(view.tokens if budget.unit == "tokens" else view.lengths)
-        want = times * budget_target(budget, view.lengths, view.tokens)
-        while len(pool) == size < len(view) and measure[pool].sum() < want:
-            held = max(float(measure[pool].sum()), 1.0)
-            size = min(len(view), max(size + 1, int(math.ceil(1.25 * size * want / held))))
-            pool = pre_method.top_segments(ctx, pre_params, size)
-        return pool[:cut_length(budget.unit, want, measure[pool])]
 
     def rank(self, ctx, params):
         index, view, budget = ctx.index, ctx.view, ctx.budget

@@ -16,6 +16,16 @@ import numpy as np
 from tapt.errors import InputError
 
 
+class _Given:
+    """`requires=(name, GIVEN)`: the parameter applies only when `name` is given (not None)."""
+
+    def __repr__(self) -> str:
+        return "GIVEN"
+
+
+GIVEN: Any = _Given()
+
+
 def param(default: Any, help: str, *, choices: Sequence[str] | Callable[[], Sequence[str]] | None
           = None, minimum: float | None = None, maximum: float | None = None,
           short: str | None = None, requires: tuple[str, Any] | None = None) -> Any:
@@ -30,7 +40,8 @@ def param(default: Any, help: str, *, choices: Sequence[str] | Callable[[], Sequ
         maximum: The largest allowed number.
         short: A one-letter CLI alias such as "-k".
         requires: (other parameter, value): the parameter only applies when the other one has
-            that value; giving it explicitly otherwise is an error.
+            that value (`GIVEN`: any value but None); giving it explicitly otherwise is an
+            error.
 
     Returns:
         A `dataclasses.field`.
@@ -143,6 +154,13 @@ class ScanParams(Params):
                                 "the stored embeddings (the best segments by their code "
                                 "scores, or sentences where a fit ranks every row).",
                            minimum=1.0, maximum=1e6, requires=("scan", "codes"))
+
+
+def requirement_met(params: Params, requires: tuple[str, Any]) -> bool:
+    """Whether `params` meets a parameter's `requires` (other parameter, value or `GIVEN`)."""
+    other, value = requires
+    have = getattr(params, other)
+    return have is not None if value is GIVEN else have == value
 
 
 def scans_codes(params: Params) -> bool:

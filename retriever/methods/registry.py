@@ -1,7 +1,7 @@
 """The registry of selection methods: `register` once, look up by name, list in order.
 
 Every module of this package other than the infrastructure (`base`, `params`, `segments`,
-`ranking_inputs` and `registry`) holds one method and is imported the first time the registry
+`ranking_inputs`, `registry`, `learned_scorers`, `candidates` and `tuned`) holds one method and is imported the first time the registry
 is asked for anything, so adding a method is adding one file.
 """
 
@@ -24,7 +24,7 @@ RESERVED = ("method", "idx", "index", "task", "text_field", "budget", "out", "ov
 
 _REGISTRY: dict[str, Method] = {}
 _INFRASTRUCTURE = {"base", "params", "segments", "ranking_inputs", "registry",
-                   "learned_scorers"}
+                   "learned_scorers", "candidates", "tuned"}
 _loaded = False
 
 M = TypeVar("M", bound=type)

@@ -14,9 +14,9 @@ from tapt.errors import InputError
 from ..learned.task_classifier import (SEQUENCE_SCORES, TOKEN_SCORES, load_task_model,
                                        score_texts)
 from ..scoring import arrays
-from .base import Method, Params, param, take
-from .iforest import candidate_pool, parse_candidates
-from .registry import get_method, prerank_choices, register
+from .base import Params, param, take
+from .candidates import RescoresCandidates, candidate_pool, parse_candidates
+from .registry import prerank_choices, register
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class TaskModelParams(Params):
 
 
 @register
-class TaskModel(Method):
+class TaskModel(RescoresCandidates):
     name = "task-model"
     summary = "A task classifier (NER tagger, sentence classifier) rescores pre-ranked candidates."
     help = """A Hugging Face token-classification model (such as a NER tagger trained on the
@@ -61,15 +61,6 @@ class TaskModel(Method):
     order = 94
     benchmarked = False      # needs the user's model: not in `tapt bench recall`
     Params = TaskModelParams
-
-    def _prerank(self, params: TaskModelParams):
-        if parse_candidates(params.candidates)[0] == "all":
-            return None
-        return get_method(params.prerank)
-
-    def uses_text(self, params):
-        pre = self._prerank(params)
-        return pre is not None and pre.uses_text(pre.shared_params(params))
 
     def uses_embeddings(self, params):
         pre = self._prerank(params)

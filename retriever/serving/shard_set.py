@@ -29,11 +29,11 @@ import numpy as np
 from tapt.indexer.index import Index, Shard
 from tapt.indexer.store import integrity
 from tapt.indexer.store.manifest import (CODES, DOCS, EMBEDDINGS, MANIFEST_NAME, SHARDS, TOKENS,
-                                         read_index_manifest, read_shard_manifest)
+                                         read_shard_manifest)
 from tapt.indexer.store.shards import RowView
 from tapt.indexer.store.text_store import damaged
 from tapt.util.cache import writable_cache
-from tapt.util.files import read_regular, regular_file
+from tapt.util.files import regular_file
 
 
 class ShardSubset(Index):
@@ -60,18 +60,8 @@ class ShardSubset(Index):
             super().__init__(path)
 
     def _open_snapshot(self, dir_fd: int) -> None:
-        base = Path(f"/proc/self/fd/{dir_fd}") if Path("/proc/self/fd").is_dir() else self.path
-        label = self.path
-        self.manifest = read_index_manifest(base, self._versions, label=label, rebuild_hint=True)
-        self._manifest_bytes = read_regular(base / MANIFEST_NAME)
-        self._base = base
+        base, label, dim, emb_dtype, entries = self._read_top(dir_fd)
         try:
-            dim = int(self.manifest["model"]["dim"])
-            emb_dtype = (self.manifest.get("files", {}).get("embeddings") or {}).get(
-                "dtype", "float32")
-            entries = self.manifest["shards"]
-            if not isinstance(entries, list) or not entries:
-                raise TypeError("no shards listed")
             starts = [(int(e["row_offset"]), int(e["rows"]), int(e["doc_offset"]),
                        int(e["documents"])) for e in entries]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -83,11 +73,7 @@ class ShardSubset(Index):
                 raise damaged(label, f"{MANIFEST_NAME}: shard {entry.get('name')} starts at row "
                                      f"{row:,} / document {doc:,}, not {row_at:,} / {doc_at:,}")
             row_at, doc_at = row_at + n, doc_at + documents
-        counts = self.manifest.get("counts") or {}
-        if counts.get("sentences") != row_at or counts.get("documents") != doc_at:
-            raise damaged(label, f"{MANIFEST_NAME}: its shards hold {row_at:,} sentences in "
-                                 f"{doc_at:,} documents, its counts say "
-                                 f"{counts.get('sentences')} in {counts.get('documents')}")
+        self._check_counts(label, row_at, doc_at)
         self._rows_total, self._dim, self._dtype = row_at, dim, np.dtype(emb_dtype)
         self.all_row_offsets = np.array([s[0] for s in starts] + [row_at], dtype=np.int64)
         if any(not 0 <= s < len(entries) for s in self.own):

@@ -309,7 +309,7 @@ def test_iforest_candidates_hold_n_times_a_sentence_budget():
     from types import SimpleNamespace
 
     from tapt.retriever.ranking.budget import parse_budget
-    from tapt.retriever.methods.iforest import IForest
+    from tapt.retriever.methods.candidates import holding_budget
 
     lengths = np.array([15] * 60 + [1] * 60)          # index order: long segments first
     ranking = np.arange(len(lengths))[::-1]            # the pre-ranking puts the short ones first
@@ -322,17 +322,17 @@ def test_iforest_candidates_hold_n_times_a_sentence_budget():
                              "__len__": lambda self: len(lengths)})()
     ctx = SimpleNamespace(view=view, budget=parse_budget("90sent"))
     for times in (1, 1.2, 2):           # the 6 index-order segments hold 90 sentences
-        pool = IForest._holding_budget(ctx, pre, None, int(np.ceil(6 * times)), times)
+        pool = holding_budget(ctx, pre, None, int(np.ceil(6 * times)), times)
         held = 90 * times
         assert lengths[pool].sum() >= held and lengths[pool[:-1]].sum() < held, times
         np.testing.assert_array_equal(pool, ranking[:len(pool)])
     ctx.budget = parse_budget("3seg")                  # a segment budget is a segment count
-    np.testing.assert_array_equal(IForest._holding_budget(ctx, pre, None, 6, 2), ranking[:6])
+    np.testing.assert_array_equal(holding_budget(ctx, pre, None, 6, 2), ranking[:6])
     ctx.budget = parse_budget("30sent")     # 40 one-sentence top segments: 1x cuts them to 30,
-    np.testing.assert_array_equal(IForest._holding_budget(ctx, pre, None, 40, 1), ranking[:30])
-    np.testing.assert_array_equal(IForest._holding_budget(ctx, pre, None, 40, 2), ranking[:60])
+    np.testing.assert_array_equal(holding_budget(ctx, pre, None, 40, 1), ranking[:30])
+    np.testing.assert_array_equal(holding_budget(ctx, pre, None, 40, 2), ranking[:60])
     ctx.budget = parse_budget("500sent")    # 10 x more than the corpus holds: every segment
-    assert len(IForest._holding_budget(ctx, pre, None, 20, 10)) == len(lengths)
+    assert len(holding_budget(ctx, pre, None, 20, 10)) == len(lengths)
 
 
 def test_a_sentence_budget_the_candidates_cannot_fill_is_reported():

@@ -9,7 +9,7 @@ from conftest import HashingEncoder
 import tapt
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever.methods import centroid as centroid_module
+from tapt.retriever.methods import tuned as tuned_module
 from tapt.retriever.methods import registry
 from tapt.retriever.scoring import arrays
 
@@ -37,7 +37,7 @@ def tuned(monkeypatch):
         made.append(CountingEncoder())
         return made[-1]
 
-    monkeypatch.setattr(centroid_module, "load_tuned_encoder", load)
+    monkeypatch.setattr(tuned_module, "load_tuned_encoder", load)
     return made
 
 
