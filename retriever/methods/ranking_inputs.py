@@ -69,10 +69,10 @@ class CorpusCache:
         return self._views[size, context]
 
     def document_shape(self) -> DocumentShape:
-        """How the index's sentences are grouped into documents (counted once, from its
-        document offsets: what `context` "auto" decides by)."""
+        """How the index's sentences are grouped into documents (counted once, shard by shard
+        from their memory-mapped document offsets: what `context` "auto" decides by)."""
         if self._shape is None:
-            self._shape = DocumentShape.of(self.index.doc_offsets)
+            self._shape = DocumentShape.of_parts(s.docs for s in self.index.shards)
         return self._shape
 
     def texts(self) -> list[str]:

@@ -32,7 +32,7 @@ sit in documents of two or more sentences (`MULTI_SHARE`), "sentence" otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 from scipy.special import fdtrc
@@ -237,6 +237,14 @@ class DocumentShape:
         sentences = int(offsets[-1] - offsets[0]) if len(offsets) else 0
         return cls(documents, sentences, in_multi)
 
+    @classmethod
+    def of_parts(cls, parts: Iterable[np.ndarray]) -> "DocumentShape":
+        """The shape of documents given shard by shard (each part CSR offsets of its own
+        documents, as `of` takes): no global offsets are built."""
+        shapes = [cls.of(p) for p in parts]
+        return cls(sum(s.documents for s in shapes), sum(s.sentences for s in shapes),
+                   sum(s.in_multi for s in shapes))
+
     @property
     def per_document(self) -> float:
         return self.sentences / self.documents if self.documents else 0.0
@@ -286,7 +294,7 @@ def choose_context(requested: str, pools: bool, shape: DocumentShape | None = No
     Args:
         requested: "auto", "sentence" or "document".
         pools: Whether the method ranks by sentence scores that can be pooled.
-        shape: The index's documents (`DocumentShape.of(index.doc_offsets)`); needed for
+        shape: The index's documents (`DocumentShape.of_parts` of its shards' offsets); needed for
             "auto" on a method that pools.
         method: The method's name, for the reason.
 

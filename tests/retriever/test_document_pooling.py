@@ -250,8 +250,8 @@ def test_document_shape_and_the_auto_rule(monkeypatch):
 def test_config_resolves_auto_per_index():
     from types import SimpleNamespace
 
-    docs = SimpleNamespace(doc_offsets=np.array([0, 3, 5, 9]))
-    lines = SimpleNamespace(doc_offsets=np.arange(10))
+    docs = SimpleNamespace(shards=[SimpleNamespace(docs=np.array([0, 3, 5, 9]))])
+    lines = SimpleNamespace(shards=[SimpleNamespace(docs=np.arange(10))])
     config = SelectConfig("centroid", "0.3")
     assert config.context == "auto" and "context" not in config.to_manifest()
     assert config.resolve_context(docs).name == "document"
