@@ -27,7 +27,10 @@ class ServedIndex(Index):
     Each actor opens and verifies only its own shards (every file against the checksum in its
     shard's `shard.json`, once per version of its content), and a shard that fails stops the
     start with one error naming it; this process checks the index's headers and lengths and
-    hashes its offsets and token counts, leaving the content to the actors.
+    hashes its offsets and token counts, leaving the content to the actors. What only requests
+    need is made ready after the start, in the background: each actor imports torch (its
+    float16 and int8 scans), copies its rows into RAM and loads its FAISS parts; a request
+    that comes first does (or waits for) the part it needs (`warmed` waits for all of it).
 
     Args:
         path: The index directory (on a file system every node of the cluster sees).
@@ -104,11 +107,25 @@ class ServedIndex(Index):
         self.servers.close()
         self.servers = self._start(**options)
 
+    def warmed(self, timeout: float | None = None) -> list[dict[str, float]]:
+        """Wait until every actor has made ready what only requests need (torch imported, rows
+        copied into RAM, FAISS parts loaded), which they begin when the start ends.
+
+        Args:
+            timeout: Seconds each actor waits at most (None: as long as it takes).
+
+        Returns:
+            Per actor, the seconds each step took ("torch", "held", "parts").
+        """
+        return self.servers.warmed(timeout)
+
     def actor_reports(self) -> list[dict[str, Any]]:
         """What each actor opened when it started, in actor order: its shards (`shards`, by
         name), the shards whose files it compared with their checksums (`verified`: its own
         only), the shards past its own whose rows its scoring grid reaches (`reached`: mapped,
-        headers checked, content verified by their own actor), its rows and start seconds.
+        headers checked, content verified by their own actor), its rows, its start's seconds,
+        when it began (`began_at`), its process's age then (`process_s`: the Ray worker's own
+        start) and the CPU seconds of its process before and during its start.
 
         Returns:
             One dict per actor.

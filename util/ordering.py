@@ -10,8 +10,8 @@ from typing import Iterator
 
 import numpy as np
 
-__all__ = ["RankCut", "descending_bits", "descending_values", "rank_cut", "rows_below_cut",
-           "top_rows"]
+__all__ = ["RankCut", "descending_bits", "descending_keys", "descending_values", "rank_cut",
+           "rows_below_cut", "top_rows"]
 
 BLOCK = 1 << 20            # rows whose keys exist at once in the passes below (~4 MB)
 _NAN_KEY = np.uint32(0xFFFFFFFF)   # above every number's key: NaN ranks last, as `lexsort` puts it
@@ -185,3 +185,31 @@ def top_rows(scores: np.ndarray, k: int) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     rows_, keys_ = np.concatenate(rows), np.concatenate(keys)
     return rows_[np.lexsort((rows_, keys_))]
+
+
+def descending_keys(values: np.ndarray) -> np.ndarray:
+    """Sort keys of float32 (uint32 keys) or float64 values (uint64 keys) in `rank`'s order of
+    the values: a higher value gets a lower key, -0.0 and +0.0 one key, NaN the highest key
+    (last). Ties are left to the caller (by row).
+
+    Args:
+        values: float32 or float64 values (any other dtype is taken as float32); not written.
+
+    Returns:
+        uint32 keys (uint64 for float64 values), one per value.
+    """
+    values = np.asarray(values)
+    if values.dtype != np.float64:
+        f = values.astype(np.float32, copy=False)
+        keys = descending_bits(f)
+        keys[np.isnan(f)] = _NAN_KEY
+        return keys
+    neg = np.negative(values)
+    neg += 0.0                                # -0.0 -> +0.0
+    bits = neg.view(np.int64)
+    mask = bits >> 63
+    mask |= np.int64(-0x8000000000000000)
+    keys = np.empty(values.shape, dtype=np.uint64)
+    np.bitwise_xor(bits, mask, out=keys.view(np.int64))
+    keys[np.isnan(values)] = np.uint64(0xFFFFFFFFFFFFFFFF)
+    return keys

@@ -14,6 +14,10 @@ ranking. Up to `EXACT_DRAW_ROWS` rows they are the ranking's rows at uniformly d
 (one 8-byte key per row while drawing); above it, the same number of rows drawn uniformly from
 the same rows taken in row order (`ordering.rank_cut`: the round's scores and one block, not
 a key per row). Both are uniform samples of one population; they are not the same sample.
+
+The scores may be held where the rows are (`arrays.HeldScores`: a served index's actors keep
+them): the counts, the top rows and the sampled rows are then asked of their holders, the same
+rows as from an array, and no score per row comes here.
 """
 
 from __future__ import annotations
@@ -73,22 +77,29 @@ def _log_odds(model) -> arrays.Linear:
                           float(model.intercept_[0]))
 
 
-def _sample_ranks(rng: np.random.Generator, scores: np.ndarray, start: int, wanted: int,
-                  most: int) -> np.ndarray:
+def _sample_ranks(rng: np.random.Generator, scores: np.ndarray | arrays.HeldScores,
+                  start: int, wanted: int, most: int) -> np.ndarray:
     """Sorted rows drawn without replacement from the ranking of `scores` below position
     `start`: `rng.choice(rank(scores)[start:], ...)` (the same draws: `choice` picks positions
     from the population's size alone), without holding the ranking. Above `EXACT_DRAW_ROWS`
-    float32 scores the drawn positions pick those rows in row order instead (no key per row)."""
+    float32 scores the drawn positions pick those rows in row order instead (no key per row).
+    Scores held where the rows are (`arrays.HeldScores`) give the same rows."""
     population = len(scores) - start
     size = min(population, wanted, most)
     positions = rng.choice(population, size=size, replace=False)
+    held = isinstance(scores, arrays.HeldScores)
     if len(scores) > EXACT_DRAW_ROWS and scores.dtype == np.float32:
+        if held:
+            return scores.rows_below_cut(start, np.sort(positions))
         return ordering.rows_below_cut(scores, ordering.rank_cut(scores, start),
                                        np.sort(positions))
+    if held:
+        return np.sort(scores.rows_at_ranks(start + positions))
     return np.sort(arrays.rows_at_ranks(scores, start + positions))
 
 
-def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
+def pu_classifier(corpus: np.ndarray, task: np.ndarray,
+                  prerank: np.ndarray | arrays.HeldScores,
                   n_positive: int | None, config: PUConfig,
                   score_rows: Callable[[Callable[[np.ndarray], np.ndarray]], np.ndarray]
                   | None = None
@@ -96,7 +107,9 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
     """Scores (log-odds) of every corpus row, the final scorer, and what each round used.
 
     `score_rows` applies a row scorer to every corpus row (default: to `corpus`; an index's
-    `score_rows`, which a served index runs in its actors)."""
+    `score_rows`, which a served index runs in its actors). It may return the scores held
+    where the rows are (`arrays.HeldScores`, as may `prerank` be): every step of the fit then
+    asks them for counts and rows only, and the scores returned are held too."""
     score_rows = score_rows or (lambda scorer: scorer(corpus))
     rng = np.random.default_rng(config.seed)
     n = len(corpus)
@@ -115,27 +128,44 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray, prerank: np.ndarray,
         k = int(n_positive) if n_positive else _count_positive(scores)
         k = max(1, min(k, n - 1))
         n_top = min(n, max(1, int(config.positive_fraction * k)))
-        top = _top(scores, n_top)
         take = min(n_top, config.max_train // 2)
-        pos_rows = np.sort(top[rng.choice(n_top, size=take, replace=False)])
+        pos_rows = _top_sample(rng, scores, n_top, take)
         neg_rows = _sample_ranks(rng, scores, min(2 * k, n - 1),
                                  int(config.negatives * (len(task) + take)), config.max_train)
         n_neg = len(neg_rows)
-        scores = top = None   # freed: not held beside the next round's scores
+        scores = None   # freed: not held beside the next round's scores
         log.debug("PU round %d: %d pseudo-positives, %d negatives", round_ + 1, take, n_neg)
     info["positive_estimate"] = _count_positive(scores)
     return scores, _log_odds(model), info
 
 
-def _top(scores: np.ndarray, k: int) -> np.ndarray:
+def _top_sample(rng: np.random.Generator, scores: np.ndarray | arrays.HeldScores,
+                n_top: int, take: int) -> np.ndarray:
+    """Sorted rows drawn without replacement from the first `n_top` of the ranking:
+    `np.sort(_top(scores, n_top)[rng.choice(n_top, take, replace=False)])`. Held scores give
+    the drawn rows only (`HeldScores.rows_at_ranks`), not all `n_top` (which grow with the
+    rows without a budget in sentences)."""
+    if isinstance(scores, arrays.HeldScores):
+        return np.sort(scores.rows_at_ranks(rng.choice(n_top, size=take, replace=False)))
+    top = _top(scores, n_top)
+    return np.sort(top[rng.choice(n_top, size=take, replace=False)])
+
+
+def _top(scores: np.ndarray | arrays.HeldScores, k: int) -> np.ndarray:
     """`rank(scores)[:k]`: without a copy of every score (`ordering.top_rows`) where the
-    scores are float32, else by a partition (`scoring.rank_top`)."""
+    scores are float32, else by a partition (`scoring.rank_top`); held scores by their
+    holders (`HeldScores.top_rows`)."""
+    if isinstance(scores, arrays.HeldScores):
+        return scores.top_rows(k)
     if scores.dtype == np.float32:
         return ordering.top_rows(scores, k)
     return arrays.rank_top(scores, k)[:k]
 
 
-def _count_positive(scores: np.ndarray) -> int:
-    """How many scores are above 0 (a block at a time: no mask of every row)."""
+def _count_positive(scores: np.ndarray | arrays.HeldScores) -> int:
+    """How many scores are above 0 (a block at a time: no mask of every row; held scores by
+    their holders)."""
+    if isinstance(scores, arrays.HeldScores):
+        return scores.count_above(0.0)
     return sum(int(np.count_nonzero(np.asarray(scores[lo:lo + ordering.BLOCK]) > 0))
                for lo in range(0, len(scores), ordering.BLOCK))

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..scoring import arrays
 from ..learned.pu import PUConfig, pu_classifier
-from .base import ScanParams, SentenceScored, param, scan_rows, scans_codes
+from .base import (ScanParams, ScoreParts, SentenceScored, code_scale, param, rescored_rows,
+                   scan_rows, scans_codes)
 from .registry import register
 
 
@@ -41,34 +44,73 @@ class Classifier(SentenceScored):
 
     def scorer(self, ctx, task, params, heldout=False):
         """`heldout`: positive only (no self-training), as `auto` fits it on 90% of the task."""
-        scorer, _, info = self.fit(ctx, task, params, heldout)
+        scorer, _, info = self.fit(ctx, task, params, heldout, held=True)
         return scorer, info
 
-    def fit(self, ctx, task, params, heldout=False):
+    def fit(self, ctx, task, params, heldout=False, held=False):
         """The fitted scorer, its scores of every corpus row (the last round's, which the
         scorer would give again) and what the fit used. With `scan` codes every scan of the
-        fit (the centroid pre-ranking, each round's scores) runs on the int8 codes.
+        fit (the centroid pre-ranking, each round's scores) runs on the int8 codes. On a
+        served index every scan's scores stay in its actors (`held_scan`): the fit asks them
+        for counts and rows only.
 
         Args:
             ctx: The selection's context.
             task: The task's embeddings (the positives).
             params: The classifier's parameters.
             heldout: Positive only (no self-training rounds).
+            held: On a served index, return the scores held by its actors
+                (`arrays.HeldScores`) rather than gathered here.
 
         Returns:
             (scorer, scores of every row, info).
         """
-        scan = scan_rows(ctx, params)
+        scan = held_scan(ctx, params)
         rounds = 0 if heldout else params.rounds
         n_positive = None if heldout else ctx.n_positive
         # the pre-ranking is handed over, not kept here: the fit frees it after round 0
         scores, scorer, info = pu_classifier(
             ctx.index.embeddings, task, scan(arrays.Linear(arrays.centroid(task), cosine=True)),
             n_positive, PUConfig(rounds=rounds, seed=ctx.seed), score_rows=scan)
-        return scorer, scores, info
+        return scorer, (scores if held else arrays.as_array(scores)), info
 
     def fitted_scores(self, ctx, params):
         return self.fit(ctx, ctx.need_task(self.name), params)
 
+    def score_parts(self, ctx, params):
+        """On a served index with `scan` codes: the fit's last scores (of the codes) held by
+        the actors, the best `rescore` x budget rows rescored exactly here (as
+        `arrays.rescore_best`; rows tied at the last place: the lowest, where its partition
+        takes any), the budget's cut made by the actors; no score per sentence comes here.
+        None elsewhere (the whole-array path)."""
+        if not scans_codes(params) or arrays.score_holder(ctx.index) is None:
+            return None
+        wanted = rescored_rows(ctx, params)
+        scorer, approx, info = self.fit(ctx, ctx.need_task(self.name), params, held=True)
+        best = np.sort(approx.top_rows(min(max(wanted, 1), len(approx))))
+        approx.set_rows(best, arrays.exact_scores(ctx.index.embeddings, scorer, best))
+        info = {**info, "scan": "codes", "rescored_sentences": int(len(best))}
+        return ScoreParts((), 0, info, cut=lambda view, cut: approx.cut(view, cut))
+
     def depends_on_budget(self, params):
         return params.rounds > 0 or scans_codes(params)
+
+
+def held_scan(ctx, params):
+    """`base.scan_rows`, but on a served index the scores stay in its actors: each scan
+    returns a handle on them (`arrays.HeldScores`), not the scores.
+
+    Args:
+        ctx: The selection's context.
+        params: The method's parameters (`scan`).
+
+    Returns:
+        A function of a row scorer: its scores of every row (held on a served index).
+    """
+    holder = arrays.score_holder(ctx.index)
+    if holder is None:
+        return scan_rows(ctx, params)
+    if not scans_codes(params):
+        return holder.hold_scores
+    scale = code_scale(ctx.index)
+    return lambda scorer: holder.hold_scores(scorer.for_codes(scale), on="codes")

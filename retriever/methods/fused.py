@@ -1,28 +1,40 @@
-"""fused: the PU classifier (meaning) and Moore-Lewis (wording), the sum of their z-scores."""
+"""fused: the PU classifier (meaning), Moore-Lewis and the wording classifier (words), the sum
+of their z-scores."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+
+from ..learned.pu import PUConfig
+from ..learned.wording import wording_scores
 from ..scoring import arrays
 from ..scoring.ngram_lm import general_sample_size
 from .base import ScanParams, ScoreParts, SentenceScored, param, rescored_rows, scans_codes
-from .moore_lewis import lexical_scores
+from .moore_lewis import lexical_held, lexical_scores
 from .registry import get_method, register
 
 
 @dataclass(frozen=True)
 class FusedParams(ScanParams):
     rounds: int = param(2, "Self-training rounds of the classifier half.", minimum=0)
+    wording: str = param("lm+classifier", "The word scorers beside the meaning classifier: "
+                         "Moore-Lewis alone (`lm`), or Moore-Lewis and a hashed n-gram "
+                         "classifier fitted on the first two's pseudo-labels.",
+                         choices=("lm", "lm+classifier"))
 
 
 @register
 class Fused(SentenceScored):
     name = "fused"
-    summary = "Classifier (meaning) + Moore-Lewis (wording): the sum of their z-scores."
-    help = """The most precise method on the benchmark: the two disagree usefully (the classifier
-    sees meaning, Moore-Lewis the domain's words) and their errors overlap little. It reads
-    every stored sentence's text, so it costs a few seconds more than the classifier alone.
+    summary = "Classifier (meaning) + Moore-Lewis and an n-gram classifier (words): z-score sum."
+    help = """The most precise method on the benchmark: its scorers disagree usefully (the
+    classifier sees meaning, Moore-Lewis and the n-gram classifier the domain's words) and their
+    errors overlap little. The n-gram classifier learns from the first two's ranking
+    (pseudo-labels, no label beyond the task); `wording` lm leaves it out. It reads every
+    stored sentence's words, so it costs a few seconds more than the classifier alone.
     With `scan` codes the classifier half fits and scores on the int8 codes, and the meaning
     scores of the best `rescore` x budget sentences by the fused score are rescored exactly.
 
@@ -39,17 +51,20 @@ class Fused(SentenceScored):
 
     def sentence_scores(self, ctx, params):
         fused, info = self._fused(ctx, params)
-        return fused.all(), info
+        return (fused.values() if isinstance(fused, arrays.HeldScores) else fused.all()), info
 
     def score_parts(self, ctx, params):
-        """The z-score sum block by block: beside its two halves' scores (4 bytes a sentence
-        each), no score per sentence is kept."""
+        """The z-score sum block by block: beside its scorers' scores (4 bytes a sentence
+        each), no score per sentence is kept. On a served index the sum is held by the
+        actors (`held_fused`), which make the budget's cut."""
         fused, info = self._fused(ctx, params)
+        if isinstance(fused, arrays.HeldScores):
+            return ScoreParts((), 0, info, cut=lambda view, cut: fused.cut(view, cut))
         return ScoreParts(fused.parts(), fused.part_count(), info)
 
     def _fused(self, ctx, params) -> tuple[arrays.ZSum, dict]:
-        """The z-score sum of the two halves (`scoring.ZSum`, computed once per task and
-        setting) and what the fit saw."""
+        """The z-score sum of the scorers (`scoring.ZSum`, computed once per task and
+        setting) and what the fits saw."""
         texts = ctx.need_texts(self.name)          # before any fitting
         task = ctx.need_task(self.name)
         classifier = get_method("classifier")
@@ -57,6 +72,8 @@ class Fused(SentenceScored):
 
         def compute():
             ctx.index.lexicon       # noqa: B018 - its lexical ids checked before any fitting
+            if arrays.score_holder(ctx.index) is not None:
+                return held_fused(self, ctx, params, task, texts, wanted)
             # the fit first, the Moore-Lewis half after it: the fit's peak (every row's score
             # and the ranks its negatives are drawn from) is not held beside 4 more bytes a row
             scorer, meaning, info = classifier.fit(ctx, task, classifier.shared_params(params))
@@ -66,12 +83,61 @@ class Fused(SentenceScored):
                     ctx.index.embeddings, scorer, meaning, wanted,
                     by=arrays.fuse_zscores(meaning, lexical))
                 info = {**info, "scan": "codes", "rescored_sentences": int(len(rescored))}
-            return arrays.ZSum(meaning, lexical), info
+            if params.wording == "lm":
+                return arrays.ZSum(meaning, lexical), info
+            words, fit = self._wording(ctx, task_texts=texts, ranking=arrays.ZSum(
+                meaning, lexical).all(np.float32), info=info)
+            return arrays.ZSum(meaning, lexical, words), {**info, "wording_classifier": fit}
 
-        key = ("fused", ctx.n_positive, params.rounds, ctx.seed, wanted)
+        key = ("fused", ctx.n_positive, params.rounds, ctx.seed, wanted, params.wording)
         fused, info = ctx.memo.get(key, compute)
         return fused, {**info, "general_lm_sentences": general_sample_size(
             len(texts), ctx.index.n_sentences)}
 
+    @staticmethod
+    def _wording(ctx, task_texts, ranking: np.ndarray, info: dict) -> tuple[np.ndarray, dict]:
+        """The wording classifier's scores from the meaning + Moore-Lewis ranking; without a
+        budget its pseudo-positives count what the meaning classifier puts above 0.5."""
+        k = ctx.n_positive or max(1, int(info.get("positive_estimate", 1)))
+        holder = arrays.score_holder(ctx.index)     # served: the scores stay in the actors
+        return wording_scores(ctx.index.lexicon, task_texts, ranking, k,
+                              PUConfig(seed=ctx.seed),
+                              apply=ctx.index.lexicon_scores if holder is None
+                              else holder.hold_lexicon)
+
     def depends_on_budget(self, params):
-        return params.rounds > 0 or scans_codes(params)
+        return params.rounds > 0 or scans_codes(params) or params.wording != "lm"
+
+
+def held_fused(method: Fused, ctx, params, task, texts, wanted: int) -> tuple[Any, dict]:
+    """`Fused._fused`'s sum on a served index: every scorer's scores held by the actors
+    (`arrays.HeldScores`), the sum of their z-scores too (`ScoreHolder.zsum`, the moments bit
+    for bit those of one process); the rows rescored with `scan` codes and the wording
+    classifier's pseudo-labels are asked of them. No score per sentence comes here.
+
+    Args:
+        method: The fused method.
+        ctx: The selection's context (its index served).
+        params: fused's parameters.
+        task: The task's embeddings.
+        texts: The task's sentences.
+        wanted: Rows rescored exactly with `scan` codes (0: none).
+
+    Returns:
+        (the held z-score sum, what the fits saw).
+    """
+    holder = arrays.score_holder(ctx.index)
+    classifier = get_method("classifier")
+    scorer, meaning, info = classifier.fit(ctx, task, classifier.shared_params(params),
+                                           held=True)
+    lexical = lexical_held(ctx, method.name)
+    if wanted:      # `arrays.rescore_best` by the fused score (ties at the last place: the
+        # lowest rows, where its partition takes any), the best rows found by the actors
+        best = np.sort(holder.zsum(meaning, lexical).top_rows(min(max(wanted, 1), len(meaning))))
+        meaning.set_rows(best, arrays.exact_scores(ctx.index.embeddings, scorer, best))
+        info = {**info, "scan": "codes", "rescored_sentences": int(len(best))}
+    if params.wording == "lm":
+        return holder.zsum(meaning, lexical), info
+    words, fit = method._wording(ctx, task_texts=texts, ranking=holder.zsum(
+        meaning, lexical).astype(np.float32), info=info)
+    return holder.zsum(meaning, lexical, words), {**info, "wording_classifier": fit}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ranking.index_protocol import own_cuts
+from ..scoring.arrays import HeldScores, score_holder
 from ..scoring.ngram_lm import HashedLMs, general_sample_size, moore_lewis_lexicon
 from .base import RankingInputs, ScoreParts, SentenceScored
 from .registry import register
@@ -26,6 +27,26 @@ def lexical_scores(ctx: RankingInputs, method: str = "moore-lewis") -> np.ndarra
         return scores
 
     return ctx.memo.get(("moore-lewis", ctx.seed), compute)
+
+
+def lexical_held(ctx: RankingInputs, method: str = "moore-lewis") -> HeldScores | None:
+    """`lexical_scores` kept by a served index's actors, each scoring its own shards (a handle,
+    `arrays.HeldScores`; no score per sentence comes here), computed once per task; None on an
+    index that is not served."""
+    holder = score_holder(ctx.index)
+    if holder is None:
+        return None
+    texts = ctx.need_texts(method)
+
+    def compute() -> HeldScores:
+        corpus = ctx.corpus
+        models = HashedLMs(ctx.index.lexicon, texts, seed=ctx.seed,
+                           extra_words=corpus.extra_words if corpus.share_vocabulary else None)
+        if corpus.share_vocabulary:
+            corpus.extra_words = models.new
+        return holder.hold_lexicon(models.score_shard)
+
+    return ctx.memo.get(("moore-lewis", "held", ctx.seed), compute)
 
 
 def lexical_parts(ctx: RankingInputs, method: str, info: dict) -> ScoreParts:

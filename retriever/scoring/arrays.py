@@ -16,7 +16,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,6 +31,73 @@ from .moments import (RowRuns, ZSum, fuse_zscores, moments, pairwise_sum,  # noq
 
 CHUNK = 65536
 KEY_BLOCK = 1 << 20   # rows whose ranking keys are built at once (~20 MB of temporaries)
+
+
+@runtime_checkable
+class HeldScores(Protocol):
+    """Every row's score kept where the rows are (a served index's actors,
+    `serving.remote_scores.RemoteScores`), asked for answers that do not grow with the rows:
+    the learned scorers (`learned.pu`) take one in place of an array of scores."""
+
+    dtype: np.dtype
+
+    def __len__(self) -> int: ...
+
+    def count_above(self, threshold: float) -> int:
+        """How many scores are above `threshold`."""
+        ...
+
+    def top_rows(self, k: int) -> np.ndarray:
+        """`rank(scores)[:k]`."""
+        ...
+
+    def rows_at_ranks(self, ranks: np.ndarray) -> np.ndarray:
+        """`rank(scores)[ranks]`."""
+        ...
+
+    def rows_below_cut(self, start: int, ordinals: np.ndarray) -> np.ndarray:
+        """`ordering.rows_below_cut(scores, ordering.rank_cut(scores, start), ordinals)`."""
+        ...
+
+    def values(self) -> np.ndarray:
+        """Every score, gathered."""
+        ...
+
+
+@runtime_checkable
+class ScoreHolder(Protocol):
+    """What keeps scores where the rows are (a served index's `ShardServers`)."""
+
+    def hold_scores(self, scorer: Callable[[np.ndarray], np.ndarray], on: str = "rows"
+                    ) -> HeldScores:
+        """Every row's score by `scorer` (`on` codes: of its int8 codes), kept."""
+        ...
+
+    def hold_lexicon(self, score_shard: Callable[[Any], np.ndarray]) -> HeldScores:
+        """Every row's score by `score_shard` of its shard's stored lexical ids, kept."""
+        ...
+
+    def zsum(self, *scores: HeldScores) -> HeldScores:
+        """`ZSum(*scores)`, kept."""
+        ...
+
+
+def score_holder(index: Any) -> ScoreHolder | None:
+    """Where an index keeps scores where its rows are (a served index's actors), else None.
+
+    Args:
+        index: The selection's index.
+
+    Returns:
+        Its `ScoreHolder` (a served index's `servers`), or None.
+    """
+    servers = getattr(index, "servers", None)
+    return servers if isinstance(servers, ScoreHolder) else None
+
+
+def as_array(scores: Any) -> np.ndarray:
+    """Scores as an array: held ones gathered (`HeldScores.values`), an array as it is."""
+    return scores.values() if isinstance(scores, HeldScores) else scores
 
 
 def centroid(task_embeddings: np.ndarray) -> np.ndarray:

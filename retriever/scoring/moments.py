@@ -120,9 +120,9 @@ class RowRuns:
         """How many parts `parts(size)` yields."""
         return -(-len(self) // (size or self.run_size()))
 
-    def all(self) -> np.ndarray:
-        """The score of every row (float64), computed run by run."""
-        out = np.empty(len(self), dtype=np.float64)
+    def all(self, dtype: type = np.float64) -> np.ndarray:
+        """The score of every row (float64, or `dtype`), computed run by run."""
+        out = np.empty(len(self), dtype=dtype)
         for lo, part in self.parts():
             out[lo:lo + len(part)] = part
         return out

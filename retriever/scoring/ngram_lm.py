@@ -199,7 +199,37 @@ def general_sample_size(in_sentences: int, corpus_sentences: int) -> int:
     return min(int(in_sentences), int(corpus_sentences))
 
 
-class HashedLMs:
+class ShardScorer:
+    """A scorer of every stored sentence from an index's lexical ids, shard by shard: a subclass
+    has a `lexicon` and implements `shard_parts`."""
+
+    lexicon: Any
+
+    def shard_parts(self, shard) -> Iterator[tuple[int, np.ndarray]]:
+        raise NotImplementedError
+
+    def score_all(self, apply: Callable[[Callable[[Any], np.ndarray]], np.ndarray] | None = None
+                  ) -> np.ndarray:
+        """The score of every corpus sentence (higher = more task-like), shard by shard.
+
+        Args:
+            apply: Runs `score_shard` on every shard and returns the scores in row order
+                (default: the lexicon's own `map_shards`; a served index passes its actors').
+
+        Returns:
+            (sentences,) float32 scores.
+        """
+        return (apply or self.lexicon.map_shards)(self.score_shard)
+
+    def score_shard(self, shard) -> np.ndarray:
+        """The scores of one shard's sentences (`lexical.ShardLexicon`), in its row order."""
+        scores = np.empty(len(shard), dtype=np.float32)
+        for lo, part in self.shard_parts(shard):
+            scores[lo:lo + len(part)] = part
+        return scores
+
+
+class HashedLMs(ShardScorer):
     """Moore-Lewis's two language models over an index's stored lexical ids
     (`tapt.indexer.reading.lexical.Lexicon`: hashed words and bigram types), fitted and applied without
     reading or tokenising the corpus.
@@ -293,23 +323,6 @@ class HashedLMs:
 
     def _score(self, hist: np.ndarray, word: np.ndarray, predicted: np.ndarray) -> np.ndarray:
         return self._difference(*self.token_log2(hist, word), predicted)
-
-    def score_all(self, apply: Callable[[Callable[[Any], np.ndarray]], np.ndarray] | None = None
-                  ) -> np.ndarray:
-        """The score of every corpus sentence (higher = more in-domain), shard by shard.
-
-        Args:
-            apply: Runs `score_shard` on every shard and returns the scores in row order
-                (default: the lexicon's own `map_shards`; a served index passes its actors').
-        """
-        return (apply or self.lexicon.map_shards)(self.score_shard)
-
-    def score_shard(self, shard) -> np.ndarray:
-        """The scores of one shard's sentences (`lexical.ShardLexicon`), in its row order."""
-        scores = np.empty(len(shard), dtype=np.float32)
-        for lo, part in self.shard_parts(shard):
-            scores[lo:lo + len(part)] = part
-        return scores
 
     def shard_parts(self, shard) -> Iterator[tuple[int, np.ndarray]]:
         """(first local row, float32 scores) of consecutive runs of up to 2^16 of one shard's

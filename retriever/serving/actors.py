@@ -3,7 +3,8 @@
 `ShardServers` starts one actor per group of consecutive shards (`ShardServer`); each opens
 and verifies only its own shards (`shard_set.ShardSubset`: every file against the checksum in
 its shard's `shard.json`, once per version of its content), keeps its rows of the embeddings
-(or, `hold` codes, their int8 codes) in RAM and its shards' FAISS parts loaded, and answers
+(or, `hold` codes, their int8 codes) in RAM and its shards' FAISS parts loaded (made ready
+after the start, all actors' starts waited for at once: `ShardServer.warm`), and answers
 these calls: `top(scorer, cut, size, first)` (a budget's cut of the segments of its rows ranked
 by a sentence scorer; the request names the segment size and its first segment's id, the
 actor cuts its own segments from its shards' document offsets), `score(scorer, on)` (the
@@ -20,9 +21,13 @@ What fans out:
   (centroid, distance, density, classifier...): every actor returns only the budget's cut of
   its own segments (`topcut`) and the scores of the few rows of segments its rows begin or end
   inside; the driver merges them. No score per sentence crosses Ray;
+- the scans of a fit that needs every row's score several times (the classifier's pre-ranking
+  and self-training rounds; `fused`'s halves and their z-score sum): each actor keeps its rows'
+  scores by name (`held`, `hold_scores`, `hold_lexicon`, `zsum`), the driver asks for counts,
+  moments, rows at ranking positions and the budget's cut (`remote_scores`);
 - every other scan of every row by a scorer (`Index.score_rows`: no budget or a larger one,
-  document context, `auto`, iforest's pre-ranking, the classifier's fit): the scorer is sent
-  to every actor, each returns the scores of its rows;
+  document context, `auto`, iforest's pre-ranking): the scorer is sent to every actor, each
+  returns the scores of its rows;
 - every FAISS search (knn, and methods that search): each actor searches its parts, the driver
   merges with `merge_topk`, exactly as `ShardedFaiss` does in one process (each actor merges
   its own parts first);
@@ -48,7 +53,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -63,6 +68,9 @@ from tapt.util.checks import whole_number
 from ..scoring import arrays
 from ..ranking import topcut
 
+if TYPE_CHECKING:
+    from .remote_scores import RemoteScores
+
 log = logging.getLogger(__name__)
 
 GRID = arrays.CHUNK
@@ -76,7 +84,9 @@ class ShardServer:
     It opens and verifies only its own shards (`shard_set.ShardSubset`), once, when it starts,
     and keeps what a request needs where its rows are: the rows (or codes), the FAISS parts,
     the lexical ids, and each segment size's segment offsets of its rows (computed from its
-    shards' document offsets on the first request at that size).
+    shards' document offsets on the first request at that size). The rows are copied into RAM
+    and the FAISS parts loaded after the start (`warm`), or by the first request that needs
+    them.
 
     Args:
         path: The index directory (on a file system this actor's node sees).
@@ -92,21 +102,17 @@ class ShardServer:
                  hold: str = "rows") -> None:
         from tapt.indexer.store.integrity import checked_files
 
-        from .shard_set import ShardSubset, checked_by_shard
+        from .shard_set import ShardSubset, checked_by_shard, process_age, ready_steps
 
-        began = time.perf_counter()
+        at, began, cpu, age = time.time(), time.perf_counter(), time.process_time(), process_age()
         before = len(checked_files())
-        index = ShardSubset(path, shards, rows)
+        index = ShardSubset(path, shards, rows)      # every file of its shards verified
         self.index, self.shards = index, list(shards)
         self._identity = index.identity()
         self.start, self.stop = index.rows
-        rows_view, codes = index.held("embeddings"), index.held("codes")
-        # what it holds in RAM, not mapped
-        self.rows = np.array(rows_view) if hold == "rows" else rows_view
-        self.codes = np.array(codes) if hold == "codes" and codes is not None else codes
-        faiss = index.faiss                  # each part checked: length, checksum, header, ids
-        self.parts = [(part, 0 if faiss.global_ids else base)
-                      for part, base in zip(faiss.parts, faiss.row_offsets)]
+        # mapped until `_ready` copies what it holds into RAM (the same values)
+        self.rows, self.codes = index.held("embeddings"), index.held("codes")
+        self._ready = ready_steps(self, hold)
         self._segments: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
         checked = checked_by_shard(checked_files()[before:])
         verified = [s.name for s in index.shards
@@ -114,7 +120,24 @@ class ShardServer:
         self._report = {"shards": list(index.opened), "reached": list(index.reached),
                         "checked": checked, "verified": verified,
                         "rows": [self.start, self.stop], "node": _node_id(),
-                        "seconds": round(time.perf_counter() - began, 3)}
+                        "seconds": round(time.perf_counter() - began, 3), "process_s": age,
+                        "began_at": round(at, 3),
+                        "cpu_before_s": round(cpu, 3),
+                        "cpu_s": round(time.process_time() - cpu, 3)}
+
+    @property
+    def parts(self) -> list[tuple[Any, int]]:
+        """Its shards' FAISS parts, with the base of their ids (loaded once)."""
+        return self._ready.get("parts")
+
+    def warm(self) -> None:
+        """Make ready in the background what only requests need (`shard_set.Ready`): the rows
+        (or codes) copied into RAM, the FAISS parts loaded, torch imported for the scans."""
+        self._ready.start()
+
+    def warmed(self, timeout: float | None = None) -> dict[str, float]:
+        """Wait for `warm`'s steps (at most `timeout` seconds); the seconds of each."""
+        return self._ready.wait(timeout)
 
     def identity(self) -> dict[str, Any]:
         return self._identity
@@ -124,7 +147,10 @@ class ShardServer:
         their recorded checksums by shard (`checked`), the shards all of whose recorded files
         it checked (`verified`), the shards past its own whose rows the scoring grid reaches
         (`reached`: mapped, headers and lengths checked, only their small document offsets
-        and token counts hashed), its rows, its Ray node and its start's seconds."""
+        and token counts hashed), its rows, its Ray node, its start's seconds, when it began
+        (`began_at`, `time.time()` of its node), the age of its process then (`process_s`: the
+        Ray worker's own start) and the CPU seconds of its process before (`cpu_before_s`) and
+        during its start (`cpu_s`)."""
         return dict(self._report)
 
     def score(self, scorer, on: str = "rows") -> tuple[int, np.ndarray]:
@@ -192,6 +218,22 @@ class ShardServer:
         kept, pieces = stream.finish()
         return kept, pieces, check
 
+    def held(self, op: str, *args: Any) -> Any:
+        """An operation on the score arrays this actor keeps by name (`held_arrays`, asked by
+        `remote_scores`: every row's score stays here, the driver asks for counts, positions
+        and cuts)."""
+        from .held_arrays import ACTOR_OPS
+
+        return ACTOR_OPS[op](self, *args)
+
+    def held_top(self, name: str, cut: topcut.Cut, size: int, first: int, of: str = "rows"
+                 ) -> tuple[topcut.Candidates, list[topcut.Piece], tuple[int, int, int]]:
+        """`top` of the scores kept under `name` (`held_arrays.held_cut`; `of`: whether they
+        are of its scoring span, "rows", or of its own shards, "shards")."""
+        from .held_arrays import held_cut
+
+        return held_cut(self, name, cut, size, first, of)
+
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The best `k` per query of this actor's parts (global ids), merged here: one k-wide
         result crosses Ray whatever the number of parts; None without parts."""
@@ -206,6 +248,7 @@ class ShardServer:
 
     def nbytes(self) -> int:
         """Bytes of rows or codes this actor holds in RAM."""
+        self._ready.get("held")
         held = [a for a in (self.rows, self.codes) if isinstance(a, np.ndarray)
                 and not isinstance(a, np.memmap)]
         return int(sum(a.nbytes for a in held))
@@ -312,11 +355,10 @@ class ShardServers:
         began = time.perf_counter()
         self.actors = [remote.remote(where, g, rows, hold)
                        for g, rows in zip(groups, self.spans)]
-        try:
-            identities = self.ray.get([a.identity.remote() for a in self.actors],
-                                      timeout=timeout)
-            self.reports = self.ray.get([a.report.remote() for a in self.actors],
-                                        timeout=timeout)
+        try:                                 # all started at once, waited for once
+            answers = self.ray.get([a.identity.remote() for a in self.actors]
+                                   + [a.report.remote() for a in self.actors], timeout=timeout)
+            identities, self.reports = answers[:count], answers[count:]
         except Exception as exc:  # noqa: BLE001 - one tapt error, the actors stopped
             self.close()
             if isinstance(exc, self.ray.exceptions.GetTimeoutError):
@@ -332,6 +374,19 @@ class ShardServers:
         self.start_seconds = time.perf_counter() - began
         log.info("%d serving actor(s) opened their shards of %s in %.1f s", count, index.path,
                  self.start_seconds)
+        for actor in self.actors:            # after every start: not competing with one
+            actor.warm.remote()
+
+    def warmed(self, timeout: float | None = None) -> list[dict[str, float]]:
+        """Wait until every actor has made ready what only requests need (`ShardServer.warm`).
+
+        Args:
+            timeout: Seconds each actor may wait (None: as long as it takes).
+
+        Returns:
+            Per actor, the seconds of each step.
+        """
+        return self._get([a.warmed.remote(timeout) for a in self.actors], "serve")
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
         try:
@@ -345,8 +400,29 @@ class ShardServers:
         ref = self.ray.put(scorer)
         out = np.empty(n, dtype=np.float32)
         for start, part in self._get([a.score.remote(ref, on) for a in self.actors], "score"):
+            self._count("received", part)
             out[start:start + len(part)] = part
         return out
+
+    def hold_scores(self, scorer, on: str = "rows") -> "RemoteScores":
+        """The scorer's score of every row (`on` codes: of its int8 codes), kept by the actors
+        that score the rows: a handle (`remote_scores.RemoteScores`), no score gathered."""
+        from .remote_scores import RemoteScores
+
+        return RemoteScores.create(self, "rows", scorer, on, of="rows")
+
+    def hold_lexicon(self, score_shard) -> "RemoteScores":
+        """`score_shard` of every shard's stored lexical ids, kept by the actors that hold the
+        shards: a handle, no score gathered."""
+        from .remote_scores import RemoteScores
+
+        return RemoteScores.create(self, "lexicon", score_shard, of="shards")
+
+    def zsum(self, *scores: "RemoteScores") -> "RemoteScores":
+        """`scoring.ZSum` of held scores, kept by the actors (`remote_scores.remote_zsum`)."""
+        from .remote_scores import remote_zsum
+
+        return remote_zsum(*scores)
 
     def lexicon_scores(self, score_shard, n: int) -> np.ndarray:
         """`score_shard` of every shard's stored lexical ids, run by the actors that hold the
@@ -354,6 +430,7 @@ class ShardServers:
         ref = self.ray.put(score_shard)
         out = np.empty(n, dtype=np.float32)
         for found in self._get([a.lexicon_scores.remote(ref) for a in self.actors], "score"):
+            self._count("received", found)
             for start, part in found:
                 out[start:start + len(part)] = part
         return out

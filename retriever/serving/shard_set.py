@@ -16,24 +16,36 @@ Those rows are read from the next shard's `embeddings.npy` (or `codes.npy`), who
 length are checked here and whose content the actor that owns it verifies; its document
 offsets and token counts (to cut segments there) are small and hashed here. Every row scored
 is still checked where it is read (cosines in [-1, 1]).
+
+What an actor needs only for its requests, not to start, is made ready after the start
+(`Ready`): torch imported for the float16 and int8 scans, its rows copied into RAM, its FAISS
+parts loaded (their content verified with the shard's other files at the start; their headers
+and stored ids checked when loaded); each piece at once where a request needs it first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import logging
+import os
+import threading
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from tapt.indexer.index import Index, Shard
 from tapt.indexer.store import integrity
-from tapt.indexer.store.manifest import (CODES, DOCS, EMBEDDINGS, MANIFEST_NAME, SHARDS, TOKENS,
-                                         read_shard_manifest)
+from tapt.indexer.store.manifest import (CODES, DOCS, EMBEDDINGS, FAISS, MANIFEST_NAME, SHARDS,
+                                         TOKENS, read_shard_manifest)
 from tapt.indexer.store.shards import RowView
 from tapt.indexer.store.text_store import damaged
 from tapt.util.cache import writable_cache
 from tapt.util.files import regular_file
+
+log = logging.getLogger(__name__)
 
 
 class ShardSubset(Index):
@@ -177,3 +189,124 @@ def checked_by_shard(paths: Sequence[str]) -> dict[str, list[str]]:
                 out.setdefault(parts[i + 1], set()).add("/".join(parts[i + 2:]))
                 break
     return {name: sorted(files) for name, files in out.items()}
+
+
+class Ready:
+    """Steps an actor needs for its requests but not to start, each run once: all in one
+    background thread after the start (`start`), or any one at once by the first request that
+    needs it (`get`), whichever comes first; a step that failed raises its error on every `get`.
+
+    Args:
+        steps: {name: function}, run in this order by the background thread.
+    """
+
+    def __init__(self, steps: dict[str, Callable[[], Any]]) -> None:
+        self._steps = dict(steps)
+        self._locks = {name: threading.Lock() for name in steps}
+        self._done: dict[str, tuple[bool, Any]] = {}
+        self.seconds: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+        self._all = threading.Event()
+
+    def get(self, name: str) -> Any:
+        """The result of step `name`, run now (in this thread) if it has not run yet."""
+        if name not in self._done:
+            with self._locks[name]:
+                if name not in self._done:
+                    began = time.perf_counter()
+                    try:
+                        self._done[name] = (True, self._steps[name]())
+                    except Exception as exc:  # noqa: BLE001 - raised on every get
+                        self._done[name] = (False, exc)
+                    self.seconds[name] = round(time.perf_counter() - began, 3)
+        ok, value = self._done[name]
+        if not ok:
+            raise value
+        return value
+
+    def start(self) -> None:
+        """Run every step not run yet in one background thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tapt-serve-ready",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for name in self._steps:
+                try:
+                    self.get(name)
+                except Exception:  # noqa: BLE001 - kept for the request that needs it
+                    log.debug("serving: step %s failed", name, exc_info=True)
+        finally:
+            self._all.set()
+
+    def wait(self, timeout: float | None = None) -> dict[str, float]:
+        """Wait until every step has run (starting them if `start` was not called).
+
+        Args:
+            timeout: Seconds to wait at most (None: as long as it takes).
+
+        Returns:
+            Seconds each step took, by name (a step not run yet is absent).
+        """
+        self.start()
+        self._all.wait(timeout)
+        return dict(self.seconds)
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (from /proc; None elsewhere): in a Ray actor, the
+    worker process's start before the actor's own."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            started = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return round(uptime - started / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def ready_steps(server: Any, hold: str) -> Ready:
+    """A serving actor's steps after its start (`actors.ShardServer`: its `rows`, `codes` and
+    `index`), in this order: "torch" imports torch where its rows or codes are float16 or int8
+    (what a scan waits for first), "held" copies its rows (`hold` rows) or codes (`hold`
+    codes) into RAM, "parts" loads its shards' FAISS parts (each checked: length, header,
+    stored ids) as (part, base of its ids). Parts whose content no checksum verified at the
+    start (a shard that records none for its part) are loaded and checked at once: a damaged
+    part stops the start as before."""
+
+    def held() -> None:
+        if hold == "rows":
+            server.rows = np.array(server.rows)
+        elif server.codes is not None:
+            server.codes = np.array(server.codes)
+
+    def parts() -> list[tuple[Any, int]]:
+        faiss = server.index.faiss
+        return [(part, 0 if faiss.global_ids else base)
+                for part, base in zip(faiss.parts, faiss.row_offsets)]
+
+    ready = Ready({"torch": lambda: import_scan_backend([server.rows, server.codes]),
+                   "held": held, "parts": parts})
+    if any(FAISS not in (s.extra.get("checksums") or {}) for s in server.index.shards):
+        ready.get("parts")
+    return ready
+
+
+def import_scan_backend(arrays: Sequence[Any]) -> bool:
+    """Import torch, which the scans of float16 and int8 rows use (`arrays._cast_scores`),
+    where one of `arrays` is such rows and torch is installed: the first request then does not
+    wait for the import (seconds per process).
+
+    Returns:
+        Whether torch is imported.
+    """
+    if not any(getattr(a, "dtype", None) in (np.float16, np.int8) for a in arrays):
+        return False
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch  # noqa: F401 - imported for the scans
+
+    return True

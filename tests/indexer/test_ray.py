@@ -273,11 +273,13 @@ def _sentence(params: dict) -> dict:
 
 
 def _served_calls(served) -> dict[str, int]:
-    remote = {"score": 0, "search": 0, "top": 0, "lexicon": 0, "lexicon_top": 0}
+    remote = {"score": 0, "search": 0, "top": 0, "lexicon": 0, "lexicon_top": 0, "hold": 0}
     for name, obj, attr in (("score", served.servers, "scores"),
                             ("search", served.faiss, "search"), ("top", served.servers, "top"),
                             ("lexicon", served.servers, "lexicon_scores"),
-                            ("lexicon_top", served.servers, "lexicon_top")):
+                            ("lexicon_top", served.servers, "lexicon_top"),
+                            ("hold", served.servers, "hold_scores"),
+                            ("hold", served.servers, "hold_lexicon")):
         setattr(obj, attr, _counted(remote, name, getattr(obj, attr)))
     return remote
 
@@ -285,19 +287,22 @@ def _served_calls(served) -> dict[str, int]:
 def _check_fan_out(i: int, method: str, before: dict[str, int], remote: dict[str, int]) -> None:
     if i in CUT_BY_ACTORS:      # the budget's cut by the actors
         assert remote["top"] > before["top"], method
-        # no score per sentence crosses Ray, but for the classifier's fit: its pre-ranking and
-        # each self-training round score every row in the actors
+        # no score per sentence crosses Ray: the classifier's fit (its pre-ranking and each
+        # self-training round) keeps its scores in the actors (`remote_scores`)
         fit_scans = 3 + 1 if method == "classifier" else 0
-        assert remote["score"] == before["score"] + fit_scans, method
+        assert remote["score"] == before["score"], method
+        assert remote["hold"] == before["hold"] + fit_scans, method
     elif method == "knn":
         assert remote["search"] > before["search"]
     elif method == "moore-lewis":   # each actor cuts its shards' segments by their lexical ids
         assert remote["lexicon_top"] > before["lexicon_top"], method
         assert remote["lexicon"] == before["lexicon"], method     # no score per sentence
     elif method in ("fused", "iforest"):        # each actor scores its lexical ids
-        assert remote["lexicon"] > before["lexicon"], method
-        # and its rows by the classifier (iforest's fused pre-ranking)
-        assert remote["score"] > before["score"], method
+        # and its rows by the classifier (iforest's fused pre-ranking), and keeps the scores
+        assert remote["hold"] > before["hold"], method
+        if method == "fused":                   # no score per sentence crosses Ray
+            assert (remote["score"], remote["lexicon"]) == (before["score"],
+                                                            before["lexicon"]), method
     else:
         assert remote["score"] > before["score"] and remote["top"] == before["top"], method
 
@@ -367,18 +372,20 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
     held = {}
     for hold in ("codes", "rows"):
         with tapt.serve(out, actors=3, cpus_per_actor=0.5, hold=hold) as served:
-            scanned = []
-            scores = served.servers.scores
+            scanned, kept = [], []
+            scores, keep = served.servers.scores, served.servers.hold_scores
             served.servers.scores = lambda scorer, n, on="rows": (scanned.append(on),
                                                                  scores(scorer, n, on))[1]
+            served.servers.hold_scores = lambda scorer, on="rows": (kept.append(on),
+                                                                   keep(scorer, on))[1]
             for (method, budget, params), expected in zip(runs, want):
                 got = served.select(method, task, budget, encoder=HashingEncoder(),
                                     **_sentence(params))
                 assert _ids(got) == _ids(expected) and len(got) > 0, (hold, method, params)
                 assert [s.score for s in got] == [s.score for s in expected], (hold, params)
-            # the two centroid code scans and the classifier's four (pre-ranking, 3 rounds)
-            # twice (classifier, fused's half), in the actors
-            assert scanned.count("codes") == 10 and "rows" not in scanned[-8:]
+            # the two centroid code scans, and the classifier's four (pre-ranking, 3 rounds)
+            # twice (classifier, fused's half), kept in the actors
+            assert scanned.count("codes") == 2 and kept == ["codes"] * 8
             tops = []
             top = served.servers.top
             served.servers.top = lambda scorer, view, cut, on="rows": (tops.append(on),

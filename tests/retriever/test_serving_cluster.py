@@ -78,6 +78,7 @@ def test_actors_on_index_nodes_open_only_their_shards_and_select_as_local(
             own = f"{i:06d}"
             assert report["shards"] == [own] and report["verified"] == [own], report
             assert report["rows"][1] > report["rows"][0]
+            assert report["process_s"] >= 0 and report["cpu_s"] >= 0 and report["began_at"] > 0
             for name, files in report["checked"].items():
                 if name != own:      # only the next shard's offsets and token counts
                     assert name in report["reached"] and name > own
@@ -95,3 +96,8 @@ def test_actors_on_index_nodes_open_only_their_shards_and_select_as_local(
             np.testing.assert_allclose([s.score for s in got], [s.score for s in expected],
                                        rtol=0, atol=1e-6)
         assert cuts == ["top", "lexicon"]
+        # what only requests need was made ready after the start, by every actor
+        assert [set(steps) for steps in served.warmed(120)] == [{"torch", "held", "parts"}] * 3
+        assert sum(served.servers.ray.get([a.nbytes.remote() for a in served.servers.actors])
+                   ) == sum(r["rows"][1] - r["rows"][0] for r in reports) * local.dim * \
+            local.embeddings.dtype.itemsize

@@ -123,3 +123,77 @@ def test_an_actor_hashes_its_files_once_per_version(index_dir, tmp_path, monkeyp
     monkeypatch.setattr(integrity, "_VERIFIED", set())      # a new actor process
     ShardServer(str(index_dir), [0], span(index, [0], 64))
     assert sorted(hashed) == ["docs.npy", "docs.npy", "tokens.npy", "tokens.npy"]  # own + next
+
+
+def test_what_only_requests_need_is_made_ready_after_the_start(index_dir):
+    """An actor's start opens and verifies its shards and nothing more: its rows are copied
+    into RAM, its FAISS parts loaded and torch imported by `warm` (in the background) or by the
+    first request that needs one; the rows and the search answer as those of the index."""
+    index = Index(index_dir)
+    rows = span(index, [0], 64)
+    server = ShardServer(str(index_dir), [0], rows)
+    assert server.report()["verified"] == ["000000"] and server._ready.seconds == {}
+    assert not isinstance(server.rows, np.ndarray) or isinstance(server.rows, np.memmap)
+    queries = np.asarray(index.embeddings[:3], dtype=np.float32)
+    want = index.faiss.search(queries, 5)
+    found = server.search(queries, 5)        # loads the parts at once, and only them
+    assert set(server._ready.seconds) == {"parts"}
+    parts = [p for p, _ in server.parts]
+    assert len(parts) == 1 and parts[0].ntotal == index.shards[0].rows
+    assert np.array_equal(found[1][:, 0], want[1][:, 0])
+    server.warm()
+    assert list(server.warmed(60)) == ["parts", "torch", "held"]     # the rest, in order
+    assert isinstance(server.rows, np.ndarray) and not isinstance(server.rows, np.memmap)
+    assert np.array_equal(server.rows, np.asarray(index.embeddings[rows[0]:rows[1]]))
+    assert server.nbytes() == server.rows.nbytes
+
+
+def test_ready_runs_each_step_once_in_the_background_or_when_needed():
+    from tapt.retriever.serving.shard_set import Ready
+
+    ran = []
+
+    def fails():
+        ran.append("bad")
+        raise IndexFormatError("index x is damaged: a part")
+
+    ready = Ready({"a": lambda: ran.append("a") or 1, "bad": fails,
+                   "c": lambda: ran.append("c") or 3})
+    assert ready.get("c") == 3 and ran == ["c"]          # at once, alone
+    ready.start()
+    assert set(ready.wait(30)) == {"a", "bad", "c"} and sorted(ran) == ["a", "bad", "c"]
+    assert ready.get("a") == 1 and ready.get("c") == 3 and len(ran) == 3    # once each
+    for _ in range(2):                                   # a failed step fails every request
+        with pytest.raises(IndexFormatError, match="damaged: a part"):
+            ready.get("bad")
+    assert len(ran) == 3
+
+
+def test_a_part_no_checksum_covers_is_loaded_and_checked_at_the_start(index_dir):
+    """Where a shard records no checksum for its FAISS part, nothing verified its content at
+    the start: the part is loaded (its header and ids checked) before the start ends."""
+    from types import SimpleNamespace
+
+    from tapt.retriever.serving.shard_set import ready_steps
+
+    index = Index(index_dir)
+    loaded = []
+    covered = SimpleNamespace(extra={"checksums": {"index.faiss": "..."}})
+    bare = SimpleNamespace(extra={"checksums": {"embeddings.npy": "..."}})
+
+    class Faiss:
+        global_ids, row_offsets = True, [0]
+
+        @property
+        def parts(self):
+            loaded.append(1)
+            raise IndexFormatError("index x is damaged: shards/000000/index.faiss holds 3 rows")
+
+    server = SimpleNamespace(rows=index.embeddings, codes=None,
+                             index=SimpleNamespace(shards=[covered], faiss=Faiss()))
+    ready_steps(server, "rows")                   # verified at the start: loaded later
+    assert loaded == []
+    server.index.shards = [covered, bare]
+    with pytest.raises(IndexFormatError, match="index.faiss holds 3 rows"):
+        ready_steps(server, "rows")
+    assert loaded == [1]
