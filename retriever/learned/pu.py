@@ -126,17 +126,41 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray,
         if round_ == config.rounds:
             break
         k = int(n_positive) if n_positive else _count_positive(scores)
-        k = max(1, min(k, n - 1))
-        n_top = min(n, max(1, int(config.positive_fraction * k)))
-        take = min(n_top, config.max_train // 2)
-        pos_rows = _top_sample(rng, scores, n_top, take)
-        neg_rows = _sample_ranks(rng, scores, min(2 * k, n - 1),
-                                 int(config.negatives * (len(task) + take)), config.max_train)
-        n_neg = len(neg_rows)
+        pos_rows, neg_rows = pseudo_labels(scores, k, len(task), config, rng)
         scores = None   # freed: not held beside the next round's scores
-        log.debug("PU round %d: %d pseudo-positives, %d negatives", round_ + 1, take, n_neg)
+        log.debug("PU round %d: %d pseudo-positives, %d negatives", round_ + 1, len(pos_rows),
+                  len(neg_rows))
     info["positive_estimate"] = _count_positive(scores)
     return scores, _log_odds(model), info
+
+
+def pseudo_labels(ranking: np.ndarray | arrays.HeldScores, k: int, n_task: int,
+                  config: PUConfig, rng: np.random.Generator | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(positive rows, negative rows), both sorted, drawn from a ranking by the self-training
+    rule (module docstring): a sample of the top `positive_fraction x k` rows, and `negatives`
+    per positive (the task's sentences counted) drawn below the top `2 x k`.
+
+    Args:
+        ranking: One score per corpus row (higher = more task-like), or scores held by a
+            served index's actors.
+        k: The rows the selection wants (`n_positive`).
+        n_task: The task's sentences.
+        config: `positive_fraction`, `negatives`, `max_train` (and `seed` without `rng`).
+        rng: The generator to draw with (default: a new one seeded by `config.seed`).
+
+    Returns:
+        The sampled pseudo-positive and negative rows.
+    """
+    rng = rng if rng is not None else np.random.default_rng(config.seed)
+    n = len(ranking)
+    k = max(1, min(int(k), n - 1))
+    n_top = min(n, max(1, int(config.positive_fraction * k)))
+    take = min(n_top, config.max_train // 2)
+    positives = _top_sample(rng, ranking, n_top, take)
+    negatives = _sample_ranks(rng, ranking, min(2 * k, n - 1),
+                              int(config.negatives * (n_task + take)), config.max_train)
+    return positives, negatives
 
 
 def _top_sample(rng: np.random.Generator, scores: np.ndarray | arrays.HeldScores,

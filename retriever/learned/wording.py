@@ -18,32 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..scoring.ngram_features import FEATURES, NgramClassifier
-from .pu import PUConfig, _sample_ranks, _top_sample
-
-
-def pseudo_labels(ranking: np.ndarray, k: int, n_task: int, config: PUConfig
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(positive rows, negative rows), both sorted, drawn from a ranking by the self-training
-    rule of `learned.pu` (module docstring).
-
-    Args:
-        ranking: float32 score per corpus row (higher = more task-like).
-        k: The rows the selection wants (`n_positive`).
-        n_task: The task's sentences (they count among the positives the negatives balance).
-        config: `positive_fraction`, `negatives`, `max_train` and `seed`.
-
-    Returns:
-        The sampled pseudo-positive and negative rows.
-    """
-    rng = np.random.default_rng(config.seed)
-    n = len(ranking)
-    k = max(1, min(int(k), n - 1))
-    n_top = min(n, max(1, int(config.positive_fraction * k)))
-    take = min(n_top, config.max_train // 2)
-    positives = _top_sample(rng, ranking, n_top, take)
-    negatives = _sample_ranks(rng, ranking, min(2 * k, n - 1),
-                              int(config.negatives * (n_task + take)), config.max_train)
-    return positives, negatives
+from .pu import PUConfig, pseudo_labels
 
 
 def wording_scores(lexicon, task_texts: Sequence[str], ranking: np.ndarray, k: int,

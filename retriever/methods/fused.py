@@ -83,16 +83,24 @@ class Fused(SentenceScored):
                     ctx.index.embeddings, scorer, meaning, wanted,
                     by=arrays.fuse_zscores(meaning, lexical))
                 info = {**info, "scan": "codes", "rescored_sentences": int(len(rescored))}
-            if params.wording == "lm":
-                return arrays.ZSum(meaning, lexical), info
-            words, fit = self._wording(ctx, task_texts=texts, ranking=arrays.ZSum(
-                meaning, lexical).all(np.float32), info=info)
-            return arrays.ZSum(meaning, lexical, words), {**info, "wording_classifier": fit}
+            return self._summed(ctx, params, texts, info, meaning, lexical, arrays.ZSum,
+                                lambda zsum: zsum.all(np.float32))
 
         key = ("fused", ctx.n_positive, params.rounds, ctx.seed, wanted, params.wording)
         fused, info = ctx.memo.get(key, compute)
         return fused, {**info, "general_lm_sentences": general_sample_size(
             len(texts), ctx.index.n_sentences)}
+
+    def _summed(self, ctx, params, texts, info: dict, meaning, lexical, zsum,
+                ranking_of) -> tuple[Any, dict]:
+        """The z-score sum of meaning, Moore-Lewis and, unless `wording` is lm, the wording
+        classifier fitted on the first two's ranking. `zsum` sums score arrays (`arrays.ZSum`,
+        or a served index's `ScoreHolder.zsum`); `ranking_of` makes float32 scores of a sum."""
+        if params.wording == "lm":
+            return zsum(meaning, lexical), info
+        words, fit = self._wording(ctx, task_texts=texts,
+                                   ranking=ranking_of(zsum(meaning, lexical)), info=info)
+        return zsum(meaning, lexical, words), {**info, "wording_classifier": fit}
 
     @staticmethod
     def _wording(ctx, task_texts, ranking: np.ndarray, info: dict) -> tuple[np.ndarray, dict]:
@@ -136,8 +144,5 @@ def held_fused(method: Fused, ctx, params, task, texts, wanted: int) -> tuple[An
         best = np.sort(holder.zsum(meaning, lexical).top_rows(min(max(wanted, 1), len(meaning))))
         meaning.set_rows(best, arrays.exact_scores(ctx.index.embeddings, scorer, best))
         info = {**info, "scan": "codes", "rescored_sentences": int(len(best))}
-    if params.wording == "lm":
-        return holder.zsum(meaning, lexical), info
-    words, fit = method._wording(ctx, task_texts=texts, ranking=holder.zsum(
-        meaning, lexical).astype(np.float32), info=info)
-    return holder.zsum(meaning, lexical, words), {**info, "wording_classifier": fit}
+    return method._summed(ctx, params, texts, info, meaning, lexical, holder.zsum,
+                          lambda zsum: zsum.astype(np.float32))
