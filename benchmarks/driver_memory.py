@@ -232,7 +232,17 @@ def cell(args: argparse.Namespace) -> dict[str, Any]:
             "open_mb": round(opened / MB, 1), "seconds": round(seconds, 2),
             "ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "faiss": index.manifest.get("faiss", {}).get("factory"),
-            "digest": digest[:16]}
+            "spilled_mb": round(_spilled() / MB, 1), "digest": digest[:16]}
+
+
+def _spilled() -> int:
+    """Bytes the selection put on scratch files (`tapt.util.spill`; 0 with a revision's code
+    from before it)."""
+    try:
+        from tapt.util.spill import spilled_total
+    except ImportError:
+        return 0
+    return spilled_total()
 
 
 def cells(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -305,11 +315,14 @@ def cells_markdown(report: dict[str, Any]) -> str:
         "from before the index is opened to the end of the ranking, imports (torch, faiss) "
         "included; *base*: RssAnon after the imports ("
         + _base_range(records) + "); *growth*: peak at the largest size / "
-        "peak at the smallest; *above base*: peak - base at each size.",
+        "peak at the smallest; *above base*: peak - base at each size; *scratch*: what the "
+        "selection kept on scratch files instead (`tapt.util.spill`: its segment view and per-row "
+        "scores from 16 MiB up, in the page cache while used, written back under memory pressure; "
+        "counted in RssFile, not RssAnon, like the embeddings).",
         "",
         "| method | " + " | ".join(f"peak at {n / 1e6:g}M (MB)" for n in rows)
-        + " | growth | above base (MB) | seconds |",
-        "|---|" + "---:|" * len(rows) + "---:|---:|---:|",
+        + " | growth | above base (MB) | scratch (MB) | seconds |",
+        "|---|" + "---:|" * len(rows) + "---:|---:|---:|---:|",
     ]
     for m in methods:
         got = [by.get(("after", m, n)) for n in rows]
@@ -320,7 +333,9 @@ def cells_markdown(report: dict[str, Any]) -> str:
         growth = (f"{have[-1]['peak_mb'] / have[0]['peak_mb']:.2f}x" if len(have) > 1 else "–")
         above = " / ".join(f"{g['peak_mb'] - g['base_mb']:.0f}" for g in have)
         secs = " / ".join(f"{g['seconds']:.0f}" for g in have)
-        lines.append(f"| {m} | " + " | ".join(peaks) + f" | {growth} | {above} | {secs} |")
+        spilled = " / ".join(f"{g.get('spilled_mb', 0):.0f}" for g in have)
+        lines.append(f"| {m} | " + " | ".join(peaks)
+                     + f" | {growth} | {above} | {spilled} | {secs} |")
     if any(r.get("code") == "before" for r in records):
         lines += ["", f"The same cells with the code of revision {report.get('before')} "
                   "(*before*) and of this checkout (*after*); the selections' digests compared:",

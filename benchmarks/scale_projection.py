@@ -171,29 +171,41 @@ def memory_rows(v: dict[str, float], results: Path) -> list[dict[str, Any]]:
         pts = {x["rows"]: x["peak_mb"] for x in recs if x["method"] == method}
         mx, my = sum(pts) / len(pts), sum(pts.values()) / len(pts)
         slope = sum((x - mx) * (y - my) for x, y in pts.items()) / sum((x - mx) ** 2 for x in pts)
+        top = max(pts)
+        grow = max(slope, 0.0)      # a falling fit projects no growth, never a negative peak
         rows.append(row(f"driver peak, {method} (budget 10000sent)",
-                        lambda n: pts.get(n, my + slope * (n - mx)) / 1e3, "GB",
-                        f"{my - slope * mx:.0f} MB + {slope * 1e6:.1f} B/row, least squares over "
-                        "the sizes measured (one sentence a document: a segment per sentence, "
-                        "the worst case)", f"{max(pts) / 1e6:.0f}M: {pts[max(pts)]:.0f} MB (m), "
+                        lambda n, top=top, grow=grow: pts.get(n, pts[top] + grow * (n - top))
+                        / 1e3, "GB",
+                        f"the {top / 1e6:.0f}M peak + {grow * 1e6:.1f} MB per 1M rows more (the "
+                        f"least-squares slope over the sizes measured, {slope * 1e6:.1f} MB per 1M "
+                        "rows, floored at 0: linear, an upper bound; one sentence a document, "
+                        "the worst case)", f"{top / 1e6:.0f}M: {pts[top]:.0f} MB (m), "
                         "scale/driver_memory.json", lambda n: ("projected", "measured")[n in pts]))
     fit = lambda n: n * (v["fit_b_row_exact"] if n <= 2**27 else v["fit_b_row_row_order"])  # noqa
     rows += [
-        row("segment view, 15-sentence segments", lambda n: n * 16 / a["segment_sentences"] / GB,
-            "GB", "16 B a segment (int64 offset, int32 sentences and tokens)"),
-        row("document offsets (document context only)",
-            lambda n: n * 8 / a["doc_sentences"] / GB, "GB", "8 B a document"),
-        row("classifier fit peak", lambda n: fit(n) / GB, "GB",
-            f"{v['fit_b_row_exact']:.1f} B/row up to 2^27 rows, {v['fit_b_row_row_order']:.1f} "
-            "above (row-order draws)"),
-        row("fused peak (fit + Moore-Lewis scores), streamed cut",
-            lambda n: (fit(n) + 4 * n) / GB, "GB", "the fit + 4 B/row"),
+        row("segment view, 15-sentence segments (scratch file, not RAM)",
+            lambda n: n * 16 / a["segment_sentences"] / GB,
+            "GB", "16 B a segment (int64 offset, int32 sentences and tokens), on an unlinked "
+            "scratch file from 16 MiB up (`tapt.util.spill`: page cache, not the driver's RAM)"),
+        row("document offsets (document context only; scratch file)",
+            lambda n: n * 8 / a["doc_sentences"] / GB, "GB", "8 B a document, on a scratch file "
+            "from 16 MiB up"),
+        row("classifier fit, per-row arrays (scratch files, not RAM)", lambda n: fit(n) / GB,
+            "GB", f"{v['fit_b_row_exact']:.1f} B/row up to 2^27 rows, "
+            f"{v['fit_b_row_row_order']:.1f} above (row-order draws), measured in memory before "
+            "its scores and ranking keys went to scratch files (`tapt.util.spill`): an upper "
+            "bound of their disk; the driver peaks above include the fit and do not grow"),
+        row("fused, per-row arrays, streamed cut (scratch files, not RAM)",
+            lambda n: (fit(n) + 4 * n) / GB, "GB", "the fit + 4 B/row (Moore-Lewis scores)"),
         row("fused, no budget or one above 1/16", lambda n: (v["fuse_b_row"] + 8) * n / GB, "GB",
-            f"{v['fuse_b_row']:.0f} B/row (z-score sum, partition) + 8 B/row (both halves)"),
+            f"{v['fuse_b_row']:.0f} B/row (z-score sum, partition) + 8 B/row (both halves), "
+            "measured before the scratch files: an upper bound of the RAM"),
         row("any method, whole-array ranking", lambda n: v["whole_rank_b_row"] * n / GB, "GB",
-            f"{v['whole_rank_b_row']:.1f} B/row"),
+            f"{v['whole_rank_b_row']:.1f} B/row, measured before the scores and ranking keys "
+            "went to scratch files: an upper bound of the RAM"),
         row("context document, whole-array path", lambda n: v["context_whole_b_row"] * n / GB,
-            "GB", f"{v['context_whole_b_row']:.1f} B/row"),
+            "GB", f"{v['context_whole_b_row']:.1f} B/row, measured before the scratch files: an "
+            "upper bound of the RAM"),
     ]
     for what, key in (("float16 rows resident", "embed_b_row"), ("or int8 codes resident",
                       "codes_b_row"), ("FAISS part (read in: not mapped)", "faiss_b_row"),
@@ -205,13 +217,15 @@ def memory_rows(v: dict[str, float], results: Path) -> list[dict[str, Any]]:
 
     def auto(n: int) -> str:
         try:
-            c = choose_index(n, DIM, int(budget))
-            return f"{c.factory}, {c.estimated_bytes / GB:.0f} GB"
+            c = choose_index(n, DIM, int(budget), part_rows=min(n, a["shard_rows"]))
+            return (f"{c.factory}, {c.estimated_bytes / GB:.0f} GB, "
+                    f"{c.held_bytes / GB:.2f} GB a part")
         except InputError as exc:
             return "refused: needs " + re.search(r"needs about ([\d.]+ \w+)", exc.message)[1]
     rows.append(row(f"`auto` FAISS choice at a {budget / GB:.0f} GB budget (half of a "
                     f"{a['node_ram_gb']} GB node)", auto, "",
-                    "index_choice.choose_index: the whole index's estimated RAM vs the budget"))
+                    f"index_choice.choose_index: its largest part's estimated RAM (shards of "
+                    f"{a['shard_rows']:,} rows) vs the budget"))
     rows.append(row("IVF training RAM (one task)",
                     lambda n: ivf_train_size(n, ivf_nlist(n)) * DIM * 8 / GB, "GB",
                     "training rows x 384 x 4 B x 2 copies (build_plan.train_bytes)"))
@@ -239,6 +253,12 @@ def latency_rows(v: dict[str, float], results: Path) -> list[dict[str, Any]]:
           for x in load("quality/codes_precision.json")["summary"]}
     parts = {"exact": sel["fused"]["best_parts_s"], "codes": sel["fused_codes"]["best_parts_s"]}
     scans = sel["fused"]["classifier_rounds"] + 1      # the pre-ranking and every round
+    held = load("scale/served_bytes.json")
+    biggest = max(r["rows"] for r in held["rows"])
+    held_fit = {r["method"]: r["held"]["received"] for r in held["rows"]
+                if r["rows"] == biggest and not r["params"]}
+    per_actor = max(x["bytes_per_request"]["received_all_actors"]
+                    / x["bytes_per_request"]["actors_asked"] for x in sv)
     tasks = [(f"centroid {x['budget']}", "centroid", 0, {s: x[s]["best_s"] for s in parts})
              for x in sel["results"] if x["rows"] == n10]
     tasks += [("classifier (within fused: fit, scoring, fusion)", "classifier", scans,
@@ -254,9 +274,14 @@ def latency_rows(v: dict[str, float], results: Path) -> list[dict[str, Any]]:
             rows.append(row(f"{name}, {scan}, one process", lambda n: t * n / n10, "s",
                             f"{t} s x rows / {n10:,} (rows resident){over}",
                             f"10M: {t} s (m), {sl}"))
-            rows.append(row(f"{name}, {scan}, served: scores the driver gathers",
-                            lambda n: gathered * 4 * n / GB, "GB", f"{gathered} scans x 4 B/row;"
-                            " the fit runs in the serving process (its time not measured)")
+            fit = held_fit.get(method, 0) - per_actor * held["actors"]
+            rows.append(row(f"{name}, {scan}, served: bytes the driver receives",
+                            lambda n, fit=fit: (fit + per_actor * n / ra) / 1e6, "MB",
+                            f"{fit / 1e6:.1f} MB for the fit (its counts, moments, sampled rows "
+                            f"and position search: scale/served_bytes.json at {biggest:,} rows, "
+                            f"{held['actors']} actors, less their cuts) + {per_actor / 1e3:.0f} KB "
+                            "per actor for the cut; the per-row scores stay in the actors",
+                            f"{biggest / 1e6:g}M: {held_fit.get(method, 0) / 1e6:.1f} MB (m)")
                         if gathered else
                         row(f"{name}, {scan}, served (per actor; + the merge)",
                             lambda n: t * ra / n10, "s", f"each actor of {ra:,} rows as one "
@@ -290,9 +315,9 @@ def limits(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Where each size crosses a limit: a node's RAM, a day, the per-task goals, `auto`."""
     ram = ASSUME["node_ram_gb"]
     checks = [("driver, budgeted selection (worst method and shape)", "driver peak", ram, "GB"),
-              ("driver, fused's fit + Moore-Lewis scores", "fused peak", ram, "GB"),
               ("driver, a whole-array ranking", "any method", ram, "GB"),
-              ("driver, fused served: scores gathered", "fused, exact, served", ram, "GB"),
+              ("driver, fused served: bytes received a request", "fused, exact, served",
+               ram * 1e3, "MB"),
               ("IVF training, one task on one 16-core node", "train (one task), cl", 24, "h"),
               ("index (FAISS add) on the cluster", "index (FAISS add), cl", 24, "h"),
               ("centroid, one process", "centroid 10000sent, exact, one", 1, "s"),

@@ -62,6 +62,7 @@ def measure(path: Path, args) -> list[dict[str, Any]]:
     out = []
     try:
         with tapt.serve(path, actors=args.actors, cpus_per_actor=args.cpus / args.actors) as served:
+            served.warmed()     # torch imported, rows and FAISS parts loaded: not timed below
             traffic = served.servers.count_traffic()
             holder = arrays.score_holder
             for name, params in RUNS:
@@ -99,16 +100,18 @@ def report(rows: list[dict[str, Any]], args, host: dict[str, Any]) -> str:
              f"({host.get('cores')} cores, shared with other work: the seconds are loose), "
              f"`{cmd}`. *held*: the scores kept in the actors (`remote_scores`); *gathered*: "
              "every scan's scores gathered to the serving process, as before. Bytes are "
-             "pickled answers (`ShardServers.count_traffic`); the fitted scorers, put once per "
-             "call into Ray's object store, are not counted.", "",
+             "pickled answers (`ShardServers.count_traffic`); *scorers*: the fitted scorers "
+             "and models, put once per call into Ray's object store and shared by the actors "
+             "(held path). Seconds after the actors' warm-up (`ServedIndex.warmed`).", "",
              "| rows | method | received, held (bytes) | received, gathered (bytes) | "
-             "requests, held | seconds held / gathered | same selection |",
-             "|---:|---|---:|---:|---:|---|---|"]
+             "scorers (bytes) | requests, held | seconds held / gathered | same selection |",
+             "|---:|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         name = r["method"] + (f" ({', '.join(f'{k} {v}' for k, v in r['params'].items())})"
                               if r["params"] else "")
         lines.append(f"| {r['rows']:,} | {name} | {r['held']['received']:,} | "
-                     f"{r['gathered']['received']:,} | {r['held']['requests']:,} | "
+                     f"{r['gathered']['received']:,} | {r['held']['scorer_bytes']:,} | "
+                     f"{r['held']['requests']:,} | "
                      f"{r['held']['seconds']} / {r['gathered']['seconds']} | "
                      f"{'yes' if r['same_selection'] else 'NO'} |")
     return "\n".join(lines) + "\n"

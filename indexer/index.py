@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tapt.errors import IndexFormatError, InputError, ModelMismatchError
+from tapt.util import spill
 from tapt.util.files import read_regular, regular_file
 
 from .store import integrity
@@ -304,10 +305,15 @@ class Index:
     @cached_property
     def doc_offsets(self) -> np.ndarray:
         """CSR offsets of every document over the global sentence rows (int64, built on first
-        use: 8 bytes a document; `segments` and `docs_of_rows` work from the shards' own
-        memory-mapped offsets instead)."""
-        return np.concatenate([[0]] + [s.docs[1:] + s.row_offset for s in self.shards]
-                              ).astype(np.int64)
+        use: 8 bytes a document, on a scratch file when large, `util.spill`; `segments` and
+        `docs_of_rows` work from the shards' own memory-mapped offsets instead)."""
+        out = spill.empty(sum(len(s.docs) - 1 for s in self.shards) + 1, np.int64)
+        out[0], at = 0, 1
+        for s in self.shards:
+            out[at:at + len(s.docs) - 1] = s.docs[1:]
+            out[at:at + len(s.docs) - 1] += s.row_offset
+            at += len(s.docs) - 1
+        return out
 
     def segments(self, size: int | None = None) -> np.ndarray:
         """CSR offsets of segments over sentence rows (the index's segment size unless given).
@@ -319,7 +325,7 @@ class Index:
         if size < 1:
             raise ValueError("segment size must be >= 1")
         counts = [int(np.sum((np.diff(s.docs) + size - 1) // size)) for s in self.shards]
-        out = np.empty(sum(counts) + 1, dtype=np.int64)
+        out = spill.empty(sum(counts) + 1, np.int64)      # on a scratch file when large
         at = 0
         for shard, count in zip(self.shards, counts):
             part = segment_offsets(shard.docs, size)

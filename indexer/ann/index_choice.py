@@ -10,8 +10,12 @@ by size first and memory second:
                                optionally behind an OPQ rotation; trained on a seeded sample
 
 A type that does not fit the budget falls through to the next, more compact one. The budget is
-for the FAISS index in RAM; the embeddings stay memory-mapped on disk and are read only to rescore
-candidates exactly, so approximate search never decides the final ranking alone. The default
+for the FAISS index a process holds in RAM: the whole index when it has one shard, its largest
+shard's part when it has several (`part_rows`: a search of a sharded index loads one part at a
+time, a build indexes each shard's part in its own task, and a served index's actors each hold
+only their own shards'); the type and its lists still go by the whole row count. The embeddings
+stay memory-mapped on disk and are read only to rescore candidates exactly, so approximate
+search never decides the final ranking alone. The default
 budget (`memory` "auto") is `MEMORY_SHARE` of the memory this process may still allocate
 (`tapt.util.machine.available_memory`: MemAvailable, capped by a cgroup limit), 8G where that is
 not known.
@@ -94,6 +98,14 @@ class IndexChoice:
     seed: int = 0
     search_param: str | None = None          # "nprobe" (IVF) or "efSearch" (HNSW)
     search_sweep: tuple[int, ...] = field(default_factory=tuple)
+    part_rows: int = 0          # rows of the largest shard's part (0: one part, every row)
+    part_bytes: int = 0         # its estimated RAM: what the budget is checked against
+
+    @property
+    def held_bytes(self) -> int:
+        """RAM of the FAISS index a process holds at once: the largest part of a sharded
+        index, else the whole index."""
+        return self.part_bytes or self.estimated_bytes
 
     @property
     def approximate(self) -> bool:
@@ -149,50 +161,86 @@ def pq_subquantizers(dim: int) -> list[int]:
     return [dim // s for s in (2, 4, 8) if dim % s == 0 and (dim // s) % 2 == 0]
 
 
-def _flat(n: int, dim: int, requested: str, budget: int, why: str) -> IndexChoice:
-    est = flat_bytes(n, dim)
-    return IndexChoice("flat", "Flat", {}, est, f"{why}; Flat (exact), estimated "
-                       f"{format_bytes(est)} <= budget {format_bytes(budget)}", requested, budget)
+def _estimate(est: int, held: int, part: int, n: int, budget: int) -> str:
+    """The reason's size clause: the whole index's estimate, and its largest part's when it
+    has several (what is checked against the budget)."""
+    if part >= n:
+        return f"estimated {format_bytes(est)} <= budget {format_bytes(budget)}"
+    return (f"estimated {format_bytes(est)}, its largest part ({part:,} rows, one held at a "
+            f"time) {format_bytes(held)} <= budget {format_bytes(budget)}")
 
 
-def _hnsw(n: int, dim: int, requested: str, budget: int, why: str) -> IndexChoice | None:
+def _part(part: int, n: int, held: int) -> dict[str, int]:
+    """The choice's `part_rows` and `part_bytes`: those of its largest part when it has several
+    (`part` < `n`), else none."""
+    return {"part_rows": part, "part_bytes": held} if part < n else {}
+
+
+def _flat(n: int, dim: int, requested: str, budget: int, why: str, part: int) -> IndexChoice:
+    est, held = flat_bytes(n, dim), flat_bytes(part, dim)
+    return IndexChoice("flat", "Flat", {}, est, f"{why}; Flat (exact), "
+                       + _estimate(est, held, part, n, budget), requested, budget,
+                       **_part(part, n, held))
+
+
+def _hnsw(n: int, dim: int, requested: str, budget: int, why: str,
+          part: int) -> IndexChoice | None:
     for m in HNSW_M:
-        est = hnsw_bytes(n, dim, m)
-        if est <= budget:
+        est, held = hnsw_bytes(n, dim, m), hnsw_bytes(part, dim, m)
+        if held <= budget:
             return IndexChoice(
                 "hnsw", f"HNSW{m}", {"M": m, "efConstruction": HNSW_EF_CONSTRUCTION}, est,
-                f"{why}; HNSW{m}, estimated {format_bytes(est)} <= budget {format_bytes(budget)}",
-                requested, budget, search_param="efSearch", search_sweep=EF_SEARCH_SWEEP)
+                f"{why}; HNSW{m}, " + _estimate(est, held, part, n, budget),
+                requested, budget, search_param="efSearch", search_sweep=EF_SEARCH_SWEEP,
+                **_part(part, n, held))
     return None
 
 
 def _ivfpq(n: int, dim: int, requested: str, budget: int, why: str, seed: int,
-           opq: bool) -> IndexChoice | None:
+           opq: bool, part: int) -> IndexChoice | None:
     nlist = ivf_nlist(n)
     for m in pq_subquantizers(dim):
-        est = ivfpq_bytes(n, dim, nlist, m, 4, opq)
-        if est > budget:
+        est, held = ivfpq_bytes(n, dim, nlist, m, 4, opq), ivfpq_bytes(part, dim, nlist, m, 4, opq)
+        if held > budget:
             continue
         prefix = f"OPQ{m}," if opq else ""
         factory = f"{prefix}IVF{nlist},PQ{m}x4fs"
         return IndexChoice(
             "ivfpq", factory, {"nlist": nlist, "m": m, "nbits": 4, "fast_scan": True, "opq": opq},
-            est, f"{why}; {factory}, estimated {format_bytes(est)} <= budget "
-            f"{format_bytes(budget)}", requested, budget, train_size=ivf_train_size(n, nlist),
-            seed=seed, search_param="nprobe",
-            search_sweep=tuple(p for p in NPROBE_SWEEP if p <= nlist) or (1,))
+            est, f"{why}; {factory}, " + _estimate(est, held, part, n, budget), requested,
+            budget, train_size=ivf_train_size(n, nlist), seed=seed, search_param="nprobe",
+            search_sweep=tuple(p for p in NPROBE_SWEEP if p <= nlist) or (1,),
+            **_part(part, n, held))
     return None
 
 
 def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested: str = "auto",
-                 seed: int = 0, opq: bool = False) -> IndexChoice:
-    """The FAISS index for `n` rows of `dim` dims within `memory` bytes (`requested` or auto)."""
+                 seed: int = 0, opq: bool = False, part_rows: int | None = None) -> IndexChoice:
+    """The FAISS index for `n` rows of `dim` dims within `memory` bytes (`requested` or auto).
+
+    Args:
+        n: Rows of the whole index (they decide the type and its inverted lists).
+        dim: Embedding dimensions.
+        memory: The RAM budget ("auto", a size or bytes; see `memory_budget`).
+        requested: auto, flat, hnsw or ivfpq.
+        seed: The training sample's seed.
+        opq: Put an OPQ rotation before IVF-PQ.
+        part_rows: Rows of the largest shard of a sharded index (None: one shard): the budget
+            is checked against that part, the most a process holds at once.
+
+    Returns:
+        The choice, with its estimates and the reason for it.
+
+    Raises:
+        InputError: an unknown type, or no type fits the budget (naming the fix).
+    """
     if requested not in REQUESTS:
         raise InputError(f"{requested!r}: use one of {', '.join(REQUESTS)}", param="index_type")
     if n < 1 or dim < 1:
         raise InputError("an index needs at least one row")
     budget = parse_memory(memory)
     size = f"n = {n:,}"
+    part = max(1, min(n, int(part_rows))) if part_rows else n
     if requested == "ivfpq" and n < IVFPQ_MIN_ROWS:
         raise InputError(f"ivfpq needs at least {IVFPQ_MIN_ROWS:,} sentences "
                          f"(this index has {n:,}): use flat or hnsw", param="index_type")
@@ -201,36 +249,41 @@ def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested
                          param="index_type")
     if requested == "flat" or (requested == "auto" and n <= SMALL_MAX):
         why = f"{size} <= {SMALL_MAX:,} (small)" if requested == "auto" else "--index flat"
-        if flat_bytes(n, dim) <= budget:
-            return _flat(n, dim, requested, budget, why)
+        if flat_bytes(part, dim) <= budget:
+            return _flat(n, dim, requested, budget, why, part)
         if requested == "flat":
-            raise _too_small("flat", flat_bytes(n, dim), budget)
+            raise _too_small("flat", flat_bytes(part, dim), budget)
     if requested == "hnsw" or (requested == "auto" and n <= MEDIUM_MAX):
         why = (f"{size} <= {MEDIUM_MAX:,} (medium)" if n > SMALL_MAX else
                f"{size}, Flat does not fit") if requested == "auto" else "--index hnsw"
-        choice = _hnsw(n, dim, requested, budget, why)
+        choice = _hnsw(n, dim, requested, budget, why, part)
         if choice is not None:
             return choice
         if requested == "hnsw":
-            raise _too_small(f"HNSW{HNSW_M[-1]}", hnsw_bytes(n, dim, HNSW_M[-1]), budget)
+            raise _too_small(f"HNSW{HNSW_M[-1]}", hnsw_bytes(part, dim, HNSW_M[-1]), budget)
     why = (f"{size} > {MEDIUM_MAX:,} (large)" if n > MEDIUM_MAX else
            f"{size}, HNSW does not fit") if requested == "auto" else "--index ivfpq"
     if n >= IVFPQ_MIN_ROWS and pq_subquantizers(dim):
-        choice = _ivfpq(n, dim, requested, budget, why, seed, opq)
+        choice = _ivfpq(n, dim, requested, budget, why, seed, opq, part)
         if choice is not None:
             return choice
         m = pq_subquantizers(dim)[-1]
-        raise _too_small("the most compact IVF-PQ", ivfpq_bytes(n, dim, ivf_nlist(n), m, 4, opq),
-                         budget)
-    raise _too_small(f"HNSW{HNSW_M[-1]}", hnsw_bytes(n, dim, HNSW_M[-1]), budget)
+        raise _too_small("the most compact IVF-PQ",
+                         ivfpq_bytes(part, dim, ivf_nlist(n), m, 4, opq), budget,
+                         part < n, sharding=True)
+    raise _too_small(f"HNSW{HNSW_M[-1]}", hnsw_bytes(part, dim, HNSW_M[-1]), budget, part < n)
 
 
-def _too_small(what: str, needed: int, budget: int) -> InputError:
+def _too_small(what: str, needed: int, budget: int, sharded: bool = False,
+               sharding: bool = False) -> InputError:
     more = "" if what.startswith("the most compact") else \
         " (or `index_type` ivfpq, the most compact type)"
+    held = " for its largest shard's part" if sharded else ""
+    shards = (" or build it in more shards (`shard_size`: one shard's FAISS part is held at a "
+              "time)" if sharding else "")
     return InputError(f"{format_bytes(budget)} is too small: {what} needs about "
-                      f"{format_bytes(needed)}; give `memory` {_round_up(needed)} or more"
-                      f"{more}", param="memory")
+                      f"{format_bytes(needed)}{held}; give `memory` {_round_up(needed)} or more"
+                      f"{more}{shards}", param="memory")
 
 
 def _round_up(size: int) -> str:

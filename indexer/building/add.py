@@ -148,7 +148,8 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                         old.get("faiss", {}), index.n_sentences + added, added, encoder.dim,
                         config.memory, work, pending, config.embedding_dtype,
                         codes=bool(old.get("codes")),
-                        written=[stages.shard_path(work, n) for n in rows])
+                        written=[stages.shard_path(work, n) for n in rows],
+                        part_rows=max([s.rows for s in index.shards] + list(rows.values())))
 
             built = run_stages(work, scan, plan, config, runner,
                                EncoderSource(encoder, encoder_spec), encoder.dim, old_shards,
@@ -200,7 +201,7 @@ def _shared_of(index: Index, work: Path) -> Shared:
     template = template_sha = None
     if index.manifest.get("faiss", {}).get("part_ids") == "global":
         template = str(work / stages.TRAINED)
-        write_faiss(template_of(index.faiss.parts[0]), Path(template))
+        write_faiss(template_of(index.faiss_part(0)), Path(template))   # one part, not all
         template_sha = hashlib.sha256(Path(template).read_bytes()).hexdigest()
     scale = (index.manifest.get("codes") or {}).get("scale")
     return Shared(template, template_sha, 0.0, scale)

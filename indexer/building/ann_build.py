@@ -16,7 +16,7 @@ from . import stages
 from .executor_base import Executor, Stage
 from ..ann.ann_recall import CALIBRATION_K, calibration_queries, ground_truth, reusable
 from ..ann.ann_recall import calibrate as calibrate_search
-from ..ann.faiss_index import (FLAT_FACTORY, ShardedFaiss, build_part, faiss_section, ids_are_global,
+from ..ann.faiss_index import (FLAT_FACTORY, PartByPart, ShardedFaiss, build_part, faiss_section, ids_are_global,
                           merge_topk, read_faiss_index, train_template, write_faiss)
 from ..ann.index_choice import IndexChoice, choice_from_manifest
 from ..store.manifest import EMBEDDINGS
@@ -137,8 +137,16 @@ def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: I
     queries, _ = calibration_queries(view, choice)
     truth = exact_truth(work, names, offsets, queries, CALIBRATION_K, runner)
     truth_seconds = time.perf_counter() - t0
-    parts = [read_faiss_index(stages.shard_path(work, n) / "index.faiss") for n in names]
-    info = calibrate_section(info, ShardedFaiss(parts, offsets, ids_are_global(choice)), view,
-                             choice, progress, truth=(queries, truth))
+    paths = [stages.shard_path(work, n) / "index.faiss" for n in names]
+    budget = choice.memory_budget_bytes
+    if budget is None or sum(p.stat().st_size for p in paths) <= budget:
+        searched = ShardedFaiss([read_faiss_index(p) for p in paths], offsets,
+                                ids_are_global(choice))
+    else:   # the parts outgrow the budget: one at a time, as the index's own searches do
+        searched = PartByPart(lambda i: read_faiss_index(paths[i]), offsets,
+                              ids_are_global(choice))
+    info = calibrate_section(info, searched, view, choice, progress, truth=(queries, truth))
     info["search"]["sample"]["truth_seconds"] = round(truth_seconds, 2)
+    info["search"]["sample"]["parts"] = ("one at a time" if isinstance(searched, PartByPart)
+                                         else "held")
     return info

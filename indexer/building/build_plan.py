@@ -3,8 +3,9 @@
 Once the prepare stage has read every shard, the row count is known exactly (sentences after
 splitting, blank records and duplicate documents dropped), while nothing costly has been spent:
 the plan then fixes the FAISS index type (`index_choice.choose_index`, or the index's own type for
-an add), the RAM that building it needs (the index itself, or the training sample and k-means of
-IVF-PQ, whichever is larger) and the disk still to be written (embeddings, with the parts of the
+an add), the RAM that building it needs (the FAISS index a process holds at once, its largest
+shard's part when it has several, or the training sample and k-means of IVF-PQ, whichever is
+larger) and the disk still to be written (embeddings, with the parts of the
 largest shard beside its assembled file; token counts; int8 codes; the FAISS parts), and checks
 them against the memory budget (`memory`, default "auto": a share of the machine's available
 memory) and the free space of the output's filesystem (`shutil.disk_usage`). A plan that does
@@ -42,7 +43,9 @@ class BuildPlan:
         dim: Embedding dimensions.
         kind: The FAISS index type; factory: its factory string.
         memory_budget_bytes: The RAM budget; memory_source: "given" or how "auto" chose it.
-        index_bytes: The FAISS index in RAM (estimated).
+        index_bytes: The FAISS index a process holds in RAM (estimated): its largest shard's
+            part (every part when it has one shard).
+        part_rows: Rows of that part.
         train_bytes: RAM of training it (the IVF training sample, twice).
         ram_bytes: The larger of the two: what must fit the budget.
         disk_bytes: Disk still to be written (estimate).
@@ -58,6 +61,7 @@ class BuildPlan:
     memory_budget_bytes: int
     memory_source: str
     index_bytes: int
+    part_rows: int
     train_bytes: int
     ram_bytes: int
     disk_bytes: int
@@ -119,7 +123,8 @@ def tree_bytes(paths: list[Path]) -> int:
 
 def make_plan(*, rows: int, new_rows: int, dim: int, choice: IndexChoice, memory: str | int,
               work: Path, to_embed: list[int], dtype: str, codes: bool,
-              written: list[Path] = (), trains: bool = True) -> BuildPlan:
+              written: list[Path] = (), trains: bool = True,
+              part_rows: int | None = None) -> BuildPlan:
     """The plan of a build or add whose FAISS index is `choice` (see the module docstring).
 
     Args:
@@ -132,16 +137,19 @@ def make_plan(*, rows: int, new_rows: int, dim: int, choice: IndexChoice, memory
         dtype: Stored embedding dtype; codes: int8 codes are written too.
         written: The prepared shard directories (their size is reported, not needed again).
         trains: The run trains the FAISS template (an add reuses the index's).
+        part_rows: Rows of the largest shard (None: one shard of `rows`).
 
     Returns:
         The plan (not yet checked: see `check_plan`).
     """
     budget, source = memory_budget(memory)
-    index = index_bytes(choice, rows, dim)
+    part = max(1, min(rows, int(part_rows))) if part_rows else rows
+    index = index_bytes(choice, part, dim)
     train = train_bytes(choice, dim) if trains else 0
     return BuildPlan(rows=rows, new_rows=new_rows, dim=dim, kind=choice.kind,
                      factory=choice.factory, memory_budget_bytes=budget, memory_source=source,
-                     index_bytes=index, train_bytes=train, ram_bytes=max(index, train),
+                     index_bytes=index, part_rows=part, train_bytes=train,
+                     ram_bytes=max(index, train),
                      disk_bytes=disk_needed(to_embed, choice, rows, dim, dtype, codes),
                      disk_free_bytes=int(shutil.disk_usage(work).free),
                      written_bytes=tree_bytes(list(written)))
@@ -161,10 +169,12 @@ def check_plan(plan: BuildPlan, adding: bool = False) -> None:
         what = (f"the index's {plan.factory} over {plan.rows:,} rows" if adding else
                 f"{plan.factory} over {plan.rows:,} rows")
         if not adding:
+            shards = (" or build it in more shards (`shard_size`: one shard's FAISS part is "
+                      "held at a time)" if plan.index_bytes >= plan.train_bytes else "")
             raise InputError(f"{what} needs about {format_bytes(plan.ram_bytes)} of RAM to "
                              f"build, over the {format_bytes(plan.memory_budget_bytes)} budget "
                              f"({plan.memory_source}): give `memory` "
-                             f"{_size_up(plan.ram_bytes)} or more; nothing was embedded",
+                             f"{_size_up(plan.ram_bytes)} or more{shards}; nothing was embedded",
                              param="memory")
         fix = ("reindex it to a more compact type first (tapt index reindex --index ivfpq)"
                if plan.kind != "ivfpq" else "run the add where more memory is available")
@@ -187,12 +197,15 @@ def _size_up(size: int) -> str:
 
 
 def plan_build(rows: int, dim: int, config: Any, work: Path, to_embed: list[int],
-               dtype: str, written: list[Path] = ()) -> tuple[IndexChoice, BuildPlan]:
-    """The index type and plan of a build of `rows` rows, checked (see `check_plan`)."""
+               dtype: str, written: list[Path] = (), part_rows: int | None = None
+               ) -> tuple[IndexChoice, BuildPlan]:
+    """The index type and plan of a build of `rows` rows (`part_rows` in its largest shard),
+    checked (see `check_plan`)."""
     if rows == 0:
         raise InputError("the corpus holds no sentences")
     try:
-        choice = choose_index(rows, dim, config.memory, config.index, opq=config.opq)
+        choice = choose_index(rows, dim, config.memory, config.index, opq=config.opq,
+                              part_rows=part_rows)
     except InputError as exc:
         source = memory_budget(config.memory)[1]
         if exc.param != "memory" or source == "given":
@@ -201,7 +214,7 @@ def plan_build(rows: int, dim: int, config: Any, work: Path, to_embed: list[int]
                          param="memory") from None
     plan = make_plan(rows=rows, new_rows=rows, dim=dim, choice=choice, memory=config.memory,
                      work=work, to_embed=to_embed, dtype=dtype, codes=config.codes == "int8",
-                     written=written)
+                     written=written, part_rows=part_rows)
     log.info("faiss index: %s", choice.reason)
     log.info("%s", plan.summary())
     check_plan(plan)
@@ -210,9 +223,11 @@ def plan_build(rows: int, dim: int, config: Any, work: Path, to_embed: list[int]
 
 def plan_add(faiss_info: dict[str, Any], rows: int, new_rows: int, dim: int, memory: str | int,
              work: Path, to_embed: list[int], dtype: str, codes: bool,
-             written: list[Path] = ()) -> tuple[IndexChoice, BuildPlan]:
-    """The index type (the index's own) and plan of an add growing it to `rows` rows, checked.
-    The budget is the larger of `memory` and the one the index was built with."""
+             written: list[Path] = (), part_rows: int | None = None
+             ) -> tuple[IndexChoice, BuildPlan]:
+    """The index type (the index's own) and plan of an add growing it to `rows` rows (its
+    largest shard, old or new, `part_rows`), checked. The budget is the larger of `memory` and
+    the one the index was built with."""
     choice = choice_from_manifest(faiss_info, rows, dim)
     recorded = faiss_info.get("memory_budget_bytes")
     budget, source = memory_budget(memory)
@@ -220,7 +235,7 @@ def plan_add(faiss_info: dict[str, Any], rows: int, new_rows: int, dim: int, mem
         memory = recorded
     plan = make_plan(rows=rows, new_rows=new_rows, dim=dim, choice=choice, memory=memory,
                      work=work, to_embed=to_embed, dtype=dtype, codes=codes, written=written,
-                     trains=False)
+                     trains=False, part_rows=part_rows)
     if plan.memory_budget_bytes != budget:
         plan.memory_source = "the index's own"
     else:

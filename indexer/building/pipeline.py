@@ -250,7 +250,8 @@ def build_index(
             def before_embed(rows: dict[str, int], pending: list[int]) -> None:
                 planned["choice"], planned["plan"] = plan_build(
                     sum(rows.values()), encoder.dim, config, work, pending,
-                    plan.embedding_dtype, [stages.shard_path(work, n) for n in rows])
+                    plan.embedding_dtype, [stages.shard_path(work, n) for n in rows],
+                    part_rows=max(rows.values(), default=0) or None)
 
             built = run_stages(work, scan, plan, config, runner, source, encoder.dim,
                                before_embed=before_embed)

@@ -172,7 +172,8 @@ def reindex(path: str | Path, index_type: str = "keep", memory: str | int | None
         if memory is None:
             memory = recorded.get("memory_budget_bytes") or DEFAULT_MEMORY
     choice = choose_index(index.n_sentences, index.dim,
-                          DEFAULT_MEMORY if memory is None else memory, index_type, opq=opq)
+                          DEFAULT_MEMORY if memory is None else memory, index_type, opq=opq,
+                          part_rows=max(s.rows for s in index.shards))
     log.info("reindexing %s: %s", path, choice.reason)
     previous = index.manifest.get("faiss", {}).get("factory")
     manifest = rebuild_parts(index, choice, "reindexing", progress, codes=codes,

@@ -34,6 +34,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from tapt.util import spill
+
 TOKEN = re.compile(r"\w+|[^\w\s]")
 BOS, EOS = 0, 1
 _LOW32 = np.int64(0xFFFFFFFF)
@@ -247,7 +249,7 @@ class Lexicon:
         Returns:
             (sentences,) float32 scores.
         """
-        out = np.empty(len(self), dtype=np.float32)
+        out = spill.empty(len(self), np.float32)
         for shard, start, stop in zip(self.shards, self.row_offsets[:-1].tolist(),
                                       self.row_offsets[1:].tolist()):
             out[start:stop] = score_shard(shard)

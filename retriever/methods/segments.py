@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.util import spill
 
 from ..scoring import arrays
 from ..ranking import topcut
@@ -80,7 +81,7 @@ class SegmentView:
 def segment_lengths(offsets: np.ndarray, block: int = 1 << 20) -> np.ndarray:
     """Sentences of every segment (int32), `np.diff(offsets)` taken `block` segments at a time
     (no int64 copy of every segment's length)."""
-    out = np.empty(max(len(offsets) - 1, 0), dtype=np.int32)
+    out = spill.empty(max(len(offsets) - 1, 0), np.int32)
     for lo in range(0, len(out), block):
         hi = min(lo + block, len(out))
         out[lo:hi] = np.diff(offsets[lo:hi + 1])
@@ -90,7 +91,7 @@ def segment_lengths(offsets: np.ndarray, block: int = 1 << 20) -> np.ndarray:
 def segment_tokens(tokens, offsets: np.ndarray) -> np.ndarray:
     """Tokens of every segment (int32), summed shard by shard of a `RowView` of per-sentence
     counts: segments never cross shards, so no whole-corpus copy of the counts is made."""
-    out = np.empty(len(offsets) - 1, dtype=np.int32)
+    out = spill.empty(len(offsets) - 1, np.int32)
     parts = list(tokens.parts()) if hasattr(tokens, "parts") else [(0, tokens)]
     for start, part in parts:
         lo, hi = np.searchsorted(offsets, [start, start + len(part)])

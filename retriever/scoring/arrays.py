@@ -22,6 +22,7 @@ import numpy as np
 
 from tapt.indexer.store.integrity import check_cosines, check_unit_rows
 from tapt.indexer.store.npy import as_float32
+from tapt.util import spill
 from tapt.util.machine import usable_cores
 from tapt.util.ordering import descending_bits
 
@@ -141,7 +142,8 @@ def linear_scores(rows: np.ndarray, weights: np.ndarray, bias: float = 0.0,
     Returns:
         (n,) float32 scores ((n, m) for (d, m) weights).
     """
-    out = np.empty((len(rows),) + np.shape(weights)[1:], dtype=np.float32)
+    out = (spill.empty(len(rows), np.float32) if np.ndim(weights) == 1 else
+           np.empty((len(rows),) + np.shape(weights)[1:], dtype=np.float32))
     w = np.ascontiguousarray(weights, dtype=np.float32)
     if not (getattr(rows, "dtype", None) in (np.float16, np.int8) and
             _cast_scores(rows, w, out)):
@@ -381,18 +383,18 @@ _INDEX_BITS = np.uint64(0xFFFFFFFF)
 
 def _ranked_keys(scores: np.ndarray) -> np.ndarray | None:
     """One uint64 key per score, unique, sorted in `rank`'s order (the score's descending bits
-    above the index, in `_INDEX_BITS`; 8 bytes a row, built block by block, sorted in place),
-    or None when the scores do not fit it (NaN, float64 values a float32 cannot hold, 2^32
-    rows or more)."""
+    above the index, in `_INDEX_BITS`; 8 bytes a row, on a scratch file when large
+    (`util.spill`), built block by block, sorted in place), or None when the scores do not fit
+    it (NaN, float64 values a float32 cannot hold, 2^32 rows or more)."""
     n = len(scores)
     if n >= 1 << 32 or scores.ndim != 1 or scores.dtype.kind not in "fiu":
         return None
     f = scores.astype(np.float32, copy=False)
     if scores.dtype != np.float32 and not np.array_equal(f, scores):
         return None
-    if np.isnan(f).any():
+    if any(np.isnan(f[lo:lo + KEY_BLOCK]).any() for lo in range(0, n, KEY_BLOCK)):
         return None
-    keys = np.empty(n, dtype=np.uint64)
+    keys = spill.empty(n, np.uint64)
     for start in range(0, n, KEY_BLOCK):           # block temporaries, not 8 bytes a row more
         stop = min(n, start + KEY_BLOCK)
         block = keys[start:stop]

@@ -8,6 +8,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from tapt.util import spill
+
 # Rows per block of the moments below: numpy's pairwise summation is followed exactly above it.
 MOMENT_LEAF = 1 << 20
 _NUMPY_PAIRWISE_BLOCK = 128   # numpy sums at most this many rows without splitting them
@@ -122,7 +124,7 @@ class RowRuns:
 
     def all(self, dtype: type = np.float64) -> np.ndarray:
         """The score of every row (float64, or `dtype`), computed run by run."""
-        out = np.empty(len(self), dtype=dtype)
+        out = spill.empty(len(self), dtype)
         for lo, part in self.parts():
             out[lo:lo + len(part)] = part
         return out

@@ -208,6 +208,11 @@ class ShardScorer:
     def shard_parts(self, shard) -> Iterator[tuple[int, np.ndarray]]:
         raise NotImplementedError
 
+    def __getstate__(self) -> dict[str, Any]:
+        # sent to the actors of a served index without the driver's memory-mapped lexicon
+        # (each actor scores its shards from its own): what is sent does not grow with the rows
+        return {**self.__dict__, "lexicon": None}
+
     def score_all(self, apply: Callable[[Callable[[Any], np.ndarray]], np.ndarray] | None = None
                   ) -> np.ndarray:
         """The score of every corpus sentence (higher = more task-like), shard by shard.
@@ -357,11 +362,6 @@ class HashedLMs(ShardScorer):
     def part_count(self) -> int:
         """How many parts `parts` yields."""
         return sum(-(-len(shard) // _CHUNK_SENTENCES) for shard in self.lexicon.shards)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # sent to the actors of a served index without the driver's memory-mapped lexicon
-        # (each actor scores its shards from its own)
-        return {**self.__dict__, "lexicon": None}
 
     def score_rows(self, rows: np.ndarray) -> np.ndarray:
         """The scores of the corpus sentences `rows` (any order)."""

@@ -46,7 +46,9 @@ from ..scoring.moments import pairwise_sum
 from ..ranking import topcut
 
 Layout = list[tuple[int, int]]      # each actor's rows [lo, hi) (hi <= lo: none)
-BRACKET = 4      # rows in a range of keys whose keys are fetched rather than bisected
+BRACKET = 4      # rows in a range of keys whose keys are fetched rather than searched
+FANOUT = 256     # a range of keys is split in up to this many per round of counts ...
+PIVOTS = 1 << 14  # ... with at most about this many keys asked per round (64 KB of uint32)
 _NAMES = itertools.count()
 
 
@@ -61,6 +63,28 @@ def _free(servers, actors: list[Any], name: str) -> None:
     except Exception:  # noqa: BLE001 - the actors or Ray may be gone already
         pass
 
+
+
+def split_points(ranges: np.ndarray, ways: int) -> tuple[np.ndarray, np.ndarray]:
+    """The keys that split each inclusive range [lo, hi] of `ranges` into up to `ways` parts of
+    near equal width: its parts are (lo - 1, p_1], (p_1, p_2], .., (p_last, hi].
+
+    Args:
+        ranges: (r, 2) uint64 [lo, hi] with lo < hi.
+        ways: Parts per range (>= 2; fewer where a range holds fewer keys).
+
+    Returns:
+        (every range's pivots ascending, uint64; where each range's pivots begin, r + 1
+        offsets).
+    """
+    out: list[int] = []
+    first = [0]
+    for lo, hi in ranges.tolist():
+        width = hi - lo + 1                       # Python ints: 2^64 does not overflow
+        k = min(ways, width)
+        out.extend(lo + width * j // k - 1 for j in range(1, k))
+        first.append(len(out))
+    return np.array(out, dtype=np.uint64), np.array(first, dtype=np.int64)
 
 class RemoteScores:
     """A handle on one score per row held by a served index's actors (see the module's
@@ -120,9 +144,11 @@ class RemoteScores:
         """For ranking positions (each < len): (the key at each, how many rows before it have
         its key, each holder's count of rows with each key (holders x positions)).
 
-        Bisection over the key's bits on the holders' summed counts of keys at most a value,
-        until a position's range of keys holds at most `BRACKET` rows (or one key); then the
-        holders' distinct keys in each range, with their counts, settle it."""
+        A k-way search over the keys on the holders' summed counts of keys at most a value:
+        each round splits every position's range of keys in up to `FANOUT` (fewer when many
+        ranges are searched at once: about `PIVOTS` keys a round), so a 32-bit key takes 4-8
+        rounds of requests, not 32; until a position's range holds at most `BRACKET` rows (or
+        one key); then the holders' distinct keys in each range, with their counts, settle it."""
         positions = np.asarray(positions, dtype=np.int64)
         kind = np.uint64 if self.dtype == np.float64 else np.uint32
         bits = 64 if kind is np.uint64 else 32
@@ -134,14 +160,23 @@ class RemoteScores:
             active = np.flatnonzero((lo < hi) & (upto_hi - below_lo > BRACKET))
             if not len(active):
                 break
-            mid = lo[active] + (hi[active] - lo[active]) // np.uint64(2)
-            # positions that share their search so far share its value: each asked once
-            values, where = np.unique(mid, return_inverse=True)
-            counts = self._count_le(values.astype(kind))[where.reshape(-1)]
-            above = counts >= positions[active] + 1
-            hi[active[above]], upto_hi[active[above]] = mid[above], counts[above]
-            lo[active[~above]] = mid[~above] + np.uint64(1)
-            below_lo[active[~above]] = counts[~above]
+            # positions that share their search so far share its pivots: each range split once
+            ranges, where = np.unique(np.stack([lo[active], hi[active]], axis=1), axis=0,
+                                      return_inverse=True)
+            pivots, first = split_points(ranges, max(2, min(FANOUT, PIVOTS // len(ranges))))
+            values, at = np.unique(pivots, return_inverse=True)
+            counts = self._count_le(values.astype(kind))[at.reshape(-1)].astype(np.int64)
+            # each position's first pivot of its range whose count reaches it: one search over
+            # (range, count), ascending since a range's counts grow with its pivots
+            r = where.reshape(-1)
+            step = np.int64(self.n + 2)
+            keyed = np.repeat(np.arange(len(ranges), dtype=np.int64), np.diff(first)) * step
+            got = np.searchsorted(keyed + counts, r * step + positions[active] + 1)
+            inside, after = got < first[r + 1], got > first[r]
+            hi[active[inside]] = pivots[got[inside]]
+            upto_hi[active[inside]] = counts[got[inside]]
+            lo[active[after]] = pivots[got[after] - 1] + np.uint64(1)
+            below_lo[active[after]] = counts[got[after] - 1]
         return self._settle(positions, lo.astype(kind), hi.astype(kind), below_lo)
 
     def _settle(self, positions: np.ndarray, lo: np.ndarray, hi: np.ndarray,

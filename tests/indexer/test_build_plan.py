@@ -170,6 +170,31 @@ def test_the_shard_by_shard_truth_equals_one_pass_over_every_row(hnsw_index):
     np.testing.assert_array_equal(np.sort(merged, axis=1), np.sort(whole, axis=1))
 
 
+
+def test_a_sharded_index_is_sized_by_its_largest_part(hnsw_index, tmp_path):
+    """The budget holds one shard's part, not the whole index: a build that fits part by part
+    is made, and its calibration searches the parts one at a time, with the same result."""
+    out, parts = hnsw_index
+    held = Index(out)
+    rows, largest = held.n_sentences, max(s.rows for s in held.shards)
+    m = int(held.manifest["faiss"]["params"]["M"])
+    part_bytes = index_choice.hnsw_bytes(largest, held.dim, m)
+    assert part_bytes < index_choice.hnsw_bytes(rows, held.dim, m)
+    choice = index_choice.choose_index(rows, held.dim, part_bytes, "hnsw", part_rows=largest)
+    assert choice.part_rows == largest and choice.held_bytes == part_bytes
+    assert "its largest part" in choice.reason
+    with pytest.raises(InputError, match="is too small"):
+        index_choice.choose_index(rows, held.dim, part_bytes, "hnsw")       # as one part
+    manifest = build_index(parts, tmp_path / "parts", HashingEncoder(),
+                           _config(index="hnsw", shards=3, memory=part_bytes))
+    assert manifest["build"]["plan"]["part_rows"] == largest
+    assert manifest["build"]["plan"]["index_bytes"] == part_bytes
+    search, whole = manifest["faiss"]["search"], held.manifest["faiss"]["search"]
+    assert search["sample"]["parts"] == "one at a time" and whole["sample"]["parts"] == "held"
+    assert search["sweep"] == whole["sweep"] and search["default"] == whole["default"]
+    assert manifest["faiss"]["factory"] == held.manifest["faiss"]["factory"]
+
+
 def _copy(index: Path, tmp_path: Path) -> Path:
     out = tmp_path / "idx"
     shutil.copytree(index, out)

@@ -119,6 +119,26 @@ def test_selection_is_row_for_row_the_recorded_one(recorded, current, case):
     assert got["info"] == want["info"]
 
 
+@pytest.fixture(scope="module")
+def spilled(fake_index, medical_task, tmp_path_factory) -> dict[str, dict]:
+    """Every case again with every per-row and per-segment array on a scratch file."""
+    scratch = tmp_path_factory.mktemp("scratch")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TAPT_SPILL_BYTES", "0")
+        mp.setenv("TAPT_SCRATCH_DIR", str(scratch))
+        from tapt.util import spill
+
+        before = spill.spilled_total()
+        out = selections(fake_index, medical_task)
+        assert spill.spilled_total() > before          # the arrays did go to scratch files
+    assert list(scratch.iterdir()) == []                # and nothing is left there
+    return out
+
+
+def test_selections_with_arrays_on_scratch_files_are_the_same(current, spilled):
+    assert spilled == current
+
+
 def _record(base: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parents[1]))
     from conftest import HashingEncoder, write_labelled_corpus, write_task

@@ -88,8 +88,15 @@ def _layouts(servers, n: int):
     return spans, shards
 
 
+@pytest.mark.parametrize("search", ["default", "bisection", "narrow"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_held_rows_are_those_of_the_whole_array(served, dtype):
+def test_held_rows_are_those_of_the_whole_array(served, dtype, search, monkeypatch):
+    # the k-way search of ranking positions (`_keys_at`): as shipped, as a bisection, and
+    # split 3 ways with at most 7 keys a round (many rounds, ranges limited by the key budget)
+    fanout, pivots = {"default": (remote_scores.FANOUT, remote_scores.PIVOTS),
+                      "bisection": (2, 2), "narrow": (3, 7)}[search]
+    monkeypatch.setattr(remote_scores, "FANOUT", fanout)
+    monkeypatch.setattr(remote_scores, "PIVOTS", pivots)
     servers, n = served.servers, served.n_sentences
     values = _awkward(n, dtype)
     spans, shards = _layouts(servers, n)
@@ -177,9 +184,10 @@ def _received(index_dir: Path, task) -> dict[str, int]:
     with tapt.serve(index_dir, actors=3, cpus_per_actor=0.2) as index:
         traffic = index.servers.count_traffic()
         for method, budget, params in BYTES_RUNS:
-            before = traffic["received"]
+            before = {way: traffic[way] for way in ("received", "sent", "scorer_bytes")}
             _select(index, task, method, budget, params)
-            out[method, budget, str(params)] = traffic["received"] - before
+            for way, count in before.items():       # answers; requests; scorers, models
+                out[method, budget, str(params), way] = traffic[way] - count
         return {**out, "rows": index.n_sentences}
 
 
@@ -189,8 +197,13 @@ def test_what_the_driver_receives_does_not_grow_with_the_rows(cluster, small, la
 
     monkeypatch.setattr(segments, "STREAM_SHARE", 1.0)
     # bisect every position to one key: on indexes this small, fetching the keys of a range of
-    # a few rows (`BRACKET`) ends the search sooner the fewer the rows, which is no growth
+    # a few rows (`BRACKET`) ends the search sooner the fewer the rows, which is no growth; and
+    # two ways a round: the k-way search asks up to `FANOUT` keys per distinct range of keys,
+    # as many ranges as the positions spread over, bounded by `PIVOTS` keys a round, never by
+    # the rows; but an index of a few hundred rows has too few distinct scores to spread them
     monkeypatch.setattr(remote_scores, "BRACKET", 0)
+    monkeypatch.setattr(remote_scores, "FANOUT", 2)
+    monkeypatch.setattr(remote_scores, "PIVOTS", 2)
     task = write_task(tmp_path / "task.txt", "medical", n=30)
     few, many = _received(small, task), _received(large, task)
     assert many["rows"] >= 6 * few["rows"]
