@@ -9,9 +9,9 @@ file: the kernel keeps its pages in the page cache while they are used and write
 
 The file is unlinked before it is used (`tempfile.TemporaryFile`), so nothing is left behind,
 not even when the process is killed, and nothing but this anonymous file is ever written; its
-blocks are reserved up front (`os.posix_fallocate`), so a full disk is found when the array is
-made (the array is then made in memory, with one warning), never as a signal when a page is
-written. `$TAPT_SCRATCH_DIR` names the directory (default: the system's temporary directory,
+blocks are reserved up front (`os.posix_fallocate`, or zeros written where the platform has
+none), so a full disk is found when the array is made (the array is then made in memory, with
+one warning), never as a signal when a page is written. `$TAPT_SCRATCH_DIR` names the directory (default: the system's temporary directory,
 `$TMPDIR`); `$TAPT_SPILL_BYTES` the smallest array spilled (default 16 MiB: smaller ones stay
 in memory, where they cost less than a file).
 """
@@ -63,6 +63,18 @@ def scratch_dir() -> str:
     return os.environ.get("TAPT_SCRATCH_DIR") or tempfile.gettempdir()
 
 
+def _reserve(fh, nbytes: int, chunk: int = 1 << 20) -> None:
+    """Give the file `nbytes` of allocated blocks (a write to its map can then never fail):
+    `posix_fallocate`, or zeros written where the platform has none (macOS)."""
+    if hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fh.fileno(), 0, nbytes)
+        return
+    zeros = bytes(chunk)
+    for at in range(0, nbytes, chunk):
+        fh.write(zeros[:min(chunk, nbytes - at)])
+    fh.flush()
+
+
 def empty(n: int, dtype: np.dtype | type) -> np.ndarray:
     """An uninitialised 1-d array of `n` values of `dtype`: on an unlinked scratch file when it
     holds at least `spill_bytes()` bytes, in memory otherwise (or when no scratch file can be
@@ -83,7 +95,7 @@ def empty(n: int, dtype: np.dtype | type) -> np.ndarray:
     where = scratch_dir()
     try:
         with tempfile.TemporaryFile(dir=where, prefix="tapt-spill-") as fh:
-            os.posix_fallocate(fh.fileno(), 0, nbytes)
+            _reserve(fh, nbytes)
             buffer = mmap.mmap(fh.fileno(), nbytes, access=mmap.ACCESS_WRITE)
     except (OSError, ValueError) as exc:
         warn_once(f"spill:{where}", "no scratch file of %d MB in %s (%s): keeping such arrays "

@@ -63,6 +63,7 @@ from tapt.indexer.ann.faiss_index import (ShardedFaiss, merge_in_groups, search_
 from tapt.indexer.store.identity import same_snapshot
 from tapt.indexer.building.ray_executor import ExecutorError, connect, import_ray, task_error
 from tapt.indexer.store.shards import grid_ranges
+from tapt.util import spill
 from tapt.util.checks import whole_number
 
 from ..scoring import arrays
@@ -398,7 +399,7 @@ class ShardServers:
         """The scorer's score of every row (`on` codes: of every row's int8 codes), computed
         by the actors."""
         ref = self.ray.put(scorer)
-        out = np.empty(n, dtype=np.float32)
+        out = spill.empty(n, np.float32)
         for start, part in self._get([a.score.remote(ref, on) for a in self.actors], "score"):
             self._count("received", part)
             out[start:start + len(part)] = part
@@ -428,7 +429,7 @@ class ShardServers:
         """`score_shard` of every shard's stored lexical ids, run by the actors that hold the
         shards (`Index.lexicon_scores`)."""
         ref = self.ray.put(score_shard)
-        out = np.empty(n, dtype=np.float32)
+        out = spill.empty(n, np.float32)
         for found in self._get([a.lexicon_scores.remote(ref) for a in self.actors], "score"):
             self._count("received", found)
             for start, part in found:

@@ -55,6 +55,14 @@ def test_no_room_keeps_the_array_in_memory_with_a_warning(scratch, monkeypatch, 
     assert list(scratch.iterdir()) == []
 
 
+def test_without_posix_fallocate_the_blocks_are_written(scratch, monkeypatch):
+    monkeypatch.delattr(os, "posix_fallocate")          # as on macOS
+    a = spill.empty(1 << 20, np.int16)
+    assert isinstance(a.base, (memoryview, mmap.mmap)) and a.flags.writeable
+    a[:] = 5
+    assert int(a.sum()) == 5 << 20 and list(scratch.iterdir()) == []
+
+
 def test_a_missing_scratch_directory_keeps_the_array_in_memory(tmp_path, monkeypatch):
     monkeypatch.setenv("TAPT_SCRATCH_DIR", str(tmp_path / "absent"))
     monkeypatch.setenv("TAPT_SPILL_BYTES", "0")
