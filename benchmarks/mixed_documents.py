@@ -25,9 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import shlex
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -36,17 +33,16 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
+from tapt.retriever.bench.labelled_pool import seed_subset
 from tapt.retriever.bench.recall import Shared, evaluate_fixed
 from tapt.retriever.bench.run import seed_embeddings
-from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.methods import Memo, RankingInputs, get_method
 from tapt.retriever.ranking import document_pooling
 from tapt.retriever.ranking.budget import parse_budget
 from tapt.retriever.ranking.document_pooling import DocumentShape, document_scores
 from tapt.util.files import atomic_write, write_json_atomic
-from tapt.util.versions import library_versions, utc_now
+
+from .labelled_tasks import LabelledPool, add_arguments, result_header
 
 CONTEXTS = ("sentence", "document", "mixed", "mixed-no-test")
 
@@ -157,12 +153,8 @@ def aggregate(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--index", type=Path, required=True)
-    parser.add_argument("--seeds", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--sizes", default="100,2000")
+    add_arguments(parser)
     parser.add_argument("--methods", default="centroid,fused")
-    parser.add_argument("--domains", default=None)
     parser.add_argument("--seed", type=int, default=0, help="seed of the random documents")
     parser.add_argument("--label-field", default="domain")
     parser.add_argument("--scores-cache", type=Path, default=None,
@@ -170,10 +162,8 @@ def main(argv: list[str] | None = None) -> None:
                              "reads them)")
     args = parser.parse_args(argv)
     t_start = time.perf_counter()
-    index = Index(args.index)
-    labels = sentence_labels(index, args.label_field, progress=True)
-    shared = Shared(index=index, labels=labels)
-    seed_sets = read_seed_sets(args.seeds, args.domains.split(",") if args.domains else None)
+    pool = LabelledPool.open(args, args.label_field)
+    index, labels, shared, seed_sets = pool.index, pool.labels, pool.shared, pool.seed_sets
     embeddings = seed_embeddings(index, seed_sets, args.out)
     perm = np.random.default_rng(args.seed).permutation(index.n_sentences)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -196,12 +186,7 @@ def main(argv: list[str] | None = None) -> None:
             tasks.append({"domain": s.domain, "seeds": int(len(subset)), "method": name,
                           "score_seconds": round(seconds, 1), **got, "pooling": pooling})
     result = {
-        "created": utc_now(),
-        "command": "python -m benchmarks.mixed_documents " + shlex.join(
-            sys.argv[1:] if argv is None else argv),
-        "machine": f"{platform.machine()} {platform.processor() or platform.system()}, "
-                   f"{os.cpu_count()} CPUs",
-        "versions": library_versions(), "rows": index.n_sentences,
+        **result_header("mixed_documents", argv, index),
         "documents": DocumentShape.of(index.doc_offsets).documents, "alpha": document_pooling.ALPHA,
         "seconds": round(time.perf_counter() - t_start, 1),
         "aggregate": aggregate(tasks), "tasks": tasks,

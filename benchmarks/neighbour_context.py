@@ -26,9 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shlex
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -38,15 +35,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
-from tapt.retriever.bench.recall import Shared, evaluate_fixed
+from tapt.retriever.bench.labelled_pool import seed_subset
+from tapt.retriever.bench.recall import evaluate_fixed
 from tapt.retriever.bench.run import seed_embeddings
-from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.methods import Memo
 from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.util.files import atomic_write, write_json_atomic
-from tapt.util.versions import library_versions, utc_now
+from tapt.util.versions import utc_now
 
+from .labelled_tasks import LabelledPool, add_arguments, result_header
 from .mixed_documents import task_scores
 
 K = 10
@@ -118,20 +115,14 @@ def neighbour_scores(scores: np.ndarray, nbrs: np.ndarray, k: int
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--index", type=Path, required=True)
-    parser.add_argument("--seeds", type=Path, required=True)
+    add_arguments(parser)
     parser.add_argument("--cache", type=Path, required=True,
                         help="neighbour lists and task scores (shared with mixed_documents)")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--sizes", default="100,2000")
     parser.add_argument("--methods", default="centroid,fused")
-    parser.add_argument("--domains", default=None)
     args = parser.parse_args(argv)
     t_start = time.perf_counter()
-    index = Index(args.index)
-    labels = sentence_labels(index, "domain", progress=True)
-    shared = Shared(index=index, labels=labels)
-    seed_sets = read_seed_sets(args.seeds, args.domains.split(",") if args.domains else None)
+    pool = LabelledPool.open(args)
+    index, labels, shared, seed_sets = pool.index, pool.labels, pool.shared, pool.seed_sets
     embeddings = seed_embeddings(index, seed_sets, args.cache)
     nbrs = neighbours(index, max(K, *SENSITIVITY), args.cache)
     graph = args.cache / f"neighbours-{index.uuid}-{max(K, *SENSITIVITY)}.json"
@@ -172,12 +163,7 @@ def main(argv: list[str] | None = None) -> None:
                   **{v: round(float(np.mean([r[v] for r in rows])), 4) for v in variants}}
                  for (seeds, m), rows in sorted(groups.items())]
     result = {
-        "created": utc_now(),
-        "command": "python -m benchmarks.neighbour_context " + shlex.join(
-            sys.argv[1:] if argv is None else argv),
-        "machine": f"{platform.machine()} {platform.processor() or platform.system()}, "
-                   f"{os.cpu_count()} CPUs",
-        "versions": library_versions(), "rows": index.n_sentences, "k": K,
+        **result_header("neighbour_context", argv, index), "k": K,
         "neighbour_graph_seconds": graph_seconds,
         "seconds": round(time.perf_counter() - t_start, 1),
         "aggregate": aggregate, "tasks": tasks,

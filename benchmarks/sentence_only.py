@@ -22,29 +22,25 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import shlex
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
+from tapt.retriever.bench.labelled_pool import seed_subset
 from tapt.retriever.bench.recall import Shared, evaluate_fixed
 from tapt.retriever.bench.run import seed_embeddings
-from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.methods import Memo, RankingInputs, get_method
 from tapt.retriever.ranking.budget import parse_budget
 from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.retriever.scoring import arrays
 from tapt.retriever.scoring.ngram_features import sentence_matrix
 from tapt.util.files import atomic_write, write_json_atomic
-from tapt.util.versions import library_versions, utc_now
+
+from .labelled_tasks import LabelledPool, add_arguments, result_header
 
 # (row name, method, parameters)
 ROWS = [("classifier", "classifier", {}), ("moore-lewis", "moore-lewis", {}),
@@ -101,19 +97,13 @@ def ceiling(index: Index, labels: np.ndarray, domains: list[str]) -> list[dict[s
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--index", type=Path, required=True)
-    parser.add_argument("--seeds", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--sizes", default="100,2000")
-    parser.add_argument("--domains", default=None)
+    add_arguments(parser)
     parser.add_argument("--ceiling", action="store_true",
                         help="add the supervised reference (uses the labels; not a method)")
     args = parser.parse_args(argv)
     t_start = time.perf_counter()
-    index = Index(args.index)
-    labels = sentence_labels(index, "domain", progress=True)
-    shared = Shared(index=index, labels=labels)
-    seed_sets = read_seed_sets(args.seeds, args.domains.split(",") if args.domains else None)
+    pool = LabelledPool.open(args)
+    index, labels, shared, seed_sets = pool.index, pool.labels, pool.shared, pool.seed_sets
     embeddings = seed_embeddings(index, seed_sets, args.out)
     tasks = []
     for size in [int(x) for x in args.sizes.split(",")]:
@@ -142,15 +132,8 @@ def main(argv: list[str] | None = None) -> None:
                      for c in COLUMNS if c in rows[0]}}
                  for (seeds, row), rows in sorted(groups.items(),
                                                   key=lambda kv: (kv[0][0], order.index(kv[0][1])))]
-    result = {
-        "created": utc_now(),
-        "command": "python -m benchmarks.sentence_only " + shlex.join(
-            sys.argv[1:] if argv is None else argv),
-        "machine": f"{platform.machine()} {platform.processor() or platform.system()}, "
-                   f"{os.cpu_count()} CPUs",
-        "versions": library_versions(), "rows": index.n_sentences,
-        "aggregate": aggregate, "tasks": tasks,
-    }
+    result = {**result_header("sentence_only", argv, index),
+              "aggregate": aggregate, "tasks": tasks}
     if args.ceiling:
         result["ceiling"] = ceiling(index, labels, [s.domain for s in seed_sets])
     result["seconds"] = round(time.perf_counter() - t_start, 1)

@@ -194,16 +194,6 @@ def _op_range_keys(server, name: str, lo: np.ndarray, hi: np.ndarray
     return np.concatenate(ranges), np.concatenate(keys), np.concatenate(counts)
 
 
-def _op_eq_sparse(server, name: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(which of `keys` this actor has rows with, how many each): an answer the size of what
-    it holds of them, not of `keys`."""
-    sorted_keys, _ = _store(server)[name].keys()
-    eq = np.searchsorted(sorted_keys, keys, side="right") - np.searchsorted(
-        sorted_keys, keys, side="left")
-    at = np.flatnonzero(eq)
-    return at.astype(np.int32), eq[at].astype(np.int64)
-
-
 def _op_tied_rows(server, name: str, keys: np.ndarray, ties: np.ndarray) -> np.ndarray:
     """The global row of the `ties`-th (0-based, in row order) row with each key."""
     entry = _store(server)[name]
@@ -264,8 +254,7 @@ ACTOR_OPS: dict[str, Callable[..., Any]] = {
     "rows": _op_rows, "lexicon": _op_lexicon, "piece": _op_piece, "assemble": _op_assemble,
     "finite": _op_finite, "leaf_sums": _op_leaf_sums, "zsum": _op_zsum, "cast": _op_cast,
     "count_above": _op_count_above, "count_le": _op_count_le, "count_eq": _op_count_eq,
-    "count_le_sum": _op_count_le_sum, "eq_sparse": _op_eq_sparse,
-    "range_keys": _op_range_keys,
+    "count_le_sum": _op_count_le_sum, "range_keys": _op_range_keys,
     "tied_rows": _op_tied_rows, "inside": _op_inside, "outside": _op_outside, "set": _op_set,
     "values": _op_values, "free": _op_free, "names": _op_names}
 
