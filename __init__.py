@@ -19,6 +19,8 @@ _LAZY = {
     "ServedIndex": "tapt.api",
     "serve": "tapt.api",
     "train": "tapt.api",
+    "pretrain": "tapt.api",
+    "model_path": "tapt.api",
     "evaluate_mlm": "tapt.api",
     "evaluate": "tapt.api",
     "export": "tapt.api",

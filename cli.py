@@ -43,7 +43,8 @@ from tapt.commands.common import (_STATE, CLICK_SETTINGS, CommandGroup, _BrokenP
                                   _one_line)
 from tapt.commands.index import index
 from tapt.commands.selecting import detectors, evaluate, export_command, select
-from tapt.commands.training import eval_mlm_command, train_command
+from tapt.commands.training import (eval_mlm_command, model_path_command, pretrain_command,
+                                    train_command)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -228,8 +229,8 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     ctx.obj = {"progress": not quiet}
 
 
-for _command in (index, select, evaluate, export_command, train_command, eval_mlm_command,
-                 bench, detectors, plot):
+for _command in (index, select, evaluate, export_command, train_command, pretrain_command,
+                 eval_mlm_command, model_path_command, bench, detectors, plot):
     cli.add_command(_command)
 bench.add_command(bench_downstream)
 

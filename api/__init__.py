@@ -17,7 +17,7 @@ the same):
 Everything the command line does is here, and the command line does it by calling this module:
 `Index.build/open/add/verify/repair/upgrade/reindex/info/recall/select`, `Index.rank_detectors/
 cluster_purity/plot_domains`, `Selection` (to pandas, Arrow, a Hugging Face dataset, files),
-`serve`, `evaluate`, `export`, `train`, `evaluate_mlm` and `bench_recall`, with the command
+`serve`, `evaluate`, `export`, `train`, `pretrain`, `evaluate_mlm` and `bench_recall`, with the command
 line's options and defaults; every call that takes a task or text reads it by one rule
 (`retriever.tasks.forms.task_form`). Errors are `tapt.errors.TaptError` subclasses that name the
 parameter at fault (`err.param`). Nothing here imports torch, FAISS or transformers until a call
@@ -36,10 +36,10 @@ from .options import (CONTEXTS, MLM_EVAL_BATCH, config_fields, default_memory,
                       method_params, method_specs, parse_memory)
 from .selections import bench_recall, evaluate, export
 from .served import ServedIndex, answer_line, answer_request, serve
-from .training import evaluate_mlm, train
+from .training import evaluate_mlm, model_path, pretrain, train
 
 __all__ = ["Index", "ServedIndex", "Selection", "serve", "answer_request", "answer_line",
-           "train", "evaluate_mlm", "evaluate", "export", "bench_recall", "method_names",
+           "train", "pretrain", "model_path", "evaluate_mlm", "evaluate", "export", "bench_recall", "method_names",
            "bench_downstream",
            "describe_methods", "method_specs", "method_params", "config_fields", "default_memory",
            "parse_memory", "executor_names", "input_formats", "CONTEXTS", "MLM_EVAL_BATCH",

@@ -1,22 +1,35 @@
 """`tapt.bench_downstream` (`tapt bench downstream`): what continued pretraining on a selection
-is worth on a labelled task of the domain.
+is worth on a labelled task of the domain, at equal compute.
 
-For every seed and condition: select from the index (random, a selection method, or the oracle:
-the index's own rows of the domain, by a metadata field), continue masked-LM pretraining of the
-index's model on the selection (`tapt.train`, the same steps and seed for every condition), then
-fine-tune the encoder with a classification head on a small labelled split and score it on a
-held-out split (`trainer.downstream`). Condition `none` fine-tunes the model as it is.
+Protocol (Don't Stop Pretraining's, at a size that runs where you are):
 
-The report folder holds `settings.json` (the configuration), `runs/<condition>-seed<k>/` (the
-selection, `result.json`: the run's completion record with its scores and both loss curves) and
-`report.json` + `report.md`. A run whose `result.json` exists is not run again; a folder made
-with another configuration is refused.
+- the starting point is a general model of the corpus: `model`, or (by default) a masked LM
+  trained from scratch on a random sample of the index's own rows by `tapt.pretrain` at the
+  `preset` size, made once and cached under the user cache directory, keyed by the index and
+  its settings;
+- every condition continues it with the same steps, batch size, length and learning rate:
+  `random` (random corpus rows: the control for the extra training), `task` (the task's own
+  unlabelled text only: TAPT), selection methods (centroid, knn, fused, ...: their selection for
+  the task) and `oracle` (the index's own rows of the task's domain), all at one budget; `none`
+  is the general model as it is;
+- each continued model's held-out masked-LM loss on the labelled texts (held out from the index
+  by document) is measured with the same masks for all;
+- each is fine-tuned on the labelled task by k-fold cross-validation over documents, so every
+  labelled example is a test example once per seed;
+- per condition: accuracy, its paired difference from `random` and `none` with 95% intervals
+  of a bootstrap over seeds and documents, and each method's share of the oracle's gain.
+
+The report folder holds `settings.json`, `runs/<condition>-seed<k>/` (the selection, and
+`result.json`: the run's completion record with its predictions, held-out losses and loss
+curves) and `report.json`, `report.md`, `gains.png`. A run whose `result.json` exists is not
+run again; a folder made with another configuration is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -30,10 +43,14 @@ from tapt.util.checks import choice, path_text, real_number, shown, whole_number
 
 from .arguments import PathLike
 
-CONDITIONS = ("none", "random", "centroid", "fused", "oracle")
+log = logging.getLogger(__name__)
+
+CONDITIONS = ("none", "random", "task", "centroid", "knn", "fused", "oracle")
 SETTINGS = "settings.json"
 RESULT = "result.json"
 _FORMAT = "tapt-bench-downstream"
+_FORMAT_VERSION = 2
+_NOT_METHODS = ("none", "task", "oracle")
 
 
 def _selection_methods() -> tuple[str, ...]:
@@ -45,12 +62,13 @@ def _selection_methods() -> tuple[str, ...]:
 def _check_conditions(conditions: Sequence[str]) -> tuple[str, ...]:
     if isinstance(conditions, str):
         conditions = [c.strip() for c in conditions.split(",") if c.strip()]
-    known = ("none", "oracle", *_selection_methods())
+    known = (*_NOT_METHODS, *_selection_methods())
     out = []
     for c in conditions:
         if not isinstance(c, str) or c not in known:
-            raise InputError(f"unknown condition {shown(c)}; conditions are none, oracle or a "
-                             f"selection method ({', '.join(known[2:])})", param="conditions")
+            raise InputError(f"unknown condition {shown(c)}; conditions are none, task, oracle "
+                             f"or a selection method ({', '.join(known[3:])})",
+                             param="conditions")
         if c not in out:
             out.append(c)
     if not out:
@@ -116,7 +134,7 @@ def _prepare_out(out: Path, settings: dict[str, Any], inputs: list[str]) -> None
                              param="out")
         return
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / SETTINGS, {"format": _FORMAT, "format_version": 1,
+    write_json_atomic(out / SETTINGS, {"format": _FORMAT, "format_version": _FORMAT_VERSION,
                                        "settings_sha256": _settings_sha(settings),
                                        "settings": settings})
 
@@ -171,55 +189,127 @@ def _oracle_share(selection: Any, field: str | None, value: str | None) -> float
     return round(inside / total, 4) if total else None
 
 
+def general_model(ix: Any, preset: str, *, device: str = "cpu", fallback: Path,
+                  progress: bool = True) -> tuple[str, dict[str, Any]]:
+    """The general model of an index at a preset size: made once by `pretrain` (seed 0) and
+    kept in the user cache directory (`general-models/<key>`, keyed by the index's identity and
+    the preset's settings), or in `fallback` where no cache can be written. An entry whose
+    weights no longer match the digest recorded when it was made is made again.
+
+    Args:
+        ix: The open index.
+        preset: The size (`tapt.modeling.scratch.PRESETS`).
+        device: cpu or cuda (where it trains; not part of the key).
+        fallback: Where to make it without a writable cache.
+        progress: Show progress bars.
+
+    Returns:
+        (its directory, a record: key, preset, steps, seconds, loss curve, whether reused).
+    """
+    import fcntl
+
+    from tapt.trainer.outdir import finished_manifest
+    from tapt.trainer.pretrain import PretrainConfig
+    from tapt.util.cache import warn_once, writable_cache
+    from tapt.util.files import sha256_file, write_json_atomic
+
+    from .training import pretrain
+
+    identity = {k: v for k, v in ix.identity().items() if k in ("uuid", "manifest_sha256")}
+    settings = PretrainConfig(out="-", preset=preset).identity_fields()
+    key = _settings_sha({"format": 1, "index": identity, "pretrain": settings})[:32]
+    root = writable_cache("general-models")
+    path = (root / key) if root is not None else fallback
+    entry = path.parent / f"{path.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f"{path.name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)     # one process makes it; the others wait and reuse
+        done = finished_manifest(path)
+        reused = False
+        if done is not None:
+            try:
+                recorded = json.loads(entry.read_text(encoding="utf-8"))
+                reused = recorded.get("weights_sha256") == sha256_file(
+                    path / "model.safetensors")
+            except (OSError, ValueError, AttributeError):
+                reused = False
+            if not reused:
+                warn_once(f"general:{path}", "the cached general model %s does not match what "
+                          "was recorded when it was made; making it again", path)
+                shutil.rmtree(path, ignore_errors=True)     # tapt's own cache entry
+        t0 = time.perf_counter()
+        if not reused:
+            done = pretrain(ix.path, path, preset=preset, device=device, resume=True,
+                            delete_checkpoints=True, progress=progress)
+            write_json_atomic(entry, {"key": key, "index": identity, "pretrain": settings,
+                                      "weights_sha256": sha256_file(path / "model.safetensors")})
+    curve = done.get("loss_curve", [])
+    return str(path), {"key": key, "preset": preset, "path": str(path), "reused": reused,
+                       "steps": done.get("steps"), "seconds": done.get("seconds"),
+                       "wait_seconds": round(time.perf_counter() - t0, 1),
+                       "loss_start": round(float(np.mean(curve[:20])), 4) if curve else None,
+                       "loss_end": done.get("train_loss"),
+                       "loss_curve": [round(float(np.mean(curve[i:i + 50])), 4)
+                                      for i in range(0, len(curve), 50)],
+                       "sample": done.get("pretrain", {}).get("sample"),
+                       "shape": done.get("pretrain", {}).get("shape")}
+
+
 def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
-                     task: PathLike | Sequence[str] | None = None, text_field: str = "text",
-                     label_field: str = "label", group_field: str | None = None,
-                     oracle_field: str = "domain", oracle_value: str | None = None,
+                     task: PathLike | Sequence[str] | None = None, task_name: str | None = None,
+                     text_field: str = "text", label_field: str = "label",
+                     group_field: str | None = None, oracle_field: str = "domain",
+                     oracle_value: str | None = None,
                      conditions: Sequence[str] | str = CONDITIONS,
-                     seeds: Sequence[int] | str = (0,), budget: str = "2000sent",
-                     steps: int = 200, batch_size: int = 16, max_length: int = 64,
-                     lr: float = 1e-4, train_size: int = 200, test_size: int = 400,
-                     ft_epochs: int = 3, ft_steps: int | None = None, ft_batch_size: int = 16,
-                     ft_lr: float = 5e-5, model: str | None = None, device: str = "cpu",
-                     keep_models: bool = False, progress: bool = True,
+                     seeds: Sequence[int] | str = (0,), folds: int = 5,
+                     budget: str = "10000sent", model: str | None = None, preset: str = "cpu",
+                     steps: int = 300, batch_size: int = 32, max_length: int = 64,
+                     lr: float = 2e-4, ft_mode: str = "full", ft_epochs: int = 3,
+                     ft_steps: int | None = None, ft_batch_size: int = 16, ft_lr: float = 1e-4,
+                     device: str = "cpu", keep_models: bool = False, progress: bool = True,
                      encoder: Any = None) -> dict[str, Any]:
-    """Fine-tune on a labelled task after continued pretraining on each condition's selection
-    (`tapt bench downstream`); resumable, one folder per configuration.
+    """Cross-validated accuracy on a labelled task after equal-compute continued pretraining on
+    each condition's data (`tapt bench downstream`); resumable, one folder per configuration.
 
     Args:
         index: The index to select from.
         labelled: JSON Lines (optionally gzipped) of labelled examples.
         out: The report folder (new, empty, or an earlier report of the same settings).
-        task: The task text the selections are made for: a file, or a list of strings
-            (default: every text of `labelled`).
+        task: The unlabelled task text the selections are made for: a file, or a list of
+            strings (default: every text of `labelled`).
+        task_name: The task's name in the report (default: the labelled file's name).
         text_field: The field with the text in `labelled` (and in a JSONL `task`).
         label_field: The field with the label in `labelled`.
-        group_field: A field of `labelled` (e.g. a document id) whose examples stay on one
-            side of the train/test split.
+        group_field: A field of `labelled` (e.g. a document id) whose examples stay in one
+            fold; None: every example is its own group.
         oracle_field: The index's metadata field that marks the domain's own rows.
         oracle_value: Its value for the domain (needed by the `oracle` condition).
-        conditions: none (no continued pretraining), oracle, or selection methods.
-        seeds: Seeds; each gives its own split, selections, pretraining and fine-tuning.
-        budget: Selection budget of every condition ("2000sent", "0.01", "500", "1Mtok").
+        conditions: none (the starting model as it is), random, task (the task's own text),
+            oracle, or selection methods.
+        seeds: Seeds; each gives its own folds, selections, pretraining and fine-tuning.
+        folds: Folds of the cross-validation (every example is tested once per seed).
+        budget: Selection budget of every condition ("10000sent", "0.01", "500", "1Mtok").
+        model: The masked LM to start from (directory or hub name) instead of a general
+            model made by `pretrain`.
+        preset: The size of the general model made when `model` is not given (tiny, cpu, gpu).
         steps: Continued-pretraining steps (the same for every condition).
         batch_size: Continued-pretraining examples per step.
-        max_length: Tokens per example, in pretraining and fine-tuning.
+        max_length: Tokens per example, in pretraining, evaluation and fine-tuning.
         lr: Continued-pretraining peak learning rate.
-        train_size: Labelled training examples (stratified by label).
-        test_size: Labelled test examples (stratified by label).
-        ft_epochs: Fine-tuning passes over the training split.
+        ft_mode: full (the encoder fine-tuned with a linear head) or probe (a logistic
+            regression on frozen features).
+        ft_epochs: Fine-tuning passes over each fold's training examples.
         ft_steps: Fine-tuning steps instead of epochs.
         ft_batch_size: Fine-tuning examples per step.
-        ft_lr: Fine-tuning peak learning rate of the encoder (the head's is 1e-3).
-        model: The masked-LM model to start from (default: the index's model).
+        ft_lr: Fine-tuning peak learning rate of the encoder (the new head's is 1e-3).
         device: cpu or cuda.
-        keep_models: Keep each run's continued-pretrained model (default: deleted once its
-            classifier is scored; the loss curves are kept).
+        keep_models: Keep each run's continued-pretrained model (default: deleted once
+            scored; the loss curves are kept).
         progress: Show progress bars.
         encoder: An encoder object for embedding the task (for tests).
 
     Returns:
-        The report (also in OUT/report.json and OUT/report.md).
+        The report (also in OUT/report.json, OUT/report.md and OUT/gains.png).
 
     Raises:
         InputError: a bad argument or labelled file, a folder of another configuration.
@@ -227,10 +317,11 @@ def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
     """
     from tqdm.auto import tqdm
 
+    from tapt.modeling.scratch import PRESETS
     from tapt.retriever.ranking.budget import parse_budget
     from tapt.retriever.tasks.forms import task_paths
-    from tapt.trainer.downstream_data import read_labelled, split
-    from tapt.trainer.downstream_report import write_report
+    from tapt.trainer.downstream_data import describe_folds, group_folds, read_labelled
+    from tapt.trainer.downstream_report import build_report, write_report
     from tapt.util.files import sha256_file
 
     from .index import Index
@@ -239,63 +330,85 @@ def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
     labelled_path = path_text(labelled, "labelled")
     conditions = _check_conditions(conditions)
     seeds = _check_seeds(seeds)
+    whole_number(folds, "folds", minimum=2)
     whole_number(steps, "steps")
     whole_number(batch_size, "batch_size")
     real_number(lr, "lr", low=0.0, low_open=True)
     choice(device, "device", ("cpu", "cuda"))
+    choice(preset, "preset", tuple(PRESETS))
+    if model is not None:
+        model = path_text(model, "model")
     if not isinstance(budget, str):
-        raise InputError(f"must be a budget such as 2000sent, got {shown(budget)}",
+        raise InputError(f"must be a budget such as 10000sent, got {shown(budget)}",
                          param="budget")
     parse_budget(budget)
-    ft = FinetuneSettings(epochs=ft_epochs, steps=ft_steps, batch_size=ft_batch_size, lr=ft_lr,
-                          max_length=max_length)
+    ft = FinetuneSettings(mode=ft_mode, epochs=ft_epochs, steps=ft_steps,
+                          batch_size=ft_batch_size, lr=ft_lr, max_length=max_length)
     if "oracle" in conditions and oracle_value is None:
         raise InputError("the oracle condition needs the domain's value of the oracle field "
                          f"({oracle_field})", param="oracle_value")
     data = read_labelled(labelled_path, text_field, label_field, group_field)
-    for seed in seeds:     # every split must work before anything slow runs
-        split(data, train_size, test_size, seed)
+    fold_of = [group_folds(data, folds, seed) for seed in seeds]   # refusals before anything
     ix = Index.open(index)
-    base_model = model or ix.manifest["model"].get("source") or ix.manifest["model"]["name"]
     task_value: Any = list(data.texts) if task is None else task
     task_files = [str(p) for p in task_paths(task)] if task is not None else []
     settings = {
         "index": {k: v for k, v in ix.identity().items() if k in ("uuid", "manifest_sha256")},
         "labelled_sha256": data.sha256, "text_field": text_field, "label_field": label_field,
-        "group_field": group_field, "labels": data.names,
+        "group_field": group_field, "labels": data.names, "folds": folds,
         "task": ("labelled texts" if task is None else
                  {"files": [sha256_file(p) for p in task_files]} if task_files else
                  {"strings_sha256": _settings_sha({"t": list(task)})}),
         "oracle_field": oracle_field, "oracle_value": oracle_value, "budget": budget,
-        "model": str(base_model), "pretrain": {"steps": steps, "batch_size": batch_size,
-                                               "max_length": max_length, "lr": lr},
-        "finetune": ft.to_json(), "train_size": train_size, "test_size": test_size,
+        "model": model, "preset": None if model else preset,
+        "pretrain": {"steps": steps, "batch_size": batch_size, "max_length": max_length,
+                     "lr": lr},
+        "finetune": ft.to_json(),
     }
     _prepare_out(out_path, settings, [str(ix.path), labelled_path, *task_files])
-    runs = [(c, s) for s in seeds for c in conditions]
+    if model is None:
+        start, general = general_model(ix, preset, device=device, fallback=out_path / "general",
+                                       progress=progress)
+        general["description"] = (f"a general model pretrained from scratch ({preset} preset: "
+                                  f"{general['steps']:,} steps on "
+                                  f"{(general.get('sample') or {}).get('sentences', 0):,} "
+                                  "random sentences of the index)")
+    else:
+        start, general = model, {"description": f"`{model}`"}
+    keys, group_of = np.unique(np.asarray(data.groups, dtype=object), return_inverse=True)
+    documents = [[] for _ in keys]
+    for i, g in enumerate(group_of):
+        documents[g].append(data.texts[i])
+    context = {"ix": ix, "data": data, "settings": settings, "ft": ft, "task": task_value,
+               "documents": documents, "start": start, "encoder": encoder, "device": device,
+               "keep_models": keep_models, "progress": progress}
+    runs = [(c, s, f) for s, f in zip(seeds, fold_of) for c in conditions]
     results = []
     with tqdm(total=len(runs), desc="downstream runs", unit="run", disable=not progress) as bar:
-        for condition, seed in runs:
+        for condition, seed, folds_of_seed in runs:
             bar.set_postfix(run=f"{condition} seed {seed}")
-            results.append(_run(ix, data, out_path / "runs" / f"{condition}-seed{seed}",
-                                condition, seed, settings, ft, task_value, base_model, encoder,
-                                device, keep_models, progress))
+            results.append(_run(context, out_path / "runs" / f"{condition}-seed{seed}",
+                                condition, seed, folds_of_seed))
             bar.update(1)
-    return write_report(out_path, settings, results, conditions, seeds, device)
+    report = build_report({**settings, "general_model": general}, results, conditions, seeds,
+                          data.labels, group_of, fold_of, data.names,
+                          task_name or Path(labelled_path).name.split(".")[0], device)
+    report["folds_per_seed"] = {str(s): describe_folds(data, f) for s, f in zip(seeds, fold_of)}
+    return write_report(out_path, report)
 
 
-def _run(ix: Any, data: Any, run_dir: Path, condition: str, seed: int, settings: dict[str, Any],
-         ft: FinetuneSettings, task: Any, base_model: str, encoder: Any, device: str,
-         keep_models: bool, progress: bool) -> dict[str, Any]:
+def _run(context: dict[str, Any], run_dir: Path, condition: str, seed: int,
+         fold_of: np.ndarray) -> dict[str, Any]:
     """One (condition, seed): its completion record, read back when it was run before."""
     from tapt.retriever.selections.file_format import is_unchanged_selection
     from tapt.retriever.selections.selection import Selection
-    from tapt.trainer.downstream import finetune_classifier
-    from tapt.trainer.downstream_data import describe_split, split
+    from tapt.trainer.downstream import cross_validate
+    from tapt.trainer.evaluate import document_losses
     from tapt.util.files import write_json_atomic
 
     from .training import train
 
+    ix, data, settings = context["ix"], context["data"], context["settings"]
     sha = _settings_sha(settings)
     record_path = run_dir / RESULT
     if record_path.exists():
@@ -309,52 +422,58 @@ def _run(ix: Any, data: Any, run_dir: Path, condition: str, seed: int, settings:
     seconds: dict[str, float] = {}
     selection_info: dict[str, Any] | None = None
     pretrain: dict[str, Any] | None = None
-    model_for_finetune = base_model
+    model = context["start"]
+    p = settings["pretrain"]
     if condition != "none":
         t0 = time.perf_counter()
-        sel_path = run_dir / "selection.jsonl"
-        if is_unchanged_selection(sel_path):    # made before this run was interrupted
-            selection = Selection.read(sel_path)
-        elif condition == "oracle":
-            selection = _oracle_selection(ix, settings["oracle_field"], settings["oracle_value"],
-                                          settings["budget"], seed)
+        train_args: dict[str, Any] = {}
+        if condition == "task":
+            train_args["task"] = [" ".join(doc) for doc in context["documents"]]
         else:
-            selection = ix.select(condition, task=task, budget=settings["budget"], seed=seed,
-                                  text_field=settings["text_field"], encoder=encoder,
-                                  progress=progress)
-        if selection.path is None:
-            selection.write(sel_path, overwrite=True)
+            sel_path = run_dir / "selection.jsonl"
+            if is_unchanged_selection(sel_path):    # made before this run was interrupted
+                selection = Selection.read(sel_path)
+            elif condition == "oracle":
+                selection = _oracle_selection(ix, settings["oracle_field"],
+                                              settings["oracle_value"], settings["budget"], seed)
+            else:
+                selection = ix.select(condition, task=context["task"],
+                                      budget=settings["budget"], seed=seed,
+                                      text_field=settings["text_field"],
+                                      encoder=context["encoder"], progress=context["progress"])
+            if selection.path is None:
+                selection.write(sel_path, overwrite=True)
+            selection_info = {**selection.counts,
+                              "oracle_share": _oracle_share(selection, settings["oracle_field"],
+                                                            settings["oracle_value"])}
+            train_args["selections"] = str(sel_path)
         seconds["select"] = round(time.perf_counter() - t0, 2)
-        selection_info = {**selection.counts,
-                          "oracle_share": _oracle_share(selection, settings["oracle_field"],
-                                                        settings["oracle_value"])}
         t0 = time.perf_counter()
-        p = settings["pretrain"]
-        manifest = train(str(sel_path), run_dir / "model", model=base_model, steps=p["steps"],
-                         batch_size=p["batch_size"], max_length=p["max_length"], lr=p["lr"],
-                         seed=seed, device=device, resume=True, delete_checkpoints=True,
-                         progress=progress)
+        manifest = train(train_args.pop("selections", []), run_dir / "model", model=model,
+                         steps=p["steps"], batch_size=p["batch_size"],
+                         max_length=p["max_length"], lr=p["lr"], seed=seed,
+                         device=context["device"], resume=True, delete_checkpoints=True,
+                         progress=context["progress"], **train_args)
         seconds["pretrain"] = round(time.perf_counter() - t0, 2)
         pretrain = {"steps": manifest.get("steps"), "train_loss": manifest.get("train_loss"),
                     "loss_curve": manifest.get("loss_curve", [])}
-        model_for_finetune = str(run_dir / "model")
-    train_rows, test_rows = split(data, settings["train_size"], settings["test_size"], seed)
-    texts = data.texts
-    result = finetune_classifier(
-        model_for_finetune, [texts[i] for i in train_rows], data.labels[train_rows],
-        [texts[i] for i in test_rows], data.labels[test_rows], n_labels=len(data.names),
-        settings=ft, seed=seed, device=device, progress=progress,
-        desc=f"fine-tune {condition} seed {seed}")
-    seconds["finetune"] = result.pop("seconds")
-    curve = result.pop("loss_curve")
-    result["f1"] = {data.names[k]: round(v, 4) for k, v in result["f1"].items()}
-    record = {"settings_sha256": sha, "condition": condition, "seed": seed, "device": device,
-              "accuracy": result.pop("accuracy"), "macro_f1": result.pop("macro_f1"),
-              "finetune": {**result, "loss_curve": curve}, "pretrain": pretrain,
-              "selection": selection_info, "seconds": seconds,
-              "split": {"train": describe_split(data, train_rows),
-                        "test": describe_split(data, test_rows)}}
+        model = str(run_dir / "model")
+    t0 = time.perf_counter()
+    mlm = document_losses(model, context["documents"], max_length=p["max_length"],
+                          device=context["device"])
+    seconds["mlm_eval"] = round(time.perf_counter() - t0, 2)
+    t0 = time.perf_counter()
+    result = cross_validate(model, data.texts, data.labels, fold_of, n_labels=len(data.names),
+                            settings=context["ft"], seed=seed, device=context["device"],
+                            progress=context["progress"], desc=f"fine-tune {condition} seed {seed}")
+    seconds["finetune"] = round(time.perf_counter() - t0, 2)
+    record = {"settings_sha256": sha, "condition": condition, "seed": seed,
+              "device": context["device"], "accuracy": result["accuracy"],
+              "macro_f1": result["macro_f1"], "predicted": result["predicted"].tolist(),
+              "fold_accuracy": result["fold_accuracy"],
+              "finetune_loss_curves": result["loss_curves"], "mlm": mlm,
+              "pretrain": pretrain, "selection": selection_info, "seconds": seconds}
     write_json_atomic(record_path, record)   # the completion record: temporary name + rename
-    if not keep_models and (run_dir / "model").is_dir():
+    if not context["keep_models"] and (run_dir / "model").is_dir():
         shutil.rmtree(run_dir / "model", ignore_errors=True)
     return {**record, "resumed": False}

@@ -134,17 +134,18 @@ def method_params(method: Any) -> list[dict[str, Any]]:
     return out
 
 
-CONFIG_KINDS = ("build", "add", "train")
+CONFIG_KINDS = ("build", "add", "train", "pretrain")
 
 
 def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]:
-    """The options of `index build`, `index add` or `train` that are fields of their config
-    dataclass (`BuildConfig`, `TrainConfig`), as the command line makes its options from them:
+    """The options of `index build`, `index add`, `train` or `pretrain` that are fields of
+    their config dataclass (`BuildConfig`, `TrainConfig`, `PretrainConfig`), as the command line
+    makes its options from them:
     each field whose metadata has a `help` (for "add": an `add` entry too, whose keys override
     the build's; `from_index`: defaults to what the index was built with).
 
     Args:
-        kind: "build", "add" or "train".
+        kind: "build", "add", "train" or "pretrain".
         config: The dataclass to describe instead of the kind's own (a variant of it).
 
     Returns:
@@ -165,6 +166,8 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
     if config is None:
         if kind == "train":
             from tapt.trainer.config import TrainConfig as config
+        elif kind == "pretrain":
+            from tapt.trainer.pretrain import PretrainConfig as config
         else:
             from tapt.indexer.building.build_config import BuildConfig as config
     hints = typing.get_type_hints(config)

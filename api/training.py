@@ -45,8 +45,15 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
           save_every: int = 200, keep_checkpoints: int = 2, delete_checkpoints: bool = False,
           seed: int = 0, device: str = "cpu", progress: bool = True,
           on_step: Callable[[int, float], None] | None = None,
-          **settings: Any) -> dict[str, Any]:
+          compare: Sequence[str] = (), **settings: Any) -> dict[str, Any]:
     """Continue masked-LM pretraining of a model on selected segments (`tapt train`).
+
+    With `compare`, the same run (model, steps, batch, length, learning rate, seed, task
+    mixing) is made again on `random` rows of the selection's index (as many sentences as the
+    selection holds) and/or on the `task` text alone, into OUT/compare/<kind>/, and each is set
+    beside this run on the held-out text: the loss of both with the same masks and the paired
+    difference with its 95% bootstrap interval over the held-out documents (in the returned
+    manifest's `comparison` and in OUT/comparison.json).
 
     Args:
         selections: Selection files (or written `Selection`s), all from one index.
@@ -81,6 +88,7 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         device: cpu or cuda.
         progress: Show a progress bar.
         on_step: Called with (step, loss) after every optimizer step.
+        compare: "random" and/or "task": the runs to set beside this one (needs `eval_text`).
         **settings: Any other option of `tapt train` that is a `TrainConfig` field, by the
             field's name.
 
@@ -114,10 +122,73 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         eval_text=eval_paths, eval_texts=eval_texts, text_field=text_field,
         eval_every=eval_every, eval_batch_size=eval_batch_size,
         save_every=save_every, keep_checkpoints=keep_checkpoints,
-        delete_checkpoints=delete_checkpoints, progress=progress)
+        delete_checkpoints=delete_checkpoints, progress=progress,
+        compare=tuple([compare] if isinstance(compare, str) else compare or ()))
     config_class = train_config.TrainConfig     # looked up here: tests swap in a variant
     config = config_class(**own, **config_settings("train", config_class, settings, own))
-    return run_training(config, on_step=on_step)
+    manifest = run_training(config, on_step=on_step)
+    if config.compare:
+        manifest = {**manifest, "comparison": _compare(config, manifest)}
+    return manifest
+
+
+def _compare(config: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The comparison runs of `train(compare=...)` and their held-out losses beside the run's
+    own, written to OUT/comparison.json."""
+    import dataclasses
+    from pathlib import Path
+
+    from tapt.trainer.downstream_stats import difference, group_totals, resample_ratio
+    from tapt.trainer.evaluate import document_losses
+    from tapt.trainer.inputs import read_texts
+    from tapt.trainer.loop import train as run_training
+    from tapt.util.files import write_json_atomic
+
+    from .index import Index
+
+    out = Path(config.out)
+    held_out = read_texts(config.eval_text, config.eval_texts, config.text_field,
+                          "held-out text", "eval_text")
+    documents = [list(d) for d in held_out.documents]
+    runs = {"selection": str(out)}
+    for kind in config.compare:
+        other = out / "compare" / kind
+        change: dict[str, Any] = {"out": str(other), "compare": (), "resume": True,
+                                  "delete_checkpoints": True}
+        if kind == "random":
+            first = manifest["selections"][0]["index"] or {}
+            ix = Index.open(first.get("path", ""))
+            ix.check_selection(manifest["selections"][0]["path"], first)
+            sentences = sum(int(Selection.read(r["path"]).counts["sentences"])
+                            for r in manifest["selections"])
+            sample = ix.select("random", budget=f"{sentences}sent", seed=config.seed,
+                               progress=config.progress)
+            path = out / "compare" / "random.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            sample.write(path, overwrite=True)
+            change["selections"] = (str(path),)
+        else:
+            change.update(selections=(), mix=None)
+        run_training(dataclasses.replace(config, **change))
+        runs[kind] = str(other)
+    losses = {name: document_losses(path, documents, max_length=config.max_length,
+                                    batch_size=config.eval_batch_size, seed=config.seed,
+                                    mlm_probability=config.mlm_probability,
+                                    device=config.device)
+              for name, path in runs.items()}
+    groups = np.asarray(losses["selection"]["groups"], dtype=np.int64)
+    n = len(documents)
+    resampled = resample_ratio(
+        {k: group_totals([v["loss_sums"]], groups, n) for k, v in losses.items()},
+        {k: group_totals([v["tokens"]], groups, n) for k, v in losses.items()})
+    report = {"held_out_documents": n, "models": runs,
+              "loss": {k: round(v["loss"], 5) for k, v in losses.items()},
+              "against": {kind: {k: round(v, 5) for k, v in
+                                 difference(resampled, "selection", kind).items()}
+                          for kind in config.compare},
+              "interval": "95% bootstrap over the held-out documents (10,000 draws)"}
+    write_json_atomic(out / "comparison.json", report)
+    return report
 
 
 def evaluate_mlm(texts: Task, *, model: str | None = None,
@@ -176,3 +247,90 @@ def _text_form(value: Any, param: str) -> tuple[tuple[str, ...], tuple[str, ...]
                          "not embeddings", param=param)
     return (path_list(items, param), ()) if kind == "files" else ((), tuple(items))
 
+
+
+GENERAL_SAMPLE_SEED = 0x67656E    # the general sample's seeds never coincide with a selection's
+
+
+def pretrain(index: PathLike, out: PathLike, *, progress: bool = True,
+             **settings: Any) -> dict[str, Any]:
+    """Train a general masked LM of an index's corpus on a seeded random sample of its rows
+    (`tapt pretrain`): a new BERT of a named size with a WordPiece vocabulary learnt from the
+    sample, or, with `model`, an existing masked LM continued on the sample (which warms a
+    newly initialised head on general text).
+
+    The result is a model directory like `train`'s (Hugging Face `save_pretrained` files plus
+    `training_manifest.json` with the loss curve and what was sampled): the starting point to
+    give `train`, `evaluate_mlm` and `bench_downstream` as `model`.
+
+    Args:
+        index: The index whose rows are sampled.
+        out: The model directory to write (checkpoints go to OUT/checkpoints).
+        progress: Show progress bars.
+        **settings: `PretrainConfig`'s fields by name: preset ("tiny", "cpu" (default),
+            "gpu"), model, tokenizer ("wordpiece" or "index"), vocab_size, hidden_size,
+            layers, heads, intermediate_size, max_length, sample (sentences), steps,
+            batch_size, lr (each left out: the preset's), warmup, weight_decay,
+            mlm_probability, seed, device, resume, save_every, keep_checkpoints,
+            delete_checkpoints.
+
+    Returns:
+        The training manifest (`pretrain`: preset, shape, vocabulary, sample; `loss_curve`).
+
+    Raises:
+        InputError: a setting of the wrong type or out of range, or an unknown one (named).
+        OutputError: `out` cannot be written or holds something else.
+        TrainingInterrupted: Ctrl-C; a checkpoint was saved (resume with `resume=True`).
+
+    Examples:
+        >>> manifest = tapt.pretrain(idx, "general-tiny", preset="tiny", steps=2,
+        ...                          progress=False)
+        >>> manifest["steps"], manifest["pretrain"]["preset"]
+        (2, 'tiny')
+    """
+    from tapt.trainer.outdir import check_output
+    from tapt.trainer.pretrain import PretrainConfig, pretrain as run_pretrain, sample_record
+    from tapt.util.checks import path_text
+
+    from .index import Index
+    from .options import config_settings
+
+    config = PretrainConfig(out=out, progress=progress,
+                            **config_settings("pretrain", PretrainConfig, settings, ("out",)))
+    index_path = path_text(index, "index")
+    check_output(config.out, None, config.resume, [index_path])    # before the index opens
+    ix = Index.open(index_path)
+    seed = (config.seed + GENERAL_SAMPLE_SEED) % 2**32
+    budget = f"{min(config.sample, ix.n_sentences)}sent"
+    selection = ix.select("random", budget=budget, seed=seed, progress=config.progress)
+    units = [list(seg.sentences) or [seg.text] for seg in selection]
+    identity = {k: v for k, v in ix.identity().items() if k in ("uuid", "manifest_sha256")}
+    model = ix.manifest["model"].get("source") or ix.manifest["model"]["name"]
+    return run_pretrain(config, units, sample_record(units, identity, seed), [str(ix.path)],
+                        index_model=model)
+
+
+def model_path(model: str | None = None) -> str:
+    """The local directory of a model argument: by default the packaged all-MiniLM-L6-v2 (its
+    model and tokenizer files), for loading it in your own Hugging Face code offline
+    (`AutoTokenizer.from_pretrained(tapt.model_path())`).
+
+    Args:
+        model: A model directory, the packaged default's name, or None.
+
+    Returns:
+        The directory.
+
+    Raises:
+        InputError: `model` is neither a local directory nor the packaged default (a hub name
+            has no local directory until it is downloaded).
+    """
+    from pathlib import Path
+
+    from tapt.indexer.encoding.models import DEFAULT_MODEL, resolve_model
+
+    resolved = resolve_model(model)
+    if not Path(resolved).is_dir():
+        raise InputError(f"{model!r} is not a local model directory or the packaged default "
+                         f"({DEFAULT_MODEL})", param="model")
+    return str(Path(resolved).resolve())

@@ -13,6 +13,7 @@ from tapt.util.checks import (choice, flag, path_list, path_text, real_number, s
 
 WEIGHT_MODES = ("discrete", "continuous", "sample")
 DEVICES = ("cpu", "cuda")
+COMPARISONS = ("random", "task")
 
 # Fields that define a run: resuming with any of them changed is refused (see `identity_fields`).
 IDENTITY_FIELDS = (
@@ -129,6 +130,7 @@ class TrainConfig:
     progress: bool = True
     task_texts: tuple[str, ...] = ()   # or the task's text itself, one document per string
     eval_texts: tuple[str, ...] = ()   # or the held-out text itself
+    compare: tuple[str, ...] = ()      # the same run on random rows / the task alone, beside it
 
     def __post_init__(self) -> None:
         for name in ("selections", "task", "eval_text"):
@@ -143,8 +145,26 @@ class TrainConfig:
         if not isinstance(self.text_field, str) or not self.text_field:
             raise InputError(f"must name a field or column, got {shown(self.text_field)}",
                              param="text_field")
-        if not self.selections:
-            raise InputError("give at least one selection file", param="selections")
+        if isinstance(self.compare, str) or not isinstance(self.compare, (list, tuple)):
+            raise InputError(f"must be a list of {' or '.join(COMPARISONS)}, got "
+                             f"{shown(self.compare)}", param="compare")
+        object.__setattr__(self, "compare", tuple(dict.fromkeys(
+            choice(c, "compare", COMPARISONS) for c in self.compare)))
+        if self.compare and not (self.eval_text or self.eval_texts):
+            raise InputError("a comparison is measured on held-out text: give `eval_text`",
+                             param="compare")
+        if "task" in self.compare and not (self.task or self.task_texts):
+            raise InputError("comparing with the task alone needs the task's text: give `task`",
+                             param="compare")
+        if "task" in self.compare and not self.selections:
+            raise InputError("this run trains on the task alone already; compare it with "
+                             "random rows instead", param="compare")
+        if "random" in self.compare and not self.selections:
+            raise InputError("comparing with random rows needs a selection (its index and "
+                             "size)", param="compare")
+        if not self.selections and not (self.task or self.task_texts):
+            raise InputError("give at least one selection file (or task text alone to train on "
+                             "the task's own text)", param="selections")
         if self.out is None or (isinstance(self.out, str) and not self.out):
             raise InputError("is required", param="out")
         object.__setattr__(self, "out", path_text(self.out, "out"))
@@ -182,8 +202,11 @@ class TrainConfig:
         if self.mix is not None:
             if not (self.task or self.task_texts):
                 raise InputError("needs `task` (it is the task:selection ratio)", param="mix")
+            if not self.selections:
+                raise InputError("needs a selection (it is the task:selection ratio; without "
+                                 "one the task's text is all there is)", param="mix")
             parse_mix(self.mix)
-        if (self.task or self.task_texts) and self.mix is None:
+        if (self.task or self.task_texts) and self.selections and self.mix is None:
             object.__setattr__(self, "mix", "1:1")
 
     @property

@@ -1,12 +1,14 @@
 """Downstream value of continued pretraining: an encoder fine-tuned with a classification head
-on a small labelled split, scored on a held-out split (`tapt bench downstream`).
+on labelled examples, scored on held-out ones (`tapt bench downstream`), fold by fold so that
+every example is tested once.
 
-The classifier is the encoder with mean pooling and a linear head over the labels (the module
-Domain-Finetune trains, `retriever.learned.finetune_classifier.load_base`, with one output per
-label), trained with cross-entropy for whole epochs (or a number of steps) of seeded shuffled
-batches, AdamW with linear warmup/decay and a higher learning rate for the fresh head
-(`util.training.make_optimizer`), bf16 autocast on a GPU. The same seed gives the same head, the
-same batches and, on the CPU, the same numbers.
+The classifier is the encoder with mean pooling and a linear head over the labels
+(`tapt.modeling.classifier`, the module Domain-Finetune trains, with one output per label),
+trained with cross-entropy for whole epochs (or a number of steps) of seeded shuffled batches by
+the one training loop (`tapt.modeling.loop`: AdamW with linear warmup/decay, a higher learning
+rate for the fresh head, bf16 autocast on a GPU). The same seed gives the same head, the same
+batches and, on the CPU, the same numbers. `probe` mode fits a logistic regression on the frozen
+encoder's features instead.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from tapt.errors import InputError
-from tapt.util.checks import real_number, whole_number
+from tapt.util.checks import choice, real_number, whole_number
 
-_FEATURES = ("input_ids", "attention_mask", "token_type_ids")
+FINETUNE_MODES = ("full", "probe")
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class FinetuneSettings:
     """How the classifier is fine-tuned; validated on creation (InputError naming the field).
 
     Attributes:
+        mode: full (the encoder and a linear head trained together) or probe (a logistic
+            regression on the frozen encoder's mean-pooled features: seconds, where full
+            fine-tuning takes minutes on a CPU).
         epochs: Passes over the training split (ignored when `steps` is given).
         steps: Optimizer steps instead of epochs.
         batch_size: Examples per step.
@@ -38,19 +43,24 @@ class FinetuneSettings:
         warmup: Fraction of the steps of linear warmup.
         max_length: Tokens per example.
         max_grad_norm: Gradient clipping norm (0 = none).
+        probe_c: The probe's inverse L2 strength.
     """
 
+    mode: str = "full"
     epochs: int = 3
     steps: int | None = None
     batch_size: int = 16
-    lr: float = 5e-5
+    lr: float = 1e-4
     head_lr: float = 1e-3
     weight_decay: float = 0.01
     warmup: float = 0.1
     max_length: int = 64
     max_grad_norm: float = 1.0
+    probe_c: float = 1.0
 
     def __post_init__(self) -> None:
+        choice(self.mode, "ft_mode", FINETUNE_MODES)
+        real_number(self.probe_c, "ft_probe_c", low=0.0, low_open=True)
         whole_number(self.epochs, "ft_epochs", minimum=1)
         if self.steps is not None:
             whole_number(self.steps, "ft_steps", minimum=1)
@@ -95,12 +105,6 @@ def classification_scores(truth: Sequence[int], predicted: Sequence[int]) -> dic
             "macro_f1": float(np.mean(list(f1.values()))), "f1": f1}
 
 
-def _batch(tokens: Any, rows: np.ndarray, device: Any) -> dict[str, Any]:
-    import torch
-
-    return {k: torch.from_numpy(v).to(device) for k, v in tokens.features(rows).items()}
-
-
 def finetune_classifier(model: str | None, train_texts: Sequence[str], train_labels: Sequence[int],
                         test_texts: Sequence[str], test_labels: Sequence[int], *,
                         n_labels: int, settings: FinetuneSettings = FinetuneSettings(),
@@ -122,18 +126,17 @@ def finetune_classifier(model: str | None, train_texts: Sequence[str], train_lab
         desc: The progress bar's label.
 
     Returns:
-        accuracy, macro_f1, f1 per label number, loss_curve (one training loss per step),
-        steps, seconds, and the split sizes.
+        accuracy, macro_f1, f1 per label number, predicted (the test examples' predicted label
+        numbers), loss_curve (one training loss per step), steps, seconds, and the split sizes.
 
     Raises:
         InputError: a model that cannot be loaded, labels out of range, an empty split.
     """
     import torch
-    from tqdm.auto import tqdm
 
-    from tapt.indexer.encoding.batching import SortedBatches
-    from tapt.retriever.learned.finetune_classifier import load_base
-    from tapt.util.training import autocast, make_optimizer, resolve_device
+    from tapt.modeling.classifier import TokenizedTexts, load_classifier
+    from tapt.modeling.loop import Loop, Schedule, epoch_batches
+    from tapt.util.training import autocast, resolve_device
 
     whole_number(n_labels, "n_labels", minimum=2)
     y_train, y_test = np.asarray(train_labels, dtype=np.int64), np.asarray(test_labels,
@@ -147,54 +150,151 @@ def finetune_classifier(model: str | None, train_texts: Sequence[str], train_lab
             raise InputError(f"label numbers must be in 0..{n_labels - 1}")
     start = time.perf_counter()
     torch_device = resolve_device(device)
-    classifier, tokenizer, _ = load_base(model)
-    # seeded here, after loading: a checkpoint without a pooler draws its initialisation from
+    # seeded around the loading: a checkpoint without a pooler draws its initialisation from
     # the global generator, which must not change the head or the dropout masks
+    classifier, tokenizer, _ = load_classifier(model, n_labels)
     torch.manual_seed(seed)
-    classifier.head = torch.nn.Linear(classifier.encoder.config.hidden_size, n_labels)
+    torch.nn.init.kaiming_uniform_(classifier.head.weight, a=math.sqrt(5))
+    torch.nn.init.uniform_(classifier.head.bias, -classifier.head.in_features ** -0.5,
+                           classifier.head.in_features ** -0.5)
     classifier.to(torch_device)
-    train_tokens = SortedBatches(tokenizer, list(train_texts), settings.max_length, _FEATURES)
-    test_tokens = SortedBatches(tokenizer, list(test_texts), settings.max_length, _FEATURES)
+    train_tokens = TokenizedTexts(tokenizer, train_texts, settings.max_length)
+    test_tokens = TokenizedTexts(tokenizer, test_texts, settings.max_length)
     total = settings.total_steps(len(train_texts))
-    optimizer, scheduler = make_optimizer(classifier, settings.lr, settings.weight_decay,
-                                          settings.warmup, total,
-                                          prefix_lr={"head.": settings.head_lr})
-    rng = np.random.default_rng(seed)
+    rows_of = epoch_batches(len(train_texts), settings.batch_size, seed)
     labels_t = torch.from_numpy(y_train)
-    curve: list[float] = []
-    classifier.train()
-    order: list[np.ndarray] = []
-    with tqdm(total=total, desc=desc, unit="step", disable=not progress, leave=False) as bar:
-        while len(curve) < total:
-            if not order:
-                perm = rng.permutation(len(train_texts))
-                order = [perm[i:i + settings.batch_size]
-                         for i in range(0, len(perm), settings.batch_size)]
-            rows = order.pop(0)
-            with autocast(torch_device):
-                logits = classifier(**_batch(train_tokens, rows, torch_device))
-            loss = torch.nn.functional.cross_entropy(logits.float(),
-                                                     labels_t[rows].to(torch_device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if settings.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(classifier.parameters(), settings.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            curve.append(round(float(loss.detach()), 5))
-            bar.update(1)
-            bar.set_postfix(loss=f"{curve[-1]:.3f}")
+
+    def loss_of(step: int) -> Any:
+        rows = rows_of(step)
+        logits = classifier(**train_tokens.batch(rows, torch_device))
+        return torch.nn.functional.cross_entropy(logits.float(),
+                                                 labels_t[rows].to(torch_device))
+
+    loop = Loop(classifier, Schedule(total, settings.lr, settings.weight_decay, settings.warmup,
+                                     settings.max_grad_norm, {"head.": settings.head_lr}),
+                torch_device, desc=desc, progress=progress, leave=False)
+    curve = [round(v, 5) for v in loop.run(loss_of)]
     train_seconds = time.perf_counter() - start
     classifier.eval()
     predicted = np.empty(len(test_texts), dtype=np.int64)
     with torch.no_grad():
         for rows in test_tokens.batches(max(settings.batch_size, 64)):
             with autocast(torch_device):
-                logits = classifier(**_batch(test_tokens, rows, torch_device))
+                logits = classifier(**test_tokens.batch(rows, torch_device))
             predicted[rows] = logits.float().argmax(-1).cpu().numpy()
     scores = classification_scores(y_test, predicted)
-    return {**scores, "loss_curve": curve, "steps": total,
+    return {**scores, "predicted": predicted, "loss_curve": curve, "steps": total,
             "train_examples": len(train_texts), "test_examples": len(test_texts),
             "predicted_counts": np.bincount(predicted, minlength=n_labels).tolist(),
             "train_seconds": round(train_seconds, 2),
+            "seconds": round(time.perf_counter() - start, 2)}
+
+
+def probe_features(model: str | None, texts: Sequence[str], *, max_length: int,
+                   device: str = "cpu", batch_size: int = 64) -> np.ndarray:
+    """Mean-pooled last hidden states of `texts` under a frozen encoder (a linear probe's
+    features).
+
+    Args:
+        model: Encoder directory or hub name.
+        texts: The texts.
+        max_length: Tokens per text.
+        device: cpu or cuda.
+        batch_size: Texts per forward pass.
+
+    Returns:
+        [len(texts), hidden] float32 features.
+    """
+    import torch
+
+    from tapt.modeling.classifier import TokenizedTexts, load_classifier
+    from tapt.util.training import autocast, resolve_device
+
+    torch_device = resolve_device(device)
+    classifier, tokenizer, _ = load_classifier(model, 2)
+    encoder = classifier.encoder.to(torch_device).eval()
+    tokens = TokenizedTexts(tokenizer, texts, max_length)
+    out = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
+    with torch.no_grad():
+        for rows in tokens.batches(batch_size):
+            batch = tokens.batch(rows, torch_device)
+            with autocast(torch_device):
+                hidden = encoder(**batch).last_hidden_state.float()
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            out[rows] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).cpu().numpy()
+    return out
+
+
+def probe_predict(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, *,
+                  c: float = 1.0, seed: int = 0) -> np.ndarray:
+    """A multinomial logistic regression (standardised features, L2 strength 1/c) fitted on
+    the training features; the test examples' predicted label numbers.
+
+    Args:
+        train_x: Training features.
+        train_y: Their label numbers.
+        test_x: Test features.
+        c: Inverse regularisation strength.
+        seed: Seed of the solver.
+
+    Returns:
+        The predictions.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    mean, std = train_x.mean(0), train_x.std(0) + 1e-6
+    fit = LogisticRegression(C=c, max_iter=2000, random_state=seed)
+    fit.fit((train_x - mean) / std, train_y)
+    return fit.predict((test_x - mean) / std).astype(np.int64)
+
+
+def cross_validate(model: str | None, texts: Sequence[str], labels: np.ndarray,
+                   fold_of: np.ndarray, *, n_labels: int, settings: FinetuneSettings,
+                   seed: int = 0, device: str = "cpu", progress: bool = True,
+                   desc: str = "fine-tune") -> dict[str, Any]:
+    """Every example predicted once, by the classifier trained on the other folds: k
+    fine-tunings (`settings.mode` full) or k linear probes on one set of frozen features
+    (probe).
+
+    Args:
+        model: Encoder directory or hub name.
+        texts: Every labelled example.
+        labels: Their label numbers.
+        fold_of: Each example's fold (`downstream_data.group_folds`).
+        n_labels: How many labels there are.
+        settings: How each fold's classifier is trained.
+        seed: Seed of the heads, the batch orders and the solver.
+        device: cpu or cuda.
+        progress: Show progress bars.
+        desc: The progress bars' label.
+
+    Returns:
+        predicted (every example's predicted label number), correct (0/1 per example),
+        accuracy, macro_f1, f1, per-fold accuracy, loss curves (full), seconds.
+    """
+    start = time.perf_counter()
+    labels = np.asarray(labels, dtype=np.int64)
+    predicted = np.empty(len(texts), dtype=np.int64)
+    folds = int(fold_of.max()) + 1
+    curves, per_fold = [], []
+    features = (probe_features(model, texts, max_length=settings.max_length, device=device)
+                if settings.mode == "probe" else None)
+    for fold in range(folds):
+        test = np.flatnonzero(fold_of == fold)
+        train = np.flatnonzero(fold_of != fold)
+        if features is not None:
+            predicted[test] = probe_predict(features[train], labels[train], features[test],
+                                            c=settings.probe_c, seed=seed)
+        else:
+            result = finetune_classifier(
+                model, [texts[i] for i in train], labels[train], [texts[i] for i in test],
+                labels[test], n_labels=n_labels, settings=settings,
+                seed=int(np.random.SeedSequence([seed, fold]).generate_state(1)[0]),
+                device=device, progress=progress, desc=f"{desc} fold {fold + 1}/{folds}")
+            predicted[test] = result["predicted"]
+            curves.append(result["loss_curve"])
+        per_fold.append(round(float((predicted[test] == labels[test]).mean()), 4))
+    scores = classification_scores(labels, predicted)
+    return {**scores, "predicted": predicted, "correct": (predicted == labels).astype(np.int8),
+            "fold_accuracy": per_fold, "loss_curves": curves,
             "seconds": round(time.perf_counter() - start, 2)}

@@ -1,6 +1,6 @@
 """The labelled task of `tapt bench downstream`: a JSON Lines file of texts and labels, and its
-seeded, stratified split into a training and a test split (whole groups, e.g. documents, on one
-side only, so that no document leaks from training into test)."""
+seeded, stratified group k-fold (whole groups, e.g. documents, in one fold only, so that no
+document leaks from training into test, and every example is tested once)."""
 
 from __future__ import annotations
 
@@ -114,73 +114,71 @@ def read_labelled(path: str | Path, text_field: str = "text", label_field: str =
                        groups, sha256)
 
 
-def _quota(counts: np.ndarray, size: int) -> np.ndarray:
-    """`size` shared among the labels in proportion to `counts` (largest remainders), at least
-    one each."""
-    share = counts / counts.sum() * size
-    out = np.maximum(np.floor(share).astype(np.int64), 1)
-    order = np.argsort(-(share - np.floor(share)), kind="stable")
-    for i in order:
-        if out.sum() >= size:
-            break
-        out[i] += 1
-    return out
+def group_folds(data: LabelledSet, folds: int, seed: int) -> np.ndarray:
+    """A seeded stratified group k-fold: every group (document) goes whole into one fold, each
+    label's groups spread so that every fold holds about its share of the label; every example
+    is in exactly one fold, so each is a test example once over the k fine-tunings.
 
-
-def split(data: LabelledSet, train_size: int, test_size: int, seed: int
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """A seeded split stratified by label: the test split takes whole groups of each label (in
-    a seeded order) until it holds its share of `test_size`; the training split then draws its
-    share of `train_size` from the other groups' examples. No group is on both sides.
+    A group's label is its most frequent one. Each label's groups are taken in a seeded order,
+    largest first, each into the fold that holds the fewest examples of that label (then the
+    fewest examples, then the lowest number).
 
     Args:
         data: The labelled examples.
-        train_size: Training examples.
-        test_size: Test examples.
-        seed: Seed of the split.
+        folds: How many folds (k >= 2).
+        seed: Seed of the assignment.
 
     Returns:
-        (training rows, test rows), each sorted.
+        The fold number (0..k-1) of every example.
 
     Raises:
-        InputError: a label with too few examples or groups for its share of either split.
+        InputError: fewer groups than folds, or a label with its examples in one group (it
+            could not be learnt when its group is the test fold).
     """
-    whole_number(train_size, "train_size", minimum=len(data.names))
-    whole_number(test_size, "test_size", minimum=len(data.names))
-    rng = np.random.default_rng(seed)
-    counts = np.bincount(data.labels, minlength=len(data.names))
-    train_quota, test_quota = _quota(counts, train_size), _quota(counts, test_size)
+    whole_number(folds, "folds", minimum=2)
     groups = np.asarray(data.groups, dtype=object)
-    train_rows, test_rows = [], []
+    keys, group_of = np.unique(groups, return_inverse=True)
+    if len(keys) < folds:
+        raise InputError(f"the labelled set has {len(keys)} groups, fewer than the {folds} "
+                         "folds (ask for fewer folds)", param="folds")
+    n_labels = len(data.names)
+    counts = np.zeros((len(keys), n_labels), dtype=np.int64)
+    np.add.at(counts, (group_of, data.labels), 1)
+    label_of_group = counts.argmax(axis=1)
+    sizes = counts.sum(axis=1)
     for label, name in enumerate(data.names):
-        rows = np.flatnonzero(data.labels == label)
-        keys = list(dict.fromkeys(groups[rows].tolist()))
-        if len(keys) < 2:
-            raise InputError(f"label {name!r} has its {len(rows)} example(s) in one group: it "
-                             "cannot be on both sides of a split (give more of its groups, or "
+        if np.count_nonzero(counts[:, label]) < 2:
+            raise InputError(f"label {name!r} has all its examples in one group: it cannot be "
+                             "learnt when that group is tested (give more of its groups, or "
                              "leave it out)", param="labelled")
-        keys = [keys[i] for i in rng.permutation(len(keys))]
-        taken: list[int] = []
-        rest: list[int] = []
-        for position, key in enumerate(keys):
-            members = rows[groups[rows] == key].tolist()
-            # never the last group: something must remain for training
-            if len(taken) < test_quota[label] and position < len(keys) - 1:
-                taken += members
-            else:
-                rest += members
-        if len(taken) < test_quota[label] or len(rest) < train_quota[label]:
-            raise InputError(
-                f"label {name!r} has {len(rows)} examples in {len(keys)} groups: too few for "
-                f"{test_quota[label]} test and {train_quota[label]} training examples (ask for "
-                "smaller splits)", param="labelled")
-        test_rows += taken[:test_quota[label]]
-        train_rows += rng.choice(np.asarray(rest), size=train_quota[label],
-                                 replace=False).tolist()
-    return np.sort(np.asarray(train_rows)), np.sort(np.asarray(test_rows))
+    rng = np.random.default_rng([seed, 11])
+    per_label = np.zeros((folds, n_labels), dtype=np.int64)
+    per_fold = np.zeros(folds, dtype=np.int64)
+    fold_of_group = np.empty(len(keys), dtype=np.int64)
+    for label in range(n_labels):
+        members = np.flatnonzero(label_of_group == label)
+        members = members[rng.permutation(len(members))]
+        members = members[np.argsort(-sizes[members], kind="stable")]
+        for g in members:
+            fold = min(range(folds), key=lambda f: (per_label[f, label], per_fold[f], f))
+            fold_of_group[g] = fold
+            per_label[fold] += counts[g]
+            per_fold[fold] += sizes[g]
+    return fold_of_group[group_of]
 
 
-def describe_split(data: LabelledSet, rows: np.ndarray) -> dict[str, Any]:
-    """Examples per label name in a split (for the report)."""
-    counts = np.bincount(data.labels[rows], minlength=len(data.names))
-    return {name: int(c) for name, c in zip(data.names, counts)}
+def describe_folds(data: LabelledSet, fold_of: np.ndarray) -> list[dict[str, int]]:
+    """Examples per label name in each fold (for the report).
+
+    Args:
+        data: The labelled examples.
+        fold_of: `group_folds`' fold of every example.
+
+    Returns:
+        One {label name: examples} per fold.
+    """
+    out = []
+    for fold in range(int(fold_of.max()) + 1):
+        counts = np.bincount(data.labels[fold_of == fold], minlength=len(data.names))
+        out.append({name: int(c) for name, c in zip(data.names, counts)})
+    return out

@@ -7,33 +7,38 @@ scored on exactly the same masked positions (same text, --seed, --batch-size, --
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 
 from tapt.errors import InputError
-from tapt.retriever.learned.mlm import masked_token_losses
+from tapt.modeling.mlm import (MaskingCollator, derived_seed, masked_token_losses,
+                               per_example_sums, target_losses)
+from tapt.util.training import autocast
 
-from .collate import IGNORE_INDEX, MaskingCollator, derived_seed
 from .config import MLM_EVAL_BATCH
 from .data import Example
-from .device import autocast
 
 
 @dataclass(frozen=True)
 class EvalResult:
-    """Mean loss (nats per scored token), exp(loss), scored tokens, examples, and the method."""
+    """Mean loss (nats per scored token), exp(loss), scored tokens, examples, and the method;
+    for the masked-LM loss also each example's summed loss and scored tokens (two models
+    scored with the same masks compare example by example)."""
 
     loss: float
     perplexity: float
     tokens: int
     examples: int
     method: str
+    example_loss: Any = field(default=None, repr=False, compare=False)
+    example_tokens: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items()
+                if k not in ("example_loss", "example_tokens")}
 
 
 def _perplexity(loss: float) -> float:
@@ -51,23 +56,24 @@ def mlm_loss(
     device = torch.device(device)
     was_training = model.training
     model.eval()
-    total, count = 0.0, 0
+    sums = np.zeros(len(examples), dtype=np.float64)
+    counts = np.zeros(len(examples), dtype=np.int64)
     try:
         for k in range(0, len(examples), batch_size):
             generator = torch.Generator().manual_seed(derived_seed(seed, k // batch_size, 7919))
             batch = collator(examples[k : k + batch_size], generator)
-            labels = batch["labels"].to(device)
             with autocast(device):
-                logits = model(input_ids=batch["input_ids"].to(device),
-                               attention_mask=batch["attention_mask"].to(device)).logits
-            loss = F.cross_entropy(logits.float().transpose(1, 2), labels,
-                                   ignore_index=IGNORE_INDEX, reduction="sum")
-            total += float(loss)
-            count += int((labels != IGNORE_INDEX).sum())
+                token_losses, targets = target_losses(
+                    model, batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                    batch["labels"].to(device))
+            batch_sums, batch_counts = per_example_sums(token_losses.double(), targets)
+            sums[k:k + batch_size] = batch_sums.cpu().numpy()
+            counts[k:k + batch_size] = batch_counts.cpu().numpy()
     finally:
         model.train(was_training)
-    mean = total / max(count, 1)
-    return EvalResult(mean, _perplexity(mean), count, len(examples), "mlm")
+    count = int(counts.sum())
+    mean = float(sums.sum()) / max(count, 1)
+    return EvalResult(mean, _perplexity(mean), count, len(examples), "mlm", sums, counts)
 
 
 @torch.no_grad()
@@ -103,8 +109,9 @@ def evaluate_text(
     or given as `strings` (one document each, as `tapt.train`'s held-out text).
     """
     from .data import document_examples
-    from .device import resolve_device
-    from .model import check_max_length, load_mlm
+    from tapt.modeling.mlm import check_max_length, load_mlm
+    from tapt.util.training import resolve_device
+
     from .inputs import read_texts
 
     from tapt.util.checks import flag, path_list, path_text, shown
@@ -145,3 +152,43 @@ def evaluate_text(
         "mlm_probability": mlm_probability,
         **result.to_dict(),
     }
+
+
+def document_losses(model_spec: str, documents: Sequence[Sequence[str]], *, max_length: int,
+                    batch_size: int = MLM_EVAL_BATCH, seed: int = 0,
+                    mlm_probability: float = 0.15, device: str = "cpu") -> dict[str, Any]:
+    """A masked LM's held-out loss on documents, example by example: each document's sentences
+    packed into examples as training packs them, every example scored with the masks of
+    `mlm_loss` (the same for every model that shares a tokenizer).
+
+    Args:
+        model_spec: The masked LM (directory or hub name).
+        documents: Each document's sentences.
+        max_length: Tokens per example.
+        batch_size: Examples per batch (masks are drawn per batch).
+        seed: Masking seed.
+        mlm_probability: Share of tokens masked.
+        device: cpu or cuda.
+
+    Returns:
+        loss (nats per masked token), loss_sums and tokens (per example), groups (the document
+        number of every example).
+    """
+    from tapt.modeling.mlm import check_max_length, load_mlm
+    from tapt.util.training import resolve_device
+
+    from .data import pack_sentences
+
+    dev = resolve_device(device)
+    torch.manual_seed(seed)
+    model, tokenizer, info = load_mlm(model_spec, warn=False)
+    check_max_length(model, max_length, info["name"])
+    model.to(dev)
+    packed = pack_sentences([list(d) for d in documents], tokenizer, max_length)
+    examples = [Example(ids, 1.0, "eval") for doc in packed for ids in doc]
+    groups = [g for g, doc in enumerate(packed) for _ in doc]
+    collator = MaskingCollator(tokenizer, mlm_probability,
+                               model.get_input_embeddings().weight.shape[0])
+    result = mlm_loss(model, collator, examples, batch_size=batch_size, seed=seed, device=dev)
+    return {"loss": result.loss, "loss_sums": result.example_loss.round(5).tolist(),
+            "tokens": result.example_tokens.tolist(), "groups": groups}

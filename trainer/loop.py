@@ -1,9 +1,10 @@
-"""The training loop of `tapt train`.
+"""`tapt train`: continued masked-LM pretraining on selections (and task text), its checkpoints,
+resume and manifest; the steps themselves are taken by the one loop (`tapt.modeling.loop`).
 
 A plain torch loop rather than `transformers.Trainer`, on purpose: exact resume is simple here (the
 data position is a pure function of the step number, see `trainer.plan`, and the masking generator is
 re-seeded from (seed, step), so a checkpoint only needs model/optimizer/scheduler/RNG states and the
-step), and per-example loss weights (TADPOLE's lambda) are one multiplication (`trainer.loss`). With
+step), and per-example loss weights (TADPOLE's lambda) are one multiplication (`modeling.mlm`). With
 Trainer both need a custom sampler, collator and `compute_loss`, and its resume skips batches of a
 re-shuffled dataloader instead of restoring a position.
 """
@@ -66,15 +67,19 @@ class _StopOnSigint:
 def _model_identity(info: dict[str, Any]) -> dict[str, Any]:
     from tapt.util.files import sha256_file
 
+    if info.get("path") is None:        # made here (`tapt pretrain`): its shape is its identity
+        return {"name": info["name"], "architecture": info.get("shape")}
     config = Path(info["path"]) / "config.json"
     return {"name": info["name"], "config_sha256": sha256_file(config) if config.is_file() else None}
 
 
-def _optimizer(model: Any, config: TrainConfig, total_steps: int) -> tuple[Any, Any]:
-    """AdamW and its warmup/decay schedule for a training run (`trainer.optim`)."""
-    from tapt.util.training import make_optimizer
-
-    return make_optimizer(model, config.lr, config.weight_decay, config.warmup, total_steps)
+def _diverged(lr: float, resuming: bool) -> Callable[[float, int, float], Exception]:
+    def error(value: float, step: int, _: float) -> Exception:
+        return TaptError(f"training diverged: the loss is {value} at step {step}; lower --lr "
+                         f"(now {lr:g})"
+                         + (", or the checkpoint resumed from is damaged: resume from an "
+                            "earlier one or start again" if resuming else ""))
+    return error
 
 
 def _final_loss(curve: list[float]) -> float | None:
@@ -89,27 +94,19 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     Raises InputError for bad inputs (before anything is written), TrainingInterrupted after Ctrl-C.
     """
     import torch
-    from tqdm import tqdm
 
-    from .checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
-    from .collate import MaskingCollator, derived_seed
+    from tapt.modeling import mlm
+    from tapt.util.training import resolve_device
+
     from .data import document_examples, segment_examples
-    from .device import autocast, resolve_device
-    from .evaluate import mlm_loss
     from .inputs import check_task_matches, load_selections, read_texts
-    from .loss import weighted_mlm_loss
-    from tapt.util.versions import library_versions
-
-    from .manifest import TRAINING_FORMAT, TRAINING_FORMAT_VERSION, identity_hash
-    from .model import check_max_length, load_mlm
-    from .outdir import (check_output, finished_manifest, prepare_output, training_inputs,
-                         write_final_model)
+    from .outdir import check_output, training_inputs
     from .plan import TrainingPlan
 
     out = Path(config.out)
     inputs = training_inputs(config)
     check_output(out, None, config.resume, inputs)  # cheap refusals before the slow loading
-    device = resolve_device(config.device)
+    resolve_device(config.device)
     segments, selection_records = load_selections(config.selections)
     task = read_texts(config.task, config.task_texts, config.text_field, "task text", "task")
     task_docs = task.documents if task else []
@@ -120,24 +117,80 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     eval_docs = held_out.documents if held_out else []
 
     torch.manual_seed(config.seed)  # the head of a base encoder is initialised reproducibly
-    model, tokenizer, model_info = load_mlm(config.model, warn=False)
-    check_max_length(model, config.max_length, model_info["name"])
+    model, tokenizer, model_info = mlm.load_mlm(config.model, warn=False)
+    mlm.check_max_length(model, config.max_length, model_info["name"])
     selection_examples = segment_examples(segments, tokenizer, config.max_length)
     task_examples = document_examples(task_docs, tokenizer, config.max_length, "task")
     eval_examples = document_examples(eval_docs, tokenizer, config.max_length, "eval")
-    plan = TrainingPlan(selection_examples, task_examples, ratio=config.mix_ratio,
-                        weights=config.weights, seed=config.seed, batch_size=config.batch_size)
-    total_steps = config.steps or plan.steps_per_epoch * int(config.epochs or 0)
+    if selection_examples or not task_examples:
+        plan = TrainingPlan(selection_examples, task_examples, ratio=config.mix_ratio,
+                            weights=config.weights, seed=config.seed,
+                            batch_size=config.batch_size)
+    else:       # the task's text alone (TAPT)
+        plan = TrainingPlan(task_examples, [], ratio=None, weights="discrete", seed=config.seed,
+                            batch_size=config.batch_size)
     identity = {
-        **config.identity_fields(),
-        "model": _model_identity(model_info),
         "selections": [r["selection_sha256"] for r in selection_records],
         "task": task_hashes,
-        "data_sha256": plan.fingerprint(),
         # its losses are compared across the run: another held-out text may not resume it
         **({"eval_text": held_out.file_sha256} if held_out else {}),
     }
+    record = {
+        "arguments": config.to_dict(),
+        "selections": selection_records,
+        "task": [{"path": p, "sha256": h} for p, h in zip(task.files, task.file_sha256)]
+        if task else [],
+        "eval_text": [{"path": p, "sha256": h}
+                      for p, h in zip(held_out.files, held_out.file_sha256)]
+        if held_out else [],
+        "examples": {"selection": len(selection_examples), "task": len(task_examples)},
+    }
+    return run(config, model, tokenizer, model_info, plan, eval_examples, identity, record,
+               inputs, on_step=on_step)
 
+
+def run(config: Any, model: Any, tokenizer: Any, model_info: dict[str, Any], plan: Any,
+        eval_examples: list[Any], identity: dict[str, Any], record: dict[str, Any],
+        inputs: list[Path], *, on_step: StepCallback | None = None) -> dict[str, Any]:
+    """Train `model` on `plan`'s batches into `config.out`: the output directory and its
+    refusals, resume from the newest checkpoint, the held-out loss, checkpoints, Ctrl-C and
+    SIGTERM, the manifest and the final model (what `tapt train` and `tapt pretrain` share).
+
+    Args:
+        config: The run's settings (`TrainConfig`'s fields: out, steps or epochs, batch_size,
+            lr, warmup, weight_decay, max_grad_norm, mlm_probability, seed, device, weights,
+            resume, eval_every, eval_batch_size, save_every, keep_checkpoints,
+            delete_checkpoints, progress; and `identity_fields()`).
+        model: The masked LM to train (on the CPU; moved to the device here).
+        tokenizer: Its tokenizer (saved with it).
+        model_info: `load_mlm`'s info (name, path, architecture, head_initialised, warnings).
+        plan: The `TrainingPlan` of the examples.
+        eval_examples: Held-out examples (none: no held-out loss).
+        identity: What else defines the run beyond its settings, model and data.
+        record: The inputs' part of the manifest.
+        inputs: The paths the run reads (never its output).
+        on_step: Called with (step, loss) after every step.
+
+    Returns:
+        The training manifest.
+    """
+    import torch
+
+    from tapt.modeling import mlm
+    from tapt.modeling.loop import Loop, Schedule
+    from tapt.util.training import resolve_device
+    from tapt.util.versions import library_versions
+
+    from .checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
+    from .evaluate import mlm_loss
+    from .manifest import TRAINING_FORMAT, TRAINING_FORMAT_VERSION, identity_hash
+    from .outdir import finished_manifest, prepare_output, write_final_model
+
+    out = Path(config.out)
+    device = resolve_device(config.device)
+    total_steps = config.steps or plan.steps_per_epoch * int(config.epochs or 0)
+    identity = {**config.identity_fields(), "model": _model_identity(model_info), **identity,
+                "data_sha256": plan.fingerprint()}
     created = not out.exists()
     try:
         resuming = prepare_output(out, identity, config.resume, inputs)
@@ -151,15 +204,17 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
                 return done
 
         model.to(device)
-        model.train()
-        optimizer, scheduler = _optimizer(model, config, total_steps)
-        collator = MaskingCollator(tokenizer, config.mlm_probability,
-                                   model.get_input_embeddings().weight.shape[0])
+        loop = Loop(model, Schedule(total_steps, config.lr, config.weight_decay, config.warmup,
+                                    config.max_grad_norm), device, desc="train",
+                    progress=config.progress, diverged=_diverged(config.lr, resuming))
+        collator = mlm.MaskingCollator(tokenizer, config.mlm_probability,
+                                       model.get_input_embeddings().weight.shape[0])
         state: dict[str, Any] = {"loss_curve": [], "evals": [], "seconds": 0.0, "resumed_at": []}
         step = 0
         checkpoints = checkpoint_dirs(out) if resuming else []
         if checkpoints:
-            state = load_checkpoint(checkpoints[-1], model, optimizer, scheduler, str(device))
+            state = load_checkpoint(checkpoints[-1], model, loop.optimizer, loop.scheduler,
+                                    str(device))
             if state.get("identity_sha256") != identity_hash(identity):
                 raise InputError(f"checkpoint {checkpoints[-1]} belongs to another configuration")
             step = int(state["step"])
@@ -178,7 +233,7 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
 
         def checkpoint(at: int) -> Path:
             epoch, position = plan.position(at)
-            return save_checkpoint(out, at, model, optimizer, scheduler, {
+            return save_checkpoint(out, at, model, loop.optimizer, loop.scheduler, {
                 **state, "format": TRAINING_FORMAT, "epoch": epoch, "position": position,
                 "total_steps": total_steps, "identity_sha256": identity_hash(identity),
             }, keep=config.keep_checkpoints)
@@ -186,65 +241,43 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
         started = time.monotonic()
         seconds_before = float(state.get("seconds", 0.0))
         use_weights = config.weights == "continuous"
-        bar = tqdm(total=total_steps, initial=step, unit="step", disable=not config.progress,
-                   dynamic_ncols=True, desc="train")
-        try:
-            if step == 0:
-                evaluate(0)
-            with _StopOnSigint() as stop:
-                while step < total_steps:
-                    batch = collator(plan.batch(step),
-                                     torch.Generator().manual_seed(derived_seed(config.seed, step)))
-                    with autocast(device):
-                        logits = model(input_ids=batch["input_ids"].to(device),
-                                       attention_mask=batch["attention_mask"].to(device)).logits
-                    loss = weighted_mlm_loss(logits, batch["labels"].to(device),
-                                             batch["weights"] if use_weights else None)
-                    value = float(loss.detach())    # the step's one device sync, checked first
-                    if not math.isfinite(value):    # never trained on, saved or reported as done
-                        raise TaptError(
-                            f"training diverged: the loss is {value} at step "
-                            f"{step + 1}; lower --lr (now {config.lr:g})"
-                            + (", or the checkpoint resumed from is damaged: resume from an "
-                               "earlier one or start again" if resuming else ""))
-                    loss.backward()
-                    if config.max_grad_norm > 0:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    step += 1
-                    state["loss_curve"].append(value)
-                    state["seconds"] = seconds_before + time.monotonic() - started
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{_final_loss(state['loss_curve'][-10:]):.4f}")
-                    if config.eval_every and step % config.eval_every == 0:
-                        evaluate(step)
-                    if on_step is not None:
-                        on_step(step, value)
-                    # a SIGTERM stops even at the last step: the rest would not finish in time
-                    if stop.requested and (step < total_steps or stop.signum == signal.SIGTERM):
-                        raise TrainingInterrupted(step, checkpoint(step), stop.signum)
-                    if step % config.save_every == 0 and step < total_steps:
-                        checkpoint(step)
-            evaluate(step)
-        finally:
-            bar.close()
+
+        def loss_of(at: int) -> Any:
+            batch = collator(plan.batch(at),
+                             torch.Generator().manual_seed(mlm.derived_seed(config.seed, at)))
+            return mlm.masked_lm_loss(model, batch["input_ids"].to(device),
+                                      batch["attention_mask"].to(device),
+                                      batch["labels"].to(device), per_example=True,
+                                      weights=batch["weights"] if use_weights else None)
+
+        if step == 0:
+            evaluate(0)
+        with _StopOnSigint() as stop:
+            def after(at: int, value: float) -> None:
+                state["loss_curve"].append(value)
+                state["seconds"] = seconds_before + time.monotonic() - started
+                if config.eval_every and at % config.eval_every == 0:
+                    evaluate(at)
+                if on_step is not None:
+                    on_step(at, value)
+                # a SIGTERM stops even at the last step: the rest would not finish in time
+                if stop.requested and (at < total_steps or stop.signum == signal.SIGTERM):
+                    raise TrainingInterrupted(at, checkpoint(at), stop.signum)
+
+            loop.run(loss_of, start=step, on_step=after, checkpoint=checkpoint,
+                     checkpoint_every=config.save_every,
+                     postfix=lambda curve: f"loss={_final_loss(curve[-10:]):.4f}")
+        step = total_steps
+        evaluate(step)
 
         manifest = {
             "format": TRAINING_FORMAT,
             "format_version": TRAINING_FORMAT_VERSION,
-            "model": {k: model_info[k]
-                      for k in ("name", "path", "architecture", "head_initialised")},
-            "arguments": config.to_dict(),
-            "selections": selection_records,
-            "task": [{"path": p, "sha256": h} for p, h in zip(task.files, task.file_sha256)]
-            if task else [],
-            "eval_text": [{"path": p, "sha256": h}
-                          for p, h in zip(held_out.files, held_out.file_sha256)]
-            if held_out else [],
-            "examples": {"selection": plan.n_selection, "task": plan.n_task,
-                         "eval": len(eval_examples),
+            "model": {k: model_info.get(k)
+                      for k in ("name", "path", "architecture", "head_initialised", "shape")
+                      if k != "shape" or "shape" in model_info},
+            **record,
+            "examples": {**record.get("examples", {}), "eval": len(eval_examples),
                          "per_epoch": plan.epoch_size, "steps_per_epoch": plan.steps_per_epoch},
             "identity_sha256": identity_hash(identity),
             "identity": identity,

@@ -4,9 +4,10 @@ classifier, then used to rerank the best candidates of a cheap pre-ranking.
 Protocol (theirs, with tapt's PU rules where they leave a choice open):
 - positives: the task sentences; negatives: corpus rows sampled from below rank 2 x `n_positive`
   of the pre-ranking (the rows the PU classifier's self-training also takes negatives from);
-- model: the encoder (the index's own by default) with mean pooling and a linear head, trained
-  with binary cross-entropy for a fixed number of steps on class-balanced batches (half task,
-  half negatives), AdamW with linear warmup/decay (`tapt.util.training`), bf16 autocast on a GPU;
+- model: the encoder (the index's own by default) with mean pooling and a linear head
+  (`tapt.modeling.classifier`), trained with binary cross-entropy for a fixed number of steps
+  on class-balanced batches (half task, half negatives) by the one training loop
+  (`tapt.modeling.loop`: AdamW with linear warmup/decay, bf16 autocast on a GPU);
 - optional PU self-training (`rounds`): the top `positive_fraction` x `n_positive` candidates by
   the last classifier join the positives and training continues for another `steps`;
 - scoring: the classifier's log-odds of every candidate (the top c x budget rows of the
@@ -27,7 +28,6 @@ import hashlib
 import json
 import logging
 import math
-import re
 import shutil
 import tempfile
 import time
@@ -40,8 +40,10 @@ from tqdm.auto import tqdm
 
 from tapt.errors import InputError
 
+from tapt.modeling.classifier import TokenizedTexts, freeze_below, load_classifier
+
 from ..scoring import arrays
-from .finetune_cache import CACHE_FORMAT, WEIGHTS, load_cached, store_cached  # noqa: F401
+from .finetune_cache import CACHE_FORMAT, load_cached, store_cached
 
 log = logging.getLogger(__name__)
 
@@ -176,96 +178,12 @@ def task_fingerprint(texts: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-class _Classifier:
-    """Encoder + mean pooling + linear head (a torch module built lazily, so torch stays optional
-    for everything else in the retriever)."""
-
-    def __new__(cls, encoder: Any):
-        import torch
-
-        class DomainClassifier(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.encoder = encoder
-                self.head = torch.nn.Linear(encoder.config.hidden_size, 1)
-
-            def forward(self, input_ids, attention_mask, token_type_ids=None):
-                kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
-                if token_type_ids is not None:
-                    kwargs["token_type_ids"] = token_type_ids
-                hidden = self.encoder(**kwargs).last_hidden_state
-                mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-                return self.head(pooled).squeeze(-1)
-
-        return DomainClassifier()
-
-
-def load_base(spec: str | None) -> tuple[Any, Any, str]:
-    """(classifier module with a fresh head, tokenizer, weights fingerprint) for a model argument.
-
-    The head is initialised from torch's global generator: seed it first."""
-    from transformers import AutoModel, AutoTokenizer
-
-    from tapt.indexer.encoding.models import display_name, load_failure, resolve_model
-    from tapt.util.training import quiet_transformers
-
-    path = resolve_model(spec)
-    name = display_name(spec)
-    try:
-        with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            encoder = AutoModel.from_pretrained(path)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise InputError(load_failure(spec, "cannot load model", exc), param="model") from exc
-    if getattr(tokenizer, "pad_token_id", None) is None:
-        raise InputError(f"the tokenizer of {name} has no padding token", param="model")
-    if not hasattr(encoder.config, "hidden_size"):
-        raise InputError(f"model {name} is not a transformer encoder", param="model")
-    from tapt.indexer.encoding.encoder import _state_sha256
-
-    return _Classifier(encoder.float()), tokenizer, _state_sha256(encoder)
-
-
-_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
-
-
-def freeze_below(model: Any, train_layers: int) -> int:
-    """Freeze every encoder parameter but those of the top `train_layers` numbered transformer
-    layers (0: train everything); the head always trains. Returns the trainable tensor count."""
-    if train_layers:
-        layer_of = {name: int(m.group(1)) for name, _ in model.encoder.named_parameters()
-                    if (m := _LAYER.search(name))}
-        if layer_of:
-            top = max(layer_of.values())
-            for name, param in model.encoder.named_parameters():
-                param.requires_grad_(layer_of.get(name, -1) > top - train_layers)
-        else:
-            log.warning("the model's layers are not numbered: all of them are trained")
-    return sum(1 for p in model.parameters() if p.requires_grad)
-
-
-class _Tokens:
-    """Texts tokenised once; padded batches of any rows (`indexer.encoding.batching.SortedBatches`)."""
-
-    def __init__(self, tokenizer: Any, texts: Sequence[str], max_length: int) -> None:
-        from tapt.indexer.encoding.batching import SortedBatches
-
-        self.sorted = SortedBatches(tokenizer, texts, max_length,
-                                    ("input_ids", "attention_mask", "token_type_ids"))
-
-    def batch(self, rows: np.ndarray, device: Any) -> dict[str, Any]:
-        import torch
-
-        return {k: torch.from_numpy(v).to(device) for k, v in self.sorted.features(rows).items()}
-
-
-def _train(model: Any, tokens: _Tokens, positives: np.ndarray, negatives: np.ndarray,
+def _train(model: Any, tokens: TokenizedTexts, positives: np.ndarray, negatives: np.ndarray,
            config: FinetuneConfig, device: Any, round_: int, progress: bool) -> list[float]:
-    """`config.steps` class-balanced steps; returns the loss curve."""
+    """`config.steps` class-balanced steps (`modeling.loop`); returns the loss curve."""
     import torch
 
-    from tapt.util.training import autocast, make_optimizer
+    from tapt.modeling.loop import Loop, Schedule
 
     rng = np.random.default_rng([config.seed, round_])
     half = config.batch_size // 2
@@ -275,27 +193,25 @@ def _train(model: Any, tokens: _Tokens, positives: np.ndarray, negatives: np.nda
             yield from rng.permutation(rows)
 
     pos_stream, neg_stream = stream(positives), stream(negatives)
-    optimizer, scheduler = make_optimizer(model, config.lr, config.weight_decay, config.warmup,
-                                          config.steps, prefix_lr={"head.": config.head_lr})
+    labels = torch.tensor([1.0] * half + [0.0] * (config.batch_size - half), device=device)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    model.train()
-    curve = []
-    for _ in tqdm(range(config.steps), desc=f"finetune round {round_}", disable=not progress):
+
+    def loss_of(step: int) -> Any:
         rows = np.array([next(pos_stream) for _ in range(half)]
                         + [next(neg_stream) for _ in range(config.batch_size - half)])
-        labels = torch.tensor([1.0] * half + [0.0] * (config.batch_size - half), device=device)
-        batch = tokens.batch(rows, device)
-        with autocast(device):
-            logits = model(**batch)
-        loss = loss_fn(logits.float(), labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        curve.append(float(loss.detach()))
+        return loss_fn(model(**tokens.batch(rows, device)).float(), labels)
+
+    loop = Loop(model, Schedule(config.steps, config.lr, config.weight_decay, config.warmup,
+                                1.0, {"head.": config.head_lr}), device,
+                desc=f"finetune round {round_}", progress=progress, diverged=_diverged)
+    curve = loop.run(loss_of)
     model.eval()
     return curve
+
+
+def _diverged(value: float, step: int, lr: float) -> Exception:
+    return InputError(f"the domain classifier's training diverged (loss {value} at step "
+                      f"{step}); lower its learning rate (now {lr:g})", param="lr")
 
 
 def _score(model: Any, tokenizer: Any, texts: Sequence[str], config: FinetuneConfig,
@@ -307,10 +223,10 @@ def _score(model: Any, tokenizer: Any, texts: Sequence[str], config: FinetuneCon
 
     if not len(texts):
         return np.empty(0, dtype=np.float32)
-    tokens = _Tokens(tokenizer, texts, config.max_length)
+    tokens = TokenizedTexts(tokenizer, texts, config.max_length)
     out = np.empty(len(texts), dtype=np.float32)
     with torch.inference_mode():
-        for rows in tqdm(tokens.sorted.batches(config.score_batch_size), desc=desc,
+        for rows in tqdm(tokens.batches(config.score_batch_size), desc=desc,
                          disable=not progress):
             with autocast(device):
                 logits = model(**tokens.batch(rows, device))
@@ -388,7 +304,7 @@ def _score_onnx(session: Any, tokenizer: Any, texts: Sequence[str], config: Fine
     from concurrent.futures import ThreadPoolExecutor
 
     names = [i.name for i in session.get_inputs()]
-    tokens = _Tokens(tokenizer, texts, config.max_length).sorted
+    tokens = TokenizedTexts(tokenizer, texts, config.max_length).sorted
     batches = tokens.batches(config.score_batch_size)
     out = np.empty(len(texts), dtype=np.float32)
     with ThreadPoolExecutor(max_workers=1) as pool:  # pads the next batch while ORT runs
@@ -461,7 +377,7 @@ def fit_classifier(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
         raise InputError("the pre-ranking must score every corpus row")
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
-    model, tokenizer, base_sha = load_base(config.model if config.model is not None
+    model, tokenizer, base_sha = load_classifier(config.model if config.model is not None
                                            else index.manifest["model"].get("source")
                                            or index.manifest["model"]["name"])
     freeze_below(model, config.train_layers)
@@ -491,7 +407,7 @@ def fit_classifier(index: Any, task_texts: Sequence[str], prerank: np.ndarray,
         curves = []
         for round_ in range(config.rounds + 1):
             texts = pos_texts + neg_texts
-            tokens = _Tokens(tokenizer, texts, config.max_length)
+            tokens = TokenizedTexts(tokenizer, texts, config.max_length)
             pos = np.arange(len(pos_texts))
             neg = np.arange(len(pos_texts), len(texts))
             curves.append(_train(model, tokens, pos, neg, config, device, round_, progress))

@@ -7,8 +7,8 @@ Protocol:
   encoder without head weights, such as the packaged all-MiniLM-L6-v2, gets BERT's head with its
   decoder tied to the word embeddings, initialised from the seed);
 - adaptation: `adapt_steps` steps of BERT-masked LM training (`mlm.MaskingCollator`, masks
-  seeded per step) on the task sentences, AdamW with linear warmup/decay (`util.training`),
-  batches drawn from a seeded stream of the task;
+  seeded per step) on the task sentences by the one training loop (`tapt.modeling.loop`: AdamW
+  with linear warmup/decay), batches drawn from a seeded stream of the task;
 - scoring: the pseudo-log-likelihood of each candidate (Salazar et al. 2020) from at most
   `max_masks` masked copies per sentence (`mlm.masked_token_losses`, each copy one row of a
   batch): positions spread evenly over the sentence's maskable tokens (the centres of
@@ -151,7 +151,7 @@ class AdaptedLM:
         Returns:
             float64 losses in nats per token; NaN for a text with no maskable token.
         """
-        from .mlm import masked_token_losses
+        from tapt.modeling.mlm import masked_token_losses
 
         special = set(int(i) for i in self.tokenizer.all_special_ids)
         out = np.full(len(texts), np.nan, dtype=np.float64)
@@ -204,9 +204,8 @@ def adapt(model: Any, collator: Any, sequences: Sequence[tuple[int, ...]],
     """
     import torch
 
-    from tapt.util.training import autocast, make_optimizer
-
-    from .mlm import derived_seed, masked_lm_loss
+    from tapt.modeling.loop import Loop, Schedule
+    from tapt.modeling.mlm import derived_seed, masked_lm_loss
 
     if not config.adapt_steps:
         return []
@@ -217,26 +216,21 @@ def adapt(model: Any, collator: Any, sequences: Sequence[tuple[int, ...]],
             yield from rng.permutation(len(sequences))
 
     order = stream()
-    optimizer, scheduler = make_optimizer(model, config.lr, config.weight_decay, config.warmup,
-                                          config.adapt_steps)
-    model.train()
-    curve = []
-    for step in tqdm(range(config.adapt_steps), desc=desc, disable=not progress):
+
+    def loss_of(step: int) -> Any:
         batch = collator([_Seq(sequences[next(order)]) for _ in range(config.batch_size)],
                          torch.Generator().manual_seed(derived_seed(config.seed, step)))
-        with autocast(device):
-            loss = masked_lm_loss(model, batch["input_ids"].to(device),
-                                  batch["attention_mask"].to(device), batch["labels"].to(device))
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise InputError(f"the masked LM's adaptation diverged (loss {value} at step "
-                             f"{step + 1}); lower its learning rate", param="lm_model")
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        curve.append(value)
+        return masked_lm_loss(model, batch["input_ids"].to(device),
+                              batch["attention_mask"].to(device), batch["labels"].to(device))
+
+    def diverged(value: float, step: int, lr: float) -> Exception:
+        return InputError(f"the masked LM's adaptation diverged (loss {value} at step {step}); "
+                          "lower its learning rate", param="lm_model")
+
+    loop = Loop(model, Schedule(config.adapt_steps, config.lr, config.weight_decay,
+                                config.warmup, 1.0), device, desc=desc, progress=progress,
+                diverged=diverged)
+    curve = loop.run(loss_of)
     model.eval()
     return curve
 
@@ -263,7 +257,7 @@ def fit_lm(spec: str | None, texts: Sequence[str], config: PerplexityConfig, rol
     from tapt.indexer.encoding.encoder import _state_sha256
     from tapt.util.training import resolve_device
 
-    from .mlm import MaskingCollator, check_max_length, load_mlm
+    from tapt.modeling.mlm import MaskingCollator, check_max_length, load_mlm
 
     try:
         device = resolve_device(config.device)

@@ -20,7 +20,7 @@ from tapt.errors import InputError
 ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / "cli.py"
 COMMANDS = sorted((ROOT / "commands").glob("*.py"))    # the commands cli.py assembles
-INTERNAL = ("tapt.indexer", "tapt.retriever", "tapt.trainer", "tapt.util")
+INTERNAL = ("tapt.indexer", "tapt.retriever", "tapt.trainer", "tapt.modeling", "tapt.util")
 
 # every command of the command line -> what it calls in Python
 ENTRY_POINTS = {
@@ -37,6 +37,8 @@ ENTRY_POINTS = {
     "eval": api.evaluate,
     "export": api.export,
     "train": api.train,
+    "pretrain": api.pretrain,
+    "model-path": api.model_path,
     "eval-mlm": api.evaluate_mlm,
     "bench recall": api.bench_recall,
     "bench downstream": api.bench_downstream,

@@ -281,8 +281,8 @@ def test_sigterm_during_training_saves_a_checkpoint_and_says_so(tiny, tmp_path):
     """SIGTERM in a training step: the step ends, its checkpoint is saved, exit 143 with the
     one line naming the checkpoint and --resume."""
     body = """
-import tapt.trainer.loss as loss_module
-real = loss_module.weighted_mlm_loss
+import tapt.modeling.mlm as loss_module
+real = loss_module.masked_lm_loss
 calls = {"n": 0}
 
 def loss(*a, **k):
@@ -291,7 +291,7 @@ def loss(*a, **k):
         os.kill(os.getpid(), signal.SIGTERM)
     return real(*a, **k)
 
-loss_module.weighted_mlm_loss = loss
+loss_module.masked_lm_loss = loss
 """
     out = tmp_path / "model"
     done = _script(tmp_path, body, _train_argv(tiny, out, "--save-every", "100"))

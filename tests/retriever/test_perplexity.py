@@ -12,7 +12,7 @@ from tapt.errors import InputError
 from tapt.indexer.index import Index
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.learned import task_lm
-from tapt.retriever.learned.mlm import load_mlm, masked_token_losses
+from tapt.modeling.mlm import load_mlm, masked_token_losses
 
 
 def _sentences(topic, n, seed):
@@ -68,7 +68,7 @@ def test_masked_token_losses_match_the_full_forward(tiny_lm):
         expected.append(-float(torch.log_softmax(logits, -1)[seq[pos]]))
     assert np.allclose(got, expected, atol=1e-5)
     # the adaptation's loss: the model's own loss, through the head at the targets only
-    from tapt.retriever.learned.mlm import MaskingCollator, masked_lm_loss
+    from tapt.modeling.mlm import MaskingCollator, masked_lm_loss
     from tapt.trainer.data import Example
 
     batch = MaskingCollator(tokenizer)([Example(s) for s in seqs], torch.Generator().manual_seed(1))

@@ -170,6 +170,8 @@ def test_learned_fusion_on_the_fake_index(fake_index, encoder, labelled_corpus):
 # ---- Domain-Finetune ---------------------------------------------------------------------------
 
 from tapt.retriever.learned import finetune_classifier as ft  # noqa: E402
+from tapt.modeling.classifier import freeze_below, load_classifier  # noqa: E402
+from tapt.retriever.learned.finetune_cache import WEIGHTS  # noqa: E402
 
 
 def test_finetune_helpers_by_hand():
@@ -223,7 +225,7 @@ def test_finetune_reranks_candidates_and_is_cached(fake_index, tiny_model, tmp_p
     again, *_ = _finetune(fake_index, tiny_model)
     assert again.info["cached"] and np.array_equal(again.scores, result.scores)
     # a damaged entry is rebuilt with a warning, and gives the same classifier (seeded)
-    (weights,) = (tmp_path / "cache" / "finetune").glob(f"*/{ft.WEIGHTS}")
+    (weights,) = (tmp_path / "cache" / "finetune").glob(f"*/{WEIGHTS}")
     weights.write_bytes(weights.read_bytes()[:-10] + b"0123456789")
     rebuilt, *_ = _finetune(fake_index, tiny_model)
     assert not rebuilt.info["cached"] and "damaged" in caplog.text
@@ -268,9 +270,9 @@ def test_freeze_below_trains_only_the_top_layers(tiny_model):
     import torch
 
     torch.manual_seed(0)
-    model, _, _ = ft.load_base(tiny_model)
-    everything = ft.freeze_below(model, 0)
-    ft.freeze_below(model, 1)
+    model, _, _ = load_classifier(tiny_model)
+    everything = freeze_below(model, 0)
+    freeze_below(model, 1)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert any(".layer.1." in n for n in trainable) and not any(".layer.0." in n for n in trainable)
     assert {"head.weight", "head.bias"} <= trainable and len(trainable) < everything
@@ -348,7 +350,7 @@ def test_onnx_scoring_matches_torch(tiny_model):
     import torch
 
     torch.manual_seed(0)
-    model, tokenizer, _ = ft.load_base(tiny_model)
+    model, tokenizer, _ = load_classifier(tiny_model)
     model.eval()
     texts = _sentences("legal", 40, 1) + _sentences("sea", 40, 2)
     config = ft.FinetuneConfig(model=tiny_model, max_length=16, score_batch_size=8,

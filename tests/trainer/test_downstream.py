@@ -1,4 +1,5 @@
-"""Downstream classification fine-tuning (`trainer.downstream`), its labelled data and split."""
+"""Downstream classification fine-tuning (`trainer.downstream`), the linear probe, its labelled
+data and cross-validation folds."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 
 from conftest import COMMON, TOPICS, make_sentence
 from tapt.errors import InputError
-from tapt.trainer.downstream import FinetuneSettings, classification_scores, finetune_classifier
-from tapt.trainer.downstream_data import read_labelled, split
+from tapt.trainer.downstream import (FinetuneSettings, classification_scores, cross_validate,
+                                     finetune_classifier)
+from tapt.trainer.downstream_data import group_folds, read_labelled
 from tapt.trainer.tiny_model import write_tiny_bert
 
 
@@ -71,16 +73,27 @@ def test_finetune_learns_a_separable_task(tiny_model):
     assert again["loss_curve"] == result["loss_curve"]   # seeded: the same run
 
 
-def test_split_is_stratified_seeded_and_keeps_documents_apart(tmp_path):
-    data = read_labelled(write_rows(tmp_path / "l.jsonl", labelled_rows()), group_field="doc")
-    train, test = split(data, 30, 45, seed=3)
-    assert len(train) == 30 and len(test) == 45
-    assert np.bincount(data.labels[test]).tolist() == [15, 15, 15]
-    assert np.bincount(data.labels[train]).tolist() == [10, 10, 10]
+def test_cross_validation_tests_every_example_once_full_and_probe(tiny_model, tmp_path):
+    data = read_labelled(write_rows(tmp_path / "l.jsonl", labelled_rows(n_docs=6, per_doc=3)),
+                         group_field="doc")
+    folds = group_folds(data, 3, seed=0)
     groups = np.asarray(data.groups)
-    assert not set(groups[train]) & set(groups[test])
-    assert [a.tolist() for a in split(data, 30, 45, seed=3)] == [train.tolist(), test.tolist()]
-    assert split(data, 30, 45, seed=4)[1].tolist() != test.tolist()
+    for fold in range(3):                    # no document on both sides
+        assert not set(groups[folds == fold]) & set(groups[folds != fold])
+    full = cross_validate(tiny_model, data.texts, data.labels, folds, n_labels=3,
+                          settings=FinetuneSettings(epochs=4, batch_size=8, lr=1e-3,
+                                                    head_lr=3e-3, max_length=24),
+                          seed=0, progress=False)
+    assert len(full["predicted"]) == len(data.texts) and len(full["fold_accuracy"]) == 3
+    assert len(full["loss_curves"]) == 3 and full["accuracy"] > 0.6      # chance 1/3
+    assert full["accuracy"] == pytest.approx(full["correct"].mean())
+    probe = cross_validate(tiny_model, data.texts, data.labels, folds, n_labels=3,
+                           settings=FinetuneSettings(mode="probe", max_length=24), seed=0,
+                           progress=False)
+    assert probe["loss_curves"] == [] and probe["accuracy"] > 0.5
+    with pytest.raises(InputError) as err:
+        FinetuneSettings(mode="linear")
+    assert err.value.param == "ft_mode"
 
 
 @pytest.mark.parametrize("lines, message", [
@@ -97,8 +110,8 @@ def test_bad_labelled_files_are_refused(tmp_path, lines, message):
         read_labelled(path)
 
 
-def test_a_split_too_large_is_refused(tmp_path):
-    data = read_labelled(write_rows(tmp_path / "l.jsonl", labelled_rows(n_docs=3)),
-                         group_field="doc")
-    with pytest.raises(InputError, match="too few"):
-        split(data, 30, 60, seed=0)
+def test_a_label_in_one_document_is_refused(tmp_path):
+    rows = labelled_rows(n_docs=3) + [{"text": "odd one out", "label": "odd", "doc": "odd:0"}]
+    data = read_labelled(write_rows(tmp_path / "l.jsonl", rows), group_field="doc")
+    with pytest.raises(InputError, match="'odd' has all its examples in one group"):
+        group_folds(data, 3, seed=0)

@@ -257,13 +257,13 @@ def test_failed_fresh_run_leaves_nothing(env, tmp_path):
 def test_base_encoder_gets_a_tied_head(env, tmp_path, caplog):
     from transformers import BertModel
 
-    from tapt.trainer.model import load_mlm
+    from tapt.modeling.mlm import load_mlm
 
     full, _, _ = load_mlm(env["model"])
     BertModel(full.config).save_pretrained(tmp_path / "base")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (tmp_path / "base" / name).write_bytes((Path(env["model"]) / name).read_bytes())
-    with caplog.at_level(logging.WARNING, logger="tapt.trainer.model"):
+    with caplog.at_level(logging.WARNING, logger="tapt.modeling.mlm"):
         model, _, info = load_mlm(str(tmp_path / "base"))
     assert info["head_initialised"] and "newly initialised" in caplog.text
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight

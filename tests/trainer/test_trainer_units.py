@@ -13,11 +13,10 @@ import torch
 from tapt.errors import InputError
 from tapt.indexer.reading.reader import read_text
 from tapt.retriever.selections.file_format import SelectedSegment, write_selection
-from tapt.trainer.collate import IGNORE_INDEX, MaskingCollator
+from tapt.modeling.mlm import IGNORE_INDEX, MaskingCollator, masked_lm_loss
 from tapt.trainer.config import TrainConfig, parse_mix
 from tapt.trainer.data import Example, document_examples, group_sentences, segment_examples
 from tapt.trainer.inputs import load_selections
-from tapt.trainer.loss import per_example_loss, weighted_mlm_loss
 from tapt.trainer.plan import TrainingPlan, mix_counts
 from tapt.trainer.tiny_model import tiny_vocab
 
@@ -212,22 +211,36 @@ def test_every_example_gets_a_target(tokenizer):
 
 
 def test_weighted_loss_formula():
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=11, hidden_size=16, num_hidden_layers=1,
+                                       num_attention_heads=2, intermediate_size=32,
+                                       max_position_embeddings=8)).eval()
     gen = torch.Generator().manual_seed(0)
-    logits = torch.randn(3, 5, 11, generator=gen)
+    ids = torch.randint(0, 11, (3, 5), generator=gen)
+    attention = torch.ones_like(ids)
     labels = torch.full((3, 5), IGNORE_INDEX)
     labels[0, 1], labels[0, 3], labels[1, 0], labels[2, 2], labels[2, 4] = 4, 7, 2, 9, 1
+    logits = model(input_ids=ids, attention_mask=attention).logits
     manual = []
     for i in range(3):
         pos = (labels[i] != IGNORE_INDEX).nonzero().flatten()
         logp = torch.log_softmax(logits[i, pos], dim=-1)
         manual.append(-logp[torch.arange(len(pos)), labels[i, pos]].mean())
     manual = torch.stack(manual)
-    assert torch.allclose(per_example_loss(logits, labels), manual, atol=1e-6)
-    assert torch.allclose(weighted_mlm_loss(logits, labels), manual.mean(), atol=1e-6)
-    half = weighted_mlm_loss(logits, labels, torch.full((3,), 0.5))
+    token_mean = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels,
+                                                   ignore_index=IGNORE_INDEX)
+
+    def loss(**kw):
+        return masked_lm_loss(model, ids, attention, labels, **kw)
+
+    assert torch.allclose(loss(), token_mean, atol=1e-6)
+    assert torch.allclose(loss(per_example=True), manual.mean(), atol=1e-6)
+    half = loss(weights=torch.full((3,), 0.5))
     assert torch.allclose(half, 0.5 * manual.mean(), atol=1e-6)
     w = torch.tensor([1.0, 0.5, 0.2])
-    assert torch.allclose(weighted_mlm_loss(logits, labels, w), (w * manual).sum() / 3, atol=1e-6)
+    assert torch.allclose(loss(weights=w), (w * manual).sum() / 3, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- plan

@@ -1,5 +1,6 @@
-"""The masked-LM core that `tapt train`, `tapt eval-mlm` and the `perplexity` selection method
-share: loading a masked LM and its tokenizer, BERT masking, and scoring masked tokens.
+"""The masked-LM core that `tapt train`, `tapt pretrain`, `tapt eval-mlm` and the `perplexity`
+selection method share: loading a masked LM and its tokenizer, BERT masking, and scoring masked
+tokens.
 
 Loading: from a local directory, the packaged default or a hub name. The packaged default
 (all-MiniLM-L6-v2) is a sentence-transformers directory whose config is a plain `BertModel`:
@@ -16,7 +17,7 @@ each example has a defined loss (needed for per-example weights).
 Scoring (`masked_token_losses`): the pseudo-log-likelihood terms of Salazar et al. (2020), one
 masked copy of a sequence per scored position, each copy one row of a batch.
 
-torch and transformers are imported where they are used (the retriever imports this lazily).
+torch and transformers are imported where they are used.
 """
 
 from __future__ import annotations
@@ -267,11 +268,11 @@ def _output_head(model: Any) -> Any:
     return None
 
 
-def masked_lm_loss(model: Any, input_ids: Any, attention_mask: Any, labels: Any) -> Any:
-    """The mean cross-entropy over the targets of a masked batch (labels `IGNORE_INDEX`
-    elsewhere), as the model's own `loss`, with only the targets' hidden states put through
-    the output head where the model has one (the vocabulary projection of every position
-    costs about as much as the encoder).
+def target_losses(model: Any, input_ids: Any, attention_mask: Any, labels: Any
+                  ) -> tuple[Any, Any]:
+    """The cross-entropy of every target of a masked batch (labels `IGNORE_INDEX` elsewhere),
+    with only the targets' hidden states put through the output head where the model has one
+    (the vocabulary projection of every position costs about as much as the encoder).
 
     Args:
         model: A masked LM.
@@ -280,16 +281,64 @@ def masked_lm_loss(model: Any, input_ids: Any, attention_mask: Any, labels: Any)
         labels: [B, T] original ids at the targets, `IGNORE_INDEX` elsewhere.
 
     Returns:
-        A scalar tensor (with a graph when gradients are on).
+        (float32 losses of the targets in row-major order, the [B, T] target mask).
     """
     import torch.nn.functional as F
 
+    targets = labels != IGNORE_INDEX
     head = _output_head(model)
     if head is None:
-        return model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    targets = labels != IGNORE_INDEX
-    return F.cross_entropy(head(hidden[targets]).float(), labels[targets])
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[targets]
+    else:
+        hidden = model.base_model(input_ids=input_ids,
+                                  attention_mask=attention_mask).last_hidden_state
+        logits = head(hidden[targets])
+    return F.cross_entropy(logits.float(), labels[targets], reduction="none"), targets
+
+
+def per_example_sums(token_losses: Any, targets: Any) -> tuple[Any, Any]:
+    """Each example's summed target loss and its number of targets.
+
+    Args:
+        token_losses: `target_losses`' losses.
+        targets: Its target mask.
+
+    Returns:
+        ([B] loss sums, [B] target counts).
+    """
+    import torch
+
+    rows = torch.nonzero(targets)[:, 0]
+    sums = torch.zeros(targets.shape[0], dtype=token_losses.dtype,
+                       device=token_losses.device).index_add(0, rows, token_losses)
+    return sums, targets.sum(dim=1)
+
+
+def masked_lm_loss(model: Any, input_ids: Any, attention_mask: Any, labels: Any, *,
+                   per_example: bool = False, weights: Any = None) -> Any:
+    """The training loss of a masked batch (`target_losses`).
+
+    Args:
+        model: A masked LM.
+        input_ids: [B, T] masked inputs.
+        attention_mask: [B, T].
+        labels: [B, T] original ids at the targets, `IGNORE_INDEX` elsewhere.
+        per_example: The mean over the examples of each example's mean target loss (an
+            example without targets counts 0) instead of the mean over all targets.
+        weights: [B] example weights: the mean over the examples of weight x example loss
+            (TADPOLE's lambda; implies `per_example`).
+
+    Returns:
+        A scalar tensor (with a graph when gradients are on).
+    """
+    token_losses, targets = target_losses(model, input_ids, attention_mask, labels)
+    if not per_example and weights is None:
+        return token_losses.mean()
+    sums, counts = per_example_sums(token_losses, targets)
+    losses = sums / counts.clamp(min=1)
+    if weights is not None:
+        losses = losses * weights.to(losses.device, losses.dtype)
+    return losses.mean()
 
 
 def masked_token_losses(model: Any, mask_id: int, pad_id: int,
