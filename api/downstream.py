@@ -338,6 +338,10 @@ def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
     choice(preset, "preset", tuple(PRESETS))
     if model is not None:
         model = path_text(model, "model")
+    elif max_length > PRESETS[preset]["max_length"]:
+        raise InputError(f"must be at most the {preset} general model's "
+                         f"{PRESETS[preset]['max_length']} positions, got {max_length}",
+                         param="max_length")
     if not isinstance(budget, str):
         raise InputError(f"must be a budget such as 10000sent, got {shown(budget)}",
                          param="budget")

@@ -6,14 +6,17 @@ its own examples being selectable, and the pool's rows of the same domain are it
 (`--oracle-field domain --oracle-value DOMAIN`). Labels come from the corpus fields:
 
 - `quotes`: the fortune file a quotation comes from (`source` "fortunes:science" -> science);
-- `it`: the manual section of a man page (`doc` "man:ioctl.2" -> 2).
+- `it`: the manual section of a man page (`doc` "man:ioctl.2" -> 2);
+- `religion`: the part of the Bible a chapter belongs to (`doc` "kjv:Exo21" -> law): law (the
+  five books of Moses), history, wisdom (Job to the Song of Solomon), prophets, and the New
+  Testament - the usual division of the canon, fixed here before any run.
 
 The `classes` most frequent labels (by sentences) among those with at least `min_docs` documents
-are kept; every row keeps its `doc`, so `--group-field doc` keeps each document on one side of
-the train/test split.
+are kept (by default 8 for quotes, every eligible one for it and religion); every row keeps its
+`doc`, so `--group-field doc` keeps each document in one fold.
 
     python benchmarks/downstream_tasks.py quotes --out quotes-labelled.jsonl
-    python benchmarks/downstream_tasks.py it --classes 3 --seeds data/sample/seeds --out it.jsonl
+    python benchmarks/downstream_tasks.py it --seeds data/sample/seeds --out it.jsonl
 """
 
 from __future__ import annotations
@@ -22,10 +25,22 @@ import argparse
 import collections
 import gzip
 import json
+import re
 import sys
 from pathlib import Path
 
 DEFAULT_SEEDS = Path(__file__).resolve().parents[1] / "data" / "sample" / "seeds"
+TASKS = ("quotes", "it", "religion")
+CLASSES = {"quotes": 8, "it": 10, "religion": 10}     # the labels kept by default (at most)
+BIBLE_PARTS = {
+    "law": "Ge Exo Lev Num Deu",
+    "history": "Josh Jdgs Ruth 1Sm 2Sm 1Ki 2Ki 1Chr 2Chr Ezra Neh Est",
+    "wisdom": "Job Psa Prv Eccl SSol",
+    "prophets": "Isa Jer Lam Eze Dan Hos Joel Amos Obad Jonah Mic Nahum Hab Zep Hag Zec Mal",
+    "new-testament": "Mat Mark Luke John Acts Rom 1Cor 2Cor Gal Eph Phi Col 1Th 2Th 1Tim 2Tim "
+                     "Titus Phmn Heb Jas 1Pet 2Pet 1Jn 2Jn 3Jn Jude Rev",
+}
+_PART_OF = {book: part for part, books in BIBLE_PARTS.items() for book in books.split()}
 
 
 def label_of(domain: str, record: dict) -> str | None:
@@ -33,13 +48,16 @@ def label_of(domain: str, record: dict) -> str | None:
     if domain == "quotes":
         source = str(record.get("source") or "")
         return source.split(":", 1)[1] if source.startswith("fortunes:") else None
+    doc = str(record.get("doc") or "")
     if domain == "it":
-        doc = str(record.get("doc") or "")
         if doc.startswith("man:") and "." in doc:
             section = doc.rsplit(".", 1)[1]
             return section if section.isdigit() else None
         return None
-    raise ValueError(f"no labelled task for domain {domain!r} (quotes or it)")
+    if domain == "religion":
+        book = re.match(r"kjv:(\d?[A-Za-z]+)", doc)
+        return _PART_OF.get(book.group(1)) if book else None
+    raise ValueError(f"no labelled task for domain {domain!r} ({', '.join(TASKS)})")
 
 
 def make_task(domain: str, seeds: Path, classes: int, min_docs: int) -> list[dict]:
@@ -63,11 +81,13 @@ def make_task(domain: str, seeds: Path, classes: int, min_docs: int) -> list[dic
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("domain", choices=["quotes", "it"])
+    parser.add_argument("domain", choices=list(TASKS))
     parser.add_argument("--seeds", type=Path, default=DEFAULT_SEEDS,
                         help="Directory of <domain>.jsonl.gz seed files (default: the bundled "
                              "sample's, byte-identical to the corpus's).")
-    parser.add_argument("--classes", type=int, default=4, help="Most frequent labels kept.")
+    parser.add_argument("--classes", type=int, default=None,
+                        help="Most frequent labels kept [default: 8 for quotes, all for the "
+                             "others].")
     parser.add_argument("--min-docs", type=int, default=8,
                         help="Only labels with at least this many documents.")
     parser.add_argument("--out", type=Path, required=True, help="JSONL to write (new file).")
@@ -75,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.exists():
         print(f"error: {args.out} exists; choose a new file", file=sys.stderr)
         return 1
-    rows = make_task(args.domain, args.seeds, args.classes, args.min_docs)
+    rows = make_task(args.domain, args.seeds, args.classes or CLASSES[args.domain],
+                     args.min_docs)
     tmp = args.out.with_name(args.out.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         for row in rows:

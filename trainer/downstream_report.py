@@ -132,9 +132,11 @@ def _ci(d: dict[str, Any] | None, signed: bool = True) -> str:
     return f"{d['delta']:{'+' if signed else ''}.3f}{inner}"
 
 
-def _share(d: dict[str, Any] | None) -> str:
-    if not d or d.get("share") is None:
+def _share(d: dict[str, Any] | None, resolved: bool) -> str:
+    if not d:
         return "-"
+    if not resolved or d.get("share") is None:
+        return "n/r"
     low, high = d.get("share_ci_low"), d.get("share_ci_high")
     inner = "" if low is None else f" [{low:.2f}, {high:.2f}]"
     return f"{d['share']:.2f}{inner}"
@@ -170,6 +172,9 @@ def markdown(report: dict[str, Any]) -> str:
         "sentences (domain share) | seconds (select / pretrain / MLM eval / fine-tune) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    oracle = next((r.get("accuracy_vs_random") for r in report["aggregate"]
+                   if r["condition"] == "oracle"), None) or {}
+    resolved = oracle.get("ci_low") is not None and oracle["ci_low"] > 0
     for row in report["aggregate"]:
         sec = row["seconds"]
         sentences = row.get("selection_sentences")
@@ -181,7 +186,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {row['condition']} | {row['accuracy']:.3f} | "
             f"{_ci(row.get('accuracy_vs_random'))} | {_ci(row.get('accuracy_vs_none'))} | "
-            f"{_share(row.get('oracle_share'))} | {loss} | "
+            f"{_share(row.get('oracle_share'), resolved)} | {loss} | "
             f"{_ci(row.get('mlm_loss_vs_random'))} | {sel} | "
             f"{sec.get('select', 0):.0f} / {sec.get('pretrain', 0):.0f} / "
             f"{sec.get('mlm_eval', 0):.0f} / {sec.get('finetune', 0):.0f} |")
@@ -191,7 +196,8 @@ def markdown(report: dict[str, Any]) -> str:
         "examples, folds and seeds); intervals: 2.5 and 97.5 percentiles of "
         f"{report['bootstrap']['draws']:,} bootstrap draws that resample the seeds and the "
         "documents. Share of the oracle's gain: (condition - random) / (oracle - random), "
-        "computed draw by draw. Held-out MLM loss: nats per masked token on the labelled "
+        "computed draw by draw; n/r where the oracle's own gain is not resolved (its interval "
+        "reaches 0), so that there is no gain to share. Held-out MLM loss: nats per masked token on the labelled "
         "texts (held out from the index by document), the same masks for every condition"
         + ("; * `task` trained on these texts, so its loss is not held out" if any(
             r.get("mlm_trained_on_test_text") for r in report["aggregate"]) else "")

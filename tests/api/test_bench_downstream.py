@@ -149,6 +149,10 @@ def test_refusals_before_work(fake_index, env, tmp_path):
         run(fake_index, env, tmp_path / "d", budget="lots")
     with pytest.raises(InputError, match="fewer than the 40 folds"):
         run(fake_index, env, tmp_path / "c", folds=40)
+    with pytest.raises(InputError, match="tiny general model's 64 positions") as err:
+        api.bench_downstream(fake_index, env["labelled"], tmp_path / "e",
+                             **{**SMALL, "max_length": 128, "preset": "tiny"})
+    assert err.value.param == "max_length" and not (tmp_path / "e").exists()
     assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
 
 

@@ -30,6 +30,29 @@ def test_it_task_labels_by_manual_section():
     assert all(r["doc"].endswith("." + r["label"]) for r in rows)
 
 
+def test_religion_task_labels_by_part_of_the_bible():
+    rows = downstream_tasks.make_task("religion", SAMPLE / "seeds", classes=10, min_docs=8)
+    counts = collections.Counter(r["label"] for r in rows)
+    assert set(counts) <= set(downstream_tasks.BIBLE_PARTS) and len(counts) >= 4
+    books = {b for part in downstream_tasks.BIBLE_PARTS.values() for b in part.split()}
+    assert len(books) == 66                                   # every book in exactly one part
+    assert all(r["doc"].startswith("kjv:") for r in rows)
+
+
+def test_the_goal_is_read_off_the_reports():
+    from benchmarks.downstream_proxy import _goal
+
+    def report(task, low, share):
+        return {"task": task, "aggregate": [
+            {"condition": "oracle", "accuracy_vs_random": {"ci_low": low}},
+            {"condition": "fused", "oracle_share": {"share": share, "share_ci_low": 0.1}}]}
+
+    met = _goal([report("a", 0.01, 0.9), report("b", 0.02, 0.85), report("c", -0.01, 0.1)])
+    assert met["oracle_resolved_on"] == ["a", "b"] and met["met"]
+    assert not _goal([report("a", 0.01, 0.9), report("b", -0.02, 0.85)])["met"]
+    assert not _goal([report("a", 0.01, 0.5), report("b", 0.02, 0.95)])["met"]
+
+
 def test_the_script_refuses_an_existing_file(tmp_path):
     out = tmp_path / "mine.jsonl"
     out.write_text("keep")
