@@ -197,6 +197,18 @@ def _task_cache(tmp_path_factory) -> None:
     os.environ["TAPT_CACHE_DIR"] = str(tmp_path_factory.mktemp("task-cache"))
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run fastest single-threaded, and do not fight other jobs for the cores
+    (`pytestmark = pytest.mark.usefixtures("one_torch_thread")` in a module that trains)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture()
 def encoder() -> HashingEncoder:
     return HashingEncoder()

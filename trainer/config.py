@@ -70,6 +70,32 @@ def parse_mix(mix: str) -> tuple[int, int]:
     return a, b
 
 
+# The settings every masked-LM run has (`tapt train`, `tapt pretrain`): one default and one help
+# text each, whichever command offers them.
+_RUN_SETTINGS: dict[str, tuple[Any, dict[str, Any]]] = {
+    "warmup": (0.06, {"help": "Fraction of steps of linear warmup (then linear decay to 0).",
+                      "show_default": True}),
+    "weight_decay": (0.01, {"help": "AdamW weight decay (none on biases and LayerNorm).",
+                            "show_default": True}),
+    "max_grad_norm": (1.0, {}),
+    "mlm_probability": (0.15, {"help": "Share of tokens masked.", "show_default": True}),
+    "device": ("cpu", {"help": "cuda trains with bf16 autocast where supported.",
+                       "choices": DEVICES, "show_default": True}),
+    "resume": (False, {"help": "Continue the run in --out from its last checkpoint."}),
+    "save_every": (200, {"help": "Checkpoint every N steps.", "show_default": True}),
+    "keep_checkpoints": (2, {"help": "How many of the newest checkpoints to keep.",
+                             "show_default": True}),
+    "delete_checkpoints": (False, {"help": "Delete OUT/checkpoints once the run has finished."}),
+}
+
+
+def run_setting(name: str, **metadata: Any) -> Any:
+    """The dataclass field of a setting every masked-LM run has (its one default and help),
+    with `metadata` added or replaced."""
+    default, meta = _RUN_SETTINGS[name]
+    return field(default=default, metadata={**meta, **metadata})
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Arguments of one training run; raises InputError on any value that cannot work."""
@@ -95,22 +121,15 @@ class TrainConfig:
         "help": "Tokens per example; consecutive sentences of one segment are packed up to it.",
         "show_default": True})
     lr: float = field(default=1e-4, metadata={"help": "Peak learning rate.", "show_default": True})
-    warmup: float = field(default=0.06, metadata={
-        "help": "Fraction of steps of linear warmup (then linear decay to 0).",
-        "show_default": True})
-    weight_decay: float = field(default=0.01, metadata={
-        "help": "AdamW weight decay (none on biases and LayerNorm).", "show_default": True})
-    max_grad_norm: float = 1.0
-    mlm_probability: float = field(default=0.15, metadata={
-        "help": "Share of tokens masked.", "show_default": True})
+    warmup: float = run_setting("warmup")
+    weight_decay: float = run_setting("weight_decay")
+    max_grad_norm: float = run_setting("max_grad_norm")
+    mlm_probability: float = run_setting("mlm_probability")
     seed: int = field(default=0, metadata={
         "help": "Seed of data order, masks and head initialisation.", "minimum": 0,
         "maximum": MAX_SEED, "show_default": True})
-    device: str = field(default="cpu", metadata={
-        "help": "cuda trains with bf16 autocast where supported.", "choices": DEVICES,
-        "show_default": True})
-    resume: bool = field(default=False, metadata={
-        "help": "Continue the run in --out from its last checkpoint."})
+    device: str = run_setting("device")
+    resume: bool = run_setting("resume")
     eval_text: tuple[str, ...] = ()
     text_field: str = field(default="text", metadata={
         "help": "Field/column with the text in --task and --eval-text (JSONL, Parquet, CSV/TSV, "
@@ -121,12 +140,9 @@ class TrainConfig:
     eval_batch_size: int = field(default=MLM_EVAL_BATCH, metadata={
         "help": "Sequences per batch of the held-out loss (eval-mlm's --batch-size: the same "
                 "masks, so the same loss for the same model).", "show_default": True})
-    save_every: int = field(default=200, metadata={
-        "help": "Checkpoint every N steps.", "show_default": True})
-    keep_checkpoints: int = field(default=2, metadata={
-        "help": "How many of the newest checkpoints to keep.", "show_default": True})
-    delete_checkpoints: bool = field(default=False, metadata={
-        "help": "Delete OUT/checkpoints once the run has finished."})
+    save_every: int = run_setting("save_every")
+    keep_checkpoints: int = run_setting("keep_checkpoints")
+    delete_checkpoints: bool = run_setting("delete_checkpoints")
     progress: bool = True
     task_texts: tuple[str, ...] = ()   # or the task's text itself, one document per string
     eval_texts: tuple[str, ...] = ()   # or the held-out text itself

@@ -23,7 +23,7 @@ from tapt.errors import InputError
 from tapt.modeling.scratch import PRESETS
 from tapt.util.checks import choice, flag, path_text, real_number, shown, whole_number
 
-from .config import DEVICES, MAX_COUNT, MLM_EVAL_BATCH, check_mlm_settings
+from .config import MAX_COUNT, MAX_SEED, MLM_EVAL_BATCH, check_mlm_settings, run_setting
 
 TOKENIZERS = ("wordpiece", "index")
 _SHAPE = ("vocab_size", "hidden_size", "layers", "heads", "intermediate_size")
@@ -78,28 +78,18 @@ class PretrainConfig:
         "help": "Examples per step." + _preset_help("batch_size")})
     lr: float | None = field(default=None, metadata={
         "help": "Peak learning rate." + _preset_help("lr")})
-    warmup: float = field(default=0.06, metadata={
-        "help": "Fraction of steps of linear warmup (then linear decay to 0).",
-        "show_default": True})
-    weight_decay: float = field(default=0.01, metadata={
-        "help": "AdamW weight decay (none on biases and LayerNorm).", "show_default": True})
-    max_grad_norm: float = 1.0
-    mlm_probability: float = field(default=0.15, metadata={
-        "help": "Share of tokens masked.", "show_default": True})
+    warmup: float = run_setting("warmup")
+    weight_decay: float = run_setting("weight_decay")
+    max_grad_norm: float = run_setting("max_grad_norm")
+    mlm_probability: float = run_setting("mlm_probability")
     seed: int = field(default=0, metadata={
         "help": "Seed of the sample, the vocabulary's input order, the initialisation, data "
-                "order and masks.", "minimum": 0, "maximum": 2**32 - 1, "show_default": True})
-    device: str = field(default="cpu", metadata={
-        "help": "cuda trains with bf16 autocast where supported.", "choices": DEVICES,
-        "show_default": True})
-    resume: bool = field(default=False, metadata={
-        "help": "Continue the run in --out from its last checkpoint."})
-    save_every: int = field(default=200, metadata={
-        "help": "Checkpoint every N steps.", "show_default": True})
-    keep_checkpoints: int = field(default=2, metadata={
-        "help": "How many of the newest checkpoints to keep.", "show_default": True})
-    delete_checkpoints: bool = field(default=False, metadata={
-        "help": "Delete OUT/checkpoints once the run has finished."})
+                "order and masks.", "minimum": 0, "maximum": MAX_SEED, "show_default": True})
+    device: str = run_setting("device")
+    resume: bool = run_setting("resume")
+    save_every: int = run_setting("save_every")
+    keep_checkpoints: int = run_setting("keep_checkpoints")
+    delete_checkpoints: bool = run_setting("delete_checkpoints")
     progress: bool = True
 
     # what `trainer.loop.run` reads of a training run's settings

@@ -21,14 +21,7 @@ SMALL = dict(budget="40sent", steps=3, batch_size=4, max_length=16, folds=4,
              progress=False)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

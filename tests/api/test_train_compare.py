@@ -16,14 +16,7 @@ from tapt.errors import InputError
 from tapt.trainer.tiny_model import write_tiny_bert
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

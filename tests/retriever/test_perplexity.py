@@ -20,15 +20,7 @@ def _sentences(topic, n, seed):
     return [make_sentence(rng, topic) for _ in range(n)]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from threads, and lose much on a busy machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

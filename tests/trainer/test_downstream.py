@@ -17,14 +17,7 @@ from tapt.trainer.downstream_data import group_folds, read_labelled
 from tapt.trainer.tiny_model import write_tiny_bert
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def labelled_rows(n_docs: int = 10, per_doc: int = 4, seed: int = 0) -> list[dict]:

@@ -17,14 +17,7 @@ from tapt.modeling.scratch import PRESETS
 FAST = dict(preset="tiny", steps=4, batch_size=8, sample=200, progress=False)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_a_new_model_of_the_corpus_is_reproducible_and_loads_as_a_masked_lm(fake_index,

@@ -47,15 +47,7 @@ def make_selection(path: Path, n: int, seed: int, weight: float = 1.0, uuid: str
     return path
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest single-threaded (and do not fight other jobs for the cores)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
