@@ -47,6 +47,22 @@ class SelectionService:
         self._in_flight = 0
         self.failures = 0
 
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The service as an ASGI application, for any ASGI server where one process serves
+        (`uvicorn.run(SelectionService(tapt.Index.open(idx), rooms), ...)`)."""
+        from starlette.requests import Request
+
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                kind = message["type"].rsplit(".", 1)[-1]
+                await send({"type": f"lifespan.{kind}.complete"})
+                if kind == "shutdown":
+                    return
+        if scope["type"] == "http":
+            response = await self.respond(Request(scope, receive))
+            await response(scope, receive, send)
+
     async def respond(self, request: Any) -> Any:
         """A Starlette request's response (what the Serve deployment and the page's tests
         call)."""
