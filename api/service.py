@@ -156,7 +156,7 @@ class SelectionService:
     def _heal(self) -> list[str] | None:
         heal = getattr(self.index, "heal", None)
         try:
-            return heal() if heal is not None else None
+            return heal(min(10.0, self.rooms.request_timeout / 4)) if heal is not None else None
         except Exception:  # noqa: BLE001 - the health check says so; the server goes on
             log.warning("healing the serving actors failed", exc_info=True)
             return None

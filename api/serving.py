@@ -89,5 +89,7 @@ def serve(path: PathLike, *, address: str | None = None, actors: int | None = No
     with integrity.hashing(0, False):      # a damaged index stops here, before Ray starts
         Index(path)
     options = {"actors": actors, "cpus_per_actor": cpus_per_actor, "hold": hold,
-               "resources": resources, "request_timeout": bounds.request_timeout}
+               # a call to the actors gets half the request's time: a hung actor fails the
+               # request with the actors' own error, and is replaced, within the request's time
+               "resources": resources, "request_timeout": bounds.request_timeout / 2}
     return HTTPServer(path, host, port, bounds, options, address=address)

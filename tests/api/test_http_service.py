@@ -220,12 +220,13 @@ def test_a_lost_actor_is_a_503_and_the_server_goes_on(setup, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(svc.index, "select", select)
-    monkeypatch.setattr(svc.index, "heal", lambda: healed.append(1) or ["dead"], raising=False)
+    monkeypatch.setattr(svc.index, "heal", lambda timeout: healed.append(timeout) or ["dead"],
+                        raising=False)
     with running(svc) as base:
         status, answer, _ = call(base, "POST", "/select", {**ASK, "id": "a"}, token=TOKEN)
         assert status == 503 and answer == {"id": "a", "error": "a serving actor died during "
                                                                 "the score step"}
-        assert healed == [1] and svc.failures == 1
+        assert healed == [10.0] and svc.failures == 1
         assert call(base, "POST", "/select", ASK, token=TOKEN)[0] == 200
 
 
