@@ -115,9 +115,9 @@ class Fused(SentenceScored):
 
     def explain(self, ctx, params, rows):
         """Each scorer's z-score at `rows` (`meaning`, `lm`, `words`): their sum is the
-        fused score. {} on a served index, whose actors keep the scores."""
+        fused score (on a served index, gathered from the actors for these rows only)."""
         fused, _ = self._fused(ctx, params)
-        if not isinstance(fused, arrays.ZSum):
+        if not hasattr(fused, "zscores_at"):
             return {}
         names = ("meaning", "lm", "words")
         return {name: part for name, part in zip(names, fused.zscores_at(rows))
