@@ -22,7 +22,7 @@ Regenerate (the index first: 1M rows in 8 shards, then the run):
         make_index(Path('.cache/bench/w1m'), Spec(rows=1_000_000, shards=8), \\
         model=load_encoder(device='cpu'))"
     nice -n 10 .venv/bin/python -m benchmarks.serve_http --index .cache/bench/w1m/index \\
-        --out benchmarks/results/scale/serve_http
+        --requests 16 --out benchmarks/results/scale/serve_http
 """
 
 from __future__ import annotations
@@ -183,11 +183,15 @@ def hostile(url: str, token: str, task_root: Path, out_root: Path, canary: Path,
         ("task path absolute", json.dumps({**ok, "task": str(canary)}).encode(), token, 403),
         ("task files escaping", json.dumps({**ok, "task": {"files": ["../" + canary.name]}}
                                            ).encode(), token, 403),
+        ("task by a symbolic link out of the room", json.dumps({**ok, "task": "leak.txt"}
+                                                               ).encode(), token, 403),
         ("output path escaping", json.dumps({**ok, "out": "../escaped.jsonl"}).encode(),
          token, 403),
         ("output path absolute", json.dumps({**ok, "out": str(canary.parent / "abs.jsonl")}
                                             ).encode(), token, 403),
     ]
+    if not (task_root / "leak.txt").is_symlink():
+        (task_root / "leak.txt").symlink_to(canary)
     before = sorted(os.listdir(canary.parent)), sorted(os.listdir(out_root))
     rows = []
     for name, body, key, wanted in cases:
@@ -226,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--request-timeout", type=float, default=1800.0)
     parser.add_argument("--kill-after", type=float, default=1.0,
                         help="seconds into a request when an actor is killed")
+    parser.add_argument("--kill-method", default="fused",
+                        help="the method of that request (one that takes longer than that)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     import ray
@@ -279,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
                     results["load"].append(row)
                     log.info("%s", row)
                     _write(results, args.out)
-            results["killed"] = killed_mid_request(server.url, token, methods[0],
+            results["killed"] = killed_mid_request(server.url, token, args.kill_method,
                                                    args.budget, tasks[1], args.kill_after)
             log.info("killed: %s", results["killed"])
             results["hostile"] = hostile(server.url, token, task_root, out_root, canary,
@@ -322,11 +328,12 @@ def _write(results: dict[str, Any], out: Path) -> None:
                                                f"{w['status']})" for w in results["warm"])]
     killed = results.get("killed")
     if killed:
-        lines += ["", f"An actor killed {killed.get('next') and 'while a request was under way'}"
-                  f": that request answered {killed['status']} in {killed['seconds']} s "
-                  f"({killed.get('error')}); the next answered {killed['next']['status']} in "
-                  f"{killed['next']['seconds']} s; /health then "
-                  f"{killed['health_after']['status']}."]
+        when = ("while a request was under way" if killed["killed_pid_alive_before"]
+                else "after the request had ended")
+        lines += ["", f"An actor killed (SIGKILL) {when}: that request answered "
+                  f"{killed['status']} in {killed['seconds']} s ({killed.get('error')}); the "
+                  f"next answered {killed['next']['status']} in {killed['next']['seconds']} s; "
+                  f"/health then {killed['health_after']['status']}."]
     if results.get("hostile"):
         lines += ["", "| hostile request | status | expected | canary in answer | written "
                   "outside the rooms | error |", "|---|---:|---:|---|---|---|"]

@@ -46,6 +46,7 @@ def test_hostile_requests_are_refused_and_the_report_says_so(fake_index, tmp_pat
                         "budget": "10", "uptime_before": "load average: 1.00"},
                "load": [load], "warm": [{"method": "centroid", "status": 200, "seconds": 1}],
                "killed": {"status": 503, "seconds": 1.0, "error": "an actor died",
+                          "killed_pid_alive_before": True,
                           "next": {"status": 200, "seconds": 2.0},
                           "health_after": {"status": 200}},
                "hostile": rows}
