@@ -87,6 +87,10 @@ class SelectionService:
             status, body = await getattr(self, "_" + name)(request)
         except Refused as exc:
             status, body = exc.status, {"error": str(exc)}
+        except Exception:  # noqa: BLE001 - this request fails in one line, the server goes on
+            log.exception("%s %s failed", method, path)
+            status, body = 500, {"error": "the server failed on this request (its log says "
+                                          "why)"}
         extra = {"www-authenticate": "Bearer"} if status == 401 else {}
         if status == 429:
             extra["retry-after"] = "1"
