@@ -230,9 +230,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--request-timeout", type=float, default=1800.0)
     parser.add_argument("--kill-after", type=float, default=1.0,
                         help="seconds into a request when an actor is killed")
+    parser.add_argument("--render", action="store_true",
+                        help="only write OUT.md again from OUT.json")
     parser.add_argument("--kill-method", default="fused",
                         help="the method of that request (one that takes longer than that)")
     args = parser.parse_args(argv)
+    if args.render:
+        _write(json.loads(args.out.with_suffix(".json").read_text()), args.out)
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     import ray
 
@@ -258,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
             "index": str(args.index), "rows": tapt.Index.open(args.index).n_sentences,
             "actors": args.actors, "cpus_per_actor": args.cpus_per_actor,
             "ray_cpus": args.ray_cpus, "budget": args.budget, "cpu_cores": os.cpu_count(),
+            "request_timeout": args.request_timeout,
             "uptime_before": subprocess.run(["uptime"], capture_output=True, text=True
                                             ).stdout.strip(),
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -314,7 +320,11 @@ def _write(results: dict[str, Any], out: Path) -> None:
              "(cached after its first use). Load before: "
              f"`{meta['uptime_before']}`; after: `{meta.get('uptime_after', '(running)')}`.",
              "", "Selections run one at a time in the replica (the actors spread each over "
-             "the shards): more clients wait longer, they do not add throughput.", "",
+             "the shards): beyond overlapping the HTTP work of one request with the selection "
+             "of another, more clients wait longer, they add no throughput. The request "
+             f"timeout was {meta.get('request_timeout', 1800):g} s, so that every request of "
+             "a round is answered and timed (at the default 120 s the later requests of a "
+             "long queue are answered 503).", "",
              "| method | clients | requests | statuses | requests/s | p50 s | p90 s | p99 s | "
              "max s | load (1 min) after |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for row in results["load"]:
