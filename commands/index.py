@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 
 import click
@@ -289,16 +290,21 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, 
         if ctx.get_parameter_source("requests_file") == click.core.ParameterSource.COMMANDLINE:
             raise InputError("answers HTTP, not the requests of `requests_file`: give one "
                              "of them", param="http")
-        with serve(idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
-                   hold=hold, http=http, **settings) as server:
+        handlers = _signal_handlers()
+        with _stdout_for_answers(), serve(      # Ray's own lines go to standard error
+                idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
+                hold=hold, http=http, **settings) as server:
+            _restore(handlers)
             click.echo(f"serving {idx} at {server.url} (the page at {server.url}/, the API at "
                        f"{server.url}/openapi.json); Ctrl-C stops", err=True)
             server.wait()
         return
     failed = answered = 0
+    handlers = _signal_handlers()
     with _stdout_for_answers() as answers, serve(
             idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
             hold=hold, **settings) as served:
+        _restore(handlers)
         if ctx.obj["progress"]:
             click.echo(f"serving {idx}: {served.n_sentences:,} sentences in "
                        f"{len(served.shards)} shard(s) on {len(served.servers.actors)} Ray "
@@ -314,6 +320,19 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, 
     if failed:
         raise click.ClickException(f"{failed} of {answered} request(s) failed (see their "
                                    "\"error\" in the output)")
+
+
+def _signal_handlers() -> dict[int, object]:
+    """The command line's own handlers of SIGTERM and SIGINT, before Ray connects (Ray puts its
+    own in their place: a stack dump and an abort)."""
+    return {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore(handlers: dict[int, object]) -> None:
+    """Put the command line's handlers back: SIGTERM stops a server in one line (143)."""
+    for sig, handler in handlers.items():
+        if callable(handler):
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
