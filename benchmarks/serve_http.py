@@ -122,6 +122,7 @@ def load_round(url: str, token: str, method: str, clients: int, requests: int, b
 
 
 def _actor_processes() -> list[int]:
+    """The process ids of this machine's serving actors (`ShardServer`)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:

@@ -21,6 +21,7 @@ pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
 
 import tapt  # noqa: E402
+from benchmarks.serve_http import _actor_processes  # noqa: E402
 from conftest import HashingEncoder, write_split_corpus  # noqa: E402
 from http_service import call, free_port  # noqa: E402
 from ray_worker import CONFIG  # noqa: E402
@@ -28,17 +29,6 @@ from tapt.indexer.building.pipeline import BuildConfig, build_index  # noqa: E40
 
 ASK = {"method": "moore-lewis", "budget": "6",
        "task": ["Licence copyright warranty liability.", "Contract clause party agreement."]}
-
-
-def _actor_processes() -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and b"ray::ShardServer" in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.fixture(scope="module")
