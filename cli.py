@@ -42,7 +42,7 @@ from tapt.commands.bench_downstream import downstream as bench_downstream
 from tapt.commands.common import (_STATE, CLICK_SETTINGS, CommandGroup, _BrokenPipe, _Interrupted,
                                   _one_line)
 from tapt.commands.index import index
-from tapt.commands.selecting import detectors, evaluate, export_command, select
+from tapt.commands.selecting import detectors, evaluate, export_command, select, show_command
 from tapt.commands.training import (eval_mlm_command, model_path_command, pretrain_command,
                                     train_command)
 
@@ -229,8 +229,8 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     ctx.obj = {"progress": not quiet}
 
 
-for _command in (index, select, evaluate, export_command, train_command, pretrain_command,
-                 eval_mlm_command, model_path_command, bench, detectors, plot):
+for _command in (index, select, evaluate, export_command, show_command, train_command,
+                 pretrain_command, eval_mlm_command, model_path_command, bench, detectors, plot):
     cli.add_command(_command)
 bench.add_command(bench_downstream)
 

@@ -34,12 +34,16 @@ from .index import Index
 from .options import (CONTEXTS, MLM_EVAL_BATCH, config_fields, default_memory,
                       describe_methods, executor_names, input_formats, method_names,
                       method_params, method_specs, parse_memory)
-from .selections import bench_recall, evaluate, export
-from .served import ServedIndex, answer_line, answer_request, serve
+from .selections import bench_recall, evaluate, export, plot_scores, show
+from .http_serve import HTTPServer
+from .rooms import LIMITS
+from .served import ServedIndex, answer_line, answer_request
+from .serving import serve
 from .training import evaluate_mlm, model_path, pretrain, train
 
-__all__ = ["Index", "ServedIndex", "Selection", "serve", "answer_request", "answer_line",
-           "train", "pretrain", "model_path", "evaluate_mlm", "evaluate", "export", "bench_recall", "method_names",
+__all__ = ["Index", "ServedIndex", "HTTPServer", "LIMITS", "Selection", "serve", "answer_request",
+           "answer_line", "train", "pretrain", "model_path", "evaluate_mlm", "evaluate", "export",
+           "show", "plot_scores", "bench_recall", "method_names",
            "bench_downstream",
            "describe_methods", "method_specs", "method_params", "config_fields", "default_memory",
            "parse_memory", "executor_names", "input_formats", "CONTEXTS", "MLM_EVAL_BATCH",

@@ -261,10 +261,10 @@ class Index(IndexBuilding, _IndexBase):
         return cluster_purity(self, list(ks), label_field, sample=sample, seed=seed)
 
     def plot_domains(self, out: PathLike, *, selection: PathLike | None = None,
-                     label_field: str = "domain", sample: int = 8000, seed: int = 0
-                     ) -> dict[str, Any]:
-        """Draw a 2-D PCA map of the embeddings coloured by label, a selection overlaid
-        (`tapt plot domains`).
+                     label_field: str = "domain", sample: int = 8000, seed: int = 0,
+                     color_by: str | None = None) -> dict[str, Any]:
+        """Draw a 2-D PCA map of the embeddings coloured by label (or any metadata field,
+        or a selection's scores), a selection overlaid (`tapt plot domains`).
 
         Args:
             out: The PNG to write (replaces only a plot tapt wrote).
@@ -272,6 +272,9 @@ class Index(IndexBuilding, _IndexBase):
             label_field: Metadata field holding the label.
             sample: Sentences drawn.
             seed: Seed of the sample.
+            color_by: What colours the points (default `label_field`): any metadata field
+                (`source` for a corpus without labels), or "score": the selection's
+                sentences by their segment's score, the others grey.
 
         Returns:
             Counts of what was drawn: sentences, selected_drawn.
@@ -279,7 +282,7 @@ class Index(IndexBuilding, _IndexBase):
         from tapt.retriever.bench.plot_domains import plot_domains
 
         return plot_domains(self, Path(out), label_field, sample,
-                            Path(selection) if selection else None, seed)
+                            Path(selection) if selection else None, seed, color_by)
 
     def rank_detectors(self, task: Task, *, pca: int = 0, seed: int = 0,
                        model: str | None = None, device: str = "auto", backend: str = "auto",
@@ -319,7 +322,8 @@ class Index(IndexBuilding, _IndexBase):
                text_field: str = "text", model: str | None = None, device: str = "auto",
                backend: str = "auto", batch_size: int = 64, progress: bool = False,
                encoder: Any = None, out: PathLike | None = None, overwrite: bool = False,
-               explicit: Iterable[str] | None = None, **params: Any) -> Selection:
+               explicit: Iterable[str] | None = None, explain: bool = False,
+               **params: Any) -> Selection:
         """Select the segments most like a task (`tapt select METHOD`).
 
         Args:
@@ -355,6 +359,11 @@ class Index(IndexBuilding, _IndexBase):
             overwrite: Replace a selection tapt wrote at `out` that was edited since.
             explicit: The names in `params` the user chose, as recorded in the manifest
                 (default: all of them; the command line passes every parameter and these).
+            explain: Keep why each segment was picked in its line (`explain`: each scorer's
+                part of its score, its sentences' own score beside its document's pooled
+                one, its nearest task sentences) and a seeded sample of the corpus's segment
+                scores in the manifest (`explain.sample`, against the budget's `cut`), for
+                `tapt show` and `tapt plot scores`. Costs a rescoring of the chosen rows.
             **params: The method's parameters, e.g. k=50 (knn), rounds=2 (classifier,
                 fused), candidates="10x", prerank="fused", detector="knn-dist" (iforest),
                 scan="codes" (centroid, distance, density, classifier, fused on an index with
@@ -396,7 +405,8 @@ class Index(IndexBuilding, _IndexBase):
         if self._corpus is None:
             self._corpus = CorpusCache(self)
         selection = make_selection(self, config, task_input, encoder=encoder,
-                                   batch_size=batch_size, progress=progress, corpus=self._corpus)
+                                   batch_size=batch_size, progress=progress, corpus=self._corpus,
+                                   explain=explain)
         if out is not None:
             selection.write(out, overwrite=overwrite)
         return selection

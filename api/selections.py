@@ -1,5 +1,6 @@
-"""Scoring, exporting and benchmarking selections: `tapt.evaluate`, `tapt.export` and
-`tapt.bench_recall` (`tapt eval`, `tapt export`, `tapt bench recall`)."""
+"""Scoring, exporting, showing and benchmarking selections: `tapt.evaluate`, `tapt.export`,
+`tapt.show`, `tapt.plot_scores` and `tapt.bench_recall` (`tapt eval`, `tapt export`, `tapt
+show`, `tapt plot scores`, `tapt bench recall`)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,49 @@ def bench_recall(out: PathLike, *, seeds: PathLike, pool: PathLike | None = None
                      Path(out), Path(cache), label_field=label_field,
                      domains=list(domains) if domains else None, progress=progress,
                      contexts=tuple(contexts))
+
+
+def show(selection: PathLike | Selection, *, top: int = 10, field: str = "source"
+         ) -> dict[str, Any]:
+    """What a selection holds (`tapt show`): its top segments with the parts of their scores
+    (a selection made with `explain`) and its share by a metadata field.
+
+    Args:
+        selection: A selection file (or a `Selection`).
+        top: Segments listed, best first.
+        field: The field the share is counted by: `source`, `doc_key` or any corpus field.
+
+    Returns:
+        {"method", "counts", "parts", "cut", "top": [...], "share": [...]}
+        (`retriever.selections.summary.summary`).
+    """
+    from tapt.errors import InputError
+    from tapt.retriever.selections.summary import summary
+
+    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
+        raise InputError(f"must be a whole number >= 0, not {top!r}", param="top")
+    sel = selection if isinstance(selection, Selection) else Selection.read(selection)
+    return summary(sel, top, field)
+
+
+def plot_scores(selection: PathLike, out: PathLike, *, bins: int = 40) -> dict[str, Any]:
+    """Draw a selection's score distribution with its budget's cut (`tapt plot scores`): the
+    selected segments' scores, over the sample of the corpus's scores that a selection made
+    with `explain` at sentence context keeps.
+
+    Args:
+        selection: The selection file.
+        out: The PNG to write (replaces only a plot tapt wrote).
+        bins: Bars of the histogram.
+
+    Returns:
+        {"selected", "sampled", "cut"}.
+    """
+    from pathlib import Path
+
+    from tapt.errors import InputError
+    from tapt.retriever.bench.plot_scores import plot_scores as draw
+
+    if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 1000:
+        raise InputError(f"must be a whole number in 1..1000, not {bins!r}", param="bins")
+    return draw(Path(selection), Path(out), bins)

@@ -1,5 +1,5 @@
-"""`tapt.serve`: an index whose shards Ray actors hold, and the requests `tapt index serve`
-answers."""
+"""An index whose shards Ray actors hold (`ServedIndex`, made by `tapt.serve`), and the
+requests `tapt index serve` answers."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tapt.errors import InputError
 
 from .arguments import PathLike
 from .index import Index
+
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +45,16 @@ class ServedIndex(Index):
             classifier, fused); other scans read the embeddings from disk or the page cache).
         resources: Ray custom resources each actor needs (e.g. {"index-node": 1} to place
             them only on the nodes that offer it).
+        request_timeout: Seconds one call to the actors may take (None: as long as it
+            takes); past it the selection fails (`serving.actors.Unavailable`) and `heal`
+            replaces the actors that do not answer.
     """
 
     def __init__(self, path: PathLike, *, address: str | None = None,
                  actors: int | None = None, cpus_per_actor: float = 1.0,
                  grid: int | None = None, hold: str = "rows",
-                 resources: dict[str, float] | None = None) -> None:
+                 resources: dict[str, float] | None = None,
+                 request_timeout: float | None = None) -> None:
         from tapt.indexer.store import integrity
 
         # this process checks every header and length and hashes the offsets and token
@@ -59,14 +64,14 @@ class ServedIndex(Index):
             super().__init__(path)
         self._serve_options = {"address": address, "actors": actors,
                                "cpus_per_actor": cpus_per_actor, "grid": grid, "hold": hold,
-                               "resources": resources}
+                               "resources": resources, "request_timeout": request_timeout}
         self.servers = self._start(**self._serve_options)
 
-    def _start(self, address, actors, cpus_per_actor, grid, hold, resources):
+    def _start(self, address, actors, cpus_per_actor, grid, hold, resources, request_timeout):
         from tapt.retriever.serving.actors import GRID, ShardServers
 
         servers = ShardServers(self, address, actors, cpus_per_actor, grid or GRID,
-                               hold=hold, resources=resources)
+                               hold=hold, resources=resources, request_timeout=request_timeout)
         self.__dict__["faiss"] = servers.faiss(self)
         return servers
 
@@ -119,6 +124,18 @@ class ServedIndex(Index):
         """
         return self.servers.warmed(timeout)
 
+    def heal(self, timeout: float = 10.0) -> list[str]:
+        """Ask every actor whether it answers; replace each dead or hung one by a new actor
+        on the same shards (later calls wait for it to load them).
+
+        Args:
+            timeout: Seconds an actor may take to answer.
+
+        Returns:
+            Per actor, "ok", or "dead" or "hung" (now replaced).
+        """
+        return self.servers.heal(timeout)
+
     def actor_reports(self) -> list[dict[str, Any]]:
         """What each actor opened when it started, in actor order: its shards (`shards`, by
         name), the shards whose files it compared with their checksums (`verified`: its own
@@ -147,40 +164,8 @@ class ServedIndex(Index):
                 f"{len(self.shards)} shard(s) on {len(self.servers.actors)} Ray actor(s)>")
 
 
-def serve(path: PathLike, *, address: str | None = None, actors: int | None = None,
-          cpus_per_actor: float = 1.0, hold: str = "rows",
-          resources: dict[str, float] | None = None) -> ServedIndex:
-    """Load an index's shards into Ray actors and return a handle that selects from them
-    (`tapt index serve`). Needs Ray (`pip install 'tapt[ray]'`).
-
-    Args:
-        path: The index directory (on a file system every node of the cluster sees).
-        address: The Ray cluster: "auto", "HOST:PORT" (default: the one this process is
-            connected to, else RAY_ADDRESS, else a local cluster started here).
-        actors: How many actors, each holding consecutive shards (default: one per shard).
-        cpus_per_actor: CPUs Ray reserves for each actor.
-        hold: What the actors hold in RAM: "rows" (float16 embeddings) or "codes" (int8
-            codes, half the RAM; see `ServedIndex`).
-        resources: Ray custom resources each actor needs (see `ServedIndex`).
-
-    Returns:
-        A `ServedIndex`: `.select(method, task, budget, **params)` as `Index.select`,
-            `.close()` when done.
-
-    Raises:
-        InputError: Ray is not installed, or a setting cannot work.
-        IndexFormatError: the index is damaged, or the actors see another generation of it.
-
-    Examples:
-        >>> with tapt.serve(idx, actors=1) as served:        # doctest: +SKIP
-        ...     sel = served.select("centroid", task=["A rash on both arms."], budget="50sent")
-    """
-    return ServedIndex(path, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
-                       hold=hold, resources=resources)
-
-
 REQUEST_KEYS = ("id", "method", "task", "budget", "params", "segment_size", "seed", "out",
-                "overwrite")
+                "overwrite", "explain")
 REQUEST_DEPTH = 64      # nesting of a request's arrays and objects
 STDOUT = "-"            # "out": the selection's lines in the answer, as `tapt select --out -`
 
@@ -194,7 +179,9 @@ def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, An
             of paths under "files", or a list of sentences), `budget`, and optionally `params`
             (the method's parameters), `segment_size`, `seed`, `out` (write the selection file
             there; "-": return its lines in the answer, as `tapt select --out -` writes them
-            to standard output), `overwrite` and `id` (a string, a number or null, echoed).
+            to standard output), `overwrite`, `explain` (why each segment was picked, in
+            its line; the manifest's `explain` in the answer) and `id` (a string, a number or
+            null, echoed).
             A number that is not finite (NaN, an infinity, `1e999`) anywhere in it is refused:
             JSON has no spelling for one.
 
@@ -329,12 +316,13 @@ def _answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, A
         out = request.get("out")
         if out is not None and not (isinstance(out, str) and out):
             raise InputError("must be a path (a string)", param="out")
-        overwrite = request.get("overwrite", False)
-        if not isinstance(overwrite, bool):
-            raise InputError("must be true or false", param="overwrite")
+        overwrite, explain = request.get("overwrite", False), request.get("explain", False)
+        for name, flag in (("overwrite", overwrite), ("explain", explain)):
+            if not isinstance(flag, bool):
+                raise InputError("must be true or false", param=name)
         selection = served.select(request["method"], task, request.get("budget"),
                                   segment_size=request.get("segment_size"),
-                                  seed=request.get("seed", 0), **params)
+                                  seed=request.get("seed", 0), explain=explain, **params)
         lines = None
         if out == STDOUT:
             lines = [segment.to_dict() for segment in selection.segments]
@@ -343,7 +331,8 @@ def _answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, A
         answer = {"id": rid, "method": selection.method, "segments": len(selection),
                   "sentences": selection.counts["sentences"],
                   "ids": [int(i) for i in selection.ids], "out": out,
-                  "seconds": round(time.perf_counter() - start, 3)}
+                  "seconds": round(time.perf_counter() - start, 3),
+                  **({"explain": selection.manifest.get("explain")} if explain else {})}
         return answer if lines is None else {**answer, "selection": lines}
     except TaptError as exc:
         return {"id": rid, "error": str(exc)}

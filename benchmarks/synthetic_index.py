@@ -177,16 +177,22 @@ def _write_corpus(work: Path, spec: Spec, sentences: Sentences) -> tuple[list[Pa
     return files, np.concatenate(labels_all)
 
 
-def make_index(work: Path, spec: Spec, progress: bool = False) -> dict[str, Any]:
-    """Build `work/index` for `spec` (skipped when `work/made.json` records the same spec);
-    returns the made.json record (spec, seconds per step, bytes per file)."""
+def make_index(work: Path, spec: Spec, progress: bool = False, model: Any = None
+               ) -> dict[str, Any]:
+    """Build `work/index` for `spec` (skipped when `work/made.json` records the same spec and
+    model); returns the made.json record (spec, seconds per step, bytes per file). `model`: the
+    encoder the manifest records (default: none, `SyntheticModel`); a real one of `spec.dim`
+    dimensions lets requests give their task as sentences, embedded by it (the rows stay
+    synthetic)."""
+    model = model if model is not None else SyntheticModel(spec)
     done = work / MADE
     if work.is_dir() and any(work.iterdir()) and not (work / MARK).is_file():
         raise SystemExit(f"Error: {work} is not empty and was not made by this benchmark; give "
                          "another --work")
     if done.is_file():
         made = json.loads(done.read_text())
-        if made.get("spec") == asdict(spec) and (work / "index").is_dir():
+        if (made.get("spec") == asdict(spec) and made.get("model", f"synthetic-blobs-"
+                f"{spec.clusters}x{spec.dim}") == model.name and (work / "index").is_dir()):
             return made
     if (work / "index").exists() or done.exists():
         raise SystemExit(f"Error: {work} holds a synthetic index of another spec; give another "
@@ -240,14 +246,15 @@ def make_index(work: Path, spec: Spec, progress: bool = False) -> dict[str, Any]
     seconds["train_and_index"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     manifest = publish(building, built, results, shared, choice, config, scan,
-                       [str(f) for f in files], SyntheticModel(spec), plan, 0.0)
+                       [str(f) for f in files], model, plan, 0.0)
     seconds["calibrate_and_publish"] = time.perf_counter() - t0
     os.replace(building, work / "index")
     remember_index(work / "index", manifest)
     shutil.rmtree(work / "corpus")
     with atomic_write(work / "labels.npy", "wb") as fh:
         write_npy(fh, labels)
-    made = {"spec": asdict(spec), "factory": choice.factory, "reason": choice.reason,
+    made = {"spec": asdict(spec), "model": model.name, "factory": choice.factory,
+            "reason": choice.reason,
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "train_seconds": manifest["faiss"]["train"].get("seconds"),
             "bytes": Index(work / "index").disk_bytes()}

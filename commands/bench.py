@@ -115,17 +115,45 @@ def plot() -> None:
 @click.option("--selection", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Overlay this selection's sentences.")
 @click.option("--label-field", default="domain", show_default=True)
+@click.option("--color-by", default=None, metavar="FIELD|score",
+              help="Colour the points by this metadata field (source for a corpus without "
+                   "labels), or by score: the --selection's sentences by their segment's "
+                   "score [default: --label-field].")
 @click.option("--sample", default=8000, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True, type=SEED)
 @_domain_errors
-def plot_domains_command(idx, out, selection, label_field, sample, seed) -> None:
-    """2-D PCA map of the embeddings coloured by label, a selection overlaid.
+def plot_domains_command(idx, out, selection, label_field, color_by, sample, seed) -> None:
+    """2-D PCA map of the embeddings coloured by label, any metadata field or score, a
+    selection overlaid.
+
+    \b
+    Examples:
+      tapt plot domains idx --out map.png --selection sel.jsonl
+      tapt plot domains idx --out map.png --color-by source        # a corpus without labels
+      tapt plot domains idx --out map.png --selection sel.jsonl --color-by score
+    """
+    info = api.Index.open(idx).plot_domains(out, selection=selection, label_field=label_field,
+                                            sample=sample, seed=seed, color_by=color_by)
+    click.echo(f"drew {info['sentences']:,} sentences"
+               + (f" and {info['selected_drawn']:,} selected" if selection else "") + f" -> {out}")
+
+
+@plot.command("scores", context_settings=CLICK_SETTINGS)
+@click.argument("selection", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
+              help="PNG to write (replaces only a plot tapt wrote, never another file).")
+@click.option("--bins", default=40, show_default=True, type=click.IntRange(1, 1000),
+              help="Bars of the histogram.")
+@_domain_errors
+def plot_scores_command(selection, out, bins) -> None:
+    """A selection's score distribution with its budget's cut (a selection made with
+    --explain also draws a random sample of the corpus's segment scores).
 
     \b
     Example:
-      tapt plot domains idx --out map.png --selection sel.jsonl
+      tapt select centroid idx --task task.txt --budget 2000sent --explain --out sel.jsonl
+      tapt plot scores sel.jsonl --out scores.png
     """
-    info = api.Index.open(idx).plot_domains(out, selection=selection, label_field=label_field,
-                                            sample=sample, seed=seed)
-    click.echo(f"drew {info['sentences']:,} sentences"
-               + (f" and {info['selected_drawn']:,} selected" if selection else "") + f" -> {out}")
+    info = api.plot_scores(selection, out, bins=bins)
+    click.echo(f"drew {info['selected']:,} selected and {info['sampled']:,} sampled scores, "
+               f"cut at {info['cut']:.4g} -> {out}")

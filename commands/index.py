@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 
 import click
@@ -14,7 +15,7 @@ from tapt import api
 from tapt.commands.common import CLICK_SETTINGS, CommandGroup, _domain_errors, _Interrupted
 from tapt.commands.options import (_HF_DATASET, SEED, _backend_option, _config_options,
                                    _faiss_options, _inputs, _ray_options)
-from tapt.errors import Interrupted
+from tapt.errors import InputError, Interrupted
 
 
 _DEVICE = click.option("--device", default="auto", show_default=True,
@@ -228,9 +229,35 @@ def index_info(idx, as_json) -> None:
 @click.option("--requests", "requests_file", type=click.File("r", encoding="utf-8"),
               default="-", show_default=True,
               help="File of requests, one JSON object per line ('-': standard input).")
+@click.option("--http", default=None, metavar="HOST:PORT",
+              help="Answer HTTP on Ray Serve instead: POST /select, GET /health, GET /index, "
+                   "GET /openapi.json and the page at / (no standard input read).")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+              help="--http: file holding the bearer token every request must carry.")
+@click.option("--no-auth", is_flag=True,
+              help="--http on a loopback address only: no token (refused elsewhere).")
+@click.option("--task-root", type=click.Path(file_okay=False), default=None,
+              help="--http: the folder requests may name task files in [default: none, tasks "
+                   "only as sentences].")
+@click.option("--out-root", type=click.Path(file_okay=False), default=None,
+              help="--http: the folder requests may write selections to [default: none].")
+@click.option("--max-body", type=click.IntRange(min=1), default=None,
+              help=f"--http: bytes of a request body [default: {api.LIMITS['max_body']:,}].")
+@click.option("--max-task", type=click.IntRange(min=1), default=None,
+              help=f"--http: task sentences of a request [default: {api.LIMITS['max_task']:,}].")
+@click.option("--max-budget", type=click.IntRange(min=1), default=None,
+              help="--http: sentences a request's budget may reach [default: "
+                   f"{api.LIMITS['max_budget']:,}].")
+@click.option("--max-concurrent", type=click.IntRange(min=1), default=None,
+              help="--http: requests in flight, more are answered 429 [default: "
+                   f"{api.LIMITS['max_concurrent']}].")
+@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a request may take, answered 503 past it (--http: waiting "
+                   f"included) [default: --http {api.LIMITS['request_timeout']:g}, else none].")
 @click.pass_context
 @_domain_errors
-def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) -> None:
+def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, http,
+                **settings) -> None:
     """Hold IDX's shards in Ray actors and answer selection requests, one JSON per line.
 
     A request: {"method": "centroid", "task": "task.jsonl" | {"files": [...]} | ["a task
@@ -242,18 +269,42 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
     number JSON cannot spell (NaN, 1e999) is refused. Exit status 1 when a request failed.
     Needs Ray: pip install 'tapt[ray]'.
 
+    With --http HOST:PORT the same requests come over HTTP on Ray Serve (POST /select; the
+    task as sentences, or as paths under --task-root; "out" only under --out-root, answered
+    with a download link), with GET /health, GET /index, GET /openapi.json and a page at / to
+    look through a selection. Every request carries the bearer token of --token-file, unless
+    --no-auth on a loopback address; bodies, tasks, budgets, requests in flight and their time
+    are bounded (4xx, or 503 past the time or when an actor died: it is replaced).
+
     \b
     Examples:
       echo '{"method": "knn", "task": "task.txt", "params": {"k": 20}}' | tapt index serve idx
+      tapt index serve idx --http 127.0.0.1:8000 --no-auth      # then open the page
+      tapt index serve idx --http 0.0.0.0:8000 --token-file ~/.tapt-token --out-root sels/
       tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
       tapt index serve idx --hold codes < requests.jsonl  # "params": {"scan": "codes"}
     """
     from tapt.api import answer_line, answer_request, serve
 
+    if http is not None:
+        if ctx.get_parameter_source("requests_file") == click.core.ParameterSource.COMMANDLINE:
+            raise InputError("answers HTTP, not the requests of `requests_file`: give one "
+                             "of them", param="http")
+        handlers = _signal_handlers()
+        with _stdout_for_answers(), serve(      # Ray's own lines go to standard error
+                idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
+                hold=hold, http=http, **settings) as server:
+            _restore(handlers)
+            click.echo(f"serving {idx} at {server.url} (the page at {server.url}/, the API at "
+                       f"{server.url}/openapi.json); Ctrl-C stops", err=True)
+            server.wait()
+        return
     failed = answered = 0
+    handlers = _signal_handlers()
     with _stdout_for_answers() as answers, serve(
             idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
-            hold=hold) as served:
+            hold=hold, **settings) as served:
+        _restore(handlers)
         if ctx.obj["progress"]:
             click.echo(f"serving {idx}: {served.n_sentences:,} sentences in "
                        f"{len(served.shards)} shard(s) on {len(served.servers.actors)} Ray "
@@ -269,6 +320,19 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
     if failed:
         raise click.ClickException(f"{failed} of {answered} request(s) failed (see their "
                                    "\"error\" in the output)")
+
+
+def _signal_handlers() -> dict[int, object]:
+    """The command line's own handlers of SIGTERM and SIGINT, before Ray connects (Ray puts its
+    own in their place: a stack dump and an abort)."""
+    return {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore(handlers: dict[int, object]) -> None:
+    """Put the command line's handlers back: SIGTERM stops a server in one line (143)."""
+    for sig, handler in handlers.items():
+        if callable(handler):
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

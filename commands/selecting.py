@@ -1,5 +1,5 @@
-"""`tapt select` (one command per method, built from the registry), `eval`, `export` and
-`detectors rank`."""
+"""`tapt select` (one command per method, built from the registry), `eval`, `export`, `show`
+and `detectors rank`."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ def _select_command(method) -> click.Command:
                           "input, never is)."),
         click.Option(["--json", "as_json"], is_flag=True,
                      help="Print one JSON object: method, counts, timings, output, info."),
+        click.Option(["--explain"], is_flag=True,
+                     help="Keep why each segment was picked in its line (each scorer's part "
+                          "of its score, its own score beside its document's, its nearest task "
+                          "sentences) and a sample of the corpus's scores in the manifest: "
+                          "see tapt show and tapt plot scores."),
         click.Option(["--segment-size"], type=click.IntRange(min=1), default=None,
                      help="Re-cut segments at this size [default: the index's]."),
         click.Option(["--seed"], type=SEED, default=0, show_default=True,
@@ -102,7 +107,7 @@ def _select_command(method) -> click.Command:
 
 
 def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, out, overwrite,
-                as_json, segment_size, seed, executor="local", address=None, actors=None,
+                as_json, segment_size, seed, explain=False, executor="local", address=None, actors=None,
                 cpus_per_actor=None, task=(), text_field="text", budget=None, model=None,
                 device="auto", backend="auto", batch_size=64, context="auto") -> None:
     from contextlib import nullcontext
@@ -123,7 +128,8 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, ou
                               text_field=text_field, model=model, device=device,
                               backend=backend, batch_size=batch_size,
                               progress=ctx.obj["progress"], out=None if out == "-" else out,
-                              overwrite=overwrite, explicit=given, **values)
+                              overwrite=overwrite, explicit=given, explain=explain,
+                              **values)
     if out == "-":
         selection.write_lines(click.get_text_stream("stdout"))
     manifest, to_stderr = selection.manifest, out == "-"
@@ -278,3 +284,48 @@ def detectors_rank_command(idx, task, pca, seed, model, device, backend, text_fi
                "corpus sentences)")
     for row in rows:
         click.echo(f"{row['name']:<12} {row['f1']:>6.3f} {row['auc']:>6.3f}")
+
+
+@click.command("show", cls=TaptCommand, context_settings=CLICK_SETTINGS)
+@click.argument("selection", type=click.Path(exists=True, dir_okay=False))
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
+              help="Segments listed, best first.")
+@click.option("--field", default="source", show_default=True,
+              help="The share is counted by this field: source, doc_key or any corpus field.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def show_command(selection, top, field, as_json) -> None:
+    """The top segments of a selection with the parts of their scores (select with
+    --explain), and its share by a metadata field.
+
+    \b
+    Examples:
+      tapt select fused idx --task task.txt --budget 2000sent --explain --out sel.jsonl
+      tapt show sel.jsonl --top 5 --field domain
+    """
+    report = api.show(selection, top=top, field=field)
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False))
+        return
+    counts = report["counts"]
+    click.echo(f"{report['method']}: {counts.get('segments', 0):,} segments, "
+               f"{counts.get('sentences', 0):,} sentences; cut at score "
+               + (f"{report['cut']:.4f}" if report["cut"] is not None else "-"))
+    parts = report["parts"]
+    if not parts:
+        click.echo("(no parts of the scores: select with --explain to keep them)")
+    click.echo(" ".join([f"{'rank':>5} {'score':>8}", *(f"{p[:9]:>9}" for p in parts),
+                         f"  {field[:16]:<16} text"]))
+    for row in report["top"]:
+        text = row["text"] if len(row["text"]) <= 70 else row["text"][:67] + "..."
+        cells = [f"{row['parts'].get(p, float('nan')):>9.3f}" for p in parts]
+        click.echo(" ".join([f"{row['rank']:>5} {row['score']:>8.4f}", *cells,
+                             f"  {row[field][:16]:<16} {text}"]))
+        if row["document"] is not None:
+            click.echo(f"{'':>15}its sentences' own score {row['own']:.4f}, its document's "
+                       f"{row['document']:.4f}")
+        if row["nearest"]:
+            click.echo(f"{'':>15}nearest task sentence: {row['nearest'][0]}")
+    click.echo(f"\nshare by {field}:")
+    for share in report["share"]:
+        click.echo(f"  {share['value'][:40]:<40} {share['segments']:>7,} segments "
+                   f"{share['sentences']:>8,} sentences {100 * share['share']:>6.1f}%")

@@ -265,6 +265,13 @@ class Method:
         """
         return None
 
+    def explain(self, ctx: RankingInputs, params: Params, rows: np.ndarray
+                ) -> dict[str, np.ndarray]:
+        """The parts of the sentence scores of `rows`, by name, whose sum is each one's
+        score (`retriever.selections.explain`); {} (the default) for a method whose score is
+        no sum of sentence scores."""
+        return {}
+
     def depends_on_budget(self, params: Params) -> bool:
         """Whether `sentence_scores` change with the budget (then they are computed per budget)."""
         return True
@@ -328,7 +335,22 @@ class SentenceScored(Method):
         this too; `scan` codes). With one, a budget's cut streams (`budget_candidates`)."""
         if type(self).sentence_scores is not SentenceScored.sentence_scores or scans_codes(params):
             return None
-        return self.scorer(ctx, ctx.need_task(self.name), params)
+        # kept for the task: `explain` scores the chosen rows with the same fit
+        return ctx.memo.get(("row_scorer", self.name, params, ctx.n_positive, ctx.seed),
+                            lambda: self.scorer(ctx, ctx.need_task(self.name), params))
+
+    def explain(self, ctx: RankingInputs, params: Params, rows: np.ndarray
+                ) -> dict[str, np.ndarray]:
+        """The parts of the sentence scores of `rows` whose sum is each one's score, by name
+        (`retriever.selections.explain`): here the fitted row scorer's own score, under the
+        method's name; {} where the scores come another way (`scan` codes, a method that
+        overrides `sentence_scores` without overriding this)."""
+        fitted = self.row_scorer(ctx, params)
+        if fitted is None:
+            return {}
+        unique, inverse = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
+        scores = arrays.exact_scores(ctx.index.embeddings, fitted[0], unique)
+        return {self.name: scores[inverse].astype(np.float64)}
 
     def budget_candidates(self, ctx: RankingInputs, scorer: Scorer, cut: topcut.Cut,
                           on: str = "rows") -> topcut.Candidates:

@@ -113,6 +113,16 @@ class Fused(SentenceScored):
                               apply=ctx.index.lexicon_scores if holder is None
                               else holder.hold_lexicon)
 
+    def explain(self, ctx, params, rows):
+        """Each scorer's z-score at `rows` (`meaning`, `lm`, `words`): their sum is the
+        fused score (on a served index, gathered from the actors for these rows only)."""
+        fused, _ = self._fused(ctx, params)
+        if not hasattr(fused, "zscores_at"):
+            return {}
+        names = ("meaning", "lm", "words")
+        return {name: part for name, part in zip(names, fused.zscores_at(rows))
+                if part is not None}
+
     def depends_on_budget(self, params):
         return params.rounds > 0 or scans_codes(params) or params.wording != "lm"
 

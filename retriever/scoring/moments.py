@@ -148,7 +148,8 @@ class ZSum(RowRuns):
         scores = [np.asarray(values) for values in scores]
         n = len(scores[0])
         self.terms: list[tuple[np.ndarray, float | None, float, float]] = []
-        for values in scores:
+        self.kept: list[int] = []            # which of `scores` each term is
+        for i, values in enumerate(scores):
             if values.shape != (n,):
                 raise ValueError("fuse_zscores: score arrays differ in length")
             fill = None
@@ -158,7 +159,20 @@ class ZSum(RowRuns):
             mean, std = moments(values, fill)
             if std != 0:                     # a constant array adds nothing
                 self.terms.append((values, fill, mean, std))
+                self.kept.append(i)
         self.n = n
+
+    def zscores_at(self, rows: np.ndarray) -> list[np.ndarray | None]:
+        """Each score array's z-scores at `rows` (None for a constant array, which adds
+        nothing): the parts whose sum is the fused score of those rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out: list[np.ndarray | None] = [None] * (max(self.kept, default=-1) + 1)
+        for i, (values, fill, mean, std) in zip(self.kept, self.terms):
+            block = np.asarray(values[rows], dtype=np.float64)
+            if fill is not None:
+                block = np.where(np.isfinite(block), block, fill)
+            out[i] = (block - mean) / std
+        return out
 
     def __len__(self) -> int:
         return self.n

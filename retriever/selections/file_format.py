@@ -11,8 +11,11 @@ adjacent in the corpus exactly when they share `doc` and one's `rows[1]` equals 
 `rows[0]`. `weight` is 1.0 for discrete selections and lambda in (0, 1) for continuous ones.
 `doc_key` is the corpus's own document key, `source` the input file, `meta` the input records'
 other fields that every sentence of the segment shares; `sentence_meta` (only present when they
-differ) holds each sentence's remaining fields. Version 1 files (without the last four) are read
-too. This module imports neither faiss nor torch, so the trainer can read selections cheaply.
+differ) holds each sentence's remaining fields; `explain` (only in a selection made with
+`explain`) says why it was picked: {"parts": {scorer: mean part of its score}, "own": their
+sum, "document": the pooled score at document context, "nearest": [{"sentence", "cosine"}]}.
+Version 1 files (without `doc_key`, `source`, `meta` and `sentence_meta`) are read too. This
+module imports neither faiss nor torch, so the trainer can read selections cheaply.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ class SelectedSegment:
         source: The input file it came from (None in version 1 files).
         meta: The corpus fields that all of its sentences share.
         sentence_meta: Each sentence's remaining fields, where they differ (else None).
+        explain: Why it was picked, where the selection was asked to explain
+            (`selections.explain`: each scorer's part of its score, `own` and `document`
+            scores, its nearest task sentences); None otherwise.
     """
 
     id: int
@@ -65,6 +71,7 @@ class SelectedSegment:
     source: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     sentence_meta: list[dict[str, Any]] | None = None
+    explain: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The line's fields (score rounded to 6 decimals and weight to 6 significant digits,
@@ -85,6 +92,8 @@ class SelectedSegment:
         }
         if self.sentence_meta is not None:
             out["sentence_meta"] = self.sentence_meta
+        if self.explain is not None:
+            out["explain"] = self.explain
         return out
 
     def to_json(self) -> str:
@@ -94,10 +103,12 @@ class SelectedSegment:
     def from_dict(cls, obj: dict[str, Any]) -> "SelectedSegment":
         """A segment from a parsed line (version 1 or 2)."""
         meta = obj.get("meta") or {}
-        sentence_meta = obj.get("sentence_meta")
+        sentence_meta, explain = obj.get("sentence_meta"), obj.get("explain")
         if not isinstance(meta, dict) or not (sentence_meta is None
                                               or isinstance(sentence_meta, list)):
             raise TypeError("meta must be an object and sentence_meta a list")
+        if not (explain is None or isinstance(explain, dict)):
+            raise TypeError("explain must be an object")
         return cls(
             id=int(obj["id"]),
             rank=int(obj["rank"]),
@@ -112,6 +123,7 @@ class SelectedSegment:
             source=None if obj.get("source") is None else str(obj["source"]),
             meta=meta,
             sentence_meta=sentence_meta,
+            explain=explain,
         )
 
 

@@ -133,6 +133,16 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
     Returns:
         The ranking and the segment view it indexes (its `context` is the one used).
     """
+    ctx = ranking_inputs(index, config, task_embeddings, task_texts, corpus=corpus, memo=memo,
+                         encoder=encoder, progress=progress)
+    return config.spec.rank(ctx, config.params), ctx.view
+
+
+def ranking_inputs(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
+                   task_texts: list[str] | None = None, *, corpus: CorpusCache | None = None,
+                   memo: Memo | None = None, encoder: Encoder | None = None,
+                   progress: bool = False) -> RankingInputs:
+    """What `rank` hands the method (the arguments as for `rank`), checked."""
     corpus = corpus or CorpusCache(index)
     view = corpus.view(config.segment_size, config.resolve_context(index, corpus).name)
     if config.uses_text and not task_texts:
@@ -140,11 +150,10 @@ def rank(index: Index, config: SelectConfig, task_embeddings: np.ndarray | None,
                          "strings, not as embeddings)", param="task")
     if config.uses_embeddings and (task_embeddings is None or len(task_embeddings) == 0):
         raise InputError(f"{config.method} needs task sentences", param="task")
-    ctx = RankingInputs(index, view, config.parsed_budget, config.seed,
-                  task_embeddings if config.uses_embeddings else None,
-                  list(task_texts) if task_texts else None, corpus, memo or Memo(), encoder,
-                  progress)
-    return config.spec.rank(ctx, config.params), view
+    return RankingInputs(index, view, config.parsed_budget, config.seed,
+                         task_embeddings if config.uses_embeddings else None,
+                         list(task_texts) if task_texts else None, corpus, memo or Memo(),
+                         encoder, progress)
 
 
 def _check_task_size(config: SelectConfig, n: int, warn: bool = True) -> list[str]:
@@ -164,7 +173,8 @@ def _check_task_size(config: SelectConfig, n: int, warn: bool = True) -> list[st
 
 def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = None, *,
                    encoder: Encoder | LazyEncoder | None = None, batch_size: int = 64,
-                   progress: bool = False, corpus: CorpusCache | None = None) -> Selection:
+                   progress: bool = False, corpus: CorpusCache | None = None,
+                   explain: bool = False) -> Selection:
     """Embed the task (cached), rank segments, read their text and metadata.
 
     Args:
@@ -176,6 +186,8 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
         batch_size: Sentences per encoder batch.
         progress: Show a progress bar while the task is embedded.
         corpus: Per-index caches to reuse between selections.
+        explain: Keep why each segment was picked (`selections.explain`) in its line and a
+            sample of the corpus's scores in the manifest.
 
     Returns:
         The selection, with its manifest (not written anywhere).
@@ -209,13 +221,24 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
         encoder = encoder.loaded
     corpus = corpus or CorpusCache(index)
     context = config.resolve_context(index, corpus)
-    ranking, view = rank(index, config, embeddings, texts, corpus=corpus, encoder=encoder,
-                         progress=progress)
+    memo = Memo()
+    ranking, view = rank(index, config, embeddings, texts, corpus=corpus, memo=memo,
+                         encoder=encoder, progress=progress)
     timings["score_seconds"] = round(time.perf_counter() - t0, 3)
     warnings += ranking.info.pop("warnings", [])
     t0 = time.perf_counter()
     segments = materialise(index, view, ranking, config.method)
     timings["read_text_seconds"] = round(time.perf_counter() - t0, 3)
+    explained = None
+    if explain:
+        from .explain import explain_segments
+
+        t0 = time.perf_counter()
+        ctx = ranking_inputs(index, config, embeddings, texts, corpus=corpus, memo=memo,
+                             encoder=encoder, progress=progress)
+        segments, explained = explain_segments(ctx, config.spec, config.params, segments,
+                                               texts)
+        timings["explain_seconds"] = round(time.perf_counter() - t0, 3)
     if not segments:
         warning = (f"{config.method} selected nothing: no segment of the index passed its "
                    "cut; give a budget to take the best segments whatever their scores")
@@ -236,6 +259,7 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
                    "tokens": int(view.tokens[ranking.segments].sum()),
                    "corpus_segments": len(view), "corpus_sentences": index.n_sentences},
         "info": ranking.info,
+        **({"explain": explained} if explained is not None else {}),
         "warnings": warnings,
         "created": utc_now(),
         "versions": library_versions(),

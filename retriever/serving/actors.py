@@ -62,12 +62,12 @@ from tapt.indexer.ann.faiss_index import (ShardedFaiss, merge_in_groups, search_
                                       set_search_param)
 from tapt.indexer.store.identity import same_snapshot
 from tapt.indexer.building.ray_executor import ExecutorError, connect, import_ray, task_error
-from tapt.indexer.store.shards import grid_ranges
 from tapt.util import spill
 from tapt.util.checks import whole_number
 
 from ..scoring import arrays
 from ..ranking import topcut
+from .shard_set import segments_of, span  # noqa: F401 - where the tests and benchmarks look
 
 if TYPE_CHECKING:
     from .remote_scores import RemoteScores
@@ -264,35 +264,6 @@ def _node_id() -> str | None:
         return None
 
 
-def segments_of(parts: Sequence[dict[str, Any]], size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets (global rows) and tokens of the segments at `size` of consecutive shards, from
-    their document offsets and token counts: segments never cross shards, so they are those of
-    `Index.segments(size)` over the same rows.
-
-    Args:
-        parts: Consecutive shards: {"row": first row, "docs": local document offsets, "tokens":
-            tokens per sentence}.
-        size: Sentences per segment.
-
-    Returns:
-        (offsets (one more than the segments), tokens per segment (int32)).
-    """
-    from tapt.indexer.reading.splitter import segment_offsets
-
-    offsets, tokens = [], []
-    for part in parts:
-        seg = segment_offsets(part["docs"], size)
-        offsets.append(seg[:-1] + part["row"])
-        tokens.append(np.add.reduceat(np.asarray(part["tokens"]), seg[:-1], dtype=np.int64
-                                      ).astype(np.int32) if len(seg) > 1
-                      else np.empty(0, np.int32))
-    if not parts:
-        return np.zeros(1, np.int64), np.empty(0, np.int32)
-    end = int(parts[-1]["row"]) + len(parts[-1]["tokens"])
-    return (np.concatenate(offsets + [np.array([end], np.int64)]).astype(np.int64),
-            np.concatenate(tokens))
-
-
 class ShardServers:
     """The actors serving one index.
 
@@ -309,6 +280,9 @@ class ShardServers:
             codes; an index built or reindexed with `codes` int8).
         resources: Ray custom resources each actor needs (e.g. {"index-node": 1}: only on the
             nodes that offer it).
+        request_timeout: Seconds one call of a request may wait for the actors (None: as
+            long as it takes); past it the call fails with `Unavailable` and `heal` replaces
+            the actors that do not answer.
 
     Raises:
         InputError: Ray is not installed, or a setting cannot work.
@@ -319,8 +293,10 @@ class ShardServers:
     def __init__(self, index, address: str | None = None, actors: int | None = None,
                  cpus_per_actor: float = 1.0, grid: int = GRID,
                  timeout: float = START_TIMEOUT, hold: str = "rows",
-                 resources: dict[str, float] | None = None) -> None:
+                 resources: dict[str, float] | None = None,
+                 request_timeout: float | None = None) -> None:
         n = len(index.shards)
+        self.request_timeout, self.restarts = request_timeout, 0
         if hold not in HOLD:
             raise InputError(f"must be one of {', '.join(HOLD)}", param="hold")
         if hold == "codes" and index.codes is None:
@@ -354,8 +330,8 @@ class ShardServers:
                                     dtype=np.int64)
         self.traffic: dict[str, int] | None = None
         began = time.perf_counter()
-        self.actors = [remote.remote(where, g, rows, hold)
-                       for g, rows in zip(groups, self.spans)]
+        self._revive = lambda i: remote.remote(where, groups[i], self.spans[i], hold)
+        self.actors = [self._revive(i) for i in range(count)]
         try:                                 # all started at once, waited for once
             answers = self.ray.get([a.identity.remote() for a in self.actors]
                                    + [a.report.remote() for a in self.actors], timeout=timeout)
@@ -390,10 +366,44 @@ class ShardServers:
         return self._get([a.warmed.remote(timeout) for a in self.actors], "serve")
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
+        ray = self.ray
         try:
-            return self.ray.get(refs)
+            return ray.get(refs, timeout=self.request_timeout)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise Unavailable(f"the serving actors did not answer the {what} step within "
+                              f"{self.request_timeout:g} s") from exc
+        except ray.exceptions.RayActorError as exc:
+            raise Unavailable(f"a serving actor died during the {what} step") from exc
         except Exception as exc:  # noqa: BLE001 - the task's own error, or one ExecutorError
             raise task_error(exc, what, resumable=False) from exc
+
+    def heal(self, timeout: float = 10.0) -> list[str]:
+        """Ask every actor for its identity; replace each that is dead or does not answer
+        within `timeout` seconds (a hung one is stopped first) by a new actor on the same
+        shards, which loads them and warms as at the start; later calls wait for it.
+
+        Returns:
+            Per actor, what it was: "ok", "dead" or "hung" (the last two now replaced).
+        """
+        ray = self.ray
+        refs = [a.identity.remote() for a in self.actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        states = []
+        for i, ref in enumerate(refs):
+            state = "hung" if ref not in ready else "ok"
+            if state == "ok":
+                try:
+                    ray.get(ref)
+                except Exception:  # noqa: BLE001 - whatever the cause, it cannot answer
+                    state = "dead"
+            if state != "ok":
+                ray.kill(self.actors[i], no_restart=True)
+                self.actors[i] = self._revive(i)
+                self.actors[i].warm.remote()
+                self.restarts += 1
+                log.warning("serving actor %d was %s: replaced", i, state)
+            states.append(state)
+        return states
 
     def scores(self, scorer, n: int, on: str = "rows") -> np.ndarray:
         """The scorer's score of every row (`on` codes: of every row's int8 codes), computed
@@ -525,6 +535,11 @@ class ShardServers:
         self._owned = False
 
 
+class Unavailable(ExecutorError):
+    """A serving actor died or did not answer in time: this request fails, the next one is
+    answered by the actors `ShardServers.heal` put in their place."""
+
+
 class RemoteFaiss(ShardedFaiss):
     """The FAISS parts of a served index: each actor searches its own, the results are merged
     here (`merge_in_groups`), as `ShardedFaiss` does in one process."""
@@ -565,12 +580,3 @@ def first_segment(offsets: np.ndarray, row: int) -> int:
     if at >= len(offsets) or int(offsets[at]) != row:
         raise ValueError(f"no segment of the view begins at row {row}, where a shard begins")
     return at
-
-
-def span(index, shards: Sequence[int], grid: int) -> tuple[int, int]:
-    """The rows [start, stop) an actor of these shards holds: the `grid`-row blocks that start
-    in them (`shards.grid_ranges`); (0, 0) when none does."""
-    offsets = np.array([s.row_offset for s in index.shards] + [index.n_sentences])
-    ranges = grid_ranges(offsets, grid)
-    mine = [r for s in shards for r in ranges[s]]
-    return (mine[0][0], mine[-1][1]) if mine else (0, 0)

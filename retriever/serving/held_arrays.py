@@ -250,13 +250,19 @@ def _op_names(server) -> list[str]:
     return sorted(_store(server))
 
 
+def _op_at(server, name: str, rows: np.ndarray) -> np.ndarray:
+    """The values at global `rows` (ascending, all of them this actor's)."""
+    entry = _store(server)[name]
+    return np.asarray(entry.values[np.asarray(rows, dtype=np.int64) - entry.lo])
+
+
 ACTOR_OPS: dict[str, Callable[..., Any]] = {
     "rows": _op_rows, "lexicon": _op_lexicon, "piece": _op_piece, "assemble": _op_assemble,
     "finite": _op_finite, "leaf_sums": _op_leaf_sums, "zsum": _op_zsum, "cast": _op_cast,
     "count_above": _op_count_above, "count_le": _op_count_le, "count_eq": _op_count_eq,
     "count_le_sum": _op_count_le_sum, "range_keys": _op_range_keys,
     "tied_rows": _op_tied_rows, "inside": _op_inside, "outside": _op_outside, "set": _op_set,
-    "values": _op_values, "free": _op_free, "names": _op_names}
+    "values": _op_values, "free": _op_free, "names": _op_names, "at": _op_at}
 
 
 def held_cut(server, name: str, cut: topcut.Cut, size: int, first: int, of: str

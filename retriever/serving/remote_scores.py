@@ -311,6 +311,33 @@ class RemoteScores:
         self._ask("set", per_actor=[(rows[bounds[h]:bounds[h + 1]], values[bounds[h]:bounds[h + 1]])
                                     for h in range(len(holders))])
 
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The scores of `rows` (any order), gathered: O(rows asked)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        unique, inverse = np.unique(rows, return_inverse=True)
+        holders = self._holders()
+        if not holders or not len(unique):
+            return np.empty(len(rows), dtype=self.dtype)
+        bounds = np.searchsorted(unique, [lo for _, lo, _ in holders] + [holders[-1][2]])
+        found = self._ask("at", per_actor=[(unique[bounds[h]:bounds[h + 1]],)
+                                           for h in range(len(holders))])
+        return np.concatenate(found).astype(self.dtype)[inverse]
+
+    def zscores_at(self, rows: np.ndarray) -> list[np.ndarray | None]:
+        """Of a sum made by `remote_zsum`: each summed array's z-scores at `rows` (None for a
+        constant one), as `moments.ZSum.zscores_at`."""
+        out: list[np.ndarray | None] = []
+        for part in getattr(self, "parts", []):
+            if part is None:
+                out.append(None)
+                continue
+            values, fill, mean, std = part
+            block = values.at(rows).astype(np.float64)
+            if fill is not None:
+                block = np.where(np.isfinite(block), block, fill)
+            out.append((block - mean) / std)
+        return out
+
     def astype(self, dtype: Any) -> "RemoteScores":
         """The scores cast to `dtype` (a new array, held where these are)."""
         name = new_name()
@@ -445,12 +472,13 @@ def remote_zsum(*scores: RemoteScores) -> RemoteScores:
     first = scores[0]
     if any(len(s) != len(first) for s in scores):
         raise ValueError("fuse_zscores: score arrays differ in length")
-    terms, aligned = [], []
+    terms, aligned, parts = [], [], []
     for values in scores:      # the moments of the array as it is held (cached there)
         fill = values.finite_fill()
         mean, std = values.moments(fill)
         moved = values.relayout(first.layout, first.of)
         aligned.append(moved)
+        parts.append((values, fill, mean, std) if std != 0 else None)
         if std != 0:
             terms.append((moved.name, fill, mean, std))
     servers, name = first.servers, new_name()
@@ -458,6 +486,7 @@ def remote_zsum(*scores: RemoteScores) -> RemoteScores:
                     for a, (lo, hi) in zip(servers.actors, first.layout)])
     out = RemoteScores(servers, name, [(lo, max(hi, lo)) for lo, hi in first.layout],
                        first.of, np.float64)
+    out.parts = parts          # for `zscores_at`: why a row scored as it did
     for moved, original in zip(aligned, scores):
         if moved is not original:
             moved.free()

@@ -40,7 +40,7 @@ from tapt.indexer.index import Index, Shard
 from tapt.indexer.store import integrity
 from tapt.indexer.store.manifest import (CODES, DOCS, EMBEDDINGS, FAISS, MANIFEST_NAME, SHARDS,
                                          TOKENS, read_shard_manifest)
-from tapt.indexer.store.shards import RowView
+from tapt.indexer.store.shards import RowView, grid_ranges
 from tapt.indexer.store.text_store import damaged
 from tapt.util.cache import writable_cache
 from tapt.util.files import regular_file
@@ -310,3 +310,41 @@ def import_scan_backend(arrays: Sequence[Any]) -> bool:
     import torch  # noqa: F401 - imported for the scans
 
     return True
+
+
+def segments_of(parts: Sequence[dict[str, Any]], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets (global rows) and tokens of the segments at `size` of consecutive shards, from
+    their document offsets and token counts: segments never cross shards, so they are those of
+    `Index.segments(size)` over the same rows.
+
+    Args:
+        parts: Consecutive shards: {"row": first row, "docs": local document offsets, "tokens":
+            tokens per sentence}.
+        size: Sentences per segment.
+
+    Returns:
+        (offsets (one more than the segments), tokens per segment (int32)).
+    """
+    from tapt.indexer.reading.splitter import segment_offsets
+
+    offsets, tokens = [], []
+    for part in parts:
+        seg = segment_offsets(part["docs"], size)
+        offsets.append(seg[:-1] + part["row"])
+        tokens.append(np.add.reduceat(np.asarray(part["tokens"]), seg[:-1], dtype=np.int64
+                                      ).astype(np.int32) if len(seg) > 1
+                      else np.empty(0, np.int32))
+    if not parts:
+        return np.zeros(1, np.int64), np.empty(0, np.int32)
+    end = int(parts[-1]["row"]) + len(parts[-1]["tokens"])
+    return (np.concatenate(offsets + [np.array([end], np.int64)]).astype(np.int64),
+            np.concatenate(tokens))
+
+
+def span(index, shards: Sequence[int], grid: int) -> tuple[int, int]:
+    """The rows [start, stop) an actor of these shards holds: the `grid`-row blocks that start
+    in them (`shards.grid_ranges`); (0, 0) when none does."""
+    offsets = np.array([s.row_offset for s in index.shards] + [index.n_sentences])
+    ranges = grid_ranges(offsets, grid)
+    mine = [r for s in shards for r in ranges[s]]
+    return (mine[0][0], mine[-1][1]) if mine else (0, 0)

@@ -45,6 +45,8 @@ ENTRY_POINTS = {
     "bench clusters": api.Index.cluster_purity,
     "detectors rank": api.Index.rank_detectors,
     "plot domains": api.Index.plot_domains,
+    "plot scores": api.plot_scores,
+    "show": api.show,
 }
 
 

@@ -214,3 +214,22 @@ def test_what_the_driver_receives_does_not_grow_with_the_rows(cluster, small, la
             grew = many[key] - few[key]
             assert grew < 0.1 * few[key] and grew < 4 * (many["rows"] - few["rows"]), (
                 key, few, many)
+
+
+def test_served_fused_explains_each_part_as_local(served, small, tmp_path):
+    """`explain` gathers each scorer's z-score of the chosen rows and of the sample only."""
+    task = write_task(tmp_path / "task.txt", "legal", n=30)
+    kwargs = dict(encoder=HashingEncoder(), context="sentence", explain=True)
+    want = tapt.Index.open(small).select("fused", task, "20sent", **kwargs)
+    got = served.select("fused", task, "20sent", **kwargs)
+    assert got.ids.tolist() == want.ids.tolist() and len(got) > 0
+    assert got.manifest["explain"]["parts"] == ["meaning", "lm", "words"]
+    for mine, theirs in zip(got, want):
+        assert list(mine.explain["parts"]) == ["meaning", "lm", "words"]
+        np.testing.assert_allclose(list(mine.explain["parts"].values()),
+                                   list(theirs.explain["parts"].values()), rtol=0, atol=1e-5)
+        assert sum(mine.explain["parts"].values()) == pytest.approx(mine.score, abs=1e-4)
+    np.testing.assert_allclose(got.manifest["explain"]["sample"]["scores"],
+                               want.manifest["explain"]["sample"]["scores"], rtol=0, atol=1e-5)
+    servers = served.servers
+    assert servers.ray.get([a.held.remote("names") for a in servers.actors]) == [[]] * 3
