@@ -38,57 +38,19 @@ from typing import Any, Sequence
 import numpy as np
 
 from tapt.errors import InputError
-from tapt.trainer.downstream import FinetuneSettings
-from tapt.util.checks import choice, path_text, real_number, shown, whole_number
+from tapt.trainer.downstream_config import CONDITIONS, DownstreamConfig
+from tapt.util.checks import path_text
 
 from .arguments import PathLike
 
+__all__ = ["CONDITIONS", "DownstreamConfig", "bench_downstream", "general_model"]
+
 log = logging.getLogger(__name__)
 
-CONDITIONS = ("none", "random", "task", "centroid", "knn", "fused", "oracle")
 SETTINGS = "settings.json"
 RESULT = "result.json"
 _FORMAT = "tapt-bench-downstream"
 _FORMAT_VERSION = 2
-_NOT_METHODS = ("none", "task", "oracle")
-
-
-def _selection_methods() -> tuple[str, ...]:
-    from .options import method_names
-
-    return tuple(method_names())
-
-
-def _check_conditions(conditions: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(conditions, str):
-        conditions = [c.strip() for c in conditions.split(",") if c.strip()]
-    known = (*_NOT_METHODS, *_selection_methods())
-    out = []
-    for c in conditions:
-        if not isinstance(c, str) or c not in known:
-            raise InputError(f"unknown condition {shown(c)}; conditions are none, task, oracle "
-                             f"or a selection method ({', '.join(known[3:])})",
-                             param="conditions")
-        if c not in out:
-            out.append(c)
-    if not out:
-        raise InputError("give at least one condition", param="conditions")
-    return tuple(out)
-
-
-def _check_seeds(seeds: Sequence[int] | str) -> tuple[int, ...]:
-    if isinstance(seeds, str):
-        try:
-            seeds = [int(s) for s in seeds.split(",") if s.strip()]
-        except ValueError as exc:
-            raise InputError(f"must be whole numbers such as 0,1,2, got {seeds!r}",
-                             param="seeds") from exc
-    if isinstance(seeds, (int, np.integer)):
-        seeds = [int(seeds)]
-    out = tuple(dict.fromkeys(whole_number(s, "seeds", minimum=0) for s in seeds))
-    if not out:
-        raise InputError("give at least one seed", param="seeds")
-    return out
 
 
 def _settings_sha(settings: dict[str, Any]) -> str:
@@ -256,18 +218,8 @@ def general_model(ix: Any, preset: str, *, device: str = "cpu", fallback: Path,
 
 
 def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
-                     task: PathLike | Sequence[str] | None = None, task_name: str | None = None,
-                     text_field: str = "text", label_field: str = "label",
-                     group_field: str | None = None, oracle_field: str = "domain",
-                     oracle_value: str | None = None,
-                     conditions: Sequence[str] | str = CONDITIONS,
-                     seeds: Sequence[int] | str = (0,), folds: int = 5,
-                     budget: str = "10000sent", model: str | None = None, preset: str = "cpu",
-                     steps: int = 300, batch_size: int = 32, max_length: int = 64,
-                     lr: float = 2e-4, ft_mode: str = "full", ft_epochs: int = 3,
-                     ft_steps: int | None = None, ft_batch_size: int = 16, ft_lr: float = 1e-4,
-                     device: str = "cpu", keep_models: bool = False, progress: bool = True,
-                     encoder: Any = None) -> dict[str, Any]:
+                     progress: bool = True, encoder: Any = None,
+                     **settings: Any) -> dict[str, Any]:
     """Cross-validated accuracy on a labelled task after equal-compute continued pretraining on
     each condition's data (`tapt bench downstream`); resumable, one folder per configuration.
 
@@ -275,118 +227,78 @@ def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
         index: The index to select from.
         labelled: JSON Lines (optionally gzipped) of labelled examples.
         out: The report folder (new, empty, or an earlier report of the same settings).
-        task: The unlabelled task text the selections are made for: a file, or a list of
-            strings (default: every text of `labelled`).
-        task_name: The task's name in the report (default: the labelled file's name).
-        text_field: The field with the text in `labelled` (and in a JSONL `task`).
-        label_field: The field with the label in `labelled`.
-        group_field: A field of `labelled` (e.g. a document id) whose examples stay in one
-            fold; None: every example is its own group.
-        oracle_field: The index's metadata field that marks the domain's own rows.
-        oracle_value: Its value for the domain (needed by the `oracle` condition).
-        conditions: none (the starting model as it is), random, task (the task's own text),
-            oracle, or selection methods.
-        seeds: Seeds; each gives its own folds, selections, pretraining and fine-tuning.
-        folds: Folds of the cross-validation (every example is tested once per seed).
-        budget: Selection budget of every condition ("10000sent", "0.01", "500", "1Mtok").
-        model: The masked LM to start from (directory or hub name) instead of a general
-            model made by `pretrain`.
-        preset: The size of the general model made when `model` is not given (tiny, cpu, gpu).
-        steps: Continued-pretraining steps (the same for every condition).
-        batch_size: Continued-pretraining examples per step.
-        max_length: Tokens per example, in pretraining, evaluation and fine-tuning.
-        lr: Continued-pretraining peak learning rate.
-        ft_mode: full (the encoder fine-tuned with a linear head) or probe (a logistic
-            regression on frozen features).
-        ft_epochs: Fine-tuning passes over each fold's training examples.
-        ft_steps: Fine-tuning steps instead of epochs.
-        ft_batch_size: Fine-tuning examples per step.
-        ft_lr: Fine-tuning peak learning rate of the encoder (the new head's is 1e-3).
-        device: cpu or cuda.
-        keep_models: Keep each run's continued-pretrained model (default: deleted once
-            scored; the loss curves are kept).
         progress: Show progress bars.
         encoder: An encoder object for embedding the task (for tests).
+        **settings: `DownstreamConfig`'s fields by name (each with its default there): task,
+            task_name, text_field, label_field, group_field, oracle_field, oracle_value,
+            conditions (none, random, task, oracle, or selection methods), seeds, folds,
+            budget, model (a masked LM to start from instead of a general model), preset
+            (the general model's size), steps, batch_size, max_length, lr (continued
+            pretraining), ft_mode (full or probe), ft_epochs, ft_steps, ft_batch_size, ft_lr,
+            device, keep_models.
 
     Returns:
         The report (also in OUT/report.json, OUT/report.md and OUT/gains.png).
 
     Raises:
-        InputError: a bad argument or labelled file, a folder of another configuration.
+        InputError: a bad setting (named) or labelled file, a folder of another configuration.
         OutputError: `out` holds something that is not such a report.
     """
     from tqdm.auto import tqdm
 
-    from tapt.modeling.scratch import PRESETS
-    from tapt.retriever.ranking.budget import parse_budget
     from tapt.retriever.tasks.forms import task_paths
     from tapt.trainer.downstream_data import describe_folds, group_folds, read_labelled
     from tapt.trainer.downstream_report import build_report, write_report
     from tapt.util.files import sha256_file
 
     from .index import Index
+    from .options import config_settings
 
     out_path = Path(path_text(out, "out"))
     labelled_path = path_text(labelled, "labelled")
-    conditions = _check_conditions(conditions)
-    seeds = _check_seeds(seeds)
-    whole_number(folds, "folds", minimum=2)
-    whole_number(steps, "steps")
-    whole_number(batch_size, "batch_size")
-    real_number(lr, "lr", low=0.0, low_open=True)
-    choice(device, "device", ("cpu", "cuda"))
-    choice(preset, "preset", tuple(PRESETS))
-    if model is not None:
-        model = path_text(model, "model")
-    elif max_length > PRESETS[preset]["max_length"]:
-        raise InputError(f"must be at most the {preset} general model's "
-                         f"{PRESETS[preset]['max_length']} positions, got {max_length}",
-                         param="max_length")
-    if not isinstance(budget, str):
-        raise InputError(f"must be a budget such as 10000sent, got {shown(budget)}",
-                         param="budget")
-    parse_budget(budget)
-    ft = FinetuneSettings(mode=ft_mode, epochs=ft_epochs, steps=ft_steps,
-                          batch_size=ft_batch_size, lr=ft_lr, max_length=max_length)
-    if "oracle" in conditions and oracle_value is None:
-        raise InputError("the oracle condition needs the domain's value of the oracle field "
-                         f"({oracle_field})", param="oracle_value")
-    data = read_labelled(labelled_path, text_field, label_field, group_field)
-    fold_of = [group_folds(data, folds, seed) for seed in seeds]   # refusals before anything
+    config = DownstreamConfig(**config_settings("downstream", DownstreamConfig, settings, ()))
+    ft = config.finetune()
+    data = read_labelled(labelled_path, config.text_field, config.label_field,
+                         config.group_field)
+    fold_of = [group_folds(data, config.folds, seed) for seed in config.seeds]  # refused first
     ix = Index.open(index)
+    task = config.task
     task_value: Any = list(data.texts) if task is None else task
     task_files = [str(p) for p in task_paths(task)] if task is not None else []
     settings = {
         "index": {k: v for k, v in ix.identity().items() if k in ("uuid", "manifest_sha256")},
-        "labelled_sha256": data.sha256, "text_field": text_field, "label_field": label_field,
-        "group_field": group_field, "labels": data.names, "folds": folds,
+        "labelled_sha256": data.sha256, "text_field": config.text_field,
+        "label_field": config.label_field, "group_field": config.group_field,
+        "labels": data.names, "folds": config.folds,
         "task": ("labelled texts" if task is None else
                  {"files": [sha256_file(p) for p in task_files]} if task_files else
                  {"strings_sha256": _settings_sha({"t": list(task)})}),
-        "oracle_field": oracle_field, "oracle_value": oracle_value, "budget": budget,
-        "model": model, "preset": None if model else preset,
-        "pretrain": {"steps": steps, "batch_size": batch_size, "max_length": max_length,
-                     "lr": lr},
+        "oracle_field": config.oracle_field, "oracle_value": config.oracle_value,
+        "budget": config.budget, "model": config.model,
+        "preset": None if config.model else config.preset,
+        "pretrain": {"steps": config.steps, "batch_size": config.batch_size,
+                     "max_length": config.max_length, "lr": config.lr},
         "finetune": ft.to_json(),
     }
     _prepare_out(out_path, settings, [str(ix.path), labelled_path, *task_files])
-    if model is None:
-        start, general = general_model(ix, preset, device=device, fallback=out_path / "general",
-                                       progress=progress)
-        general["description"] = (f"a general model pretrained from scratch ({preset} preset: "
-                                  f"{general['steps']:,} steps on "
+    if config.model is None:
+        start, general = general_model(ix, config.preset, device=config.device,
+                                       fallback=out_path / "general", progress=progress)
+        general["description"] = (f"a general model pretrained from scratch ({config.preset} "
+                                  f"preset: {general['steps']:,} steps on "
                                   f"{(general.get('sample') or {}).get('sentences', 0):,} "
                                   "random sentences of the index)")
     else:
-        start, general = model, {"description": f"`{model}`"}
+        start, general = config.model, {"description": f"`{config.model}`"}
     keys, group_of = np.unique(np.asarray(data.groups, dtype=object), return_inverse=True)
-    documents = [[] for _ in keys]
+    documents: list[list[str]] = [[] for _ in keys]
     for i, g in enumerate(group_of):
         documents[g].append(data.texts[i])
     context = {"ix": ix, "data": data, "settings": settings, "ft": ft, "task": task_value,
-               "documents": documents, "start": start, "encoder": encoder, "device": device,
-               "keep_models": keep_models, "progress": progress}
-    runs = [(c, s, f) for s, f in zip(seeds, fold_of) for c in conditions]
+               "documents": documents, "start": start, "encoder": encoder,
+               "device": config.device, "keep_models": config.keep_models,
+               "progress": progress}
+    runs = [(c, s, f) for s, f in zip(config.seeds, fold_of) for c in config.conditions]
     results = []
     with tqdm(total=len(runs), desc="downstream runs", unit="run", disable=not progress) as bar:
         for condition, seed, folds_of_seed in runs:
@@ -394,10 +306,12 @@ def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
             results.append(_run(context, out_path / "runs" / f"{condition}-seed{seed}",
                                 condition, seed, folds_of_seed))
             bar.update(1)
-    report = build_report({**settings, "general_model": general}, results, conditions, seeds,
-                          data.labels, group_of, fold_of, data.names,
-                          task_name or Path(labelled_path).name.split(".")[0], device)
-    report["folds_per_seed"] = {str(s): describe_folds(data, f) for s, f in zip(seeds, fold_of)}
+    report = build_report({**settings, "general_model": general}, results, config.conditions,
+                          config.seeds, data.labels, group_of, fold_of, data.names,
+                          config.task_name or Path(labelled_path).name.split(".")[0],
+                          config.device)
+    report["folds_per_seed"] = {str(s): describe_folds(data, f)
+                                for s, f in zip(config.seeds, fold_of)}
     return write_report(out_path, report)
 
 

@@ -134,7 +134,7 @@ def method_params(method: Any) -> list[dict[str, Any]]:
     return out
 
 
-CONFIG_KINDS = ("build", "add", "train", "pretrain")
+CONFIG_KINDS = ("build", "add", "train", "pretrain", "downstream")
 
 
 def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]:
@@ -168,6 +168,8 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
             from tapt.trainer.config import TrainConfig as config
         elif kind == "pretrain":
             from tapt.trainer.pretrain import PretrainConfig as config
+        elif kind == "downstream":
+            from tapt.trainer.downstream_config import DownstreamConfig as config
         else:
             from tapt.indexer.building.build_config import BuildConfig as config
     hints = typing.get_type_hints(config)
