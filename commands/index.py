@@ -11,7 +11,8 @@ import sys
 import click
 
 from tapt import api
-from tapt.commands.common import CLICK_SETTINGS, CommandGroup, _domain_errors, _Interrupted
+from tapt.commands.common import (CLICK_SETTINGS, CommandGroup, ValueRefused, _domain_errors,
+                                  _Interrupted)
 from tapt.commands.options import (_HF_DATASET, SEED, _backend_option, _config_options,
                                    _faiss_options, _inputs, _ray_options)
 from tapt.errors import Interrupted
@@ -301,7 +302,7 @@ def _stdout_for_answers():
 @index.command("verify", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--deep", is_flag=True, help="Also re-embed a sample of stored sentences.")
-@click.option("--sample", default=200, show_default=True, type=int,
+@click.option("--sample", default=200, show_default=True, type=click.IntRange(min=1),
               help="Rows sampled for the row-level checks.")
 @click.option("--model", default=None, help="The index's model directory, for --deep.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per check.")
@@ -317,8 +318,6 @@ def index_verify(ctx, idx, deep, sample, model, as_json) -> None:
       tapt index verify idx
       tapt index verify idx --deep --json
     """
-    if sample < 1:
-        raise click.BadParameter("must be at least 1", param_hint="--sample")
     report = api.Index.verify_path(idx, deep=deep, sample=sample, model=model,
                           progress=ctx.obj["progress"])
     for f in report.findings:
@@ -412,7 +411,7 @@ def _int_list(ctx, param, value):
     except ValueError:
         raise click.BadParameter("use comma-separated integers, e.g. 16,32,64") from None
     if not out or min(out) < 1:
-        raise click.BadParameter("values must be positive integers")
+        raise ValueRefused("values must be positive integers", ctx=ctx, param=param)
     return out
 
 
