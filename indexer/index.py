@@ -22,6 +22,7 @@ import numpy as np
 
 from tapt.errors import IndexFormatError, InputError, ModelMismatchError
 from tapt.util import spill
+from tapt.util.checks import path_text
 from tapt.util.files import read_regular, regular_file
 
 from .store import integrity
@@ -84,7 +85,7 @@ class Index:
         if not isinstance(path, (str, os.PathLike)):
             raise InputError(f"an index is opened from a path, not {type(path).__name__}",
                              param="path")
-        self.path = Path(path)
+        self.path = Path(path_text(path, "path"))
         self._versions = tuple(versions)
         self._check_faiss = check_faiss
         # friendly errors before anything else

@@ -100,11 +100,16 @@ def choice(value: Any, param: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def path_text(value: Any, param: str) -> str:
-    """A path as a string, refused unless it is a non-empty str or os.PathLike."""
+def path_text(value: Any, param: str | None) -> str:
+    """A path as a string, refused unless it is a non-empty str or os.PathLike. An empty string
+    is refused by name: to the system it is the current directory (what an unset shell variable
+    gives, `--task "$TASK"`), never what was meant."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
-    if not isinstance(value, str) or not value or "\x00" in value:
+    if isinstance(value, str) and not value.strip():
+        raise InputError(f"{value!r} is an empty path (an unset shell variable?); give a file, "
+                         "folder or URL", param=param)
+    if not isinstance(value, str) or "\x00" in value:
         raise InputError(f"must be a path, got {shown(value)}", param=param)
     return value
 

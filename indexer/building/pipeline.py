@@ -30,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tapt.errors import InputError, OutputError, StorageError
-from tapt.util.files import ensure_dir, fsync_path, sha256_file
+from tapt.util.checks import path_text
+from tapt.util.files import ensure_dir, fsync_path, real_path, sha256_file
 from tapt.util.safety import check_output, check_usable, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
 
@@ -123,7 +124,7 @@ def local_inputs(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
     and standard input have no place on this disk to protect."""
     if isinstance(inputs, CorpusScan):
         return [f.source.local for f in inputs.files if f.source.local is not None]
-    return [Path(spec) for spec in inputs if isinstance(spec, (str, Path))
+    return [Path(path_text(spec, "corpus")) for spec in inputs if isinstance(spec, (str, Path))
             and str(spec) != "-" and "://" not in str(spec)]
 
 
@@ -170,7 +171,7 @@ def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
     is inside a tapt index. Returns `out` resolved."""
     inputs = corpus_paths(inputs)
     check_usable(out)
-    target = Path(out).expanduser().resolve()
+    target = real_path(out)
     if target.is_dir() and is_tapt_index(target):
         extra = index_foreign_entries(target)
         if extra:

