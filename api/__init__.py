@@ -35,10 +35,11 @@ from .options import (CONTEXTS, MLM_EVAL_BATCH, config_fields, default_memory,
                       describe_methods, executor_names, input_formats, method_names,
                       method_params, method_specs, parse_memory)
 from .selections import bench_recall, evaluate, export
-from .served import ServedIndex, answer_line, answer_request, serve
+from .served import ServedIndex, answer_line, answer_request, answer_stream, serve
 from .training import evaluate_mlm, train
 
 __all__ = ["Index", "ServedIndex", "Selection", "serve", "answer_request", "answer_line",
+           "answer_stream",
            "train", "evaluate_mlm", "evaluate", "export", "bench_recall", "method_names",
            "bench_downstream",
            "describe_methods", "method_specs", "method_params", "config_fields", "default_memory",

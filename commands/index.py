@@ -226,9 +226,9 @@ def index_info(idx, as_json) -> None:
               help="What the actors keep in RAM: the float16 embeddings, or the int8 codes "
                    "(half the RAM; for --scan codes of the methods that have it: "
                    "other scans then read the embeddings from disk).")
-@click.option("--requests", "requests_file", type=click.File("r", encoding="utf-8"),
-              default="-", show_default=True,
-              help="File of requests, one JSON object per line ('-': standard input).")
+@click.option("--requests", "requests_file", type=click.File("rb"), default="-",
+              show_default=True,
+              help="File of requests, one UTF-8 JSON object per line ('-': standard input).")
 @click.pass_context
 @_domain_errors
 def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) -> None:
@@ -240,7 +240,9 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
     is one JSON line on standard output: the selected segment ids in rank order and counts
     (the selection file too, with "out"; with "out": "-", as select --out -, no file: the
     selection's lines in the answer, under "selection"), or {"id": ..., "error": ...}. A
-    number JSON cannot spell (NaN, 1e999) is refused. Exit status 1 when a request failed.
+    number JSON cannot spell (NaN, 1e999) is refused; a line that is not UTF-8 or longer than
+    32 MiB is answered with an error and the next is read. Paths are used as written (no ~ or
+    $VARIABLE). Exit status 1 when a request failed.
     Needs Ray: pip install 'tapt[ray]'.
 
     \b
@@ -249,7 +251,7 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
       tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
       tapt index serve idx --hold codes < requests.jsonl  # "params": {"scan": "codes"}
     """
-    from tapt.api import answer_line, answer_request, serve
+    from tapt.api import answer_line, answer_stream, serve
 
     failed = answered = 0
     with _stdout_for_answers() as answers, serve(
@@ -259,10 +261,7 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file) 
             click.echo(f"serving {idx}: {served.n_sentences:,} sentences in "
                        f"{len(served.shards)} shard(s) on {len(served.servers.actors)} Ray "
                        "actor(s); one JSON request per line", err=True)
-        for line in requests_file:
-            if not line.strip():
-                continue
-            reply = answer_request(served, line)
+        for reply in answer_stream(served, requests_file):
             answered += 1
             failed += "error" in reply
             answers.write(answer_line(reply) + "\n")

@@ -104,6 +104,7 @@ def connect(address: str | None = None, quiet: bool = True) -> bool:
     """
     ray = import_ray()
     if ray.is_initialized():
+        _refuse_another_cluster(ray, address)
         return False
     _probe(address or os.environ.get("RAY_ADDRESS") or "")
     try:
@@ -115,6 +116,40 @@ def connect(address: str | None = None, quiet: bool = True) -> bool:
                             " start one with `ray start --head` or check the address",
                             param="address") from exc
     return True
+
+
+def _refuse_another_cluster(ray, address: str | None) -> None:
+    """An `address` naming another cluster than the one this process is connected to is
+    refused: it would be ignored (a process is connected to one cluster at a time)."""
+    if address is None or address == "auto":
+        return
+    connected = ray.get_runtime_context().gcs_address or ""
+    if not _same_address(address, connected):
+        raise ExecutorError(f"this process is connected to the Ray cluster at {connected} "
+                            f"already; {address} names another: disconnect first "
+                            "(ray.shutdown()), or leave `address` out to use the connected one",
+                            param="address")
+
+
+def _same_address(address: str, connected: str) -> bool:
+    """Whether HOST:PORT names the cluster whose GCS is at `connected` (HOST:PORT): the same
+    port, and a host that resolves to the same address or to this machine on both sides."""
+    if address.startswith("ray://"):
+        return True                     # a client connection: Ray itself tells them apart
+    host, _, port = address.rpartition(":")
+    chost, _, cport = connected.rpartition(":")
+    if port != cport:
+        return False
+
+    def addresses(name: str) -> set[str]:
+        try:
+            return {info[4][0] for info in socket.getaddrinfo(name.strip("[]"), None)}
+        except OSError:
+            return {name}
+
+    mine = addresses(socket.gethostname()) | {"127.0.0.1", "::1"}
+    theirs, ours = addresses(host), addresses(chost)
+    return bool(theirs & ours) or bool(theirs & mine and ours & mine)
 
 
 def _no_auto_start() -> None:

@@ -64,7 +64,7 @@ from tapt.indexer.store.identity import same_snapshot
 from tapt.indexer.building.ray_executor import ExecutorError, connect, import_ray, task_error
 from tapt.indexer.store.shards import grid_ranges
 from tapt.util import spill
-from tapt.util.checks import whole_number
+from tapt.util.checks import real_number, whole_number
 
 from ..scoring import arrays
 from ..ranking import topcut
@@ -255,6 +255,18 @@ class ShardServer:
         return int(sum(a.nbytes for a in held))
 
 
+def _custom_resources(resources: Any) -> dict[str, float]:
+    """`resources` checked: None, or a dict of resource names to positive finite amounts."""
+    if resources is None:
+        return {}
+    if not isinstance(resources, dict) or not all(isinstance(k, str) and k
+                                                  for k in resources):
+        raise InputError("must be a dict of Ray resource names to amounts, e.g. "
+                         "{\"index-node\": 1}", param="resources")
+    return {k: real_number(v, f"resources.{k}", low=0, low_open=True, what="more than 0")
+            for k, v in resources.items()}
+
+
 def _node_id() -> str | None:
     """The Ray node this process runs on (None outside Ray)."""
     ray = sys.modules.get("ray")          # never imported for this
@@ -328,18 +340,29 @@ class ShardServers:
                              f"reindex {index.path} --codes int8", param="hold")
         if actors is not None:
             whole_number(actors, "actors")
-        if not cpus_per_actor > 0:
-            raise InputError("must be more than 0", param="cpus_per_actor")
+        real_number(cpus_per_actor, "cpus_per_actor", low=0, low_open=True,
+                    what="more than 0")
+        resources = _custom_resources(resources)
         self.ray = import_ray("serving an index", param=None)
         self._owned = connect(address)
         count = min(actors or n, n)
-        cpus = float(self.ray.cluster_resources().get("CPU", 0))
+        total = self.ray.cluster_resources()
+        cpus = float(total.get("CPU", 0))
         if count * cpus_per_actor > cpus + 1e-9:
             self.close()
             raise InputError(f"{count} actor(s) of {cpus_per_actor:g} CPU need "
                              f"{count * cpus_per_actor:g} CPUs, the Ray cluster has {cpus:g} "
                              "(an actor that cannot be placed waits forever): pass fewer "
                              "`actors` or a smaller `cpus_per_actor`", param="actors")
+        for name, amount in resources.items():
+            if count * amount > float(total.get(name, 0)) + 1e-9:
+                self.close()
+                raise InputError(f"{count} actor(s) need {count * amount:g} of the resource "
+                                 f"{name!r}, the Ray cluster offers "
+                                 f"{float(total.get(name, 0)):g} (an actor that cannot be "
+                                 "placed waits forever): start its nodes with "
+                                 f"--resources '{{\"{name}\": N}}', or ask for less",
+                                 param="resources")
         groups = [[int(s) for s in g] for g in np.array_split(np.arange(n), count)]
         # a dead actor comes back for the next request; the call it died in fails (no retries:
         # a call on a stopped actor must fail at once, not wait for one)
@@ -390,6 +413,7 @@ class ShardServers:
         return self._get([a.warmed.remote(timeout) for a in self.actors], "serve")
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
+        self.check_open()
         try:
             return self.ray.get(refs)
         except Exception as exc:  # noqa: BLE001 - the task's own error, or one ExecutorError
@@ -505,6 +529,22 @@ class ShardServers:
         if way == "sent":
             self.traffic["requests"] += 1
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` stopped the actors (a call then answers nothing: it is refused)."""
+        return self.__dict__.get("_closed", False)
+
+    def check_open(self) -> None:
+        """Refuse a call once the actors are stopped: gathering from none of them would leave
+        every score unwritten (whatever memory held), never an answer.
+
+        Raises:
+            InputError: `close` was called.
+        """
+        if self.closed:
+            raise InputError("the served index is closed (its actors are stopped): serve it "
+                             "again to select from it")
+
     def faiss(self, index) -> "RemoteFaiss":
         """The actors' FAISS parts as one searchable index of `index`'s rows."""
         return RemoteFaiss(self, index.n_sentences, index.dim)
@@ -520,6 +560,7 @@ class ShardServers:
             except Exception:  # noqa: BLE001 - the call fails once the actor is gone
                 pass
         self.actors = []
+        self._closed = True
         if self._owned and self.ray.is_initialized():
             self.ray.shutdown()
         self._owned = False

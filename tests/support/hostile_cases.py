@@ -1264,7 +1264,48 @@ SETTINGS_CASES: list[Case] = [
          "empty paths"),
 ]
 
-CASES = CASES + SETTINGS_CASES
+
+def _serve_bytes(data: bytes) -> Callable[[Path], list[str]]:
+    """`tapt index serve` of requests written as these bytes (not text)."""
+    def make(d: Path) -> list[str]:
+        argv = _serve('{"id": 0, "method": "random", "budget": "1"}')(d)
+        (d / "requests.jsonl").write_bytes(data)
+        return argv
+    return make
+
+
+def _serve_task_url(d: Path) -> list[str]:
+    argv = _serve("")(d)
+    (d / "requests.jsonl").write_text(json.dumps({"id": 1, "method": "centroid", "budget": "3",
+                                                  "task": (d / "task.txt").as_uri()}) + "\n")
+    return argv
+
+
+SERVE_MORE_CASES: list[Case] = [
+    Case("serve request line that is not UTF-8, then a good one",
+         _serve_bytes(b'{"id": "caf\xe9"}\n{"id": 2, ' + _REQUEST.encode() + b"}\n"),
+         "error: request: not valid UTF-8 (byte 12)", "serve answers", report=True),
+    Case("serve request split by a bare carriage return",
+         _serve_bytes(b'{"id": 2,\r' + _REQUEST.encode() + b"}\n"),
+         'ok: "segments": 3', "serve answers"),
+    Case("serve request with the task as a file:// URL", _serve_task_url,
+         'ok: "segments": 3', "serve answers"),
+    Case('serve request with "task": ""', _serve('{"id": 1, "method": "centroid", "task": "", '
+                                                 '"budget": "3"}'),
+         "error: task: '' is an empty path", "serve answers", report=True),
+    Case("serve request with seed inside params",
+         _serve('{"id": 1, ' + _REQUEST + ', "params": {"seed": 3}}'),
+         "error: params.seed: seed is a key of the request", "serve answers", report=True),
+    Case("serve request holding a lone surrogate",
+         _serve('{"id": 1, ' + _REQUEST + ', "out": "s\\ud800.jsonl"}'),
+         "error: out: holds a lone surrogate", "serve answers", report=True),
+    Case('serve request with "out": "$HOME/s.jsonl"',
+         _serve('{"id": 1, ' + _REQUEST + ', "out": "$HOME/s.jsonl"}'),
+         "error: are used as written, never expanded", "serve answers", report=True,
+         protect=lambda d: "a folder named $HOME was made" if (d / "$HOME").exists() else None),
+]
+
+CASES = CASES + SETTINGS_CASES + SERVE_MORE_CASES
 
 
 @dataclass
