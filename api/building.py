@@ -8,6 +8,7 @@ import os
 from typing import Any, Iterator, Self, Sequence
 
 from tapt.errors import InputError
+from tapt.util.checks import path_text, shown
 
 from .arguments import PathLike
 from .options import config_settings
@@ -101,6 +102,7 @@ class IndexBuilding:
         from tapt.indexer.ann.index_choice import DEFAULT_MEMORY
 
         inputs = _inputs(inputs, hf_datasets, hf_split)
+        path_text(out, "out")
         own = dict(segment_size=segment_size, batch_size=batch_size, split=split,
                    text_field=text_field, doc_field=doc_field or None,
                    text_docs=text_docs, input_format=input_format,
@@ -222,8 +224,14 @@ def _inputs(inputs: Any, hf_datasets: Sequence[str], hf_split: str | None) -> li
     """Corpus inputs as the reader takes them: paths and URLs, plus Hub dataset specs."""
     from tapt.indexer.reading.reader import HubDataset
 
-    items = [inputs] if isinstance(inputs, (str, os.PathLike, HubDataset)) else list(inputs or ())
-    out = [i if isinstance(i, HubDataset) else os.fspath(i) for i in items]
+    if isinstance(inputs, (str, os.PathLike, HubDataset)):
+        items = [inputs]
+    elif inputs is None or isinstance(inputs, (list, tuple)):
+        items = list(inputs or ())
+    else:
+        raise InputError(f"must be a path or a list of paths, got {shown(inputs)}",
+                         param="inputs")
+    out = [i if isinstance(i, HubDataset) else path_text(i, "inputs") for i in items]
     out += [HubDataset.parse(spec, hf_split) for spec in hf_datasets]
     if not out:
         raise InputError("give corpus files, folders or URLs, or `hf_datasets`", param="inputs")

@@ -555,5 +555,10 @@ class Index:
                         if item.is_dir() else item.stat().st_size)
                 sizes[item.name] = sizes.get(item.name, 0) + size
 
-        add(self.path)
+        try:
+            add(self.path)
+        except OSError as exc:
+            raise IndexFormatError(f"index {self.path} cannot be listed any more "
+                                   f"({exc.strerror or exc}): it was moved, deleted or made "
+                                   "unreadable after it was opened; open it again") from exc
         return sizes

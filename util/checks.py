@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -98,6 +98,23 @@ def choice(value: Any, param: str, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise InputError(f"must be one of {', '.join(choices)}, got {shown(value)}", param=param)
     return value
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`: did you mean `budget`?` for the known name closest to a misspelt one (difflib), or
+    "" when none is close: what an error about an unknown keyword appends to its first part.
+
+    Args:
+        name: The name given.
+        known: The names that exist.
+
+    Returns:
+        The suggestion, or "".
+    """
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f": did you mean `{close[0]}`?" if close else ""
 
 
 def path_text(value: Any, param: str | None) -> str:

@@ -32,6 +32,13 @@ from .selection import Selection
 log = logging.getLogger(__name__)
 
 
+# The keywords of `tapt.Index.select` besides the method's own parameters: a misspelt one
+# (`budjet=`) is named with the closest of these or of the method's parameters.
+SELECT_KEYWORDS = ("task", "budget", "segment_size", "seed", "context", "text_field", "model",
+                   "device", "backend", "batch_size", "progress", "encoder", "out", "overwrite",
+                   "explicit")
+
+
 class SelectConfig:
     """One selection's method, budget, segment size, seed and method parameters, validated.
 
@@ -59,6 +66,8 @@ class SelectConfig:
                  **params: Any) -> None:
         self.spec: Method = get_method(method)
         self.method: str = self.spec.name
+        # unknown names first: a misspelt `budjet=` is named, not taken for a missing budget
+        self.params: Params = self.spec.make_params(params, explicit, also=SELECT_KEYWORDS)
         if budget is not None and not isinstance(budget, str):
             budget = str(budget)
         if budget is None and self.spec.budget == "required":
@@ -75,7 +84,6 @@ class SelectConfig:
             raise InputError(f"must be in 0..{2**32 - 1}, got {seed}", param="seed")
         self.segment_size = segment_size
         self.seed = int(seed)
-        self.params: Params = self.spec.make_params(params, explicit)
         if context not in CONTEXT_CHOICES:
             raise InputError(f"{context!r}: use one of {', '.join(CONTEXT_CHOICES)}",
                              param="context")

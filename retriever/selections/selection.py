@@ -99,7 +99,9 @@ class Selection:
         Raises:
             InputError: the file or its manifest is missing, damaged or of another version.
         """
-        manifest, segments = read_selection(path)
+        from tapt.util.checks import path_text
+
+        manifest, segments = read_selection(path_text(path, "path"))
         return cls(segments, manifest, path)
 
     # --- the data
