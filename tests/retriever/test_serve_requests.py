@@ -20,18 +20,9 @@ from tapt.api import answer_request, answer_stream
 from tapt.cli import cli
 from tapt.errors import InputError
 from tapt.indexer.building.ray_executor import ExecutorError
+from test_serve_answers import index  # noqa: F401 - the fixture: the fake index, a task file
 
 REQUEST = '"method": "centroid", "task": "task.txt", "budget": "3"'
-
-
-@pytest.fixture()
-def index(fake_index, monkeypatch, tmp_path):
-    monkeypatch.setattr(tapt.indexer.encoding.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
-                        HashingEncoder())
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "task.txt").write_text("Patient fever therapy dose.\nKidney biopsy lesion.\n")
-    return tapt.Index.open(fake_index)
 
 
 @pytest.fixture()
