@@ -100,13 +100,14 @@ def choice(value: Any, param: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
+def did_you_mean(name: str, known: Iterable[str], value: bool = False) -> str:
     """`: did you mean `budget`?` for the known name closest to a misspelt one (difflib), or
     "" when none is close: what an error about an unknown keyword appends to its first part.
 
     Args:
         name: The name given.
         known: The names that exist.
+        value: They are values, not parameter names: quoted as values (`'medical'`).
 
     Returns:
         The suggestion, or "".
@@ -114,7 +115,9 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     import difflib
 
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f": did you mean `{close[0]}`?" if close else ""
+    if not close:
+        return ""
+    return f": did you mean {close[0]!r}?" if value else f": did you mean `{close[0]}`?"
 
 
 def path_text(value: Any, param: str | None) -> str:

@@ -153,9 +153,10 @@ CASES = [
          "ok: indexed 3 sentences"),
     Case("empty file", _build(_file("nothing.txt", "")), "error: holds no text"),
     Case("JSONL record without `text`", _build(_file("a.jsonl", '{"text": "ok"}\n{"body": "x"}\n')),
-         "error: a.jsonl:2: field 'text' is missing or not a string"),
+         "error: a.jsonl:2: field 'text' is missing (the record's fields: 'body'); name the one "
+         "holding the text with --text-field"),
     Case("JSONL `text` not a string", _build(_file("b.jsonl", '{"text": 42}\n')),
-         "error: b.jsonl:1: field 'text' is missing or not a string"),
+         "error: b.jsonl:1: field 'text' is not a string (it holds int: 42)"),
     Case("JSONL line that is not JSON", _build(_file("c.jsonl", '{"text": "ok"}\n{oops\n')),
          "error: c.jsonl:2: not valid JSON"),
     Case("truncated .gz", _build(_truncated_gz), "error: cannot read"),
