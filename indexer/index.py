@@ -101,7 +101,9 @@ class Index:
                     if isinstance(exc, IndexFormatError):
                         raise
                     shown = str(exc).replace(f"{_PROC_FD}/{dir_fd}", str(self.path))
-                    raise damaged(self.path, shown) from exc
+                    if isinstance(exc, PermissionError) and exc.filename:
+                        shown = str(exc.filename).replace(f"{_PROC_FD}/{dir_fd}/", "")
+                    raise damaged(self.path, shown, exc) from exc
                 # `tapt index add` swapped in a new generation while we opened this one: retry
         raise IndexFormatError(f"index {self.path} kept changing while it was being opened")
 

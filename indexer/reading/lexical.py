@@ -309,8 +309,8 @@ def open_lexicon(index) -> Lexicon:
                 raise IndexFormatError(f"index {label} is incomplete: {where}{name} is missing; "
                                        f"run tapt index verify {label}") from None
             except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
-                raise damaged(label, f"{where}{name} cannot be read ({type(exc).__name__})"
-                              ) from exc
+                raise damaged(label, f"{where}{name} cannot be read ({type(exc).__name__})",
+                              exc) from exc
             integrity.check_checksum(path, shard.extra["checksums"].get(name), where + name,
                                      label)
         vocab, bigrams = arrays[VOCAB], arrays[BIGRAMS]
@@ -342,7 +342,7 @@ def open_lexicon(index) -> Lexicon:
         raise IndexFormatError(f"index {label} is incomplete: {VOCAB} is missing; run tapt index "
                                f"verify {label}") from None
     except Exception as exc:  # noqa: BLE001
-        raise damaged(label, f"{VOCAB} cannot be read ({type(exc).__name__})") from exc
+        raise damaged(label, f"{VOCAB} cannot be read ({type(exc).__name__})", exc) from exc
     if path.is_file():    # else another command swapped in a new generation: checked on open
         integrity.check_checksum(path, (index.manifest.get("checksums") or {}).get(VOCAB),
                                  VOCAB, label, force=True)
