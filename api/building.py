@@ -97,7 +97,6 @@ class IndexBuilding:
         """
         from tapt.indexer.building import build_config
         from tapt.indexer.building.pipeline import build_index, check_index_output, parse_count
-        from tapt.indexer.encoding.encoder import load_encoder
         from tapt.indexer.building.executors import EncoderSpec
         from tapt.indexer.ann.index_choice import DEFAULT_MEMORY
 
@@ -121,7 +120,7 @@ class IndexBuilding:
                      gpus_per_worker=gpus_per_worker, ray_timeout=ray_timeout,
                      ray_retries=ray_retries) as runner:
             spec = None if encoder is not None else EncoderSpec(model, device, backend)
-            encoder = encoder or load_encoder(model, device=device, backend=backend)
+            # the model loads once the corpus is scanned: its mistakes are refused first
             build_index(inputs, out, encoder, config,
                         executor=None if isinstance(runner, str) else runner, encoder_spec=spec)
         return cls(out)
@@ -186,7 +185,8 @@ class IndexBuilding:
         config_settings("add", build_config.BuildConfig, settings, own)
         inputs = _inputs(inputs, hf_datasets, hf_split)
         check_add_inputs(self.path, inputs)  # before the model is loaded
-        encoder = self._checked_encoder(encoder, model, device, backend).get()
+        # loaded (and checked) once the new inputs are scanned: their mistakes are refused first
+        encoder = self._checked_encoder(encoder, model, device, backend)
         with _runner(executor, progress, ray_address=ray_address, ray_workers=ray_workers,
                      gpus_per_worker=gpus_per_worker, ray_timeout=ray_timeout,
                      ray_retries=ray_retries) as runner:
@@ -230,8 +230,8 @@ def _inputs(inputs: Any, hf_datasets: Sequence[str], hf_split: str | None) -> li
         items = list(inputs or ())
     else:
         raise InputError(f"must be a path or a list of paths, got {shown(inputs)}",
-                         param="inputs")
-    out = [i if isinstance(i, HubDataset) else path_text(i, "inputs") for i in items]
+                         param="corpus")       # as every error about the corpus names it
+    out = [i if isinstance(i, HubDataset) else path_text(i, "corpus") for i in items]
     out += [HubDataset.parse(spec, hf_split) for spec in hf_datasets]
     if not out:
         raise InputError("give corpus files, folders or URLs, or `hf_datasets`", param="inputs")

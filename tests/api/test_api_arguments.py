@@ -36,12 +36,12 @@ def selection(ix, tmp_path):
     (lambda sel, ix, d: tapt.Selection.read(3), "path"),
     (lambda sel, ix, d: ix.embed(3, encoder=HashingEncoder()), "texts"),
     (lambda sel, ix, d: ix.recall(queries="x"), "queries"),
-    (lambda sel, ix, d: tapt.Index.build(3, d / "o"), "inputs"),
+    (lambda sel, ix, d: tapt.Index.build(3, d / "o"), "corpus"),
     (lambda sel, ix, d: tapt.Index.build([sel.path], 3), "out"),
-    (lambda sel, ix, d: ix.add(3), "inputs"),
+    (lambda sel, ix, d: ix.add(3), "corpus"),
     (lambda sel, ix, d: tapt.Index.open(""), "path"),
     (lambda sel, ix, d: ix.select("centroid", task="", budget="3"), "task"),
-    (lambda sel, ix, d: tapt.Index.build([""], d / "o"), "inputs"),
+    (lambda sel, ix, d: tapt.Index.build([""], d / "o"), "corpus"),
 ])
 def test_a_wrong_argument_is_a_tapt_error_naming_it(call, param, selection, ix, tmp_path):
     with pytest.raises(TaptError) as caught:
