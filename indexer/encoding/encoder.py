@@ -39,7 +39,11 @@ class Encoder(Protocol):
         ...
 
 
-def encode_counted(encoder: Encoder, texts: Sequence[str], batch_size: int = 64
+REPORT_ROWS = 128   # texts between two progress reports of `encode_counted` (seconds on a CPU)
+
+
+def encode_counted(encoder: Encoder, texts: Sequence[str], batch_size: int = 64,
+                   on_rows: Callable[[int], None] | None = None
                    ) -> tuple[np.ndarray, np.ndarray]:
     """`encoder.encode(texts)` and `encoder.token_counts(texts)` together: tokenised once where
     the encoder can (its `encode_counted`; tapt's encoders recount only texts cut at their
@@ -49,10 +53,31 @@ def encode_counted(encoder: Encoder, texts: Sequence[str], batch_size: int = 64
         encoder: Any `Encoder`.
         texts: The texts.
         batch_size: Texts per batch.
+        on_rows: Told how many texts were embedded, every whole number of batches of about
+            REPORT_ROWS texts (a progress bar that moves by rows, not by calls): the texts are
+            then embedded shortest first in such chunks, so each chunk's batches pad as
+            little as one call's would, and returned in their own order.
 
     Returns:
         (embeddings, counts): as `encode` and `token_counts` return them.
     """
+    chunk = max(batch_size, REPORT_ROWS // max(batch_size, 1) * batch_size)
+    if on_rows is not None and len(texts) > chunk:
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        parts = []
+        for start in range(0, len(order), chunk):
+            rows = order[start:start + chunk]
+            parts.append(encode_counted(encoder, [texts[i] for i in rows], batch_size))
+            on_rows(len(rows))
+        embeddings = np.empty((len(texts), parts[0][0].shape[1]), dtype=parts[0][0].dtype)
+        counts = np.empty(len(texts), dtype=np.int32)
+        embeddings[order] = np.concatenate([p[0] for p in parts])
+        counts[order] = np.concatenate([p[1] for p in parts])
+        return embeddings, counts
+    if on_rows is not None:
+        out = encode_counted(encoder, texts, batch_size)
+        on_rows(len(texts))
+        return out
     both = getattr(encoder, "encode_counted", None)
     if both is not None:
         return both(texts, batch_size=batch_size)

@@ -35,6 +35,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from tapt.util import spill
+from tapt.util.progress import report_step
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 BOS, EOS = 0, 1
@@ -252,6 +253,7 @@ class Lexicon:
         out = spill.empty(len(self), np.float32)
         for shard, start, stop in zip(self.shards, self.row_offsets[:-1].tolist(),
                                       self.row_offsets[1:].tolist()):
+            report_step(f"score the words of rows {start:,}-{stop:,}")
             out[start:stop] = score_shard(shard)
         return out
 

@@ -18,6 +18,7 @@ from tapt.errors import InputError
 from tapt.indexer.encoding.encoder import Encoder, LazyEncoder
 from tapt.indexer.index import Index
 from tapt.util.checks import whole_number
+from tapt.util.progress import showing_steps
 from tapt.util.versions import library_versions, utc_now
 
 from ..methods import (CorpusCache, Memo, Method, Params, Ranking, RankingInputs, SegmentView,
@@ -182,7 +183,8 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
         encoder: The index's model; or a `LazyEncoder` (`Index.lazy_encoder`), loaded only
             when the task is not cached; None: the index's own model, loaded the same way.
         batch_size: Sentences per encoder batch.
-        progress: Show a progress bar while the task is embedded.
+        progress: Show progress bars: while the task is embedded, and the steps of the
+            method's scoring (its fits and passes over the rows).
         corpus: Per-index caches to reuse between selections.
 
     Returns:
@@ -217,8 +219,9 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
         encoder = encoder.loaded
     corpus = corpus or CorpusCache(index)
     context = config.resolve_context(index, corpus)
-    ranking, view = rank(index, config, embeddings, texts, corpus=corpus, encoder=encoder,
-                         progress=progress)
+    with showing_steps(f"score {config.method}", progress):   # fits and passes over the rows
+        ranking, view = rank(index, config, embeddings, texts, corpus=corpus, encoder=encoder,
+                             progress=progress)
     timings["score_seconds"] = round(time.perf_counter() - t0, 3)
     warnings += ranking.info.pop("warnings", [])
     t0 = time.perf_counter()
