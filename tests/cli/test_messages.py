@@ -112,3 +112,15 @@ def test_export_reads_the_bytes_it_checked(fake_index, selection, tmp_path, monk
     assert swapped and [s.id for s in read] == first_ids
     assert read.manifest["task"]["sha256"] != tapt.Selection.read(other).manifest["task"][
         "sha256"]
+
+
+def test_resuming_over_a_rewritten_selection_says_it_was_rewritten():
+    from tapt.trainer.manifest import identity_differences
+
+    diffs = identity_differences({"selections": ["a" * 64], "data_sha256": "x", "lr": 1e-4},
+                                 {"selections": ["b" * 64], "data_sha256": "y", "lr": 1e-4})
+    assert diffs == ["a selection file holds other segments than when the run began (it was "
+                     "rewritten or replaced since: a select --out over it?)"]
+    assert identity_differences({"lr": 1e-4, "data_sha256": "x"},
+                                {"lr": 2e-4, "data_sha256": "y"}) == [
+        'data_sha256: "x" -> "y"', "lr: 0.0001 -> 0.0002"]
