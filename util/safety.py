@@ -77,7 +77,7 @@ def check_usable(out: str | Path, param: str | None = "out") -> None:
             try:
                 os.stat(part)
                 break
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):     # said by check_output
                 continue
     except OSError as exc:  # a name too long, a directory we may not search, a loop of links
         raise OutputError(f"{str(out)[:200]}: cannot be used ({exc.strerror or exc})",

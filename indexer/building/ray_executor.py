@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError, TaptError
-from tapt.util.checks import whole_number
+from tapt.util.checks import real_number, whole_number
 
 from .executor_base import EncoderSource, EncoderSpec, Executor, Stage
 from .ray_embed import ModelActor, granted_cpus, save_parts, tokenize_parts
@@ -116,6 +116,41 @@ def connect(address: str | None = None, quiet: bool = True) -> bool:
                             " start one with `ray start --head` or check the address",
                             param="address") from exc
     return True
+
+
+def custom_resources(resources: Any) -> dict[str, float]:
+    """`resources` checked: None, or a dict of Ray resource names to positive finite amounts."""
+    if resources is None:
+        return {}
+    if not isinstance(resources, dict) or not all(isinstance(k, str) and k
+                                                  for k in resources):
+        raise InputError("must be a dict of Ray resource names to amounts, e.g. "
+                         "{\"index-node\": 1}", param="resources")
+    return {k: real_number(v, f"resources.{k}", low=0, low_open=True, what="more than 0")
+            for k, v in resources.items()}
+
+
+def check_placeable(ray, count: int, cpus: float, resources: dict[str, float]) -> None:
+    """Refuse `count` actors of `cpus` CPUs and `resources` each that the connected cluster
+    cannot hold (an actor that cannot be placed waits forever).
+
+    Raises:
+        InputError: the cluster offers too few CPUs, or too little of a custom resource.
+    """
+    total = ray.cluster_resources()
+    have = float(total.get("CPU", 0))
+    if count * cpus > have + 1e-9:
+        raise InputError(f"{count} actor(s) of {cpus:g} CPU need {count * cpus:g} CPUs, the Ray "
+                         f"cluster has {have:g} (an actor that cannot be placed waits forever): "
+                         "pass fewer `actors` or a smaller `cpus_per_actor`", param="actors")
+    for name, amount in resources.items():
+        offered = float(total.get(name, 0))
+        if count * amount > offered + 1e-9:
+            raise InputError(f"{count} actor(s) need {count * amount:g} of the resource "
+                             f"{name!r}, the Ray cluster offers {offered:g} (an actor that "
+                             "cannot be placed waits forever): start its nodes with "
+                             f"--resources '{{\"{name}\": N}}', or ask for less",
+                             param="resources")
 
 
 def _refuse_another_cluster(ray, address: str | None) -> None:

@@ -61,7 +61,8 @@ from tapt.errors import IndexFormatError, InputError
 from tapt.indexer.ann.faiss_index import (ShardedFaiss, merge_in_groups, search_part,
                                       set_search_param)
 from tapt.indexer.store.identity import same_snapshot
-from tapt.indexer.building.ray_executor import ExecutorError, connect, import_ray, task_error
+from tapt.indexer.building.ray_executor import (ExecutorError, check_placeable, connect,
+                                                custom_resources, import_ray, task_error)
 from tapt.indexer.store.shards import grid_ranges
 from tapt.util import spill
 from tapt.util.checks import real_number, whole_number
@@ -255,18 +256,6 @@ class ShardServer:
         return int(sum(a.nbytes for a in held))
 
 
-def _custom_resources(resources: Any) -> dict[str, float]:
-    """`resources` checked: None, or a dict of resource names to positive finite amounts."""
-    if resources is None:
-        return {}
-    if not isinstance(resources, dict) or not all(isinstance(k, str) and k
-                                                  for k in resources):
-        raise InputError("must be a dict of Ray resource names to amounts, e.g. "
-                         "{\"index-node\": 1}", param="resources")
-    return {k: real_number(v, f"resources.{k}", low=0, low_open=True, what="more than 0")
-            for k, v in resources.items()}
-
-
 def _node_id() -> str | None:
     """The Ray node this process runs on (None outside Ray)."""
     ray = sys.modules.get("ray")          # never imported for this
@@ -342,27 +331,15 @@ class ShardServers:
             whole_number(actors, "actors")
         real_number(cpus_per_actor, "cpus_per_actor", low=0, low_open=True,
                     what="more than 0")
-        resources = _custom_resources(resources)
+        resources = custom_resources(resources)
         self.ray = import_ray("serving an index", param=None)
         self._owned = connect(address)
         count = min(actors or n, n)
-        total = self.ray.cluster_resources()
-        cpus = float(total.get("CPU", 0))
-        if count * cpus_per_actor > cpus + 1e-9:
+        try:
+            check_placeable(self.ray, count, cpus_per_actor, resources)
+        except InputError:
             self.close()
-            raise InputError(f"{count} actor(s) of {cpus_per_actor:g} CPU need "
-                             f"{count * cpus_per_actor:g} CPUs, the Ray cluster has {cpus:g} "
-                             "(an actor that cannot be placed waits forever): pass fewer "
-                             "`actors` or a smaller `cpus_per_actor`", param="actors")
-        for name, amount in resources.items():
-            if count * amount > float(total.get(name, 0)) + 1e-9:
-                self.close()
-                raise InputError(f"{count} actor(s) need {count * amount:g} of the resource "
-                                 f"{name!r}, the Ray cluster offers "
-                                 f"{float(total.get(name, 0)):g} (an actor that cannot be "
-                                 "placed waits forever): start its nodes with "
-                                 f"--resources '{{\"{name}\": N}}', or ask for less",
-                                 param="resources")
+            raise
         groups = [[int(s) for s in g] for g in np.array_split(np.arange(n), count)]
         # a dead actor comes back for the next request; the call it died in fails (no retries:
         # a call on a stopped actor must fail at once, not wait for one)

@@ -80,9 +80,11 @@ def test_configuration_files_tell_another_model_apart_without_loading_it(tmp_pat
 
 
 def _fake_index(tmp_path: Path, recorded: dict):
-    return types.SimpleNamespace(manifest={"model": recorded, "build": {"backend": "torch"}},
+    fake = types.SimpleNamespace(manifest={"model": recorded, "build": {"backend": "torch"}},
                                  path=tmp_path / "idx", check_encoder=_no_load,
                                  _task_backend=lambda device, backend: "torch")
+    fake._refuse_missing_model = types.MethodType(Index._refuse_missing_model, fake)
+    return fake
 
 
 def test_index_load_encoder_refuses_before_loading(tmp_path, monkeypatch, hub_cache):
