@@ -502,8 +502,8 @@ class Index:
                                    check=self.check_encoder)
         except InputError as exc:
             raise ModelMismatchError(
-                f"{exc}; index {self.path} was built with {recorded['name']}: pass `model` with "
-                "its directory"
+                f"{exc.message}; index {self.path} was built with {recorded['name']}: pass "
+                "`model` with its directory"
             ) from exc
         self.check_encoder(encoder)
         return encoder
