@@ -10,9 +10,9 @@ the same):
                                    "Reduced blood flow to the kidneys.",
                                    "A rash on both arms."], budget="500sent")
     print(sel.to_pandas().head())                     # text, weight, score, tapt_..., corpus fields
-    sel.write("sel.jsonl")                            # the selection file `tapt train` reads
-    sel.export("train.parquet")                       # or hf / jsonl / txt, for any trainer
-    tapt.train("sel.jsonl", "model-fused", steps=1000)  # continued MLM pretraining: use a GPU
+    sel.write("sel-fever.jsonl")                      # the selection file `tapt train` reads
+    sel.export("train-fever.parquet")                 # or hf / jsonl / txt, for any trainer
+    tapt.train("sel-fever.jsonl", "model-fever", steps=10)  # MLM pretraining: a short try
 
 Everything the command line does is here, and the command line does it by calling this module:
 `Index.build/open/add/verify/repair/upgrade/reindex/info/recall/select`, `Index.rank_detectors/
