@@ -11,7 +11,12 @@ See `tapt.api` for the whole API. `import tapt` is cheap: the names below load o
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
+
+from tapt.util.machine import torch_single_threaded
+
+os.register_at_fork(after_in_child=torch_single_threaded)
 
 _LAZY = {
     "Index": "tapt.api",

@@ -210,8 +210,10 @@ def _quiet_broken_pipe() -> int:
 @click.version_option(package_name="tapt")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug and tracebacks).")
 @click.option("-q", "--quiet", is_flag=True, help="Warnings and errors only, no progress bars.")
+@click.option("--json", "as_json", is_flag=True,
+              help="The command's output as JSON (as COMMAND --json, where it has --json).")
 @click.pass_context
-def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
+def cli(ctx: click.Context, verbose: int, quiet: bool, as_json: bool) -> None:
     """Select task-like continued-pretraining data from a corpus indexed once.
 
     \b
@@ -219,6 +221,8 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
       tapt select centroid idx --task task.txt --budget 0.2 --out sel.jsonl
       tapt export sel.jsonl --format parquet --out train.parquet
       tapt eval sel.jsonl --index idx --label-field domain --label medical
+
+    -q, -v and --json may also follow the command's name.
     """
     _STATE["verbose"] = verbose
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
@@ -226,7 +230,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     if verbose < 2:
         for noisy in ("sentence_transformers", "transformers", "faiss", "httpx", "huggingface_hub"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
-    ctx.obj = {"progress": not quiet}
+    ctx.obj = {"progress": not quiet, "json": as_json}
 
 
 for _command in (index, select, evaluate, export_command, show_command, train_command,

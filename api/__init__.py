@@ -10,9 +10,9 @@ the same):
                                    "Reduced blood flow to the kidneys.",
                                    "A rash on both arms."], budget="500sent")
     print(sel.to_pandas().head())                     # text, weight, score, tapt_..., corpus fields
-    sel.write("sel.jsonl")                            # the selection file `tapt train` reads
-    sel.export("train.parquet")                       # or hf / jsonl / txt, for any trainer
-    tapt.train("sel.jsonl", "model-fused", steps=1000)  # continued MLM pretraining: use a GPU
+    sel.write("sel-fever.jsonl")                      # the selection file `tapt train` reads
+    sel.export("train-fever.parquet")                 # or hf / jsonl / txt, for any trainer
+    tapt.train("sel-fever.jsonl", "model-fever", steps=10)  # MLM pretraining: a short try
 
 Everything the command line does is here, and the command line does it by calling this module:
 `Index.build/open/add/verify/repair/upgrade/reindex/info/recall/select`, `Index.rank_detectors/
@@ -37,13 +37,13 @@ from .options import (CONTEXTS, MLM_EVAL_BATCH, config_fields, default_memory,
 from .selections import bench_recall, evaluate, export, plot_scores, show
 from .http_serve import HTTPServer
 from .rooms import LIMITS
-from .served import ServedIndex, answer_line, answer_request
+from .served import ServedIndex, answer_line, answer_request, answer_stream
 from .serving import serve
 from .training import evaluate_mlm, model_path, pretrain, train
 
 __all__ = ["Index", "ServedIndex", "HTTPServer", "LIMITS", "Selection", "serve", "answer_request",
-           "answer_line", "train", "pretrain", "model_path", "evaluate_mlm", "evaluate", "export",
-           "show", "plot_scores", "bench_recall", "method_names",
+           "answer_line", "answer_stream", "train", "pretrain", "model_path", "evaluate_mlm",
+           "evaluate", "export", "show", "plot_scores", "bench_recall", "method_names",
            "bench_downstream",
            "describe_methods", "method_specs", "method_params", "config_fields", "default_memory",
            "parse_memory", "executor_names", "input_formats", "CONTEXTS", "MLM_EVAL_BATCH",

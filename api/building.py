@@ -8,6 +8,7 @@ import os
 from typing import Any, Iterator, Self, Sequence
 
 from tapt.errors import InputError
+from tapt.util.checks import path_text, shown
 
 from .arguments import PathLike
 from .options import config_settings
@@ -96,11 +97,11 @@ class IndexBuilding:
         """
         from tapt.indexer.building import build_config
         from tapt.indexer.building.pipeline import build_index, check_index_output, parse_count
-        from tapt.indexer.encoding.encoder import load_encoder
         from tapt.indexer.building.executors import EncoderSpec
         from tapt.indexer.ann.index_choice import DEFAULT_MEMORY
 
         inputs = _inputs(inputs, hf_datasets, hf_split)
+        path_text(out, "out")
         own = dict(segment_size=segment_size, batch_size=batch_size, split=split,
                    text_field=text_field, doc_field=doc_field or None,
                    text_docs=text_docs, input_format=input_format,
@@ -119,7 +120,7 @@ class IndexBuilding:
                      gpus_per_worker=gpus_per_worker, ray_timeout=ray_timeout,
                      ray_retries=ray_retries) as runner:
             spec = None if encoder is not None else EncoderSpec(model, device, backend)
-            encoder = encoder or load_encoder(model, device=device, backend=backend)
+            # the model loads once the corpus is scanned: its mistakes are refused first
             build_index(inputs, out, encoder, config,
                         executor=None if isinstance(runner, str) else runner, encoder_spec=spec)
         return cls(out)
@@ -184,7 +185,8 @@ class IndexBuilding:
         config_settings("add", build_config.BuildConfig, settings, own)
         inputs = _inputs(inputs, hf_datasets, hf_split)
         check_add_inputs(self.path, inputs)  # before the model is loaded
-        encoder = self._checked_encoder(encoder, model, device, backend).get()
+        # loaded (and checked) once the new inputs are scanned: their mistakes are refused first
+        encoder = self._checked_encoder(encoder, model, device, backend)
         with _runner(executor, progress, ray_address=ray_address, ray_workers=ray_workers,
                      gpus_per_worker=gpus_per_worker, ray_timeout=ray_timeout,
                      ray_retries=ray_retries) as runner:
@@ -222,8 +224,14 @@ def _inputs(inputs: Any, hf_datasets: Sequence[str], hf_split: str | None) -> li
     """Corpus inputs as the reader takes them: paths and URLs, plus Hub dataset specs."""
     from tapt.indexer.reading.reader import HubDataset
 
-    items = [inputs] if isinstance(inputs, (str, os.PathLike, HubDataset)) else list(inputs or ())
-    out = [i if isinstance(i, HubDataset) else os.fspath(i) for i in items]
+    if isinstance(inputs, (str, os.PathLike, HubDataset)):
+        items = [inputs]
+    elif inputs is None or isinstance(inputs, (list, tuple)):
+        items = list(inputs or ())
+    else:
+        raise InputError(f"must be a path or a list of paths, got {shown(inputs)}",
+                         param="corpus")       # as every error about the corpus names it
+    out = [i if isinstance(i, HubDataset) else path_text(i, "corpus") for i in items]
     out += [HubDataset.parse(spec, hf_split) for spec in hf_datasets]
     if not out:
         raise InputError("give corpus files, folders or URLs, or `hf_datasets`", param="inputs")

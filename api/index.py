@@ -238,7 +238,11 @@ class Index(IndexBuilding, _IndexBase):
                 `sweep` (value, recall, raw_recall, candidates, ms_per_query per row).
         """
         from tapt.indexer.ann.ann_recall import recall_report
+        from tapt.util.checks import whole_number
 
+        whole_number(queries, "queries")
+        whole_number(k, "k")
+        whole_number(seed, "seed", minimum=0)
         return recall_report(self.faiss, self.embeddings, self.manifest.get("faiss", {}),
                              queries=queries, k=k, values=None if values is None else
                              list(values), seed=seed, progress=progress)
@@ -438,6 +442,9 @@ class Index(IndexBuilding, _IndexBase):
 
         if isinstance(texts, str):
             raise InputError("pass a list of strings, not one string", param="texts")
+        if not isinstance(texts, Iterable):
+            raise InputError(f"pass a list of strings, not {type(texts).__name__}",
+                             param="texts")
         texts = list(texts)
         if not all(isinstance(t, str) for t in texts):
             raise InputError("every item must be a string", param="texts")

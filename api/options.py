@@ -219,8 +219,11 @@ def config_settings(kind: str, config: type, settings: dict[str, Any],
     """
     from tapt.errors import InputError
 
+    from tapt.util.checks import did_you_mean
+
     allowed = {desc["name"] for desc in config_fields(kind, config)} - set(explicit)
     for name in settings:
         if name not in allowed:
-            raise InputError(f"unknown keyword {name!r}", param=name)
+            raise InputError(f"unknown keyword `{name}`"
+                             f"{did_you_mean(name, [*allowed, *explicit])}", param=name)
     return settings

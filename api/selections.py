@@ -4,9 +4,9 @@ show`, `tapt plot scores`, `tapt bench recall`)."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Sequence
 
+from tapt.errors import InputError
 from tapt.retriever.selections.selection import Selection
 
 from .arguments import PathLike
@@ -31,9 +31,15 @@ def evaluate(selections: PathLike | Sequence[PathLike], index: PathLike | Index,
             seconds.
     """
     from tapt.retriever.evaluation.evaluate import evaluate_selections
+    from tapt.util.checks import path_list
 
-    paths = [selections] if isinstance(selections, (str, os.PathLike)) else list(selections)
-    return evaluate_selections([os.fspath(p) for p in paths], index, label_field, label)
+    paths = path_list(selections, "selections")
+    if not paths:
+        raise InputError("give at least one selection file", param="selections")
+    for name, value in (("label", label), ("label_field", label_field)):
+        if not isinstance(value, str) or not value:
+            raise InputError(f"must be a non-empty string, got {value!r}", param=name)
+    return evaluate_selections(list(paths), index, label_field, label)
 
 
 def export(selection: PathLike | Selection, out: PathLike | Any, format: str | None = None, *,
@@ -50,8 +56,16 @@ def export(selection: PathLike | Selection, out: PathLike | Any, format: str | N
         format, segments and sentences written.
     """
     from tapt.retriever.selections.selection import export_format
+    from tapt.util.checks import flag, path_text, shown
 
-    sel = selection if isinstance(selection, Selection) else Selection.read(selection)
+    flag(overwrite, "overwrite")
+    if format is not None and not isinstance(format, str):
+        raise InputError(f"must be jsonl, parquet, hf, txt or None, got {shown(format)}",
+                         param="format")
+    if not hasattr(out, "write"):
+        path_text(out, "out")
+    sel = selection if isinstance(selection, Selection) else Selection.read(
+        path_text(selection, "selection"))
     if hasattr(out, "write"):
         fmt = format or "jsonl"
         out.writelines(sel.lines(fmt))

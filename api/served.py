@@ -75,6 +75,11 @@ class ServedIndex(Index):
         self.__dict__["faiss"] = servers.faiss(self)
         return servers
 
+    def configure(self, config):
+        """`Index.configure`, refused once the served index is closed (before any work)."""
+        self.servers.check_open()
+        return super().configure(config)
+
     def top_cut(self, scorer, view, cut, on: str = "rows"):
         """A budget's cut of the segments ranked by a row scorer's mean sentence scores, made
         by the actors (`ShardServers.top`): what `SentenceScored.budget_candidates` computes in
@@ -167,16 +172,49 @@ class ServedIndex(Index):
 REQUEST_KEYS = ("id", "method", "task", "budget", "params", "segment_size", "seed", "out",
                 "overwrite", "explain")
 REQUEST_DEPTH = 64      # nesting of a request's arrays and objects
+REQUEST_BYTES = 32 << 20    # one request line at most (a task's sentences inline included)
 STDOUT = "-"            # "out": the selection's lines in the answer, as `tapt select --out -`
+# `Index.select` keywords a request's `params` may hold besides the method's own parameters
+PARAMS_OF_SELECT = ("context",)
 
 
-def answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, Any]:
+def answer_stream(served: Index, stream: Any, limit: int = REQUEST_BYTES) -> Any:
+    """Answer every request of a binary stream, one per line (`tapt index serve`): lines end
+    at a line feed only (a bare carriage return inside one is JSON whitespace, never a line
+    end), blank lines are skipped, and a line that is not UTF-8 or longer than `limit` bytes
+    is answered with an error like any other bad request, and the next one is read.
+
+    Args:
+        served: The index.
+        stream: A binary stream (`sys.stdin.buffer`, a file opened "rb").
+        limit: Most bytes of one request line.
+
+    Yields:
+        Each request's answer, as `answer_request` returns it.
+    """
+    while True:
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):      # the rest of the line is dropped
+                line = stream.readline(1 << 20)
+            yield {"id": None, "error": f"request: longer than {limit:,} bytes; give a long "
+                                        "task as a file's path"}
+            continue
+        if line.strip():
+            yield answer_request(served, line)
+
+
+def answer_request(served: Index, request: dict[str, Any] | str | bytes) -> dict[str, Any]:
     """Answer one selection request (`tapt index serve` reads them line by line).
 
     Args:
         served: The index (a `ServedIndex`, or any `Index`).
-        request: A JSON object (or its text) with `method`, `task` (a task file's path, a list
-            of paths under "files", or a list of sentences), `budget`, and optionally `params`
+        request: A JSON object (or its text, or that text's UTF-8 bytes) with `method`, `task`
+            (a task file's path or URL, a list of them under "files", or a list of sentences;
+            paths are used as written: no `~` or `$VARIABLE` is expanded), `budget`, and
+            optionally `params`
             (the method's parameters), `segment_size`, `seed`, `out` (write the selection file
             there; "-": return its lines in the answer, as `tapt select --out -` writes them
             to standard output), `overwrite`, `explain` (why each segment was picked, in
@@ -252,7 +290,9 @@ def _shown(value: Any) -> str:
 
 def _refuse_non_finite(request: dict[str, Any]) -> None:
     """Refuse a request nested deeper than REQUEST_DEPTH (a cycle too), or holding a number
-    that is not finite anywhere (its answer could echo it, and JSON has no spelling for it)."""
+    that is not finite anywhere (its answer could echo it, and JSON has no spelling for it), or
+    a string or key with a lone surrogate (`"\\ud800"`: JSON can spell one, UTF-8 cannot, so
+    no path, file or answer could carry it)."""
     stack: list[tuple[Any, str, int]] = [(request, "", 0)]
     while stack:
         value, where, depth = stack.pop()
@@ -261,6 +301,10 @@ def _refuse_non_finite(request: dict[str, Any]) -> None:
         if isinstance(value, (float, np.floating)) and not np.isfinite(value):
             raise InputError(f"{_shown(value)} is not a finite number (JSON has none)",
                              param=where or "request")
+        for text in (value, *value) if isinstance(value, dict) else (value,):
+            if isinstance(text, str) and not _utf8(text):
+                raise InputError("holds a lone surrogate (a \\ud800-\\udfff escape alone), "
+                                 "which UTF-8 cannot carry", param=where or "request")
         if isinstance(value, dict):
             stack += [(v, f"{where}.{k}" if where else str(k), depth + 1)
                       for k, v in value.items()]
@@ -268,17 +312,63 @@ def _refuse_non_finite(request: dict[str, Any]) -> None:
             stack += [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
 
 
-def _answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, Any]:
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _literal_path(value: str, param: str) -> str:
+    """A path of a request, used as written: a shell's `~` or `$VARIABLE` is refused rather
+    than taken as a folder named `~` (or `$HOME`) under the server's working directory, and
+    never expanded with the server's own environment."""
+    from tapt.util.checks import path_text
+
+    path_text(value, param)
+    if value.startswith("~") or "$" in value:
+        raise InputError(f"{value!r}: a request's paths are used as written, never expanded "
+                         "as a shell would (no ~, no $VARIABLE): give the path itself",
+                         param=param)
+    return value
+
+
+def _request_params(params: Any) -> dict[str, Any]:
+    """The request's `params`: the method's parameters (and PARAMS_OF_SELECT), never a key
+    of the request itself nor another keyword of `Index.select`."""
+    import inspect
+
+    if not isinstance(params, dict):
+        raise InputError("must be a JSON object of the method's parameters", param="params")
+    keywords = [name for name, p in inspect.signature(Index.select).parameters.items()
+                if p.kind is not p.VAR_KEYWORD and name != "self"]
+    for key in params:
+        if key in REQUEST_KEYS:
+            raise InputError(f"{key} is a key of the request, not a method parameter: give it "
+                             "beside params", param=f"params.{key}")
+        if key in keywords and key not in PARAMS_OF_SELECT:
+            raise InputError(f"{key} is not a parameter a request sets (the server's own "
+                             "setting)", param=f"params.{key}")
+    return params
+
+
+def _answer_request(served: Index, request: dict[str, Any] | str | bytes) -> dict[str, Any]:
     """`answer_request` before its answer is checked to be strict JSON."""
     import json
     import time
-    from pathlib import Path
 
     from tapt.errors import TaptError
 
     start = time.perf_counter()
     rid = None
     try:
+        if isinstance(request, (bytes, bytearray)):
+            try:
+                request = bytes(request).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"not valid UTF-8 (byte {exc.start + 1}); send requests as "
+                                 "UTF-8 JSON", param="request") from None
         if isinstance(request, str):
             try:
                 request = json.loads(request)
@@ -298,24 +388,24 @@ def _answer_request(served: Index, request: dict[str, Any] | str) -> dict[str, A
         if "method" not in request:
             raise InputError("needs a method", param="method")
         task = request.get("task")
-        if isinstance(task, str):
-            task = Path(task)
+        if isinstance(task, str):           # a path or URL, read as `tapt select --task` reads it
+            task = {"files": [_literal_path(task, "task")]}
         elif isinstance(task, dict):
             files = task.get("files")
             if set(task) != {"files"} or not isinstance(files, list) or not files or not all(
-                    isinstance(p, str) and p for p in files):
+                    isinstance(p, str) for p in files):
                 raise InputError('a task object is {"files": [paths, ...]}', param="task")
-            task = [Path(p) for p in files]
+            task = {"files": [_literal_path(p, "task") for p in files]}
         elif task is not None and not (isinstance(task, list) and task
                                        and all(isinstance(t, str) for t in task)):
             raise InputError("a task file's path, {\"files\": [paths]}, or a list of "
                              "sentences", param="task")
-        params = request.get("params") or {}
-        if not isinstance(params, dict):
-            raise InputError("must be a JSON object of the method's parameters", param="params")
+        params = _request_params(request.get("params") or {})
         out = request.get("out")
-        if out is not None and not (isinstance(out, str) and out):
+        if out is not None and not isinstance(out, str):
             raise InputError("must be a path (a string)", param="out")
+        if out is not None and out != STDOUT:
+            _literal_path(out, "out")
         overwrite, explain = request.get("overwrite", False), request.get("explain", False)
         for name, flag in (("overwrite", overwrite), ("explain", explain)):
             if not isinstance(flag, bool):

@@ -102,6 +102,7 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         TrainingInterrupted: Ctrl-C; a checkpoint was saved (resume with `resume=True`).
     """
     from tapt.trainer import config as train_config
+    from tapt.trainer.inputs import check_selections
     from tapt.util.checks import shown
     from tapt.trainer.loop import train as run_training
 
@@ -126,6 +127,7 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         compare=tuple([compare] if isinstance(compare, str) else compare or ()))
     config_class = train_config.TrainConfig     # looked up here: tests swap in a variant
     config = config_class(**own, **config_settings("train", config_class, settings, own))
+    check_selections(config.selections)     # from the manifests, before torch is imported
     manifest = run_training(config, on_step=on_step)
     if config.compare:
         manifest = {**manifest, "comparison": _compare(config, manifest)}

@@ -64,7 +64,7 @@ def run_cases() -> tuple[list[str], collections.Counter]:
 
     def patch(cls):
         tapt.indexer.encoding.encoder.load_encoder = (
-            lambda spec=None, device="auto", backend="auto", threads=None: cls())
+            lambda spec=None, device="auto", backend="auto", threads=None, **_: cls())
 
     for case in CASES:
         with tempfile.TemporaryDirectory(prefix="tapt-hostile-") as tmp:

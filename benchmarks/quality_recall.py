@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Selection quality (issue 14): the new methods beside `fused` on one labelled pool, same tasks.
+"""Selection quality: the new methods beside `fused` on one labelled pool, same tasks.
 
 For every domain of the pool and every seed count (100 / 500 / 2,000; 3 repeats below 2,000, the
 seed subsets of `tapt bench recall`: `labelled_pool.seed_subset`), the task is scored by
@@ -241,7 +241,7 @@ def finetune_task(run: Run, s, size: int, rep: int, prerank_name: str) -> dict:
     return {"rows": rows, "curves": curves, "info": info}
 
 
-GOALS = (  # (seeds, segment size, mean precision at the oracle budget) from issue 14
+GOALS = (  # (seeds, segment size, mean precision at the oracle budget) aimed for
     (2000, 1, 0.93), (2000, 15, 0.97), (100, 1, 0.87), (100, 15, 0.94))
 
 
@@ -252,7 +252,7 @@ def goals_markdown(agg: list[dict]) -> str:
     methods = sorted({r["method"] for r in agg})
     head = [f"{n} seeds, size {z}: >= {g}" for n, z, g in GOALS] + [
         "2000 seeds: worst domain >= 0.80"]
-    lines = ["## Goals (issue 14): mean precision at the oracle budget", "",
+    lines = ["## Goals: mean precision at the oracle budget", "",
              "| method | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
     for m in methods:
         cells = []

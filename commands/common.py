@@ -66,9 +66,23 @@ class _BrokenPipe(Exception):
 
 class TaptCommand(click.Command):
     """A command whose failures become one line: tapt errors name this command's flags,
-    Ctrl-C exits 130."""
+    Ctrl-C exits 130. It takes `-q` and `-v` after its name too, and `--json` before it
+    (`tapt --json COMMAND`) where it has `--json`; an out-of-range number is status 1."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        taken = {opt for param in self.params for opt in getattr(param, "opts", [])}
+        self.params += [o for o in common_options() if not set(o.opts) & taken]
+        for param in self.params:
+            if isinstance(param.type, click.types._NumberRangeBase):
+                param.type = _InRange(param.type)
 
     def invoke(self, ctx: click.Context):
+        root = ctx.find_root().obj
+        if isinstance(root, dict) and root.get("json"):
+            if "as_json" not in ctx.params:
+                raise click.UsageError(f"{ctx.command_path} has no --json", ctx=ctx)
+            ctx.params["as_json"] = True
         try:
             return super().invoke(ctx)
         except TaptError as exc:
@@ -79,6 +93,81 @@ class TaptCommand(click.Command):
             if exc.errno == errno.EPIPE:
                 raise _BrokenPipe() from exc
             raise
+
+
+class ValueRefused(click.BadParameter):
+    """An option value of the right type that the command refuses (out of its range): exit
+    status 1, as every refusal of a value the library makes (`--budget 0`, `--lr nan`); a value
+    that is not of the option's type at all (`--steps x`, a choice not offered) is a usage
+    error, status 2 (docs/reference/reliability.md, Exit statuses)."""
+
+    exit_code = 1
+
+    def format_message(self) -> str:
+        if isinstance(self.param_hint, str):
+            return f"{self.param_hint}: {self.message}"
+        if self.param is None:
+            return self.message
+        return f"{_flag_of(self.param.name, self.ctx)}: {self.message}"
+
+
+class _InRange(click.ParamType):
+    """A click number range whose out-of-range values are `ValueRefused` (status 1); its
+    values that are not numbers stay usage errors (status 2). `TaptCommand` wraps every
+    `click.IntRange` and `click.FloatRange` of its options in one."""
+
+    def __init__(self, inner: click.types._NumberRangeBase) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def convert(self, value, param, ctx):
+        number = (click.INT if isinstance(self.inner, click.IntRange) else click.FLOAT
+                  ).convert(value, param, ctx)      # not a number: a usage error (status 2)
+        try:
+            return self.inner.convert(number, param, ctx)
+        except click.BadParameter:
+            raise ValueRefused(f"must be in the range {self.inner._describe_range()}, got "
+                               f"{number}", ctx=ctx, param=param) from None
+
+    def get_metavar(self, param, ctx=None):
+        return self.inner.get_metavar(param, ctx)
+
+    def to_info_dict(self):
+        return self.inner.to_info_dict()
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+
+def _quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """`-q` after the command: as `tapt -q COMMAND` (no progress bars, warnings and errors
+    only)."""
+    import logging
+
+    if value:
+        root = ctx.find_root()
+        if isinstance(root.obj, dict):
+            root.obj["progress"] = False
+        logging.getLogger().setLevel(logging.WARNING)
+
+
+def _verbose(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    """`-v` after the command: as `tapt -v COMMAND` (added to any given before it)."""
+    import logging
+
+    if value:
+        _STATE["verbose"] = _STATE.get("verbose", 0) + value
+        logging.getLogger().setLevel(logging.DEBUG if _STATE["verbose"] > 1 else logging.INFO)
+
+
+def common_options() -> list[click.Option]:
+    """The options every command takes after its name as well as before (`tapt -q select ...`
+    and `tapt select ... -q`)."""
+    return [click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_quiet,
+                         help="Warnings and errors only, no progress bars (as tapt -q)."),
+            click.Option(["-v", "--verbose"], count=True, expose_value=False,
+                         callback=_verbose, help="More log output (as tapt -v; -vv for debug "
+                                                 "and tracebacks).")]
 
 
 class CommandGroup(click.Group):

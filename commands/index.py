@@ -12,7 +12,8 @@ import sys
 import click
 
 from tapt import api
-from tapt.commands.common import CLICK_SETTINGS, CommandGroup, _domain_errors, _Interrupted
+from tapt.commands.common import (CLICK_SETTINGS, CommandGroup, ValueRefused, _domain_errors,
+                                  _Interrupted)
 from tapt.commands.options import (_HF_DATASET, SEED, _backend_option, _config_options,
                                    _faiss_options, _inputs, _ray_options)
 from tapt.errors import InputError, Interrupted
@@ -226,9 +227,9 @@ def index_info(idx, as_json) -> None:
               help="What the actors keep in RAM: the float16 embeddings, or the int8 codes "
                    "(half the RAM; for --scan codes of the methods that have it: "
                    "other scans then read the embeddings from disk).")
-@click.option("--requests", "requests_file", type=click.File("r", encoding="utf-8"),
-              default="-", show_default=True,
-              help="File of requests, one JSON object per line ('-': standard input).")
+@click.option("--requests", "requests_file", type=click.File("rb"), default="-",
+              show_default=True,
+              help="File of requests, one UTF-8 JSON object per line ('-': standard input).")
 @click.option("--http", default=None, metavar="HOST:PORT",
               help="Answer HTTP on Ray Serve instead: POST /select, GET /health, GET /index, "
                    "GET /openapi.json and the page at / (no standard input read).")
@@ -266,7 +267,9 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, 
     is one JSON line on standard output: the selected segment ids in rank order and counts
     (the selection file too, with "out"; with "out": "-", as select --out -, no file: the
     selection's lines in the answer, under "selection"), or {"id": ..., "error": ...}. A
-    number JSON cannot spell (NaN, 1e999) is refused. Exit status 1 when a request failed.
+    number JSON cannot spell (NaN, 1e999) is refused; a line that is not UTF-8 or longer than
+    32 MiB is answered with an error and the next is read. Paths are used as written (no ~ or
+    $VARIABLE). Exit status 1 when a request failed.
     Needs Ray: pip install 'tapt[ray]'.
 
     With --http HOST:PORT the same requests come over HTTP on Ray Serve (POST /select; the
@@ -284,7 +287,7 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, 
       tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
       tapt index serve idx --hold codes < requests.jsonl  # "params": {"scan": "codes"}
     """
-    from tapt.api import answer_line, answer_request, serve
+    from tapt.api import answer_line, answer_stream, serve
 
     if http is not None:
         if ctx.get_parameter_source("requests_file") == click.core.ParameterSource.COMMANDLINE:
@@ -309,10 +312,7 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, 
             click.echo(f"serving {idx}: {served.n_sentences:,} sentences in "
                        f"{len(served.shards)} shard(s) on {len(served.servers.actors)} Ray "
                        "actor(s); one JSON request per line", err=True)
-        for line in requests_file:
-            if not line.strip():
-                continue
-            reply = answer_request(served, line)
+        for reply in answer_stream(served, requests_file):
             answered += 1
             failed += "error" in reply
             answers.write(answer_line(reply) + "\n")
@@ -365,7 +365,7 @@ def _stdout_for_answers():
 @index.command("verify", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
 @click.option("--deep", is_flag=True, help="Also re-embed a sample of stored sentences.")
-@click.option("--sample", default=200, show_default=True, type=int,
+@click.option("--sample", default=200, show_default=True, type=click.IntRange(min=1),
               help="Rows sampled for the row-level checks.")
 @click.option("--model", default=None, help="The index's model directory, for --deep.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per check.")
@@ -381,8 +381,6 @@ def index_verify(ctx, idx, deep, sample, model, as_json) -> None:
       tapt index verify idx
       tapt index verify idx --deep --json
     """
-    if sample < 1:
-        raise click.BadParameter("must be at least 1", param_hint="--sample")
     report = api.Index.verify_path(idx, deep=deep, sample=sample, model=model,
                           progress=ctx.obj["progress"])
     for f in report.findings:
@@ -476,7 +474,7 @@ def _int_list(ctx, param, value):
     except ValueError:
         raise click.BadParameter("use comma-separated integers, e.g. 16,32,64") from None
     if not out or min(out) < 1:
-        raise click.BadParameter("values must be positive integers")
+        raise ValueRefused("values must be positive integers", ctx=ctx, param=param)
     return out
 
 

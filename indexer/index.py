@@ -22,6 +22,7 @@ import numpy as np
 
 from tapt.errors import IndexFormatError, InputError, ModelMismatchError
 from tapt.util import spill
+from tapt.util.checks import path_text
 from tapt.util.files import read_regular, regular_file
 
 from .store import integrity
@@ -84,7 +85,7 @@ class Index:
         if not isinstance(path, (str, os.PathLike)):
             raise InputError(f"an index is opened from a path, not {type(path).__name__}",
                              param="path")
-        self.path = Path(path)
+        self.path = Path(path_text(path, "path"))
         self._versions = tuple(versions)
         self._check_faiss = check_faiss
         # friendly errors before anything else
@@ -100,7 +101,9 @@ class Index:
                     if isinstance(exc, IndexFormatError):
                         raise
                     shown = str(exc).replace(f"{_PROC_FD}/{dir_fd}", str(self.path))
-                    raise damaged(self.path, shown) from exc
+                    if isinstance(exc, PermissionError) and exc.filename:
+                        shown = str(exc.filename).replace(f"{_PROC_FD}/{dir_fd}/", "")
+                    raise damaged(self.path, shown, exc) from exc
                 # `tapt index add` swapped in a new generation while we opened this one: retry
         raise IndexFormatError(f"index {self.path} kept changing while it was being opened")
 
@@ -481,20 +484,42 @@ class Index:
         `backend="auto"` embeds with the backend the index was built with (the same embedding
         function for corpus and task) where the device allows it, else the device's default.
         """
-        from .encoding.encoder import load_encoder
+        from .encoding.encoder import file_differences, load_encoder
+        from .encoding.models import display_name, file_facts
 
         recorded = self.manifest["model"]
         spec = model if model is not None else (recorded.get("source") or recorded["name"])
+        if model is not None:
+            self._refuse_missing_model(model)   # the index's own: load_encoder refuses it
         backend = self._task_backend(device, backend)
+        diffs = file_differences(recorded, file_facts(spec))    # seconds before a load would
+        if diffs:
+            raise ModelMismatchError(
+                f"model {display_name(spec)} is not the model index {self.path} was built with "
+                f"({recorded['name']}): it has {'; '.join(diffs)}")
         try:
-            encoder = load_encoder(spec, device=device, backend=backend)
+            encoder = load_encoder(spec, device=device, backend=backend,
+                                   check=self.check_encoder)
         except InputError as exc:
             raise ModelMismatchError(
-                f"{exc}; index {self.path} was built with {recorded['name']}: pass `model` with "
-                "its directory"
+                f"{exc.message}; index {self.path} was built with {recorded['name']}: pass "
+                "`model` with its directory"
             ) from exc
         self.check_encoder(encoder)
         return encoder
+
+    def _refuse_missing_model(self, spec: str | None) -> None:
+        """Refuse a model argument that names no model (an empty one, a folder that is not
+        there: `models.missing_model`) before anything is loaded or read from a cache."""
+        from .encoding.models import missing_model
+
+        if spec is not None:
+            path_text(spec, "model")
+        missing = missing_model(spec)
+        if missing:
+            raise ModelMismatchError(f"{missing}; index {self.path} was built with "
+                                     f"{self.manifest['model']['name']}: pass `model` with its "
+                                     "directory")
 
     def _task_backend(self, device: str, backend: str) -> str:
         """`load_encoder`'s backend before `resolve_backend`: `auto` is the index's own."""
@@ -530,6 +555,8 @@ class Index:
         if encoder is not None:
             self.check_encoder(encoder)
             return LazyEncoder.of(encoder)
+        if model is not None:
+            self._refuse_missing_model(model)       # given: refused now, not on first use
         recorded = self.manifest["model"]
         key = stamp = None
         if model is None and recorded.get("fingerprint"):
@@ -554,5 +581,10 @@ class Index:
                         if item.is_dir() else item.stat().st_size)
                 sizes[item.name] = sizes.get(item.name, 0) + size
 
-        add(self.path)
+        try:
+            add(self.path)
+        except OSError as exc:
+            raise IndexFormatError(f"index {self.path} cannot be listed any more "
+                                   f"({exc.strerror or exc}): it was moved, deleted or made "
+                                   "unreadable after it was opened; open it again") from exc
         return sizes

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from tapt.errors import InputError
 from tapt.indexer.store.identity import describe
-from tapt.retriever.selections.file_format import SelectedSegment, manifest_path, read_selection
+from tapt.retriever.selections.file_format import (SelectedSegment, checked_selection,
+                                                  manifest_path, read_manifest)
 from tapt.util.files import sha256_file
 
 if TYPE_CHECKING:
@@ -41,21 +42,70 @@ def read_texts(paths: Sequence[str], strings: Sequence[str], text_field: str, wh
     return None
 
 
-def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[dict[str, Any]]]:
+def check_selections(paths: Sequence[str]) -> None:
+    """The cheap refusals of `load_selections`, from the manifests alone (no segment read, no
+    torch imported): a file that is no selection (an export), a missing manifest, selections
+    of different indexes or generations. `tapt.train` runs them before anything slow.
+
+    Args:
+        paths: The selection files.
+
+    Raises:
+        InputError: as `load_selections` would, before it reads a segment.
+    """
+    first: tuple[str, dict[str, Any]] | None = None
+    for path in paths:
+        first = _one_index(first, str(path), read_manifest(path))
+
+
+def _one_index(first: tuple[str, dict[str, Any]] | None, path: str, manifest: dict[str, Any]
+               ) -> tuple[str, dict[str, Any]] | None:
+    """The first selection's (path, index) once `manifest`'s index is checked against it: a
+    selection of another index, or of another generation of it, is refused (its rows would
+    refer to other text)."""
+    index = manifest.get("index") or {}
+    if not (isinstance(index, dict) and index.get("uuid")):
+        return first
+    if first is None:
+        return path, index
+    if index["uuid"] != first[1]["uuid"]:
+        raise InputError(
+            f"selections {first[0]} and {path} come from different indexes "
+            f"(uuid {first[1]['uuid']} vs {index['uuid']}); train on selections of one index")
+    if index.get("manifest_sha256") != first[1].get("manifest_sha256"):
+        raise InputError(
+            f"selections {first[0]} and {path} come from different generations of "
+            f"index {index['uuid']}: {describe(first[1])} vs {describe(index)}; select "
+            "again from one generation")
+    return first
+
+
+def load_selections(paths: Sequence[str], progress: bool = False
+                    ) -> tuple[list[SelectedSegment], list[dict[str, Any]]]:
     """All segments of the selection files (in order) and a provenance record per file.
 
     Refuses a selection without segments, and selections made from different indexes or from
     different generations of one index (after `tapt index add`, or copies that grew apart under
     one uuid): their rows would refer to different text. A selection given twice (the same
     file, or a copy of it) is read once, with a warning; selections that overlap are not
-    merged (each keeps its segments).
+    merged (each keeps its segments). `progress` shows a bar of the segments read.
     """
+    from tqdm.auto import tqdm
+
     segments: list[SelectedSegment] = []
     records: list[dict[str, Any]] = []
     first: tuple[str, dict[str, Any]] | None = None
     seen: dict[str, str] = {}
+    check_selections(paths)
+    bar = tqdm(desc="read selections", unit="seg", disable=not progress, dynamic_ncols=True)
     for path in paths:
-        manifest, segs = read_selection(path)
+        with checked_selection(path) as (manifest, read):
+            segs = []
+            for segment in read:
+                segs.append(segment)
+                if len(segs) % 4096 == 0:
+                    bar.update(4096)
+            bar.update(len(segs) % 4096)
         manifest_sha = sha256_file(manifest_path(path))    # the same run: same manifest
         if manifest_sha in seen:
             logger.warning("selection %s is the same as %s: read once", path, seen[manifest_sha])
@@ -64,20 +114,8 @@ def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[d
         digest = manifest.get("selection_sha256") or sha256_file(path)
         if not segs:
             raise InputError(f"selection {path} has no segments; nothing to train on")
+        first = _one_index(first, str(path), manifest)
         index = manifest.get("index") or {}
-        if isinstance(index, dict) and index.get("uuid"):
-            if first is None:
-                first = (str(path), index)
-            elif index["uuid"] != first[1]["uuid"]:
-                raise InputError(
-                    f"selections {first[0]} and {path} come from different indexes "
-                    f"(uuid {first[1]['uuid']} vs {index['uuid']}); train on selections of one "
-                    "index")
-            elif index.get("manifest_sha256") != first[1].get("manifest_sha256"):
-                raise InputError(
-                    f"selections {first[0]} and {path} come from different generations of "
-                    f"index {index['uuid']}: {describe(first[1])} vs {describe(index)}; select "
-                    "again from one generation")
         segments.extend(segs)
         records.append({
             "path": str(path),
@@ -88,6 +126,7 @@ def load_selections(paths: Sequence[str]) -> tuple[list[SelectedSegment], list[d
             "task": manifest.get("task"),
             "segments": len(segs),
         })
+    bar.close()
     return segments, records
 
 

@@ -107,7 +107,7 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     inputs = training_inputs(config)
     check_output(out, None, config.resume, inputs)  # cheap refusals before the slow loading
     resolve_device(config.device)
-    segments, selection_records = load_selections(config.selections)
+    segments, selection_records = load_selections(config.selections, config.progress)
     task = read_texts(config.task, config.task_texts, config.text_field, "task text", "task")
     task_docs = task.documents if task else []
     task_hashes = task.file_sha256 if task else []
@@ -119,9 +119,11 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     torch.manual_seed(config.seed)  # the head of a base encoder is initialised reproducibly
     model, tokenizer, model_info = mlm.load_mlm(config.model, warn=False)
     mlm.check_max_length(model, config.max_length, model_info["name"])
-    selection_examples = segment_examples(segments, tokenizer, config.max_length)
-    task_examples = document_examples(task_docs, tokenizer, config.max_length, "task")
-    eval_examples = document_examples(eval_docs, tokenizer, config.max_length, "eval")
+    selection_examples = segment_examples(segments, tokenizer, config.max_length, config.progress)
+    task_examples = document_examples(task_docs, tokenizer, config.max_length, "task",
+                                      config.progress)
+    eval_examples = document_examples(eval_docs, tokenizer, config.max_length, "eval",
+                                      config.progress)
     if selection_examples or not task_examples:
         plan = TrainingPlan(selection_examples, task_examples, ratio=config.mix_ratio,
                             weights=config.weights, seed=config.seed,

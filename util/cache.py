@@ -149,8 +149,11 @@ def write_checked(path: Path, payload: bytes) -> bool:
             fh.write(payload)
             fh.write(_MAGIC + _digest(path, payload))
         return True
-    except StorageError as exc:
-        warn_once(f"cache-write:{path.parent}", "cache entry %s not written (%s)", path, exc)
+    except StorageError as exc:        # a full disk: the answer is the same, only not cached
+        cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else None
+        warn_once(f"cache-write:{path.parent.parent}", "the tapt cache %s cannot hold more "
+                  "entries (%s); continuing without caching them", path.parent.parent,
+                  (cause.strerror if cause is not None else None) or exc)
     except OSError as exc:
         _unusable(path.parent, exc)
     return False

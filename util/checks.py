@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -100,11 +100,36 @@ def choice(value: Any, param: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def path_text(value: Any, param: str) -> str:
-    """A path as a string, refused unless it is a non-empty str or os.PathLike."""
+def did_you_mean(name: str, known: Iterable[str], value: bool = False) -> str:
+    """`: did you mean `budget`?` for the known name closest to a misspelt one (difflib), or
+    "" when none is close: what an error about an unknown keyword appends to its first part.
+
+    Args:
+        name: The name given.
+        known: The names that exist.
+        value: They are values, not parameter names: quoted as values (`'medical'`).
+
+    Returns:
+        The suggestion, or "".
+    """
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f": did you mean {close[0]!r}?" if value else f": did you mean `{close[0]}`?"
+
+
+def path_text(value: Any, param: str | None) -> str:
+    """A path as a string, refused unless it is a non-empty str or os.PathLike. An empty string
+    is refused by name: to the system it is the current directory (what an unset shell variable
+    gives, `--task "$TASK"`), never what was meant."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
-    if not isinstance(value, str) or not value or "\x00" in value:
+    if isinstance(value, str) and not value.strip():
+        raise InputError(f"{value!r} is an empty path (an unset shell variable?); give a file, "
+                         "folder or URL", param=param)
+    if not isinstance(value, str) or "\x00" in value:
         raise InputError(f"must be a path, got {shown(value)}", param=param)
     return value
 

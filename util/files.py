@@ -46,6 +46,21 @@ class IrregularFileError(OSError):
         return f"{os.path.basename(self.filename)} {self.strerror}"
 
 
+def real_path(path: str | Path) -> Path:
+    """`path` made absolute, `~` expanded and every symbolic link resolved as far as it goes:
+    `Path.resolve` raises RuntimeError on a loop of links (Python < 3.13), this never raises;
+    what is looked at afterwards (a directory, a file) then fails with its own OSError (ELOOP),
+    which the caller reports.
+
+    Args:
+        path: The path.
+
+    Returns:
+        The absolute path.
+    """
+    return Path(os.path.realpath(os.path.expanduser(os.fspath(path))))
+
+
 def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "of another kind")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["usable_cores", "available_memory", "MEMORY_SHARE"]
+__all__ = ["usable_cores", "available_memory", "MEMORY_SHARE", "torch_single_threaded"]
 
 MEMORY_SHARE = 0.5   # of the available memory: the default RAM budget of a FAISS index
 _MEMINFO = "/proc/meminfo"
@@ -79,3 +79,15 @@ def available_memory() -> int | None:
     """
     known = [v for v in (_meminfo_available(), _cgroup_room()) if v is not None]
     return min(known) if known else None
+
+
+def torch_single_threaded() -> None:
+    """In a process just forked: torch, if the parent had imported it, runs one thread. GNU
+    OpenMP's thread pool does not survive a fork: the first parallel region a child runs waits
+    forever for threads that exist only in the parent (a `select` in a worker forked after the
+    parent selected hung so). `import tapt` registers this with `os.register_at_fork`."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)

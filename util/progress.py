@@ -1,6 +1,10 @@
 """Progress inside one task of a stage: the task reports units as it goes, and the executor
 running it in this process moves its progress bar (a task of hours, such as preparing one large
-shard, no longer shows 0% until it ends). Elsewhere (a Ray worker) reporting does nothing."""
+shard, no longer shows 0% until it ends). Elsewhere (a Ray worker) reporting does nothing.
+
+Steps of a computation with no count known ahead (a selection method's fits and passes over
+the rows) are reported the same way (`report_step`); `showing_steps` shows them as a bar that
+moves with each step and names the last one."""
 
 from __future__ import annotations
 
@@ -8,9 +12,10 @@ import contextlib
 from contextvars import ContextVar
 from typing import Callable, Iterator
 
-__all__ = ["report_progress", "reporting_to"]
+__all__ = ["report_progress", "reporting_to", "report_step", "showing_steps"]
 
 _TICK: ContextVar[Callable[[int], None] | None] = ContextVar("tapt_task_progress", default=None)
+_STEP: ContextVar[Callable[[str], None] | None] = ContextVar("tapt_steps", default=None)
 
 
 def report_progress(units: int) -> None:
@@ -36,3 +41,42 @@ def reporting_to(tick: Callable[[int], None]) -> Iterator[None]:
         yield
     finally:
         _TICK.reset(token)
+
+
+def report_step(what: str) -> None:
+    """One more step of the computation under way (what it is, in a few words); nothing
+    unless a `showing_steps` block is open.
+
+    Args:
+        what: The step, e.g. "fit the classifier".
+    """
+    step = _STEP.get()
+    if step is not None:
+        step(what)
+
+
+@contextlib.contextmanager
+def showing_steps(desc: str, enabled: bool = True) -> Iterator[None]:
+    """Within the block, each `report_step` moves a progress bar (`desc`: its name) and shows
+    the step; the bar counts the steps and the time since the block began.
+
+    Args:
+        desc: The bar's name, e.g. "score fused".
+        enabled: False: no bar (steps are not shown).
+    """
+    if not enabled:
+        yield
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(desc=desc, unit="step", dynamic_ncols=True, leave=False,
+              bar_format="{desc}: {n_fmt} steps [{elapsed}{postfix}]") as bar:
+        def step(what: str) -> None:
+            bar.set_postfix_str(what, refresh=False)
+            bar.update(1)
+
+        token = _STEP.set(step)
+        try:
+            yield
+        finally:
+            _STEP.reset(token)

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from tapt.errors import OutputError
-from tapt.util.files import read_regular
+from tapt.util.files import read_regular, real_path
 
 INDEX_MANIFEST = "manifest.json"
 INDEX_FORMAT = "tapt-index"
 
 
 def _resolved(path: str | Path) -> Path:
-    return Path(path).expanduser().resolve()
+    return real_path(path)
 
 
 def is_tapt_index(path: str | Path) -> bool:
@@ -70,9 +70,16 @@ def check_usable(out: str | Path, param: str | None = "out") -> None:
     Raises:
         OutputError: the path cannot be examined.
     """
+    path = Path(out).expanduser()
     try:
-        Path(out).is_symlink() or _resolved(out).exists()
-    except OSError as exc:              # a name too long, a directory we may not search...
+        path.is_symlink()
+        for part in (path, *path.parents):      # the nearest part that exists must be usable
+            try:
+                os.stat(part)
+                break
+            except (FileNotFoundError, NotADirectoryError):     # said by check_output
+                continue
+    except OSError as exc:  # a name too long, a directory we may not search, a loop of links
         raise OutputError(f"{str(out)[:200]}: cannot be used ({exc.strerror or exc})",
                           param=param) from None
 

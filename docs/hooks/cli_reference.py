@@ -1,15 +1,19 @@
 """MkDocs hook: the command-line reference is the `--help` text of every tapt command.
 
-A page that contains the marker `<!-- tapt-cli-reference -->` gets, in its place, one section per
-command (depth-first, in the order `tapt -h` lists them) holding that command's help exactly as
-the terminal prints it, so the reference cannot drift from the code.
+A page with the marker `<!-- tapt-cli-reference -->` on a line of its own gets, in its place, one
+section per command (depth-first, in the order `tapt -h` lists them) holding that command's help
+exactly as the terminal prints it, so the reference cannot drift from the code. The marker
+written inside a sentence or a code span (a page that speaks of it) is left as it is.
 """
 
 from __future__ import annotations
 
+import re
+
 import click
 
 MARKER = "<!-- tapt-cli-reference -->"
+_ALONE = re.compile(rf"^{re.escape(MARKER)}[ \t]*$", re.M)
 WIDTH = 100
 
 
@@ -37,6 +41,6 @@ def reference() -> str:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    if MARKER in markdown:
-        return markdown.replace(MARKER, reference())
+    if _ALONE.search(markdown):
+        return _ALONE.sub(lambda _: reference(), markdown)
     return markdown

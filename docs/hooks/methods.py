@@ -17,8 +17,10 @@ import typing
 
 from mkdocs.exceptions import PluginError
 
-MARKER = re.compile(r"<!-- tapt-method ([a-z0-9-]+) -->")
+# markers count only on a line of their own: a page may speak of them in prose or code
+MARKER = re.compile(r"^<!-- tapt-method ([a-z0-9-]+) -->[ \t]*$", re.M)
 REST = "<!-- tapt-methods-rest -->"
+_REST = re.compile(rf"^{re.escape(REST)}[ \t]*$", re.M)
 BUDGET = {"required": "required", "optional": "optional (without one: {help})", "none": "none"}
 
 
@@ -77,8 +79,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     names = set(method_names())
     unknown = sorted(set(found) - names)
     missing = [n for n in method_names() if n not in found]
-    if unknown or (missing and REST not in markdown):
+    if unknown or (missing and not _REST.search(markdown)):
         raise PluginError(f"{page.file.src_uri}: method markers for unregistered methods "
                           f"{unknown} / registered methods without a marker {missing}")
     rest = "\n".join(f"### `{n}`\n\n{method_section(n)}" for n in missing)
-    return MARKER.sub(lambda m: method_section(m.group(1)), markdown.replace(REST, rest))
+    return MARKER.sub(lambda m: method_section(m.group(1)), _REST.sub(lambda _: rest, markdown))

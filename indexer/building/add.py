@@ -35,9 +35,10 @@ from .build_plan import BuildPlan, plan_add
 from .pipeline import (BuildConfig, Shared, codes_section, corpus_paths,
                     drop_training_files, index_stages, plan_shards, run_stages, scan_corpus,
                     shard_entries, top_vocabulary, warn_invalid_utf8)
-from ..encoding.encoder import Encoder
+from ..encoding.encoder import Encoder, LazyEncoder
 from .executors import EncoderSource, Executor, make_executor
-from .generations import carry, check_kept, check_unchanged, exchange, mirror, user_entries
+from .generations import (carry, check_kept, check_replaceable, check_unchanged,
+                          discard_previous, exchange, mirror, user_entries)
 from ..index import Index
 from ..ann.index_choice import choice_from_manifest
 from ..store.integrity import check_checksum, remember_index
@@ -61,7 +62,7 @@ def _recorded_batch_size(manifest: dict[str, Any]) -> int | None:
     return recorded if isinstance(recorded, int) and recorded > 0 else None
 
 
-def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
+def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder | LazyEncoder,
                  batch_size: int | None = None, restart: bool = False,
                  progress: bool = True, *, text_field: str | None = None,
                  doc_field: str | None = None, text_docs: str | None = None,
@@ -78,13 +79,15 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
     The reading options (`text_field`, `doc_field`, `text_docs`, `invalid_utf8`) default to the
     index's; the others are as for a build (`tapt.indexer.reading.reader.scan_inputs`). `shards` /
     `shard_size` split the new files into several shards (default: one). `settings`: other
-    `BuildConfig` fields, by name.
+    `BuildConfig` fields, by name. A `LazyEncoder` is loaded once the inputs are scanned.
     """
     # absolute, as the stages may run elsewhere; a symbolic link IDX: the index it names is
     # updated and the link kept (swapping at the link's name would replace the link)
     index = Index(os.path.realpath(path))
+    check_replaceable(index.path)
     check_add_inputs(index.path, list(inputs))
-    index.check_encoder(encoder)
+    if not isinstance(encoder, LazyEncoder):
+        index.check_encoder(encoder)
     old = index.manifest
     ingest = old["ingest"]
     config = BuildConfig(segment_size=old["segment_size"],
@@ -100,6 +103,9 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
                          shards=shards, shard_size=shard_size, **settings)
     scan = scan_corpus(inputs, config)
     check_add_inputs(index.path, scan)
+    if isinstance(encoder, LazyEncoder):
+        encoder = encoder.get()
+        index.check_encoder(encoder)
     groups = plan_shards(scan, config)
     first = len(index.shards)
     wanted = checkpoint.fingerprint({
@@ -175,7 +181,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder,
             manifest = write_index_manifest(work, manifest)
             check_kept(index.path, work, kept)
             exchange(work, index.path)
-        shutil.rmtree(work, ignore_errors=True)  # now the previous generation
+        discard_previous(work, index.path)  # now the previous generation
         remember_index(index.path, manifest)
     return manifest
 

@@ -153,6 +153,17 @@ def prepare_work_dir(out: Path, wanted: str, restart: bool, kind: str = "buildin
     Returns the directory and the plan to resume (None: start fresh).
     """
     work = work_dir_for(out, kind)
+    try:
+        return _prepared(out, work, wanted, restart, kind)
+    except OSError as exc:
+        raise OutputError(f"{work}, the work folder of an interrupted "
+                          f"{'build' if kind == 'building' else kind.removesuffix('ing')} of "
+                          f"{out}, cannot be used ({exc.strerror or exc}): make it readable "
+                          "and writable, or move it away, and run the command again") from None
+
+
+def _prepared(out: Path, work: Path, wanted: str, restart: bool, kind: str
+              ) -> tuple[Path, Plan | None]:
     if work.exists():
         plan = read_plan(work)
         if plan is not None and plan.fingerprint == wanted and not restart:

@@ -20,8 +20,11 @@ class EncoderSpec:
     backend: str = "auto"
 
     def __post_init__(self) -> None:
-        from ..encoding.models import absolute_spec
+        from ..encoding.models import absolute_spec, missing_model
 
+        missing = missing_model(self.model)     # refused before the corpus is read
+        if missing:
+            raise InputError(missing, param="model")
         # a worker's working directory is not this process's
         object.__setattr__(self, "model", absolute_spec(self.model))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import filecmp
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -25,6 +26,8 @@ from tapt.util.files import fsync_path, storage_error
 from . import checkpoint
 from ..store.manifest import MANIFEST_NAME, index_foreign_entries, is_leftover
 from ..store.integrity import remember_index
+
+log = logging.getLogger(__name__)
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -43,6 +46,54 @@ def exchange(a: Path, b: Path) -> None:
     os.replace(b, aside)
     os.replace(a, b)
     os.replace(aside, a)
+
+
+def check_replaceable(index_dir: Path) -> None:
+    """Refuse, before any work, an index whose generation cannot or may not be swapped: one
+    made read-only (its folder's mode grants no write: the new generation would come with
+    writable folders, and the old one could not be removed), and one that is a mount point (a
+    mount point cannot be renamed: the swap would fail after a whole copy was written beside
+    it, on the parent file system).
+
+    Raises:
+        OutputError: the index is read-only or a mount point.
+    """
+    try:
+        mode = os.stat(index_dir).st_mode
+        mounted = os.path.ismount(index_dir)
+    except OSError as exc:
+        raise OutputError(f"index {index_dir} cannot be looked at ({exc.strerror or exc})"
+                          ) from None
+    why = None
+    if not stat.S_IMODE(mode) & 0o222:
+        why = f"its folder is {stat.filemode(mode)}"
+    elif os.statvfs(index_dir).f_flag & os.ST_RDONLY:
+        why = "its file system is mounted read-only"
+    elif not os.access(index_dir, os.W_OK):
+        why = "this user may not write into its folder"
+    if why:
+        raise OutputError(f"index {index_dir} is read-only ({why}): tapt never replaces an "
+                          "index made read-only; make it writable to change it")
+    if mounted:
+        raise OutputError(f"index {index_dir} is a mount point: a new generation replaces the "
+                          "index by renaming its folder, which a mount point cannot be; keep "
+                          "the index in a folder of the mounted file system (mount it one "
+                          "level up) and run the command again")
+
+
+def discard_previous(work: Path, index_dir: Path) -> None:
+    """Remove the previous generation, which the swap left at `work`: first renamed out of the
+    work folder's name, so that what cannot be removed (one warning) is never taken for an
+    interrupted add or build of the index later."""
+    aside = work.parent / f".{index_dir.name}.previous-{os.getpid()}"
+    try:
+        os.replace(work, aside)
+    except OSError:
+        aside = work
+    shutil.rmtree(aside, ignore_errors=True)
+    if os.path.lexists(aside):
+        log.warning("the previous generation of %s could not be removed: it is left in %s; "
+                    "remove it yourself", index_dir, aside)
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
@@ -209,6 +260,7 @@ def replace_generation(path: Path, kind: str, skip: Iterable[str],
     # `.`, `..`: the work directory goes beside the index; a symbolic link IDX: the index it
     # names is updated, the link kept (swapping at the link's name would replace the link)
     path = Path(os.path.realpath(path))
+    check_replaceable(path)
     with checkpoint.BuildLock(path):
         if based_on is not None:
             check_unchanged(path, based_on)
@@ -228,6 +280,6 @@ def replace_generation(path: Path, kind: str, skip: Iterable[str],
             if isinstance(exc, OSError):
                 raise storage_error(exc, work, "writing") from exc
             raise
-        shutil.rmtree(work, ignore_errors=True)  # now the previous generation
+        discard_previous(work, path)  # now the previous generation
         remember_index(path, manifest)  # after the old links are gone: their times are final
     return manifest

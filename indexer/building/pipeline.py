@@ -30,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tapt.errors import InputError, OutputError, StorageError
-from tapt.util.files import ensure_dir, fsync_path, sha256_file
+from tapt.util.checks import path_text
+from tapt.util.files import ensure_dir, fsync_path, real_path, sha256_file
 from tapt.util.safety import check_output, check_usable, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
 
@@ -123,7 +124,7 @@ def local_inputs(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
     and standard input have no place on this disk to protect."""
     if isinstance(inputs, CorpusScan):
         return [f.source.local for f in inputs.files if f.source.local is not None]
-    return [Path(spec) for spec in inputs if isinstance(spec, (str, Path))
+    return [Path(path_text(spec, "corpus")) for spec in inputs if isinstance(spec, (str, Path))
             and str(spec) != "-" and "://" not in str(spec)]
 
 
@@ -170,7 +171,7 @@ def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
     is inside a tapt index. Returns `out` resolved."""
     inputs = corpus_paths(inputs)
     check_usable(out)
-    target = Path(out).expanduser().resolve()
+    target = real_path(out)
     if target.is_dir() and is_tapt_index(target):
         extra = index_foreign_entries(target)
         if extra:
@@ -185,8 +186,9 @@ def check_index_output(out: str | Path, inputs: list[InputSpec] | CorpusScan,
 
 
 def build_index(
-    inputs: list[InputSpec], out: str | Path, encoder: Encoder, config: BuildConfig | None = None,
-    executor: Executor | str | None = None, encoder_spec: Any = None,
+    inputs: list[InputSpec], out: str | Path, encoder: Encoder | None,
+    config: BuildConfig | None = None, executor: Executor | str | None = None,
+    encoder_spec: Any = None,
 ) -> dict[str, Any]:
     """Build an index directory at `out` (resuming an interrupted build of it) and return its
     manifest.
@@ -194,7 +196,8 @@ def build_index(
     Args:
         inputs: Corpus files, folders, URLs or HubDataset specs.
         out: The index directory to create.
-        encoder: The model, loaded in this process.
+        encoder: The model, loaded in this process; None: loaded from `encoder_spec` once the
+            corpus is scanned (a mistake in the corpus is refused before the model loads).
         config: The build's options.
         executor: What runs the stages (default: `config.executor`, "local").
         encoder_spec: How workers in other processes load the model (`executors.EncoderSpec`).
@@ -204,7 +207,11 @@ def build_index(
         StorageError: the disk filled up or refused a write (finished work is kept).
     """
     config = config or BuildConfig()
-    model_dir = [encoder.spec] if encoder.spec and Path(encoder.spec).is_dir() else []
+    if encoder is None and encoder_spec is None:
+        raise InputError("give the model: an encoder, or the spec to load it from",
+                         param="encoder")
+    model_spec = encoder.spec if encoder is not None else encoder_spec.model
+    model_dir = [model_spec] if model_spec and Path(model_spec).is_dir() else []
     check_index_output(out, [*inputs, *model_dir], config.overwrite)
     out = Path(os.path.abspath(out))    # the stages may run where the working directory differs
     parent = out.parent if str(out.parent) else Path(".")
@@ -213,6 +220,7 @@ def build_index(
         raise StorageError(f"cannot write into {parent}; choose a writable location")
     scan = scan_corpus(inputs, config)
     check_index_output(out, scan, config.overwrite)
+    encoder = encoder if encoder is not None else encoder_spec.load()
     groups = plan_shards(scan, config)
     dtype = resolve_dtype(config, scan, len(groups))
     wanted = checkpoint.fingerprint({

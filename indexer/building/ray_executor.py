@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError, TaptError
-from tapt.util.checks import whole_number
+from tapt.util.checks import real_number, whole_number
 
 from .executor_base import EncoderSource, EncoderSpec, Executor, Stage
 from .ray_embed import ModelActor, granted_cpus, save_parts, tokenize_parts
@@ -104,6 +104,7 @@ def connect(address: str | None = None, quiet: bool = True) -> bool:
     """
     ray = import_ray()
     if ray.is_initialized():
+        _refuse_another_cluster(ray, address)
         return False
     _probe(address or os.environ.get("RAY_ADDRESS") or "")
     try:
@@ -115,6 +116,75 @@ def connect(address: str | None = None, quiet: bool = True) -> bool:
                             " start one with `ray start --head` or check the address",
                             param="address") from exc
     return True
+
+
+def custom_resources(resources: Any) -> dict[str, float]:
+    """`resources` checked: None, or a dict of Ray resource names to positive finite amounts."""
+    if resources is None:
+        return {}
+    if not isinstance(resources, dict) or not all(isinstance(k, str) and k
+                                                  for k in resources):
+        raise InputError("must be a dict of Ray resource names to amounts, e.g. "
+                         "{\"index-node\": 1}", param="resources")
+    return {k: real_number(v, f"resources.{k}", low=0, low_open=True, what="more than 0")
+            for k, v in resources.items()}
+
+
+def check_placeable(ray, count: int, cpus: float, resources: dict[str, float]) -> None:
+    """Refuse `count` actors of `cpus` CPUs and `resources` each that the connected cluster
+    cannot hold (an actor that cannot be placed waits forever).
+
+    Raises:
+        InputError: the cluster offers too few CPUs, or too little of a custom resource.
+    """
+    total = ray.cluster_resources()
+    have = float(total.get("CPU", 0))
+    if count * cpus > have + 1e-9:
+        raise InputError(f"{count} actor(s) of {cpus:g} CPU need {count * cpus:g} CPUs, the Ray "
+                         f"cluster has {have:g} (an actor that cannot be placed waits forever): "
+                         "pass fewer `actors` or a smaller `cpus_per_actor`", param="actors")
+    for name, amount in resources.items():
+        offered = float(total.get(name, 0))
+        if count * amount > offered + 1e-9:
+            raise InputError(f"{count} actor(s) need {count * amount:g} of the resource "
+                             f"{name!r}, the Ray cluster offers {offered:g} (an actor that "
+                             "cannot be placed waits forever): start its nodes with "
+                             f"--resources '{{\"{name}\": N}}', or ask for less",
+                             param="resources")
+
+
+def _refuse_another_cluster(ray, address: str | None) -> None:
+    """An `address` naming another cluster than the one this process is connected to is
+    refused: it would be ignored (a process is connected to one cluster at a time)."""
+    if address is None or address == "auto":
+        return
+    connected = ray.get_runtime_context().gcs_address or ""
+    if not _same_address(address, connected):
+        raise ExecutorError(f"this process is connected to the Ray cluster at {connected} "
+                            f"already; {address} names another: disconnect first "
+                            "(ray.shutdown()), or leave `address` out to use the connected one",
+                            param="address")
+
+
+def _same_address(address: str, connected: str) -> bool:
+    """Whether HOST:PORT names the cluster whose GCS is at `connected` (HOST:PORT): the same
+    port, and a host that resolves to the same address or to this machine on both sides."""
+    if address.startswith("ray://"):
+        return True                     # a client connection: Ray itself tells them apart
+    host, _, port = address.rpartition(":")
+    chost, _, cport = connected.rpartition(":")
+    if port != cport:
+        return False
+
+    def addresses(name: str) -> set[str]:
+        try:
+            return {info[4][0] for info in socket.getaddrinfo(name.strip("[]"), None)}
+        except OSError:
+            return {name}
+
+    mine = addresses(socket.gethostname()) | {"127.0.0.1", "::1"}
+    theirs, ours = addresses(host), addresses(chost)
+    return bool(theirs & ours) or bool(theirs & mine and ours & mine)
 
 
 def _no_auto_start() -> None:

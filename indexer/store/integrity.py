@@ -239,7 +239,7 @@ def array_errors(name: str, label: str | Path) -> Iterator[None]:
         raise damaged(label, f"{name} {exc.strerror}") from exc
     except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
         raise damaged(label, f"{name} cannot be read ({type(exc).__name__}: "
-                             f"{str(exc)[:200]})") from exc
+                             f"{str(exc)[:200]})", exc) from exc
 
 
 def check_npy_file(path: Path, name: str, label: str | Path, dtype: str | np.dtype,

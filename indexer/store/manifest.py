@@ -28,6 +28,8 @@ from tapt.errors import IndexFormatError
 from tapt.util.files import read_regular, write_json_atomic
 from tapt.util.manifests import read_versioned_json
 
+from .text_store import damaged
+
 INDEX_FORMAT = "tapt-index"
 INDEX_FORMAT_VERSION = 3
 UPGRADABLE_VERSIONS = (1, 2)
@@ -53,7 +55,8 @@ LMDB_DATA = f"{STORE}/data.mdb"
 # (manifest, vocabulary, shards/, and while a build runs its plan and stage records) and in each
 # shard directory.
 INDEX_ENTRIES = frozenset({MANIFEST_NAME, EMBEDDINGS, TOKENS, DOCS, STORE, FAISS, "progress.json",
-                           SHARDS, VOCAB, "plan.json", "faiss.trained", "codes.json"})
+                           SHARDS, VOCAB, "plan.json", "faiss.trained", "train.json",
+                           "codes.json"})
 SHARD_ENTRIES = frozenset({SHARD_MANIFEST, EMBEDDINGS, TOKENS, DOCS, STORE, FAISS, LEXICAL,
                            LEXICAL_OFFSETS, BIGRAMS, VOCAB, DOC_HASHES, CODES, "prepared.json",
                            "embedded.json", "parts"})
@@ -160,9 +163,8 @@ def read_shard_manifest(directory: Path, label: str | Path, expected_sha256: str
         raise IndexFormatError(f"index {label} is incomplete: {path.parent.name}/{SHARD_MANIFEST} "
                                f"is missing; run tapt index verify {label}") from None
     except OSError as exc:
-        raise IndexFormatError(f"index {label} is damaged: {path.parent.name}/{SHARD_MANIFEST} "
-                               f"cannot be read ({exc.strerror or exc}); run tapt index verify "
-                               f"{label}") from exc
+        raise damaged(label, f"{path.parent.name}/{SHARD_MANIFEST} cannot be read "
+                             f"({exc.strerror or exc})", exc) from exc
     if expected_sha256 is not None and hashlib.sha256(raw).hexdigest() != expected_sha256:
         raise IndexFormatError(f"index {label} is damaged: shard {path.parent.name}/{SHARD_MANIFEST} "
                                "does not match the checksum in manifest.json; run tapt index "

@@ -70,8 +70,18 @@ def decode_record(sentence_id: int, raw, checksummed: bool = True,
     return record
 
 
-def damaged(label: str | Path | None, what: str) -> IndexFormatError:
-    """The one error for damage found while reading an index: what, and what to run."""
+def damaged(label: str | Path | None, what: str, cause: BaseException | None = None
+            ) -> IndexFormatError:
+    """The one error for damage found while reading an index: what, and what to run. A file
+    this user may not read (`cause` a PermissionError) is no damage: the error says so, and
+    what to give."""
+    if isinstance(cause, PermissionError):
+        where = f"index {label}" if label is not None else "the index"
+        file = what.split(" (")[0].removesuffix(" cannot be read")
+        return IndexFormatError(f"{where}: {file} cannot be read "
+                                f"({cause.strerror or cause}): it is not damaged, this user may "
+                                f"not read it; give read access to the index's files (chmod -R "
+                                f"u+rX {label if label is not None else 'IDX'})")
     if label is None:
         return IndexFormatError(f"the index is damaged: {what}; run tapt index verify on it "
                                 "(then rebuild it from its corpus, or repair what it names)")
@@ -185,7 +195,7 @@ def reader_env(path: Path, label: str | Path | None = None) -> lmdb.Environment:
                                "missing; rebuild the index from its corpus") from None
     except OSError as exc:
         raise damaged(label, f"text store {path.name}/{DATA} cannot be read "
-                             f"({exc.strerror or exc})") from exc
+                             f"({exc.strerror or exc})", exc) from exc
     key_ = (stat.st_dev, stat.st_ino)
     cached = _READERS.get(key_)
     if cached is None:

@@ -15,7 +15,7 @@ import numpy as np
 from tapt.errors import InputError
 from tapt.indexer.index import Index
 from tapt.util.files import (IrregularFileError, atomic_write, ensure_dir, read_regular,
-                             regular_file, write_json_atomic)
+                             real_path, regular_file, write_json_atomic)
 from tapt.util.safety import check_output
 from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.evaluation.oracle import sentence_labels
@@ -36,7 +36,7 @@ def open_or_build_index(pool: Path | None, index_path: Path | None, cache: Path,
     from tapt.indexer.building.pipeline import BuildConfig, build_index
     from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
 
-    digest = hashlib.sha256(str(pool.resolve()).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(str(real_path(pool)).encode()).hexdigest()[:12]
     out = cache / f"index-{digest}"
     if not (out / "manifest.json").exists():
         build_index([pool], out, SentenceTransformerEncoder(None),

@@ -7,11 +7,12 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.util.checks import did_you_mean
 from tapt.indexer.index import Index
 
 from .metrics import selection_scores
-from .oracle import sentence_labels
-from ..selections.file_format import check_unchanged, iter_selection, read_manifest
+from .oracle import most_frequent, sentence_labels
+from ..selections.file_format import checked_selection
 
 
 def evaluate_selections(paths: list[str], index: str | Index, label_field: str,
@@ -22,13 +23,14 @@ def evaluate_selections(paths: list[str], index: str | Index, label_field: str,
     labels = sentence_labels(index, label_field)
     relevant = labels == label
     if not relevant.any():
-        raise InputError(f"no sentence of the index has {label_field} = {label!r}")
+        raise InputError(f"no sentence of the index has {label_field} = {label!r}"
+                         f"{did_you_mean(label, set(labels.tolist()), value=True)}; "
+                         f"{most_frequent(labels)}", param="label")
     rows = []
     for path in paths:
-        manifest = read_manifest(path)
-        check_unchanged(path, manifest)
-        index.check_selection(path, manifest.get("index"))
-        parts = [np.arange(*seg.rows) for seg in iter_selection(path)]
+        with checked_selection(path) as (manifest, segments):
+            index.check_selection(path, manifest.get("index"))
+            parts = [np.arange(*seg.rows) for seg in segments]
         selected = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
         scores = selection_scores(selected, relevant)
         rows.append({"selection": path, "method": manifest["method"],

@@ -11,6 +11,16 @@ from tapt.indexer.index import Index
 _BLOCK = 50_000
 
 
+def most_frequent(labels: np.ndarray, shown: int = 8) -> str:
+    """"its values, most frequent first: medical (1,203), legal (800), ... (7 values)": what a
+    message about a label that does not occur says of those that do ('' is no label)."""
+    values, counts = np.unique(labels[labels != ""], return_counts=True)
+    order = np.argsort(-counts, kind="stable")[:shown]
+    listed = ", ".join(f"{values[i]} ({counts[i]:,})" for i in order)
+    more = f", ... ({len(values):,} values)" if len(values) > shown else ""
+    return f"its values, most frequent first: {listed}{more}" if len(values) else "it has none"
+
+
 def sentence_labels(index: Index, field: str, progress: bool = False) -> np.ndarray:
     """The `meta[field]` value of every sentence as strings ('' where missing)."""
     out = np.empty(index.n_sentences, dtype=object)

@@ -30,6 +30,7 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.util import ordering
+from tapt.util.progress import report_step
 
 from ..scoring import arrays
 
@@ -62,6 +63,7 @@ class PUConfig:
 
 
 def _fit(pos: np.ndarray, neg: np.ndarray, C: float, seed: int):
+    report_step(f"fit the classifier ({len(pos):,} positives, {len(neg):,} negatives)")
     from sklearn.linear_model import LogisticRegression
 
     x = np.vstack([pos, neg]).astype(np.float32)

@@ -17,6 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
+from tapt.util.progress import report_step
+
 from ..scoring.ngram_features import FEATURES, NgramClassifier
 from .pu import PUConfig, pseudo_labels
 
@@ -38,6 +40,7 @@ def wording_scores(lexicon, task_texts: Sequence[str], ranking: np.ndarray, k: i
         (float32 log-odds per row, {"pseudo_positives", "negatives", "features"}).
     """
     positives, negatives = pseudo_labels(ranking, k, len(task_texts), config)
+    report_step("fit the wording classifier")
     model = NgramClassifier.fit(lexicon, task_texts, positives, negatives, config.C, config.seed)
     info = {"pseudo_positives": int(len(positives)), "negatives": int(len(negatives)),
             "features": FEATURES}

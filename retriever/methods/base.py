@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.util.checks import did_you_mean
 
 from ..scoring import arrays
 from ..ranking import topcut
@@ -150,7 +151,7 @@ class Method:
         return f"<method {self.name}>"
 
     def make_params(self, values: dict[str, Any] | None = None,
-                    explicit: Iterable[str] | None = None) -> Params:
+                    explicit: Iterable[str] | None = None, also: Iterable[str] = ()) -> Params:
         """Validated parameters from keyword values.
 
         Args:
@@ -159,6 +160,8 @@ class Method:
                 that only applies with another's value is refused when given explicitly with
                 a value other than its default (its default, as `describe_methods` lists it,
                 is accepted wherever it does not apply).
+            also: Other keyword names of the call (`budget`, `seed`, ...), suggested for an
+                unknown name that is close to one of them.
 
         Returns:
             An instance of `self.Params`.
@@ -171,7 +174,8 @@ class Method:
         for name in values:
             if name not in known:
                 takes = f"its parameters are {', '.join(known)}" if known else "it has none"
-                raise InputError(f"{self.name} has no parameter `{name}` ({takes})", param=name)
+                raise InputError(f"{self.name} has no parameter `{name}`"
+                                 f"{did_you_mean(name, [*known, *also])} ({takes})", param=name)
         params = self.Params(**values)
         given = set(values) if explicit is None else set(explicit)
         for f in dataclasses.fields(params):

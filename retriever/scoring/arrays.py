@@ -25,6 +25,7 @@ from tapt.indexer.store.npy import as_float32
 from tapt.util import spill
 from tapt.util.machine import usable_cores
 from tapt.util.ordering import descending_bits
+from tapt.util.progress import report_step
 
 # Moments and z-scores live in `moments`; selection methods reach them through here.
 from .moments import (RowRuns, ZSum, fuse_zscores, moments, pairwise_sum,  # noqa: F401
@@ -114,11 +115,11 @@ def centroid(task_embeddings: np.ndarray) -> np.ndarray:
 
 def blocks(matrix, size: int):
     """(start, rows[start:start + size]) over the global grid of `size`-row blocks."""
-    if hasattr(matrix, "blocks"):
-        yield from matrix.blocks(size)
-        return
-    for start in range(0, len(matrix), size):
-        yield start, matrix[start:start + size]
+    parts = matrix.blocks(size) if hasattr(matrix, "blocks") else (
+        (start, matrix[start:start + size]) for start in range(0, len(matrix), size))
+    for start, block in parts:
+        report_step(f"score rows {start:,}-{start + len(block):,}")
+        yield start, block
 
 
 def centroid_scores(embeddings: np.ndarray, query: np.ndarray, chunk: int = CHUNK
@@ -145,8 +146,10 @@ def linear_scores(rows: np.ndarray, weights: np.ndarray, bias: float = 0.0,
     out = (spill.empty(len(rows), np.float32) if np.ndim(weights) == 1 else
            np.empty((len(rows),) + np.shape(weights)[1:], dtype=np.float32))
     w = np.ascontiguousarray(weights, dtype=np.float32)
-    if not (getattr(rows, "dtype", None) in (np.float16, np.int8) and
-            _cast_scores(rows, w, out)):
+    cast = getattr(rows, "dtype", None) in (np.float16, np.int8)
+    if cast:
+        report_step(f"score rows 0-{len(rows):,}")
+    if not (cast and _cast_scores(rows, w, out)):
         for start, block in blocks(rows, chunk):
             out[start:start + len(block)] = np.asarray(block, dtype=np.float32) @ w
     if bias:

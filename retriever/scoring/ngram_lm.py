@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from tapt.indexer.reading.lexical import BOS, EOS, TOKEN as _TOKEN
+from tapt.util.progress import report_step
 
 
 class Vocabulary:
@@ -387,6 +388,7 @@ def moore_lewis_lexicon(lexicon, task_texts: list[str], seed: int = 0,
     Returns:
         The scores, and the task's words outside the corpus (with `extra_words`).
     """
+    report_step("fit the task's and the corpus's word models")
     models = HashedLMs(lexicon, task_texts, seed=seed, extra_words=extra_words)
     return models.score_all(apply), models.new
 

@@ -20,14 +20,17 @@ module imports neither faiss nor torch, so the trainer can read selections cheap
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from tapt.errors import InputError
-from tapt.util.files import atomic_write, parents_of, sha256_file, write_json_atomic
+from tapt.util.files import (atomic_write, hash_stream, parents_of, sha256_file,
+                             write_json_atomic)
 from tapt.util.manifests import read_versioned_json
 
 SELECTION_FORMAT = "tapt-selection"
@@ -154,16 +157,52 @@ def write_selection(
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """The selection's manifest; refuses a missing one or one of another format version."""
+    """The selection's manifest; refuses a missing one or one of another format version, and
+    says what the file is when it is no selection at all (an export, a folder)."""
+    if Path(path).is_dir():
+        raise InputError(f"{path} is a folder (a Hugging Face export?), not a selection file: "
+                         f"give the selection file tapt select wrote ({_WHAT_A_SELECTION_IS})")
     if not Path(path).is_file():
         raise InputError(f"selection file {path} does not exist")
     beside = manifest_path(path)
     if not beside.exists() and not beside.is_symlink():
+        kind = _not_a_selection(path)
+        if kind:
+            raise InputError(f"{path} is {kind}, not a selection file: give the selection file "
+                             f"tapt select wrote ({_WHAT_A_SELECTION_IS})")
         raise InputError(f"selection {path} has no manifest ({beside.name} is missing): a "
                          "selection written to standard output (--out -) has none; write it "
                          "with --out FILE to export or train on it")
     return read_versioned_json(beside, SELECTION_FORMAT, READABLE_VERSIONS,
                                f"selection {path}", InputError)
+
+
+_WHAT_A_SELECTION_IS = "JSON Lines, with FILE.manifest.json beside it"
+
+
+def _not_a_selection(path: str | Path) -> str | None:
+    """What a file without a selection manifest is when its first bytes show it is no
+    selection (a Parquet or Arrow export, text lines, JSON lines of an export); None when it
+    may be a selection whose manifest is missing."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return None
+    if head.startswith(b"PAR1"):
+        return "a Parquet file (an export of a selection?)"
+    if head.startswith((b"ARROW1", b"\xff\xff\xff\xff")):
+        return "an Arrow file (an export of a selection?)"
+    first = head.split(b"\n", 1)[0].strip()
+    if not first:
+        return None
+    try:
+        record = json.loads(first)
+    except (ValueError, UnicodeDecodeError):
+        return "not JSON Lines (a text export of a selection?)"
+    if not isinstance(record, dict) or not {"id", "rows", "text"} <= set(record):
+        return "JSON Lines that are not selection lines (an export of a selection?)"
+    return None
 
 
 def is_selection(path: str | Path) -> bool:
@@ -193,17 +232,58 @@ def is_selection_manifest(path: str | Path) -> bool:
 
 
 def iter_selection(path: str | Path) -> Iterator[SelectedSegment]:
-    """Stream the segments of a selection file, checking every line."""
-    path = Path(path)
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                segment = SelectedSegment.from_dict(json.loads(line))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
-                raise InputError(f"{path}:{lineno}: not a tapt selection line ({exc})") from exc
-            yield segment
+    """Stream the segments of a selection file, checking every line (not its manifest's
+    checksum: `checked_selection` reads the bytes it checked)."""
+    with open(path, "rb") as fh:
+        yield from _segments(path, fh)
+
+
+def _segments(path: str | Path, fh: Any) -> Iterator[SelectedSegment]:
+    for lineno, line in enumerate(fh, 1):
+        if not line.strip():
+            continue
+        try:
+            segment = SelectedSegment.from_dict(json.loads(line))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
+            raise InputError(f"{path}:{lineno}: not a tapt selection line ({exc})") from exc
+        yield segment
+
+
+@contextlib.contextmanager
+def checked_selection(path: str | Path
+                      ) -> Iterator[tuple[dict[str, Any], Iterator[SelectedSegment]]]:
+    """The selection's manifest and its segments, read from the very bytes whose SHA-256 was
+    checked against the manifest: the file is opened once, hashed and read through that one
+    descriptor, so a selection written over the path meanwhile (`select --out` again) can never
+    lend its rows to the other one's manifest. A pair that does not match is read again once, a
+    moment later (a concurrent write renames the file, then its manifest).
+
+    Args:
+        path: The selection file.
+
+    Yields:
+        (manifest, segments): the segments as an iterator over the checked bytes.
+
+    Raises:
+        InputError: no manifest, another format, or bytes that are not the manifest's.
+    """
+    for attempt in range(2):
+        manifest = read_manifest(path)
+        with open(path, "rb") as fh:
+            expected = manifest.get("selection_sha256")
+            digest = hashlib.sha256()
+            hash_stream(fh, digest)
+            if expected and digest.hexdigest() != expected:
+                if attempt == 0:      # perhaps between a concurrent write's two renames
+                    time.sleep(0.2)
+                    continue
+                raise InputError(f"selection {path} does not match its manifest (edited or "
+                                 "truncated after it was written); select again, or restore "
+                                 "the file")
+            fh.seek(0)
+            yield manifest, _segments(path, fh)
+            return
+
 
 
 def check_unchanged(path: str | Path, manifest: dict[str, Any]) -> None:
@@ -221,7 +301,7 @@ def check_unchanged(path: str | Path, manifest: dict[str, Any]) -> None:
 
 
 def read_selection(path: str | Path) -> tuple[dict[str, Any], list[SelectedSegment]]:
-    """Manifest and all segments; the file's hash must match the manifest's."""
-    manifest = read_manifest(path)
-    check_unchanged(path, manifest)
-    return manifest, list(iter_selection(path))
+    """Manifest and all segments, read from the bytes whose hash matched the manifest's
+    (`checked_selection`)."""
+    with checked_selection(path) as (manifest, segments):
+        return manifest, list(segments)

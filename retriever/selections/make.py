@@ -18,6 +18,7 @@ from tapt.errors import InputError
 from tapt.indexer.encoding.encoder import Encoder, LazyEncoder
 from tapt.indexer.index import Index
 from tapt.util.checks import whole_number
+from tapt.util.progress import showing_steps
 from tapt.util.versions import library_versions, utc_now
 
 from ..methods import (CorpusCache, Memo, Method, Params, Ranking, RankingInputs, SegmentView,
@@ -30,6 +31,13 @@ from .file_format import SelectedSegment
 from .selection import Selection
 
 log = logging.getLogger(__name__)
+
+
+# The keywords of `tapt.Index.select` besides the method's own parameters: a misspelt one
+# (`budjet=`) is named with the closest of these or of the method's parameters.
+SELECT_KEYWORDS = ("task", "budget", "segment_size", "seed", "context", "text_field", "model",
+                   "device", "backend", "batch_size", "progress", "encoder", "out", "overwrite",
+                   "explicit")
 
 
 class SelectConfig:
@@ -59,6 +67,8 @@ class SelectConfig:
                  **params: Any) -> None:
         self.spec: Method = get_method(method)
         self.method: str = self.spec.name
+        # unknown names first: a misspelt `budjet=` is named, not taken for a missing budget
+        self.params: Params = self.spec.make_params(params, explicit, also=SELECT_KEYWORDS)
         if budget is not None and not isinstance(budget, str):
             budget = str(budget)
         if budget is None and self.spec.budget == "required":
@@ -75,7 +85,6 @@ class SelectConfig:
             raise InputError(f"must be in 0..{2**32 - 1}, got {seed}", param="seed")
         self.segment_size = segment_size
         self.seed = int(seed)
-        self.params: Params = self.spec.make_params(params, explicit)
         if context not in CONTEXT_CHOICES:
             raise InputError(f"{context!r}: use one of {', '.join(CONTEXT_CHOICES)}",
                              param="context")
@@ -184,7 +193,8 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
         encoder: The index's model; or a `LazyEncoder` (`Index.lazy_encoder`), loaded only
             when the task is not cached; None: the index's own model, loaded the same way.
         batch_size: Sentences per encoder batch.
-        progress: Show a progress bar while the task is embedded.
+        progress: Show progress bars: while the task is embedded, and the steps of the
+            method's scoring (its fits and passes over the rows).
         corpus: Per-index caches to reuse between selections.
         explain: Keep why each segment was picked (`selections.explain`) in its line and a
             sample of the corpus's scores in the manifest.
@@ -222,8 +232,9 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
     corpus = corpus or CorpusCache(index)
     context = config.resolve_context(index, corpus)
     memo = Memo()
-    ranking, view = rank(index, config, embeddings, texts, corpus=corpus, memo=memo,
-                         encoder=encoder, progress=progress)
+    with showing_steps(f"score {config.method}", progress):   # fits and passes over the rows
+        ranking, view = rank(index, config, embeddings, texts, corpus=corpus, memo=memo,
+                             encoder=encoder, progress=progress)
     timings["score_seconds"] = round(time.perf_counter() - t0, 3)
     warnings += ranking.info.pop("warnings", [])
     t0 = time.perf_counter()

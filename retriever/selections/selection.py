@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence, TextIO
 import numpy as np
 
 from tapt.errors import InputError, OutputError
-from tapt.util.files import (atomic_write, sha256_file, storage_error, temporary_sibling,
-                             write_json_atomic)
+from tapt.util.files import (atomic_write, real_path, sha256_file, storage_error,
+                             temporary_sibling, write_json_atomic)
 from tapt.util.safety import check_not_input, check_not_link, check_output, check_path
 
 from . import export_schema
@@ -99,7 +99,9 @@ class Selection:
         Raises:
             InputError: the file or its manifest is missing, damaged or of another version.
         """
-        manifest, segments = read_selection(path)
+        from tapt.util.checks import path_text
+
+        manifest, segments = read_selection(path_text(path, "path"))
         return cls(segments, manifest, path)
 
     # --- the data
@@ -323,7 +325,7 @@ class Selection:
             self._export_hf(target)
             return target
         if fmt in ("jsonl", "txt") and _holds_lines(Path(out), self.lines(fmt)):
-            return Path(out).resolve()         # a rerun: nothing to replace
+            return real_path(out)              # a rerun: nothing to replace
         ours = _is_parquet_export if fmt == "parquet" else None
         made = {"parquet": _has_export_metadata, "jsonl": _is_jsonl_export}.get(fmt)
         target = check_output(out, what="text export" if fmt == "txt" else "export",

@@ -61,9 +61,11 @@ from tapt.errors import IndexFormatError, InputError
 from tapt.indexer.ann.faiss_index import (ShardedFaiss, merge_in_groups, search_part,
                                       set_search_param)
 from tapt.indexer.store.identity import same_snapshot
-from tapt.indexer.building.ray_executor import ExecutorError, connect, import_ray, task_error
+from tapt.indexer.building.ray_executor import (ExecutorError, check_placeable, connect,
+                                                custom_resources, import_ray, task_error)
+from tapt.indexer.store.shards import grid_ranges
 from tapt.util import spill
-from tapt.util.checks import whole_number
+from tapt.util.checks import real_number, whole_number
 
 from ..scoring import arrays
 from ..ranking import topcut
@@ -304,18 +306,17 @@ class ShardServers:
                              f"reindex {index.path} --codes int8", param="hold")
         if actors is not None:
             whole_number(actors, "actors")
-        if not cpus_per_actor > 0:
-            raise InputError("must be more than 0", param="cpus_per_actor")
+        real_number(cpus_per_actor, "cpus_per_actor", low=0, low_open=True,
+                    what="more than 0")
+        resources = custom_resources(resources)
         self.ray = import_ray("serving an index", param=None)
         self._owned = connect(address)
         count = min(actors or n, n)
-        cpus = float(self.ray.cluster_resources().get("CPU", 0))
-        if count * cpus_per_actor > cpus + 1e-9:
+        try:
+            check_placeable(self.ray, count, cpus_per_actor, resources)
+        except InputError:
             self.close()
-            raise InputError(f"{count} actor(s) of {cpus_per_actor:g} CPU need "
-                             f"{count * cpus_per_actor:g} CPUs, the Ray cluster has {cpus:g} "
-                             "(an actor that cannot be placed waits forever): pass fewer "
-                             "`actors` or a smaller `cpus_per_actor`", param="actors")
+            raise
         groups = [[int(s) for s in g] for g in np.array_split(np.arange(n), count)]
         # a dead actor comes back for the next request; the call it died in fails (no retries:
         # a call on a stopped actor must fail at once, not wait for one)
@@ -366,6 +367,7 @@ class ShardServers:
         return self._get([a.warmed.remote(timeout) for a in self.actors], "serve")
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
+        self.check_open()
         ray = self.ray
         try:
             return ray.get(refs, timeout=self.request_timeout)
@@ -515,6 +517,22 @@ class ShardServers:
         if way == "sent":
             self.traffic["requests"] += 1
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` stopped the actors (a call then answers nothing: it is refused)."""
+        return self.__dict__.get("_closed", False)
+
+    def check_open(self) -> None:
+        """Refuse a call once the actors are stopped: gathering from none of them would leave
+        every score unwritten (whatever memory held), never an answer.
+
+        Raises:
+            InputError: `close` was called.
+        """
+        if self.closed:
+            raise InputError("the served index is closed (its actors are stopped): serve it "
+                             "again to select from it")
+
     def faiss(self, index) -> "RemoteFaiss":
         """The actors' FAISS parts as one searchable index of `index`'s rows."""
         return RemoteFaiss(self, index.n_sentences, index.dim)
@@ -530,6 +548,7 @@ class ShardServers:
             except Exception:  # noqa: BLE001 - the call fails once the actor is gone
                 pass
         self.actors = []
+        self._closed = True
         if self._owned and self.ray.is_initialized():
             self.ray.shutdown()
         self._owned = False

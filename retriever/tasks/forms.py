@@ -18,6 +18,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.util.checks import path_text
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,9 @@ def task_form(task: Any, param: str = "task") -> tuple[Literal["files", "texts",
         if set(task) != {"files"} or not isinstance(files, (list, tuple)) or not files \
                 or not all(isinstance(p, (str, os.PathLike)) for p in files):
             raise InputError('a task mapping is {"files": [paths, ...]}', param=param)
-        return "files", list(files)
+        return "files", [path_text(p, param) if isinstance(p, str) else p for p in files]
+    if isinstance(task, str):
+        path_text(task, param)
     if isinstance(task, str) and task == STDIN:
         return "files", [task]
     if isinstance(task, str) and not (os.path.exists(task) or _is_url(task)) \
@@ -240,6 +243,9 @@ def task_paths(task: Any) -> list[str | os.PathLike]:
     else:
         return []
     named = isinstance(task, Mapping)
+    for item in items:
+        if isinstance(item, str) and (named or len(items) == 1):
+            path_text(item, "task")
     return [t for t in items if isinstance(t, os.PathLike)
             or (isinstance(t, str) and t != STDIN and (named or os.path.exists(t)))]
 

@@ -431,8 +431,8 @@ def test_readme_example_runs(sample_index, tmp_path, monkeypatch):
     assert top.count("medical") >= 15, top                # medical is ~14% of this sample
     import pandas as pd
 
-    assert len(pd.read_parquet(tmp_path / "train.parquet")) == len(sel)
-    assert tapt.Selection.read(tmp_path / "sel.jsonl").ids.tolist() == sel.ids.tolist()
+    assert len(pd.read_parquet(tmp_path / "train-fever.parquet")) == len(sel)
+    assert tapt.Selection.read(tmp_path / "sel-fever.jsonl").ids.tolist() == sel.ids.tolist()
 
 
 def test_real_tokenizer_refuses_emoji_and_warns_on_unknown_script(sample_index):

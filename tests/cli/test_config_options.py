@@ -162,6 +162,7 @@ def test_a_new_train_field_is_a_keyword_of_train(monkeypatch, tmp_path):
 
     monkeypatch.setattr(train_config, "TrainConfig", ThrowawayTrainConfig)
     monkeypatch.setattr("tapt.trainer.loop.train", lambda config, on_step=None: config)
+    monkeypatch.setattr("tapt.trainer.inputs.check_selections", lambda paths: None)
     selection = tmp_path / "sel.jsonl"
     selection.write_text("")
     config = api.train(selection, tmp_path / "model", steps=1, beam_width=4)

@@ -14,7 +14,7 @@ from hostile_cases import CASES, run_case, verdict
 def test_hostile_input(case, tmp_path, monkeypatch):
     def patch(encoder_cls):
         monkeypatch.setattr(tapt.indexer.encoding.encoder, "load_encoder",
-                            lambda spec=None, device="auto", backend="auto", threads=None: encoder_cls())
+                            lambda spec=None, device="auto", backend="auto", threads=None, **_: encoder_cls())
 
     outcome = run_case(case, tmp_path, patch)
     if outcome.code is None:

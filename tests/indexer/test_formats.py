@@ -509,7 +509,7 @@ def cli_runner(monkeypatch):
     from tapt.cli import cli
 
     monkeypatch.setattr(tapt.indexer.encoding.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
+                        lambda spec=None, device="auto", backend="auto", threads=None, **_:
                         HashingEncoder())
 
     def run(*args, input=None):

@@ -32,7 +32,7 @@ def strict(line: str):
 @pytest.fixture()
 def index(fake_index, monkeypatch, tmp_path):
     monkeypatch.setattr(tapt.indexer.encoding.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
+                        lambda spec=None, device="auto", backend="auto", threads=None, **_:
                         HashingEncoder())
     monkeypatch.chdir(tmp_path)
     (tmp_path / "task.txt").write_text("Patient fever therapy dose.\nKidney biopsy lesion.\n")

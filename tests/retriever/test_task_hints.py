@@ -69,7 +69,7 @@ def test_select_reads_the_task_from_standard_input_as_the_hint_says(fake_index, 
     from tapt.cli import cli
 
     monkeypatch.setattr(tapt.indexer.encoding.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
+                        lambda spec=None, device="auto", backend="auto", threads=None, **_:
                         HashingEncoder())
     result = CliRunner().invoke(cli, ["-q", "select", "centroid", str(fake_index), "--task", "-",
                                       "--budget", "5", "--out", str(tmp_path / "sel.jsonl")],

@@ -22,7 +22,7 @@ def patch_encoder() -> None:
     from conftest import HashingEncoder
 
     tapt.indexer.encoding.encoder.load_encoder = (
-        lambda spec=None, device="auto", backend="auto", threads=None: HashingEncoder())
+        lambda spec=None, device="auto", backend="auto", threads=None, **_: HashingEncoder())
 
 
 def main(argv: list[str]) -> None:
@@ -53,7 +53,7 @@ def _fixtures():
         from tapt.cli import cli
 
         monkeypatch.setattr(tapt.indexer.encoding.encoder, "load_encoder",
-                            lambda spec=None, device="auto", backend="auto", threads=None:
+                            lambda spec=None, device="auto", backend="auto", threads=None, **_:
                             HashingEncoder())
 
         def invoke(*argv):

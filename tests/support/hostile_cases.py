@@ -47,6 +47,7 @@ class Case:
     encoder: type | None = None         # the model the command loads (default: hashing)
     report: bool = False                # prints a report before its one Error line (verify)
     keeps: tuple[str, ...] = ()         # what a failed command keeps on purpose (to resume)
+    unprivileged: bool = False          # file modes must bind (root runs it without DAC override)
 
 
 def _file(name: str, data: bytes | str) -> Callable[[Path], Path]:
@@ -153,9 +154,10 @@ CASES = [
          "ok: indexed 3 sentences"),
     Case("empty file", _build(_file("nothing.txt", "")), "error: holds no text"),
     Case("JSONL record without `text`", _build(_file("a.jsonl", '{"text": "ok"}\n{"body": "x"}\n')),
-         "error: a.jsonl:2: field 'text' is missing or not a string"),
+         "error: a.jsonl:2: field 'text' is missing (the record's fields: 'body'); name the one "
+         "holding the text with --text-field"),
     Case("JSONL `text` not a string", _build(_file("b.jsonl", '{"text": 42}\n')),
-         "error: b.jsonl:1: field 'text' is missing or not a string"),
+         "error: b.jsonl:1: field 'text' is not a string (it holds int: 42)"),
     Case("JSONL line that is not JSON", _build(_file("c.jsonl", '{"text": "ok"}\n{oops\n')),
          "error: c.jsonl:2: not valid JSON"),
     Case("truncated .gz", _build(_truncated_gz), "error: cannot read"),
@@ -1203,6 +1205,265 @@ CASES = (CASES + SAFETY_CASES + GENERATION_CASES + SERVE_CASES + TRAIN_CASES  # 
          + READ_CASES)
 
 
+# ---------------------------------------------------------- first use: settings and empty paths
+
+
+def _loop(d: Path, name: str = "loop") -> Path:
+    """`name` -> `name`-b -> `name`: a loop of symbolic links."""
+    os.symlink(d / f"{name}-b", d / name)
+    os.symlink(d / name, d / f"{name}-b")
+    return d / name
+
+
+def _with_loop(argv: Callable[[Path], list[str]]) -> Callable[[Path], list[str]]:
+    def make(d: Path) -> list[str]:
+        _loop(d)
+        return argv(d)
+    return make
+
+
+def _empty_path(command: str) -> Callable[[Path], list[str]]:
+    """A command given "" where a path belongs (what `"$UNSET"` gives in a shell)."""
+    def argv(d: Path) -> list[str]:
+        if command == "build":
+            return ["index", "build", "", "--out", str(d / "idx")]
+        if command == "add":
+            return ["index", "add", str(_copy(d)), ""]
+        if command == "model":
+            return [*_select("3")(d), "--model", ""]
+        if command == "train-task":
+            return ["train", "--selection", str(_selection_of(d, _copy(d), "s.jsonl")),
+                    "--task", "", "--steps", "1", "--out", str(d / "model")]
+        return ["select", "centroid", str(_index(d)), "--task", "", "--budget", "3",
+                "--out", str(d / "sel.jsonl")]
+    return argv
+
+
+SETTINGS_CASES: list[Case] = [
+    Case("TAPT_CACHE_DIR a loop of symbolic links", _with_loop(_select("3")),
+         "ok: centroid: selected 3 segments", "settings", env={"TAPT_CACHE_DIR": "{d}/loop"}),
+    Case("TAPT_CACHE_DIR inside a loop of symbolic links", _with_loop(_select("3")),
+         "ok: centroid: selected 3 segments", "settings",
+         env={"TAPT_CACHE_DIR": "{d}/loop/tapt"}),
+    Case("TAPT_SCRATCH_DIR a loop of symbolic links (arrays kept in memory)",
+         _with_loop(_select("3")), "ok: centroid: selected 3 segments", "settings",
+         env={"TAPT_SCRATCH_DIR": "{d}/loop", "TAPT_SPILL_BYTES": "0"}),
+    Case("select --out through a loop of symbolic links",
+         _with_loop(lambda d: [*_select("3")(d)[:-1], str(d / "loop" / "s.jsonl")]),
+         "error: --out:", "settings"),
+    Case("index build --out a loop of symbolic links",
+         _with_loop(lambda d: ["index", "build", str(_file("c.txt", "One sentence.\n")(d)),
+                               "--out", str(d / "loop")]), "error: --out:", "settings"),
+    Case('select --task "" (an unset shell variable)', _empty_path("select"),
+         "error: --task: '' is an empty path", "empty paths"),
+    Case('index build "" (an unset shell variable)', _empty_path("build"),
+         "error: CORPUS: '' is an empty path", "empty paths"),
+    Case('index add IDX "" (an unset shell variable)', _empty_path("add"),
+         "error: CORPUS: '' is an empty path", "empty paths"),
+    Case('select --model ""', _empty_path("model"), "error: --model: '' is an empty path",
+         "empty paths"),
+    Case('train --task ""', _empty_path("train-task"), "error: --task: '' is an empty path",
+         "empty paths"),
+]
+
+
+def _serve_bytes(data: bytes) -> Callable[[Path], list[str]]:
+    """`tapt index serve` of requests written as these bytes (not text)."""
+    def make(d: Path) -> list[str]:
+        argv = _serve('{"id": 0, "method": "random", "budget": "1"}')(d)
+        (d / "requests.jsonl").write_bytes(data)
+        return argv
+    return make
+
+
+def _serve_task_url(d: Path) -> list[str]:
+    argv = _serve("")(d)
+    (d / "requests.jsonl").write_text(json.dumps({"id": 1, "method": "centroid", "budget": "3",
+                                                  "task": (d / "task.txt").as_uri()}) + "\n")
+    return argv
+
+
+SERVE_MORE_CASES: list[Case] = [
+    Case("serve request line that is not UTF-8, then a good one",
+         _serve_bytes(b'{"id": "caf\xe9"}\n{"id": 2, ' + _REQUEST.encode() + b"}\n"),
+         "error: request: not valid UTF-8 (byte 12)", "serve answers", report=True),
+    Case("serve request split by a bare carriage return",
+         _serve_bytes(b'{"id": 2,\r' + _REQUEST.encode() + b"}\n"),
+         'ok: "segments": 3', "serve answers"),
+    Case("serve request with the task as a file:// URL", _serve_task_url,
+         'ok: "segments": 3', "serve answers"),
+    Case('serve request with "task": ""', _serve('{"id": 1, "method": "centroid", "task": "", '
+                                                 '"budget": "3"}'),
+         "error: task: '' is an empty path", "serve answers", report=True),
+    Case("serve request with seed inside params",
+         _serve('{"id": 1, ' + _REQUEST + ', "params": {"seed": 3}}'),
+         "error: params.seed: seed is a key of the request", "serve answers", report=True),
+    Case("serve request holding a lone surrogate",
+         _serve('{"id": 1, ' + _REQUEST + ', "out": "s\\ud800.jsonl"}'),
+         "error: out: holds a lone surrogate", "serve answers", report=True),
+    Case('serve request with "out": "$HOME/s.jsonl"',
+         _serve('{"id": 1, ' + _REQUEST + ', "out": "$HOME/s.jsonl"}'),
+         "error: are used as written, never expanded", "serve answers", report=True,
+         protect=lambda d: "a folder named $HOME was made" if (d / "$HOME").exists() else None),
+]
+
+
+def _mode_000(rel: str) -> Callable[[Path], Path]:
+    """A copy of the index with one file of its shard made unreadable (mode 000)."""
+    return _damaged(lambda idx: os.chmod(_at(idx, rel), 0))
+
+
+def _read_only_index(d: Path) -> Path:
+    idx = _copy(d)
+    for folder, dirs, files in os.walk(idx):
+        for name in [*dirs, *files]:
+            os.chmod(os.path.join(folder, name), 0o555 if name in dirs else 0o444)
+    os.chmod(idx, 0o555)
+    return idx
+
+
+def _still_read_only(d: Path) -> str | None:
+    mode = (d / "idx").stat().st_mode & 0o777
+    left = [p.name for p in d.iterdir() if p.name.startswith(".idx.")]
+    if mode != 0o555:
+        return f"idx was replaced: its folder is now {oct(mode)}"
+    return f"left {left}" if left else None
+
+
+def _unreadable_work(d: Path) -> list[str]:
+    idx = _copy(d)
+    work = d / ".idx.adding"
+    work.mkdir()
+    (work / "plan.json").write_text("{}")
+    os.chmod(work / "plan.json", 0)
+    return ["index", "add", str(idx), str(_more(d)), "--restart"]
+
+
+def _own_mount_point(command: str) -> Callable[[Path], list[str] | None]:
+    def make(d: Path) -> list[str] | None:
+        from faultfs import mount_full
+
+        if not mount_full(d / "idx", "64m"):
+            return None
+        for item in _index(d).iterdir():
+            (shutil.copytree if item.is_dir() else shutil.copy2)(item, d / "idx" / item.name)
+        if command == "add":
+            return ["index", "add", str(d / "idx"), str(_more(d))]
+        if command == "repair":             # something to repair: a cut FAISS part
+            _truncate("index.faiss")(d / "idx")
+            return ["index", "repair", str(d / "idx")]
+        return ["index", "reindex", str(d / "idx"), "--index", "hnsw"]
+    return make
+
+
+def _nothing_beside(d: Path) -> str | None:
+    left = [p.name for p in d.iterdir() if p.name.startswith(".idx.")]
+    return f"left {left} on the parent file system" if left else None
+
+
+def _huge_line_gz(d: Path) -> Path:
+    """A 0.4 MB .txt.gz that expands to one line of 300 MB (over the 256 MiB a line may be)."""
+    path = d / "huge.txt.gz"
+    with gzip.open(path, "wb", compresslevel=9) as fh:
+        chunk = b"word " * 200_000
+        for _ in range(300):
+            fh.write(chunk)
+        fh.write(b"\n")
+    return path
+
+
+_KILL_AFTER_TRAIN = """
+import os, sys
+sys.path[:0] = [{support!r}, {tests!r}]
+from hashing_cli import patch_encoder
+patch_encoder()
+import tapt.indexer.building.stages as stages
+real = stages.train_shared
+def train_then_killed(task):
+    real(task)
+    os._exit(137)                    # as a SIGKILL: no cleanup runs
+stages.train_shared = train_then_killed
+from tapt.cli import main
+sys.argv = ["tapt", "-q", "index", "build", {corpus!r}, "--out", {out!r}]
+main()
+"""
+
+
+def _killed_after_train(*extra: str) -> Callable[[Path], list[str]]:
+    """A build killed (no cleanup) right after its FAISS train stage, then the build run again
+    with `extra`."""
+    def make(d: Path) -> list[str]:
+        write_labelled_corpus(d / "pool.jsonl", docs_per_topic=12)
+        here = Path(__file__).resolve().parent
+        subprocess.run([sys.executable, "-c", _KILL_AFTER_TRAIN.format(
+            support=str(here), tests=str(here.parent), corpus=str(d / "pool.jsonl"),
+            out=str(d / "idx"))], capture_output=True)
+        if not (d / ".idx.building" / "train.json").is_file():
+            raise RuntimeError("the killed build left no train.json")
+        return ["index", "build", str(d / "pool.jsonl"), "--out", str(d / "idx"), *extra]
+    return make
+
+
+def _with_unlisted_shard(d: Path) -> list[str]:
+    idx = _copy(d)
+    shutil.copytree(idx / "shards" / "000000", idx / "shards" / "000001")
+    return ["index", "verify", str(idx)]
+
+
+ACCESS_CASES: list[Case] = [
+    Case("index build --restart after a build killed after its FAISS train stage",
+         _killed_after_train("--restart"), "ok: indexed", "killed builds"),
+    Case("index build again after a build killed after its FAISS train stage",
+         _killed_after_train(), "ok: resumed", "killed builds"),
+    Case("index verify of an index holding a shard folder its manifest does not list",
+         _with_unlisted_shard, "error: failed 1 check(s): unlisted shards", "index generations",
+         report=True),
+    Case("select with the tapt cache on a full disk (tmpfs)",
+         _on_full_disk(lambda d, disk: _sel("centroid", _index)(d)),
+         "ok: centroid: selected 3 segments", "caches", env={"TAPT_CACHE_DIR": "{d}/disk/c"}),
+    Case("a .gz of 0.4 MB that expands to one 300 MB line", _build(_huge_line_gz),
+         "error: huge.txt.gz:1: a line longer than 256 MiB", "input"),
+    *[Case(f"mode 000 on {rel}: index verify", lambda d, rel=rel: ["index", "verify", str(
+        _mode_000(rel)(d))], f"error: access {rel}", "unreadable files", report=True,
+        unprivileged=True) for rel in ("embeddings.npy", "index.faiss", "text.lmdb/data.mdb",
+                                       "shard.json")],
+    *[Case(f"mode 000 on {rel}: index repair", lambda d, rel=rel: ["index", "repair", str(
+        _mode_000(rel)(d))], "error: cannot be read (Permission denied); give this user read "
+        "access", "unreadable files", unprivileged=True)
+      for rel in ("embeddings.npy", "index.faiss", "text.lmdb/data.mdb")],
+    Case("mode 000 on embeddings.npy: select",
+         _sel("centroid", _mode_000("embeddings.npy")),
+         "error: it is not damaged, this user may not read it", "unreadable files",
+         unprivileged=True),
+    Case("index add --restart with an unreadable work folder", _unreadable_work,
+         "error: cannot be used (Permission denied)", "unreadable files", unprivileged=True,
+         keeps=(".idx.adding",)),
+    Case("index add to a read-only index (chmod -R a-w)",
+         lambda d: ["index", "add", str(_read_only_index(d)), str(_more(d))],
+         "error: is read-only", "read-only index", protect=_still_read_only),
+    Case("index reindex of a read-only index (chmod -R a-w)",
+         lambda d: ["index", "reindex", str(_read_only_index(d)), "--index", "hnsw"],
+         "error: is read-only", "read-only index", protect=_still_read_only),
+    *[Case(f"index {c} of an index that is its own mount point", _own_mount_point(c),
+           "error: is a mount point", "mount points", protect=_nothing_beside)
+      for c in ("add", "reindex", "repair")],
+]
+
+CASES = CASES + SETTINGS_CASES + SERVE_MORE_CASES + ACCESS_CASES
+
+
+def _unprivileged() -> list[str] | None:
+    """The command prefix under which file modes bind this process: none for a normal user;
+    for root, setpriv dropping the capabilities that override them (None: not available)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    drop = "-dac_override,-dac_read_search"
+    return [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}"]
+
+
 @dataclass
 class Outcome:
     """What one case did."""
@@ -1230,9 +1491,13 @@ def run_case(case: Case, work: Path, monkeypatch_encoder: Callable[[type], None]
         if argv is None:
             return Outcome(None, "", [], None, False, False)
         before = set(os.listdir(work))
-        if case.subprocess:
-            proc = subprocess.run([sys.executable, str(Path(__file__).parent / "hashing_cli.py"),
-                                   "-q", *argv], capture_output=True, text=True)
+        if case.subprocess or case.unprivileged:
+            prefix = _unprivileged() if case.unprivileged else []
+            if prefix is None:
+                return Outcome(None, "", [], None, False, False)
+            proc = subprocess.run([*prefix, sys.executable,
+                                   str(Path(__file__).parent / "hashing_cli.py"), "-q", *argv],
+                                  capture_output=True, text=True)
             code, output, crashed = proc.returncode, (proc.stdout + proc.stderr).strip(), False
         else:
             result = CliRunner().invoke(cli, ["-q", *argv])

@@ -309,7 +309,9 @@ class InputFile:
         """(line number, decoded line with its line ending). A binary file (NUL bytes in its
         first 8 KB) is refused; a BOM is dropped. A NUL byte further on and invalid UTF-8 are
         refused with the file and line, or with `invalid_utf8="replace"` become U+FFFD (each
-        such line counted in `invalid_utf8_read`)."""
+        such line counted in `invalid_utf8_read`). A line longer than MAX_LINE_BYTES (a file
+        of one huge line, or a small compressed file that expands to one) is refused with its
+        number and the limit before it is held in memory."""
         with self.open() as fh:
             head = fh.read(SNIFF_BYTES)
             if b"\x00" in head and looks_binary(head):
@@ -317,10 +319,16 @@ class InputFile:
                                  "not text")
             parts = head.split(b"\n")
             first = [p + b"\n" for p in parts[:-1]]
-            tail = parts[-1] + (fh.readline() if parts[-1] or not first else b"")
+            tail = parts[-1] + (fh.readline(MAX_LINE_BYTES) if parts[-1] or not first else b"")
             lineno = 0
-            for raw in _chain(first, [tail] if tail else [], fh):
+            rest = iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b"")
+            for raw in _chain(first, [tail] if tail else [], rest):
                 lineno += 1
+                if len(raw) > MAX_LINE_BYTES:
+                    raise InputError(f"{self.name}:{lineno}: a line longer than "
+                                     f"{MAX_LINE_BYTES >> 20} MiB, the most tapt reads as one "
+                                     "record (a file of one huge line, or a compressed file "
+                                     "that expands to one?); split it into lines or records")
                 replaced = b"\x00" in raw
                 if replaced:
                     if invalid_utf8 != "replace":
@@ -338,6 +346,9 @@ class InputFile:
                     replaced = True
                 self.invalid_utf8_read += replaced
                 yield lineno, text.lstrip("\ufeff") if lineno == 1 else text
+
+
+MAX_LINE_BYTES = 256 << 20     # one line (one record of a line format) at most
 
 
 def _chain(*iterables: Any) -> Iterator[bytes]:

@@ -36,9 +36,16 @@ class JsonlFormat(Format):
             if "\\ud" in line or "\\uD" in line:      # cheap: only an escape can make one
                 obj = _without_lone_surrogates(obj)
             text = obj.get(options.text_field, _MISSING)
-            if text is not None and not isinstance(text, str):
+            if text is _MISSING:
+                fields = ", ".join(repr(k) for k in list(obj)[:12]) or "none"
                 raise InputError(f"{file.name}:{lineno}: field '{options.text_field}' is missing "
-                                 "or not a string", param="text_field")
+                                 f"(the record's fields: {fields}"
+                                 f"{', ...' if len(obj) > 12 else ''}); name the one holding "
+                                 "the text with `text_field`", param="text_field")
+            if text is not None and not isinstance(text, str):
+                raise InputError(f"{file.name}:{lineno}: field '{options.text_field}' is not a "
+                                 f"string (it holds {type(text).__name__}: {_short(text)})",
+                                 param="text_field")
             yield lineno, obj
 
     def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
@@ -57,6 +64,11 @@ class JsonlFormat(Format):
 
 
 _MISSING = object()
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _no_constant(name: str) -> None:
