@@ -7,8 +7,9 @@ with cluster topic words, one sentence a document), written once per size as one
 `--work`. Each measurement is a fresh process (`--cell`) that imports tapt (from the checkout,
 or from the revision extracted with `git archive`, first on its PYTHONPATH), scans the file and
 runs `stages.prepare_shard` on it, the function a prepare task runs; it records its peak
-resident set (`ru_maxrss`), its RssAnon after the imports, the seconds, the distinct words and
-word pairs, and a digest of the files it wrote (the two revisions must write the same bytes).
+resident set (`ru_maxrss`), its RssAnon after the imports, the seconds of the scan and of the
+prepare, the distinct words and word pairs, and a digest of the files it wrote (the two
+revisions must write the same bytes).
 
     nice -n 10 .venv/bin/python -m benchmarks.prepare_memory --rows 250000,1000000,2000000 \\
         --before HEAD~1 --work /tmp/prepare-memory --out benchmarks/results/scale
@@ -50,23 +51,19 @@ def _corpus(work: Path, rows: int) -> Path:
     return path
 
 
-def _rss_anon_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def cell(corpus: str, out: str) -> dict:
     """One prepare task in this process (the child)."""
     import tapt
     from tapt.indexer.building import stages
     from tapt.indexer.building.pipeline import BuildConfig, scan_corpus
 
-    base = _rss_anon_mb()
+    from benchmarks.driver_memory import MB, _anon_bytes
+
+    base = _anon_bytes() / MB
     config = BuildConfig(split=False, doc_field=None, progress=False)
+    t0 = time.perf_counter()
     scan = scan_corpus([corpus], config)
+    scan_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     record = stages.prepare_shard(stages.PrepareTask(out, "000000", tuple(scan.files),
                                                      scan.options, False, run="bench"))
@@ -78,6 +75,7 @@ def cell(corpus: str, out: str) -> dict:
     return {"tapt": str(Path(tapt.__file__).parent), "rows": record["rows"],
             "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "base_anon_mb": round(base, 1), "seconds": round(seconds, 1),
+            "scan_seconds": round(scan_seconds, 1),
             "words": int(len(np.load(shard / "vocab.npy", mmap_mode="r")) - 2),
             "pairs": int(len(np.load(shard / "bigrams.npy", mmap_mode="r"))),
             "digest": digest.hexdigest()[:16]}
@@ -128,11 +126,12 @@ def main() -> None:
             shutil.rmtree(out, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "prepare_memory.json").write_text(json.dumps(records, indent=1) + "\n")
-    lines = ["| rows | code | peak RSS (MB) | words | word pairs | seconds | load | files |",
-             "|---:|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| rows | code | peak RSS (MB) | words | word pairs | scan s | prepare s | load | "
+             "files |", "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in records:
         lines.append(f"| {r['rows']:,} | {r['code']} | {r['peak_mb']:,.0f} | {r['words']:,} | "
-                     f"{r['pairs']:,} | {r['seconds']:.0f} | {r['load']:.1f} | {r['digest']} |")
+                     f"{r['pairs']:,} | {r['scan_seconds']:.0f} | {r['seconds']:.0f} | "
+                     f"{r['load']:.1f} | {r['digest']} |")
     (args.out / "prepare_memory.md").write_text("\n".join(lines) + "\n")
 
 

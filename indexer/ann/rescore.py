@@ -7,8 +7,11 @@ index type produced the candidates.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
+
+from tapt.errors import IndexFormatError
 
 from ..store.integrity import check_unit_rows
 from ..store.npy import as_float32
@@ -76,6 +79,59 @@ def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarr
         sims_out[block] = top_sims
         ids_out[block] = top_ids
     return sims_out, ids_out
+
+
+Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]  # ids, approximate and exact similarities
+
+
+def exact_of(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarray,
+             label: str | Path | None = None, offset: int = 0) -> np.ndarray:
+    """The exact similarity of every candidate (`exact_topk`'s values, rows checked), in the
+    candidates' order, -inf for none; `candidates` are rows of `embeddings` + `offset` (a
+    shard's or an actor's rows, named by their global ids)."""
+    from ..store.integrity import rows_from
+
+    local = np.where(candidates >= 0, candidates - offset, -1)
+    try:
+        sims, ids = exact_topk(embeddings, queries, local, local.shape[1], label=label)
+    except IndexFormatError as exc:
+        raise rows_from(exc, offset) from exc
+    want, have = np.argsort(local, axis=1), np.argsort(ids, axis=1)
+    out = np.empty(local.shape, dtype=np.float32)
+    np.put_along_axis(out, want, np.take_along_axis(sims, have, 1), 1)
+    return np.where(local >= 0, out, -np.inf).astype(np.float32)
+
+
+def best_of(found: Candidates, width: int, by: int) -> Candidates:
+    """Each query's best `width` candidates by similarity `by` (1: approximate, 2: exact),
+    best first, ties by ascending id, none (-1) last: how the candidates of several parts are
+    merged (by 1, as `faiss_index.merge_topk` merges a search's), then ranked (by 2, as
+    `exact_topk` ranks them)."""
+    ids = found[0]
+    valid = ids >= 0
+    order = np.lexsort((np.where(valid, ids, np.iinfo(np.int64).max),
+                        np.where(valid, -found[by], np.inf)), axis=-1)[:, :width]
+    return tuple(np.take_along_axis(a, order, 1) for a in found)  # type: ignore[return-value]
+
+
+def merge_candidates(parts: Iterable[Candidates | None], width: int) -> Candidates | None:
+    """The best `width` candidates by approximate similarity of several parts' candidates
+    (`best_of`), merged as they come: one part's width held beside the merged ones."""
+    merged = None
+    for part in parts:
+        if part is None:
+            continue
+        merged = part if merged is None else best_of(
+            tuple(np.concatenate([a, b], axis=1) for a, b in zip(merged, part)), width, 1)
+    return merged
+
+
+def exact_top(found: Candidates, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(similarities, ids) of each query's best `k` candidates by exact similarity, -inf / -1
+    where it has fewer: what `exact_topk` returns for the same candidates."""
+    top = best_of(found, k, 2)
+    finite = np.isfinite(top[2])
+    return np.where(finite, top[2], -np.inf).astype(np.float32), np.where(finite, top[0], -1)
 
 
 def _by_shared_candidates(candidates: np.ndarray) -> np.ndarray:

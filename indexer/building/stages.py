@@ -121,6 +121,8 @@ class PrepareTask:
             are skipped too.
         records: The scan's record count (progress only).
         run: The build's or add's fingerprint, recorded in every completion record.
+        segment_size: The index's segment size: the record counts the shard's segments
+            (0: not counted here).
     """
 
     work: str
@@ -131,6 +133,7 @@ class PrepareTask:
     dedupe_against: tuple[str, ...] = ()
     records: int = 0
     run: str = ""
+    segment_size: int = 0
 
 
 def _sentences(doc: Document, doc_index: int, split: SentenceSplitter) -> Iterator[dict[str, Any]]:
@@ -215,6 +218,7 @@ def _prepare_into(out: Path, task: PrepareTask) -> dict[str, Any]:
         writer.close()
     ends.close()
     hashes.close()
+    counted = {"segments": segments_of(out, task.segment_size)} if task.segment_size else {}
     lexical.write({"vocab": out / VOCAB, "bigrams": out / BIGRAMS, "lexical": out / LEXICAL,
                    "lexical_offsets": out / LEXICAL_OFFSETS})
     blank = sum(f.scanned.blank if f.scanned is not None and f.scanned.exact else f.blank_read
@@ -222,7 +226,7 @@ def _prepare_into(out: Path, task: PrepareTask) -> dict[str, Any]:
     return {"run": task.run, "shard": task.shard, "rows": rows, "documents": documents,
             "documents_read": docs_read, "duplicates": duplicates, "skipped_blank_records": blank,
             "invalid_utf8_records": sum(f.invalid_utf8_read for f in task.files),
-            "files": [f.name for f in task.files]}
+            "files": [f.name for f in task.files], **counted}
 
 
 class _Column:

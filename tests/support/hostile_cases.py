@@ -898,6 +898,9 @@ class FakeRay:
             def __init__(self, cls) -> None:
                 self.cls = cls
 
+            def options(self, **_options):
+                return self
+
             def remote(self, *args):
                 back = os.getcwd()
                 os.chdir(where)
@@ -910,6 +913,9 @@ class FakeRay:
 
     def cluster_resources(self):
         return {"CPU": 8.0}
+
+    def nodes(self):
+        return [{"Alive": True, "Resources": {"CPU": 8.0, "memory": float(1 << 40)}}]
 
     def get(self, refs, timeout=None):
         return refs
