@@ -75,14 +75,15 @@ def hash_words(unique_words: Iterable[str]) -> np.ndarray:
 class LexicalWriter:
     """Collects the words of a shard's sentences, in row order, and writes the four arrays.
 
-    What it holds does not grow with the sentences: each block of `BLOCK` tokens becomes its
-    word pairs (one 64-bit key each: history id above word id) and predicted-token counts,
-    appended to unlinked scratch files (`util.spill.scratch_dir`; 16 bytes a token and 8 a
-    sentence, on disk), and only its distinct words and its distinct pairs (a sorted array,
-    merged block by block) stay in memory. `write` then turns each key into its type's id by
-    a search of the sorted pairs, a block at a time. The arrays are those `pairs_to_arrays` makes
-    of the whole stream at once, value for value (`arrays` returns them in memory, for a few
-    sentences).
+    What it holds does not grow with the sentences: each block of `BLOCK` tokens is reduced to
+    its distinct word pairs (one 64-bit key each: history id above word id, sorted) and, per
+    predicted token, the position of its pair among them (int32), both appended to unlinked
+    scratch files (`util.spill.scratch_dir`) with each sentence's predicted-token count; only
+    the distinct words and the distinct pairs so far (a sorted array, merged block by block)
+    stay in memory. `write` then maps each block's pairs to their place among all pairs (one
+    search of a sorted block of pairs) and its tokens through them. The arrays are those
+    `pairs_to_arrays` makes of the whole stream at once, value for value (`arrays` returns them
+    in memory, for a few sentences).
     """
 
     BLOCK = 1 << 22
@@ -92,7 +93,8 @@ class LexicalWriter:
         self._stream = array("i")       # <s> w1 .. wm </s> of the block's sentences, local ids
         self._lengths = array("q")      # predicted tokens per sentence of the block (m + 1)
         self._types = np.empty(0, dtype=np.int64)    # distinct pair keys so far, sorted
-        self._keys = self._counts = None               # scratch files, made with a first block
+        self._spill = None                             # scratch files, made with a first block
+        self._blocks: list[tuple[int, int, int]] = []  # (sentences, tokens, pairs) per block
         self.sentences = 0
 
     def add(self, text: str) -> None:
@@ -107,18 +109,21 @@ class LexicalWriter:
             self._flush()
 
     def _flush(self) -> None:
-        """The block's pair keys and counts to the scratch files; its distinct pairs merged
-        into the sorted ones (two sorted runs: the stable sort merges them in linear time)."""
+        """The block to the scratch files (its sorted distinct pairs, each token's place among
+        them, each sentence's count); its pairs merged into the sorted ones (two sorted runs:
+        the stable sort merges them in linear time)."""
         if not self._lengths:
             return
         stream = np.frombuffer(self._stream, dtype=np.int32).astype(np.int64)
         lengths = np.frombuffer(self._lengths, dtype=np.int64)
-        keys = _pair_keys(stream, lengths)
-        if self._keys is None:
-            self._keys, self._counts = _scratch(), _scratch()
-        self._keys.write(keys.tobytes())
-        self._counts.write(lengths.tobytes())
-        merged = np.concatenate([self._types, np.unique(keys)])
+        pairs, places = np.unique(_pair_keys(stream, lengths), return_inverse=True)
+        if self._spill is None:
+            self._spill = {name: _scratch() for name in ("pairs", "places", "counts")}
+        self._spill["pairs"].write(pairs.tobytes())
+        self._spill["places"].write(places.astype(np.int32).tobytes())
+        self._spill["counts"].write(lengths.tobytes())
+        self._blocks.append((len(lengths), len(places), len(pairs)))
+        merged = np.concatenate([self._types, pairs])
         merged.sort(kind="stable")
         keep = np.ones(len(merged), dtype=bool)
         np.not_equal(merged[1:], merged[:-1], out=keep[1:])
@@ -130,7 +135,7 @@ class LexicalWriter:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """vocab, bigrams, lexical, lexical_offsets (see the module docstring), in memory."""
-        if self._keys is not None:
+        if self._spill is not None:
             raise ValueError("arrays() holds a few sentences in memory; write() a shard")
         stream = np.frombuffer(self._stream, dtype=np.int32).astype(np.int64)
         lengths = np.frombuffer(self._lengths, dtype=np.int64)
@@ -150,21 +155,31 @@ class LexicalWriter:
                     [types >> 32, types & _LOW32], axis=1).astype(np.int32))):
                 with atomic_write(paths[name], "wb") as fh:
                     write_npy(fh, array_)
+            spill = self._spill or {}
+            for fh in spill.values():
+                fh.flush()
+                fh.seek(0)
             with _appending(paths["lexical_offsets"], np.int64) as offsets, \
                     _appending(paths["lexical"], np.int32) as lexical:
                 offsets.append(np.zeros(1, dtype=np.int64))
                 at = 0
-                for counts in _blocks(self._counts, np.int64, self.BLOCK):
-                    ends = np.cumsum(counts, dtype=np.int64) + at
+                for sentences, tokens, pairs in self._blocks:
+                    ends = np.cumsum(_read(spill["counts"], np.int64, sentences)) + at
                     offsets.append(ends)
                     at = int(ends[-1])
-                for keys in _blocks(self._keys, np.int64, self.BLOCK):
-                    lexical.append(np.searchsorted(types, keys).astype(np.int32))
+                    ids = np.searchsorted(types, _read(spill["pairs"], np.int64, pairs))
+                    lexical.append(ids.astype(np.int32)[_read(spill["places"], np.int32,
+                                                              tokens)])
         finally:
-            for fh in (self._keys, self._counts):
-                if fh is not None:
-                    fh.close()
-            self._keys = self._counts = None
+            for fh in (self._spill or {}).values():
+                fh.close()
+            self._spill, self._blocks = None, []
+
+
+def _read(fh, dtype: type, count: int) -> np.ndarray:
+    """The next `count` values of a scratch file."""
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(fh.read(count * size), dtype=dtype, count=count)
 
 
 def _pair_keys(stream: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -183,20 +198,6 @@ def _scratch():
     import tempfile
 
     return tempfile.TemporaryFile(dir=spill.scratch_dir(), prefix="tapt-lexical-")
-
-
-def _blocks(fh, dtype: type, count: int):
-    """The values of a scratch file, `count` at a time."""
-    if fh is None:
-        return
-    fh.flush()
-    fh.seek(0)
-    size = np.dtype(dtype).itemsize
-    while True:
-        raw = fh.read(count * size)
-        if not raw:
-            return
-        yield np.frombuffer(raw, dtype=dtype)
 
 
 class _appending:
