@@ -195,8 +195,25 @@ def main() -> None:
             records = [r for r in records if (r["command"], r["rows"]) != (command, rows)]
             records.append(record)
             args.out.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(sorted(records, key=lambda r: (r["command"], r["rows"])),
-                                       indent=1) + "\n")
+            records.sort(key=lambda r: (r["command"], r["rows"]))
+            path.write_text(json.dumps(records, indent=1) + "\n")
+            (args.out / "driver_build.md").write_text(table(records))
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """The records as a markdown table, each command's growth from its smallest run."""
+    lines = ["| command | rows | driver CPU s | driver peak MB (RssAnon) | x smallest (CPU, peak) "
+             "| ru_maxrss MB | wall s | shards | FAISS | load (start-end) |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
+    for r in records:
+        first = min((x for x in records if x["command"] == r["command"]),
+                    key=lambda x: x["rows"])
+        lines.append(f"| {r['command']} | {r['rows']:,} | {r['driver_cpu_s']:.1f} | "
+                     f"{r['driver_peak_mb']:.0f} | {r['driver_cpu_s'] / first['driver_cpu_s']:.2f}, "
+                     f"{r['driver_peak_mb'] / first['driver_peak_mb']:.2f} | "
+                     f"{r['driver_maxrss_mb']:.0f} | {r['seconds']:.0f} | {r['shards']} | "
+                     f"{r['factory']} | {r['load_start']:.1f}-{r['load_end']:.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -65,6 +65,8 @@ class Stage:
             executor that places tasks on a cluster reserves it on the node a task runs on.
         steps_memory: For a stage that embeds, the bytes of each step apart from the model
             (`tokenize`, `save`), by step; `memory` is then a model worker's.
+        part_memory: For a stage that embeds: the bytes each more part held at once adds to
+            its steps' (an executor that hands a task several parts at a time).
     """
 
     name: str
@@ -75,6 +77,7 @@ class Stage:
     whole_node: bool = False
     memory: int = 0
     steps_memory: tuple[tuple[str, int], ...] = ()
+    part_memory: int = 0
 
 
 class Executor(ABC):

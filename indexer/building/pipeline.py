@@ -390,7 +390,8 @@ def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: Buil
                                                   plan.embedding_dtype, run))
     runner.map(Stage("embed", stages.embed_part, needs_encoder=True, unit="sent",
                      weight=lambda t: t.rows, memory=memory.embed if memory else 0,
-                     steps_memory=memory.steps() if memory else ()), embed_tasks, source)
+                     steps_memory=memory.steps() if memory else (),
+                     part_memory=memory.part if memory else 0), embed_tasks, source)
     runner.map(Stage("assemble", stages.assemble_shard, unit="shard",
                      memory=memory.assemble if memory else 0), assemble_tasks)
     embedded = {}

@@ -374,8 +374,13 @@ class RayExecutor(Executor):
         size = min(self.pool_size(), len(tasks))
         source = worker_source(encoder)
         steps = getattr(stage.fn, "steps", None)
-        items = [{"i": i, "task": cloudpickle.dumps(t)} for i, t in enumerate(tasks)]
-        memory = dict(stage.steps_memory)
+        # consecutive parts per Ray Data row (see `part_groups`): steps apart only
+        group = part_groups(len(tasks)) if steps is not None else 1
+        items = ([{"i": i, "task": cloudpickle.dumps(tuple(tasks[i:i + group]))}
+                  for i in range(0, len(tasks), group)] if steps is not None else
+                 [{"i": i, "task": cloudpickle.dumps(t)} for i, t in enumerate(tasks)])
+        memory = {step: amount + (group - 1) * stage.part_memory
+                  for step, amount in stage.steps_memory}
 
         def step_args(step: str, cpus: float = 1.0, gpus: float = 0.0,
                       amount: int | None = None) -> dict[str, Any]:
@@ -388,7 +393,9 @@ class RayExecutor(Executor):
             return {"CPU": float(args["num_cpus"]), "GPU": float(args.get("num_gpus", 0)),
                     "memory": float(args.get("memory", 0)), **args.get("resources", {})}
 
-        model_args = step_args("embed", gpus=self.gpus_per_worker, amount=stage.memory)
+        model_args = step_args("embed", gpus=self.gpus_per_worker,
+                               amount=stage.memory + ACTOR_PARTS_IN_FLIGHT * (group - 1)
+                               * stage.part_memory if stage.memory else 0)
         needs = [need(model_args)]
         with _data_context(ray), warnings.catch_warnings():
             # Ray 2.60 sets retries, and the pool's restarts, only through `ray_remote_args`
@@ -433,6 +440,19 @@ class RayExecutor(Executor):
 
     def _steer(self, step: str) -> dict[str, Any]:
         return {"resources": self.resources[step]} if step in self.resources else {}
+
+
+# Ray Data rows of the embed stage at most (while a row holds at most MAX_GROUP parts): the
+# driver's scheduling costs about 30 ms of CPU a row, so a build of any size is planned in
+# about as many rows; memory of a step grows with its row's parts (`Stage.part_memory`).
+ROWS = 256
+MAX_GROUP = 16
+
+
+def part_groups(parts: int) -> int:
+    """Consecutive parts in one row of the embed pipeline: enough for at most ROWS rows, at
+    most MAX_GROUP."""
+    return max(1, min(MAX_GROUP, -(-parts // ROWS)))
 
 
 STEPS = ("scan", "prepare", "tokenize", "embed", "save", "assemble", "train", "index",

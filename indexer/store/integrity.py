@@ -177,11 +177,17 @@ def recorded_checksums(index_dir: Path, manifest: dict[str, Any]) -> list[tuple[
     return out
 
 
+# what every open (docs.npy, tokens.npy) or every add (dochash.npy) verifies once per version:
+# stamped as written, so the first open or add in another process need not hash them
+ONCE_FILES = ("docs.npy", "tokens.npy", "dochash.npy")
+
+
 def remember_index(index_dir: Path, manifest: dict[str, Any]) -> None:
-    """`remember` every file an index's manifests record a checksum for."""
+    """`remember` every file an index's manifests record a checksum for (`ONCE_FILES` with a
+    stamp whatever their size)."""
     for path, expected, _ in recorded_checksums(index_dir, manifest):
         if path.is_file():
-            remember(path, expected)
+            remember(path, expected, stamp=path.name in ONCE_FILES)
 
 
 def vouched(path: Path, expected: str | None) -> bool:

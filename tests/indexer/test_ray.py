@@ -72,6 +72,19 @@ def test_ray_build_equals_local(cluster, corpus, local_index, tmp_path):
         assert _ids(a) == _ids(b) and len(a) == 10
 
 
+def test_parts_grouped_in_ray_data_rows_build_the_local_index(cluster, corpus, local_index,
+                                                              tmp_path, monkeypatch):
+    """Several consecutive parts per row of the embed pipeline (what keeps the driver's
+    scheduling flat however many parts a build has): each part still its own files."""
+    from tapt.indexer.building import ray_executor
+
+    monkeypatch.setattr(ray_executor, "ROWS", 2)
+    parts = sum(-(-s.rows // CONFIG["window"]) for s in Index(local_index).shards)
+    assert ray_executor.part_groups(parts) > 1
+    _ray_build(corpus, tmp_path / "idx", HashingEncoder())
+    assert_same_index(local_index, tmp_path / "idx")
+
+
 def test_ray_add_equals_local_add(cluster, corpus, tmp_path):
     from tapt.indexer.building.add import add_to_index
 
