@@ -2,7 +2,8 @@
 file, scanned and read apart (by tasks of a cluster), that together read the file as one pass
 does.
 
-A piece is a copy of the file's `InputFile` with a `span` of bytes [start, end): it owns the
+A piece is a copy of the file's `base.InputFile` (the `file` each function here takes) with a
+`span` of bytes [start, end): it owns the
 lines that begin inside it (a line begins at byte 0 or after a newline), however far they run
 past its end, so every line is owned by exactly one piece. Its lines are numbered from its
 `first_line` (the lines of the pieces before it, known once they are scanned; 0 while it is
@@ -16,22 +17,19 @@ piece, backwards).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Iterator
-
-if TYPE_CHECKING:
-    from .base import InputFile
+from typing import Any, Iterator
 
 SPLIT_FORMATS = ("jsonl", "text")
 _BACK = 1 << 16
 
 
-def splittable(file: "InputFile") -> bool:
+def splittable(file: Any) -> bool:
     """Whether a file can be read in pieces: an uncompressed local JSON Lines or text file."""
     return (file.format.name in SPLIT_FORMATS and file.compression is None
             and file.source.local is not None and file.span is None)
 
 
-def split(file: "InputFile", size: int) -> list["InputFile"]:
+def split(file: Any, size: int) -> list[Any]:
     """The pieces of `file` of about `size` bytes each (the file itself where it is not larger,
     or cannot be read in pieces)."""
     if not splittable(file):
@@ -44,10 +42,10 @@ def split(file: "InputFile", size: int) -> list["InputFile"]:
             for start in range(0, total, size)]
 
 
-def raw_lines(file: "InputFile") -> Iterator[tuple[int, bytes, bool]]:
+def raw_lines(file: Any) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, raw line, owned) from the first line that begins inside the piece on: its
     own lines, then (unowned) the lines after its end, as long as the consumer reads."""
-    from .base import SNIFF_BYTES, looks_binary
+    from .sources import SNIFF_BYTES, looks_binary
 
     start, end = file.span
     with file.open() as fh:
@@ -73,7 +71,7 @@ def raw_lines(file: "InputFile") -> Iterator[tuple[int, bytes, bool]]:
             at += len(raw)
 
 
-def lines_before(file: "InputFile") -> Iterator[tuple[int, str]]:
+def lines_before(file: Any) -> Iterator[tuple[int, str]]:
     """(line number, text) of the lines before a piece's first line, last first (read
     backwards, `_BACK` bytes at a time; decoded with U+FFFD for invalid bytes): what a format
     needs to know of the document the piece may begin inside."""
