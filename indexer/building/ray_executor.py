@@ -2,11 +2,12 @@
 
 prepare and assemble tasks run as Ray tasks (one CPU each); train and index tasks, whole-node
 work (`Stage.whole_node`), as Ray tasks asking for the CPUs of the cluster's largest node, with
-FAISS's OpenMP threads set to the CPUs Ray granted (and one GPU where faiss-gpu is installed
-and a node has one: Ray hides GPUs from tasks that do not ask); the embed stage runs
-as a Ray Data pipeline, one row per part (`ray_embed`): CPU tasks read and tokenise each part
-(the encoder's own length-sorted tokenisation), an autoscaling actor pool
-(`ActorPoolStrategy(min_size, max_size)`, two parts in flight per actor) runs the model only,
+FAISS's OpenMP threads set to the CPUs Ray granted (and one GPU where that node's FAISS can use
+one, asked there: Ray hides GPUs from tasks that do not ask); the embed stage runs
+as a Ray Data pipeline over the parts (`ray_embed`; a row of it holds up to 16 consecutive
+parts, so a build has at most 256 rows where it can: `part_groups`): CPU tasks read and
+tokenise each part (the encoder's own length-sorted tokenisation), an autoscaling actor pool
+(`ActorPoolStrategy(min_size, max_size)`, two rows in flight per actor) runs the model only,
 each actor loading it once (from the build's `EncoderSpec`, or a copy of the encoder object
 when there is none), and CPU tasks write each part through the same idempotent functions as
 the local executor (temporary names renamed), so a retried step writes the same part.
@@ -361,10 +362,11 @@ class RayExecutor(Executor):
 
     def _map_pool(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource
                   ) -> list[Any]:
-        """The embed stage as a Ray Data pipeline, one row per part: tokenise (CPU tasks), the
-        model (an autoscaling actor pool, two parts in flight per actor), save (CPU tasks);
-        see `tokenize_parts`. A stage function not split into steps (`fn.steps`, as
-        `stages.embed_part` is) runs whole in the actors."""
+        """The embed stage as a Ray Data pipeline: tokenise (CPU tasks; each input row a group
+        of consecutive parts, `part_groups`, that it fans out to one row per part), the model
+        (an autoscaling actor pool, two groups in flight per actor), save (CPU tasks); see
+        `tokenize_parts`. A stage function not split into steps (`fn.steps`, as
+        `stages.embed_part` is) runs whole in the actors, one part per row."""
         from ray import cloudpickle
         from ray.data import ActorPoolStrategy
 

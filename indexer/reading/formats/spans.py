@@ -3,9 +3,9 @@ file, scanned and read apart (by tasks of a cluster), that together read the fil
 does.
 
 A piece is a copy of the file's `base.InputFile` (the `file` each function here takes) with a
-`span` of bytes [start, end): it owns the
-lines that begin inside it (a line begins at byte 0 or after a newline), however far they run
-past its end, so every line is owned by exactly one piece. Its lines are numbered from its
+`span` of bytes [start, end): it owns the lines that begin inside it (a line begins at byte 0
+or after a newline), however far they run past its end, so every line is owned by exactly one
+piece. Its lines are numbered from its
 `first_line` (the lines of the pieces before it, known once they are scanned; 0 while it is
 scanned itself: errors then carry the piece's own numbering, `base.LineError.moved`). What a
 format makes of the lines (a document of several records, a block of lines) is owned by the
