@@ -83,6 +83,32 @@ def test_a_build_over_the_free_disk_refuses_before_embedding(corpus, tmp_path, m
     assert plan["ram_bytes"] == plan["index_bytes"] == plan["rows"] * 64 * 4
 
 
+def test_a_task_no_node_can_hold_is_refused_before_preparing(corpus, tmp_path):
+    """An executor whose largest node offers a task less than the plan's: refused before
+    anything is read again, naming what makes the task smaller where an option does."""
+    from tapt.indexer.building.build_plan import TASK_BASE, TaskMemory, check_tasks
+    from tapt.indexer.building.executors import LocalExecutor
+
+    class SmallNodes(LocalExecutor):
+        def task_memory_limit(self):
+            return TASK_BASE + (1 << 20)
+
+    encoder = HashingEncoder()
+    with pytest.raises(InputError) as refused:
+        build_index([corpus], tmp_path / "idx", encoder, _config(),
+                    executor=SmallNodes(progress=False))
+    assert encoder.calls == 0 and refused.value.message.endswith("nothing was prepared")
+    assert "a prepare task needs about" in refused.value.message
+    assert not list((tmp_path / ".idx.building").glob("shards/*"))
+    fits = TaskMemory(*([TASK_BASE] * 8))
+    check_tasks(fits, TASK_BASE, "x")
+    for step, param in (("index", "shard_size"), ("calibrate", "shard_size"),
+                        ("train", "memory"), ("embed", "executor")):
+        with pytest.raises(InputError) as refused:
+            check_tasks(TaskMemory(**{**fits.record(), step: TASK_BASE + 1}), TASK_BASE, "x")
+        assert refused.value.param == param and f"a {step} task" in refused.value.message
+
+
 def test_the_default_memory_budget_follows_the_machine(corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(index_choice, "available_memory", lambda: 6 * G)
     budget, source = index_choice.memory_budget("auto")
