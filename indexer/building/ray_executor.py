@@ -483,22 +483,33 @@ def _checked_resources(resources: dict[str, dict[str, float]] | None
 def _data_context(ray) -> Iterator[None]:
     """Ray Data settings of one embed stage, restored afterwards: no errored block tolerated,
     the task's own exception raised, no bars or INFO lines of its own (tapt's bar counts
-    sentences)."""
+    sentences), and no errors or tracebacks on its console (`_no_errors`)."""
     ctx = ray.data.DataContext.get_current()
     wanted = {"max_errored_blocks": 0, "raise_original_map_exception": True,
               "enable_progress_bars": False, "print_on_execution_start": False}
     saved = {k: getattr(ctx, k) for k in wanted if hasattr(ctx, k)}
     logger = logging.getLogger("ray.data")
     level = logger.level
+    consoles = [h for h in logger.handlers if "File" not in type(h).__name__]
     for k in saved:
         setattr(ctx, k, wanted[k])
     logger.setLevel(max(level, logging.WARNING))
+    for handler in consoles:
+        handler.addFilter(_no_errors)
     try:
         yield
     finally:
         for k, v in saved.items():
             setattr(ctx, k, v)
         logger.setLevel(level)
+        for handler in consoles:
+            handler.removeFilter(_no_errors)
+
+
+def _no_errors(record: logging.LogRecord) -> bool:
+    """Ray Data's console, during a stage: its errors and their tracebacks stay in its own log
+    file (ray-data.log); tapt reports a failed stage as one line."""
+    return record.levelno < logging.ERROR and not record.exc_info
 
 
 def _rows_within(ds, watch: Watch, stage: str) -> Iterator[dict[str, Any]]:
