@@ -86,20 +86,32 @@ Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]  # ids, approximate and e
 
 def exact_of(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarray,
              label: str | Path | None = None, offset: int = 0) -> np.ndarray:
-    """The exact similarity of every candidate (`exact_topk`'s values, rows checked), in the
-    candidates' order, -inf for none; `candidates` are rows of `embeddings` + `offset` (a
-    shard's or an actor's rows, named by their global ids)."""
+    """The exact similarity of every candidate, in the candidates' order, -inf for none: one
+    float32 dot product of its row and query each (the value `exact_topk` gives it, whatever
+    else shares the call), every gathered row checked for unit length. `candidates` are rows
+    of `embeddings` + `offset` (a shard's or an actor's rows, named by their global ids)."""
     from ..store.integrity import rows_from
 
-    local = np.where(candidates >= 0, candidates - offset, -1)
-    try:
-        sims, ids = exact_topk(embeddings, queries, local, local.shape[1], label=label)
-    except IndexFormatError as exc:
-        raise rows_from(exc, offset) from exc
-    want, have = np.argsort(local, axis=1), np.argsort(ids, axis=1)
-    out = np.empty(local.shape, dtype=np.float32)
-    np.put_along_axis(out, want, np.take_along_axis(sims, have, 1), 1)
-    return np.where(local >= 0, out, -np.inf).astype(np.float32)
+    queries = np.asarray(queries, dtype=np.float32)
+    local = np.where(candidates >= 0, candidates - offset, -1).astype(np.int64)
+    out = np.full(local.shape, -np.inf, dtype=np.float32)
+    nq, width = local.shape
+    step = max(1, min(nq, _GATHER_BYTES // max(1, width * queries.shape[1] * 4)))
+    for start in range(0, nq, step):
+        block = local[start:start + step]
+        valid = block >= 0
+        if not valid.any():
+            continue
+        unique, inverse = np.unique(block[valid], return_inverse=True)
+        rows = as_float32(embeddings[unique])           # ascending ids: sequential reads
+        try:
+            check_unit_rows(rows, unique, label, dtype=embeddings.dtype)
+        except IndexFormatError as exc:
+            raise rows_from(exc, offset) from exc
+        q_of = np.nonzero(valid)[0] + start
+        sims = np.einsum("ij,ij->i", rows[inverse.reshape(-1)], queries[q_of])
+        out[start:start + step][valid] = sims
+    return out
 
 
 def best_of(found: Candidates, width: int, by: int) -> Candidates:

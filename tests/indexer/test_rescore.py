@@ -111,3 +111,29 @@ def test_candidate_sims_are_every_candidates_similarity(monkeypatch):
         np.testing.assert_allclose(got[valid], want[valid], atol=1e-5)
         assert np.all(got[~valid] == -np.inf)
         np.testing.assert_array_equal(ids, reference(embeddings, queries, candidates, 5)[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_exact_of_gives_every_candidate_its_own_dot_product(monkeypatch, dtype):
+    """What a shard or an actor sends back for the driver to rank: each candidate's exact
+    similarity in place (-inf for none), equal to `exact_topk`'s value of it, with global ids
+    counted from an offset; the top k of those is `exact_topk`'s answer."""
+    from tapt.indexer.ann.rescore import exact_of, exact_top
+
+    rng = np.random.default_rng(5)
+    embeddings = unit(rng, 90, 32, dtype)
+    queries = unit(rng, 21, 32)
+    candidates = rng.integers(0, 90, (21, 30))
+    candidates[rng.random(candidates.shape) < 0.2] = -1
+    candidates[4] = -1
+    valid = candidates >= 0
+    rows = embeddings[np.where(valid, candidates, 0)].astype(np.float32)
+    want = np.where(valid, np.einsum("ckd,cd->ck", rows, queries), -np.inf)
+    for budget in (1, 1 << 30):
+        monkeypatch.setattr(rescore, "_GATHER_BYTES", budget)
+        got = exact_of(embeddings, queries, np.where(valid, candidates + 1000, -1), offset=1000)
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+    sims, ids = exact_top((np.where(valid, candidates, -1), want.astype(np.float32), got), 10)
+    top = exact_topk(embeddings, queries, candidates, 10)
+    np.testing.assert_array_equal(ids, top[1])
+    np.testing.assert_array_equal(sims, top[0])
