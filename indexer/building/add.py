@@ -234,8 +234,10 @@ def _shared_of(index: Index, work: Path, runner: Executor, memory: int = 0) -> S
     template = template_sha = None
     if index.manifest.get("faiss", {}).get("part_ids") == "global":
         template = str(work / stages.TRAINED)
+        # the part by the index's path: its shards' own paths name this process's handle
+        part = Path(index.path) / SHARDS / index.shards[0].name / FAISS
         template_sha = runner.map(Stage("train", write_template, unit="index", memory=memory),
-                                  [TemplateTask(str(index.shards[0].directory / FAISS), template)])[0]
+                                  [TemplateTask(str(part), template)])[0]
     scale = (index.manifest.get("codes") or {}).get("scale")
     return Shared(template, template_sha, 0.0, scale)
 
