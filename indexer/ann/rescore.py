@@ -88,29 +88,32 @@ def exact_of(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarray
              label: str | Path | None = None, offset: int = 0) -> np.ndarray:
     """The exact similarity of every candidate, in the candidates' order, -inf for none: one
     float32 dot product of its row and query each (the value `exact_topk` gives it, whatever
-    else shares the call), every gathered row checked for unit length. `candidates` are rows
-    of `embeddings` + `offset` (a shard's or an actor's rows, named by their global ids)."""
+    else shares the call), computed once for a candidate a query has several times (the
+    candidates of several searches side by side), every gathered row checked for unit length.
+    `candidates` are rows of `embeddings` + `offset` (a shard's or an actor's rows, named by
+    their global ids)."""
     from ..store.integrity import rows_from
 
     queries = np.asarray(queries, dtype=np.float32)
     local = np.where(candidates >= 0, candidates - offset, -1).astype(np.int64)
     out = np.full(local.shape, -np.inf, dtype=np.float32)
     nq, width = local.shape
+    stride = int(local.max(initial=0)) + 1
     step = max(1, min(nq, _GATHER_BYTES // max(1, width * queries.shape[1] * 4)))
     for start in range(0, nq, step):
         block = local[start:start + step]
-        valid = block >= 0
-        if not valid.any():
+        q_of, j_of = np.nonzero(block >= 0)
+        if not len(q_of):
             continue
-        unique, inverse = np.unique(block[valid], return_inverse=True)
+        pairs, at = np.unique(q_of * stride + block[q_of, j_of], return_inverse=True)
+        unique, row_of = np.unique(pairs % stride, return_inverse=True)
         rows = as_float32(embeddings[unique])           # ascending ids: sequential reads
         try:
             check_unit_rows(rows, unique, label, dtype=embeddings.dtype)
         except IndexFormatError as exc:
             raise rows_from(exc, offset) from exc
-        q_of = np.nonzero(valid)[0] + start
-        sims = np.einsum("ij,ij->i", rows[inverse.reshape(-1)], queries[q_of])
-        out[start:start + step][valid] = sims
+        sims = np.einsum("ij,ij->i", rows[row_of], queries[start + pairs // stride])
+        out[start + q_of, j_of] = sims[at]
     return out
 
 

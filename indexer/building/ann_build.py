@@ -130,13 +130,15 @@ def shard_sweep(task: SweepTask) -> list[Candidates]:
     rows = np.load(directory / EMBEDDINGS, mmap_mode="r")
     width = rescore_k(task.k, choice.kind, task.rows, task.factor)
     base = 0 if ids_are_global(choice) else task.row_offset
-    out = []
+    found = []
     for value in choice.search_sweep:
         set_search_param(part, choice.search_param, value)
         sims, ids = search_part(part, task.queries, width, base)
-        out.append((ids, sims.astype(np.float32),
-                    exact_of(rows, task.queries, ids, offset=task.row_offset)))
-    return out
+        found.append((ids, sims.astype(np.float32)))
+    # one exact similarity per query and candidate, however many values found it
+    exact = np.split(exact_of(rows, task.queries, np.concatenate([f[0] for f in found], axis=1),
+                              offset=task.row_offset), len(found), axis=1)
+    return [(ids, sims, e) for (ids, sims), e in zip(found, exact)]
 
 
 class ShardSweep:
