@@ -35,6 +35,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from tapt.util import spill
+from tapt.util.cache import warn_once
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 BOS, EOS = 0, 1
@@ -194,10 +195,19 @@ def _pair_keys(stream: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def _scratch():
-    """An unlinked scratch file for a writer's spilled blocks (`util.spill.scratch_dir`)."""
+    """An unlinked scratch file for a writer's spilled blocks (`util.spill.scratch_dir`); in
+    memory, with one warning, where none can be made there (as `util.spill.empty` does)."""
+    import io
     import tempfile
 
-    return tempfile.TemporaryFile(dir=spill.scratch_dir(), prefix="tapt-lexical-")
+    where = spill.scratch_dir()
+    try:
+        return tempfile.TemporaryFile(dir=where, prefix="tapt-lexical-")
+    except OSError as exc:
+        warn_once(f"spill:{where}", "no scratch file in %s (%s): keeping the lexical ids' "
+                  "blocks in memory (set TAPT_SCRATCH_DIR to a directory with room)", where,
+                  exc.strerror or exc)
+        return io.BytesIO()
 
 
 class _appending:

@@ -239,8 +239,10 @@ def check_checksum(path: Path, expected: str | None, name: str, label: str | Pat
             return True
         if not once and writable_cache(STAMPS) is None:
             return False
-        log.info("checking %s (%.1f GB) against its manifest's checksum: once per version of "
-                 "the file", path.name if label is None else f"{label}/{name}", size / 1e9)
+        if size > SMALL_FILE:          # a pause worth a note
+            log.info("checking %s (%.1f GB) against its manifest's checksum: once per version "
+                     "of the file", path.name if label is None else f"{label}/{name}",
+                     size / 1e9)
     if sha256_file(path, progress=size > (1 << 30)) != expected:
         raise damaged(label, f"{name} does not match the checksum in its manifest")
     if force or (every_open and not once):   # hashed on every open: a stamp would never be read
