@@ -131,14 +131,38 @@ def best_of(found: Candidates, width: int, by: int) -> Candidates:
 
 def merge_candidates(parts: Iterable[Candidates | None], width: int) -> Candidates | None:
     """The best `width` candidates by approximate similarity of several parts' candidates
-    (`best_of`), merged as they come: one part's width held beside the merged ones."""
+    (the candidates `best_of(..., by=1)` keeps), merged as they come: one part's width held
+    beside the merged ones. The merged candidates are in no particular order (`best_of`
+    ranks them)."""
     merged = None
     for part in parts:
         if part is None:
             continue
-        merged = part if merged is None else best_of(
-            tuple(np.concatenate([a, b], axis=1) for a, b in zip(merged, part)), width, 1)
+        merged = part if merged is None else _best_set(
+            tuple(np.concatenate([a, b], axis=1) for a, b in zip(merged, part)), width)
     return merged
+
+
+def _best_set(found: Candidates, width: int) -> Candidates:
+    """`best_of(found, width, 1)`'s candidates, unordered: one 64-bit key per candidate (the
+    approximate similarity's order-preserving bits above the id's offset from the smallest id,
+    none last) and one partition, as `faiss_index.merge_topk` keys a search's results; ids
+    spread over 2^32 or more, and NaN, take `best_of`."""
+    from tapt.util.ordering import descending_bits
+
+    ids, approx = found[0], found[1]
+    if width >= ids.shape[1]:
+        return found
+    valid = ids >= 0
+    lowest = int(ids[valid].min()) if valid.any() else 0
+    if (not valid.any() or int(ids.max()) - lowest >= 0xFFFFFFFF or approx.dtype != np.float32
+            or np.isnan(approx[valid]).any()):
+        return best_of(found, width, 1)
+    key = descending_bits(approx).astype(np.uint64) << np.uint64(32)
+    key |= (ids - lowest).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+    key[~valid] = np.uint64(0xFFFFFFFFFFFFFFFF)
+    keep = np.argpartition(key, width - 1, axis=1)[:, :width]
+    return tuple(np.take_along_axis(a, keep, 1) for a in found)  # type: ignore[return-value]
 
 
 def exact_top(found: Candidates, k: int) -> tuple[np.ndarray, np.ndarray]:

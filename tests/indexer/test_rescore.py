@@ -137,3 +137,23 @@ def test_exact_of_gives_every_candidate_its_own_dot_product(monkeypatch, dtype):
     top = exact_topk(embeddings, queries, candidates, 10)
     np.testing.assert_array_equal(ids, top[1])
     np.testing.assert_array_equal(sims, top[0])
+
+
+def test_candidates_merged_as_they_come_are_the_best_of_all_at_once():
+    """Parts' candidates (distinct ids, tied approximate similarities, padding) merged two at a
+    time by their packed keys keep what one ranking of all of them keeps."""
+    from tapt.indexer.ann.rescore import best_of, merge_candidates
+
+    rng = np.random.default_rng(9)
+    ids = np.stack([rng.permutation(5000)[:600] for _ in range(40)])
+    parts = []
+    for p in range(3):
+        i = ids[:, p * 200:(p + 1) * 200].copy()
+        a = np.round(rng.random(i.shape), 2).astype(np.float32)      # many ties
+        e = rng.random(i.shape).astype(np.float32)
+        i[7, 50:], a[7, 50:], e[7, 50:] = -1, -np.inf, -np.inf         # a short part
+        parts.append((i, a, e))
+    whole = best_of(tuple(np.concatenate(x, axis=1) for x in zip(*parts)), 150, 1)
+    merged = best_of(merge_candidates(parts, 150), 150, 1)
+    for got, want in zip(merged, whole):
+        np.testing.assert_array_equal(got, want)
