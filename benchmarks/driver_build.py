@@ -156,10 +156,21 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str) -> dict
             "seconds": round(seconds, 1), "index_rows": manifest["counts"]["sentences"],
             "shards": len(manifest["shards"]), "factory": manifest["faiss"]["factory"],
             "calibrate_seconds": build.get("calibrate_seconds"),
-            "calibration": {k: (manifest["faiss"].get("search") or {}).get("sample", {}).get(k)
-                            for k in ("truth_seconds", "sweep_seconds", "reused")},
+            "calibration": calibration(manifest),
             "load_start": round(load, 2), "load_end": round(os.getloadavg()[0], 2),
             "cpus": cpus, "piece_size": piece_size, "tapt": str(Path(tapt.__file__).parent)}
+
+
+def calibration(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What the index's search calibration took: its truth and sweep seconds (the recorded
+    ones: an add that kept them says `reused`), the candidate factors its sweep tried (one
+    round of tasks each) and what it chose."""
+    search = manifest["faiss"].get("search") or {}
+    sample = search.get("sample") or {}
+    return {**{k: sample.get(k) for k in ("truth_seconds", "sweep_seconds", "reused")},
+            "factors": sorted({r["factor"] for r in search.get("sweep", [])}),
+            "default": search.get("default"), "rescore_factor": search.get("rescore_factor"),
+            "recall": search.get("recall")}
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tapt.errors import InputError
-from tapt.indexer.ann.index_choice import choose_index, ivf_nlist, ivf_train_size
+from tapt.indexer.ann.index_choice import RESCORE_FACTORS, choose_index, ivf_nlist, ivf_train_size
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (10**8, 10**9, 10**10)
@@ -84,14 +84,20 @@ def inputs(results: Path) -> dict[str, dict[str, Any]]:
             "scale/prepare_memory.json", f"the scan (parse and count) of {big['rows']:,} "
             "synthetic JSON Lines sentences, one process")
     if (results / "scale/driver_build.json").is_file():
-        db = [r for r in load("scale/driver_build.json") if r["command"] == "build"
-              and (r.get("calibration") or {}).get("sweep_seconds")]
-        if db:
-            big = max(db, key=lambda r: r["rows"])
-            put("sweep_us_row", big["calibration"]["sweep_seconds"] * ASSUME["measured_cores"]
-                / big["rows"] * 1e6, "core us/row", "scale/driver_build.json",
-                f"the calibration sweep in tasks, {big['rows']:,} rows in {big['shards']} shards "
-                f"({big['factory']}): its wall seconds x the 2 cores (an upper bound)")
+        db = sorted((r for r in load("scale/driver_build.json") if r["command"] == "build"
+                     and (r.get("calibration") or {}).get("factors")),
+                    key=lambda r: r["rows"])
+        if len(db) > 1:   # a sweep task: a shard's part, every value of one factor
+            (x0, y0), (x1, y1) = [(r["rows"] / r["shards"], r["calibration"]["sweep_seconds"]
+                                   * ASSUME["measured_cores"]
+                                   / (r["shards"] * len(r["calibration"]["factors"])))
+                                  for r in (db[0], db[-1])]
+            slope = (y1 - y0) / (x1 - x0)
+            put("sweep_core_s_task", y0 + slope * (ASSUME["shard_rows"] - x0), "core s/task",
+                "scale/driver_build.json", f"a sweep task (one shard, one candidate factor, "
+                f"every nprobe): {y0:.2f} core s at {x0:,.0f} rows a shard, {y1:.2f} at "
+                f"{x1:,.0f} (wall seconds x the 2 cores over shards x factors), linear in the "
+                f"shard's rows, at {ASSUME['shard_rows']:,}")
     vu = load("scale/vocab_union.json")
     put("vocab_us_word", vu["write_union"]["buckets"]["seconds"] / vu["words_read"] * 1e6,
         "us/word read", "scale/vocab_union.json", "the union in 256 buckets on disk")
@@ -184,12 +190,15 @@ def build_rows(v: dict[str, float]) -> list[dict[str, Any]]:
         ("calibrate (exact top-100)", lambda n: [n * u / 1e6 / a["measured_cores"] for u in cal],
          lambda n, k: [n * u / 1e6 / min(k * a["node_cores"], shards(n)) for u in cal],
          f"rows x {cal[0]}-{cal[1]} CPU us; a cluster: one task per shard")]
-    if "sweep_us_row" in v:
+    if "sweep_core_s_task" in v:
+        tasks = lambda n: shards(n) * len(RESCORE_FACTORS["ivfpq"])   # noqa: E731
         stages.append((
             "calibrate (the sweep, each part loaded once a factor)",
-            lambda n: [n * v["sweep_us_row"] / 1e6 / a["measured_cores"]],
-            lambda n, k: [n * v["sweep_us_row"] / 1e6 / min(k * a["node_cores"], shards(n))],
-            f"rows x {v['sweep_us_row']:.1f} core us; a cluster: one task per shard"))
+            lambda n: [tasks(n) * v["sweep_core_s_task"] / a["measured_cores"]],
+            lambda n, k: [tasks(n) * v["sweep_core_s_task"]
+                          / min(k * a["node_cores"], shards(n))],
+            f"shards x {len(RESCORE_FACTORS['ivfpq'])} factors (at most) x "
+            f"{v['sweep_core_s_task']:.1f} core s a task; a cluster: a factor's tasks at once"))
     stages.append(("publish (vocabulary union, one task)", lambda n: [n * vocab],
                    lambda n, k: [n * vocab],
                    f"rows x {v['vocab_words_row']:.2f} words x {v['vocab_us_word']:.2f} us (an "

@@ -11,10 +11,15 @@ an actor pool that loads the model once per actor (`EncoderSource.spec`).
         name: str
         def map(self, stage: Stage, tasks: Sequence[T], encoder: EncoderSource | None = None
                 ) -> list[R]: ...
+        def imap(self, stage: Stage, tasks: Sequence[T]) -> Iterator[tuple[int, R]]: ...
+        def available_memory(self) -> int | None: ...
+        def task_memory_limit(self) -> int | None: ...
         def close(self) -> None: ...
 
 `map` returns each task's result in task order, or raises the first task's exception after the
-others have stopped. Prepare, embed and assemble tasks that already completed (their completion
+others have stopped; `imap` gives (place, result) as tasks finish, for a caller that folds the
+results (the scan, the calibration) and so holds one at a time. `available_memory` and
+`task_memory_limit` tell the build plan where its tasks run (see `build_plan.Workers`). Prepare, embed and assemble tasks that already completed (their completion
 record exists) are not passed to `map`: the driver filters them, so a rerun resumes; train and
 index tasks return their existing record at once.
 """
