@@ -33,7 +33,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -87,6 +87,13 @@ class ServedIndex(Index):
         included."""
         return self.servers.top(scorer, view, cut, on)
 
+    def search(self, queries, k: int, nprobe: int | None = None,
+               ef_search: int | None = None):
+        """`Index.search`, each actor searching its parts and rescoring its candidates from
+        its own rows (`ShardServers.search`): the same neighbours, no row read here."""
+        return self.servers.search(queries, k, self.manifest.get("faiss", {}),
+                                   self.n_sentences, self.dim, nprobe, ef_search)
+
     def score_rows(self, scorer):
         """`Index.score_rows`, each actor scoring the rows it holds."""
         return self.servers.scores(scorer, self.n_sentences)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tapt.errors import InputError
-from tapt.indexer.ann.index_choice import choose_index, ivf_nlist, ivf_train_size
+from tapt.indexer.ann.index_choice import RESCORE_FACTORS, choose_index, ivf_nlist, ivf_train_size
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (10**8, 10**9, 10**10)
@@ -26,8 +26,11 @@ DIM, GB = 384, 1e9
 ASSUME = {
     "shard_rows": 2_000_000,       # --shard-size 2M: shards (and FAISS parts) of 2M sentences
     "actor_rows": 10_000_000,      # a serving actor holds 10M rows (what one process measured)
-    "nodes": 64,                   # the cluster: 64 nodes of 16 cores and one GPU each
+    "nodes": 64,                   # the larger cluster: 64 nodes of 16 cores and one GPU each
+    "small_nodes": 8,              # the smaller one: 8 such nodes
     "node_cores": 16,
+    "piece_bytes": 256 << 20,      # --piece-size 256M: the scan's and prepare's byte ranges
+    "corpus_bytes_row": 150,       # a sentence in a .jsonl corpus (text, keys, quotes)
     "node_ram_gb": 128,            # like the lent H100/H200 machines
     "measured_cores": 2,           # the machine every CPU figure was taken on
     "segment_sentences": 15,       # the default segment size
@@ -74,6 +77,27 @@ def inputs(results: Path) -> dict[str, dict[str, Any]]:
     put("calibrate_cpu_us_row_low", us[0], "CPU us/row", "scale/calibration.json",
         "the exact top-100 of 200 queries, 3M rows")
     put("calibrate_cpu_us_row_high", us[-1], "CPU us/row", "scale/calibration.json", "1M rows")
+    if (results / "scale/prepare_memory.json").is_file():
+        pm = [r for r in load("scale/prepare_memory.json") if r["code"] == "after"]
+        big = max(pm, key=lambda r: r["rows"])
+        put("scan_us_row", big["scan_seconds"] / big["rows"] * 1e6, "us/row",
+            "scale/prepare_memory.json", f"the scan (parse and count) of {big['rows']:,} "
+            "synthetic JSON Lines sentences, one process")
+    if (results / "scale/driver_build.json").is_file():
+        db = sorted((r for r in load("scale/driver_build.json") if r["command"] == "build"
+                     and (r.get("calibration") or {}).get("factors")),
+                    key=lambda r: r["rows"])
+        if len(db) > 1:   # a sweep task: a shard's part, every value of one factor
+            (x0, y0), (x1, y1) = [(r["rows"] / r["shards"], r["calibration"]["sweep_seconds"]
+                                   * ASSUME["measured_cores"]
+                                   / (r["shards"] * len(r["calibration"]["factors"])))
+                                  for r in (db[0], db[-1])]
+            slope = (y1 - y0) / (x1 - x0)
+            put("sweep_core_s_task", y0 + slope * (ASSUME["shard_rows"] - x0), "core s/task",
+                "scale/driver_build.json", f"a sweep task (one shard, one candidate factor, "
+                f"every nprobe): {y0:.2f} core s at {x0:,.0f} rows a shard, {y1:.2f} at "
+                f"{x1:,.0f} (wall seconds x the 2 cores over shards x factors), linear in the "
+                f"shard's rows, at {ASSUME['shard_rows']:,}")
     vu = load("scale/vocab_union.json")
     put("vocab_us_word", vu["write_union"]["buckets"]["seconds"] / vu["words_read"] * 1e6,
         "us/word read", "scale/vocab_union.json", "the union in 256 buckets on disk")
@@ -124,39 +148,71 @@ def row(name: str, f: Callable[[int], Any], unit: str, how: str, measured: str =
 
 
 def build_rows(v: dict[str, float]) -> list[dict[str, Any]]:
-    """Build hours per stage: one 2-core node (one task at a time) and the cluster."""
-    a, cores = ASSUME, ASSUME["nodes"] * ASSUME["node_cores"]
-    units = cores / a["measured_cores"]                # the measured 2 cores, in the cluster
+    """Build hours per stage: one 2-core node (one task at a time) and clusters of
+    `small_nodes` and `nodes` nodes. On a cluster a stage's tasks run one per core, as many at
+    once as it has tasks (shards, or byte ranges of the corpus for the scan), the FAISS add one
+    whole-node task per node, training one task on one node, the embed stage on every GPU."""
+    a = ASSUME
     pr = (v["prepare_us_row_synthetic"], v["prepare_us_row_real"])
     gpu = (v["embed_gpu_rows_s_high"], v["embed_gpu_rows_s_low"])
     cal = (v["calibrate_cpu_us_row_low"], v["calibrate_cpu_us_row_high"])
     vocab = v["vocab_words_row"] * v["vocab_us_word"] / 1e6
-    stages = [   # (stage, seconds on one 2-core node, on the cluster: / divisor or seconds)
-        ("prepare + assemble", lambda n: [n * u / 1e6 for u in pr], cores,
-         f"rows x {pr[0]:.0f}-{pr[1]:.0f} us, one process; cluster: / {cores} cores"),
-        ("embed", lambda n: [n / v["embed_cpu_rows_s"]], lambda n: [n / r / a["nodes"]
-                                                                    for r in gpu],
-         f"rows / {v['embed_cpu_rows_s']:.0f} per s (CPU); cluster: rows / "
-         f"({gpu[1]:,.0f}-{gpu[0]:,.0f} per s x {a['nodes']} GPUs)"),
+    shards = lambda n: max(1, n // a["shard_rows"])                            # noqa: E731
+    pieces = lambda n: max(1, n * a["corpus_bytes_row"] // a["piece_bytes"])   # noqa: E731
+    # (stage, seconds on one 2-core node, seconds on a cluster of `nodes`, how)
+    stages = [
+        ("prepare + assemble", lambda n: [n * u / 1e6 for u in pr],
+         lambda n, k: [n * u / 1e6 / min(k * a["node_cores"], shards(n)) for u in pr],
+         f"rows x {pr[0]:.0f}-{pr[1]:.0f} us, one process; a cluster: one task per shard, "
+         "as many at once as cores")]
+    if "scan_us_row" in v:
+        stages.insert(0, (
+            "scan (parse and count the inputs)", lambda n: [n * v["scan_us_row"] / 1e6],
+            lambda n, k: [n * v["scan_us_row"] / 1e6 / min(k * a["node_cores"], pieces(n))],
+            f"rows x {v['scan_us_row']:.1f} us, one process; a cluster: one task per byte range "
+            f"of {a['piece_bytes'] >> 20} MB ({a['corpus_bytes_row']} B a sentence)"))
+    stages += [
+        ("embed", lambda n: [n / v["embed_cpu_rows_s"]],
+         lambda n, k: [n / r / k for r in gpu],
+         f"rows / {v['embed_cpu_rows_s']:.0f} per s (CPU); a cluster: rows / "
+         f"({gpu[1]:,.0f}-{gpu[0]:,.0f} per s x its GPUs)"),
         ("train (one task)", lambda n: [v["train_ns_row_list"] * 1e-9 * ivf_nlist(n)
-                                        * ivf_train_size(n, ivf_nlist(n))], units / a["nodes"],
-         f"training rows x lists x {v['train_ns_row_list']:.1f} ns; cluster: one node"),
-        ("index (FAISS add)", lambda n: [v["add_ns_row_list"] * 1e-9 * n * ivf_nlist(n)], units,
-         f"rows x lists x {v['add_ns_row_list']:.1f} ns; cluster: / {units:.0f}"),
+                                        * ivf_train_size(n, ivf_nlist(n))],
+         lambda n, k: [v["train_ns_row_list"] * 1e-9 * ivf_nlist(n)
+                       * ivf_train_size(n, ivf_nlist(n)) * a["measured_cores"] / a["node_cores"]],
+         f"training rows x lists x {v['train_ns_row_list']:.1f} ns; a cluster: one node"),
+        ("index (FAISS add, brute-force coarse assignment)",
+         lambda n: [v["add_ns_row_list"] * 1e-9 * n * ivf_nlist(n)],
+         lambda n, k: [v["add_ns_row_list"] * 1e-9 * n * ivf_nlist(n) * a["measured_cores"]
+                       / (min(k, shards(n)) * a["node_cores"])],
+         f"rows x lists x {v['add_ns_row_list']:.1f} ns; a cluster: one whole-node task per "
+         "node at a time"),
         ("calibrate (exact top-100)", lambda n: [n * u / 1e6 / a["measured_cores"] for u in cal],
-         units, f"rows x {cal[0]}-{cal[1]} CPU us / cores (the sweep, reading rows: not counted)"),
-        ("publish (vocabulary union, one task)", lambda n: [n * vocab], 1,
-         f"rows x {v['vocab_words_row']:.2f} words x {v['vocab_us_word']:.2f} us (an upper "
-         "bound: larger shards repeat words)")]
-    hours = lambda f, n, d=1: (min(f(n)) / d / 3600, max(f(n)) / d / 3600)  # noqa: E731
-    cluster = {s[0]: (lambda n, s=s: hours(s[2], n)) if callable(s[2])
-               else (lambda n, s=s: hours(s[1], n, s[2])) for s in stages}
-    rows = [row(f"{s[0]}, one 2-core node", lambda n: hours(s[1], n), "h", s[3]) for s in stages]
+         lambda n, k: [n * u / 1e6 / min(k * a["node_cores"], shards(n)) for u in cal],
+         f"rows x {cal[0]}-{cal[1]} CPU us; a cluster: one task per shard")]
+    if "sweep_core_s_task" in v:
+        tasks = lambda n: shards(n) * len(RESCORE_FACTORS["ivfpq"])   # noqa: E731
+        stages.append((
+            "calibrate (the sweep, each part loaded once a factor)",
+            lambda n: [tasks(n) * v["sweep_core_s_task"] / a["measured_cores"]],
+            lambda n, k: [tasks(n) * v["sweep_core_s_task"]
+                          / min(k * a["node_cores"], shards(n))],
+            f"shards x {len(RESCORE_FACTORS['ivfpq'])} factors (at most) x "
+            f"{v['sweep_core_s_task']:.1f} core s a task; a cluster: a factor's tasks at once"))
+    stages.append(("publish (vocabulary union, one task)", lambda n: [n * vocab],
+                   lambda n, k: [n * vocab],
+                   f"rows x {v['vocab_words_row']:.2f} words x {v['vocab_us_word']:.2f} us (an "
+                   "upper bound: larger shards repeat words)"))
+    hours = lambda xs: (min(xs) / 3600, max(xs) / 3600)  # noqa: E731
+    rows = [row(f"{s[0]}, one 2-core node", lambda n, s=s: hours(s[1](n)), "h", s[3])
+            for s in stages]
     rows.append(row("total, one 2-core node", lambda n: tuple(
-        sum(hours(s[1], n)[j] for s in stages) for j in (0, 1)), "h", "the sum"))
-    rows += [row(f"{s[0]}, cluster", cluster[s[0]], "h", s[3]) for s in stages]
-    rows.append(row("total, cluster", lambda n: tuple(
-        sum(f(n)[j] for f in cluster.values()) for j in (0, 1)), "h", "the sum"))
+        sum(hours(s[1](n))[j] for s in stages) for j in (0, 1)), "h", "the sum"))
+    for k in (a["small_nodes"], a["nodes"]):
+        rows += [row(f"{s[0]}, {k} nodes", lambda n, s=s, k=k: hours(s[2](n, k)), "h", s[3])
+                 for s in stages]
+        rows.append(row(f"total, {k} nodes", lambda n, k=k: tuple(
+            sum(hours(s[2](n, k))[j] for s in stages) for j in (0, 1)), "h", "the sum"))
     return rows + [row("GPU-hours to embed", lambda n: tuple(n / r / 3600 for r in gpu), "GPU-h",
                        f"rows / {gpu[1]:,.0f}-{gpu[0]:,.0f} per s")]
 
@@ -318,8 +374,11 @@ def limits(report: dict[str, Any]) -> list[dict[str, Any]]:
               ("driver, a whole-array ranking", "any method", ram, "GB"),
               ("driver, fused served: bytes received a request", "fused, exact, served",
                ram * 1e3, "MB"),
-              ("IVF training, one task on one 16-core node", "train (one task), cl", 24, "h"),
-              ("index (FAISS add) on the cluster", "index (FAISS add), cl", 24, "h"),
+              ("IVF training, one task on one 16-core node", "train (one task), 64", 24, "h"),
+              ("index (FAISS add) on 8 nodes", "index (FAISS add, brute-force coarse "
+               "assignment), 8 nodes", 24, "h"),
+              ("index (FAISS add) on 64 nodes", "index (FAISS add, brute-force coarse "
+               "assignment), 64 nodes", 24, "h"),
               ("centroid, one process", "centroid 10000sent, exact, one", 1, "s"),
               ("knn, one process", "knn (2,000", 3, "s"),
               ("fused, one process", "fused, exact, one", 30, "s"),

@@ -216,7 +216,7 @@ def make_index(work: Path, spec: Spec, progress: bool = False, model: Any = None
                 [{"name": shard_name(i), "files": g} for i, g in enumerate(groups)], "float16")
     runner = LocalExecutor(progress)
     t0 = time.perf_counter()
-    tasks = [stages.PrepareTask(str(building), s["name"], tuple(scan.files[i] for i in s["files"]),
+    tasks = [stages.PrepareTask(str(building), s["name"], tuple(scan.pieces[i] for i in s["files"]),
                                 scan.options, False) for s in plan.shards]
     prepared = dict(zip([t.shard for t in tasks], runner.map(
         Stage("prepare", stages.prepare_shard, unit="shard"), tasks)))

@@ -116,18 +116,19 @@ class Index:
         base, label, dim, emb_dtype, entries = self._read_top(dir_fd)
         self.shards: list[Shard] = []
         row_at = doc_at = 0
-        for entry in entries:
-            shard = self._open_shard(base, entry, dim, emb_dtype, label)
-            if shard.row_offset != row_at or shard.doc_offset != doc_at:
-                raise damaged(label, f"{MANIFEST_NAME}: shard {shard.name} starts at row "
-                                     f"{shard.row_offset:,} / document {shard.doc_offset:,}, "
-                                     f"not {row_at:,} / {doc_at:,}")
-            row_at += shard.rows
-            doc_at += shard.documents
-            self.shards.append(shard)
-        self._check_counts(label, row_at, doc_at)
-        if self.format_version >= 3:
-            self._check_vocabulary(base, label)
+        with integrity.opening():
+            for entry in entries:
+                shard = self._open_shard(base, entry, dim, emb_dtype, label)
+                if shard.row_offset != row_at or shard.doc_offset != doc_at:
+                    raise damaged(label, f"{MANIFEST_NAME}: shard {shard.name} starts at row "
+                                         f"{shard.row_offset:,} / document "
+                                         f"{shard.doc_offset:,}, not {row_at:,} / {doc_at:,}")
+                row_at += shard.rows
+                doc_at += shard.documents
+                self.shards.append(shard)
+            self._check_counts(label, row_at, doc_at)
+            if self.format_version >= 3:
+                self._check_vocabulary(base, label)
         self.embeddings = RowView([s.embeddings for s in self.shards])
         self.tokens = RowView([s.tokens for s in self.shards])
         self.row_offsets = self.embeddings.offsets
@@ -241,14 +242,21 @@ class Index:
         if self._check_faiss:
             integrity.check_faiss_file((directory / FAISS).stat().st_size, {"faiss": faiss_info},
                                        label, where + FAISS)
+        # offsets and token counts (which cut every selection's segments) are hashed once per
+        # version whatever the policy; whose content is vouched for already (a stamp: what tapt
+        # wrote and checked) are not read whole again on every open
+        known = {file: integrity.vouched(directory / file, checksums.get(file))
+                 for file in (DOCS, TOKENS)}
         for file in (DOCS, TOKENS, EMBEDDINGS, LMDB_DATA, *faiss_files, *(
                 [CODES] if CODES in arrays else []), *lazy):
             if (directory / file).is_file():
                 integrity.check_checksum(directory / file, checksums.get(file), where + file,
-                                         label, force=file in (DOCS, TOKENS))
+                                         label, once=file in (DOCS, TOKENS))
         docs = arrays[DOCS]      # memory-mapped, checked (kept once: no copy per shard)
-        integrity.check_offsets(docs, n, documents, label, where + DOCS)
-        integrity.check_tokens(arrays[TOKENS], label, where + TOKENS)
+        if not known[DOCS]:
+            integrity.check_offsets(docs, n, documents, label, where + DOCS)
+        if not known[TOKENS]:
+            integrity.check_tokens(arrays[TOKENS], label, where + TOKENS)
         store = TextStore(directory / STORE, checksummed=self.format_version >= 2, label=label)
         faiss_fd = None
         # with check_faiss the file was there a moment ago: if it is gone now, the directory was

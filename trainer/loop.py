@@ -12,7 +12,6 @@ re-shuffled dataloader instead of restoring a position.
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 import signal
 import threading

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -125,7 +125,8 @@ def reusable(search: dict[str, Any] | None, choice: IndexChoice, rows: int) -> b
 
 def calibrate(index, embeddings: np.ndarray, choice: IndexChoice, progress: bool = False,
               queries: int = CALIBRATION_QUERIES, k: int = CALIBRATION_K,
-              truth: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+              truth: tuple[np.ndarray, np.ndarray] | None = None,
+              steps: Callable[[int, int], dict[str, Any]] | None = None) -> dict[str, Any]:
     """The smallest nprobe/efSearch whose recall@k after rescoring reaches the target, with the
     smallest candidate factor that lets it (IVF-PQ tries 4, 8 and 16 x k candidates: coarse
     codes need more of them rescored, a wider search alone stops helping).
@@ -138,6 +139,8 @@ def calibrate(index, embeddings: np.ndarray, choice: IndexChoice, progress: bool
         queries: How many queries to sample; k: the recall's k.
         truth: (queries, exact top-k ids) computed elsewhere (shard by shard: see
             `ann_build.exact_truth`); default: computed here over `embeddings`.
+        steps: `steps(factor, value)`: the `measure` row of one step of the sweep computed
+            elsewhere (shard by shard: `ann_build.ShardSweep`); default: `measure` of `index`.
 
     Returns:
         The manifest's `faiss.search` section: the setting, its recall, the sweep, and the
@@ -162,8 +165,9 @@ def calibrate(index, embeddings: np.ndarray, choice: IndexChoice, progress: bool
     for factor in factors:
         previous = -1.0
         for value in choice.search_sweep:
-            row = measure(index, embeddings, choice.kind, q, truth, choice.search_param, value,
-                          factor)
+            row = (steps(factor, value) if steps is not None else
+                   measure(index, embeddings, choice.kind, q, truth, choice.search_param, value,
+                           factor))
             row["factor"] = factor
             rows.append(row)
             bar.update()

@@ -48,12 +48,15 @@ RESCORE_MIN = 100            # approximate search fetches at least this many can
 RESCORE_FACTOR = {"hnsw": 1, "ivfpq": 4}  # ... and this many times k, rescored exactly
 RESCORE_FACTORS = {"hnsw": (1,), "ivfpq": (4, 8, 16)}  # tried in turn by the calibration
 
-def memory_budget(memory: str | int = DEFAULT_MEMORY) -> tuple[int, str]:
+def memory_budget(memory: str | int = DEFAULT_MEMORY, available: int | None = None
+                  ) -> tuple[int, str]:
     """The RAM budget `memory` stands for, and where it comes from.
 
     Args:
         memory: A size ("8G", "512M", bytes) or "auto": `MEMORY_SHARE` of the memory this
             process may still allocate (`available_memory`), FALLBACK_MEMORY where unknown.
+        available: For "auto": the bytes free where the work runs (a cluster node's, asked
+            there), instead of this process's machine's.
 
     Returns:
         (bytes, a phrase naming its source: "given", or "auto: 50% of 22.0 GB available").
@@ -62,7 +65,7 @@ def memory_budget(memory: str | int = DEFAULT_MEMORY) -> tuple[int, str]:
         InputError: not a size.
     """
     if isinstance(memory, str) and memory.strip().lower() == "auto":
-        free = available_memory()
+        free = available if available is not None else available_memory()
         if free is None:
             return FALLBACK_MEMORY, f"auto: {format_bytes(FALLBACK_MEMORY)} (available " \
                                     "memory not known)"

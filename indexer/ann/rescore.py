@@ -7,8 +7,11 @@ index type produced the candidates.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
+
+from tapt.errors import IndexFormatError
 
 from ..store.integrity import check_unit_rows
 from ..store.npy import as_float32
@@ -76,6 +79,98 @@ def exact_topk(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarr
         sims_out[block] = top_sims
         ids_out[block] = top_ids
     return sims_out, ids_out
+
+
+Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]  # ids, approximate and exact similarities
+
+
+def exact_of(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarray,
+             label: str | Path | None = None, offset: int = 0) -> np.ndarray:
+    """The exact similarity of every candidate, in the candidates' order, -inf for none: one
+    float32 dot product of its row and query each (the value `exact_topk` gives it, whatever
+    else shares the call), computed once for a candidate a query has several times (the
+    candidates of several searches side by side), every gathered row checked for unit length.
+    `candidates` are rows of `embeddings` + `offset` (a shard's or an actor's rows, named by
+    their global ids)."""
+    from ..store.integrity import rows_from
+
+    queries = np.asarray(queries, dtype=np.float32)
+    local = np.where(candidates >= 0, candidates - offset, -1).astype(np.int64)
+    out = np.full(local.shape, -np.inf, dtype=np.float32)
+    nq, width = local.shape
+    stride = int(local.max(initial=0)) + 1
+    step = max(1, min(nq, _GATHER_BYTES // max(1, width * queries.shape[1] * 4)))
+    for start in range(0, nq, step):
+        block = local[start:start + step]
+        q_of, j_of = np.nonzero(block >= 0)
+        if not len(q_of):
+            continue
+        pairs, at = np.unique(q_of * stride + block[q_of, j_of], return_inverse=True)
+        unique, row_of = np.unique(pairs % stride, return_inverse=True)
+        rows = as_float32(embeddings[unique])           # ascending ids: sequential reads
+        try:
+            check_unit_rows(rows, unique, label, dtype=embeddings.dtype)
+        except IndexFormatError as exc:
+            raise rows_from(exc, offset) from exc
+        sims = np.einsum("ij,ij->i", rows[row_of], queries[start + pairs // stride])
+        out[start + q_of, j_of] = sims[at]
+    return out
+
+
+def best_of(found: Candidates, width: int, by: int) -> Candidates:
+    """Each query's best `width` candidates by similarity `by` (1: approximate, 2: exact),
+    best first, ties by ascending id, none (-1) last: how the candidates of several parts are
+    merged (by 1, as `faiss_index.merge_topk` merges a search's), then ranked (by 2, as
+    `exact_topk` ranks them)."""
+    ids = found[0]
+    valid = ids >= 0
+    order = np.lexsort((np.where(valid, ids, np.iinfo(np.int64).max),
+                        np.where(valid, -found[by], np.inf)), axis=-1)[:, :width]
+    return tuple(np.take_along_axis(a, order, 1) for a in found)  # type: ignore[return-value]
+
+
+def merge_candidates(parts: Iterable[Candidates | None], width: int) -> Candidates | None:
+    """The best `width` candidates by approximate similarity of several parts' candidates
+    (the candidates `best_of(..., by=1)` keeps), merged as they come: one part's width held
+    beside the merged ones. The merged candidates are in no particular order (`best_of`
+    ranks them)."""
+    merged = None
+    for part in parts:
+        if part is None:
+            continue
+        merged = part if merged is None else _best_set(
+            tuple(np.concatenate([a, b], axis=1) for a, b in zip(merged, part)), width)
+    return merged
+
+
+def _best_set(found: Candidates, width: int) -> Candidates:
+    """`best_of(found, width, 1)`'s candidates, unordered: one 64-bit key per candidate (the
+    approximate similarity's order-preserving bits above the id's offset from the smallest id,
+    none last) and one partition, as `faiss_index.merge_topk` keys a search's results; ids
+    spread over 2^32 or more, and NaN, take `best_of`."""
+    from tapt.util.ordering import descending_bits
+
+    ids, approx = found[0], found[1]
+    if width >= ids.shape[1]:
+        return found
+    valid = ids >= 0
+    lowest = int(ids[valid].min()) if valid.any() else 0
+    if (not valid.any() or int(ids.max()) - lowest >= 0xFFFFFFFF or approx.dtype != np.float32
+            or np.isnan(approx[valid]).any()):
+        return best_of(found, width, 1)
+    key = descending_bits(approx).astype(np.uint64) << np.uint64(32)
+    key |= (ids - lowest).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+    key[~valid] = np.uint64(0xFFFFFFFFFFFFFFFF)
+    keep = np.argpartition(key, width - 1, axis=1)[:, :width]
+    return tuple(np.take_along_axis(a, keep, 1) for a in found)  # type: ignore[return-value]
+
+
+def exact_top(found: Candidates, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(similarities, ids) of each query's best `k` candidates by exact similarity, -inf / -1
+    where it has fewer: what `exact_topk` returns for the same candidates."""
+    top = best_of(found, k, 2)
+    finite = np.isfinite(top[2])
+    return np.where(finite, top[2], -np.inf).astype(np.float32), np.where(finite, top[0], -1)
 
 
 def _by_shared_candidates(candidates: np.ndarray) -> np.ndarray:

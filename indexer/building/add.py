@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +32,20 @@ from tapt.util.versions import utc_now
 
 from . import checkpoint, stages
 from .ann_build import calibrated_faiss
-from .build_plan import BuildPlan, plan_add
-from .pipeline import (BuildConfig, Shared, codes_section, corpus_paths,
-                    drop_training_files, index_stages, plan_shards, run_stages, scan_corpus,
-                    shard_entries, top_vocabulary, warn_invalid_utf8)
+from .build_plan import BuildPlan, TaskMemory, Workers, plan_add, task_memory
+from .pipeline import (BuildConfig, Shared, corpus_paths, drop_training_files, index_stages,
+                       plan_shards, run_stages, scan_corpus, warn_invalid_utf8)
+from .publishing import (calibrate_memory, codes_section, counted_segments, shard_entries,
+                         top_vocabulary)
 from ..encoding.encoder import Encoder, LazyEncoder
-from .executors import EncoderSource, Executor, make_executor
+from .executors import EncoderSource, Executor, Stage, make_executor
 from .generations import (carry, check_kept, check_replaceable, check_unchanged,
                           discard_previous, exchange, mirror, user_entries)
 from ..index import Index
 from ..ann.index_choice import choice_from_manifest
 from ..store.integrity import check_checksum, remember_index
 from ..reading.lexical import doc_hash, normalise_for_identity  # noqa: F401 - where add's callers look
-from ..store.manifest import (DOC_HASHES, INDEX_FORMAT_VERSION, MANIFEST_NAME, SHARDS, VOCAB,
+from ..store.manifest import (DOC_HASHES, FAISS, INDEX_FORMAT_VERSION, MANIFEST_NAME, SHARDS, VOCAB,
                        read_shard_manifest, shard_name, write_index_manifest)
 from ..reading.reader import CorpusScan, InputSpec
 
@@ -101,7 +103,16 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder | L
                          invalid_utf8=invalid_utf8 or ingest.get("invalid_utf8", "error"),
                          embedding_dtype=old["files"]["embeddings"].get("dtype", "float32"),
                          shards=shards, shard_size=shard_size, **settings)
-    scan = scan_corpus(inputs, config)
+    runner, owned = make_executor(executor, progress)
+    with contextlib.closing(runner) if owned else contextlib.nullcontext():
+        return _add(index, list(inputs), encoder, config, runner, restart, encoder_spec)
+
+
+def _add(index: Index, inputs: list[InputSpec], encoder: Encoder, config: BuildConfig,
+         runner: Executor, restart: bool, encoder_spec: Any) -> dict[str, Any]:
+    """`add_to_index` once its options are read and its executor made."""
+    old = index.manifest
+    scan = scan_corpus(inputs, config, runner)
     check_add_inputs(index.path, scan)
     if isinstance(encoder, LazyEncoder):
         encoder = encoder.get()
@@ -117,23 +128,23 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder | L
         "groups": groups,
         "store_format": INDEX_FORMAT_VERSION,
     })
-    runner, owned = make_executor(executor, progress)
     old_shards = [(s.name, s.rows) for s in index.shards]
     new_names = [shard_name(first + i) for i in range(len(groups))]
     with checkpoint.BuildLock(index.path):
         check_unchanged(index.path, index.manifest_sha256)
         kept = user_entries(index.path)
         _check_free(index.path, kept, new_names)
-        for shard in index.shards:   # the hashes that decide what is skipped must be sound
+        for shard in index.shards:   # the hashes that decide what is skipped must be sound:
+            # hashed once per version of the file (a stamp), not on every add
             check_checksum(shard.directory / DOC_HASHES,
                            shard.extra["checksums"].get(DOC_HASHES),
-                           shard.extra["where"] + DOC_HASHES, index.path, force=True)
+                           shard.extra["where"] + DOC_HASHES, index.path, once=True)
         work, plan = checkpoint.prepare_work_dir(index.path, wanted, restart, kind="adding")
         earlier = checkpoint.committed_rows(work) if plan is not None else 0  # resumed rows
         failures = checkpoint.keep_or_discard(
             work, "add", "adding to the index in", "kept this add's %s embedded sentences in %s: "
             "run the same command again to resume", earlier)
-        with contextlib.closing(runner) if owned else contextlib.nullcontext(), failures:
+        with failures:
             start = time.perf_counter()
             if plan is None:
                 mirror(index.path, work, (MANIFEST_NAME,), kept)
@@ -146,29 +157,36 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder | L
                 plan.sessions += 1
             checkpoint.write_plan(work, plan)
             planned: dict[str, Any] = {}
+            workers = Workers.of(runner, encoder, config.window,
+                                 index_docs=int(old["counts"]["documents"]))
 
-            def before_embed(rows: dict[str, int], pending: list[int]) -> None:
+            def before_embed(rows: dict[str, int], pending: list[int]) -> TaskMemory | None:
                 added = sum(rows.values())
-                if added:       # nothing new: nothing to plan
-                    planned["choice"], planned["plan"] = plan_add(
-                        old.get("faiss", {}), index.n_sentences + added, added, encoder.dim,
-                        config.memory, work, pending, config.embedding_dtype,
-                        codes=bool(old.get("codes")),
-                        written=[stages.shard_path(work, n) for n in rows],
-                        part_rows=max([s.rows for s in index.shards] + list(rows.values())))
+                if not added:       # nothing new: nothing to plan
+                    return None
+                planned["choice"], planned["plan"] = plan_add(
+                    old.get("faiss", {}), index.n_sentences + added, added, encoder.dim,
+                    config.memory, work, pending, config.embedding_dtype,
+                    codes=bool(old.get("codes")),
+                    written=[stages.shard_path(work, n) for n in rows],
+                    part_rows=max([s.rows for s in index.shards] + list(rows.values())),
+                    workers=workers)
+                return planned["plan"].tasks()
 
             built = run_stages(work, scan, plan, config, runner,
                                EncoderSource(encoder, encoder_spec), encoder.dim, old_shards,
                                dedupe_against=tuple(str(stages.shard_path(work, n))
                                                     for n, _ in old_shards),
-                               before_embed=before_embed)
+                               before_embed=before_embed,
+                               prepare_memory=task_memory(None, 0, encoder.dim, workers).prepare)
             if built.rows == index.n_sentences:  # every document is already there
                 shutil.rmtree(work, ignore_errors=True)
                 return _unchanged(old, inputs, plan, built, time.perf_counter() - start)
             choice = choice_from_manifest(old.get("faiss", {}), built.rows, encoder.dim)
-            shared = _shared_of(index, work)
+            shared = _shared_of(index, work, runner, planned["plan"].task_memory["index"])
             results, _ = index_stages(work, built, choice, "none", runner,
-                                      config.embedding_dtype, shared, run=plan.fingerprint)
+                                      config.embedding_dtype, shared, run=plan.fingerprint,
+                                      memory=planned["plan"].tasks())
             for name, _ in old_shards:
                 manifest_path = stages.shard_path(work, name) / "shard.json"
                 results[name] = {"manifest": read_shard_manifest(manifest_path.parent,
@@ -199,16 +217,33 @@ def _check_free(index_dir: Path, kept: list[str], new_names: list[str]) -> None:
                          "it out of the index and run the command again")
 
 
-def _shared_of(index: Index, work: Path) -> Shared:
-    """What new shards share with the index's: its FAISS template (an IVF part emptied, so the
-    new parts use the same coarse quantizer and codebooks) and its code scales."""
-    from ..ann.faiss_index import template_of, write_faiss
+@dataclass(frozen=True)
+class TemplateTask:
+    """The trained, empty template of an index's FAISS part, written to `out`."""
 
+    part: str
+    out: str
+
+
+def write_template(task: TemplateTask) -> str:
+    """Write the template (quantizer and codebooks, no rows) of an IVF part; its SHA-256."""
+    from ..ann.faiss_index import read_faiss_index, template_of, write_faiss
+
+    write_faiss(template_of(read_faiss_index(Path(task.part))), Path(task.out))
+    return hashlib.sha256(Path(task.out).read_bytes()).hexdigest()
+
+
+def _shared_of(index: Index, work: Path, runner: Executor, memory: int = 0) -> Shared:
+    """What new shards share with the index's: its FAISS template (an IVF part emptied, in a
+    task: one part loaded there, not here) so the new parts use the same coarse quantizer and
+    codebooks, and its code scales."""
     template = template_sha = None
     if index.manifest.get("faiss", {}).get("part_ids") == "global":
         template = str(work / stages.TRAINED)
-        write_faiss(template_of(index.faiss_part(0)), Path(template))   # one part, not all
-        template_sha = hashlib.sha256(Path(template).read_bytes()).hexdigest()
+        # the part by the index's path: its shards' own paths name this process's handle
+        part = Path(index.path) / SHARDS / index.shards[0].name / FAISS
+        template_sha = runner.map(Stage("train", write_template, unit="index", memory=memory),
+                                  [TemplateTask(str(part), template)])[0]
     scale = (index.manifest.get("codes") or {}).get("scale")
     return Shared(template, template_sha, 0.0, scale)
 
@@ -240,13 +275,15 @@ def _new_manifest(work: Path, index: Index, built, results: dict[str, dict[str, 
     """The new generation's manifest: the index's identity and history, every shard, this add
     (its calibration kept where it still holds: `ann_build.calibrated_faiss`)."""
     old = index.manifest
-    shards = shard_entries(work, built.names, built.row_offsets, results, config.segment_size)
-    base_vocab = np.load(work / VOCAB, mmap_mode="r") if (work / VOCAB).is_file() else None
-    vocab_sha = top_vocabulary(work, built.new, base_vocab)
+    counted = {e["name"]: int(e["segments"]) for e in old["shards"] if "segments" in e}
+    shards = shard_entries(work, built.names, built.row_offsets, results, config.segment_size,
+                           {**counted, **counted_segments(built)})
+    vocab_sha = top_vocabulary(work, built.new, base=(work / VOCAB).is_file(), runner=runner)
     faiss_info = calibrated_faiss(work, built.names, built.row_offsets, choice, built.rows,
                                   float((old.get("faiss", {}).get("train") or {})
                                         .get("seconds") or 0), config.progress, runner,
-                                  previous=old.get("faiss"))
+                                  previous=old.get("faiss"),
+                                  memory=calibrate_memory(build_plan))
     calibration = (faiss_info.get("search") or {}).get("sample") or {}
     for key in ("reindexed", "previous", "requested", "memory_budget_bytes", "reason"):
         if key in old.get("faiss", {}):

@@ -1,6 +1,16 @@
 """Building a FAISS index and calibrating its search: the step of a build (and of add and
 reindex) that uses both `faiss_index` (the index types) and `ann_recall` (recall measured against
-exact ground truth), above them."""
+exact ground truth), above them.
+
+The calibration of a sharded index runs shard by shard in the build's executor, nothing of a
+shard on the driver: one task per shard computes the exact top-k of the query sample in it
+(`shard_truth`), and one task per shard and candidate factor loads its FAISS part once and
+searches it at every value of the sweep (`shard_sweep`), rescoring its candidates exactly from
+its own rows. The driver merges each step's candidates across shards as a search of the
+whole index would (the best `rescore_k` by their approximate similarity, ties by id, then the
+best k of those by the exact one), shard after shard as they finish (`ShardSweep`): the same
+recalls, so the same calibration, as one process searching every part, while it holds one
+factor's merged candidates, whatever the rows or the shards."""
 
 from __future__ import annotations
 
@@ -14,12 +24,15 @@ import numpy as np
 
 from . import stages
 from .executor_base import Executor, Stage
-from ..ann.ann_recall import CALIBRATION_K, calibration_queries, ground_truth, reusable
+from ..ann.ann_recall import (CALIBRATION_K, calibration_queries, ground_truth, recall_at_k,
+                              reusable)
 from ..ann.ann_recall import calibrate as calibrate_search
-from ..ann.faiss_index import (FLAT_FACTORY, PartByPart, ShardedFaiss, build_part, faiss_section, ids_are_global,
-                          merge_topk, read_faiss_index, train_template, write_faiss)
-from ..ann.index_choice import IndexChoice, choice_from_manifest
-from ..store.manifest import EMBEDDINGS
+from ..ann.faiss_index import (FLAT_FACTORY, build_part, faiss_section, ids_are_global,
+                               merge_topk, read_faiss_index, search_part, set_search_param,
+                               train_template, write_faiss)
+from ..ann.index_choice import IndexChoice, choice_from_manifest, rescore_k
+from ..ann.rescore import Candidates, best_of, exact_of, exact_top, merge_candidates
+from ..store.manifest import EMBEDDINGS, FAISS
 from ..store.shards import RowView
 
 log = logging.getLogger(__name__)
@@ -67,17 +80,106 @@ def shard_truth(task: TruthTask) -> tuple[np.ndarray, np.ndarray]:
 
 
 def exact_truth(work: Path, names: list[str], offsets: list[int], queries: np.ndarray, k: int,
-                runner: Executor | None = None) -> np.ndarray:
+                runner: Executor | None = None, memory: int = 0) -> np.ndarray:
     """The exact top-k ids of `queries` over every shard: one task per shard through `runner`
     (Ray: tasks in parallel over the cluster; local: one after another, FAISS's threads each),
-    merged (ties by ascending id)."""
+    merged as they finish (ties by ascending id). `memory`: what a task asks for."""
     from .executors import LocalExecutor
 
     runner = runner or LocalExecutor(progress=False)
     tasks = [TruthTask(str(work), name, int(offset), queries, int(k))
              for name, offset in zip(names, offsets)]
-    parts = runner.map(Stage("calibrate", shard_truth, unit="shard"), tasks)
-    return merge_topk(parts, k)[1]
+    merged = None
+    for _, part in runner.imap(Stage("calibrate", shard_truth, unit="shard", memory=memory),
+                               tasks):
+        merged = part if merged is None else merge_topk([merged, part], k)
+    return merged[1]
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    """One shard's part of the calibration sweep at one candidate factor.
+
+    Attributes:
+        work: The directory holding `shards/`.
+        shard: The shard's name; row_offset: its first global row id.
+        queries: The calibration queries (float32, L2-normalised).
+        choice: The index's type (its search parameter and sweep).
+        rows: Rows of the whole index (how many candidates a search fetches: `rescore_k`).
+        k: The recall's k.
+        factor: Candidates fetched per result (x k).
+    """
+
+    work: str
+    shard: str
+    row_offset: int
+    queries: np.ndarray
+    choice: IndexChoice
+    rows: int
+    k: int
+    factor: int
+
+
+def shard_sweep(task: SweepTask) -> list[Candidates]:
+    """For each value of the sweep, the shard's `rescore_k` best candidates of every query by
+    its FAISS part (loaded once), best first, with global ids, their approximate similarities
+    and their exact ones from the shard's rows (`rescore.exact_topk`, every row checked)."""
+    choice = task.choice
+    directory = stages.shard_path(task.work, task.shard)
+    part = read_faiss_index(directory / FAISS)
+    rows = np.load(directory / EMBEDDINGS, mmap_mode="r")
+    width = rescore_k(task.k, choice.kind, task.rows, task.factor)
+    base = 0 if ids_are_global(choice) else task.row_offset
+    found = []
+    for value in choice.search_sweep:
+        set_search_param(part, choice.search_param, value)
+        sims, ids = search_part(part, task.queries, width, base)
+        found.append((ids, sims.astype(np.float32)))
+    # one exact similarity per query and candidate, however many values found it
+    exact = np.split(exact_of(rows, task.queries, np.concatenate([f[0] for f in found], axis=1),
+                              offset=task.row_offset), len(found), axis=1)
+    return [(ids, sims, e) for (ids, sims), e in zip(found, exact)]
+
+
+class ShardSweep:
+    """`steps` of `ann_recall.calibrate` computed shard by shard (see the module docstring):
+    the first step asked at a factor runs one `SweepTask` per shard at that factor, whose
+    candidates are merged per value as the tasks finish."""
+
+    def __init__(self, work: Path, names: list[str], offsets: list[int], queries: np.ndarray,
+                 truth: np.ndarray, choice: IndexChoice, rows: int, runner: Executor,
+                 memory: int = 0) -> None:
+        self.work, self.names, self.offsets = work, names, offsets
+        self.queries, self.truth, self.choice, self.rows = queries, truth, choice, rows
+        self.runner, self.memory = runner, memory
+        self.k = truth.shape[1]
+        self._factor: int | None = None
+        self._merged: list[Candidates] = []
+        self.seconds = 0.0
+
+    def __call__(self, factor: int, value: int) -> dict[str, Any]:
+        if self._factor != factor:
+            self._run(factor)
+        found = self._merged[self.choice.search_sweep.index(value)]
+        _, ids = exact_top(found, self.k)
+        approx = best_of(found, self.k, 1)[0]          # the search's own top k, ranked
+        return {"value": value, "recall": round(recall_at_k(ids, self.truth), 4),
+                "raw_recall": round(recall_at_k(approx, self.truth), 4),
+                "candidates": int(found[0].shape[1])}
+
+    def _run(self, factor: int) -> None:
+        width = rescore_k(self.k, self.choice.kind, self.rows, factor)
+        tasks = [SweepTask(str(self.work), name, int(offset), self.queries, self.choice,
+                           int(self.rows), int(self.k), int(factor))
+                 for name, offset in zip(self.names, self.offsets)]
+        t0 = time.perf_counter()
+        merged: list[Candidates] = []
+        stage = Stage("calibrate", shard_sweep, unit="shard", memory=self.memory)
+        for _, steps in self.runner.imap(stage, tasks):
+            merged = steps if not merged else [merge_candidates([held, new], width)
+                                               for held, new in zip(merged, steps)]
+        self._factor, self._merged = factor, merged
+        self.seconds += time.perf_counter() - t0
 
 
 def build_faiss_index(embeddings: np.ndarray, path: Path, choice: IndexChoice | str = FLAT_FACTORY,
@@ -103,7 +205,7 @@ def build_faiss_index(embeddings: np.ndarray, path: Path, choice: IndexChoice | 
 def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: IndexChoice,
                      ntotal: int, train_seconds: float, progress: bool,
                      runner: Executor | None = None,
-                     previous: dict[str, Any] | None = None) -> dict[str, Any]:
+                     previous: dict[str, Any] | None = None, memory: int = 0) -> dict[str, Any]:
     """The top manifest's `faiss` section, its search parameter calibrated on every shard.
 
     Args:
@@ -113,10 +215,12 @@ def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: I
         ntotal: Rows in all.
         train_seconds: Recorded in the section.
         progress: Show a progress bar.
-        runner: Runs the exact top-k of the calibration sample, one task per shard.
+        runner: Runs the calibration's tasks (the exact top-k of the sample and the sweep, one
+            task per shard; default: in this process).
         previous: The `faiss` section of the generation an add builds on: its calibration is
             kept when it still holds (`ann_recall.reusable`: same factory, rows grown by at
             most GROWTH_SHARE), else the search is calibrated again on a new sample.
+        memory: What each calibration task asks its executor for (the plan's).
 
     Returns:
         The section.
@@ -131,22 +235,20 @@ def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: I
         log.info("kept the calibrated %s = %s (calibrated on %s rows; %s now)", old["param"],
                  old["default"], f"{old['sample']['rows']:,}", f"{ntotal:,}")
         return info
+    from .executors import LocalExecutor
+
+    runner = runner or LocalExecutor(progress=False)
     view = RowView([np.load(stages.shard_path(work, n) / EMBEDDINGS, mmap_mode="r")
                     for n in names])
     t0 = time.perf_counter()
     queries, _ = calibration_queries(view, choice)
-    truth = exact_truth(work, names, offsets, queries, CALIBRATION_K, runner)
+    truth = exact_truth(work, names, offsets, queries, CALIBRATION_K, runner, memory)
     truth_seconds = time.perf_counter() - t0
-    paths = [stages.shard_path(work, n) / "index.faiss" for n in names]
-    budget = choice.memory_budget_bytes
-    if budget is None or sum(p.stat().st_size for p in paths) <= budget:
-        searched = ShardedFaiss([read_faiss_index(p) for p in paths], offsets,
-                                ids_are_global(choice))
-    else:   # the parts outgrow the budget: one at a time, as the index's own searches do
-        searched = PartByPart(lambda i: read_faiss_index(paths[i]), offsets,
-                              ids_are_global(choice))
-    info = calibrate_section(info, searched, view, choice, progress, truth=(queries, truth))
+    sweep = ShardSweep(work, names, offsets, queries, truth, choice, ntotal, runner, memory)
+    info = dict(info)
+    info["search"] = calibrate_search(None, view, choice, progress=progress,
+                                      truth=(queries, truth), steps=sweep)
+    info["rescore"] = {**info["rescore"], "factor": info["search"]["rescore_factor"]}
     info["search"]["sample"]["truth_seconds"] = round(truth_seconds, 2)
-    info["search"]["sample"]["parts"] = ("one at a time" if isinstance(searched, PartByPart)
-                                         else "held")
+    info["search"]["sample"]["parts"] = "shard by shard, each part loaded once per factor"
     return info

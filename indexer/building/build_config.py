@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from tapt.errors import InputError
 from tapt.util.checks import whole_number
+from tapt.util.sizes import parse_memory as parse_size
 
 from .executors import executor_names
 from ..ann.index_choice import DEFAULT_MEMORY, REQUESTS, parse_memory
@@ -109,6 +110,11 @@ class BuildConfig:
         "help": "Or: start a new shard before a file would take the shard past this many input "
                 "records (2M, 500k, ...).",
         "type": "str", "metavar": "COUNT", "add": _SAME})
+    piece_size: int | str = field(default="256M", metadata={
+        "help": "Uncompressed JSON Lines and text files larger than this are scanned and "
+                "prepared in byte ranges of this size, in parallel (a shard may then end inside "
+                "a file, its documents kept whole).",
+        "type": "str", "metavar": "SIZE", "show_default": True, "add": _SAME})
     codes: str = field(default="none", metadata={  # int8: for `scan="codes"` selection
         "help": "Also store int8 codes of the embeddings, for `select --scan codes` on indexes "
                 "too large to scan exactly (1 byte per dimension per sentence).",
@@ -137,6 +143,10 @@ class BuildConfig:
             raise InputError("give `shards` or `shard_size`, not both", param="shard_size")
         if self.shard_size is not None:
             self.shard_size = parse_count(self.shard_size)
+        try:
+            self.piece_size = parse_size(self.piece_size)
+        except InputError as exc:
+            raise InputError(exc.message, param="piece_size") from None
         if self.codes not in CODES:
             raise InputError(f"must be one of {', '.join(CODES)}", param="codes")
         if self.executor not in executor_names():

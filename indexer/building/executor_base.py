@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 from tapt.errors import InputError
 
@@ -62,7 +62,14 @@ class Stage:
         weight: How much of the stage a task is (default 1).
         whole_node: Each task is whole-node work (FAISS training, a shard's FAISS part): an
             executor that places tasks on a cluster gives it a node's cores, FAISS's threads set
-            to them (and a GPU where faiss-gpu is installed); in one process it already has them.
+            to them (and a GPU where the node's FAISS can use one); in one process it already
+            has them.
+        memory: Bytes of RAM one task needs (the build plan's `TaskMemory`; 0: not known): an
+            executor that places tasks on a cluster reserves it on the node a task runs on.
+        steps_memory: For a stage that embeds, the bytes of each step apart from the model
+            (`tokenize`, `save`), by step; `memory` is then a model worker's.
+        part_memory: For a stage that embeds: the bytes each more part held at once adds to
+            its steps' (an executor that hands a task several parts at a time).
     """
 
     name: str
@@ -71,6 +78,9 @@ class Stage:
     unit: str = "task"
     weight: Callable[[Any], int] | None = None
     whole_node: bool = False
+    memory: int = 0
+    steps_memory: tuple[tuple[str, int], ...] = ()
+    part_memory: int = 0
 
 
 class Executor(ABC):
@@ -82,6 +92,21 @@ class Executor(ABC):
     def map(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource | None = None
             ) -> list[Any]:
         """Run `stage.fn` on every task; results in task order."""
+
+    def imap(self, stage: Stage, tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        """(task's place, result) of every task of a stage that embeds nothing, as each
+        finishes, so that a caller folding the results holds one at a time."""
+        yield from enumerate(self.map(stage, tasks))
+
+    def available_memory(self) -> int | None:
+        """Bytes free where whole-node work runs (what a `memory` of "auto" takes its share
+        of); None: this machine's (`util.machine.available_memory`), as in one process."""
+        return None
+
+    def task_memory_limit(self) -> int | None:
+        """The most memory one task can be given (a cluster's largest node's); None: no
+        limit beyond the build plan's own budget (one process)."""
+        return None
 
     def close(self) -> None:
         """Release what the executor holds (workers, a cluster connection)."""

@@ -11,17 +11,22 @@ an actor pool that loads the model once per actor (`EncoderSource.spec`).
         name: str
         def map(self, stage: Stage, tasks: Sequence[T], encoder: EncoderSource | None = None
                 ) -> list[R]: ...
+        def imap(self, stage: Stage, tasks: Sequence[T]) -> Iterator[tuple[int, R]]: ...
+        def available_memory(self) -> int | None: ...
+        def task_memory_limit(self) -> int | None: ...
         def close(self) -> None: ...
 
 `map` returns each task's result in task order, or raises the first task's exception after the
-others have stopped. Prepare, embed and assemble tasks that already completed (their completion
+others have stopped; `imap` gives (place, result) as tasks finish, for a caller that folds the
+results (the scan, the calibration) and so holds one at a time. `available_memory` and
+`task_memory_limit` tell the build plan where its tasks run (see `build_plan.Workers`). Prepare, embed and assemble tasks that already completed (their completion
 record exists) are not passed to `map`: the driver filters them, so a rerun resumes; train and
 index tasks return their existing record at once.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from tqdm.auto import tqdm
 
@@ -49,16 +54,22 @@ class LocalExecutor(Executor):
 
     def map(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource | None = None
             ) -> list[Any]:
-        if not tasks:
-            return []
-        weight = stage.weight or (lambda _: 1)
         model = encoder.get() if stage.needs_encoder and encoder is not None else None
         if stage.needs_encoder and model is None:
             raise InputError(f"stage {stage.name} needs an encoder")
-        out = []
+        return [result for _, result in self._run(stage, tasks, model)]
+
+    def imap(self, stage: Stage, tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        yield from self._run(stage, tasks, None)
+
+    def _run(self, stage: Stage, tasks: Sequence[Any], model: Any
+             ) -> Iterator[tuple[int, Any]]:
+        if not tasks:
+            return
+        weight = stage.weight or (lambda _: 1)
         with tqdm(total=sum(weight(t) for t in tasks), desc=stage.name, unit=stage.unit,
                   disable=not self.progress, dynamic_ncols=True, smoothing=0.05) as bar:
-            for task in tasks:
+            for i, task in enumerate(tasks):
                 done = [0]
 
                 def tick(units: int, total: int = weight(task)) -> None:
@@ -67,9 +78,9 @@ class LocalExecutor(Executor):
                     bar.update(step)
 
                 with reporting_to(tick):
-                    out.append(stage.fn(task, model) if stage.needs_encoder else stage.fn(task))
+                    result = stage.fn(task, model) if stage.needs_encoder else stage.fn(task)
                 bar.update(weight(task) - done[0])
-        return out
+                yield i, result
 
 
 _EXECUTORS: dict[str, type[Executor]] = {"local": LocalExecutor, "ray": RayExecutor}

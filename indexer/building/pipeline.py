@@ -15,7 +15,7 @@ resumes from them.
 from __future__ import annotations
 
 import contextlib
-import itertools
+import dataclasses
 import logging
 import math
 import os
@@ -31,21 +31,23 @@ import numpy as np
 
 from tapt.errors import InputError, OutputError, StorageError
 from tapt.util.checks import path_text
-from tapt.util.files import ensure_dir, fsync_path, real_path, sha256_file
+from tapt.util.files import ensure_dir, fsync_path, real_path
 from tapt.util.safety import check_output, check_usable, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
 
-from . import checkpoint, stages
+from . import checkpoint, dedupe, stages
+from .publishing import (calibrate_memory, codes_section, counted_segments, shard_entries,
+                         top_vocabulary)
 from .ann_build import calibrated_faiss
-from .build_plan import BuildPlan, plan_build
+from .build_plan import TASK_BASE, BuildPlan, TaskMemory, Workers, plan_build, task_memory
 from ..encoding.encoder import Encoder, model_fingerprint, model_record
 from .executors import EncoderSource, Executor, Stage, make_executor
 from ..ann.index_choice import IndexChoice
 from ..store.integrity import remember_index
-from ..reading.lexical import write_union
 from ..store.manifest import (EMBEDDINGS, INDEX_FORMAT, INDEX_FORMAT_VERSION, SHARDS, VOCAB,
                        index_foreign_entries, shard_name, write_index_manifest)
-from ..reading.reader import CorpusScan, InputSpec, scan_inputs
+from ..reading.formats import ReadOptions
+from ..reading.reader import CorpusScan, InputSpec
 # BuildConfig and its checks moved to build_config; callers still import them from here
 from .build_config import CODES, EMBEDDING_DTYPES, BuildConfig, parse_count  # noqa: F401
 
@@ -56,16 +58,17 @@ LARGE_ROWS = 1_000_000  # embedding_dtype auto: float16 from this many records, 
 
 
 def plan_shards(scan: CorpusScan, config: BuildConfig) -> list[list[int]]:
-    """Consecutive groups of the scan's files (whole files, reading order kept, so global ids
-    follow the files as in an unsharded build): `shards` groups of about equal record counts, or
-    a new group whenever the next file would take the group past `shard_size` records. Files
-    whose record count is unknown (streams) count as the average of the others."""
-    n = len(scan.files)
-    known = [f.scanned.records for f in scan.files if f.scanned is not None
+    """Consecutive groups of the scan's pieces (whole files, or byte ranges of a large line
+    file; reading order kept, so global ids follow the files as in an unsharded build):
+    `shards` groups of about equal record counts, or a new group whenever the next piece would
+    take the group past `shard_size` records. Pieces whose record count is unknown (streams)
+    count as the average of the others."""
+    n = len(scan.pieces)
+    known = [f.scanned.records for f in scan.pieces if f.scanned is not None
              and f.scanned.records is not None]
     fill = (sum(known) / len(known)) if known else 1.0
     sizes = [float(f.scanned.records) if f.scanned is not None and f.scanned.records is not None
-             else fill for f in scan.files]
+             else fill for f in scan.pieces]
     if config.shard_size is not None:
         groups: list[list[int]] = [[]]
         total = 0.0
@@ -78,8 +81,9 @@ def plan_shards(scan: CorpusScan, config: BuildConfig) -> list[list[int]]:
         return groups
     wanted = min(config.shards or 1, n)
     if wanted < (config.shards or 1):
-        log.warning("%d shards asked for, but the corpus has %d input file(s): a shard holds "
-                    "whole files, so the index gets %d shard(s)", config.shards, n, wanted)
+        log.warning("%d shards asked for, but the corpus has %d input file(s) and piece(s) of "
+                    "files (`piece_size`): a shard holds whole ones, so the index gets %d "
+                    "shard(s)", config.shards, n, wanted)
     if wanted == 1:
         return [list(range(n))]
     cumulative = np.cumsum(sizes)
@@ -111,12 +115,25 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def scan_corpus(inputs: list[InputSpec], config: BuildConfig) -> CorpusScan:
-    """The up-front scan of a build's or an add's inputs, read as `config` says."""
-    return scan_inputs(inputs, config.text_field, config.doc_field, config.text_docs,
-                       input_format=config.input_format, hf_split=config.hf_split,
-                       strict=config.strict, invalid_utf8=config.invalid_utf8,
-                       progress=config.progress)
+def scan_corpus(inputs: list[InputSpec], config: BuildConfig, runner: Executor | None = None
+                ) -> CorpusScan:
+    """The up-front scan of a build's or an add's inputs, read as `config` says, in tasks of
+    `runner` (default: in this process; `scanning.scan_corpus`)."""
+    from .executors import LocalExecutor
+    from .scanning import scan_corpus as scan_in_tasks
+
+    options = ReadOptions(config.text_field, config.doc_field, config.text_docs,
+                          config.input_format, config.hf_split, config.strict,
+                          config.invalid_utf8)
+    return scan_in_tasks(inputs, options, runner or LocalExecutor(config.progress),
+                         config.piece_size, TASK_BASE)
+
+
+def pieces_identity(scan: CorpusScan) -> dict[str, Any]:
+    """What a build's or add's fingerprint adds for files read in pieces: their byte ranges
+    (nothing where none is split, as before pieces)."""
+    spans = [[i, *p.span] for i, p in enumerate(scan.pieces) if p.span is not None]
+    return {"pieces": spans} if spans else {}
 
 
 def local_inputs(inputs: list[InputSpec] | CorpusScan) -> list[Path]:
@@ -218,7 +235,15 @@ def build_index(
     ensure_dir(parent)
     if not os.access(parent, os.W_OK):
         raise StorageError(f"cannot write into {parent}; choose a writable location")
-    scan = scan_corpus(inputs, config)
+    runner, owned = make_executor(executor or config.executor, config.progress)
+    with contextlib.closing(runner) if owned else contextlib.nullcontext():
+        return _build(inputs, out, parent, encoder, config, runner, encoder_spec)
+
+
+def _build(inputs: list[InputSpec], out: Path, parent: Path, encoder: Encoder,
+           config: BuildConfig, runner: Executor, encoder_spec: Any) -> dict[str, Any]:
+    """`build_index` once the output is checked and the executor made."""
+    scan = scan_corpus(inputs, config, runner)
     check_index_output(out, scan, config.overwrite)
     encoder = encoder if encoder is not None else encoder_spec.load()
     groups = plan_shards(scan, config)
@@ -228,12 +253,12 @@ def build_index(
         "model": [encoder.name, model_fingerprint(encoder), encoder.dim, encoder.max_length],
         "config": {k: v for k, v in vars(config).items()
                    if k not in ("overwrite", "restart", "progress", "index", "memory", "opq",
-                                "strict", "executor", "batch_size", "embedding_dtype", "codes")
+                                "strict", "executor", "batch_size", "embedding_dtype", "codes",
+                                "piece_size")
                    and not (k == "invalid_utf8" and v == "error")},  # as builds before it
-        "dtype": dtype, "groups": groups,
+        "dtype": dtype, "groups": groups, **pieces_identity(scan),
         "store_format": INDEX_FORMAT_VERSION,
     })
-    runner, owned = make_executor(executor or config.executor, config.progress)
     with checkpoint.BuildLock(out):
         work, plan = checkpoint.prepare_work_dir(out, wanted, config.restart)
         earlier = checkpoint.committed_rows(work) if plan is not None else 0  # resumed rows
@@ -242,8 +267,10 @@ def build_index(
             "the same command again to resume", earlier, prepared=stages.PREPARED,
             disk_full=lambda committed: f"disk full while building {out}; {committed:,} "
             "sentences are committed: free space and run the same command again to resume")
-        with contextlib.closing(runner) if owned else contextlib.nullcontext(), failures:
-            if plan is None:
+        with failures:
+            workers = Workers.of(runner, encoder, config.window)
+            if plan is None:     # a new build: refused before anything is prepared
+                plan_before_prepare(scan, groups, encoder.dim, config, work, dtype, workers)
                 plan = checkpoint.Plan(wanted, [{"name": shard_name(i), "files": g}
                                                 for i, g in enumerate(groups)], dtype)
             else:
@@ -255,19 +282,22 @@ def build_index(
             source = EncoderSource(encoder, encoder_spec)
             planned: dict[str, Any] = {}
 
-            def before_embed(rows: dict[str, int], pending: list[int]) -> None:
+            def before_embed(rows: dict[str, int], pending: list[int]) -> TaskMemory:
                 planned["choice"], planned["plan"] = plan_build(
                     sum(rows.values()), encoder.dim, config, work, pending,
                     plan.embedding_dtype, [stages.shard_path(work, n) for n in rows],
-                    part_rows=max(rows.values(), default=0) or None)
+                    part_rows=max(rows.values(), default=0) or None, workers=workers)
+                return planned["plan"].tasks()
 
             built = run_stages(work, scan, plan, config, runner, source, encoder.dim,
-                               before_embed=before_embed)
+                               before_embed=before_embed,
+                               prepare_memory=task_memory(None, 0, encoder.dim, workers).prepare)
             if built.rows == 0:
                 raise InputError("the corpus holds no sentences")
             choice = planned["choice"]
+            memory = planned["plan"].tasks()
             results, shared = index_stages(work, built, choice, config.codes, runner, dtype,
-                                           run=plan.fingerprint)
+                                           run=plan.fingerprint, memory=memory)
             manifest = publish(work, built, results, shared, choice, config, scan, inputs,
                                encoder, plan, time.perf_counter() - start,
                                runner=runner, build_plan=planned["plan"])
@@ -281,6 +311,21 @@ def build_index(
                 os.replace(work, out)
             remember_index(out, manifest)  # hashed as written: later opens need not hash again
             return manifest
+
+
+def plan_before_prepare(scan: CorpusScan, groups: list[list[int]], dim: int,
+                        config: BuildConfig, work: Path, dtype: str, workers: Workers) -> None:
+    """Refuse, before anything is read again, a build whose plan cannot fit even at the scan's
+    record counts (a lower bound of its sentences: `plan_build(before_prepare=True)`): its
+    FAISS part, a task a node cannot hold, the disk. Skipped where a streamed input's count is
+    not known."""
+    counts = [[scan.pieces[i].scanned.records for i in g] for g in groups]
+    if not counts or any(c is None for group in counts for c in group):
+        return
+    shard_records = [sum(group) for group in counts]
+    if sum(shard_records):
+        plan_build(sum(shard_records), dim, config, work, shard_records, dtype,
+                   part_rows=max(shard_records), workers=workers, before_prepare=True)
 
 
 @dataclass
@@ -299,45 +344,45 @@ class Built:
 def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: BuildConfig,
                runner: Executor, source: EncoderSource, dim: int,
                old: list[tuple[str, int]] = (), dedupe_against: tuple[str, ...] = (),
-               before_embed: Callable[[dict[str, int], list[int]], None] | None = None
-               ) -> Built:
+               before_embed: Callable[[dict[str, int], list[int]], TaskMemory | None]
+               | None = None, prepare_memory: int = 0) -> Built:
     """Prepare, embed and assemble the plan's shards (skipping finished ones); `old`: (name,
     rows) of the shards an add appends to, whose rows come first; `dedupe_against`: shard
     directories whose documents are skipped (an add), one shard after another;
     `before_embed({new shard: rows}, [rows of each shard not embedded yet])`: called once every
-    shard is prepared and before anything is embedded (the build's plan and its checks)."""
+    shard is prepared and before anything is embedded (the build's plan and its checks; it
+    returns the memory of the later stages' tasks); `prepare_memory`: a prepare task's."""
     shard_root = work / SHARDS
     shard_root.mkdir(exist_ok=True)
     for leftover in shard_root.glob(".*.preparing-*"):
         shutil.rmtree(leftover, ignore_errors=True)
     run = plan.fingerprint
-    tasks = [stages.PrepareTask(str(work), s["name"], tuple(scan.files[i] for i in s["files"]),
+    tasks = [stages.PrepareTask(str(work), s["name"], tuple(scan.pieces[i] for i in s["files"]),
                                 scan.options, config.split,
-                                records=sum(scan.files[i].scanned.records or 0
-                                            for i in s["files"]), run=run)
+                                records=sum(scan.pieces[i].scanned.records or 0
+                                            for i in s["files"]), run=run,
+                                segment_size=config.segment_size)
              for s in plan.shards]
-    prepare = Stage("prepare", stages.prepare_shard, unit="rec", weight=lambda t: t.records or 1)
+    prepare = Stage("prepare", stages.prepare_shard, unit="rec", weight=lambda t: t.records or 1,
+                    memory=prepare_memory)
     prepared = {t.shard: r for t in tasks
                 if (r := stages.prepared_record(work, t.shard, run)) is not None}  # resumed
-    if dedupe_against:
-        done: tuple[str, ...] = tuple(dedupe_against)
-        for task in tasks:   # each new shard skips the documents of the ones before it
-            task = stages.PrepareTask(**{**vars(task), "dedupe_against": done})
-            if task.shard not in prepared:
-                prepared[task.shard] = runner.map(prepare, [task])[0]
-            done += (str(stages.shard_path(work, task.shard)),)
-    else:
-        todo = [t for t in tasks if t.shard not in prepared]
-        prepared.update(zip([t.shard for t in todo], runner.map(prepare, todo)))
+    if dedupe_against:   # an add: each new shard skips the index's documents, in parallel
+        tasks = [dataclasses.replace(t, dedupe_against=tuple(dedupe_against)) for t in tasks]
+    todo = [t for t in tasks if t.shard not in prepared]
+    prepared.update(zip([t.shard for t in todo], runner.map(prepare, todo)))
+    if dedupe_against and len(tasks) > 1:
+        _skip_repeats(work, tasks, prepared, runner, prepare)
     for name, p in prepared.items():
         if p["rows"] == 0:   # a shard of blank or duplicate documents holds nothing: not kept
             shutil.rmtree(stages.shard_path(work, name), ignore_errors=True)
     new = [s["name"] for s in plan.shards if prepared[s["name"]]["rows"] > 0]
     pending = [name for name in new if not stages.run_record(
         stages.shard_path(work, name) / stages.EMBEDDED, run, work)]
+    memory = None
     if before_embed is not None:
-        before_embed({name: int(prepared[name]["rows"]) for name in new},
-                     [int(prepared[name]["rows"]) for name in pending])
+        memory = before_embed({name: int(prepared[name]["rows"]) for name in new},
+                              [int(prepared[name]["rows"]) for name in pending])
     window = max(1, config.window)
     embed_tasks, assemble_tasks = [], []
     for name in pending:
@@ -352,8 +397,11 @@ def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: Buil
         assemble_tasks.append(stages.AssembleTask(str(work), name, parts, rows, dim,
                                                   plan.embedding_dtype, run))
     runner.map(Stage("embed", stages.embed_part, needs_encoder=True, unit="sent",
-                     weight=lambda t: t.rows), embed_tasks, source)
-    runner.map(Stage("assemble", stages.assemble_shard, unit="shard"), assemble_tasks)
+                     weight=lambda t: t.rows, memory=memory.embed if memory else 0,
+                     steps_memory=memory.steps() if memory else (),
+                     part_memory=memory.part if memory else 0), embed_tasks, source)
+    runner.map(Stage("assemble", stages.assemble_shard, unit="shard",
+                     memory=memory.assemble if memory else 0), assemble_tasks)
     embedded = {}
     for name in new:
         embedded[name] = stages.assemble_shard(stages.AssembleTask(  # the records (done: cheap)
@@ -371,6 +419,26 @@ def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: Buil
     return Built(names, offsets, prepared, embedded, new, base_rows, at)
 
 
+def _skip_repeats(work: Path, tasks: list[stages.PrepareTask],
+                  prepared: dict[str, dict[str, Any]], runner: Executor, prepare: Stage) -> None:
+    """The new shards of an add, prepared in parallel against the index alone, that hold a
+    document an earlier new shard holds too (`dedupe.repeated_documents`, one task) are
+    prepared again, one after another, skipping the earlier new shards' documents as well: the
+    documents a sequential add keeps (a document of several new shards stays in the first)."""
+    repeats = runner.map(Stage("prepare", dedupe.repeated_documents, unit="index",
+                               memory=prepare.memory),
+                         [dedupe.RepeatsTask(str(work), tuple(t.shard for t in tasks))])[0]
+    earlier = tuple(tasks[0].dedupe_against)
+    for task, repeated in zip(tasks, repeats):
+        if repeated:
+            log.info("shard %s repeats %d document(s) of an earlier new shard: prepared again "
+                     "without them", task.shard, repeated)
+            shutil.rmtree(stages.shard_path(work, task.shard))  # this run's (its record's)
+            redo = dataclasses.replace(task, dedupe_against=earlier)
+            prepared[task.shard] = runner.map(prepare, [redo])[0]
+        earlier += (str(stages.shard_path(work, task.shard)),)
+
+
 @dataclass
 class Shared:
     """What the shards of one index share: the FAISS template and the int8 code scales."""
@@ -383,14 +451,16 @@ class Shared:
 
 def index_stages(work: Path, built: Built, choice: IndexChoice, codes: str, runner: Executor,
                  dtype: str, shared: Shared | None = None,
-                 keep_checksums: dict[str, dict[str, str]] | None = None, run: str = ""
+                 keep_checksums: dict[str, dict[str, str]] | None = None, run: str = "",
+                 memory: TaskMemory | None = None
                  ) -> tuple[dict[str, dict[str, Any]], Shared]:
     """Train what the new shards share (unless an add passes the index's own `shared`) and
     build each new shard's FAISS part; returns ({shard: index_shard result}, what was shared).
-    `run`: the build's or add's fingerprint (its finished parts are reused)."""
+    `run`: the build's or add's fingerprint (its finished parts are reused); `memory`: what
+    each task asks for (the plan's)."""
     if shared is None:
         trained = runner.map(Stage("train", stages.train_shared, unit="index",
-                                   whole_node=True),
+                                   whole_node=True, memory=memory.train if memory else 0),
                              [stages.TrainTask(str(work), tuple(built.new), choice, codes,
                                                run=run)])[0]
         shared = Shared(trained["template"], trained["template_sha256"],
@@ -403,37 +473,14 @@ def index_stages(work: Path, built: Built, choice: IndexChoice, codes: str, runn
                               built.prepared[name], built.embedded[name], dtype,
                               tuple(sorted((keep_checksums or {}).get(name, {}).items())), run)
              for name in built.new]
-    results = runner.map(Stage("index", stages.index_shard, unit="shard", whole_node=True), tasks)
+    results = runner.map(Stage("index", stages.index_shard, unit="shard", whole_node=True,
+                               memory=memory.index if memory else 0), tasks)
     return {r["manifest"]["shard"]: r for r in results}, shared
 
 
 def drop_training_files(work: Path) -> None:
     for leftover in (stages.TRAINED, stages.TRAIN_RECORD):
         (work / leftover).unlink(missing_ok=True)
-
-
-def shard_entries(work: Path, names: list[str], offsets: list[int],
-                  results: dict[str, dict[str, Any]], segment_size: int) -> list[dict[str, Any]]:
-    """The top manifest's list of shards: offsets, counts and the SHA-256 of each shard.json."""
-    entries, doc_at, seg_at = [], 0, 0
-    for name, offset in zip(names, offsets):
-        m = results[name]["manifest"]
-        segments = stages.segments_of(stages.shard_path(work, name), segment_size)
-        entries.append({"name": name, "row_offset": offset, "rows": m["rows"],
-                        "doc_offset": doc_at, "documents": m["documents"],
-                        "segment_offset": seg_at, "segments": segments, "tokens": m["tokens"],
-                        "shard_sha256": results[name]["sha256"]})
-        doc_at += m["documents"]
-        seg_at += segments
-    return entries
-
-
-def top_vocabulary(work: Path, names: list[str], base: np.ndarray | None = None) -> str:
-    """Write the corpus vocabulary (sorted union of the shards' word hashes, and `base`: the
-    vocabulary before an add) in bounded memory (`lexical.write_union`); its SHA-256."""
-    shards = (np.load(stages.shard_path(work, n) / VOCAB, mmap_mode="r")[2:] for n in names)
-    write_union(work / VOCAB, shards if base is None else itertools.chain([base], shards))
-    return sha256_file(work / VOCAB)
 
 
 def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared: Shared,
@@ -443,11 +490,13 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
             ) -> dict[str, Any]:
     """Write the top manifest (last) into the work directory; returns it (`runner`: runs the
     calibration's per-shard tasks; `build_plan`: recorded as `build.plan`)."""
-    shards = shard_entries(work, built.names, built.row_offsets, results, config.segment_size)
-    vocab_sha = top_vocabulary(work, built.names)
+    shards = shard_entries(work, built.names, built.row_offsets, results, config.segment_size,
+                           counted_segments(built))
+    vocab_sha = top_vocabulary(work, built.names, runner=runner)
     t0 = time.perf_counter()
     faiss_info = calibrated_faiss(work, built.names, built.row_offsets, choice, built.rows,
-                                  shared.train_seconds, config.progress, runner)
+                                  shared.train_seconds, config.progress, runner,
+                                  memory=calibrate_memory(build_plan))
     calibrate_seconds = time.perf_counter() - t0
     faiss_info["bytes"] = sum(r["manifest"]["faiss"]["bytes"] for r in results.values())
     faiss_info["build_seconds"] = round(sum(r["manifest"]["faiss"]["seconds"]
@@ -529,12 +578,3 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
     drop_training_files(work)
     fsync_path(work / SHARDS)
     return write_index_manifest(work, manifest)
-
-
-def codes_section(scale: list[float] | None) -> dict[str, Any] | None:
-    """The top manifest's `codes`: int8 codes x scale approximate each embedding row."""
-    if scale is None:
-        return None
-    return {"dtype": "int8", "file": "codes.npy", "scale": [float(x) for x in scale],
-            "rule": "code = clip(round(x / scale), -127, 127) per dimension; scale = the "
-                    "largest |x| of a seeded sample of rows / 127"}

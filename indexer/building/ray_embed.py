@@ -51,13 +51,16 @@ def tokenize_parts(batch: dict[str, Any], steps: tuple, tokenizing: bytes, key: 
     a part already done passes its record on.
 
     Args:
-        batch: Rows `i` (the part's place) and `task` (its pickled `EmbedTask`).
+        batch: Rows `i` (the place of the row's first part) and `task` (its parts' pickled
+            `EmbedTask`s: a group of consecutive parts, one Ray Data row, so the driver's
+            scheduling does not grow with the parts).
         steps: The stage function's `steps`: (part_done, part_texts, save_part).
         tokenizing: The pickled `batching.Tokenizing`, or pickled None.
         key: Names this stage's tokenisation: unpickled once per worker process.
 
     Returns:
-        The rows with their `payload`.
+        One row per part (`i`, its own pickled `task`, its `payload`): the next steps see
+        parts, in one block per group.
     """
     import pickle
 
@@ -67,18 +70,20 @@ def tokenize_parts(batch: dict[str, Any], steps: tuple, tokenizing: bytes, key: 
         _TOKENIZING.clear()
         _TOKENIZING[key] = cloudpickle.loads(tokenizing)
     tokenize, (done_of, texts_of, _) = _TOKENIZING[key], steps
-    payloads = []
-    for blob in batch["task"]:
-        task = cloudpickle.loads(bytes(blob))
-        done = done_of(task)
-        if done is not None:
-            payload: tuple = ("done", done)
-        elif tokenize is None:
-            payload = ("texts", texts_of(task))
-        else:
-            payload = ("tokens", tokenize(texts_of(task), threads=granted_cpus()))
-        payloads.append(pickle.dumps(payload, protocol=5))
-    return {"i": batch["i"], "task": batch["task"], "payload": payloads}
+    places, blobs, payloads = [], [], []
+    for first, blob in zip(batch["i"], batch["task"]):
+        for k, task in enumerate(cloudpickle.loads(bytes(blob))):
+            done = done_of(task)
+            if done is not None:
+                payload: tuple = ("done", done)
+            elif tokenize is None:
+                payload = ("texts", texts_of(task))
+            else:
+                payload = ("tokens", tokenize(texts_of(task), threads=granted_cpus()))
+            places.append(int(first) + k)
+            blobs.append(cloudpickle.dumps(task))
+            payloads.append(pickle.dumps(payload, protocol=5))
+    return {"i": places, "task": blobs, "payload": payloads}
 
 
 class ModelActor:

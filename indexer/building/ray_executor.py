@@ -2,16 +2,27 @@
 
 prepare and assemble tasks run as Ray tasks (one CPU each); train and index tasks, whole-node
 work (`Stage.whole_node`), as Ray tasks asking for the CPUs of the cluster's largest node, with
-FAISS's OpenMP threads set to the CPUs Ray granted (and one GPU where faiss-gpu is installed
-and a node has one: Ray hides GPUs from tasks that do not ask); the embed stage runs
-as a Ray Data pipeline, one row per part (`ray_embed`): CPU tasks read and tokenise each part
-(the encoder's own length-sorted tokenisation), an autoscaling actor pool
-(`ActorPoolStrategy(min_size, max_size)`, two parts in flight per actor) runs the model only,
+FAISS's OpenMP threads set to the CPUs Ray granted (and one GPU where that node's FAISS can use
+one, asked there: Ray hides GPUs from tasks that do not ask); the embed stage runs
+as a Ray Data pipeline over the parts (`ray_embed`; a row of it holds up to 16 consecutive
+parts, so a build has at most 256 rows where it can: `part_groups`): CPU tasks read and
+tokenise each part (the encoder's own length-sorted tokenisation), an autoscaling actor pool
+(`ActorPoolStrategy(min_size, max_size)`, two rows in flight per actor) runs the model only,
 each actor loading it once (from the build's `EncoderSpec`, or a copy of the encoder object
 when there is none), and CPU tasks write each part through the same idempotent functions as
 the local executor (temporary names renamed), so a retried step writes the same part.
-Resuming is tapt's own: the driver passes only unfinished tasks (Ray Data keeps no state
-between runs). `resources` steers steps to the nodes that offer a custom resource.
+Resuming is tapt's own: the driver passes only unfinished tasks (each finished part's
+completion record is the state; Ray Data's own checkpointing, `DataContext.checkpoint_config`,
+is for pipelines that end in a Ray Data write, which this one does not). `resources` steers
+steps to the nodes that offer a custom resource.
+
+Every task and actor asks Ray for the memory its stage declares (`Stage.memory`, from the build
+plan), so Ray places no more of them on a node than its memory holds, and runs in a
+`runtime_env` carrying this process's tapt and Hugging Face settings (`worker_env`: `TAPT_*`,
+`HF_*`), so a variable set in the user's shell reaches every worker of a cluster started
+elsewhere. What depends on the machine is decided where the work runs: the memory a budget of
+"auto" takes its share of, and whether whole-node FAISS work asks for a GPU, come from a probe
+task on the node that work runs on (`node_facts`).
 
 Ray is imported only when a `RayExecutor` is made; without it that fails with one error saying
 what to install. Guarded pitfalls:
@@ -21,6 +32,9 @@ what to install. Guarded pitfalls:
 - a dead actor in a pool with unlimited restarts and errored blocks retries forever (62746):
   actors restart at most `retries` times, each call is retried at most `retries` times, no
   errored block is tolerated, and `timeout` seconds without a finished task end the stage;
+- work that no alive node can run any more (its node lost, no other offering its resources)
+  waits for nothing: once that has lasted `LOST_AFTER` seconds the stage ends with one error,
+  whatever `timeout` says;
 - a worker that dies, and every error a task raises, reaches the caller as one exception (the
   task's own TaptError or OSError where it raised one, else ExecutorError), never a hang.
 """
@@ -31,205 +45,23 @@ import contextlib
 import json
 import logging
 import math
-import os
-import re
-import socket
 import uuid
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-from tapt.errors import InputError, TaptError
-from tapt.util.checks import real_number, whole_number
+from tapt.errors import InputError
+from tapt.util.checks import whole_number
 
 from .executor_base import EncoderSource, EncoderSpec, Executor, Stage
+from .ray_cluster import (DEFAULT_RETRIES, DEFAULT_TIMEOUT, MAX_RETRIES, MAX_TIMEOUT,  # noqa: F401
+                          POLL_SECONDS, ExecutorError, Watch, connect, env_options, import_ray,
+                          node_facts, task_error, _first_line, _no_auto_start)
 from .ray_embed import ModelActor, granted_cpus, save_parts, tokenize_parts
 from .readahead import read_ahead
 
 log = logging.getLogger(__name__)
-
-INSTALL_HINT = "pip install 'tapt[ray]'"
-DEFAULT_TIMEOUT = 3600.0
-DEFAULT_RETRIES = 3
-
-
-class ExecutorError(TaptError):
-    """Work on the cluster failed (a worker died, the cluster went away, nothing progressed);
-    finished work is kept for resuming."""
-
-
-def import_ray(needed_by: str = "the ray executor", param: str | None = "executor"):
-    """The `ray` module; InputError (about `param`) saying what to install when it is
-    missing."""
-    try:
-        import ray
-        import ray.data  # noqa: F401 - the embed stage needs Ray Data too
-    except ImportError as exc:
-        raise InputError(f"{needed_by} needs Ray, which is not installed: {INSTALL_HINT}",
-                         param=param) from exc
-    return ray
-
-
-# Bounds of the Ray options (an infinite timeout or a huge retry count overflow Ray's own).
-MAX_TIMEOUT = 10.0 ** 7          # seconds: ~116 days
-MAX_RETRIES = 1000
-_PROBE_SECONDS = 5.0
-
-
-def _probe(address: str) -> None:
-    """Refuse a HOST:PORT no Ray head answers at within seconds: `ray.init` retries such an
-    address for many minutes, printing a warning every few seconds."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or "://" in address:
-        return                                  # auto, ray://..., or a form Ray judges itself
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=_PROBE_SECONDS):
-            pass
-    except OSError as exc:
-        raise ExecutorError(f"cannot connect to the Ray cluster at {address} (nothing answers "
-                            f"there within {_PROBE_SECONDS:g} s: {exc.strerror or exc}); start "
-                            "one with `ray start --head` or check the address",
-                            param="address") from None
-
-
-def connect(address: str | None = None, quiet: bool = True) -> bool:
-    """Connect this process to Ray: an existing connection is used as it is; `address`
-    ("auto", "HOST:PORT", "ray://...") joins a running cluster; None joins the cluster named by
-    RAY_ADDRESS or starts a local one. Returns whether this call connected (and so may
-    disconnect).
-
-    Raises:
-        ExecutorError: no cluster at that address.
-    """
-    ray = import_ray()
-    if ray.is_initialized():
-        _refuse_another_cluster(ray, address)
-        return False
-    _probe(address or os.environ.get("RAY_ADDRESS") or "")
-    try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=not quiet,
-                 logging_level=logging.WARNING, configure_logging=True)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
-        raise ExecutorError(f"cannot connect to the Ray cluster at {where} ({_first_line(exc)});"
-                            " start one with `ray start --head` or check the address",
-                            param="address") from exc
-    return True
-
-
-def custom_resources(resources: Any) -> dict[str, float]:
-    """`resources` checked: None, or a dict of Ray resource names to positive finite amounts."""
-    if resources is None:
-        return {}
-    if not isinstance(resources, dict) or not all(isinstance(k, str) and k
-                                                  for k in resources):
-        raise InputError("must be a dict of Ray resource names to amounts, e.g. "
-                         "{\"index-node\": 1}", param="resources")
-    return {k: real_number(v, f"resources.{k}", low=0, low_open=True, what="more than 0")
-            for k, v in resources.items()}
-
-
-def check_placeable(ray, count: int, cpus: float, resources: dict[str, float]) -> None:
-    """Refuse `count` actors of `cpus` CPUs and `resources` each that the connected cluster
-    cannot hold (an actor that cannot be placed waits forever).
-
-    Raises:
-        InputError: the cluster offers too few CPUs, or too little of a custom resource.
-    """
-    total = ray.cluster_resources()
-    have = float(total.get("CPU", 0))
-    if count * cpus > have + 1e-9:
-        raise InputError(f"{count} actor(s) of {cpus:g} CPU need {count * cpus:g} CPUs, the Ray "
-                         f"cluster has {have:g} (an actor that cannot be placed waits forever): "
-                         "pass fewer `actors` or a smaller `cpus_per_actor`", param="actors")
-    for name, amount in resources.items():
-        offered = float(total.get(name, 0))
-        if count * amount > offered + 1e-9:
-            raise InputError(f"{count} actor(s) need {count * amount:g} of the resource "
-                             f"{name!r}, the Ray cluster offers {offered:g} (an actor that "
-                             "cannot be placed waits forever): start its nodes with "
-                             f"--resources '{{\"{name}\": N}}', or ask for less",
-                             param="resources")
-
-
-def _refuse_another_cluster(ray, address: str | None) -> None:
-    """An `address` naming another cluster than the one this process is connected to is
-    refused: it would be ignored (a process is connected to one cluster at a time)."""
-    if address is None or address == "auto":
-        return
-    connected = ray.get_runtime_context().gcs_address or ""
-    if not _same_address(address, connected):
-        raise ExecutorError(f"this process is connected to the Ray cluster at {connected} "
-                            f"already; {address} names another: disconnect first "
-                            "(ray.shutdown()), or leave `address` out to use the connected one",
-                            param="address")
-
-
-def _same_address(address: str, connected: str) -> bool:
-    """Whether HOST:PORT names the cluster whose GCS is at `connected` (HOST:PORT): the same
-    port, and a host that resolves to the same address or to this machine on both sides."""
-    if address.startswith("ray://"):
-        return True                     # a client connection: Ray itself tells them apart
-    host, _, port = address.rpartition(":")
-    chost, _, cport = connected.rpartition(":")
-    if port != cport:
-        return False
-
-    def addresses(name: str) -> set[str]:
-        try:
-            return {info[4][0] for info in socket.getaddrinfo(name.strip("[]"), None)}
-        except OSError:
-            return {name}
-
-    mine = addresses(socket.gethostname()) | {"127.0.0.1", "::1"}
-    theirs, ours = addresses(host), addresses(chost)
-    return bool(theirs & ours) or bool(theirs & mine and ours & mine)
-
-
-def _no_auto_start() -> None:
-    """Keep Ray from starting a new local cluster once tapt disconnects: a Ray Data thread still
-    inside an abandoned iteration (after Ctrl-C or a stage's timeout) would otherwise start one
-    on its next call. Ray reads this switch from RAY_ENABLE_AUTO_CONNECT once, at import."""
-    os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
-    try:
-        from ray._private import auto_init_hook
-    except ImportError:         # pragma: no cover - another Ray layout: nothing to switch off
-        return
-    auto_init_hook.enable_auto_connect = False
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = _ANSI.sub("", str(exc)).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def task_error(exc: BaseException, stage: str, resumable: bool = True) -> BaseException:
-    """What a failed Ray task or actor call becomes for the caller: the task's own TaptError or
-    OSError (a full disk stays a full disk), else one ExecutorError line (`resumable`: a build
-    stage, whose finished parts a rerun keeps)."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, (TaptError, OSError)) and not _is_ray_error(cause):
-            return cause
-        cause = getattr(cause, "cause", None) or cause.__cause__
-    root = exc
-    while getattr(root, "cause", None) is not None and root.cause is not root:
-        root = root.cause
-    if not resumable:
-        return ExecutorError(f"the {stage} step failed on the Ray cluster ({_first_line(root)})")
-    return ExecutorError(f"the {stage} stage failed on the Ray cluster ({_first_line(root)}); "
-                         "the finished parts are kept: run the same command again to resume")
-
-
-def _is_ray_error(exc: BaseException) -> bool:
-    return type(exc).__module__.startswith("ray.")
-
 
 def worker_source(encoder: EncoderSource) -> EncoderSource:
     """What an actor loads its model from: the build's spec; else, for tapt's own encoders,
@@ -286,7 +118,7 @@ class RayExecutor(Executor):
             up to `workers` while parts wait for one (autoscaling).
         resources: Custom Ray resources a step's tasks or actors ask for, by step ("prepare",
             "tokenize", "embed" (the model actors), "save", "assemble", "train", "index",
-            "calibrate"), to
+            "calibrate", "scan", "publish"), to
             steer steps to the nodes that offer them: {"embed": {"gpu_box": 0.01}}.
 
     Raises:
@@ -321,6 +153,7 @@ class RayExecutor(Executor):
         self.address, self.workers, self.gpus_per_worker = address, workers, float(gpus_per_worker)
         self.min_workers = int(min_workers)
         self.progress, self.timeout, self.retries = progress, float(timeout), int(retries)
+        self._facts: dict[str, dict[str, Any]] = {}
         self._owned = connect(address, quiet=not progress)
         if self.gpus_per_worker > 0:       # refused now, not after the prepare stage
             try:
@@ -391,65 +224,149 @@ class RayExecutor(Executor):
                     unit=stage.unit, disable=not self.progress, dynamic_ncols=True,
                     smoothing=0.05)
 
-    def whole_node(self) -> dict[str, int]:
-        """Ray resources of one whole-node task: `num_cpus`, the CPUs of the largest alive node
-        (never more than one node has, or the task would never be scheduled), and `num_gpus`,
-        1 where faiss-gpu is installed here (and not switched off by TAPT_FAISS_GPU=0) and a node
-        has a GPU (then the largest such node's CPUs), else 0."""
-        from ..ann.faiss_index import faiss_gpu_installed
+    def _alive(self) -> list[dict[str, Any]]:
+        return [n for n in self.ray.nodes() if n.get("Alive")]
 
-        nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
-        gpu_nodes = [r for r in nodes if float(r.get("GPU", 0)) >= 1]
-        gpus = 1 if gpu_nodes and faiss_gpu_installed() else 0
-        cpus = max((int(r.get("CPU", 0)) for r in (gpu_nodes if gpus else nodes)), default=0)
-        return {"num_cpus": max(1, cpus), "num_gpus": gpus}
+    def _offering(self, step: str) -> list[dict[str, Any]]:
+        """The alive nodes that offer the custom resources `step` is steered to."""
+        wanted = self.resources.get(step, {})
+        return [n for n in self._alive()
+                if all(float(n.get("Resources", {}).get(k, 0)) >= v for k, v in wanted.items())]
 
-    def _map_tasks(self, stage: Stage, tasks: Sequence[Any]) -> list[Any]:
-        ray = self.ray
+    def node_facts(self, step: str = "index") -> dict[str, Any]:
+        """The whole-node work of `step` ("train", "index"): the node it runs on (the largest
+        of those that offer its resources, a GPU node where one is there and its FAISS can use
+        it) and what that node offers, from a probe task run there (`node_facts`): `node_id`,
+        `num_cpus`, `num_gpus` (1 or 0), `available` (bytes free there, None where unknown).
+        Cached per step."""
+        if step in self._facts:
+            return self._facts[step]
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = self._offering(step)
+        if not nodes:
+            raise ExecutorError(f"no alive node of the Ray cluster offers the resources the "
+                                f"{step} step is steered to ({self.resources.get(step)})",
+                                param="resources")
+
+        def cpus(n: dict[str, Any]) -> int:
+            return int(n.get("Resources", {}).get("CPU", 0))
+
+        def probe(node: dict[str, Any]) -> dict[str, Any]:
+            remote = self.ray.remote(num_cpus=0, max_retries=self.retries, **env_options())(
+                node_facts)
+            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            try:
+                return self.ray.get(remote.options(scheduling_strategy=strategy).remote(),
+                                    timeout=min(self.timeout, 300.0))
+            except Exception as exc:  # noqa: BLE001 - one tapt error
+                raise task_error(exc, step, resumable=False) from exc
+
+        gpu_nodes = [n for n in nodes if float(n.get("Resources", {}).get("GPU", 0)) >= 1]
+        chosen, gpus = max(nodes, key=cpus), 0
+        if gpu_nodes:
+            node = max(gpu_nodes, key=cpus)
+            facts = probe(node)
+            if facts["faiss_gpu"]:
+                chosen, gpus = node, 1
+        facts = probe(chosen) if gpus == 0 else facts
+        self._facts[step] = {"node_id": facts["node_id"], "num_cpus": max(1, cpus(chosen)),
+                             "num_gpus": gpus, "available": facts["available"]}
+        return self._facts[step]
+
+    def whole_node(self, step: str = "index") -> dict[str, int]:
+        """Ray resources of one whole-node task of `step`: `num_cpus`, the CPUs of the largest
+        alive node offering its resources (never more than one node has, or the task would
+        never be scheduled), and `num_gpus`, 1 where a node has a GPU its FAISS can use (asked
+        on that node: `node_facts`; then the largest such node's CPUs), else 0."""
+        facts = self.node_facts(step)
+        return {"num_cpus": facts["num_cpus"], "num_gpus": facts["num_gpus"]}
+
+    def available_memory(self) -> int | None:
+        """Bytes free on the node the FAISS index tasks run on (asked there)."""
+        return self.node_facts("index")["available"]
+
+    def task_memory_limit(self) -> int | None:
+        """The largest memory any alive node offers one task (Ray's `memory` resource): a task
+        asking for more would never be placed."""
+        return max((int(n.get("Resources", {}).get("memory", 0)) for n in self._alive()),
+                   default=0) or None
+
+    def _placeable(self, need: dict[str, float]) -> bool:
+        """Whether an alive node offers every resource of `need` (totals, not what is free)."""
+        return any(all(float(n.get("Resources", {}).get(k, 0)) >= v for k, v in need.items()
+                       if v > 0) for n in self._alive())
+
+    def _watch(self, stage: str, needs: list[dict[str, float]], what: str) -> "Watch":
+        return Watch(self, stage, needs, what)
+
+    def _task_options(self, stage: Stage) -> tuple[dict[str, Any], Callable[..., Any]]:
+        """The `ray.remote` options of a stage's tasks and the function they run."""
         if stage.whole_node:
-            resources, run = self.whole_node(), _run_whole_node
+            options, run = dict(self.whole_node(stage.name)), _run_whole_node
             log.info("%s tasks ask Ray for %d CPU(s) and %d GPU(s) each", stage.name,
-                     resources["num_cpus"], resources["num_gpus"])
+                     options["num_cpus"], options["num_gpus"])
         else:
-            resources, run = {"num_cpus": 1}, _run_task
+            options, run = {"num_cpus": 1}, _run_task
+        if stage.memory > 0:
+            options["memory"] = int(stage.memory)
         if stage.name in self.resources:
-            resources["resources"] = self.resources[stage.name]
-        remote = ray.remote(**resources, max_retries=self.retries, retry_exceptions=False)(run)
+            options["resources"] = self.resources[stage.name]
+        return {**options, **env_options()}, run
+
+    def imap(self, stage: Stage, tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        if stage.needs_encoder:
+            raise InputError(f"stage {stage.name} embeds: use map")
+        if not tasks:
+            return
+        ray = self.ray
+        options, run = self._task_options(stage)
+        need = {"CPU": float(options["num_cpus"]), "GPU": float(options.get("num_gpus", 0)),
+                "memory": float(options.get("memory", 0)), **options.get("resources", {})}
+        remote = ray.remote(**options, max_retries=self.retries, retry_exceptions=False)(run)
         fn = ray.put(stage.fn)
         refs = [remote.remote(fn, task) for task in tasks]
         where = {ref: i for i, ref in enumerate(refs)}
-        out: list[Any] = [None] * len(tasks)
         weight = stage.weight or (lambda _: 1)
         pending = list(refs)
         try:
             with self._bar(stage, tasks) as bar:
+                watch = self._watch(stage.name, [need], "task")
                 while pending:
-                    done, pending = ray.wait(pending, num_returns=1, timeout=self.timeout)
+                    done, pending = ray.wait(pending, num_returns=1,
+                                             timeout=min(POLL_SECONDS, self.timeout))
                     if not done:
-                        raise ExecutorError(f"no {stage.name} task finished in "
-                                            f"{self.timeout:g} s on the Ray cluster; the "
-                                            "finished ones are kept: run the same command "
-                                            "again to resume")
+                        stalled = watch.check()
+                        if stalled is not None:
+                            raise stalled
+                        continue
+                    watch.progressed()
                     for ref in done:
-                        i = where[ref]
+                        i = where.pop(ref)
                         try:
-                            out[i] = ray.get(ref)
+                            result = ray.get(ref)
                         except Exception as exc:  # noqa: BLE001 - becomes one tapt error
                             raise task_error(exc, stage.name) from exc
                         bar.update(weight(tasks[i]))
-        except BaseException:
+                        yield i, result
+        finally:
             for ref in pending:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
-            raise
+
+    def _map_tasks(self, stage: Stage, tasks: Sequence[Any]) -> list[Any]:
+        out: list[Any] = [None] * len(tasks)
+        for i, result in self.imap(stage, tasks):
+            out[i] = result
         return out
 
     def _map_pool(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource
                   ) -> list[Any]:
-        """The embed stage as a Ray Data pipeline, one row per part: tokenise (CPU tasks), the
-        model (an autoscaling actor pool, two parts in flight per actor), save (CPU tasks);
-        see `tokenize_parts`. A stage function not split into steps (`fn.steps`, as
-        `stages.embed_part` is) runs whole in the actors."""
+        """The embed stage as a Ray Data pipeline: tokenise (CPU tasks; each input row a group
+        of consecutive parts, `part_groups`, that it fans out to one row per part), the model
+        (an autoscaling actor pool, two groups in flight per actor), save (CPU tasks); see
+        `tokenize_parts`. A stage function not split into steps (`fn.steps`, as
+        `stages.embed_part` is) runs whole in the actors, one part per row."""
         from ray import cloudpickle
         from ray.data import ActorPoolStrategy
 
@@ -459,8 +376,29 @@ class RayExecutor(Executor):
         size = min(self.pool_size(), len(tasks))
         source = worker_source(encoder)
         steps = getattr(stage.fn, "steps", None)
-        items = [{"i": i, "task": cloudpickle.dumps(t)} for i, t in enumerate(tasks)]
-        tasks_args = {"num_cpus": 1, "max_retries": self.retries}
+        # consecutive parts per Ray Data row (see `part_groups`): steps apart only
+        group = part_groups(len(tasks)) if steps is not None else 1
+        items = ([{"i": i, "task": cloudpickle.dumps(tuple(tasks[i:i + group]))}
+                  for i in range(0, len(tasks), group)] if steps is not None else
+                 [{"i": i, "task": cloudpickle.dumps(t)} for i, t in enumerate(tasks)])
+        memory = {step: amount + (group - 1) * stage.part_memory
+                  for step, amount in stage.steps_memory}
+
+        def step_args(step: str, cpus: float = 1.0, gpus: float = 0.0,
+                      amount: int | None = None) -> dict[str, Any]:
+            amount = memory.get(step, 0) if amount is None else amount
+            return {"num_cpus": cpus, **({"num_gpus": gpus} if gpus else {}),
+                    **({"memory": int(amount)} if amount > 0 else {}),
+                    **self._steer(step), **env_options()}
+
+        def need(args: dict[str, Any]) -> dict[str, float]:
+            return {"CPU": float(args["num_cpus"]), "GPU": float(args.get("num_gpus", 0)),
+                    "memory": float(args.get("memory", 0)), **args.get("resources", {})}
+
+        model_args = step_args("embed", gpus=self.gpus_per_worker,
+                               amount=stage.memory + ACTOR_PARTS_IN_FLIGHT * (group - 1)
+                               * stage.part_memory if stage.memory else 0)
+        needs = [need(model_args)]
         with _data_context(ray), warnings.catch_warnings():
             # Ray 2.60 sets retries, and the pool's restarts, only through `ray_remote_args`
             # (deprecated for 2.64); its defaults, unbounded, are what hangs (ray #62746)
@@ -468,26 +406,30 @@ class RayExecutor(Executor):
             ds = ray.data.from_items(items, override_num_blocks=len(items))
             if steps is not None:
                 tokenizing = cloudpickle.dumps(tokenizing_of(encoder.get()))
+                args = step_args("tokenize")
+                needs.append(need(args))
                 ds = ds.map_batches(tokenize_parts, batch_size=1, batch_format="numpy",
                                     fn_kwargs={"steps": steps, "tokenizing": tokenizing,
                                                "key": uuid.uuid4().hex},
-                                    **tasks_args, **self._steer("tokenize"))
+                                    max_retries=self.retries, **args)
             pool = ActorPoolStrategy(min_size=min(self.min_workers, size), max_size=size,
                                      max_tasks_in_flight_per_actor=ACTOR_PARTS_IN_FLIGHT)
             ds = ds.map_batches(
                 ModelActor, batch_size=1, batch_format="numpy",
                 fn_constructor_kwargs={"fn": stage.fn, "source": source},
-                compute=pool, num_cpus=1, num_gpus=self.gpus_per_worker or None,
-                max_restarts=self.retries, max_task_retries=self.retries,
-                **self._steer("embed"))
+                compute=pool, max_restarts=self.retries, max_task_retries=self.retries,
+                **model_args)
             if steps is not None:
+                args = step_args("save")
+                needs.append(need(args))
                 ds = ds.map_batches(save_parts, batch_size=1, batch_format="numpy",
-                                    fn_kwargs={"steps": steps}, **tasks_args,
-                                    **self._steer("save"))
+                                    fn_kwargs={"steps": steps}, max_retries=self.retries,
+                                    **args)
             out: list[Any] = [None] * len(tasks)
             weight = stage.weight or (lambda _: 1)
             with self._bar(stage, tasks) as bar:
-                for row in _rows_within(ds, self.timeout, stage.name):
+                for row in _rows_within(ds, self._watch(stage.name, needs, "part"),
+                                        stage.name):
                     i = int(row["i"])
                     out[i] = json.loads(str(row["record"]))
                     bar.update(weight(tasks[i]))
@@ -502,7 +444,21 @@ class RayExecutor(Executor):
         return {"resources": self.resources[step]} if step in self.resources else {}
 
 
-STEPS = ("prepare", "tokenize", "embed", "save", "assemble", "train", "index", "calibrate")
+# Ray Data rows of the embed stage at most (while a row holds at most MAX_GROUP parts): the
+# driver's scheduling costs about 30 ms of CPU a row, so a build of any size is planned in
+# about as many rows; memory of a step grows with its row's parts (`Stage.part_memory`).
+ROWS = 256
+MAX_GROUP = 16
+
+
+def part_groups(parts: int) -> int:
+    """Consecutive parts in one row of the embed pipeline: enough for at most ROWS rows, at
+    most MAX_GROUP."""
+    return max(1, min(MAX_GROUP, -(-parts // ROWS)))
+
+
+STEPS = ("scan", "prepare", "tokenize", "embed", "save", "assemble", "train", "index",
+         "calibrate", "publish")
 # Parts sent to an actor at once: the next part's tokens arrive while it runs the current one.
 ACTOR_PARTS_IN_FLIGHT = 2
 
@@ -527,34 +483,54 @@ def _checked_resources(resources: dict[str, dict[str, float]] | None
 def _data_context(ray) -> Iterator[None]:
     """Ray Data settings of one embed stage, restored afterwards: no errored block tolerated,
     the task's own exception raised, no bars or INFO lines of its own (tapt's bar counts
-    sentences)."""
+    sentences), and no errors or tracebacks on its console (`_no_errors`)."""
     ctx = ray.data.DataContext.get_current()
     wanted = {"max_errored_blocks": 0, "raise_original_map_exception": True,
               "enable_progress_bars": False, "print_on_execution_start": False}
     saved = {k: getattr(ctx, k) for k in wanted if hasattr(ctx, k)}
     logger = logging.getLogger("ray.data")
     level = logger.level
+    consoles = [h for h in logger.handlers if "File" not in type(h).__name__]
     for k in saved:
         setattr(ctx, k, wanted[k])
     logger.setLevel(max(level, logging.WARNING))
+    for handler in consoles:
+        handler.addFilter(_no_errors)
     try:
         yield
     finally:
         for k, v in saved.items():
             setattr(ctx, k, v)
         logger.setLevel(level)
+        for handler in consoles:
+            handler.removeFilter(_no_errors)
 
 
-def _rows_within(ds, timeout: float, stage: str) -> Iterator[dict[str, Any]]:
-    """The dataset's rows as they come (iterated on a thread); ExecutorError when none comes for
-    `timeout` seconds, the task's error when one fails. Once the driver stops reading (an error,
-    Ctrl-C, the timeout) the iteration is not advanced again."""
-    stalled = ExecutorError(f"no {stage} part finished in {timeout:g} s on the Ray cluster; the "
-                            "finished parts are kept: run the same command again to resume")
+def _no_errors(record: logging.LogRecord) -> bool:
+    """Ray Data's console, during a stage: its errors and their tracebacks stay in its own log
+    file (ray-data.log); tapt reports a failed stage as one line."""
+    return record.levelno < logging.ERROR and not record.exc_info
+
+
+def _rows_within(ds, watch: Watch, stage: str) -> Iterator[dict[str, Any]]:
+    """The dataset's rows as they come (iterated on a thread); whenever none came for a while
+    the stage ends with the error `watch.check` returns, and with the task's error when one
+    fails. Once the driver stops reading (an error, Ctrl-C, a stall) the iteration is not
+    advanced again."""
+    raised: list[BaseException] = []
+
+    def stalled() -> BaseException | None:
+        error = watch.check()
+        if error is not None:
+            raised.append(error)
+        return error
+
     try:
-        yield from read_ahead(ds.iter_rows(), depth=64, timeout=timeout,
-                              on_timeout=lambda: stalled)
+        for row in read_ahead(ds.iter_rows(), depth=64, timeout=POLL_SECONDS,
+                              on_timeout=stalled):
+            watch.progressed()
+            yield row
     except Exception as exc:  # noqa: BLE001 - a task's failure (Ray wraps it), as one tapt error
-        if exc is stalled:
+        if raised and exc is raised[-1]:
             raise
         raise task_error(exc, stage) from exc

@@ -16,7 +16,7 @@ _DONE = object()
 
 
 def read_ahead(items: Iterator[T], depth: int = 1, timeout: float | None = None,
-               on_timeout: Callable[[], BaseException] | None = None) -> Iterator[T]:
+               on_timeout: Callable[[], BaseException | None] | None = None) -> Iterator[T]:
     """Yield what `items` yields, produced up to `depth` items ahead on a daemon thread.
 
     Args:
@@ -24,7 +24,8 @@ def read_ahead(items: Iterator[T], depth: int = 1, timeout: float | None = None,
             stops: closed, an error, a timeout).
         depth: How many items may wait for the consumer.
         timeout: Seconds to wait for the next item (None: no limit).
-        on_timeout: The exception raised when `timeout` passes without an item.
+        on_timeout: Asked whenever `timeout` passes without an item: the exception to raise,
+            or None to wait another `timeout` (default: TimeoutError at once).
     """
     buffer: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
@@ -54,8 +55,10 @@ def read_ahead(items: Iterator[T], depth: int = 1, timeout: float | None = None,
             try:
                 item, error = buffer.get(timeout=timeout)
             except queue.Empty:
-                raise (on_timeout() if on_timeout else TimeoutError(
-                    f"no item in {timeout:g} s")) from None
+                stalled = on_timeout() if on_timeout else TimeoutError(f"no item in {timeout:g} s")
+                if stalled is None:
+                    continue
+                raise stalled from None
             if item is _DONE:
                 if error is not None:
                     raise error

@@ -23,8 +23,9 @@ from tapt.util.versions import utc_now
 
 from . import stages
 from .ann_build import calibrated_faiss
-from .pipeline import (Built, Shared, codes_section, drop_training_files,
-                    index_stages)
+from .build_plan import TaskMemory, Workers, check_tasks, task_memory
+from .pipeline import Built, Shared, drop_training_files, index_stages
+from .publishing import codes_section
 from .executors import Executor, make_executor
 from .generations import replace_generation
 from ..index import Index
@@ -58,6 +59,14 @@ def rebuild_parts(index: Index, choice: IndexChoice, kind: str, progress: bool =
     skip = [MANIFEST_NAME] + [f"{SHARDS}/{n}/{f}" for n in rebuild
                               for f in (FAISS, SHARD_MANIFEST, CODES)]
     runner, owned = make_executor(executor, progress)
+    memory = task_memory(choice, max(s.rows for s in index.shards), index.dim,
+                         Workers(limit=runner.task_memory_limit()))
+    try:
+        check_tasks(memory, runner.task_memory_limit(), "the index is unchanged")
+    except BaseException:
+        if owned:
+            runner.close()
+        raise
 
     def write(work: Path) -> dict[str, Any]:
         kept = [n for n in names if n not in rebuild]
@@ -80,17 +89,19 @@ def rebuild_parts(index: Index, choice: IndexChoice, kind: str, progress: bool =
         if shared is None:
             built_all = Built(**{**vars(built), "new": names})
             results, shared = _index_with_checksums(work, built_all, choice, codes, runner,
-                                                    index, None)
+                                                    index, None, memory)
             # parts not asked for are rebuilt too when the template had to be trained again
         else:
-            results, _ = _index_with_checksums(work, built, choice, codes, runner, index, shared)
+            results, _ = _index_with_checksums(work, built, choice, codes, runner, index, shared,
+                                               memory)
         for name in names:
             if name not in results:
                 path = work / SHARDS / name / SHARD_MANIFEST
                 results[name] = {"manifest": read_shard_manifest(path.parent, index.path),
                                  "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
         info = calibrated_faiss(work, names, [s.row_offset for s in index.shards], choice,
-                                index.n_sentences, shared.train_seconds, progress, runner)
+                                index.n_sentences, shared.train_seconds, progress, runner,
+                                memory=memory.calibrate)
         for key in keep:
             if key in old.get("faiss", {}):
                 info[key] = old["faiss"][key]
@@ -115,14 +126,16 @@ def rebuild_parts(index: Index, choice: IndexChoice, kind: str, progress: bool =
 
 
 def _index_with_checksums(work: Path, built: Built, choice: IndexChoice, codes: str,
-                          runner: Executor, index: Index, shared: Shared | None):
-    """`index_stages` over `built.new`, reusing the recorded checksums of unchanged files."""
+                          runner: Executor, index: Index, shared: Shared | None,
+                          memory: TaskMemory | None = None):
+    """`index_stages` over `built.new`, reusing the recorded checksums of unchanged files
+    (`memory`: what each task asks for)."""
     results, shared = index_stages(work, built, choice, codes, runner,
                                    index.manifest["files"]["embeddings"].get("dtype", "float32"),
                                    shared, keep_checksums={
                                        s.name: {k: v for k, v in s.extra["checksums"].items()
                                                 if k not in (FAISS, CODES)}
-                                       for s in index.shards})
+                                       for s in index.shards}, memory=memory)
     return results, shared
 
 

@@ -46,6 +46,7 @@ from ..reading.formats import InputFile, ReadOptions
 from ..encoding.encoder import encode_counted, preferred_batch_size
 from ..ann.index_choice import IndexChoice
 from ..reading.lexical import LexicalWriter, doc_hash
+from .dedupe import DocHashes
 from ..store.manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, LEXICAL,
                        LEXICAL_OFFSETS, LMDB_DATA, SHARDS, STORE, TOKENS, VOCAB,
                        read_shard_manifest, write_shard_manifest)
@@ -120,6 +121,8 @@ class PrepareTask:
             are skipped too.
         records: The scan's record count (progress only).
         run: The build's or add's fingerprint, recorded in every completion record.
+        segment_size: The index's segment size: the record counts the shard's segments
+            (0: not counted here).
     """
 
     work: str
@@ -130,6 +133,7 @@ class PrepareTask:
     dedupe_against: tuple[str, ...] = ()
     records: int = 0
     run: str = ""
+    segment_size: int = 0
 
 
 def _sentences(doc: Document, doc_index: int, split: SentenceSplitter) -> Iterator[dict[str, Any]]:
@@ -139,33 +143,6 @@ def _sentences(doc: Document, doc_index: int, split: SentenceSplitter) -> Iterat
             yield {"text": sentence, "doc": doc_index, "pos": pos, "doc_key": doc.key,
                    "source": doc.source, "meta": rec.meta}
             pos += 1
-
-
-class DocHashes:
-    """Document hashes already held (sorted 64-bit prefixes, full hashes beside them), plus those
-    met while preparing."""
-
-    def __init__(self, directories: tuple[str, ...]) -> None:
-        arrays = [np.load(Path(d) / DOC_HASHES) for d in directories
-                  if (Path(d) / DOC_HASHES).is_file()]
-        full = np.concatenate(arrays) if arrays else np.zeros((0, 16), dtype=np.uint8)
-        keys = np.ascontiguousarray(full[:, :8]).view("<u8").reshape(-1)
-        order = np.argsort(keys, kind="stable")
-        self.keys, self.full = keys[order], full[order]
-        self.new: set[bytes] = set()
-
-    def seen(self, digest: bytes) -> bool:
-        """Whether `digest` is held already; remembers it otherwise."""
-        key = np.frombuffer(digest[:8], dtype="<u8")[0]
-        at = int(np.searchsorted(self.keys, key))
-        while at < len(self.keys) and self.keys[at] == key:
-            if self.full[at].tobytes() == digest:
-                return True
-            at += 1
-        if digest in self.new:
-            return True
-        self.new.add(digest)
-        return False
 
 
 def prepared_record(work: str | Path, shard: str, run: str = "") -> dict[str, Any] | None:
@@ -205,10 +182,11 @@ def _prepare_into(out: Path, task: PrepareTask) -> dict[str, Any]:
     dedupe = DocHashes(task.dedupe_against) if task.dedupe_against else None
     writer = TextStoreWriter(out / STORE)
     lexical = LexicalWriter()
-    doc_ends: list[int] = []
-    hashes: list[bytes] = []
+    ends = _Column(out / DOCS, np.int64)          # document offsets, from 0
+    hashes = _Column(out / DOC_HASHES, np.uint8, (16,))
+    ends.add(0)
     batch: list[dict[str, Any]] = []
-    rows = duplicates = docs_read = 0
+    rows = duplicates = docs_read = documents = 0
     try:
         reported = records_read = 0
         for doc in iter_documents(scan):
@@ -217,7 +195,7 @@ def _prepare_into(out: Path, task: PrepareTask) -> dict[str, Any]:
             if records_read - reported >= _PROGRESS_EVERY:
                 report_progress(records_read - reported)    # the stage's unit: records
                 reported = records_read
-            found = list(_sentences(doc, len(doc_ends), splitter))
+            found = list(_sentences(doc, documents, splitter))
             if not found:
                 continue
             digest = doc_hash(r["text"] for r in found)
@@ -228,8 +206,9 @@ def _prepare_into(out: Path, task: PrepareTask) -> dict[str, Any]:
                 lexical.add(r["text"])
             batch.extend(found)
             rows += len(found)
-            doc_ends.append(rows)
-            hashes.append(digest)
+            documents += 1
+            ends.add(rows)
+            hashes.add(np.frombuffer(digest, dtype=np.uint8))
             if len(batch) >= _STORE_BATCH:
                 writer.put_many(rows - len(batch), batch)
                 batch = []
@@ -237,18 +216,47 @@ def _prepare_into(out: Path, task: PrepareTask) -> dict[str, Any]:
             writer.put_many(rows - len(batch), batch)
     finally:
         writer.close()
-    _save(out / DOCS, np.array([0, *doc_ends], dtype=np.int64))
-    _save(out / DOC_HASHES, np.frombuffer(b"".join(hashes), dtype=np.uint8).reshape(-1, 16))
-    arrays = lexical.arrays()
-    for name, key in ((VOCAB, "vocab"), (BIGRAMS, "bigrams"), (LEXICAL, "lexical"),
-                      (LEXICAL_OFFSETS, "lexical_offsets")):
-        _save(out / name, arrays[key])
+    ends.close()
+    hashes.close()
+    counted = {"segments": segments_of(out, task.segment_size)} if task.segment_size else {}
+    lexical.write({"vocab": out / VOCAB, "bigrams": out / BIGRAMS, "lexical": out / LEXICAL,
+                   "lexical_offsets": out / LEXICAL_OFFSETS})
     blank = sum(f.scanned.blank if f.scanned is not None and f.scanned.exact else f.blank_read
                 for f in task.files)
-    return {"run": task.run, "shard": task.shard, "rows": rows, "documents": len(doc_ends),
+    return {"run": task.run, "shard": task.shard, "rows": rows, "documents": documents,
             "documents_read": docs_read, "duplicates": duplicates, "skipped_blank_records": blank,
             "invalid_utf8_records": sum(f.invalid_utf8_read for f in task.files),
-            "files": [f.name for f in task.files]}
+            "files": [f.name for f in task.files], **counted}
+
+
+class _Column:
+    """One value (of `shape`) per document, appended in blocks to a `.npy` file that is written
+    under a temporary name and renamed into place by `close` (the prepare stage holds nothing
+    per document)."""
+
+    BLOCK = 1 << 16
+
+    def __init__(self, path: Path, dtype: type, shape: tuple[int, ...] = ()) -> None:
+        self.path, self.temp = path, path.parent / f".{path.name}.tmp-{os.getpid()}"
+        self.out = NpyAppender(self.temp, dtype, shape)
+        self.held: list[Any] = []
+
+    def add(self, value: Any) -> None:
+        self.held.append(value)
+        if len(self.held) >= self.BLOCK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.held:
+            self.out.append(np.array(self.held, dtype=self.out.dtype).reshape(
+                -1, *self.out.row_shape))
+            self.held = []
+
+    def close(self) -> None:
+        self._flush()
+        self.out.sync()
+        self.out.close()
+        os.replace(self.temp, self.path)
 
 
 def _save(path: Path, array: np.ndarray) -> None:

@@ -25,7 +25,7 @@ from tapt.util.files import sha256_file
 from tapt.util.versions import library_versions, utc_now
 
 from . import stages
-from .pipeline import top_vocabulary
+from .publishing import top_vocabulary
 from .generations import link_or_copy, replace_generation
 from ..index import Index
 from ..store.integrity import check_all_checksums

@@ -35,6 +35,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from tapt.util import spill
+from tapt.util.cache import warn_once
 from tapt.util.progress import report_step
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -74,12 +75,29 @@ def hash_words(unique_words: Iterable[str]) -> np.ndarray:
 
 
 class LexicalWriter:
-    """Collects the words of a shard's sentences, in row order, and writes the four arrays."""
+    """Collects the words of a shard's sentences, in row order, and writes the four arrays.
+
+    What it holds does not grow with the sentences: each block of `BLOCK` tokens is reduced to
+    its distinct word pairs (one 64-bit key each: history id above word id, sorted) and, per
+    predicted token, the position of its pair among them (int32), both appended to unlinked
+    scratch files (`util.spill.scratch_dir`) with each sentence's predicted-token count; only
+    the distinct words and the distinct pairs so far (a sorted array, merged block by block)
+    stay in memory. `write` then maps each block's pairs to their place among all pairs (one
+    search of a sorted block of pairs) and its tokens through them. The arrays are those
+    `pairs_to_arrays` makes of the whole stream at once, value for value (`arrays` returns them
+    in memory, for a few sentences).
+    """
+
+    BLOCK = 1 << 22
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
-        self._stream = array("i")       # <s> w1 .. wm </s> of every sentence, local word ids
-        self._lengths = array("q")      # predicted tokens per sentence (m + 1)
+        self._stream = array("i")       # <s> w1 .. wm </s> of the block's sentences, local ids
+        self._lengths = array("q")      # predicted tokens per sentence of the block (m + 1)
+        self._types = np.empty(0, dtype=np.int64)    # distinct pair keys so far, sorted
+        self._spill = None                             # scratch files, made with a first block
+        self._blocks: list[tuple[int, int, int]] = []  # (sentences, tokens, pairs) per block
+        self.sentences = 0
 
     def add(self, text: str) -> None:
         get = self._ids.setdefault
@@ -88,13 +106,132 @@ class LexicalWriter:
         self._stream.extend(ids)
         self._stream.append(EOS)
         self._lengths.append(len(ids) + 1)
+        self.sentences += 1
+        if len(self._stream) >= self.BLOCK:
+            self._flush()
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """vocab, bigrams, lexical, lexical_offsets (see the module docstring)."""
-        vocab = np.concatenate([np.array([0, 1], dtype=np.uint64), hash_words(self._ids)])
+    def _flush(self) -> None:
+        """The block to the scratch files (its sorted distinct pairs, each token's place among
+        them, each sentence's count); its pairs merged into the sorted ones (two sorted runs:
+        the stable sort merges them in linear time)."""
+        if not self._lengths:
+            return
         stream = np.frombuffer(self._stream, dtype=np.int32).astype(np.int64)
         lengths = np.frombuffer(self._lengths, dtype=np.int64)
-        return pairs_to_arrays(stream, lengths, vocab)
+        pairs, places = np.unique(_pair_keys(stream, lengths), return_inverse=True)
+        if self._spill is None:
+            self._spill = {name: _scratch() for name in ("pairs", "places", "counts")}
+        self._spill["pairs"].write(pairs.tobytes())
+        self._spill["places"].write(places.astype(np.int32).tobytes())
+        self._spill["counts"].write(lengths.tobytes())
+        self._blocks.append((len(lengths), len(places), len(pairs)))
+        merged = np.concatenate([self._types, pairs])
+        merged.sort(kind="stable")
+        keep = np.ones(len(merged), dtype=bool)
+        np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+        self._types = merged[keep]
+        self._stream, self._lengths = array("i"), array("q")
+
+    def _vocab(self) -> np.ndarray:
+        return np.concatenate([np.array([0, 1], dtype=np.uint64), hash_words(self._ids)])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """vocab, bigrams, lexical, lexical_offsets (see the module docstring), in memory."""
+        if self._spill is not None:
+            raise ValueError("arrays() holds a few sentences in memory; write() a shard")
+        stream = np.frombuffer(self._stream, dtype=np.int32).astype(np.int64)
+        lengths = np.frombuffer(self._lengths, dtype=np.int64)
+        return pairs_to_arrays(stream, lengths, self._vocab())
+
+    def write(self, paths: dict[str, Path]) -> None:
+        """Write the arrays to `paths` (by "vocab", "bigrams", "lexical", "lexical_offsets"),
+        each under a temporary name renamed into place; the scratch files are dropped."""
+        from tapt.util.files import atomic_write
+
+        from ..store.npy import write_npy
+
+        self._flush()
+        types = self._types
+        try:
+            for name, array_ in (("vocab", self._vocab()), ("bigrams", np.stack(
+                    [types >> 32, types & _LOW32], axis=1).astype(np.int32))):
+                with atomic_write(paths[name], "wb") as fh:
+                    write_npy(fh, array_)
+            spill = self._spill or {}
+            for fh in spill.values():
+                fh.flush()
+                fh.seek(0)
+            with _appending(paths["lexical_offsets"], np.int64) as offsets, \
+                    _appending(paths["lexical"], np.int32) as lexical:
+                offsets.append(np.zeros(1, dtype=np.int64))
+                at = 0
+                for sentences, tokens, pairs in self._blocks:
+                    ends = np.cumsum(_read(spill["counts"], np.int64, sentences)) + at
+                    offsets.append(ends)
+                    at = int(ends[-1])
+                    ids = np.searchsorted(types, _read(spill["pairs"], np.int64, pairs))
+                    lexical.append(ids.astype(np.int32)[_read(spill["places"], np.int32,
+                                                              tokens)])
+        finally:
+            for fh in (self._spill or {}).values():
+                fh.close()
+            self._spill, self._blocks = None, []
+
+
+def _read(fh, dtype: type, count: int) -> np.ndarray:
+    """The next `count` values of a scratch file."""
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(fh.read(count * size), dtype=dtype, count=count)
+
+
+def _pair_keys(stream: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """One 64-bit key (history id << 32 | word id) per predicted token of sentences given as a
+    stream of local ids (<s> w.. </s> each) and the predicted-token count of each."""
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    starts = offsets[:-1] + np.arange(len(lengths), dtype=np.int64)   # <s> of each sentence
+    predicted = np.ones(len(stream), dtype=bool)
+    predicted[starts] = False
+    pos = np.flatnonzero(predicted)
+    return (stream[pos - 1] << 32) | stream[pos]
+
+
+def _scratch():
+    """An unlinked scratch file for a writer's spilled blocks (`util.spill.scratch_dir`); in
+    memory, with one warning, where none can be made there (as `util.spill.empty` does)."""
+    import io
+    import tempfile
+
+    where = spill.scratch_dir()
+    try:
+        return tempfile.TemporaryFile(dir=where, prefix="tapt-lexical-")
+    except OSError as exc:
+        warn_once(f"spill:{where}", "no scratch file in %s (%s): keeping the lexical ids' "
+                  "blocks in memory (set TAPT_SCRATCH_DIR to a directory with room)", where,
+                  exc.strerror or exc)
+        return io.BytesIO()
+
+
+class _appending:
+    """`NpyAppender` to a temporary sibling of `path`, renamed into place on success."""
+
+    def __init__(self, path: Path, dtype: type) -> None:
+        from ..store.npy import NpyAppender
+
+        self.path, self.temp = path, path.parent / f".{path.name}.tmp-{os.getpid()}"
+        self.out = NpyAppender(self.temp, dtype)
+
+    def __enter__(self):
+        return self.out
+
+    def __exit__(self, kind, *exc) -> None:
+        try:
+            if kind is None:
+                self.out.sync()
+            self.out.close()
+            if kind is None:
+                os.replace(self.temp, self.path)
+        finally:
+            self.temp.unlink(missing_ok=True)
 
 
 def pairs_to_arrays(stream: np.ndarray, lengths: np.ndarray, vocab: np.ndarray
@@ -102,12 +239,7 @@ def pairs_to_arrays(stream: np.ndarray, lengths: np.ndarray, vocab: np.ndarray
     """The stored arrays of sentences given as one stream of local ids (<s> w.. </s> each) and
     the number of predicted tokens of each."""
     offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-    starts = offsets[:-1] + np.arange(len(lengths), dtype=np.int64)   # <s> of each sentence
-    predicted = np.ones(len(stream), dtype=bool)
-    predicted[starts] = False
-    pos = np.flatnonzero(predicted)
-    keys = (stream[pos - 1] << 32) | stream[pos]
-    types, inverse = np.unique(keys, return_inverse=True)
+    types, inverse = np.unique(_pair_keys(stream, lengths), return_inverse=True)
     bigrams = np.stack([types >> 32, types & _LOW32], axis=1).astype(np.int32)
     return {"vocab": vocab, "bigrams": bigrams,
             "lexical": inverse.astype(np.int32).reshape(-1),

@@ -62,10 +62,17 @@ class Document:
 
 @dataclass
 class CorpusScan:
-    """What `scan_inputs` found: the files in reading order, what they hold, how to read them."""
+    """What `scan_inputs` found: the files in reading order, what they hold, how to read them;
+    `pieces`, what is read apart (each file, or the byte ranges of a large line file:
+    `formats.spans`), in the same order."""
 
     files: list[InputFile]
     options: ReadOptions
+    pieces: list[InputFile] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.pieces:
+            self.pieces = list(self.files)
 
     @property
     def records(self) -> int | None:
@@ -286,25 +293,32 @@ def scan_inputs(
     options = ReadOptions(text_field, doc_field, text_docs, input_format, hf_split, strict,
                           invalid_utf8)
     files = expand_inputs(inputs, options, allow_stdin, choose_format)
-    empty: list[str] = []
     for f in tqdm(files, desc="scanning", unit="file", disable=not progress or len(files) < 2,
                   dynamic_ncols=True):
         f.scanned = f.format.scan(f, options)
+    return without_empty(CorpusScan(files, options))
+
+
+def without_empty(scan: CorpusScan) -> CorpusScan:
+    """A scan without the files of folders that hold no text (an empty partition of a folder of
+    shards: skipped with a warning); a file given by itself that holds none is refused."""
+    empty: list[str] = []
+    for f in scan.files:
         if f.scanned.exact and f.scanned.records == 0:
             if not f.in_folder:
                 raise InputError(f"{f.name}: holds no text")
-            empty.append(f.name)    # an empty partition of a folder of shards: skipped
-    if empty:
-        skipped = set(empty)
-        kept = [f for f in files if f.name not in skipped]
-        if not kept:
-            raise InputError(f"{empty[0]}: holds no text"
-                             + (f" (nor do the {len(empty) - 1} other files)" if len(empty) > 1
-                                else ""))
-        log.warning("skipped %d file(s) in folders that hold no text: %s", len(empty),
-                    ", ".join(empty[:_LISTED]) + (" ..." if len(empty) > _LISTED else ""))
-        files = kept
-    return CorpusScan(files, options)
+            empty.append(f.name)
+    if not empty:
+        return scan
+    skipped = set(empty)
+    kept = [f for f in scan.files if f.name not in skipped]
+    if not kept:
+        raise InputError(f"{empty[0]}: holds no text"
+                         + (f" (nor do the {len(empty) - 1} other files)" if len(empty) > 1
+                            else ""))
+    log.warning("skipped %d file(s) in folders that hold no text: %s", len(empty),
+                ", ".join(empty[:_LISTED]) + (" ..." if len(empty) > _LISTED else ""))
+    return CorpusScan(kept, scan.options, [p for p in scan.pieces if p.name not in skipped])
 
 
 def checked_text(where: str, text: str, f: InputFile | None,

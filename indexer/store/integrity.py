@@ -6,23 +6,31 @@ ranges. Then the SHA-256 its manifests record, for every file they record one fo
 `shard.json`: its arrays, text store, FAISS part, lexical ids and document hashes; the top
 manifest: the vocabulary):
 
-- `docs.npy`, `tokens.npy` and any file up to 64 MiB: hashed on every open (milliseconds);
-- larger files: hashed on their first open after they changed (an edit, a partial write, a
-  copy that does not keep the modification time: size or mtime differ), with a progress note;
-  the verdict is remembered in the user cache (`verified/`), so later opens cost nothing. A
-  file tapt itself just wrote (build, add, reindex, repair, upgrade) is remembered without
-  hashing again. Without a writable cache, larger files are not hashed on open. A stamp names
-  the file's content (the SHA-256 its manifest records, its size and modification time), never
-  its inode or device: one node's stamp holds for the same file seen from another node through
-  a shared cache (whose inode numbers differ), and a stamp written for one file never vouches
-  for another of different content. Within one process a verdict is also keyed by inode and
-  change time (a file replaced under the same name is hashed again).
+- files up to 64 MiB: hashed on every open (milliseconds), as long as the files an open hashes
+  that way stay within 64 MiB in all (`opening`: an index of many shards does not hash
+  gigabytes of small files on every open); past that, as larger files;
+- larger files (and every file past that sum): hashed on their first open after they changed
+  (an edit, a partial write, a copy that does not keep the modification time: size or mtime
+  differ), with a progress note; the verdict is remembered in the user cache (`verified/`), so
+  later opens cost nothing;
+- `docs.npy` and `tokens.npy` (they cut every selection's segments): hashed once per version
+  of their content whatever their size and the policy, and their structure (offsets that rise,
+  counts of at least one token) checked whenever their content is not vouched for already
+  (`vouched`: without a cache, on every open).
+
+A file tapt itself just wrote (build, add, reindex, repair, upgrade) is remembered without
+hashing again. Without a writable cache, larger files are not hashed on open. A stamp names the
+file's content (the SHA-256 its manifest records, its size and modification time), never its
+inode or device: one node's stamp holds for the same file seen from another node through a
+shared cache (whose inode numbers differ), and a stamp written for one file never vouches for
+another of different content. Within one process a verdict is also keyed by inode and change
+time (a file replaced under the same name is hashed again).
 
 `TAPT_HASH_ON_OPEN` changes that: `all` hashes every file on every open, a size such as `256M`
 hashes files up to it on every open and larger ones never, `0` hashes only `docs.npy` and
-`tokens.npy`. Whatever is not hashed is still checked where it is read: every text record by its
-CRC32, every cosine against [-1, 1], every gathered embedding row for unit length, every FAISS
-result against the stored embeddings. `tapt index verify` hashes everything, always.
+`tokens.npy` (once per version). Whatever is not hashed is still checked where it is read:
+every text record by its CRC32, every cosine against [-1, 1], every gathered embedding row for
+unit length, every FAISS result against the stored embeddings. `tapt index verify` hashes everything, always.
 """
 
 from __future__ import annotations
@@ -68,6 +76,19 @@ def checked_files() -> list[str]:
 
 _POLICY: ContextVar[tuple[int | None, bool] | None] = ContextVar("tapt_hash_policy",
                                                                  default=None)
+_OPEN_BUDGET: ContextVar[list[int] | None] = ContextVar("tapt_open_budget", default=None)
+
+
+@contextmanager
+def opening(budget: int = SMALL_FILE) -> Iterator[None]:
+    """One open of an index: the files hashed on every open because they are small are hashed
+    that way only while they sum to at most `budget` bytes; the rest are hashed once per
+    version of their content, as larger files are."""
+    token = _OPEN_BUDGET.set([int(budget)])
+    try:
+        yield
+    finally:
+        _OPEN_BUDGET.reset(token)
 
 
 @contextmanager
@@ -123,13 +144,14 @@ def _stamp_name(ident: tuple[Any, ...]) -> str:
     return hashlib.sha256(repr(("content", expected, size, mtime_ns)).encode()).hexdigest()
 
 
-def remember(path: Path, expected: str) -> None:
+def remember(path: Path, expected: str, stamp: bool = False) -> None:
     """Record that this version of `path` (just written and hashed by tapt) is intact: in this
-    process, and by a stamp in the cache where the policy would not hash it on every open."""
+    process, and by a stamp in the cache where the policy would not hash it on every open (or
+    `stamp`: whatever its size; an open past its budget of small files reads those stamps)."""
     ident = _identity(path, expected)
     _VERIFIED.add(ident)
     limit = hash_policy()[0]
-    if ident[0] > (SMALL_FILE if limit is None else min(SMALL_FILE, limit)):
+    if stamp or ident[0] > (SMALL_FILE if limit is None else min(SMALL_FILE, limit)):
         stamps = writable_cache(STAMPS)
         if stamps is not None:
             write_checked(stamps / _stamp_name(ident), expected.encode())
@@ -155,16 +177,39 @@ def recorded_checksums(index_dir: Path, manifest: dict[str, Any]) -> list[tuple[
     return out
 
 
+# what every open (docs.npy, tokens.npy) or every add (dochash.npy) verifies once per version:
+# stamped as written, so the first open or add in another process need not hash them
+ONCE_FILES = ("docs.npy", "tokens.npy", "dochash.npy")
+
+
 def remember_index(index_dir: Path, manifest: dict[str, Any]) -> None:
-    """`remember` every file an index's manifests record a checksum for."""
+    """`remember` every file an index's manifests record a checksum for (`ONCE_FILES` with a
+    stamp whatever their size)."""
     for path, expected, _ in recorded_checksums(index_dir, manifest):
         if path.is_file():
-            remember(path, expected)
+            remember(path, expected, stamp=path.name in ONCE_FILES)
+
+
+def vouched(path: Path, expected: str | None) -> bool:
+    """Whether this version of `path` is already known to match `expected` (verified in this
+    process, or by a stamp in the cache): its content is then what tapt wrote and checked."""
+    if not expected:
+        return False
+    try:
+        ident = _identity(path, expected)
+    except OSError:
+        return False
+    if ident in _VERIFIED:
+        return True
+    found = readable_cache(STAMPS)
+    return found is not None and read_checked(found / _stamp_name(ident), 256) == \
+        expected.encode()
 
 
 def check_checksum(path: Path, expected: str | None, name: str, label: str | Path,
-                   force: bool = False) -> bool:
-    """Compare a file with its recorded SHA-256 as the policy says (`force`: always).
+                   force: bool = False, once: bool = False) -> bool:
+    """Compare a file with its recorded SHA-256 as the policy says (`force`: always; `once`:
+    unless this version of it is known to match, whatever its size or the policy).
 
     Returns:
         Whether the file's checksum is known to hold.
@@ -178,26 +223,32 @@ def check_checksum(path: Path, expected: str | None, name: str, label: str | Pat
     ident = _identity(path, expected)
     if ident in _VERIFIED:
         return True
-    limit, once = hash_policy()
+    limit, remember_large = hash_policy()
     size = ident[0]
-    if not (force or limit is None or size <= limit):
-        if not once:
+    budget = _OPEN_BUDGET.get()
+    every_open = limit is None or size <= limit
+    if every_open and limit == SMALL_FILE and budget is not None and not force:
+        every_open = budget[0] >= size
+        budget[0] -= size if every_open else 0
+        remember_large = remember_large or not every_open
+    if once or not (force or every_open):
+        if not (once or remember_large):
             return False
-        found = readable_cache(STAMPS)
-        stamp = None if found is None else read_checked(found / _stamp_name(ident), 256)
-        if stamp == expected.encode():
+        if vouched(path, expected):
             _VERIFIED.add(ident)
             return True
-        if writable_cache(STAMPS) is None:
+        if not once and writable_cache(STAMPS) is None:
             return False
-        log.info("checking %s (%.1f GB) against its manifest's checksum: once per version of "
-                 "the file", path.name if label is None else f"{label}/{name}", size / 1e9)
+        if size > SMALL_FILE:          # a pause worth a note
+            log.info("checking %s (%.1f GB) against its manifest's checksum: once per version "
+                     "of the file", path.name if label is None else f"{label}/{name}",
+                     size / 1e9)
     if sha256_file(path, progress=size > (1 << 30)) != expected:
         raise damaged(label, f"{name} does not match the checksum in its manifest")
-    if force:                # hashed on every open: a stamp would never be read
+    if force or (every_open and not once):   # hashed on every open: a stamp would never be read
         _VERIFIED.add(ident)
     else:
-        remember(path, expected)
+        remember(path, expected, stamp=True)
     return True
 
 

@@ -9,10 +9,13 @@ these calls: `top(scorer, cut, size, first)` (a budget's cut of the segments of 
 by a sentence scorer; the request names the segment size and its first segment's id, the
 actor cuts its own segments from its shards' document offsets), `score(scorer, on)` (the
 scorer's score of every one of its rows, or of their codes), `lexicon_scores(score_shard)` and
-`lexicon_top` (from its shards' stored lexical ids) and `search(queries, k)` (its parts' top-k
-with global ids). The driver keeps the index open too (memory-mapped; headers and lengths
-checked, the content left to the actors) for everything else a selection does: the segment
-view, the exact rescoring of FAISS candidates, reading the chosen text.
+`lexicon_top` (from its shards' stored lexical ids) and `search_rescored(queries, width)` (its
+parts' candidates with global ids, rescored exactly from its own rows). Each actor asks Ray for
+the memory it holds (`actor_memory`: its rows or codes, its FAISS parts, the scores a fit keeps)
+and runs with the driver's tapt and Hugging Face settings (`ray_cluster.env_options`). The
+driver keeps the index open too (memory-mapped; headers and lengths checked, the content left
+to the actors) for everything else a selection does: the segment view, reading the chosen
+text.
 
 What fans out:
 
@@ -28,9 +31,11 @@ What fans out:
 - every other scan of every row by a scorer (`Index.score_rows`: no budget or a larger one,
   document context, `auto`, iforest's pre-ranking): the scorer is sent to every actor, each
   returns the scores of its rows;
-- every FAISS search (knn, and methods that search): each actor searches its parts, the driver
-  merges with `merge_topk`, exactly as `ShardedFaiss` does in one process (each actor merges
-  its own parts first);
+- every FAISS search (knn, and methods that search): each actor searches its parts and
+  rescores its candidates from its own rows (`ShardServer.search_rescored`); the driver merges
+  the candidates by their approximate similarity as `ShardedFaiss` merges a search in one
+  process and ranks the best by the exact similarities the actors computed
+  (`ShardServers.search`): the neighbours `Index.search` finds, with no row read by the driver;
 - `centroid` with `scan` codes: each actor scores its rows' int8 codes (held in RAM with
   `hold` codes, half the bytes of float16 rows); the driver rescores the best exactly;
 - scores from the stored lexical ids (Moore-Lewis, and the Moore-Lewis half of `fused` and
@@ -51,25 +56,24 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from tapt.errors import IndexFormatError, InputError
-from tapt.indexer.ann.faiss_index import (ShardedFaiss, merge_in_groups, search_part,
-                                      set_search_param)
+from tapt.indexer.ann.faiss_index import ShardedFaiss, merge_in_groups
 from tapt.indexer.store.identity import same_snapshot
-from tapt.indexer.building.ray_executor import (ExecutorError, check_placeable, connect,
-                                                custom_resources, import_ray, task_error)
-from tapt.indexer.store.shards import grid_ranges
+from tapt.indexer.building.ray_cluster import (ExecutorError, check_placeable, connect,
+                                               custom_resources, env_options, import_ray,
+                                               task_error)
 from tapt.util import spill
 from tapt.util.checks import real_number, whole_number
 
 from ..scoring import arrays
 from ..ranking import topcut
 from .shard_set import segments_of, span  # noqa: F401 - where the tests and benchmarks look
+from .shard_server import HOLD, ShardServer
 
 if TYPE_CHECKING:
     from .remote_scores import RemoteScores
@@ -77,193 +81,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GRID = arrays.CHUNK
-HOLD = ("rows", "codes")
 START_TIMEOUT = 600.0
-
-
-class ShardServer:
-    """One actor's share of a served index (created through Ray, see `ShardServers`).
-
-    It opens and verifies only its own shards (`shard_set.ShardSubset`), once, when it starts,
-    and keeps what a request needs where its rows are: the rows (or codes), the FAISS parts,
-    the lexical ids, and each segment size's segment offsets of its rows (computed from its
-    shards' document offsets on the first request at that size). The rows are copied into RAM
-    and the FAISS parts loaded after the start (`warm`), or by the first request that needs
-    them.
-
-    Args:
-        path: The index directory (on a file system this actor's node sees).
-        shards: Positions of its shards in the index's shard list (consecutive).
-        rows: The rows [start, stop) it scores: the `grid`-row blocks that start in its shards
-            (`span`; (0, 0) when none does).
-        hold: What it copies into RAM: `rows` (the float16 embeddings) or `codes` (the int8
-            codes, half the bytes; the embeddings stay memory-mapped, read when a method
-            scores rows).
-    """
-
-    def __init__(self, path: str, shards: Sequence[int], rows: tuple[int, int],
-                 hold: str = "rows") -> None:
-        from tapt.indexer.store.integrity import checked_files
-
-        from .shard_set import ShardSubset, checked_by_shard, process_age, ready_steps
-
-        at, began, cpu, age = time.time(), time.perf_counter(), time.process_time(), process_age()
-        before = len(checked_files())
-        index = ShardSubset(path, shards, rows)      # every file of its shards verified
-        self.index, self.shards = index, list(shards)
-        self._identity = index.identity()
-        self.start, self.stop = index.rows
-        # mapped until `_ready` copies what it holds into RAM (the same values)
-        self.rows, self.codes = index.held("embeddings"), index.held("codes")
-        self._ready = ready_steps(self, hold)
-        self._segments: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
-        checked = checked_by_shard(checked_files()[before:])
-        verified = [s.name for s in index.shards
-                    if set(s.extra["checksums"]) <= set(checked.get(s.name, []))]
-        self._report = {"shards": list(index.opened), "reached": list(index.reached),
-                        "checked": checked, "verified": verified,
-                        "rows": [self.start, self.stop], "node": _node_id(),
-                        "seconds": round(time.perf_counter() - began, 3), "process_s": age,
-                        "began_at": round(at, 3),
-                        "cpu_before_s": round(cpu, 3),
-                        "cpu_s": round(time.process_time() - cpu, 3)}
-
-    @property
-    def parts(self) -> list[tuple[Any, int]]:
-        """Its shards' FAISS parts, with the base of their ids (loaded once)."""
-        return self._ready.get("parts")
-
-    def warm(self) -> None:
-        """Make ready in the background what only requests need (`shard_set.Ready`): the rows
-        (or codes) copied into RAM, the FAISS parts loaded, torch imported for the scans."""
-        self._ready.start()
-
-    def warmed(self, timeout: float | None = None) -> dict[str, float]:
-        """Wait for `warm`'s steps (at most `timeout` seconds); the seconds of each."""
-        return self._ready.wait(timeout)
-
-    def identity(self) -> dict[str, Any]:
-        return self._identity
-
-    def report(self) -> dict[str, Any]:
-        """What it opened when it started: its shards (`shards`), the files it compared with
-        their recorded checksums by shard (`checked`), the shards all of whose recorded files
-        it checked (`verified`), the shards past its own whose rows the scoring grid reaches
-        (`reached`: mapped, headers and lengths checked, only their small document offsets
-        and token counts hashed), its rows, its Ray node, its start's seconds, when it began
-        (`began_at`, `time.time()` of its node), the age of its process then (`process_s`: the
-        Ray worker's own start) and the CPU seconds of its process before (`cpu_before_s`) and
-        during its start (`cpu_s`)."""
-        return dict(self._report)
-
-    def score(self, scorer, on: str = "rows") -> tuple[int, np.ndarray]:
-        """(first row, the scorer's scores of this actor's rows, or of their int8 codes)."""
-        return self.start, np.asarray(scorer(self.rows if on == "rows" else self.codes))
-
-    def segments(self, size: int, of: str = "rows") -> tuple[np.ndarray, np.ndarray]:
-        """(offsets in global rows, tokens) of the segments at `size` of the shards that hold
-        its rows (`of` rows) or of its own shards (`of` shards), kept per size."""
-        key = (of, int(size))
-        if key not in self._segments:
-            if len(self._segments) >= 8:               # a few sizes at a time
-                self._segments.pop(next(iter(self._segments)))
-            parts = self.index.held_parts if of == "rows" else [
-                {"row": s.row_offset, "docs": s.docs, "tokens": s.tokens}
-                for s in self.index.shards]
-            self._segments[key] = segments_of(parts, int(size))
-        return self._segments[key]
-
-    def _stream(self, cut: topcut.Cut, size: int, first: int, start: int, stop: int,
-                of: str) -> tuple[np.ndarray, int, np.ndarray | None, tuple[int, int, int]]:
-        """The segments that meet rows [start, stop): (offsets, id of the first, measure,
-        (id of the first, how many, the row they end at) for the driver's check)."""
-        offsets, tokens = self.segments(size, of)
-        lo = int(np.searchsorted(offsets, start, side="right")) - 1
-        hi = int(np.searchsorted(offsets, stop, side="left"))
-        mine = offsets[lo:hi + 1]
-        measure = None if cut.by_count else (
-            np.diff(mine).astype(np.int32) if cut.unit == "sentences" else tokens[lo:hi])
-        return mine, first + lo, measure, (first + lo, hi - lo, int(mine[-1]))
-
-    def top(self, scorer, cut: topcut.Cut, size: int, first: int, on: str = "rows"
-            ) -> tuple[topcut.Candidates, list[topcut.Piece], tuple[int, int, int]]:
-        """The cut of this actor's whole segments ranked by the scorer's mean scores (of its
-        rows, or with `on` codes of their int8 codes), and the pieces of the segments its rows
-        begin or end inside (`topcut.scan_cut`). The request is the task and the budget only:
-        `size` the segment size, `first` the id of the first segment of the first shard that
-        holds its rows; the segments are this actor's own."""
-        offsets, seg, measure, check = self._stream(cut, size, first, self.start, self.stop,
-                                                    "rows")
-        kept, pieces = topcut.scan_cut(self.rows if on == "rows" else self.codes, scorer,
-                                       offsets, seg, measure, cut, self.start)
-        return kept, pieces, check
-
-    def lexicon_scores(self, score_shard) -> list[tuple[int, np.ndarray]]:
-        """(first row, scores) of each of this actor's shards by `score_shard` of its stored
-        lexical ids (`Index.lexicon_scores`)."""
-        lexicon = self.index.lexicon
-        return [(int(lexicon.row_offsets[i]), np.asarray(score_shard(shard), dtype=np.float32))
-                for i, shard in enumerate(lexicon.shards)]
-
-    def lexicon_top(self, models, cut: topcut.Cut, size: int, first: int
-                    ) -> tuple[topcut.Candidates, list[topcut.Piece], tuple[int, int, int]]:
-        """The cut of the segments of this actor's shards ranked by the mean of `models`'
-        scores of their sentences from the stored lexical ids (`HashedLMs.shard_parts`,
-        shard by shard; no score is kept), as `lexicon_scores` then a cut would rank them
-        (`size`, `first`: as for `top`, of its first shard)."""
-        lexicon = self.index.lexicon
-        start, stop = int(lexicon.row_offsets[0]), int(lexicon.row_offsets[-1])
-        offsets, seg, measure, check = self._stream(cut, size, first, start, stop, "shards")
-        stream = topcut.SegmentStream(offsets, seg, measure, cut, start)
-        for shard in lexicon.shards:
-            for _, part in models.shard_parts(shard):
-                stream.feed(part)
-        kept, pieces = stream.finish()
-        return kept, pieces, check
-
-    def held(self, op: str, *args: Any) -> Any:
-        """An operation on the score arrays this actor keeps by name (`held_arrays`, asked by
-        `remote_scores`: every row's score stays here, the driver asks for counts, positions
-        and cuts)."""
-        from .held_arrays import ACTOR_OPS
-
-        return ACTOR_OPS[op](self, *args)
-
-    def held_top(self, name: str, cut: topcut.Cut, size: int, first: int, of: str = "rows"
-                 ) -> tuple[topcut.Candidates, list[topcut.Piece], tuple[int, int, int]]:
-        """`top` of the scores kept under `name` (`held_arrays.held_cut`; `of`: whether they
-        are of its scoring span, "rows", or of its own shards, "shards")."""
-        from .held_arrays import held_cut
-
-        return held_cut(self, name, cut, size, first, of)
-
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The best `k` per query of this actor's parts (global ids), merged here: one k-wide
-        result crosses Ray whatever the number of parts; None without parts."""
-        if not self.parts:
-            return None
-        return merge_in_groups((search_part(part, queries, k, base)
-                                for part, base in self.parts), k)
-
-    def set_param(self, name: str, value: int) -> None:
-        for part, _ in self.parts:
-            set_search_param(part, name, value)
-
-    def nbytes(self) -> int:
-        """Bytes of rows or codes this actor holds in RAM."""
-        self._ready.get("held")
-        held = [a for a in (self.rows, self.codes) if isinstance(a, np.ndarray)
-                and not isinstance(a, np.memmap)]
-        return int(sum(a.nbytes for a in held))
-
-
-def _node_id() -> str | None:
-    """The Ray node this process runs on (None outside Ray)."""
-    ray = sys.modules.get("ray")          # never imported for this
-    try:
-        return ray.get_runtime_context().get_node_id() if ray and ray.is_initialized() else None
-    except Exception:  # noqa: BLE001 - a report, never a failure
-        return None
 
 
 class ShardServers:
@@ -322,16 +140,31 @@ class ShardServers:
         # a call on a stopped actor must fail at once, not wait for one)
         remote = self.ray.remote(num_cpus=cpus_per_actor, max_restarts=2,
                                  max_task_retries=0, **({"resources": resources}
-                                                         if resources else {}))(ShardServer)
+                                                         if resources else {}),
+                                 **env_options())(ShardServer)
         # absolute: the actors' working directory is the cluster's, not this process's
         where = os.path.abspath(index.path)
         self.groups = groups
         self.spans = [span(index, g, grid) for g in groups]
+        self.memory = [actor_memory(index, g, rows, hold) for g, rows in zip(groups, self.spans)]
+        limit = max((int(n.get("Resources", {}).get("memory", 0)) for n in self.ray.nodes()
+                     if n.get("Alive")), default=0)
+        if limit and max(self.memory) > limit:
+            self.close()
+            fix = ("pass more `actors` (fewer shards each)" if count < n else
+                   "hold codes (`hold` codes: half the bytes of float16 rows)"
+                   if hold == "rows" and index.codes is not None else
+                   "add nodes with more memory, or build the index in smaller shards")
+            raise InputError(f"a serving actor needs about {max(self.memory) >> 20:,} MB of RAM "
+                             f"(its rows, FAISS parts and scores), more than any node of the "
+                             f"Ray cluster offers one actor ({limit >> 20:,} MB): {fix}",
+                             param="actors")
         self.row_offsets = np.array([s.row_offset for s in index.shards] + [index.n_sentences],
                                     dtype=np.int64)
         self.traffic: dict[str, int] | None = None
         began = time.perf_counter()
-        self._revive = lambda i: remote.remote(where, groups[i], self.spans[i], hold)
+        self._revive = lambda i: remote.options(memory=self.memory[i]).remote(
+            where, groups[i], self.spans[i], hold)
         self.actors = [self._revive(i) for i in range(count)]
         try:                                 # all started at once, waited for once
             answers = self.ray.get([a.identity.remote() for a in self.actors]
@@ -533,6 +366,35 @@ class ShardServers:
             raise InputError("the served index is closed (its actors are stopped): serve it "
                              "again to select from it")
 
+    def search(self, queries: np.ndarray, k: int, faiss_info: dict[str, Any], n: int, dim: int,
+               nprobe: int | None = None, ef_search: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """`faiss_index.knn_search` of a served index: each actor searches its parts and
+        rescores its candidates from its own rows; the driver merges their candidates as one
+        search of every part would (the best `rescore_k` by approximate similarity, ties by
+        id) and ranks those by their exact similarity. The same answer, with no row read
+        here and k-wide exact similarities per candidate instead of rows."""
+        from tapt.indexer.ann.faiss_index import FLAT_MARGIN, search_setting
+        from tapt.indexer.ann.index_choice import rescore_k
+        from tapt.indexer.ann.rescore import exact_top, merge_candidates
+
+        k = min(int(k), n)
+        kind, name, value = search_setting(faiss_info, n, dim, nprobe, ef_search)
+        if name is not None:
+            self._get([a.set_param.remote(name, value) for a in self.actors], "search")
+        width = (min(n, k + FLAT_MARGIN) if kind == "flat" else
+                 rescore_k(k, kind, n, (faiss_info.get("rescore") or {}).get("factor")))
+        ref = self.ray.put(np.ascontiguousarray(queries, dtype=np.float32))
+        found = self._get([a.search_rescored.remote(ref, width, n, kind == "flat")
+                           for a in self.actors], "search")
+        for part in found:
+            self._count("received", part)
+        merged = merge_candidates(found, width)
+        if merged is None:
+            empty = np.full((len(queries), 0), -1, dtype=np.int64)
+            return empty.astype(np.float32), empty
+        return exact_top(merged, k)
+
     def faiss(self, index) -> "RemoteFaiss":
         """The actors' FAISS parts as one searchable index of `index`'s rows."""
         return RemoteFaiss(self, index.n_sentences, index.dim)
@@ -599,3 +461,19 @@ def first_segment(offsets: np.ndarray, row: int) -> int:
     if at >= len(offsets) or int(offsets[at]) != row:
         raise ValueError(f"no segment of the view begins at row {row}, where a shard begins")
     return at
+
+
+SCORE_BYTES = 24     # the scores a fit keeps in an actor per row (`remote_scores`: a few arrays)
+
+
+def actor_memory(index, shards: Sequence[int], rows: tuple[int, int], hold: str) -> int:
+    """The RAM an actor of these shards asks Ray for: the rows (or codes) it holds, its shards'
+    FAISS parts (as their shard.json records them), the scores a fit keeps per row, and a
+    worker's own (`build_plan.TASK_BASE`)."""
+    from tapt.indexer.building.build_plan import TASK_BASE
+
+    held = max(0, rows[1] - rows[0])
+    per_row = index.dim * (1 if hold == "codes" else index.embeddings.dtype.itemsize)
+    faiss = sum(int((index.shards[s].manifest.get("faiss") or {}).get("bytes") or 0)
+                for s in shards)
+    return TASK_BASE + held * (per_row + SCORE_BYTES) + faiss

@@ -13,11 +13,14 @@ the driver asks for:
   straddles actors is summed by the first of them, the others' rows handed over actor to
   actor, never through the driver);
 - rows at positions of the ranking (descending score, ties by ascending row, NaN last:
-  `scoring.rank`'s order): the key at each position found by bisection on the actors' counts
-  of sorted keys below a value (32 rounds for float32 scores, 64 for float64), ties split by
-  row across the actors in row order. This gives `rows_at_ranks` (the PU negatives drawn at
-  ranking positions), `top_rows` (the pseudo-positives, in rank order), `rows_below_cut`
-  (the negatives drawn in row order past 2^27 rows) and `rescore_best`'s rows (`top_rows`);
+  `scoring.rank`'s order): the key at each position found by a k-way search on the actors'
+  summed counts of keys at most a value (each round splits every open range of keys in up to
+  `FANOUT` parts, with about `PIVOTS` keys asked in all, until a range holds at most `BRACKET`
+  rows or one key: 4-8 rounds of requests for float32 scores, not 32), the last rows of each
+  range settled from the actors' distinct keys in it, ties split by row across the actors in
+  row order. This gives `rows_at_ranks` (the PU negatives drawn at ranking positions),
+  `top_rows` (the pseudo-positives, in rank order), `rows_below_cut` (the negatives drawn in
+  row order past 2^27 rows) and `rescore_best`'s rows (`top_rows`);
 - the budget's cut of the segments ranked by the mean of the held scores (`cut`): each actor
   cuts its own segments and the driver merges the cuts (`ShardServers._merged_cuts`).
 

@@ -137,7 +137,7 @@ class ShardSubset(Index):
             integrity.check_npy(found[file], directory / file, where + file, label, dtype, shape)
         for file in (DOCS, TOKENS):
             integrity.check_checksum(directory / file, checksums.get(file), where + file, label,
-                                     force=True)
+                                     once=True)
         docs = np.array(found[DOCS])
         integrity.check_offsets(docs, n, documents, label, where + DOCS)
         integrity.check_tokens(found[TOKENS], label, where + TOKENS)

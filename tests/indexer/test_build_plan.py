@@ -50,13 +50,30 @@ def test_a_build_over_the_memory_budget_refuses_before_embedding(corpus, tmp_pat
     assert not (tmp_path / "idx").exists()
 
 
-def test_a_build_over_the_free_disk_refuses_before_embedding(corpus, tmp_path, monkeypatch):
+def test_a_build_over_the_free_disk_refuses_before_preparing(corpus, tmp_path, monkeypatch):
+    """Planned from the scan's record counts first: nothing is read twice."""
     encoder = HashingEncoder()
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * G, 10 * G - 1000, 1000))
     with pytest.raises(InputError) as refused:
         build_index([corpus], tmp_path / "idx", encoder, _config())
     assert encoder.calls == 0 and "`out` on another disk" in refused.value.message
+    assert refused.value.message.endswith("nothing was prepared")
+    assert not list((tmp_path / ".idx.building").glob("shards/*"))
+
+
+def test_a_build_over_the_free_disk_refuses_before_embedding(corpus, tmp_path, monkeypatch):
+    """Where the scan's counts fit and the prepared sentences do not (here: the check before
+    prepare left out), the plan made after prepare refuses, the prepared shards kept."""
+    from tapt.indexer.building import pipeline
+
+    encoder = HashingEncoder()
+    monkeypatch.setattr(pipeline, "plan_before_prepare", lambda *args: None)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * G, 10 * G - 1000, 1000))
+    with pytest.raises(InputError) as refused:
+        build_index([corpus], tmp_path / "idx", encoder, _config())
+    assert encoder.calls == 0 and "`out` on another disk" in refused.value.message
     assert "1000 B free" in refused.value.message and "\n" not in str(refused.value)
+    assert refused.value.message.endswith("nothing was embedded")
     assert list((tmp_path / ".idx.building" / "shards").glob("*/prepared.json"))   # kept
     monkeypatch.undo()          # space again: the same command resumes from the prepared shards
     manifest = build_index([corpus], tmp_path / "idx", encoder, _config())
@@ -64,6 +81,32 @@ def test_a_build_over_the_free_disk_refuses_before_embedding(corpus, tmp_path, m
     assert plan["rows"] == manifest["counts"]["sentences"] == plan["new_rows"]
     assert plan["factory"] == "Flat" and 0 < plan["disk_bytes"] <= plan["disk_free_bytes"]
     assert plan["ram_bytes"] == plan["index_bytes"] == plan["rows"] * 64 * 4
+
+
+def test_a_task_no_node_can_hold_is_refused_before_preparing(corpus, tmp_path):
+    """An executor whose largest node offers a task less than the plan's: refused before
+    anything is read again, naming what makes the task smaller where an option does."""
+    from tapt.indexer.building.build_plan import TASK_BASE, TaskMemory, check_tasks
+    from tapt.indexer.building.executors import LocalExecutor
+
+    class SmallNodes(LocalExecutor):
+        def task_memory_limit(self):
+            return TASK_BASE + (1 << 20)
+
+    encoder = HashingEncoder()
+    with pytest.raises(InputError) as refused:
+        build_index([corpus], tmp_path / "idx", encoder, _config(),
+                    executor=SmallNodes(progress=False))
+    assert encoder.calls == 0 and refused.value.message.endswith("nothing was prepared")
+    assert "a prepare task needs about" in refused.value.message
+    assert not list((tmp_path / ".idx.building").glob("shards/*"))
+    fits = TaskMemory(*([TASK_BASE] * 8))
+    check_tasks(fits, TASK_BASE, "x")
+    for step, param in (("index", "shard_size"), ("calibrate", "shard_size"),
+                        ("train", "memory"), ("embed", "executor")):
+        with pytest.raises(InputError) as refused:
+            check_tasks(TaskMemory(**{**fits.record(), step: TASK_BASE + 1}), TASK_BASE, "x")
+        assert refused.value.param == param and f"a {step} task" in refused.value.message
 
 
 def test_the_default_memory_budget_follows_the_machine(corpus, tmp_path, monkeypatch):
@@ -171,9 +214,46 @@ def test_the_shard_by_shard_truth_equals_one_pass_over_every_row(hnsw_index):
 
 
 
+@pytest.fixture(scope="module")
+def ivfpq_index(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("calibrated-ivfpq")
+    parts = write_split_corpus(base, parts=3, docs_per_topic=60, seed=1)
+    out = base / "idx"
+    build_index(parts, out, HashingEncoder(), _config(index="ivfpq", shards=3))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivfpq"])
+def test_the_sweep_shard_by_shard_equals_one_search_of_every_part(kind, request):
+    """The calibration's tasks (each shard's part loaded once per factor, its candidates
+    rescored from its own rows, merged across shards) record what one process searching every
+    part at once records: the same sweep, recalls and choice."""
+    from tapt.indexer.ann.faiss_index import ShardedFaiss, ids_are_global
+    from tapt.indexer.ann.index_choice import choice_from_manifest
+
+    out = request.getfixturevalue("hnsw_index")[0] if kind == "hnsw" else \
+        request.getfixturevalue("ivfpq_index")
+    index = Index(out)
+    names, offsets = [s.name for s in index.shards], [s.row_offset for s in index.shards]
+    choice = choice_from_manifest(index.manifest["faiss"], index.n_sentences, index.dim)
+    tasks = ann_build.calibrated_faiss(out, names, offsets, choice, index.n_sentences, 0.0,
+                                       False)["search"]
+    assert tasks["sample"]["parts"].startswith("shard by shard")
+    parts = ShardedFaiss([index.faiss_part(i) for i in range(len(names))], offsets,
+                         ids_are_global(choice))
+    queries, _ = ann_build.calibration_queries(index.embeddings, choice)
+    truth = ann_build.exact_truth(out, names, offsets, queries, 100)
+    info = ann_build.faiss_section(choice, index.n_sentences, 0.0)
+    whole = ann_build.calibrate_section(info, parts, index.embeddings, choice,
+                                        truth=(queries, truth))["search"]
+    assert len(tasks["sweep"]) > (1 if kind == "ivfpq" else 0)
+    for key in ("sweep", "default", "recall", "rescore_factor"):
+        assert tasks[key] == whole[key], key
+
+
 def test_a_sharded_index_is_sized_by_its_largest_part(hnsw_index, tmp_path):
     """The budget holds one shard's part, not the whole index: a build that fits part by part
-    is made, and its calibration searches the parts one at a time, with the same result."""
+    is made, with the calibration of the index held whole."""
     out, parts = hnsw_index
     held = Index(out)
     rows, largest = held.n_sentences, max(s.rows for s in held.shards)
@@ -190,7 +270,6 @@ def test_a_sharded_index_is_sized_by_its_largest_part(hnsw_index, tmp_path):
     assert manifest["build"]["plan"]["part_rows"] == largest
     assert manifest["build"]["plan"]["index_bytes"] == part_bytes
     search, whole = manifest["faiss"]["search"], held.manifest["faiss"]["search"]
-    assert search["sample"]["parts"] == "one at a time" and whole["sample"]["parts"] == "held"
     assert search["sweep"] == whole["sweep"] and search["default"] == whole["default"]
     assert manifest["faiss"]["factory"] == held.manifest["faiss"]["factory"]
 

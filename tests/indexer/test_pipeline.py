@@ -177,7 +177,8 @@ def test_shard_size_groups_whole_files_and_float16_is_the_sharded_default(split_
 
 
 def test_stage_tasks_are_picklable_and_the_executor_is_pluggable(split_corpus, tmp_path):
-    """What a Ray executor needs: plain tasks it can ship, and `map` as the only entry point."""
+    """What a Ray executor needs: plain tasks it can ship, and `map` and `imap` (results as
+    they finish) as the only entry points; nothing of the corpus read in this process."""
     from tapt.indexer.building import executors, stages
 
     seen = []
@@ -192,10 +193,16 @@ def test_stage_tasks_are_picklable_and_the_executor_is_pluggable(split_corpus, t
             seen.append((stage.name, len(tasks)))
             return super().map(stage, tasks, encoder)
 
+        def imap(self, stage, tasks):
+            for task in tasks:
+                pickle.dumps(task)
+            seen.append((stage.name, len(tasks)))
+            yield from super().imap(stage, tasks)
+
     m = build_index(split_corpus, tmp_path / "idx", HashingEncoder(), _config(shards=2),
                     executor=Recording(progress=False))
     stage_names = [name for name, _ in seen]
-    assert stage_names == ["prepare", "embed", "assemble", "train", "index"]
+    assert stage_names == ["scan", "prepare", "embed", "assemble", "train", "index", "publish"]
     assert dict(seen)["prepare"] == 2 and dict(seen)["embed"] == sum(
         -(-s["rows"] // m["build"]["window"]) for s in m["shards"])
     assert callable(stages.prepare_shard) and callable(stages.embed_part)

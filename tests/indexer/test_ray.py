@@ -72,6 +72,19 @@ def test_ray_build_equals_local(cluster, corpus, local_index, tmp_path):
         assert _ids(a) == _ids(b) and len(a) == 10
 
 
+def test_parts_grouped_in_ray_data_rows_build_the_local_index(cluster, corpus, local_index,
+                                                              tmp_path, monkeypatch):
+    """Several consecutive parts per row of the embed pipeline (what keeps the driver's
+    scheduling flat however many parts a build has): each part still its own files."""
+    from tapt.indexer.building import ray_executor
+
+    monkeypatch.setattr(ray_executor, "ROWS", 2)
+    parts = sum(-(-s.rows // CONFIG["window"]) for s in Index(local_index).shards)
+    assert ray_executor.part_groups(parts) > 1
+    _ray_build(corpus, tmp_path / "idx", HashingEncoder())
+    assert_same_index(local_index, tmp_path / "idx")
+
+
 def test_ray_add_equals_local_add(cluster, corpus, tmp_path):
     from tapt.indexer.building.add import add_to_index
 
@@ -122,7 +135,7 @@ def test_worker_killed_once_is_retried(cluster, corpus, local_index, tmp_path):
 def test_worker_always_killed_is_one_error_then_resumes(cluster, corpus, local_index, tmp_path):
     with pytest.raises(ExecutorError, match=r"embed stage failed .* run the same command again"):
         _ray_build(corpus, tmp_path / "idx", CrashingEncoder(str(tmp_path / "m"), always=True),
-                   retries=1, timeout=120)
+                   retries=1)
     assert (tmp_path / ".idx.building").is_dir() and not (tmp_path / "idx").exists()
     _ray_build(corpus, tmp_path / "idx", HashingEncoder())
     assert_same_index(local_index, tmp_path / "idx")
@@ -133,8 +146,8 @@ def test_killed_driver_resumes_without_redoing_parts(cluster, corpus, local_inde
     first, second = tmp_path / "first.log", tmp_path / "second.log"
     child = subprocess.Popen([sys.executable, str(WORKER), cluster, ",".join(corpus), str(out),
                               str(first)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    committed, deadline = 0, time.monotonic() + 120
-    while time.monotonic() < deadline and child.poll() is None:
+    committed = 0
+    while child.poll() is None:          # however long a loaded machine takes to get there
         committed = checkpoint.committed_rows(work) if work.is_dir() else 0
         if committed >= 32:   # two parts or more embedded, the rest not yet
             break
@@ -146,7 +159,7 @@ def test_killed_driver_resumes_without_redoing_parts(cluster, corpus, local_inde
     total = Index(local_index).n_sentences
     assert 0 < committed < total and not out.exists()
     rerun = subprocess.run([sys.executable, str(WORKER), cluster, ",".join(corpus), str(out),
-                            str(second)], capture_output=True, text=True, timeout=180)
+                            str(second)], capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     redone = sum(int(n) for n in second.read_text().split())
     assert redone == total - committed   # only the parts missing at the kill were embedded
@@ -275,7 +288,8 @@ def _sentence(params: dict) -> dict:
 def _served_calls(served) -> dict[str, int]:
     remote = {"score": 0, "search": 0, "top": 0, "lexicon": 0, "lexicon_top": 0, "hold": 0}
     for name, obj, attr in (("score", served.servers, "scores"),
-                            ("search", served.faiss, "search"), ("top", served.servers, "top"),
+                            ("search", served.servers, "search"),
+                            ("top", served.servers, "top"),
                             ("lexicon", served.servers, "lexicon_scores"),
                             ("lexicon_top", served.servers, "lexicon_top"),
                             ("hold", served.servers, "hold_scores"),
@@ -292,7 +306,7 @@ def _check_fan_out(i: int, method: str, before: dict[str, int], remote: dict[str
         fit_scans = 3 + 1 if method == "classifier" else 0
         assert remote["score"] == before["score"], method
         assert remote["hold"] == before["hold"] + fit_scans, method
-    elif method == "knn":
+    elif method == "knn":      # each actor searches and rescores its own candidates
         assert remote["search"] > before["search"]
     elif method == "moore-lewis":   # each actor cuts its shards' segments by their lexical ids
         assert remote["lexicon_top"] > before["lexicon_top"], method

@@ -56,6 +56,8 @@ class Elsewhere(LocalExecutor):
                 value = getattr(task, field.name)
                 if isinstance(value, str) and ("/" in value or field.name in ("work", "out")):
                     assert os.path.isabs(value), (stage.name, field.name, value)
+                    # a path through this process's directory handle means nothing elsewhere
+                    assert not value.startswith("/proc/self/"), (stage.name, field.name, value)
         self.tasks += len(tasks)
         back = os.getcwd()
         os.chdir(self.where)
@@ -89,6 +91,20 @@ def test_add_and_reindex_of_a_relative_index_run_their_stages_anywhere(here):
     assert runner.tasks > 0 and not list((here / "elsewhere").iterdir())
     index = tapt.Index.open("idx")
     assert len(index.shards) == 2 and index.verify(progress=False).ok
+
+
+def test_an_add_to_an_ivf_index_hands_its_template_task_the_index_path(tmp_path):
+    """An IVF index's add extracts the index's template in a task, from the part's file by
+    the index's own path (not this process's handle on it)."""
+    corpus = write_split_corpus(tmp_path, parts=2, docs_per_topic=140, seed=1)
+    build_index([str(corpus[0])], tmp_path / "idx", HashingEncoder(),
+                BuildConfig(**{**CONFIG, "index": "ivfpq"}))
+    runner = Elsewhere(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").mkdir()
+    add_to_index(tmp_path / "idx", [str(corpus[1])], HashingEncoder(), progress=False,
+                 executor=runner)
+    index = tapt.Index.open(tmp_path / "idx")
+    assert len(index.shards) == 2 and index.manifest["faiss"]["part_ids"] == "global"
 
 
 def test_an_index_named_dot_or_dotdot_is_rewritten_in_place(here):

@@ -111,3 +111,49 @@ def test_candidate_sims_are_every_candidates_similarity(monkeypatch):
         np.testing.assert_allclose(got[valid], want[valid], atol=1e-5)
         assert np.all(got[~valid] == -np.inf)
         np.testing.assert_array_equal(ids, reference(embeddings, queries, candidates, 5)[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_exact_of_gives_every_candidate_its_own_dot_product(monkeypatch, dtype):
+    """What a shard or an actor sends back for the driver to rank: each candidate's exact
+    similarity in place (-inf for none), equal to `exact_topk`'s value of it, with global ids
+    counted from an offset; the top k of those is `exact_topk`'s answer."""
+    from tapt.indexer.ann.rescore import exact_of, exact_top
+
+    rng = np.random.default_rng(5)
+    embeddings = unit(rng, 90, 32, dtype)
+    queries = unit(rng, 21, 32)
+    candidates = rng.integers(0, 90, (21, 30))
+    candidates[rng.random(candidates.shape) < 0.2] = -1
+    candidates[4] = -1
+    valid = candidates >= 0
+    rows = embeddings[np.where(valid, candidates, 0)].astype(np.float32)
+    want = np.where(valid, np.einsum("ckd,cd->ck", rows, queries), -np.inf)
+    for budget in (1, 1 << 30):
+        monkeypatch.setattr(rescore, "_GATHER_BYTES", budget)
+        got = exact_of(embeddings, queries, np.where(valid, candidates + 1000, -1), offset=1000)
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+    sims, ids = exact_top((np.where(valid, candidates, -1), want.astype(np.float32), got), 10)
+    top = exact_topk(embeddings, queries, candidates, 10)
+    np.testing.assert_array_equal(ids, top[1])
+    np.testing.assert_array_equal(sims, top[0])
+
+
+def test_candidates_merged_as_they_come_are_the_best_of_all_at_once():
+    """Parts' candidates (distinct ids, tied approximate similarities, padding) merged two at a
+    time by their packed keys keep what one ranking of all of them keeps."""
+    from tapt.indexer.ann.rescore import best_of, merge_candidates
+
+    rng = np.random.default_rng(9)
+    ids = np.stack([rng.permutation(5000)[:600] for _ in range(40)])
+    parts = []
+    for p in range(3):
+        i = ids[:, p * 200:(p + 1) * 200].copy()
+        a = np.round(rng.random(i.shape), 2).astype(np.float32)      # many ties
+        e = rng.random(i.shape).astype(np.float32)
+        i[7, 50:], a[7, 50:], e[7, 50:] = -1, -np.inf, -np.inf         # a short part
+        parts.append((i, a, e))
+    whole = best_of(tuple(np.concatenate(x, axis=1) for x in zip(*parts)), 150, 1)
+    merged = best_of(merge_candidates(parts, 150), 150, 1)
+    for got, want in zip(merged, whole):
+        np.testing.assert_array_equal(got, want)

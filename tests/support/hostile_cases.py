@@ -108,8 +108,14 @@ def _index(d: Path) -> Path:
     out = d / "good-index"
     if not out.exists():
         write_labelled_corpus(d / "pool.jsonl", docs_per_topic=4)
-        build_index([d / "pool.jsonl"], out, TruncatingEncoder(),
-                    BuildConfig(split=False, progress=False, segment_size=4))
+        # built as a user would have built it: without the case's settings (a case's cache
+        # or scratch directory is what its own command meets)
+        held = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("TAPT_")}
+        try:
+            build_index([d / "pool.jsonl"], out, TruncatingEncoder(),
+                        BuildConfig(split=False, progress=False, segment_size=4))
+        finally:
+            os.environ.update(held)
     return out
 
 
@@ -757,12 +763,12 @@ SAFETY_CASES = [
     # -- every failure is one Error line: full and read-only disks
     Case("disk full during the FAISS write of a build", _faiss_write_full,
          "error: disk full", "disks", keeps=(".idx.building",)),
-    Case("disk full during a build (tmpfs)",
+    Case("a build larger than its free disk (tmpfs): refused before it prepares",
          _on_full_disk(lambda d, disk: ["index", "build", str(_file("p.jsonl", "".join(
              json.dumps({"text": f"Sentence number {i} about ships."}) + "\n"
              for i in range(400)))(d)), "--out", str(disk / "idx"), "--no-split"], "96k",
              fill_it=False),
-         "error: disk full", "disks"),
+         "error: nothing was prepared", "disks"),
     Case("disk full while writing a selection (tmpfs)",
          _on_full_disk(lambda d, disk: _sel("centroid", _index, out="disk/s.jsonl")(d)),
          "error: disk full", "disks"),
@@ -900,6 +906,9 @@ class FakeRay:
             def __init__(self, cls) -> None:
                 self.cls = cls
 
+            def options(self, **_options):
+                return self
+
             def remote(self, *args):
                 back = os.getcwd()
                 os.chdir(where)
@@ -912,6 +921,9 @@ class FakeRay:
 
     def cluster_resources(self):
         return {"CPU": 8.0}
+
+    def nodes(self):
+        return [{"Alive": True, "Resources": {"CPU": 8.0, "memory": float(1 << 40)}}]
 
     def get(self, refs, timeout=None):
         return refs

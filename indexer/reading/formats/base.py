@@ -30,8 +30,8 @@ from typing import Any, BinaryIO, ClassVar, Iterator, Literal, Mapping, NamedTup
 
 from tapt.errors import InputError
 
-from .sources import (COMPRESSIONS, SNIFF_BYTES, Source, ZstdReader, compression_of,
-                      invalid_utf8_message, looks_binary, read_errors)
+from .sources import (COMPRESSIONS, MAX_LINE_BYTES, SNIFF_BYTES, Source, ZstdReader,
+                      compression_of, invalid_utf8_message, looks_binary, read_errors)
 
 TextDocs = Literal["auto", "line", "block"]
 TEXT_DOCS = ("auto", "line", "block")
@@ -138,6 +138,12 @@ class Format(ABC):
     @abstractmethod
     def rows(self, file: InputFile, options: ReadOptions) -> Iterator[Row]:
         """Stream the input's records, in order (called after `scan`, with its `file.scanned`)."""
+
+    def combine(self, scans: list[Scanned], options: ReadOptions) -> Scanned:
+        """The scan of a file read in pieces (`spans`: line formats), from its pieces' scans,
+        in order."""
+        return Scanned(sum(s.records or 0 for s in scans), sum(s.blank for s in scans),
+                       detail=scans[0].detail if scans else {})
 
 
 def json_safe(value: Any) -> tuple[bool, Any]:
@@ -269,7 +275,11 @@ def check_text_column(name: str, schema: Any, options: ReadOptions) -> list[str]
 
 @dataclass(eq=False)
 class InputFile:
-    """One input to read: where it is, its format and compression, and what its scan found."""
+    """One input to read: where it is, its format and compression, and what its scan found.
+
+    A large uncompressed line file may be read as pieces (`spans.split`): each a copy with a
+    `span` of bytes [start, end) whose lines (those that begin inside it) it reads, numbered
+    from `first_line` + 1."""
 
     source: Source
     format: Format
@@ -278,6 +288,9 @@ class InputFile:
     blank_read: int = 0  # blank records met while reading (formats whose scan is not exact)
     invalid_utf8_read: int = 0  # lines or rows whose invalid UTF-8 was replaced while reading
     in_folder: bool = False  # found by walking a folder (an empty one is skipped, not refused)
+    span: tuple[int, int] | None = None
+    first_line: int = 0
+    lines_read: int = 0  # lines read that are its own (a piece's: those that begin inside it)
 
     @property
     def name(self) -> str:
@@ -311,7 +324,25 @@ class InputFile:
         refused with the file and line, or with `invalid_utf8="replace"` become U+FFFD (each
         such line counted in `invalid_utf8_read`). A line longer than MAX_LINE_BYTES (a file
         of one huge line, or a small compressed file that expands to one) is refused with its
-        number and the limit before it is held in memory."""
+        number and the limit before it is held in memory. A piece (`span`) gives the lines that
+        begin inside it."""
+        for lineno, text, owned in self.spanned_lines(invalid_utf8):
+            if not owned:
+                return
+            yield lineno, text
+
+    def spanned_lines(self, invalid_utf8: str = "error") -> Iterator[tuple[int, str, bool]]:
+        """`lines` with whether each line begins inside the piece (`owned`); past a piece's
+        end the lines that follow come too, unowned (read only as the consumer asks: the end of
+        a document that began inside it), their replaced bytes not counted."""
+        from . import spans
+
+        self.lines_read = 0
+        if self.span is not None:
+            for lineno, raw, owned in spans.raw_lines(self):
+                self.lines_read += owned
+                yield lineno, self._decode(raw, lineno, invalid_utf8, owned), owned
+            return
         with self.open() as fh:
             head = fh.read(SNIFF_BYTES)
             if b"\x00" in head and looks_binary(head):
@@ -320,35 +351,54 @@ class InputFile:
             parts = head.split(b"\n")
             first = [p + b"\n" for p in parts[:-1]]
             tail = parts[-1] + (fh.readline(MAX_LINE_BYTES) if parts[-1] or not first else b"")
-            lineno = 0
+            lineno = self.first_line
             rest = iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b"")
             for raw in _chain(first, [tail] if tail else [], rest):
                 lineno += 1
-                if len(raw) > MAX_LINE_BYTES:
-                    raise InputError(f"{self.name}:{lineno}: a line longer than "
-                                     f"{MAX_LINE_BYTES >> 20} MiB, the most tapt reads as one "
-                                     "record (a file of one huge line, or a compressed file "
-                                     "that expands to one?); split it into lines or records")
-                replaced = b"\x00" in raw
-                if replaced:
-                    if invalid_utf8 != "replace":
-                        raise InputError(f"{self.name}:{lineno}: contains NUL bytes (a binary "
-                                         "file?); remove them (index build and add can read "
-                                         "them as U+FFFD: --invalid-utf8 replace)")
-                    raw = raw.replace(b"\x00", "\ufffd".encode())
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    if invalid_utf8 != "replace":
-                        raise InputError(f"{self.name}:{lineno}: {invalid_utf8_message(exc)}"
-                                         ) from exc
-                    text = raw.decode("utf-8", errors="replace")
-                    replaced = True
-                self.invalid_utf8_read += replaced
-                yield lineno, text.lstrip("\ufeff") if lineno == 1 else text
+                self.lines_read += 1
+                yield lineno, self._decode(raw, lineno, invalid_utf8, True), True
+
+    def _decode(self, raw: bytes, lineno: int, invalid_utf8: str, counted: bool) -> str:
+        """One line's text (see `lines`); `counted`: a replaced line counts in
+        `invalid_utf8_read`."""
+        if len(raw) > MAX_LINE_BYTES:
+            raise LineError(self.name, lineno, f"a line longer than {MAX_LINE_BYTES >> 20} MiB, "
+                            "the most tapt reads as one record (a file of one huge line, or a "
+                            "compressed file that expands to one?); split it into lines or "
+                            "records")
+        replaced = b"\x00" in raw
+        if replaced:
+            if invalid_utf8 != "replace":
+                raise LineError(self.name, lineno, "contains NUL bytes (a binary file?); remove "
+                                "them (index build and add can read them as U+FFFD: "
+                                "--invalid-utf8 replace)")
+            raw = raw.replace(b"\x00", "\ufffd".encode())
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if invalid_utf8 != "replace":
+                raise LineError(self.name, lineno, invalid_utf8_message(exc)) from exc
+            text = raw.decode("utf-8", errors="replace")
+            replaced = True
+        if counted:
+            self.invalid_utf8_read += replaced
+        return text.lstrip("\ufeff") if lineno == 1 else text
 
 
-MAX_LINE_BYTES = 256 << 20     # one line (one record of a line format) at most
+class LineError(InputError):
+    """An InputError at one line of a file (`FILE:LINE: what`). A piece scanned apart numbers its
+    lines from its own start (`first_line` 0): `moved` gives the error at the file's numbering
+    once the lines of the pieces before it are known."""
+
+    def __init__(self, name: str, lineno: int, what: str, param: str | None = None) -> None:
+        super().__init__(f"{name}:{lineno}: {what}", param=param)
+        self.name, self.lineno, self.what = name, int(lineno), what
+
+    def moved(self, lines_before: int) -> "LineError":
+        return LineError(self.name, self.lineno + lines_before, self.what, param=self.param)
+
+    def __reduce__(self):   # pickled across processes with its parts
+        return (LineError, (self.name, self.lineno, self.what, self.param))
 
 
 def _chain(*iterables: Any) -> Iterator[bytes]:

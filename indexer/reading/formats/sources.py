@@ -22,6 +22,7 @@ from tapt.util.files import hash_stream, sha256_file
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 SNIFF_BYTES = 8192
+MAX_LINE_BYTES = 256 << 20     # one line (one record of a line format) at most
 
 
 class Source:

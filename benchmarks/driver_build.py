@@ -1,0 +1,231 @@
+"""Driver CPU seconds and peak memory of `tapt index build` and `tapt index add` on Ray, at
+1M and 10M synthetic sentences: what the process that runs the command spends while the
+cluster does the work.
+
+The corpus: synthetic sentences (`benchmarks/synthetic_index.py`'s generator: Zipf words with
+cluster topic words; one JSON Lines record = one sentence = one document), in `.jsonl` files of
+`FILE_ROWS` rows each, so a file is scanned and prepared in byte ranges (`--piece-size`) by
+tasks. The model: `SyntheticEncoder` (384 dimensions: each sentence's cluster centre, read from
+its first word, plus noise from its hash; no model, so the build's own work is measured), sent
+to the Ray workers by value. The add: `rows` / 10 new sentences (another seed) into the built
+index.
+
+Each command runs in a fresh process (`--cell`) that starts a local Ray cluster of `--cpus`
+logical CPUs, runs `tapt.Index.build` / `Index.add` through the public API with
+`executor=RayExecutor(...)`, shards of `rows` / 20 records (the files read in byte ranges of
+about half a shard), and records:
+
+- `driver_cpu_s`: the process's own user + system CPU seconds over the command
+  (`resource.getrusage(RUSAGE_SELF)`: Ray's workers and daemons are other processes);
+- `driver_peak_mb`: the peak of its RssAnon (its own memory; mapped index files are not),
+  sampled every 10 ms from the start of the command to its end; `base_mb`, before it;
+- `driver_maxrss_mb` (`ru_maxrss`, mapped pages included), the command's wall seconds, its
+  stage seconds (from the manifest), and the load average at its start and end.
+
+    nice -n 10 .venv/bin/python -m benchmarks.driver_build --rows 1000000,10000000 \\
+        --work /tmp/driver-build --out benchmarks/results/scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.driver_memory import MB, AnonPeak, _anon_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+FILE_ROWS = 2_000_000
+DIM = 384
+CLUSTERS = 200
+
+
+class SyntheticEncoder:
+    """384-dim unit rows of synthetic sentences: the centre of the sentence's cluster (from
+    its first word) plus noise seeded by its hash. No model: the build's own work is what a
+    run measures."""
+
+    name = "synthetic-driver-build"
+    spec = None
+    max_length = 64
+    device = "cpu"
+    dim = DIM
+
+    @property
+    def weights_sha256(self) -> str:
+        return hashlib.sha256(self.name.encode()).hexdigest()
+
+    def encode(self, texts, batch_size: int = 64) -> np.ndarray:
+        centres = np.random.default_rng(0).normal(size=(CLUSTERS, DIM)).astype(np.float32)
+        first = np.array([hash_of(t.split(" ", 1)[0]) % CLUSTERS for t in texts], dtype=np.int64)
+        noise = np.random.default_rng(hash_of(texts[0]) if texts else 0).normal(
+            scale=0.6, size=(len(texts), DIM)).astype(np.float32)
+        rows = centres[first] + noise
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        return rows
+
+    def token_counts(self, texts) -> np.ndarray:
+        return np.fromiter((t.count(" ") + 3 for t in texts), dtype=np.int32, count=len(texts))
+
+
+def hash_of(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def write_corpus(folder: Path, rows: int, seed: int) -> list[str]:
+    """`rows` synthetic sentences in files of FILE_ROWS rows (kept between runs)."""
+    from benchmarks.synthetic_index import CHUNK, Sentences, Spec
+
+    folder.mkdir(parents=True, exist_ok=True)
+    done = folder / "done.json"
+    if done.is_file() and json.loads(done.read_text()) == {"rows": rows, "seed": seed}:
+        return sorted(str(p) for p in folder.glob("*.jsonl"))
+    for p in folder.glob("*.jsonl"):
+        p.unlink()
+    spec = Spec(rows=rows, shards=1, seed=seed)
+    sentences, rng = Sentences(spec), np.random.default_rng(seed + 100)
+    files = []
+    for f, first in enumerate(range(0, rows, FILE_ROWS)):
+        path = folder / f"part-{f:04d}.jsonl"
+        with open(path, "w", encoding="utf-8") as fh:
+            for start in range(first, min(rows, first + FILE_ROWS), CHUNK):
+                labels = rng.integers(0, spec.clusters, size=min(CHUNK, rows - start,
+                                                                 first + FILE_ROWS - start))
+                lines, _ = sentences.make(rng, labels)
+                fh.write("".join(f'{{"text": "{line}"}}\n' for line in lines))
+        files.append(str(path))
+    done.write_text(json.dumps({"rows": rows, "seed": seed}))
+    return files
+
+
+def cell(command: str, rows: int, work: str, cpus: int, piece_size: str) -> dict[str, Any]:
+    """One command in this process (the child): build `rows` rows, or add `rows` / 10."""
+    import ray
+    from ray import cloudpickle
+
+    import tapt
+    from tapt.indexer.building.ray_executor import RayExecutor
+
+    logging.basicConfig(level=logging.WARNING)
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.WARNING)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    work_dir = Path(work)
+    out = work_dir / f"index-{rows}"
+    options = dict(encoder=SyntheticEncoder(), progress=False, shard_size=max(1, rows // 20),
+                   piece_size=piece_size,
+                   executor=RayExecutor(workers=max(1, cpus - 1), progress=False))
+    if command == "build":
+        inputs = write_corpus(work_dir / f"corpus-{rows}", rows, seed=0)
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        inputs = write_corpus(work_dir / f"corpus-{rows}-add", rows // 10, seed=1)
+    if piece_size == "auto":      # about two pieces a shard
+        options["piece_size"] = max(1 << 20, sum(os.path.getsize(p) for p in inputs) // 40)
+    load = os.getloadavg()[0]
+    base = _anon_bytes() / MB
+    with AnonPeak(interval=0.01) as peak:
+        before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        if command == "build":
+            manifest = tapt.Index.build(inputs, out, embedding_dtype="float16", codes="int8",
+                                        split=False, doc_field=None, **options).manifest
+        else:
+            index = tapt.Index.open(out)
+            index.add(inputs, **options)
+            manifest = index.manifest
+        seconds, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    peak_mb = peak.peak / MB
+    options["executor"].close()
+    build = manifest.get("build", {}) if command == "build" else manifest["history"][-1]
+    return {"command": command, "rows": rows,
+            "driver_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime
+                                  - before.ru_stime, 1),
+            "driver_peak_mb": round(peak_mb, 1), "base_mb": round(base, 1),
+            "driver_maxrss_mb": round(after.ru_maxrss / 1024, 1),
+            "seconds": round(seconds, 1), "index_rows": manifest["counts"]["sentences"],
+            "shards": len(manifest["shards"]), "factory": manifest["faiss"]["factory"],
+            "calibrate_seconds": build.get("calibrate_seconds"),
+            "calibration": calibration(manifest),
+            "load_start": round(load, 2), "load_end": round(os.getloadavg()[0], 2),
+            "cpus": cpus, "piece_size": piece_size, "tapt": str(Path(tapt.__file__).parent)}
+
+
+def calibration(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What the index's search calibration took: its truth and sweep seconds (the recorded
+    ones: an add that kept them says `reused`), the candidate factors its sweep tried (one
+    round of tasks each) and what it chose."""
+    search = manifest["faiss"].get("search") or {}
+    sample = search.get("sample") or {}
+    return {**{k: sample.get(k) for k in ("truth_seconds", "sweep_seconds", "reused")},
+            "factors": sorted({r["factor"] for r in search.get("sweep", [])}),
+            "default": search.get("default"), "rescore_factor": search.get("rescore_factor"),
+            "recall": search.get("recall")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="1000000,10000000")
+    parser.add_argument("--commands", default="build,add")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/driver-build"))
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/scale")
+    parser.add_argument("--cpus", type=int, default=3,
+                        help="logical CPUs of the local Ray cluster")
+    parser.add_argument("--piece-size", default="auto",
+                        help="byte ranges of the corpus files (auto: about two a shard)")
+    parser.add_argument("--cell", nargs=3, metavar=("COMMAND", "ROWS", "WORK"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.cell:
+        command, rows, work = args.cell
+        print(json.dumps(cell(command, int(rows), work, args.cpus, args.piece_size)))
+        return
+    args.work.mkdir(parents=True, exist_ok=True)
+    path = args.out / "driver_build.json"
+    records = json.loads(path.read_text()) if path.is_file() else []
+    for rows in [int(r) for r in args.rows.split(",")]:
+        for command in args.commands.split(","):
+            found = subprocess.run([sys.executable, "-m", "benchmarks.driver_build", "--cell",
+                                    command, str(rows), str(args.work), "--cpus",
+                                    str(args.cpus), "--piece-size", args.piece_size],
+                                   cwd=str(ROOT), capture_output=True, text=True)
+            if found.returncode != 0:
+                sys.exit(f"Error: {command} of {rows} rows failed:\n{found.stderr[-3000:]}")
+            record = json.loads(found.stdout.strip().splitlines()[-1])
+            print(json.dumps(record), flush=True)
+            records = [r for r in records if (r["command"], r["rows"]) != (command, rows)]
+            records.append(record)
+            args.out.mkdir(parents=True, exist_ok=True)
+            records.sort(key=lambda r: (r["command"], r["rows"]))
+            path.write_text(json.dumps(records, indent=1) + "\n")
+            (args.out / "driver_build.md").write_text(table(records))
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """The records as a markdown table, each command's growth from its smallest run."""
+    lines = ["| command | rows | driver CPU s | driver peak MB (RssAnon) | x smallest (CPU, peak) "
+             "| ru_maxrss MB | wall s | shards | FAISS | load (start-end) |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
+    for r in records:
+        first = min((x for x in records if x["command"] == r["command"]),
+                    key=lambda x: x["rows"])
+        lines.append(f"| {r['command']} | {r['rows']:,} | {r['driver_cpu_s']:.1f} | "
+                     f"{r['driver_peak_mb']:.0f} | {r['driver_cpu_s'] / first['driver_cpu_s']:.2f}, "
+                     f"{r['driver_peak_mb'] / first['driver_peak_mb']:.2f} | "
+                     f"{r['driver_maxrss_mb']:.0f} | {r['seconds']:.0f} | {r['shards']} | "
+                     f"{r['factory']} | {r['load_start']:.1f}-{r['load_end']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
