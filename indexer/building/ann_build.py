@@ -12,14 +12,18 @@ from typing import Any
 
 import numpy as np
 
+from tapt.util.files import sha256_file
+
 from . import stages
 from .executor_base import Executor, Stage
 from ..ann.ann_recall import CALIBRATION_K, calibration_queries, ground_truth, reusable
 from ..ann.ann_recall import calibrate as calibrate_search
-from ..ann.faiss_index import (FLAT_FACTORY, PartByPart, ShardedFaiss, build_part, faiss_section, ids_are_global,
-                          merge_topk, read_faiss_index, train_template, write_faiss)
+from ..ann.faiss_index import (FLAT_FACTORY, PartByPart, ShardedFaiss, build_part, faiss_section,
+                               ids_are_global, read_faiss_index, read_quantizer,
+                               shares_quantizer, train_template, with_quantizer, write_faiss)
+from ..ann.topk_merge import merge_topk
 from ..ann.index_choice import IndexChoice, choice_from_manifest
-from ..store.manifest import EMBEDDINGS
+from ..store.manifest import EMBEDDINGS, QUANTIZER
 from ..store.shards import RowView
 
 log = logging.getLogger(__name__)
@@ -100,6 +104,21 @@ def build_faiss_index(embeddings: np.ndarray, path: Path, choice: IndexChoice | 
     return info
 
 
+def quantizer_record(work: Path, choice: IndexChoice) -> dict[str, Any]:
+    """The top manifest's `faiss.quantizer`: the coarse quantizer every part shares, stored
+    once beside the manifest (its SHA-256 goes with the other checksums:
+    `quantizer_checksums`)."""
+    return {"file": QUANTIZER, "lists": int(choice.params["nlist"]),
+            "kind": str(choice.params.get("quantizer", "flat")),
+            "bytes": (work / QUANTIZER).stat().st_size}
+
+
+def quantizer_checksums(work: Path, faiss_info: dict[str, Any]) -> dict[str, str]:
+    """{QUANTIZER: its SHA-256} for a manifest's `checksums` where the index stores its
+    quantizer once, else nothing."""
+    return {QUANTIZER: sha256_file(work / QUANTIZER)} if faiss_info.get("quantizer") else {}
+
+
 def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: IndexChoice,
                      ntotal: int, train_seconds: float, progress: bool,
                      runner: Executor | None = None,
@@ -122,6 +141,8 @@ def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: I
         The section.
     """
     info = faiss_section(choice, ntotal, train_seconds)
+    if shares_quantizer(choice):
+        info["quantizer"] = quantizer_record(work, choice)
     if not choice.approximate:
         return info
     old = (previous or {}).get("search")
@@ -138,13 +159,18 @@ def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: I
     truth = exact_truth(work, names, offsets, queries, CALIBRATION_K, runner)
     truth_seconds = time.perf_counter() - t0
     paths = [stages.shard_path(work, n) / "index.faiss" for n in names]
+    quantizer = (read_quantizer(work / QUANTIZER, info["quantizer"]["lists"], view.shape[1], work)
+                 if "quantizer" in info else None)
+
+    def part(i: int):
+        return with_quantizer(read_faiss_index(paths[i]), quantizer, work)
+
     budget = choice.memory_budget_bytes
     if budget is None or sum(p.stat().st_size for p in paths) <= budget:
-        searched = ShardedFaiss([read_faiss_index(p) for p in paths], offsets,
+        searched = ShardedFaiss([part(i) for i in range(len(paths))], offsets,
                                 ids_are_global(choice))
     else:   # the parts outgrow the budget: one at a time, as the index's own searches do
-        searched = PartByPart(lambda i: read_faiss_index(paths[i]), offsets,
-                              ids_are_global(choice))
+        searched = PartByPart(part, offsets, ids_are_global(choice))
     info = calibrate_section(info, searched, view, choice, progress, truth=(queries, truth))
     info["search"]["sample"]["truth_seconds"] = round(truth_seconds, 2)
     info["search"]["sample"]["parts"] = ("one at a time" if isinstance(searched, PartByPart)

@@ -2,8 +2,8 @@
 
 prepare and assemble tasks run as Ray tasks (one CPU each); train and index tasks, whole-node
 work (`Stage.whole_node`), as Ray tasks asking for the CPUs of the cluster's largest node, with
-FAISS's OpenMP threads set to the CPUs Ray granted (and one GPU where faiss-gpu is installed
-and a node has one: Ray hides GPUs from tasks that do not ask); the embed stage runs
+FAISS's OpenMP threads set to the CPUs Ray granted (and one GPU where a node has one, for
+k-means and coarse assignment: Ray hides GPUs from tasks that do not ask); the embed stage runs
 as a Ray Data pipeline, one row per part (`ray_embed`): CPU tasks read and tokenise each part
 (the encoder's own length-sorted tokenisation), an autoscaling actor pool
 (`ActorPoolStrategy(min_size, max_size)`, two parts in flight per actor) runs the model only,
@@ -324,13 +324,14 @@ class RayExecutor(Executor):
     def whole_node(self) -> dict[str, int]:
         """Ray resources of one whole-node task: `num_cpus`, the CPUs of the largest alive node
         (never more than one node has, or the task would never be scheduled), and `num_gpus`,
-        1 where faiss-gpu is installed here (and not switched off by TAPT_FAISS_GPU=0) and a node
-        has a GPU (then the largest such node's CPUs), else 0."""
-        from ..ann.faiss_index import faiss_gpu_installed
+        1 where a node has a GPU (then the largest such node's CPUs: an IVF build's k-means and
+        coarse assignment run on it, through torch or faiss-gpu) unless TAPT_FAISS_GPU=0, else
+        0."""
+        from ..ann.faiss_index import gpu_steps_allowed
 
         nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
         gpu_nodes = [r for r in nodes if float(r.get("GPU", 0)) >= 1]
-        gpus = 1 if gpu_nodes and faiss_gpu_installed() else 0
+        gpus = 1 if gpu_nodes and gpu_steps_allowed() else 0
         cpus = max((int(r.get("CPU", 0)) for r in (gpu_nodes if gpus else nodes)), default=0)
         return {"num_cpus": max(1, cpus), "num_gpus": gpus}
 

@@ -58,8 +58,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from tapt.errors import IndexFormatError, InputError
-from tapt.indexer.ann.faiss_index import (ShardedFaiss, merge_in_groups, search_part,
-                                      set_search_param)
+from tapt.indexer.ann.faiss_index import ShardedFaiss, search_part, set_search_param
+from tapt.indexer.ann.topk_merge import merge_in_groups
 from tapt.indexer.store.identity import same_snapshot
 from tapt.indexer.building.ray_executor import ExecutorError, connect, import_ray, task_error
 from tapt.indexer.store.shards import grid_ranges
