@@ -205,9 +205,9 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             What `info` returns.
         """
-        from tapt.indexer.store.manifest import INDEX_FORMAT_VERSION, UPGRADABLE_VERSIONS
+        from tapt.indexer.store.manifest import SHARDED_VERSIONS, UPGRADABLE_VERSIONS
 
-        ix = _IndexBase(path, versions=(INDEX_FORMAT_VERSION, *UPGRADABLE_VERSIONS))
+        ix = _IndexBase(path, versions=(*SHARDED_VERSIONS, *UPGRADABLE_VERSIONS))
         return {**ix.manifest, "disk_bytes": ix.disk_bytes()}
 
     def doc_field_joined_nothing(self) -> bool:

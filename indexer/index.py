@@ -28,9 +28,9 @@ from tapt.util.files import read_regular, regular_file
 from .store import integrity
 from .encoding.encoder import Encoder, LazyEncoder, model_differences
 from .store.identity import generation_mismatch
-from .store.manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION,
+from .store.manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, QUANTIZER,
                        LEXICAL, LEXICAL_OFFSETS, LMDB_DATA, MANIFEST_NAME, SHARDS, STORE, TOKENS,
-                       VOCAB, read_index_manifest, read_shard_manifest)
+                       SHARDED_VERSIONS, VOCAB, read_index_manifest, read_shard_manifest)
 from .store.shards import RowView, ShardedStore, StoreShard
 from .reading.splitter import segment_docs, segment_offsets
 from .store.text_store import TextStore, damaged
@@ -80,7 +80,9 @@ class Index:
             `tapt index repair`, which replaces it, opens without.
     """
 
-    def __init__(self, path: str | Path, versions: tuple[int, ...] = (INDEX_FORMAT_VERSION,),
+    _quantizer: tuple[Path, int, str] | None = None     # (path, lists, name): `shared_quantizer`
+
+    def __init__(self, path: str | Path, versions: tuple[int, ...] = SHARDED_VERSIONS,
                  check_faiss: bool = True) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise InputError(f"an index is opened from a path, not {type(path).__name__}",
@@ -129,6 +131,7 @@ class Index:
             self._check_counts(label, row_at, doc_at)
             if self.format_version >= 3:
                 self._check_vocabulary(base, label)
+                self._check_quantizer(base, label)
         self.embeddings = RowView([s.embeddings for s in self.shards])
         self.tokens = RowView([s.tokens for s in self.shards])
         self.row_offsets = self.embeddings.offsets
@@ -285,6 +288,44 @@ class Index:
         with integrity.array_errors(VOCAB, label):
             self.vocabulary = np.load(base / VOCAB, mmap_mode="r", allow_pickle=False)
 
+    def _check_quantizer(self, base: Path, label: Path) -> None:
+        """The shared coarse quantizer an index of format 4 records (`faiss.quantizer`): a
+        regular file of the recorded length, its checksum by the policy of every other file;
+        read on the first search (`shared_quantizer`)."""
+        record = (self.manifest.get("faiss") or {}).get("quantizer")
+        self._quantizer = None
+        if not record:
+            return
+        try:
+            name, lists = str(record["file"]), int(record["lists"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise damaged(label, f"{MANIFEST_NAME}: its FAISS quantizer record lacks {exc}"
+                          ) from exc
+        if name != QUANTIZER:
+            raise damaged(label, f"{MANIFEST_NAME} names the FAISS quantizer {name!r}")
+        self._quantizer = (base / QUANTIZER, lists, QUANTIZER)
+        if not self._check_faiss:
+            return
+        path = base / QUANTIZER
+        if not path.is_file():
+            what = "is not a regular file" if os.path.lexists(path) else "is missing"
+            raise IndexFormatError(f"index {label} is incomplete: {QUANTIZER} {what}; run "
+                                   f"tapt index repair {label} (trains it again)")
+        integrity.check_faiss_file(path.stat().st_size, {"faiss": record}, label, QUANTIZER)
+        integrity.check_checksum(path, (self.manifest.get("checksums") or {}).get(QUANTIZER),
+                                 QUANTIZER, label)
+
+    @cached_property
+    def shared_quantizer(self):
+        """The IVF coarse quantizer every FAISS part shares, read and checked once (None where
+        the index stores one in each part, or has no IVF parts)."""
+        from .ann.faiss_index import read_quantizer
+
+        if self._quantizer is None:
+            return None
+        path, lists, name = self._quantizer
+        return read_quantizer(path, lists, self.dim, self.path, name)
+
     @property
     def format_version(self) -> int:
         return int(self.manifest["format_version"])
@@ -397,7 +438,7 @@ class Index:
         Raises:
             IndexFormatError: the part is missing or damaged (naming `tapt index repair`).
         """
-        from .ann.faiss_index import read_faiss_index
+        from .ann.faiss_index import read_faiss_index, with_quantizer
 
         shard = self.shards[i]
         where = shard.extra["where"] + FAISS
@@ -416,7 +457,7 @@ class Index:
                                      "rebuilds it from the stored embeddings") from exc
         integrity.check_faiss_index(part, shard.rows, self.dim, self.path,
                                     shard.row_offset if self._global_part_ids else 0, where)
-        return part
+        return with_quantizer(part, self.shared_quantizer, self.path, where)
 
     @cached_property
     def lexicon(self):

@@ -5,34 +5,37 @@ import faiss; `ann_build` builds and calibrates an index from both. Which index 
 decided in `index_choice`; every search of an approximate index fetches more candidates than
 asked and ranks them by exact inner products (`rescore`).
 
-With faiss-gpu installed (`pip install 'tapt[gpu]'`, in place of faiss-cpu) and a GPU visible,
-the two steps of a build that grow with the IVF lists x rows run on the GPUs: the k-means
-assignments of quantizer training and the coarse assignment of every added row. The indexes
-themselves stay CPU indexes (the same files); `TAPT_FAISS_GPU=0` keeps everything on the CPU.
+Where a GPU is visible, the two steps of a build that grow with the IVF lists x rows run on it:
+the k-means of quantizer training and the coarse assignment of every added row. With faiss-cpu
+(the default) they run through torch (`coarse`); with faiss-gpu installed in its place, on
+FAISS's own GPU indexes. The indexes themselves stay CPU indexes (the same files);
+`TAPT_FAISS_GPU=0` keeps everything on the CPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from tapt.errors import InputError
+from tapt.errors import IndexFormatError, InputError
 from tapt.util.files import atomic_write
-from tapt.util.ordering import descending_bits, descending_values
 
+from . import coarse
 from .index_choice import (RESCORE_FACTOR, RESCORE_MIN, IndexChoice, choice_from_manifest,
                            rescore_k)
-from ..store.integrity import check_results
+from ..store.integrity import check_faiss_index, check_results
 from ..store.npy import as_float32
 from .rescore import exact_topk
+from .topk_merge import merge_in_groups
 from ..store.text_store import damaged
 
 log = logging.getLogger(__name__)
@@ -53,13 +56,26 @@ def new_faiss(choice: IndexChoice, dim: int):
     if choice.kind == "hnsw":
         faiss.downcast_index(index).hnsw.efConstruction = int(
             choice.params.get("efConstruction", 40))
+    coarse.configure(index, choice.params)
     return index
+
+
+def shares_quantizer(choice: IndexChoice) -> bool:
+    """Whether the index stores its IVF coarse quantizer once (`QUANTIZER`), its parts without
+    one (indexes built before keep one in every part)."""
+    return choice.kind == "ivfpq" and bool(choice.params.get("shared_quantizer"))
+
+
+def gpu_steps_allowed() -> bool:
+    """Whether an IVF build's k-means and coarse assignment may use a GPU it is given (through
+    torch, or faiss-gpu where installed): unless the environment variable TAPT_FAISS_GPU=0."""
+    return os.environ.get("TAPT_FAISS_GPU", "1").strip() != "0"
 
 
 def faiss_gpu_installed() -> bool:
     """Whether the faiss installed here is faiss-gpu, unless the environment variable
     TAPT_FAISS_GPU=0 keeps FAISS on the CPU (whether a GPU is visible is `faiss_gpus`)."""
-    if os.environ.get("TAPT_FAISS_GPU", "1").strip() == "0":
+    if not gpu_steps_allowed():
         return False
     import faiss
 
@@ -110,8 +126,10 @@ def _gpu_assignment(index, stage: str):
     if stage == "train":
         on_gpu = faiss.index_cpu_to_all_gpus(faiss.IndexFlat(ivf.d, cpu_quantizer.metric_type))
         ivf.clustering_index = on_gpu
-    else:
-        on_gpu = faiss.index_cpu_to_all_gpus(cpu_quantizer)
+    else:       # every centroid compared on the GPUs (an HNSW graph has no GPU version)
+        flat = faiss.IndexFlat(ivf.d, cpu_quantizer.metric_type)
+        flat.add(coarse.centroids(cpu_quantizer))
+        on_gpu = faiss.index_cpu_to_all_gpus(flat)
         ivf.quantizer = on_gpu
     try:
         yield True
@@ -151,28 +169,42 @@ def build_part(rows: np.ndarray, choice: IndexChoice, template: Any, row_offset:
 
     index = faiss.clone_index(template) if template is not None else new_faiss(
         choice, rows.shape[1])
+    coarse.configure(index, choice.params)
     n = len(rows)
+    device = coarse.torch_device() if index.is_trained and coarse.torch_handles(index) else None
+    adder = coarse.TorchAdder(index, device) if device else None
     with _gpu_assignment(index, "add"):
         for start in tqdm(range(0, n, _ADD_CHUNK), desc="faiss add", unit="chunk",
                           disable=not progress or n <= _ADD_CHUNK, leave=False):
             block = np.ascontiguousarray(as_float32(rows[start:start + _ADD_CHUNK]))
-            if ids_are_global(choice):
-                index.add_with_ids(block, np.arange(row_offset + start, row_offset + start
-                                                    + len(block), dtype=np.int64))
+            ids = np.arange(row_offset + start, row_offset + start + len(block),
+                            dtype=np.int64)
+            if adder is not None:
+                adder.add(block, ids)
+            elif ids_are_global(choice):
+                index.add_with_ids(block, ids)
             else:
                 index.add(block)
-    return index
+    return adder.result() if adder is not None else index
 
 
-def write_faiss(index, path: Path) -> int:
+def write_faiss(index, path: Path, without_quantizer: bool = False) -> int:
     """Write a FAISS index atomically (through Python's file object, so a full or read-only
     disk is an OSError -> StorageError; faiss's own writer reports a bare RuntimeError), fsynced;
-    returns its size in bytes."""
+    returns its size in bytes. `without_quantizer`: an IVF part of an index that stores its
+    quantizer once, written with an empty stand-in (`coarse.detached`)."""
     import faiss
 
-    with atomic_write(path, "wb") as fh:
+    with atomic_write(path, "wb") as fh, (coarse.detached(index) if without_quantizer
+                                          else contextlib.nullcontext()):
         faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
     return os.path.getsize(path)
+
+
+def write_quantizer(template, path: Path) -> int:
+    """Write the coarse quantizer of a trained IVF template (what every part shares) to `path`;
+    returns its size in bytes."""
+    return write_faiss(coarse.quantizer_of(template), path)
 
 
 def faiss_section(choice: IndexChoice, ntotal: int, train_seconds: float) -> dict[str, Any]:
@@ -202,6 +234,12 @@ def _train(faiss, index, embeddings: np.ndarray, choice: IndexChoice) -> None:
             pq.cp.seed = choice.seed
     except RuntimeError:
         pass
+    device = coarse.torch_device() if coarse.torch_handles(index) else None
+    if device:
+        log.info("training %s on %s of %s rows (k-means through torch on %s)", choice.factory,
+                 f"{size:,}", f"{n:,}", device)
+        coarse.train_on_torch(index, sample, device, choice.seed)
+        return
     with _gpu_assignment(index, "train") as on_gpu:
         log.info("training %s on %s of %s rows%s", choice.factory, f"{size:,}", f"{n:,}",
                  f" (k-means on {faiss_gpus()} GPU(s))" if on_gpu else "")
@@ -294,7 +332,10 @@ class PartByPart(ShardedFaiss):
         assigned = None
         if _same_ivf_quantizer([first]):
             shape = (first.nlist, first.nprobe, first.d, first.metric_type)
-            centroids = _centroid_digest(first)
+            # the index's one quantizer, where it stores one (kept alive by the index), else
+            # a digest of the first part's own, which is released with the part
+            one = coarse.attached(first)
+            centroids = _centroid_digest(first.quantizer) if one is None else None
             coarse_sims, lists = first.quantizer.search(q, int(first.nprobe))
             assigned = (lists, coarse_sims)
         del first
@@ -304,7 +345,9 @@ class PartByPart(ShardedFaiss):
             try:
                 return (_same_ivf_quantizer([part])
                         and (part.nlist, part.nprobe, part.d, part.metric_type) == shape
-                        and _centroid_digest(part) == centroids)
+                        and (one is not None and _quantizer_address(part) == int(one.this)
+                             or _centroid_digest(part.quantizer)
+                             == (centroids or _centroid_digest(one))))
             except RuntimeError:
                 return False
 
@@ -326,14 +369,20 @@ class PartByPart(ShardedFaiss):
 class _NotShared(Exception):
     """A part of `PartByPart` does not share the first part's IVF quantizer."""
 
-def _centroid_digest(part, block: int = 1024) -> bytes:
+def _centroid_digest(quantizer, block: int = 1024) -> bytes:
     """A digest of an IVF part's coarse centroids, read `block` lists at a time: parts are
     compared without a copy of every centroid held (12.6 MB at 8,192 lists of 384 dims)."""
     digest = hashlib.blake2b(digest_size=32)
-    for lo in range(0, part.nlist, block):
+    for lo in range(0, quantizer.ntotal, block):
         digest.update(np.ascontiguousarray(
-            part.quantizer.reconstruct_n(lo, min(block, part.nlist - lo))).tobytes())
+            quantizer.reconstruct_n(lo, min(block, quantizer.ntotal - lo))).tobytes())
     return digest.digest()
+
+
+def _quantizer_address(part) -> int:
+    """Where an IVF part's quantizer lives in memory: parts given the index's one shared
+    quantizer (`coarse.attach`) have the same."""
+    return int(part.quantizer.this)
 
 
 def _same_ivf_quantizer(parts: list[Any]) -> bool:
@@ -345,9 +394,11 @@ def _same_ivf_quantizer(parts: list[Any]) -> bool:
     if any(p.nlist != first.nlist or p.nprobe != first.nprobe or p.d != first.d
            or p.metric_type != first.metric_type for p in parts):
         return False
+    if len({_quantizer_address(p) for p in parts}) == 1:
+        return True          # one quantizer object (`coarse.attach`): the same centroids
     try:
-        centroids = _centroid_digest(first)      # raises for a quantizer that cannot give them
-        return all(_centroid_digest(p) == centroids for p in parts[1:])
+        centroids = _centroid_digest(first.quantizer)   # raises where it cannot give them
+        return all(_centroid_digest(p.quantizer) == centroids for p in parts[1:])
     except RuntimeError:  # a quantizer that cannot give its centroids back
         return False
 
@@ -373,95 +424,6 @@ def search_part(part, queries: np.ndarray, k: int, id_base: int = 0,
     return sims, ids
 
 
-MERGE_GROUP = 16   # parts' results merged at a time: memory bounded whatever the shard count
-
-
-def merge_in_groups(results: Iterable[tuple[np.ndarray, np.ndarray]], k: int,
-                    group: int = MERGE_GROUP) -> tuple[np.ndarray, np.ndarray]:
-    """`merge_topk` of results that arrive one part at a time, `group` parts merged at once:
-    the same answer (the best k of a union are among the best k of its groups), holding
-    `group` x k results per query instead of one per part's result."""
-    pending: list[tuple[np.ndarray, np.ndarray]] = []
-    for result in results:
-        pending.append(result)
-        if len(pending) >= group:
-            pending = [merge_topk(pending, k)]
-    if not pending:
-        raise ValueError("merge_in_groups needs at least one part's results")
-    return merge_topk(pending, k)
-
-
-def merge_topk(results: list[tuple[np.ndarray, np.ndarray]], k: int
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """The best `k` per query of several parts' results, best first, ties by ascending id
-    (-inf / -1 where a query has fewer than `k`).
-
-    Each result is one 64-bit key, the similarity's order-preserving bits above the id's
-    offset from the smallest id: the keys are partitioned in place and the best `k` sorted
-    (the two-key sort of every part's results was most of a 10-shard search). NaN, float64
-    similarities and ids spread over 2^32 or more take the two-key sort."""
-    if not results:
-        raise ValueError("merge_topk needs at least one part's results")
-    n = len(results[0][1])
-    widths = [r[1].shape[1] for r in results]
-    width = sum(widths)
-    k = max(0, min(int(k), width))
-    top_id = np.iinfo(np.int64).max
-    lowest = min((int(np.min(r[1], initial=top_id, where=r[1] >= 0)) for r in results),
-                 default=top_id)
-    lowest = 0 if lowest == top_id else lowest
-    highest = max((int(np.max(r[1], initial=0)) for r in results), default=0)
-    if (width == 0 or n == 0 or highest - lowest >= 0xFFFFFFFF
-            or any(r[0].dtype != np.float32 or np.isnan(r[0]).any() for r in results)):
-        return _merge_lexsort(results, k)
-    none = np.uint64(0xFFFFFFFFFFFFFFFF)     # after every real key: no id
-    key = np.empty((n, width), dtype=np.uint64)
-    start = 0
-    for sims, ids in results:
-        block = key[:, start:start + ids.shape[1]]
-        block[:] = descending_bits(sims)
-        block <<= np.uint64(32)
-        block |= (ids - lowest).astype(np.uint64) & np.uint64(0xFFFFFFFF)
-        block[ids < 0] = none
-        start += ids.shape[1]
-    if k < width:
-        key.partition(max(k - 1, 0), axis=1)
-    top = np.sort(key[:, :k], axis=1)
-    missing = top == none
-    ids = (top & np.uint64(0xFFFFFFFF)).astype(np.int64) + lowest
-    ids[missing] = -1
-    sims = descending_values((top >> np.uint64(32)).astype(np.uint32))
-    sims[missing] = -np.inf
-    return sims, ids
-
-
-def _merge_lexsort(results: list[tuple[np.ndarray, np.ndarray]], k: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """`merge_topk` by a partition and a two-key sort (any dtype, NaN last, any ties)."""
-    if len(results) == 1 and results[0][1].shape[1] <= k:
-        sims, ids = results[0]
-    else:
-        sims = np.concatenate([r[0] for r in results], axis=1)
-        ids = np.concatenate([r[1] for r in results], axis=1)
-    valid = ids >= 0
-    id_key = np.where(valid, ids, np.iinfo(np.int64).max)
-    neg = -np.where(valid, sims, -np.inf)
-    if 0 < k < sims.shape[1]:
-        # Only the best k per query are sorted: those strictly better than the k-th best
-        # similarity, and of the ones equal to it the lowest ids.
-        kth = np.partition(neg, k - 1, axis=1)[:, k - 1:k]
-        pick = np.where(neg < kth, -1, np.where(neg == kth, id_key, np.iinfo(np.int64).max))
-        chosen = np.argpartition(pick, k - 1, axis=1)[:, :k]
-        id_key = np.take_along_axis(id_key, chosen, axis=1)
-        neg = np.take_along_axis(neg, chosen, axis=1)
-        sims = np.take_along_axis(sims, chosen, axis=1)
-        ids = np.take_along_axis(ids, chosen, axis=1)
-    order = np.lexsort((id_key, neg), axis=-1)[:, :k]
-    ids = np.take_along_axis(ids, order, axis=1)
-    sims = np.where(ids >= 0, np.take_along_axis(sims, order, axis=1), -np.inf)
-    return sims, ids
-
-
 def read_faiss_index(path: Path):
     """Load an index written by `ann_build.build_faiss_index`, memory-mapped where the type allows it."""
     import faiss
@@ -470,6 +432,49 @@ def read_faiss_index(path: Path):
         return faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
     except RuntimeError:
         return faiss.read_index(str(path))
+
+
+def read_quantizer(path: Path, lists: int, dim: int, label: str | Path,
+                   name: str = "quantizer.faiss"):
+    """An index's shared coarse quantizer (`write_quantizer`), read and checked: `lists`
+    centroids of `dim` dimensions, inner product, and a sound graph where it is HNSW.
+
+    Raises:
+        IndexFormatError: it cannot be read or does not check (naming `tapt index reindex`,
+            which trains it again).
+    """
+    try:
+        quantizer = read_faiss_index(path)
+    except (RuntimeError, MemoryError) as exc:
+        first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else ""
+        raise damaged(label, f"{name} cannot be read ({first}); {RETRAIN.format(label=label)}"
+                      ) from exc
+    try:
+        check_faiss_index(quantizer, lists, dim, label, 0, name)
+    except IndexFormatError as exc:
+        raise IndexFormatError(f"{exc}; {RETRAIN.format(label=label)}") from None
+    return quantizer
+
+
+RETRAIN = ("run tapt index repair {label} (trains the quantizer again and rebuilds the FAISS "
+           "parts from the stored embeddings)")
+
+
+def with_quantizer(part, quantizer, label: str | Path, name: str = "index.faiss"):
+    """`part` (read from disk) given its index's shared quantizer (`coarse.attach`); `part`
+    as it is where the index stores none (`quantizer` None).
+
+    Raises:
+        IndexFormatError: the part is not an IVF index over that many centroids.
+    """
+    if quantizer is None:
+        return part
+    ivf = coarse.ivf_of(part)
+    if ivf is None or ivf.nlist != quantizer.ntotal or ivf.d != quantizer.d:
+        raise damaged(label, f"{name} is not an IVF part over the index's {quantizer.ntotal:,} "
+                             "coarse centroids")
+    coarse.attach(part, quantizer)
+    return part
 
 
 def set_search_param(index, name: str, value: int) -> None:
@@ -481,6 +486,8 @@ def set_search_param(index, name: str, value: int) -> None:
         index.set_param(name, value)
         return
     faiss.ParameterSpace().set_index_parameter(index, name, int(value))
+    if name == "nprobe":
+        coarse.set_nprobe_ef(index, int(value))
 
 
 def search_setting(faiss_info: dict[str, Any], n: int, dim: int, nprobe: int | None = None,

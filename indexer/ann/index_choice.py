@@ -7,9 +7,15 @@ by size first and memory second:
                                2 cores, as fast as HNSW there: benchmarks/results/speed_index.md)
     medium  n <= 500,000       HNSW{M}, M the largest of 32/16/8 that fits the budget
     large   n  > 500,000       IVF{nlist},PQ{m}x4fs: 4-bit fast-scan product quantisation,
-                               optionally behind an OPQ rotation; trained on a seeded sample
+                               optionally behind an OPQ rotation; trained on a seeded sample.
+                               From HNSW_QUANTIZER_LISTS lists on, IVF{nlist}_HNSW32: the coarse
+                               quantizer is an HNSW graph over the centroids (as autofaiss
+                               builds), so assigning a row costs a graph walk, not a product
+                               with every centroid (benchmarks/coarse_quantizer.py)
 
-A type that does not fit the budget falls through to the next, more compact one. The budget is
+An IVF index stores its coarse quantizer once (`quantizer.faiss` beside the manifest), not in
+every shard's part (`shared_quantizer` in its parameters; indexes built before keep one in each
+part). A type that does not fit the budget falls through to the next, more compact one. The budget is
 for the FAISS index a process holds in RAM: the whole index when it has one shard, its largest
 shard's part when it has several (`part_rows`: a search of a sharded index loads one part at a
 time, a build indexes each shard's part in its own task, and a served index's actors each hold
@@ -40,6 +46,9 @@ FALLBACK_MEMORY = 8 << 30    # "auto" where the available memory is not known
 IVFPQ_MIN_ROWS = 1_000
 HNSW_M = (32, 16, 8)
 HNSW_EF_CONSTRUCTION = 40
+HNSW_QUANTIZER_LISTS = 4096  # from this many IVF lists on, the coarse quantizer is an HNSW graph
+QUANTIZER_M = 32             # its links per centroid (autofaiss's IVF{n}_HNSW32)
+QUANTIZER_EF = 64            # its efSearch when rows are added (a search uses max(this, 2 nprobe))
 NPROBE_SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 EF_SEARCH_SWEEP = (16, 32, 64, 128, 256, 512, 1024)
 TRAIN_PER_LIST = 40          # faiss warns below 39 training points per centroid
@@ -140,11 +149,25 @@ def hnsw_bytes(n: int, dim: int, m: int) -> int:
     return n * dim * 4 + int(n * m * 2 * 4 * (1 + 1 / m)) + n * 16
 
 
-def ivfpq_bytes(n: int, dim: int, nlist: int, m: int, nbits: int = 4, opq: bool = False) -> int:
+def ivfpq_bytes(n: int, dim: int, nlist: int, m: int, nbits: int = 4, opq: bool = False,
+                quantizer_m: int = 0) -> int:
+    """RAM of an IVF-PQ fast-scan index (or part) of `n` rows: codes, ids, the lists' padding,
+    the coarse quantizer (with `quantizer_m` HNSW links per centroid) and the codebooks."""
     codes = n * m * nbits // 8 + n * 8                 # codes + int64 ids
     padding = nlist * 32 * m * nbits // 8              # fast-scan lists pad to blocks of 32
-    tables = nlist * dim * 4 + m * (1 << nbits) * (dim // m) * 4
-    return codes + padding + tables + (dim * dim * 4 if opq else 0)
+    return codes + padding + quantizer_bytes(nlist, dim, quantizer_m) + \
+        m * (1 << nbits) * (dim // m) * 4 + (dim * dim * 4 if opq else 0)
+
+
+def quantizer_bytes(nlist: int, dim: int, quantizer_m: int = 0) -> int:
+    """The coarse quantizer's centroids, and its HNSW graph where it has one."""
+    return nlist * dim * 4 + (hnsw_bytes(nlist, 0, quantizer_m) if quantizer_m else 0)
+
+
+def ivf_quantizer(nlist: int) -> str:
+    """The coarse quantizer of an IVF index of `nlist` lists: "flat" (every centroid compared)
+    or "hnsw" (a graph over the centroids, from HNSW_QUANTIZER_LISTS lists on)."""
+    return "hnsw" if nlist >= HNSW_QUANTIZER_LISTS else "flat"
 
 
 def ivf_nlist(n: int) -> int:
@@ -202,14 +225,23 @@ def _hnsw(n: int, dim: int, requested: str, budget: int, why: str,
 def _ivfpq(n: int, dim: int, requested: str, budget: int, why: str, seed: int,
            opq: bool, part: int) -> IndexChoice | None:
     nlist = ivf_nlist(n)
+    quantizer = ivf_quantizer(nlist)
+    qm = QUANTIZER_M if quantizer == "hnsw" else 0
     for m in pq_subquantizers(dim):
-        est, held = ivfpq_bytes(n, dim, nlist, m, 4, opq), ivfpq_bytes(part, dim, nlist, m, 4, opq)
+        est = ivfpq_bytes(n, dim, nlist, m, 4, opq, qm)
+        held = ivfpq_bytes(part, dim, nlist, m, 4, opq, qm)
         if held > budget:
             continue
         prefix = f"OPQ{m}," if opq else ""
-        factory = f"{prefix}IVF{nlist},PQ{m}x4fs"
+        coarse = f"IVF{nlist}_HNSW{qm}" if qm else f"IVF{nlist}"
+        factory = f"{prefix}{coarse},PQ{m}x4fs"
+        params = {"nlist": nlist, "m": m, "nbits": 4, "fast_scan": True, "opq": opq,
+                  "quantizer": quantizer, "shared_quantizer": True}
+        if qm:
+            params.update(quantizer_M=qm, quantizer_efConstruction=HNSW_EF_CONSTRUCTION,
+                          quantizer_efSearch=QUANTIZER_EF)
         return IndexChoice(
-            "ivfpq", factory, {"nlist": nlist, "m": m, "nbits": 4, "fast_scan": True, "opq": opq},
+            "ivfpq", factory, params,
             est, f"{why}; {factory}, " + _estimate(est, held, part, n, budget), requested,
             budget, train_size=ivf_train_size(n, nlist), seed=seed, search_param="nprobe",
             search_sweep=tuple(p for p in NPROBE_SWEEP if p <= nlist) or (1,),
@@ -270,9 +302,10 @@ def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested
         choice = _ivfpq(n, dim, requested, budget, why, seed, opq, part)
         if choice is not None:
             return choice
-        m = pq_subquantizers(dim)[-1]
+        m, nlist = pq_subquantizers(dim)[-1], ivf_nlist(n)
+        qm = QUANTIZER_M if ivf_quantizer(nlist) == "hnsw" else 0
         raise _too_small("the most compact IVF-PQ",
-                         ivfpq_bytes(part, dim, ivf_nlist(n), m, 4, opq), budget,
+                         ivfpq_bytes(part, dim, nlist, m, 4, opq, qm), budget,
                          part < n, sharding=True)
     raise _too_small(f"HNSW{HNSW_M[-1]}", hnsw_bytes(part, dim, HNSW_M[-1]), budget, part < n)
 
@@ -304,6 +337,8 @@ def choice_from_manifest(faiss_info: dict[str, Any], n: int, dim: int) -> IndexC
     if kind not in KINDS:
         raise InputError(f"unknown FAISS index kind {kind!r} in the manifest")
     params = dict(faiss_info.get("params") or {})
+    if kind == "ivfpq":     # the parts share one stored quantizer only where it is recorded
+        params["shared_quantizer"] = bool(faiss_info.get("quantizer"))
     train = faiss_info.get("train") or {}
     sweep: tuple[int, ...] = ()
     param = None

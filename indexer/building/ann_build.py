@@ -22,17 +22,20 @@ from typing import Any
 
 import numpy as np
 
+from tapt.util.files import sha256_file
+
 from . import stages
 from .executor_base import Executor, Stage
 from ..ann.ann_recall import (CALIBRATION_K, calibration_queries, ground_truth, recall_at_k,
                               reusable)
 from ..ann.ann_recall import calibrate as calibrate_search
 from ..ann.faiss_index import (FLAT_FACTORY, build_part, faiss_section, ids_are_global,
-                               merge_topk, read_faiss_index, search_part, set_search_param,
-                               train_template, write_faiss)
+                               read_faiss_index, read_quantizer, search_part, set_search_param,
+                               shares_quantizer, train_template, with_quantizer, write_faiss)
+from ..ann.topk_merge import merge_topk
 from ..ann.index_choice import IndexChoice, choice_from_manifest, rescore_k
 from ..ann.rescore import Candidates, best_of, exact_of, exact_top, merge_candidates
-from ..store.manifest import EMBEDDINGS, FAISS
+from ..store.manifest import EMBEDDINGS, FAISS, QUANTIZER
 from ..store.shards import RowView
 
 log = logging.getLogger(__name__)
@@ -108,6 +111,8 @@ class SweepTask:
         rows: Rows of the whole index (how many candidates a search fetches: `rescore_k`).
         k: The recall's k.
         factor: Candidates fetched per result (x k).
+        quantizer: The index's `faiss.quantizer` record where its parts share one (None: each
+            part holds its own).
     """
 
     work: str
@@ -118,6 +123,7 @@ class SweepTask:
     rows: int
     k: int
     factor: int
+    quantizer: dict[str, Any] | None = None
 
 
 def shard_sweep(task: SweepTask) -> list[Candidates]:
@@ -127,6 +133,10 @@ def shard_sweep(task: SweepTask) -> list[Candidates]:
     choice = task.choice
     directory = stages.shard_path(task.work, task.shard)
     part = read_faiss_index(directory / FAISS)
+    if task.quantizer is not None:
+        quantizer = read_quantizer(Path(task.work) / QUANTIZER, int(task.quantizer["lists"]),
+                                   task.queries.shape[1], task.work)
+        part = with_quantizer(part, quantizer, task.work, f"{task.shard}/{FAISS}")
     rows = np.load(directory / EMBEDDINGS, mmap_mode="r")
     width = rescore_k(task.k, choice.kind, task.rows, task.factor)
     base = 0 if ids_are_global(choice) else task.row_offset
@@ -148,8 +158,9 @@ class ShardSweep:
 
     def __init__(self, work: Path, names: list[str], offsets: list[int], queries: np.ndarray,
                  truth: np.ndarray, choice: IndexChoice, rows: int, runner: Executor,
-                 memory: int = 0) -> None:
+                 memory: int = 0, quantizer: dict[str, Any] | None = None) -> None:
         self.work, self.names, self.offsets = work, names, offsets
+        self.quantizer = quantizer
         self.queries, self.truth, self.choice, self.rows = queries, truth, choice, rows
         self.runner, self.memory = runner, memory
         self.k = truth.shape[1]
@@ -170,7 +181,7 @@ class ShardSweep:
     def _run(self, factor: int) -> None:
         width = rescore_k(self.k, self.choice.kind, self.rows, factor)
         tasks = [SweepTask(str(self.work), name, int(offset), self.queries, self.choice,
-                           int(self.rows), int(self.k), int(factor))
+                           int(self.rows), int(self.k), int(factor), self.quantizer)
                  for name, offset in zip(self.names, self.offsets)]
         t0 = time.perf_counter()
         merged: list[Candidates] = []
@@ -202,6 +213,21 @@ def build_faiss_index(embeddings: np.ndarray, path: Path, choice: IndexChoice | 
     return info
 
 
+def quantizer_record(work: Path, choice: IndexChoice) -> dict[str, Any]:
+    """The top manifest's `faiss.quantizer`: the coarse quantizer every part shares, stored
+    once beside the manifest (its SHA-256 goes with the other checksums:
+    `quantizer_checksums`)."""
+    return {"file": QUANTIZER, "lists": int(choice.params["nlist"]),
+            "kind": str(choice.params.get("quantizer", "flat")),
+            "bytes": (work / QUANTIZER).stat().st_size}
+
+
+def quantizer_checksums(work: Path, faiss_info: dict[str, Any]) -> dict[str, str]:
+    """{QUANTIZER: its SHA-256} for a manifest's `checksums` where the index stores its
+    quantizer once, else nothing."""
+    return {QUANTIZER: sha256_file(work / QUANTIZER)} if faiss_info.get("quantizer") else {}
+
+
 def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: IndexChoice,
                      ntotal: int, train_seconds: float, progress: bool,
                      runner: Executor | None = None,
@@ -226,6 +252,8 @@ def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: I
         The section.
     """
     info = faiss_section(choice, ntotal, train_seconds)
+    if shares_quantizer(choice):
+        info["quantizer"] = quantizer_record(work, choice)
     if not choice.approximate:
         return info
     old = (previous or {}).get("search")
@@ -244,7 +272,8 @@ def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: I
     queries, _ = calibration_queries(view, choice)
     truth = exact_truth(work, names, offsets, queries, CALIBRATION_K, runner, memory)
     truth_seconds = time.perf_counter() - t0
-    sweep = ShardSweep(work, names, offsets, queries, truth, choice, ntotal, runner, memory)
+    sweep = ShardSweep(work, names, offsets, queries, truth, choice, ntotal, runner, memory,
+                       info.get("quantizer"))
     info = dict(info)
     info["search"] = calibrate_search(None, view, choice, progress=progress,
                                       truth=(queries, truth), steps=sweep)

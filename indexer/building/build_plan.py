@@ -228,7 +228,8 @@ def index_bytes(choice: IndexChoice, rows: int, dim: int) -> int:
         return hnsw_bytes(rows, dim, int(p.get("M", 32)))
     if choice.kind == "ivfpq":
         return ivfpq_bytes(rows, dim, int(p.get("nlist", 1)), int(p.get("m", dim // 4)),
-                           int(p.get("nbits", 4)), bool(p.get("opq")))
+                           int(p.get("nbits", 4)), bool(p.get("opq")),
+                           int(p.get("quantizer_M", 0)))
     return flat_bytes(rows, dim)
 
 

@@ -38,14 +38,15 @@ from tapt.util.versions import library_versions, utc_now
 from . import checkpoint, dedupe, stages
 from .publishing import (calibrate_memory, codes_section, counted_segments, shard_entries,
                          top_vocabulary)
-from .ann_build import calibrated_faiss
+from .ann_build import calibrated_faiss, quantizer_checksums
 from .build_plan import TASK_BASE, BuildPlan, TaskMemory, Workers, plan_build, task_memory
 from ..encoding.encoder import Encoder, model_fingerprint, model_record
 from .executors import EncoderSource, Executor, Stage, make_executor
 from ..ann.index_choice import IndexChoice
 from ..store.integrity import remember_index
 from ..store.manifest import (EMBEDDINGS, INDEX_FORMAT, INDEX_FORMAT_VERSION, SHARDS, VOCAB,
-                       index_foreign_entries, shard_name, write_index_manifest)
+                       index_foreign_entries, shard_name, write_index_manifest,
+                       written_version)
 from ..reading.formats import ReadOptions
 from ..reading.reader import CorpusScan, InputSpec
 # BuildConfig and its checks moved to build_config; callers still import them from here
@@ -511,7 +512,7 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
     embed_seconds = sum(float(e.get("embed_seconds") or 0) for e in built.embedded.values())
     manifest = {
         "format": INDEX_FORMAT,
-        "format_version": INDEX_FORMAT_VERSION,
+        "format_version": written_version(faiss_info),
         "uuid": str(uuid.uuid4()),
         "created": utc_now(),
         "generation": 1,
@@ -572,7 +573,7 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
             "calibrate_seconds": round(calibrate_seconds, 2),
             "plan": build_plan.record() if build_plan is not None else None,
         },
-        "checksums": {VOCAB: vocab_sha},
+        "checksums": {VOCAB: vocab_sha, **quantizer_checksums(work, faiss_info)},
         "versions": library_versions(),
     }
     drop_training_files(work)

@@ -63,15 +63,16 @@ def env_options() -> dict[str, Any]:
 def node_facts() -> dict[str, Any]:
     """What the node this runs on offers tapt's whole-node work (a probe task's answer):
     `available`, the bytes it may still allocate (`util.machine.available_memory`, None where
-    unknown), `faiss_gpu`, whether its FAISS can use a GPU (`faiss_index.faiss_gpu_installed`,
-    with this job's TAPT_FAISS_GPU), and `node_id`, the node it ran on."""
+    unknown), `gpu_steps`, whether an IVF build's k-means and coarse assignment may use a GPU
+    there (through torch, or faiss-gpu where installed; `faiss_index.gpu_steps_allowed`, with
+    this job's TAPT_FAISS_GPU), and `node_id`, the node it ran on."""
     import ray
 
     from tapt.util.machine import available_memory
 
-    from ..ann.faiss_index import faiss_gpu_installed
+    from ..ann.faiss_index import gpu_steps_allowed
 
-    return {"available": available_memory(), "faiss_gpu": bool(faiss_gpu_installed()),
+    return {"available": available_memory(), "gpu_steps": bool(gpu_steps_allowed()),
             "node_id": ray.get_runtime_context().get_node_id()}
 
 

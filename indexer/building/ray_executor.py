@@ -3,7 +3,7 @@
 prepare and assemble tasks run as Ray tasks (one CPU each); train and index tasks, whole-node
 work (`Stage.whole_node`), as Ray tasks asking for the CPUs of the cluster's largest node, with
 FAISS's OpenMP threads set to the CPUs Ray granted (and one GPU where that node's FAISS can use
-one, asked there: Ray hides GPUs from tasks that do not ask); the embed stage runs
+one for k-means and coarse assignment, asked there: Ray hides GPUs from tasks that do not ask); the embed stage runs
 as a Ray Data pipeline over the parts (`ray_embed`; a row of it holds up to 16 consecutive
 parts, so a build has at most 256 rows where it can: `part_groups`): CPU tasks read and
 tokenise each part (the encoder's own length-sorted tokenisation), an autoscaling actor pool
@@ -235,8 +235,8 @@ class RayExecutor(Executor):
 
     def node_facts(self, step: str = "index") -> dict[str, Any]:
         """The whole-node work of `step` ("train", "index"): the node it runs on (the largest
-        of those that offer its resources, a GPU node where one is there and its FAISS can use
-        it) and what that node offers, from a probe task run there (`node_facts`): `node_id`,
+        of those that offer its resources, a GPU node where one is there and TAPT_FAISS_GPU
+        does not forbid it) and what that node offers, from a probe task run there (`node_facts`): `node_id`,
         `num_cpus`, `num_gpus` (1 or 0), `available` (bytes free there, None where unknown).
         Cached per step."""
         if step in self._facts:
@@ -267,7 +267,7 @@ class RayExecutor(Executor):
         if gpu_nodes:
             node = max(gpu_nodes, key=cpus)
             facts = probe(node)
-            if facts["faiss_gpu"]:
+            if facts["gpu_steps"]:
                 chosen, gpus = node, 1
         facts = probe(chosen) if gpus == 0 else facts
         self._facts[step] = {"node_id": facts["node_id"], "num_cpus": max(1, cpus(chosen)),

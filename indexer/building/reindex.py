@@ -22,16 +22,17 @@ from tapt.errors import InputError
 from tapt.util.versions import utc_now
 
 from . import stages
-from .ann_build import calibrated_faiss
+from .ann_build import calibrated_faiss, quantizer_checksums
 from .build_plan import TaskMemory, Workers, check_tasks, task_memory
 from .pipeline import Built, Shared, drop_training_files, index_stages
 from .publishing import codes_section
 from .executors import Executor, make_executor
 from .generations import replace_generation
 from ..index import Index
+from ..ann.faiss_index import shares_quantizer
 from ..ann.index_choice import DEFAULT_MEMORY, KINDS, IndexChoice, choose_index
-from ..store.manifest import (CODES, FAISS, MANIFEST_NAME, SHARD_MANIFEST, SHARDS, read_shard_manifest,
-                       write_index_manifest)
+from ..store.manifest import (CODES, FAISS, MANIFEST_NAME, QUANTIZER, SHARD_MANIFEST, SHARDS,
+                              read_shard_manifest, write_index_manifest, written_version)
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ def rebuild_parts(index: Index, choice: IndexChoice, kind: str, progress: bool =
         else:
             results, _ = _index_with_checksums(work, built, choice, codes, runner, index, shared,
                                                memory)
+        if not shares_quantizer(choice):    # a quantizer in each IVF part, or no IVF at all
+            (work / QUANTIZER).unlink(missing_ok=True)      # a link to the old generation's
         for name in names:
             if name not in results:
                 path = work / SHARDS / name / SHARD_MANIFEST
@@ -111,6 +114,9 @@ def rebuild_parts(index: Index, choice: IndexChoice, kind: str, progress: bool =
                                           for n in rebuild if n in results), 2)
         drop_training_files(work)
         manifest = dict(old)
+        manifest["format_version"] = written_version(info)
+        manifest["checksums"] = {**{k: v for k, v in (old.get("checksums") or {}).items()
+                                    if k != QUANTIZER}, **quantizer_checksums(work, info)}
         manifest["faiss"] = info
         manifest["codes"] = codes_section(shared.code_scale)
         manifest["shards"] = [{**entry, "shard_sha256": results[entry["name"]]["sha256"]}
@@ -143,15 +149,14 @@ def _shared_from_kept(index: Index, kept: list[str], choice: IndexChoice, work: 
                       ) -> Shared | None:
     """The template of a kept IVF part (so rebuilt parts share its quantizer), or a Shared
     without template for types that need none; None when nothing can be reused."""
-    from ..ann.faiss_index import read_faiss_index, template_of, write_faiss
+    from ..ann.faiss_index import template_of, write_faiss
 
     scale = (index.manifest.get("codes") or {}).get("scale")
     if choice.kind != "ivfpq":
         return Shared(None, None, 0.0, scale)
     if index.manifest.get("faiss", {}).get("factory") != choice.factory:
         return None
-    part = read_faiss_index(index.shards[[s.name for s in index.shards].index(kept[0])]
-                            .faiss_path)
+    part = index.faiss_part([s.name for s in index.shards].index(kept[0]))  # with its quantizer
     path = work / stages.TRAINED
     write_faiss(template_of(part), path)
     return Shared(str(path), hashlib.sha256(path.read_bytes()).hexdigest(), 0.0, scale)

@@ -14,13 +14,14 @@ from tapt.errors import IndexFormatError
 
 from ..index import Index
 from ..ann.index_choice import choice_from_manifest
-from ..store.manifest import FAISS
+from ..store.manifest import FAISS, QUANTIZER
 from .reindex import rebuild_parts
 from .verify import REBUILD, verify_index
 
 log = logging.getLogger(__name__)
 
-FAISS_CHECKS = frozenset({"faiss", f"file {FAISS}", f"checksum {FAISS}"})
+FAISS_CHECKS = frozenset({"faiss", f"file {FAISS}", f"checksum {FAISS}", "quantizer",
+                          f"file {QUANTIZER}", f"checksum {QUANTIZER}"})
 
 
 def repair_index(path: str | Path, progress: bool = True) -> list[str]:

@@ -41,14 +41,15 @@ from tapt.util.progress import report_progress
 
 from . import checkpoint
 from .checkpoint import ForeignRecord
-from ..ann.faiss_index import build_part, ids_are_global, read_faiss_index, train_template, write_faiss
+from ..ann.faiss_index import (build_part, ids_are_global, read_faiss_index, shares_quantizer,
+                               train_template, write_faiss, write_quantizer)
 from ..reading.formats import InputFile, ReadOptions
 from ..encoding.encoder import encode_counted, preferred_batch_size
 from ..ann.index_choice import IndexChoice
 from ..reading.lexical import LexicalWriter, doc_hash
 from .dedupe import DocHashes
 from ..store.manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, LEXICAL,
-                       LEXICAL_OFFSETS, LMDB_DATA, SHARDS, STORE, TOKENS, VOCAB,
+                       LEXICAL_OFFSETS, LMDB_DATA, QUANTIZER, SHARDS, STORE, TOKENS, VOCAB,
                        read_shard_manifest, write_shard_manifest)
 from ..store.npy import NpyAppender, write_npy
 from ..reading.reader import CorpusScan, Document, iter_documents
@@ -403,7 +404,8 @@ class TrainTask:
         shards: The shards' names, in row order.
         choice: The FAISS index to build.
         codes: "int8" to compute code scales, "none".
-        out: Where the trained template goes (default: `work`).
+        out: Where the trained template goes (default: `work`), and the coarse quantizer of an
+            index that stores it once (`QUANTIZER`).
         run: The build's fingerprint ("" where the directory is new each time: reindex).
     """
 
@@ -416,7 +418,8 @@ class TrainTask:
 
 
 def train_shared(task: TrainTask) -> dict[str, Any]:
-    """Returns {"template": path or None, "template_sha256", "train_seconds", "code_scale"}."""
+    """Returns {"template": path or None, "template_sha256", "train_seconds", "code_scale",
+    "quantizer_sha256": of `QUANTIZER` where the index stores its quantizer once}."""
     from ..store.shards import RowView
 
     out = Path(task.out or task.work)
@@ -430,11 +433,15 @@ def train_shared(task: TrainTask) -> dict[str, Any]:
                     for s in task.shards])
     template, seconds = train_template(view, task.choice)
     record: dict[str, Any] = {"wanted": wanted, "template": None, "template_sha256": None,
-                              "train_seconds": round(seconds, 2), "code_scale": None}
+                              "train_seconds": round(seconds, 2), "code_scale": None,
+                              "quantizer_sha256": None}
     if template is not None:
         write_faiss(template, out / TRAINED)
         record["template"] = str(out / TRAINED)
         record["template_sha256"] = sha256_file(out / TRAINED)
+        if shares_quantizer(task.choice):
+            write_quantizer(template, out / QUANTIZER)
+            record["quantizer_sha256"] = sha256_file(out / QUANTIZER)
     if task.codes == "int8":
         record["code_scale"] = code_scale(view, task.choice.seed).tolist()
     write_json_atomic(out / TRAIN_RECORD, record)
@@ -509,7 +516,8 @@ def index_shard(task: IndexTask) -> dict[str, Any]:
     template = read_faiss_index(Path(task.template)) if task.template else None
     t0 = time.perf_counter()
     part = build_part(embeddings, task.choice, template, task.row_offset)
-    faiss_bytes = write_faiss(part, directory / FAISS)
+    shared = shares_quantizer(task.choice)
+    faiss_bytes = write_faiss(part, directory / FAISS, without_quantizer=shared)
     faiss_seconds = time.perf_counter() - t0
     files = list(SHARD_FILES)
     if task.code_scale is not None:
@@ -545,7 +553,8 @@ def index_shard(task: IndexTask) -> dict[str, Any]:
         "faiss": {"factory": task.choice.factory, "ntotal": int(part.ntotal),
                   "bytes": faiss_bytes, "ids": "global" if ids_are_global(task.choice)
                   else "local", "id_base": task.row_offset if ids_are_global(task.choice)
-                  else 0, "seconds": round(faiss_seconds, 2)},
+                  else 0, "seconds": round(faiss_seconds, 2),
+                  **({"quantizer": f"shared: ../../{QUANTIZER}"} if shared else {})},
         "codes": {"dtype": "int8"} if task.code_scale is not None else None,
         "embed_seconds": embedded.get("embed_seconds"),
         "checksums": checksums,

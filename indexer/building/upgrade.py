@@ -30,10 +30,10 @@ from .generations import link_or_copy, replace_generation
 from ..index import Index
 from ..store.integrity import check_all_checksums
 from ..reading.lexical import LexicalWriter, doc_hash
-from ..store.manifest import (BIGRAMS, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION,
+from ..store.manifest import (BIGRAMS, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, SHARDED_VERSIONS,
                        LEXICAL, LEXICAL_OFFSETS, LMDB_DATA, SHARDS, STORE, TOKENS,
                        UPGRADABLE_VERSIONS, VOCAB, shard_name, write_index_manifest,
-                       write_shard_manifest)
+                       write_shard_manifest, written_version)
 from ..reading.splitter import segment_offsets
 from ..store.text_store import TextStoreWriter
 
@@ -50,9 +50,9 @@ def upgrade_index(path: str | Path, progress: bool = True) -> tuple[dict[str, An
             a record is not JSON), or of a format this tapt cannot read.
     """
     path = Path(path)
-    index = Index(path, versions=(INDEX_FORMAT_VERSION,) + UPGRADABLE_VERSIONS)
+    index = Index(path, versions=SHARDED_VERSIONS + UPGRADABLE_VERSIONS)
     old = index.manifest
-    if index.format_version == INDEX_FORMAT_VERSION:
+    if index.format_version in SHARDED_VERSIONS:
         return old, False
     check_all_checksums(path, old, path, ", so it cannot be upgraded")
     previous = index.manifest_sha256
@@ -129,7 +129,7 @@ def upgrade_index(path: str | Path, progress: bool = True) -> tuple[dict[str, An
         vocab_sha = top_vocabulary(work, [name])
         size = int(old["segment_size"])
         manifest = dict(old)
-        manifest["format_version"] = INDEX_FORMAT_VERSION
+        manifest["format_version"] = written_version(faiss_info)
         manifest["shards"] = [{"name": name, "row_offset": 0, "rows": n, "doc_offset": 0,
                                "documents": int(counts["documents"]), "segment_offset": 0,
                                "segments": len(segment_offsets(docs, size)) - 1,
@@ -153,5 +153,5 @@ def upgrade_index(path: str | Path, progress: bool = True) -> tuple[dict[str, An
 
     manifest = replace_generation(path, "upgrading", names, write, based_on=previous)
     log.info("%s: format %s -> %s (one shard of %s records, lexical ids stored)", path,
-             old["format_version"], INDEX_FORMAT_VERSION, f"{n:,}")
+             old["format_version"], manifest["format_version"], f"{n:,}")
     return manifest, True

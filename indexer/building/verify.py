@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,8 @@ from tapt.util.checks import whole_number
 from tapt.util.files import regular_file
 
 from ..store import integrity
-from ..store.manifest import (DOCS, EMBEDDINGS, FAISS, INDEX_FORMAT_VERSION, LMDB_DATA, SHARDS,
-                              STORE, TOKENS, UPGRADABLE_VERSIONS, VOCAB, lost_manifest_hint,
+from ..store.manifest import (DOCS, EMBEDDINGS, FAISS, LMDB_DATA, QUANTIZER, SHARDED_VERSIONS,
+                              SHARDS, STORE, TOKENS, UPGRADABLE_VERSIONS, VOCAB, lost_manifest_hint,
                               read_index_manifest, read_shard_manifest, upgrade_hint)
 
 REPAIR = "run tapt index repair {path} (rebuilds the FAISS index from the stored embeddings)"
@@ -76,6 +77,7 @@ class _Part:
     faiss: dict
     id_base: int = 0
     checksummed: bool = True
+    quantizer: Any = None       # the index's shared IVF quantizer, or "damaged"
 
 
 ATTEMPTS = 3        # verifications of an index that another command keeps replacing
@@ -121,7 +123,7 @@ def _verify(path: str | Path, deep: bool, sample: int, encoder, progress: bool, 
     report = VerifyReport(str(path))
     rebuild = REBUILD.format(path=path)
     try:
-        manifest = read_index_manifest(path, (INDEX_FORMAT_VERSION,) + UPGRADABLE_VERSIONS)
+        manifest = read_index_manifest(path, SHARDED_VERSIONS + UPGRADABLE_VERSIONS)
         n, dim = int(manifest["counts"]["sentences"]), int(manifest["model"]["dim"])
         documents = int(manifest["counts"]["documents"])
     except TaptError as exc:
@@ -139,7 +141,7 @@ def _verify(path: str | Path, deep: bool, sample: int, encoder, progress: bool, 
     faiss_info = manifest.get("faiss") or {}
     texts: dict[int, str] = {}
     embedded: dict[int, np.ndarray] = {}
-    if version != INDEX_FORMAT_VERSION:
+    if version not in SHARDED_VERSIONS:
         report.add("format", False, f"format {version}: " + (
             "one unsharded directory, without lexical ids" if version == 2 else
             "text records carry no checksums"), upgrade_hint(path, version))
@@ -209,6 +211,7 @@ def _verify_shards(report, path, manifest, n, documents, dim, emb_dtype, rows, p
         report.add(f"file {VOCAB}", False, "not a regular file" if os.path.lexists(path / VOCAB)
                    else "missing", rebuild)
     global_ids = (manifest.get("faiss") or {}).get("part_ids") == "global"
+    quantizer = _quantizer(report, path, manifest, dim)
     for e in entries:
         name = str(e["name"])
         report.shard = name
@@ -226,7 +229,8 @@ def _verify_shards(report, path, manifest, n, documents, dim, emb_dtype, rows, p
         report.add("shard manifest", True, f"rows {e['row_offset']:,}-"
                    f"{int(e['row_offset']) + int(e['rows']) - 1:,}")
         part = _Part(directory, int(e["rows"]), int(e["documents"]), shard.get("checksums") or {},
-                     shard.get("faiss") or {}, int(e["row_offset"]) if global_ids else 0)
+                     shard.get("faiss") or {}, int(e["row_offset"]) if global_ids else 0,
+                     quantizer=quantizer)
         start = int(e["row_offset"])
         local = np.unique(np.concatenate([[0, max(part.rows - 1, 0)], rows[
             (rows >= start) & (rows < start + part.rows)] - start]))
@@ -281,7 +285,7 @@ def _verify_part(report, label, part: _Part, dim, emb_dtype, rows, faiss_info, p
         _faiss(report, path, {"faiss": {**faiss_info, "bytes": part.faiss.get("bytes",
                                                                               faiss_info.get(
                                                                                   "bytes"))}},
-               n, dim, rows, emb, fix, part.id_base)
+               n, dim, rows, emb, fix, part.id_base, part.quantizer)
     if present[LMDB_FILE]:
         found = _store(report, path, n, rows, docs, rebuild, checksummed=part.checksummed)
         if found and emb is not None:
@@ -385,13 +389,52 @@ def _what(exc: TaptError) -> str:
     return str(exc).split(" is damaged: ", 1)[-1].split("; run tapt index verify")[0]
 
 
-def _faiss(report, path, manifest, n, dim, rows, emb, fix, id_base: int = 0) -> None:
-    from ..ann.faiss_index import read_faiss_index, search_setting, set_search_param
+def _quantizer(report, path: Path, manifest: dict, dim: int) -> Any:
+    """The shared IVF quantizer of an index of format 4, checked (file, checksum, centroids,
+    graph); None where the index stores none, "damaged" where it does not check (reported:
+    `tapt index repair` trains it again and rebuilds every part)."""
+    from tapt.util.files import sha256_file
+
+    from ..ann.faiss_index import read_quantizer
+
+    record = (manifest.get("faiss") or {}).get("quantizer")
+    if not record:
+        return None
+    fix = REPAIR.format(path=path)
+    target = path / QUANTIZER
+    if not target.is_file():
+        report.add(f"file {QUANTIZER}", False, "not a regular file"
+                   if os.path.lexists(target) else "missing", fix)
+        return "damaged"
+    expected = (manifest.get("checksums") or {}).get(QUANTIZER)
+    same = sha256_file(target) == expected
+    report.add(f"checksum {QUANTIZER}", same, "matches" if same else "differs from the manifest",
+               fix)
+    if not same:
+        return "damaged"
+    try:
+        quantizer = read_quantizer(target, int(record["lists"]), dim, path)
+    except (TaptError, KeyError, TypeError, ValueError) as exc:
+        report.add("quantizer", False, _what(exc) if isinstance(exc, TaptError)
+                   else f"its record lacks {exc}", fix)
+        return "damaged"
+    report.add("quantizer", True, f"{quantizer.ntotal:,} coarse centroids "
+                                  f"({record.get('kind', 'flat')}), shared by every part")
+    return quantizer
+
+
+def _faiss(report, path, manifest, n, dim, rows, emb, fix, id_base: int = 0,
+           quantizer: Any = None) -> None:
+    from ..ann.faiss_index import (read_faiss_index, search_setting, set_search_param,
+                                   with_quantizer)
 
     faiss_info = manifest.get("faiss", {})
+    if isinstance(quantizer, str):
+        report.add("faiss", False, f"cannot be searched: {QUANTIZER} is damaged", fix)
+        return
     try:
         integrity.check_faiss_file((path / FAISS).stat().st_size, manifest, path)
-        index = read_faiss_index(path / FAISS)
+        index = with_quantizer(read_faiss_index(path / FAISS), quantizer, path)
     except TaptError as exc:
         report.add("faiss", False, _what(exc), fix)
         return

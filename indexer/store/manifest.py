@@ -13,6 +13,11 @@ Format versions:
        document and segment offsets and the SHA-256 of each `shard.json`. Global row id = the
        shard's row offset + its local row. Formats 1 and 2 are read only by `tapt index upgrade`
        (and `verify` / `info`, to say so).
+    4  format 3 with the IVF coarse quantizer stored once, in `quantizer.faiss` at the top (the
+       manifest's `faiss.quantizer` records it), and every shard's IVF part written without
+       one: a tapt that reads only format 3 would search such parts without their quantizer,
+       so it is refused there. Indexes without an IVF quantizer of their own are still
+       written as format 3; format 3 indexes are read as they are (a quantizer in every part).
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from tapt.util.manifests import read_versioned_json
 from .text_store import damaged
 
 INDEX_FORMAT = "tapt-index"
-INDEX_FORMAT_VERSION = 3
+INDEX_FORMAT_VERSION = 4
+SHARDED_VERSIONS = (3, 4)     # read as they are; 1 and 2 through `tapt index upgrade`
 UPGRADABLE_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 SEAL = "self_sha256"
@@ -50,12 +56,13 @@ TOKENS = "tokens.npy"
 DOCS = "docs.npy"
 STORE = "text.lmdb"
 FAISS = "index.faiss"
+QUANTIZER = "quantizer.faiss"  # format 4: the IVF coarse quantizer every shard's part shares
 LMDB_DATA = f"{STORE}/data.mdb"
 # Everything tapt writes into an index directory: formats 1 and 2 at the top; format 3 at the top
 # (manifest, vocabulary, shards/, and while a build runs its plan and stage records) and in each
 # shard directory.
 INDEX_ENTRIES = frozenset({MANIFEST_NAME, EMBEDDINGS, TOKENS, DOCS, STORE, FAISS, "progress.json",
-                           SHARDS, VOCAB, "plan.json", "faiss.trained", "train.json",
+                           SHARDS, VOCAB, QUANTIZER, "plan.json", "faiss.trained", "train.json",
                            "codes.json"})
 SHARD_ENTRIES = frozenset({SHARD_MANIFEST, EMBEDDINGS, TOKENS, DOCS, STORE, FAISS, LEXICAL,
                            LEXICAL_OFFSETS, BIGRAMS, VOCAB, DOC_HASHES, CODES, "prepared.json",
@@ -79,6 +86,13 @@ def shard_name(number: int) -> str:
 
 def shard_dir(index_dir: Path, name: str) -> Path:
     return Path(index_dir) / SHARDS / name
+
+
+def written_version(faiss_info: dict[str, Any]) -> int:
+    """The format version an index manifest with this `faiss` section is written as: 4 where
+    the index stores its IVF quantizer once (`faiss.quantizer`), else 3 (readable by every
+    tapt that reads sharded indexes)."""
+    return INDEX_FORMAT_VERSION if (faiss_info or {}).get("quantizer") else 3
 
 
 def upgrade_hint(index_dir: Path, version: int = 1) -> str:
@@ -113,7 +127,7 @@ def lost_manifest_hint(index_dir: str | Path) -> str:
             "its corpus into a new folder (tapt index build ... --out NEW_FOLDER)")
 
 
-def read_index_manifest(index_dir: Path, versions: tuple[int, ...] = (INDEX_FORMAT_VERSION,),
+def read_index_manifest(index_dir: Path, versions: tuple[int, ...] = SHARDED_VERSIONS,
                         label: Path | None = None, rebuild_hint: bool = False) -> dict[str, Any]:
     """Load and check an index manifest; clear errors for a missing, foreign, older, newer or
     damaged one.

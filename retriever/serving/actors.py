@@ -62,7 +62,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from tapt.errors import IndexFormatError, InputError
-from tapt.indexer.ann.faiss_index import ShardedFaiss, merge_in_groups
+from tapt.indexer.ann.faiss_index import ShardedFaiss
+from tapt.indexer.ann.topk_merge import merge_in_groups
 from tapt.indexer.store.identity import same_snapshot
 from tapt.indexer.building.ray_cluster import (ExecutorError, check_placeable, connect,
                                                custom_resources, env_options, import_ray,

@@ -11,7 +11,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tapt.indexer.ann.faiss_index import merge_in_groups, search_part, set_search_param
+from tapt.indexer.ann.faiss_index import search_part, set_search_param
+from tapt.indexer.ann.topk_merge import merge_in_groups
 from tapt.indexer.store.shards import RowView
 from tapt.indexer.store.text_store import damaged
 

@@ -313,7 +313,7 @@ def test_merged_results_are_the_best_k_of_every_part_in_order():
     """`merge_topk` (a partition per query, then a sort of the best k) returns exactly what a
     two-key sort of every part's results returns: similarity descending, ties by ascending id,
     missing results (-1) last."""
-    from tapt.indexer.ann.faiss_index import merge_topk
+    from tapt.indexer.ann.topk_merge import merge_topk
 
     rng = np.random.default_rng(10)
     for trial in range(60):
@@ -343,7 +343,7 @@ def test_merge_keys_and_fallback_agree():
     """The packed-key merge equals the two-key sort it replaces for near-ties of every kind
     (fast-scan similarities repeat, +0.0 and -0.0, ids far above 2^32 with a narrow spread);
     NaN, float64 and ids spread over 2^32 take the two-key sort and still rank NaN last."""
-    from tapt.indexer.ann.faiss_index import _merge_lexsort, merge_topk
+    from tapt.indexer.ann.topk_merge import _merge_lexsort, merge_topk
 
     rng = np.random.default_rng(11)
     for trial in range(200):
@@ -375,7 +375,7 @@ def test_merge_keys_and_fallback_agree():
 def test_merging_in_groups_equals_one_merge():
     """Parts merged a few at a time (bounded memory at hundreds of shards) give the one-merge
     answer, ties and missing results included."""
-    from tapt.indexer.ann.faiss_index import merge_in_groups, merge_topk
+    from tapt.indexer.ann.topk_merge import merge_in_groups, merge_topk
 
     rng = np.random.default_rng(12)
     for trial in range(40):

@@ -78,11 +78,15 @@ def test_old_manifests_and_recorded_choices():
     old = choice_from_manifest({"factory": "Flat", "metric": "inner_product", "ntotal": 5}, 5, 8)
     assert (old.kind, old.factory, old.search_param) == ("flat", "Flat", None)
     chosen = choose_index(100_000, 384, "64M", seed=3)
-    info = {"factory": chosen.factory, **chosen.manifest()}
+    info = {"factory": chosen.factory, **chosen.manifest(),
+            "quantizer": {"file": "quantizer.faiss", "lists": chosen.params["nlist"]}}
     again = choice_from_manifest(info, 100_000, 384)
     assert (again.kind, again.factory, again.params, again.train_size, again.seed) == (
         chosen.kind, chosen.factory, chosen.params, chosen.train_size, 3)
     assert again.search_sweep == chosen.search_sweep
+    # an IVF index that records no stored quantizer keeps one in every part (format 3)
+    del info["quantizer"]
+    assert not choice_from_manifest(info, 100_000, 384).params["shared_quantizer"]
 
 
 @pytest.mark.parametrize("n", [50_000, 1_000_000, 10_000_000, 100_000_000])

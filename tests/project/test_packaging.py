@@ -21,3 +21,13 @@ def test_every_subpackage_is_listed_for_installation():
             found.add(".".join(("tapt", *parts)))
     assert found == listed, {"not listed": sorted(found - listed),
                              "listed, no package": sorted(listed - found)}
+
+
+def test_no_extra_installs_a_second_faiss():
+    """The faiss-gpu wheels and faiss-cpu (a core dependency) both write `faiss/`: an extra
+    listing faiss-gpu would leave whichever installed last (`tapt[gpu]` relies on torch)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert [d.split(">")[0] for d in project["dependencies"] if d.startswith("faiss")] == \
+        ["faiss-cpu"]
+    for extra, deps in project["optional-dependencies"].items():
+        assert not [d for d in deps if d.lower().startswith("faiss")], extra
