@@ -330,9 +330,10 @@ def model_path(model: str | None = None) -> str:
     from pathlib import Path
 
     from tapt.indexer.encoding.models import DEFAULT_MODEL, resolve_model
+    from tapt.util.files import real_path
 
     resolved = resolve_model(model)
     if not Path(resolved).is_dir():
         raise InputError(f"{model!r} is not a local model directory or the packaged default "
                          f"({DEFAULT_MODEL})", param="model")
-    return str(Path(resolved).resolve())
+    return str(real_path(resolved))

@@ -20,7 +20,7 @@ import numpy as np
 
 from tapt.errors import TaptError
 from tapt.util.checks import whole_number
-from tapt.util.files import regular_file
+from tapt.util.files import read_regular, regular_file
 
 from ..store import integrity
 from ..store.manifest import (DOCS, EMBEDDINGS, FAISS, LMDB_DATA, QUANTIZER, SHARDED_VERSIONS,
@@ -110,9 +110,8 @@ def _generation(path: str | Path) -> tuple[int, int, bytes] | None:
     manifest's bytes."""
     try:
         st = os.stat(path)
-        with open(Path(path) / "manifest.json", "rb") as fh:
-            return st.st_dev, st.st_ino, fh.read(1 << 24)
-    except OSError:
+        return st.st_dev, st.st_ino, read_regular(Path(path) / "manifest.json")
+    except OSError:             # a FIFO or device is never opened for reading (it would block)
         return None
 
 
@@ -247,7 +246,10 @@ def _verify_shards(report, path, manifest, n, documents, dim, emb_dtype, rows, p
 
 def _unreadable(path: Path) -> str | None:
     """Why a regular file cannot be opened for reading (its permissions, most often), or
-    None: such a file is reported as unreadable, not read (and not called damaged)."""
+    None: such a file is reported as unreadable, not read (and not called damaged). Anything
+    but a regular file is not opened (a FIFO would block) and is judged by its own check."""
+    if not path.is_file():
+        return None
     try:
         with open(path, "rb"):
             return None

@@ -54,7 +54,7 @@ def load_tuned_encoder(spec: str, device: str) -> Any:
     try:
         return load_encoder(spec, device=device, backend="torch")
     except InputError as exc:
-        raise InputError(exc.message, param=exc.param or "tuned_model") from exc
+        raise InputError(exc.message, param="tuned_model") from exc
 
 
 class TunedCosine(SentenceScored):

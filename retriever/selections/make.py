@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 # (`budjet=`) is named with the closest of these or of the method's parameters.
 SELECT_KEYWORDS = ("task", "budget", "segment_size", "seed", "context", "text_field", "model",
                    "device", "backend", "batch_size", "progress", "encoder", "out", "overwrite",
-                   "explicit")
+                   "explicit", "explain")
 
 
 class SelectConfig:

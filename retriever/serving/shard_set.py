@@ -36,7 +36,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tapt.indexer.index import Index, Shard
+from tapt.indexer.index import Index
+from tapt.indexer.store.shard_open import Shard, open_shard
 from tapt.indexer.store import integrity
 from tapt.indexer.store.manifest import (CODES, DOCS, EMBEDDINGS, FAISS, MANIFEST_NAME, SHARDS,
                                          TOKENS, read_shard_manifest)
@@ -91,7 +92,7 @@ class ShardSubset(Index):
         if any(not 0 <= s < len(entries) for s in self.own):
             raise damaged(label, f"{MANIFEST_NAME} lists {len(entries)} shards, the actor "
                                  f"serves shard {max(self.own)}")
-        self.shards: list[Shard] = [self._open_shard(base, entries[s], dim, emb_dtype, label)
+        self.shards: list[Shard] = [open_shard(self, base, entries[s], dim, emb_dtype, label)
                                     for s in self.own]
         self.opened = [s.name for s in self.shards]
         self._check_vocabulary(base, label)

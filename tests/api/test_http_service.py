@@ -34,7 +34,7 @@ ASK = {"method": "centroid", "task": TASK, "budget": "4"}
 @pytest.fixture()
 def setup(fake_index, tmp_path, monkeypatch):
     monkeypatch.setattr(tapt.indexer.encoding.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
+                        lambda spec=None, device="auto", backend="auto", threads=None, **_:
                         HashingEncoder())
     (tmp_path / "token").write_text(TOKEN + "\n")
     tasks, outs, outside = tmp_path / "tasks", tmp_path / "outs", tmp_path / "outside"

@@ -40,7 +40,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 @pytest.fixture()
 def page_server(fake_index, tmp_path, monkeypatch):
     monkeypatch.setattr(tapt.indexer.encoding.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
+                        lambda spec=None, device="auto", backend="auto", threads=None, **_:
                         HashingEncoder())
     (tmp_path / "token").write_text(TOKEN)
     svc = SelectionService(tapt.Index.open(fake_index),

@@ -23,7 +23,7 @@ TOKEN = "benchmark-test-token-0123456"
 
 def test_hostile_requests_are_refused_and_the_report_says_so(fake_index, tmp_path, monkeypatch):
     monkeypatch.setattr(tapt.indexer.encoding.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
+                        lambda spec=None, device="auto", backend="auto", threads=None, **_:
                         HashingEncoder())
     tasks, outs = tmp_path / "tasks", tmp_path / "outs"
     tasks.mkdir()

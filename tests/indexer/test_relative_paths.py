@@ -118,7 +118,8 @@ def test_an_index_named_dot_or_dotdot_is_rewritten_in_place(here):
     assert sorted(p.name for p in (here / "idx").iterdir() if p.name.startswith(".")) == []
 
 
-def test_a_relative_model_directory_is_handed_on_absolute(here):
+def test_a_relative_model_directory_is_handed_on_absolute(here, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)     # a hub name is taken as it is
     (here / "models" / "m").mkdir(parents=True)
     os.chdir(here / "models")
     assert EncoderSpec("m").model == str(here / "models" / "m")

@@ -75,7 +75,7 @@ def test_a_method_without_parts_says_so_and_the_file_keeps_it(index, tmp_path):
 
 def test_show_and_plots(fake_index, tmp_path, monkeypatch):
     monkeypatch.setattr(tapt.indexer.encoding.encoder, "load_encoder",
-                        lambda spec=None, device="auto", backend="auto", threads=None:
+                        lambda spec=None, device="auto", backend="auto", threads=None, **_:
                         HashingEncoder())
     (tmp_path / "task.txt").write_text("\n".join(TASK) + "\n")
     run = CliRunner().invoke

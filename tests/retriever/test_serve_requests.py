@@ -149,19 +149,19 @@ def test_resources_the_cluster_cannot_supply_are_refused(fake_index, fake_ray):
 
 
 def test_an_address_naming_another_cluster_is_refused_when_connected(monkeypatch):
-    from tapt.indexer.building import ray_executor
+    from tapt.indexer.building import ray_cluster
 
     context = types.SimpleNamespace(gcs_address="127.0.0.1:6379")
     ray = types.SimpleNamespace(is_initialized=lambda: True,
                                 get_runtime_context=lambda: context)
-    monkeypatch.setattr(ray_executor, "import_ray", lambda *a, **k: ray)
-    assert ray_executor.connect(None) is False
-    assert ray_executor.connect("auto") is False
-    assert ray_executor.connect("127.0.0.1:6379") is False
-    assert ray_executor.connect("localhost:6379") is False
+    monkeypatch.setattr(ray_cluster, "import_ray", lambda *a, **k: ray)
+    assert ray_cluster.connect(None) is False
+    assert ray_cluster.connect("auto") is False
+    assert ray_cluster.connect("127.0.0.1:6379") is False
+    assert ray_cluster.connect("localhost:6379") is False
     with pytest.raises(ExecutorError, match="connected to the Ray cluster at 127.0.0.1:6379 "
                                             "already; 10.255.0.1:6380 names another"):
-        ray_executor.connect("10.255.0.1:6380")
+        ray_cluster.connect("10.255.0.1:6380")
     with pytest.raises(ExecutorError, match="names another"):
-        ray_executor.connect("127.0.0.1:7000")
+        ray_cluster.connect("127.0.0.1:7000")
 
