@@ -96,6 +96,28 @@ def run_setting(name: str, **metadata: Any) -> Any:
     return field(default=default, metadata={**meta, **metadata})
 
 
+def check_run_settings(config: Any) -> None:
+    """The checks of the settings every masked-LM run has (`run_setting`: length, batch,
+    masking, seed, device, learning rate and schedule, checkpoints), its flags made booleans:
+    what `TrainConfig` and `PretrainConfig` both run on themselves.
+
+    Raises:
+        InputError: a setting out of its range, naming it.
+    """
+    check_mlm_settings(config.max_length, config.batch_size, config.mlm_probability,
+                       config.seed, config.device)
+    real_number(config.lr, "lr", low=0.0, low_open=True, what="a positive number")
+    real_number(config.warmup, "warmup", low=0.0, high=1.0, high_open=True,
+                what="a fraction of the steps in [0, 1)")
+    real_number(config.weight_decay, "weight_decay", low=0.0, what="a number >= 0")
+    real_number(config.max_grad_norm, "max_grad_norm", low=0.0,
+                what="a number >= 0 (0 = no clipping)")
+    whole_number(config.save_every, "save_every", maximum=MAX_COUNT)
+    whole_number(config.keep_checkpoints, "keep_checkpoints", maximum=MAX_COUNT)
+    for name in ("resume", "delete_checkpoints", "progress"):
+        object.__setattr__(config, name, flag(getattr(config, name), name))
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Arguments of one training run; raises InputError on any value that cannot work."""
@@ -196,20 +218,9 @@ class TrainConfig:
             whole_number(self.steps, "steps", maximum=MAX_COUNT)
         if self.epochs is not None:
             whole_number(self.epochs, "epochs", maximum=MAX_COUNT)
-        check_mlm_settings(self.max_length, self.batch_size, self.mlm_probability, self.seed,
-                           self.device)
-        real_number(self.lr, "lr", low=0.0, low_open=True, what="a positive number")
-        real_number(self.warmup, "warmup", low=0.0, high=1.0, high_open=True,
-                    what="a fraction of the steps in [0, 1)")
-        real_number(self.weight_decay, "weight_decay", low=0.0, what="a number >= 0")
-        real_number(self.max_grad_norm, "max_grad_norm", low=0.0,
-                    what="a number >= 0 (0 = no clipping)")
+        check_run_settings(self)
         whole_number(self.eval_every, "eval_every", minimum=0, maximum=MAX_COUNT)
         whole_number(self.eval_batch_size, "eval_batch_size", maximum=MAX_COUNT)
-        whole_number(self.save_every, "save_every", maximum=MAX_COUNT)
-        whole_number(self.keep_checkpoints, "keep_checkpoints", maximum=MAX_COUNT)
-        for name in ("resume", "delete_checkpoints", "progress"):
-            object.__setattr__(self, name, flag(getattr(self, name), name))
         for name in IDENTITY_FIELDS + ("eval_every", "eval_batch_size", "save_every",
                                        "keep_checkpoints"):
             value = getattr(self, name)     # numpy scalars as plain numbers: JSON for the manifest

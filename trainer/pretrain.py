@@ -21,9 +21,9 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.modeling.scratch import PRESETS
-from tapt.util.checks import choice, flag, path_text, real_number, shown, whole_number
+from tapt.util.checks import choice, path_text, whole_number
 
-from .config import MAX_COUNT, MAX_SEED, MLM_EVAL_BATCH, check_mlm_settings, run_setting
+from .config import MAX_COUNT, MAX_SEED, MLM_EVAL_BATCH, check_run_settings, run_setting
 
 TOKENIZERS = ("wordpiece", "index")
 _SHAPE = ("vocab_size", "hidden_size", "layers", "heads", "intermediate_size")
@@ -111,24 +111,13 @@ class PretrainConfig:
                 object.__setattr__(self, name, PRESETS[self.preset][name])
         for name in (*_SHAPE, "sample", "steps"):
             whole_number(getattr(self, name), name, maximum=MAX_COUNT)
-        check_mlm_settings(self.max_length, self.batch_size, self.mlm_probability, self.seed,
-                           self.device)
+        check_run_settings(self)
         if self.vocab_size < 100:
             raise InputError(f"must be at least 100 tokens, got {self.vocab_size}",
                              param="vocab_size")
         if self.hidden_size % self.heads:
             raise InputError(f"{self.heads} heads do not divide a hidden size of "
                              f"{self.hidden_size}", param="heads")
-        real_number(self.lr, "lr", low=0.0, low_open=True, what="a positive number")
-        real_number(self.warmup, "warmup", low=0.0, high=1.0, high_open=True,
-                    what="a fraction of the steps in [0, 1)")
-        real_number(self.weight_decay, "weight_decay", low=0.0, what="a number >= 0")
-        real_number(self.max_grad_norm, "max_grad_norm", low=0.0,
-                    what="a number >= 0 (0 = no clipping)")
-        whole_number(self.save_every, "save_every", maximum=MAX_COUNT)
-        whole_number(self.keep_checkpoints, "keep_checkpoints", maximum=MAX_COUNT)
-        for name in ("resume", "delete_checkpoints", "progress"):
-            object.__setattr__(self, name, flag(getattr(self, name), name))
         for name in IDENTITY_FIELDS:
             value = getattr(self, name)     # numpy scalars as plain numbers: JSON for the manifest
             if isinstance(value, (np.integer, np.floating)):
