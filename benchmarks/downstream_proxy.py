@@ -85,8 +85,8 @@ def summary_markdown(reports: list[dict], summary: dict) -> str:
     interval, the share of the oracle's gain, the goal, the time and the machine."""
     conditions = [c for c in reports[0]["conditions"] if c != "random"] if reports else []
     head = "| condition | " + " | ".join(r["task"] for r in reports) + " |"
-    lines = [f"Accuracy minus `random`'s, 95% interval (share of the oracle's gain where the "
-             f"oracle's own gain is resolved):", "", head,
+    lines = ["Accuracy minus `random`'s, 95% interval (share of the oracle's gain where the "
+             "oracle's own gain is resolved):", "", head,
              "|---|" + "---|" * len(reports)]
     for c in conditions:
         cells = []
@@ -111,7 +111,8 @@ def summary_markdown(reports: list[dict], summary: dict) -> str:
               f"least two tasks, `fused` at 80% of it where resolved) "
               f"{'met' if goal['met'] else 'not met'}.",
               "", "Stage minutes per task (select + continued pretraining + MLM evaluation + "
-              "fine-tuning, all conditions and seeds): "
+              f"{'linear probes' if summary['settings'].get('ft_mode') == 'probe' else 'fine-tuning'}"
+              ", all conditions and seeds): "
               + ", ".join(f"{t} {v['stage_minutes']}" for t, v in timing.items())
               + f". Machine: {machine['cpus']} CPUs, load average (1, 5, 15 min) before and "
               f"after each task {machine['load_average_1_5_15']}.", ""]
