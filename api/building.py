@@ -7,11 +7,10 @@ import contextlib
 import os
 from typing import Any, Iterator, Self, Sequence
 
+from tapt.api.arguments import PathLike
+from tapt.api.options import config_settings
 from tapt.errors import InputError
 from tapt.util.checks import path_text, shown
-
-from .arguments import PathLike
-from .options import config_settings
 
 
 class IndexBuilding:
@@ -95,10 +94,11 @@ class IndexBuilding:
             Interrupted: Ctrl-C; the embedded part is kept (`kept`, `work`) and the same call
                 resumes it.
         """
-        from tapt.indexer.building import build_config
-        from tapt.indexer.building.pipeline import build_index, check_index_output, parse_count
-        from tapt.indexer.building.executors import EncoderSpec
         from tapt.indexer.ann.index_choice import DEFAULT_MEMORY
+        from tapt.indexer.building import build_config
+        from tapt.indexer.building.build_config import parse_count
+        from tapt.indexer.building.executors import EncoderSpec
+        from tapt.indexer.building.pipeline import build_index, check_index_output
 
         inputs = _inputs(inputs, hf_datasets, hf_split)
         path_text(out, "out")

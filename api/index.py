@@ -9,16 +9,14 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
+from tapt.api.arguments import PathLike, Task
+from tapt.api.building import IndexBuilding
 from tapt.errors import InputError
 from tapt.indexer.index import Index as _IndexBase
 from tapt.retriever.selections.selection import Selection
 
-from .arguments import PathLike, Task
-from .building import IndexBuilding
-
 if TYPE_CHECKING:
     from tapt.indexer.building.verify import VerifyReport
-    from tapt.retriever.selections.make import SelectConfig
 
 
 class Index(IndexBuilding, _IndexBase):
@@ -394,9 +392,8 @@ class Index(IndexBuilding, _IndexBase):
         from tapt.retriever.selections.selection import check_selection_output
         from tapt.retriever.tasks.forms import task_paths
 
-        config = self.configure(SelectConfig(method, budget, segment_size=segment_size,
-                                               seed=seed, context=context, explicit=explicit,
-                                               **params))
+        config = SelectConfig(method, budget, segment_size=segment_size, seed=seed,
+                              context=context, explicit=explicit, **params)
         if out is not None:
             check_selection_output(out, [*task_paths(task), self.path], overwrite)
         task_input = None
@@ -452,19 +449,6 @@ class Index(IndexBuilding, _IndexBase):
         embeddings, _ = encode_cached(checked.get(), texts, batch_size=batch_size,
                                       progress=progress)
         return embeddings
-
-    def configure(self, config: SelectConfig) -> SelectConfig:
-        """The selection configuration (`retriever.selections.make.SelectConfig`) as this index runs it:
-        unchanged here (a `ServedIndex` fans out through its scans instead: `score_rows`,
-        `top_cut`, `lexicon_scores`, its FAISS search); a subclass may adapt it.
-
-        Args:
-            config: What to select.
-
-        Returns:
-            The configuration to pass to `retriever.selections.make.make_selection` with this index.
-        """
-        return config
 
     def _checked_encoder(self, encoder: Any, model: str | None, device: str, backend: str):
         """The encoder to use, checked, as a `LazyEncoder` (the index's own model loads on

@@ -1,10 +1,13 @@
 """The selection methods and the option metadata the command line builds its options from, so
-that its choices and defaults are the library's own."""
+that its choices and defaults are the library's own. The commands import this module (`from
+tapt.api import options`); of its names only `method_names` and `describe_methods` are part of
+the public API (`tapt.__all__`)."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
+from tapt.api.rooms import LIMITS  # noqa: F401 - the defaults of `index serve --http`'s limits
 from tapt.retriever.ranking.document_pooling import CONTEXTS  # noqa: F401 - "sentence", "document"
 from tapt.trainer.config import MLM_EVAL_BATCH  # noqa: F401 - masked-LM loss batch
 
@@ -218,7 +221,6 @@ def config_settings(kind: str, config: type, settings: dict[str, Any],
         InputError: a keyword that is no such field (named).
     """
     from tapt.errors import InputError
-
     from tapt.util.checks import did_you_mean
 
     allowed = {desc["name"] for desc in config_fields(kind, config)} - set(explicit)

@@ -7,11 +7,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tapt.api.arguments import PathLike, Task, is_series
 from tapt.errors import InputError
 from tapt.retriever.selections.selection import Selection
 from tapt.trainer.config import MLM_EVAL_BATCH
-
-from .arguments import PathLike, Task, is_series
 
 
 def _selection_paths(selections) -> list[str]:
@@ -101,12 +100,11 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         StorageError: the disk filled up or refused a write (the newest checkpoint is kept).
         TrainingInterrupted: Ctrl-C; a checkpoint was saved (resume with `resume=True`).
     """
+    from tapt.api.options import config_settings
     from tapt.trainer import config as train_config
     from tapt.trainer.inputs import check_selections
-    from tapt.util.checks import shown
     from tapt.trainer.loop import train as run_training
-
-    from .options import config_settings
+    from tapt.util.checks import shown
 
     if on_step is not None and not callable(on_step):
         raise InputError(f"must be a function of (step, loss), got {shown(on_step)}",
@@ -140,13 +138,12 @@ def _compare(config: Any, manifest: dict[str, Any]) -> dict[str, Any]:
     import dataclasses
     from pathlib import Path
 
+    from tapt.api.index import Index
     from tapt.trainer.downstream_stats import difference, group_totals, resample_ratio
     from tapt.trainer.evaluate import document_losses
     from tapt.trainer.inputs import read_texts
     from tapt.trainer.loop import train as run_training
     from tapt.util.files import write_json_atomic
-
-    from .index import Index
 
     out = Path(config.out)
     held_out = read_texts(config.eval_text, config.eval_texts, config.text_field,
@@ -222,8 +219,8 @@ def evaluate_mlm(texts: Task, *, model: str | None = None,
         InputError: an argument of the wrong type or out of range (named), or text or a model
             that cannot be used.
     """
-    from tapt.util.checks import shown
     from tapt.trainer.evaluate import evaluate_text
+    from tapt.util.checks import shown
 
     if texts is None or not (isinstance(texts, (str, os.PathLike, list, tuple, np.ndarray, dict))
                              or is_series(texts)):
@@ -290,12 +287,12 @@ def pretrain(index: PathLike, out: PathLike, *, progress: bool = True,
         >>> manifest["steps"], manifest["pretrain"]["preset"]
         (2, 'tiny')
     """
+    from tapt.api.index import Index
+    from tapt.api.options import config_settings
     from tapt.trainer.outdir import check_output
-    from tapt.trainer.pretrain import PretrainConfig, pretrain as run_pretrain, sample_record
+    from tapt.trainer.pretrain import PretrainConfig, sample_record
+    from tapt.trainer.pretrain import pretrain as run_pretrain
     from tapt.util.checks import path_text
-
-    from .index import Index
-    from .options import config_settings
 
     config = PretrainConfig(out=out, progress=progress,
                             **config_settings("pretrain", PretrainConfig, settings, ("out",)))
@@ -330,9 +327,10 @@ def model_path(model: str | None = None) -> str:
     from pathlib import Path
 
     from tapt.indexer.encoding.models import DEFAULT_MODEL, resolve_model
+    from tapt.util.files import real_path
 
     resolved = resolve_model(model)
     if not Path(resolved).is_dir():
         raise InputError(f"{model!r} is not a local model directory or the packaged default "
                          f"({DEFAULT_MODEL})", param="model")
-    return str(Path(resolved).resolve())
+    return str(real_path(resolved))

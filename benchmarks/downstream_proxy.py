@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 import tapt
+from benchmarks.downstream_tasks import CLASSES, DEFAULT_SEEDS, TASKS, make_task
 from tapt.api.downstream import CONDITIONS
-from benchmarks.downstream_tasks import DEFAULT_SEEDS, TASKS, CLASSES, make_task
 
 DOMAIN = {"quotes": "quotes", "it": "it", "religion": "religion"}
 
@@ -85,8 +85,8 @@ def summary_markdown(reports: list[dict], summary: dict) -> str:
     interval, the share of the oracle's gain, the goal, the time and the machine."""
     conditions = [c for c in reports[0]["conditions"] if c != "random"] if reports else []
     head = "| condition | " + " | ".join(r["task"] for r in reports) + " |"
-    lines = [f"Accuracy minus `random`'s, 95% interval (share of the oracle's gain where the "
-             f"oracle's own gain is resolved):", "", head,
+    lines = ["Accuracy minus `random`'s, 95% interval (share of the oracle's gain where the "
+             "oracle's own gain is resolved):", "", head,
              "|---|" + "---|" * len(reports)]
     for c in conditions:
         cells = []

@@ -193,7 +193,7 @@ def cpu_steps(index: Path, rows: int, dim: int, tokenizing, repeats: int = 3
         _, tokens = pickle.loads(blob)
         pickle.loads(pickle.dumps(("embedded", (emb, tokens.counts, 0.1, dim, 256)), protocol=5))
 
-    def save(k=[0]):
+    def save(k=[0]):  # noqa: B006 - a counter kept across calls
         k[0] += 1
         task = stages.EmbedTask(str(work), "s", k[0], 0, rows, None, "float32", "bench")
         stages.save_part(task, emb, holder["tokens"].counts, 0.1, dim, 256)

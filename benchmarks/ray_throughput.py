@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
 from tapt.util.files import atomic_write, write_json_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,11 +189,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import ray
+    import torch
 
     from tapt.indexer.building.executors import EncoderSpec, LocalExecutor
     from tapt.indexer.building.ray_executor import RayExecutor
-
-    import torch
 
     spec = EncoderSpec(None, "cpu", args.backend)
     encoder = spec.load()

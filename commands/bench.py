@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tapt import api
-from tapt.api import CONTEXTS
+from tapt.api.options import CONTEXTS
 from tapt.commands.common import CLICK_SETTINGS, CommandGroup, _domain_errors
 from tapt.commands.options import SEED, _ints
 

@@ -12,12 +12,24 @@ import sys
 import click
 
 from tapt import api
-from tapt.commands.common import (CLICK_SETTINGS, CommandGroup, ValueRefused, _domain_errors,
-                                  _Interrupted)
-from tapt.commands.options import (_HF_DATASET, SEED, _backend_option, _config_options,
-                                   _faiss_options, _inputs, _ray_options)
+from tapt.api import options
+from tapt.commands.common import (
+    CLICK_SETTINGS,
+    CommandGroup,
+    ValueRefused,
+    _domain_errors,
+    _Interrupted,
+)
+from tapt.commands.options import (
+    _HF_DATASET,
+    SEED,
+    _backend_option,
+    _config_options,
+    _faiss_options,
+    _inputs,
+    _ray_options,
+)
 from tapt.errors import InputError, Interrupted
-
 
 _DEVICE = click.option("--device", default="auto", show_default=True,
                        type=click.Choice(["auto", "cpu", "cuda"]),
@@ -243,18 +255,18 @@ def index_info(idx, as_json) -> None:
 @click.option("--out-root", type=click.Path(file_okay=False), default=None,
               help="--http: the folder requests may write selections to [default: none].")
 @click.option("--max-body", type=click.IntRange(min=1), default=None,
-              help=f"--http: bytes of a request body [default: {api.LIMITS['max_body']:,}].")
+              help=f"--http: bytes of a request body [default: {options.LIMITS['max_body']:,}].")
 @click.option("--max-task", type=click.IntRange(min=1), default=None,
-              help=f"--http: task sentences of a request [default: {api.LIMITS['max_task']:,}].")
+              help=f"--http: task sentences of a request [default: {options.LIMITS['max_task']:,}].")
 @click.option("--max-budget", type=click.IntRange(min=1), default=None,
               help="--http: sentences a request's budget may reach [default: "
-                   f"{api.LIMITS['max_budget']:,}].")
+                   f"{options.LIMITS['max_budget']:,}].")
 @click.option("--max-concurrent", type=click.IntRange(min=1), default=None,
               help="--http: requests in flight, more are answered 429 [default: "
-                   f"{api.LIMITS['max_concurrent']}].")
+                   f"{options.LIMITS['max_concurrent']}].")
 @click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds a request may take, answered 503 past it (--http: waiting "
-                   f"included) [default: --http {api.LIMITS['request_timeout']:g}, else none].")
+                   f"included) [default: --http {options.LIMITS['request_timeout']:g}, else none].")
 @click.pass_context
 @_domain_errors
 def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, http,
@@ -287,7 +299,8 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, 
       tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
       tapt index serve idx --hold codes < requests.jsonl  # "params": {"scan": "codes"}
     """
-    from tapt.api import answer_line, answer_stream, serve
+    from tapt.api import serve
+    from tapt.api.served import answer_line, answer_stream
 
     if http is not None:
         if ctx.get_parameter_source("requests_file") == click.core.ParameterSource.COMMANDLINE:

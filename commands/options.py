@@ -1,13 +1,12 @@
 """What several commands share: option decorators, the options of method parameters
-(`_param_option`, from `tapt.api.method_params`) and of config fields (`_config_options`, from
-`tapt.api.config_fields`), and small parsers of option values."""
+(`_param_option`, from `tapt.api.options.method_params`) and of config fields
+(`_config_options`, from `tapt.api.options.config_fields`), and small parsers of option values."""
 
 from __future__ import annotations
 
 import click
 
-from tapt import api
-
+from tapt.api import options as api_options
 
 _BACKEND_HELP = ("Encoder backend: torch, or the model exported once to ONNX (fp32, or int8 by dynamic "
                  "quantisation; CPU only). auto = onnx (fp32: faster than torch on a CPU, same "
@@ -34,7 +33,7 @@ class _MemoryType(click.ParamType):
         if isinstance(value, str) and value.strip().lower() == "auto":
             return "auto"          # resolved where the build runs (half its available memory)
         try:
-            return api.parse_memory(value)
+            return api_options.parse_memory(value)
         except InputError as exc:
             self.fail(exc.message, param, ctx)
 
@@ -42,7 +41,7 @@ class _MemoryType(click.ParamType):
 def _faiss_options(func=None, *, keep: bool = False):
     """--index, --memory and --opq: which FAISS index to build (see indexer/ann/index_choice.py);
     `keep` (reindex): --index keep, the index's current type, is the default."""
-    DEFAULT_MEMORY = api.default_memory()
+    DEFAULT_MEMORY = api_options.default_memory()
 
     if func is None:
         return lambda f: _faiss_options(f, keep=keep)
@@ -124,7 +123,7 @@ def _flags_in_text(text: str) -> str:
 
 def _param_option(param: dict) -> click.Option:
     """The click option of one method parameter (type, default, choices and help from
-    `tapt.api.method_params`)."""
+    `tapt.api.options.method_params`)."""
     kind, choices = param["kind"], param["choices"]
     minimum, maximum = param["minimum"], param["maximum"]
     bounded = minimum is not None or maximum is not None
@@ -148,7 +147,7 @@ def _param_option(param: dict) -> click.Option:
 
 def _config_option(desc: dict) -> click.Option:
     """The click option of one config field (flag, type, default, help from
-    `tapt.api.config_fields`)."""
+    `tapt.api.options.config_fields`)."""
     kind, choices = desc["kind"], desc["choices"]
     minimum, maximum = desc["minimum"], desc["maximum"]
     decls = [desc["flag"], desc["name"]]
@@ -176,14 +175,14 @@ def _config_options(kind: str, *layout, config: type | None = None):
     option (its value reaches the command under the field's name).
 
     Args:
-        kind: Which command's fields (`tapt.api.config_fields`).
+        kind: Which command's fields (`tapt.api.options.config_fields`).
         *layout: Field names and decorators of other options, in the order `--help` lists them.
         config: The dataclass to describe instead of the kind's own.
 
     Returns:
         The decorator.
     """
-    fields = {desc["name"]: desc for desc in api.config_fields(kind, config)}
+    fields = {desc["name"]: desc for desc in api_options.config_fields(kind, config)}
     unknown = [name for name in layout if isinstance(name, str) and name not in fields]
     if unknown:
         raise KeyError(f"not options of {kind}: {', '.join(unknown)}")

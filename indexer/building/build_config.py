@@ -1,7 +1,7 @@
 """BuildConfig: the options of one index build, validated on creation. Each field that is an
 option of `tapt index build` (and `index add`) carries its command-line description in its
 metadata (`help`, `flag`, `metavar`, `choices`, bounds, `show_default`; `add`: how `index add`
-differs), which `tapt.api.config_fields` hands to the command line."""
+differs), which `tapt.api.options.config_fields` hands to the command line."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ import re
 from dataclasses import dataclass, field
 
 from tapt.errors import InputError
+from tapt.indexer.ann.index_choice import DEFAULT_MEMORY, REQUESTS, parse_memory
+from tapt.indexer.building.executors import executor_names
+from tapt.indexer.reading import formats
+from tapt.indexer.reading.formats import ReadOptions
+from tapt.indexer.reading.reader import TextDocs
 from tapt.util.checks import whole_number
 from tapt.util.sizes import parse_memory as parse_size
-
-from .executors import executor_names
-from ..ann.index_choice import DEFAULT_MEMORY, REQUESTS, parse_memory
-from ..reading import formats
-from ..reading.formats import ReadOptions
-from ..reading.reader import TextDocs
 
 EMBEDDING_DTYPES = ("auto", "float32", "float16")
 CODES = ("none", "int8")

@@ -132,7 +132,7 @@ def test_select_takes_every_task_form_alike(fake_index, medical_task, task, monk
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, fake_index, task):
     pytest.importorskip("torch")
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     base = tmp_path_factory.mktemp("parity")
     model = write_tiny_bert(base / "tiny", task, hidden_size=32, layers=1, max_positions=64)

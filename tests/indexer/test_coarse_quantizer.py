@@ -6,7 +6,6 @@ takes), run here on the CPU."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 
 import numpy as np

@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from tapt.errors import InputError
-from tapt.indexer.ann.index_choice import (MEDIUM_MAX, SMALL_MAX, choice_from_manifest, choose_index,
-                                  hnsw_bytes, parse_memory, rescore_k)
+from tapt.indexer.ann.index_choice import (
+    MEDIUM_MAX,
+    SMALL_MAX,
+    choice_from_manifest,
+    choose_index,
+    hnsw_bytes,
+    parse_memory,
+    rescore_k,
+)
 
 G = 1 << 30
 

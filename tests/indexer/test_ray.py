@@ -20,17 +20,15 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+import tapt  # noqa: E402
 from build_worker import assert_same_index  # noqa: E402
 from conftest import HashingEncoder, write_split_corpus, write_task  # noqa: E402
-from ray_worker import (CONFIG, WORKER, CrashingEncoder, ship_by_value,  # noqa: E402
-                        with_faiss_threads)
-
-import tapt  # noqa: E402
+from ray_worker import CONFIG, WORKER, CrashingEncoder, ship_by_value, with_faiss_threads  # noqa: E402
 from tapt.errors import TaptError  # noqa: E402
 from tapt.indexer.building import checkpoint  # noqa: E402
 from tapt.indexer.building.pipeline import BuildConfig, build_index  # noqa: E402
-from tapt.indexer.index import Index  # noqa: E402
 from tapt.indexer.building.ray_executor import ExecutorError, RayExecutor  # noqa: E402
+from tapt.indexer.index import Index  # noqa: E402
 
 
 @pytest.fixture(scope="module")

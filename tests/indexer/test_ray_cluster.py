@@ -24,7 +24,6 @@ ray = pytest.importorskip("ray")
 from build_worker import assert_same_index  # noqa: E402
 from conftest import HashingEncoder, write_split_corpus  # noqa: E402
 from ray_worker import CONFIG, ship_by_value  # noqa: E402
-
 from tapt.indexer.building import checkpoint  # noqa: E402
 from tapt.indexer.building.pipeline import BuildConfig, build_index  # noqa: E402
 from tapt.indexer.building.ray_executor import RayExecutor  # noqa: E402

@@ -11,11 +11,10 @@ import pytest
 
 from build_worker import assert_same_index, kill_and_resume
 from conftest import HashingEncoder, write_labelled_corpus, write_split_corpus
+from tapt.errors import InputError, Interrupted, StorageError
 from tapt.indexer.building import checkpoint, stages
 from tapt.indexer.building.pipeline import BuildConfig, build_index
-from tapt.errors import InputError, Interrupted, StorageError
 from tapt.indexer.index import Index
-
 
 
 def _config(**kw) -> BuildConfig:

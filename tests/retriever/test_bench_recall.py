@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tapt.retriever.bench import recall, recall_report
-from tapt.retriever.bench.run import bench_recall
-from tapt.retriever.bench.clusters import cluster_purity, purity
-from tapt.retriever.bench.labelled_pool import seed_subset
 from conftest import HashingEncoder, make_sentence
 from tapt.errors import InputError
 from tapt.indexer.index import Index
+from tapt.retriever.bench import recall, recall_report
+from tapt.retriever.bench.clusters import cluster_purity, purity
+from tapt.retriever.bench.labelled_pool import seed_subset
+from tapt.retriever.bench.run import bench_recall
 from tapt.retriever.evaluation.metrics import selection_scores
 
 

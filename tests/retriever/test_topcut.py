@@ -10,11 +10,11 @@ import pytest
 from conftest import HashingEncoder, make_sentence, write_split_corpus
 from tapt.indexer.building.pipeline import BuildConfig, build_index
 from tapt.indexer.index import Index
-from tapt.retriever.scoring import arrays
-from tapt.retriever.ranking import topcut
-from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
 from tapt.retriever.methods import RankingInputs, get_method
 from tapt.retriever.methods.base import by_sentence_scores
+from tapt.retriever.ranking import topcut
+from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
+from tapt.retriever.scoring import arrays
 from tapt.retriever.selections.make import SelectConfig, rank
 
 BUDGETS = ("0.1", "0.5", "1.0", "7", "40", "1", "25sent", "1sent", "300sent", "90tok", "900tok")
