@@ -7,8 +7,8 @@ the same):
 
     ix = tapt.Index.open("idx")                       # built once: tapt.Index.build(...)
     sel = ix.select("fused", task=["Fever and a persistent cough.",
-                 "Reduced blood flow to the kidneys.",
-                 "A rash on both arms."], budget="500sent")
+                                   "Reduced blood flow to the kidneys.",
+                                   "A rash on both arms."], budget="500sent")
     print(sel.to_pandas().head())                     # text, weight, score, tapt_..., corpus fields
     sel.write("sel-fever.jsonl")                      # the selection file `tapt train` reads
     sel.export("train-fever.parquet")                 # or hf / jsonl / txt, for any trainer

@@ -159,15 +159,16 @@ class Index(IndexBuilding, _IndexBase):
 
         return upgrade_index(path, progress=progress)
 
-    def reindex(self, index_type: str = "keep", memory: str | int | None = None, *,
-                opq: bool = False, codes: str = "keep", progress: bool = True
-                ) -> dict[str, Any]:
+    def reindex(self, index: str = "keep", memory: str | int | None = None, *,
+                opq: bool = False, codes: str = "keep", progress: bool = True,
+                **renamed: Any) -> dict[str, Any]:
         """Change the FAISS index type (every shard's part) and int8 codes from the stored
         embeddings (`tapt index reindex`).
 
         Args:
-            index_type: keep (the current type, and its memory budget and OPQ unless given),
-                auto, flat, hnsw or ivfpq.
+            index: keep (the current type, and its memory budget and OPQ unless given),
+                auto, flat, hnsw or ivfpq (`index_type`, its old name, is taken for one
+                release, with a warning).
             memory: RAM budget for the FAISS index ("8G", "512M" or bytes; default: the
                 recorded one with keep, else 8G).
             opq: IVF-PQ only: rotate with OPQ before quantising.
@@ -177,10 +178,16 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             The manifest's new `faiss` section.
         """
+        from tapt.api.options import config_settings
+        from tapt.indexer.building.build_config import BuildConfig
         from tapt.indexer.building.reindex import reindex
 
-        manifest = reindex(self.path, index_type, memory, opq=opq, progress=progress,
-                           codes=codes)
+        renamed = config_settings("build", BuildConfig, renamed, ())
+        if set(renamed) - {"index"}:
+            name = sorted(set(renamed) - {"index"})[0]
+            raise InputError(f"unknown keyword `{name}`", param=name)
+        index = renamed.get("index", index)
+        manifest = reindex(self.path, index, memory, opq=opq, progress=progress, codes=codes)
         self._reopen()
         return manifest["faiss"]
 

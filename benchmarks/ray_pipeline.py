@@ -132,7 +132,7 @@ def timed_build(name: str, corpus: Path, out: Path, encoder, rows: int, workers:
     runner = Probe(progress=False, workers=workers, timeout=1800)
     try:
         manifest = build_index([str(corpus)], out, encoder,
-                               BuildConfig(split=False, progress=False, window=rows, shards=1,
+                               BuildConfig(split=False, progress=False, part_size=rows, shards=1,
                                            embedding_dtype="float32", overwrite=True),
                                executor=runner)
     finally:

@@ -93,7 +93,7 @@ def run(name: str, inputs: list[Path], out: Path, executor, window: int, shards:
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     manifest = build_index([str(p) for p in inputs], out, encoder,
-                           BuildConfig(split=False, progress=False, window=window,
+                           BuildConfig(split=False, progress=False, part_size=window,
                                        shards=shards, embedding_dtype="float32",
                                        overwrite=True),
                            executor=timed.executor, encoder_spec=spec)

@@ -47,7 +47,7 @@ def _faiss_options(func=None, *, keep: bool = False):
         return lambda f: _faiss_options(f, keep=keep)
     kinds = ["auto", "flat", "hnsw", "ivfpq"]
     options = [
-        click.option("--index", "index_type", default="keep" if keep else "auto",
+        click.option("--index", "index", default="keep" if keep else "auto",
                      show_default=True, type=click.Choice(["keep"] * keep + kinds),
                      help=("FAISS index: keep = the index's current type (and its --memory "
                            "and --opq unless given); " if keep else "FAISS index: ")
@@ -59,7 +59,7 @@ def _faiss_options(func=None, *, keep: bool = False):
                      else True, type=_MemoryType(),
                      help="RAM budget for the FAISS index (8G, 512M, ...; auto = half the memory "
                           "available where the build runs)."),
-        click.option("--opq", is_flag=True, help="IVF-PQ: rotate with OPQ before quantising "
+        click.option("--opq", is_flag=True, default=False, help="IVF-PQ: rotate with OPQ before quantising "
                                                  "(slower to train)."),
     ]
     for option in reversed(options):
@@ -70,21 +70,21 @@ def _faiss_options(func=None, *, keep: bool = False):
 def _ray_options(func):
     """--ray-*: the Ray executor's options (a build's or add's, not config fields)."""
     options = [
-        click.option("--ray-address", "address", default=None, metavar="auto|HOST:PORT",
+        click.option("--ray-address", "ray_address", default=None, metavar="auto|HOST:PORT",
                      help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
                           "local cluster on this machine]."),
-        click.option("--ray-workers", "workers", type=click.IntRange(min=1), default=None,
+        click.option("--ray-workers", "ray_workers", type=click.IntRange(min=1), default=None,
                      help="--executor ray: embedding actors [default: GPUs / "
                           "--gpus-per-worker, or the cluster's CPUs - 1]."),
         click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
                      help="--executor ray: GPUs per embedding actor (0.5: two per GPU) "
                           "[default: 0, CPU actors]."),
-        click.option("--ray-timeout", "timeout", type=click.FloatRange(min=0, min_open=True),
+        click.option("--ray-timeout", "ray_timeout", type=click.FloatRange(min=0, min_open=True),
                      default=None, metavar="SECONDS",
                      help="--executor ray: fail a stage when no task of it finishes for this "
                           "long (the cluster lost its workers, or cannot place them) "
                           "[default: 3600]."),
-        click.option("--ray-retries", "retries", type=click.IntRange(min=0), default=None,
+        click.option("--ray-retries", "ray_retries", type=click.IntRange(min=0), default=None,
                      help="--executor ray: restarts of a dead embedding actor and retries of "
                           "a task whose worker died [default: 3]."),
     ]

@@ -230,7 +230,7 @@ def fake_index(tmp_path_factory, labelled_corpus):
 
     out = tmp_path_factory.mktemp("idx") / "index"
     build_index([labelled_corpus[0]], out, HashingEncoder(),
-                BuildConfig(segment_size=4, split=False, progress=False, window=64))
+                BuildConfig(segment_size=4, split=False, progress=False, part_size=64))
     return out
 
 

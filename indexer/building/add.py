@@ -124,7 +124,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder | L
     ingest = old["ingest"]
     config = BuildConfig(segment_size=old["segment_size"],
                          batch_size=batch_size or _recorded_batch_size(old),
-                         window=old["build"].get("window", 4096),
+                         part_size=old["build"].get("window", 4096),
                          split=ingest["split_sentences"],
                          text_field=text_field or ingest["text_field"],
                          doc_field=ingest["doc_field"] if doc_field is None else doc_field,
@@ -187,7 +187,7 @@ def _add(index: Index, inputs: list[InputSpec], encoder: Encoder, config: BuildC
                 plan.sessions += 1
             checkpoint.write_plan(work, plan)
             planned: dict[str, Any] = {}
-            workers = Workers.of(runner, encoder, config.window,
+            workers = Workers.of(runner, encoder, config.part_size,
                                  index_docs=int(old["counts"]["documents"]))
 
             def before_embed(rows: dict[str, int], pending: list[int]) -> TaskMemory | None:

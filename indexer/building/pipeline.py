@@ -287,7 +287,7 @@ def _build(inputs: list[InputSpec], out: Path, parent: Path, encoder: Encoder,
             disk_full=lambda committed: f"disk full while building {out}; {committed:,} "
             "sentences are committed: free space and run the same command again to resume")
         with failures:
-            workers = Workers.of(runner, encoder, config.window)
+            workers = Workers.of(runner, encoder, config.part_size)
             if plan is None:     # a new build: refused before anything is prepared
                 plan_before_prepare(scan, groups, encoder.dim, config, work, dtype, workers)
                 plan = checkpoint.Plan(wanted, [{"name": shard_name(i), "files": g}
@@ -402,7 +402,7 @@ def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: Buil
     if before_embed is not None:
         memory = before_embed({name: int(prepared[name]["rows"]) for name in new},
                               [int(prepared[name]["rows"]) for name in pending])
-    window = max(1, config.window)
+    window = max(1, config.part_size)
     embed_tasks, assemble_tasks = [], []
     for name in pending:
         rows = int(prepared[name]["rows"])
@@ -585,7 +585,7 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
             "backend": getattr(encoder, "backend", "torch"),
             "dtype": getattr(encoder, "dtype", "float32"),
             "batch_size": config.batch_size or "auto",
-            "window": config.window,
+            "window": config.part_size,
             "shards": len(shards),
             "sessions": plan.sessions,
             "calibrate_seconds": round(calibrate_seconds, 2),

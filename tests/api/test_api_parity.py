@@ -94,17 +94,6 @@ def test_every_command_has_its_python_entry_point():
     assert sorted(cli.commands["select"].commands) == sorted(tapt.method_names())
 
 
-def test_build_options_have_the_command_lines_names_and_defaults():
-    import inspect
-
-    params = inspect.signature(api.Index.build).parameters
-    assert params["part_size"].default == "4096" and params["segment_size"].default == 15
-    for name in ("ray_address", "ray_workers", "gpus_per_worker", "ray_timeout", "ray_retries"):
-        assert params[name].default is None
-    assert inspect.signature(api.train).parameters["eval_batch_size"].default == \
-        inspect.signature(api.evaluate_mlm).parameters["batch_size"].default
-
-
 # ------------------------------------------------------------------------- one task rule
 
 @pytest.fixture(scope="module")

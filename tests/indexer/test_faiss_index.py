@@ -63,7 +63,7 @@ def big_index(tmp_path_factory):
     write_labelled_corpus(base / "pool.jsonl", docs_per_topic=60, seed=3)
     write_task(base / "task.txt", "medical", n=40, seed=4)
     build_index([base / "pool.jsonl"], base / "idx", HashingEncoder(),
-                BuildConfig(segment_size=4, split=False, progress=False, window=512))
+                BuildConfig(segment_size=4, split=False, progress=False, part_size=512))
     return base / "idx"
 
 

@@ -26,7 +26,7 @@ from tapt.indexer.index import Index
 
 
 def _config(**kw) -> BuildConfig:
-    return BuildConfig(**{"segment_size": 4, "split": False, "progress": False, "window": 32,
+    return BuildConfig(**{"segment_size": 4, "split": False, "progress": False, "part_size": 32,
                           "batch_size": 32, **kw})
 
 

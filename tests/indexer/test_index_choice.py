@@ -69,7 +69,7 @@ def test_forced_types_and_too_small_budgets():
         choose_index(1_000_000, 384, "1M")
     with pytest.raises(InputError, match="at least 1,000"):
         choose_index(500, 64, "1G", "ivfpq")
-    with pytest.raises(InputError, match="^index_type: "):
+    with pytest.raises(InputError, match="^index: "):
         choose_index(500, 64, "1G", "annoy")
 
 

@@ -136,7 +136,7 @@ def split_corpus(tmp_path_factory):
 
 
 def _config(**kw) -> BuildConfig:
-    return BuildConfig(segment_size=4, split=False, progress=False, window=48,
+    return BuildConfig(segment_size=4, split=False, progress=False, part_size=48,
                        embedding_dtype="float32", **kw)
 
 

@@ -65,7 +65,7 @@ def test_the_embed_bar_moves_by_rows_not_by_parts(tmp_path, monkeypatch):
     monkeypatch.setattr(executors, "tqdm", bars)
     write_labelled_corpus(tmp_path / "pool.jsonl", docs_per_topic=12)
     build_index([tmp_path / "pool.jsonl"], tmp_path / "idx", HashingEncoder(),
-                BuildConfig(split=False, progress=True, window=4096, batch_size=16))
+                BuildConfig(split=False, progress=True, part_size=4096, batch_size=16))
     embed = [n for n in bars.updates["embed"] if n]
     assert len(embed) >= 3 and max(embed) <= REPORT_ROWS, embed
 

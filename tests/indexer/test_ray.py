@@ -77,7 +77,7 @@ def test_parts_grouped_in_ray_data_rows_build_the_local_index(cluster, corpus, l
     from tapt.indexer.building import ray_executor
 
     monkeypatch.setattr(ray_executor, "ROWS", 2)
-    parts = sum(-(-s.rows // CONFIG["window"]) for s in Index(local_index).shards)
+    parts = sum(-(-s.rows // CONFIG["part_size"]) for s in Index(local_index).shards)
     assert ray_executor.part_groups(parts) > 1
     _ray_build(corpus, tmp_path / "idx", HashingEncoder())
     assert_same_index(local_index, tmp_path / "idx")

@@ -174,7 +174,7 @@ def test_real_model_tokenised_apart_builds_the_local_bytes(cluster, tmp_path):
     corpus.write_text("".join(json.dumps({"text": f"Sentence {i} is about topic {i % 5}, "
                                                   + "and more words " * (i % 7)}) + "\n"
                               for i in range(24)))
-    config = dict(CONFIG, shards=1, window=16, batch_size=8)
+    config = dict(CONFIG, shards=1, part_size=16, batch_size=8)
     build_index([str(corpus)], tmp_path / "local", encoder, BuildConfig(**config))
     runner = RayExecutor(progress=False, resources={"tokenize": {"prep": 0.01},
                                                     "embed": {"model": 0.01}})

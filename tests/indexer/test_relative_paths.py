@@ -25,7 +25,7 @@ from tapt.indexer.encoding.models import display_name
 from tapt.indexer.index import Index
 from tapt.indexer.store.identity import same_snapshot
 
-CONFIG = dict(segment_size=4, split=False, progress=False, window=16, batch_size=16)
+CONFIG = dict(segment_size=4, split=False, progress=False, part_size=16, batch_size=16)
 
 
 @pytest.fixture()

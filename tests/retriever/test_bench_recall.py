@@ -149,7 +149,7 @@ if __name__ == "__main__":
         corpus, index, seeds = base / "pool.jsonl", base / "index", base / "seeds"
         write_labelled_corpus(corpus)
         build_index([corpus], index, HashingEncoder(),
-                    BuildConfig(segment_size=4, split=False, progress=False, window=64))
+                    BuildConfig(segment_size=4, split=False, progress=False, part_size=64))
         seeds.mkdir()
         write_seeds(seeds)
         report = _run_e2e(index, corpus, seeds, base)

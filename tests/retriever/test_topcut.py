@@ -124,7 +124,7 @@ def index(tmp_path_factory):
     base = tmp_path_factory.mktemp("topcut")
     files = write_split_corpus(base, parts=3, docs_per_topic=8, seed=9)
     build_index(files, base / "idx", HashingEncoder(),
-                BuildConfig(segment_size=3, split=False, progress=False, window=64, shards=2,
+                BuildConfig(segment_size=3, split=False, progress=False, part_size=64, shards=2,
                             embedding_dtype="float16", codes="int8"))
     return Index(base / "idx")
 
