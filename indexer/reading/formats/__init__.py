@@ -8,8 +8,6 @@ messages and folder walking pick it up from the registry.
 
 from __future__ import annotations
 
-# The formats, in the order messages list them.
-from tapt.indexer.reading.formats import arrow, hf, jsonl, parquet, table, text  # noqa: E402,F401 - registers them
 from tapt.indexer.reading.formats.base import (
     Format,
     InputFile,
@@ -26,6 +24,11 @@ from tapt.indexer.reading.formats.base import (
     register,
 )
 from tapt.indexer.reading.formats.sources import HubDataset, Source
+
+# The formats, registered as imported: in the order messages list them (not sorted).
+# isort: off
+from tapt.indexer.reading.formats import jsonl, text, table, parquet, arrow, hf  # noqa: F401
+# isort: on
 
 __all__ = ["Format", "ReadOptions", "Row", "Scanned", "TextDocs", "InvalidUtf8", "InputFile",
            "Source", "HubDataset", "register", "names", "get", "known", "by_name", "folder_format"]
