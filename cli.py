@@ -39,12 +39,22 @@ import click  # noqa: E402 - after the handlers above: importing takes a few ten
 
 from tapt.commands.bench import bench, plot
 from tapt.commands.bench_downstream import downstream as bench_downstream
-from tapt.commands.common import (_STATE, CLICK_SETTINGS, CommandGroup, _BrokenPipe, _Interrupted,
-                                  _one_line)
+from tapt.commands.common import (
+    _STATE,
+    CLICK_SETTINGS,
+    CommandGroup,
+    _BrokenPipe,
+    _Interrupted,
+    _one_line,
+)
 from tapt.commands.index import index
 from tapt.commands.selecting import detectors, evaluate, export_command, select, show_command
-from tapt.commands.training import (eval_mlm_command, model_path_command, pretrain_command,
-                                    train_command)
+from tapt.commands.training import (
+    eval_mlm_command,
+    model_path_command,
+    pretrain_command,
+    train_command,
+)
 
 
 class _Terminated(KeyboardInterrupt):

@@ -37,11 +37,10 @@ from typing import Any
 
 import numpy as np
 
+from tapt.api.arguments import PathLike
 from tapt.errors import InputError
 from tapt.trainer.downstream_config import CONDITIONS, DownstreamConfig
 from tapt.util.checks import path_text
-
-from .arguments import PathLike
 
 __all__ = ["CONDITIONS", "DownstreamConfig", "bench_downstream", "general_model"]
 
@@ -170,12 +169,11 @@ def general_model(ix: Any, preset: str, *, device: str = "cpu", fallback: Path,
     """
     import fcntl
 
+    from tapt.api.training import pretrain
     from tapt.trainer.outdir import finished_manifest
     from tapt.trainer.pretrain import PretrainConfig
     from tapt.util.cache import warn_once, writable_cache
     from tapt.util.files import sha256_file, write_json_atomic
-
-    from .training import pretrain
 
     identity = {k: v for k, v in ix.identity().items() if k in ("uuid", "manifest_sha256")}
     settings = PretrainConfig(out="-", preset=preset).identity_fields()
@@ -246,13 +244,12 @@ def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
     """
     from tqdm.auto import tqdm
 
+    from tapt.api.index import Index
+    from tapt.api.options import config_settings
     from tapt.retriever.tasks.forms import task_paths
     from tapt.trainer.downstream_data import describe_folds, group_folds, read_labelled
     from tapt.trainer.downstream_report import build_report, write_report
     from tapt.util.files import sha256_file
-
-    from .index import Index
-    from .options import config_settings
 
     out_path = Path(path_text(out, "out"))
     labelled_path = path_text(labelled, "labelled")
@@ -318,13 +315,12 @@ def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
 def _run(context: dict[str, Any], run_dir: Path, condition: str, seed: int,
          fold_of: np.ndarray) -> dict[str, Any]:
     """One (condition, seed): its completion record, read back when it was run before."""
+    from tapt.api.training import train
     from tapt.retriever.selections.file_format import is_unchanged_selection
     from tapt.retriever.selections.selection import Selection
     from tapt.trainer.downstream import cross_validate
     from tapt.trainer.evaluate import document_losses
     from tapt.util.files import write_json_atomic
-
-    from .training import train
 
     ix, data, settings = context["ix"], context["data"], context["settings"]
     sha = _settings_sha(settings)

@@ -12,10 +12,9 @@ import os
 import time
 from typing import Any
 
+from tapt.api.arguments import PathLike
+from tapt.api.rooms import Rooms
 from tapt.errors import InputError
-
-from .arguments import PathLike
-from .rooms import Rooms
 
 log = logging.getLogger(__name__)
 

@@ -9,16 +9,14 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
+from tapt.api.arguments import PathLike, Task
+from tapt.api.building import IndexBuilding
 from tapt.errors import InputError
 from tapt.indexer.index import Index as _IndexBase
 from tapt.retriever.selections.selection import Selection
 
-from .arguments import PathLike, Task
-from .building import IndexBuilding
-
 if TYPE_CHECKING:
     from tapt.indexer.building.verify import VerifyReport
-    from tapt.retriever.selections.make import SelectConfig
 
 
 class Index(IndexBuilding, _IndexBase):
@@ -161,15 +159,16 @@ class Index(IndexBuilding, _IndexBase):
 
         return upgrade_index(path, progress=progress)
 
-    def reindex(self, index_type: str = "keep", memory: str | int | None = None, *,
-                opq: bool = False, codes: str = "keep", progress: bool = True
-                ) -> dict[str, Any]:
+    def reindex(self, index: str = "keep", memory: str | int | None = None, *,
+                opq: bool = False, codes: str = "keep", progress: bool = True,
+                **renamed: Any) -> dict[str, Any]:
         """Change the FAISS index type (every shard's part) and int8 codes from the stored
         embeddings (`tapt index reindex`).
 
         Args:
-            index_type: keep (the current type, and its memory budget and OPQ unless given),
-                auto, flat, hnsw or ivfpq.
+            index: keep (the current type, and its memory budget and OPQ unless given),
+                auto, flat, hnsw or ivfpq (`index_type`, its old name, is taken for one
+                release, with a warning).
             memory: RAM budget for the FAISS index ("8G", "512M" or bytes; default: the
                 recorded one with keep, else 8G).
             opq: IVF-PQ only: rotate with OPQ before quantising.
@@ -179,10 +178,16 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             The manifest's new `faiss` section.
         """
+        from tapt.api.options import config_settings
+        from tapt.indexer.building.build_config import BuildConfig
         from tapt.indexer.building.reindex import reindex
 
-        manifest = reindex(self.path, index_type, memory, opq=opq, progress=progress,
-                           codes=codes)
+        renamed = config_settings("build", BuildConfig, renamed, ())
+        if set(renamed) - {"index"}:
+            name = sorted(set(renamed) - {"index"})[0]
+            raise InputError(f"unknown keyword `{name}`", param=name)
+        index = renamed.get("index", index)
+        manifest = reindex(self.path, index, memory, opq=opq, progress=progress, codes=codes)
         self._reopen()
         return manifest["faiss"]
 
@@ -394,9 +399,8 @@ class Index(IndexBuilding, _IndexBase):
         from tapt.retriever.selections.selection import check_selection_output
         from tapt.retriever.tasks.forms import task_paths
 
-        config = self.configure(SelectConfig(method, budget, segment_size=segment_size,
-                                               seed=seed, context=context, explicit=explicit,
-                                               **params))
+        config = SelectConfig(method, budget, segment_size=segment_size, seed=seed,
+                              context=context, explicit=explicit, **params)
         if out is not None:
             check_selection_output(out, [*task_paths(task), self.path], overwrite)
         task_input = None
@@ -452,19 +456,6 @@ class Index(IndexBuilding, _IndexBase):
         embeddings, _ = encode_cached(checked.get(), texts, batch_size=batch_size,
                                       progress=progress)
         return embeddings
-
-    def configure(self, config: SelectConfig) -> SelectConfig:
-        """The selection configuration (`retriever.selections.make.SelectConfig`) as this index runs it:
-        unchanged here (a `ServedIndex` fans out through its scans instead: `score_rows`,
-        `top_cut`, `lexicon_scores`, its FAISS search); a subclass may adapt it.
-
-        Args:
-            config: What to select.
-
-        Returns:
-            The configuration to pass to `retriever.selections.make.make_selection` with this index.
-        """
-        return config
 
     def _checked_encoder(self, encoder: Any, model: str | None, device: str, backend: str):
         """The encoder to use, checked, as a `LazyEncoder` (the index's own model loads on

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rooms import Rooms
+from tapt.api.rooms import Rooms
 
 _ERROR = {"description": "Refused or failed: one line under `error`.",
           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}

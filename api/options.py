@@ -1,10 +1,13 @@
 """The selection methods and the option metadata the command line builds its options from, so
-that its choices and defaults are the library's own."""
+that its choices and defaults are the library's own. The commands import this module (`from
+tapt.api import options`); of its names only `method_names` and `describe_methods` are part of
+the public API (`tapt.__all__`)."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
+from tapt.api.rooms import LIMITS  # noqa: F401 - the defaults of `index serve --http`'s limits
 from tapt.retriever.ranking.document_pooling import CONTEXTS  # noqa: F401 - "sentence", "document"
 from tapt.trainer.config import MLM_EVAL_BATCH  # noqa: F401 - masked-LM loss batch
 
@@ -159,19 +162,7 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
     import dataclasses
     import typing
 
-    from tapt.errors import InputError
-
-    if kind not in CONFIG_KINDS:
-        raise InputError(f"must be one of {', '.join(CONFIG_KINDS)}, got {kind!r}", param="kind")
-    if config is None:
-        if kind == "train":
-            from tapt.trainer.config import TrainConfig as config
-        elif kind == "pretrain":
-            from tapt.trainer.pretrain import PretrainConfig as config
-        elif kind == "downstream":
-            from tapt.trainer.downstream_config import DownstreamConfig as config
-        else:
-            from tapt.indexer.building.build_config import BuildConfig as config
+    config = config or _settings_class(kind)
     hints = typing.get_type_hints(config)
     kinds = {bool: bool, int: int, float: float}
     out = []
@@ -199,31 +190,98 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
     return out
 
 
-def config_settings(kind: str, config: type, settings: dict[str, Any],
-                    explicit: Iterable[str]) -> dict[str, Any]:
-    """The config fields a call takes as keywords beyond its own (`**settings`): every option
-    of the kind's command that is a field (`config_fields`) and that no explicit keyword sets,
-    so a field added to the config is a keyword of the call with no other edit.
+def settings_keywords(kind: str, config: type | None = None) -> dict[str, Any]:
+    """The keywords a call of `kind` forwards to its settings class, each with its default:
+    every field of the class (for "add": those `index add` offers, defaulting to the index's own
+    setting where the field says so, and `progress`), so a field added to the class is a
+    keyword of the call, and its default is the class's, with no other edit.
 
     Args:
-        kind: "build", "add" or "train".
-        config: The config dataclass (`BuildConfig`, `TrainConfig`, or a variant of it).
+        kind: "build", "add", "train", "pretrain" or "downstream".
+        config: The dataclass to describe instead of the kind's own (a variant of it).
+
+    Returns:
+        Default by keyword, in field order.
+    """
+    import dataclasses
+
+    config = config or _settings_class(kind)
+    out = {}
+    for field in dataclasses.fields(config):
+        meta = field.metadata
+        if not field.init or (kind == "add" and "add" not in meta and field.name != "progress"):
+            continue
+        default = (field.default_factory() if field.default is dataclasses.MISSING
+                   and field.default_factory is not dataclasses.MISSING else field.default)
+        if default is dataclasses.MISSING:      # required: an argument of the call's own
+            continue
+        if kind == "add" and meta.get("add", {}).get("from_index"):
+            default = None
+        out[field.name] = default
+    return out
+
+
+def renamed_settings(config: type) -> dict[str, str]:
+    """Old spellings of renamed settings (a field's `was` metadata), accepted for one release
+    with a warning: the new name by the old."""
+    import dataclasses
+
+    return {field.metadata["was"]: field.name for field in dataclasses.fields(config)
+            if "was" in field.metadata}
+
+
+def config_settings(kind: str, config: type, settings: dict[str, Any],
+                    explicit: Iterable[str]) -> dict[str, Any]:
+    """The settings a call forwards to its settings class beyond its own keywords
+    (`**settings`), checked: each a keyword of `settings_keywords` that no explicit keyword
+    sets; an old spelling of a renamed one is taken under its new name, with a warning.
+
+    Args:
+        kind: "build", "add", "train", "pretrain" or "downstream".
+        config: The settings dataclass (`BuildConfig`, `TrainConfig`, ...).
         settings: The keywords given beyond the call's own.
         explicit: The fields the call's own keywords set.
 
     Returns:
-        `settings`, checked.
+        `settings`, checked, under the fields' names.
 
     Raises:
-        InputError: a keyword that is no such field (named).
+        InputError: a keyword that is no such field (named), or a setting given under both its
+            old and its new name.
     """
-    from tapt.errors import InputError
+    import logging
 
+    from tapt.errors import InputError
     from tapt.util.checks import did_you_mean
 
-    allowed = {desc["name"] for desc in config_fields(kind, config)} - set(explicit)
-    for name in settings:
+    allowed = set(settings_keywords(kind, config)) - set(explicit)
+    out = dict(settings)
+    for old, new in renamed_settings(config).items():
+        if old in out:
+            if new in out:
+                raise InputError(f"give `{new}` only (`{old}` is its old name)", param=old)
+            logging.getLogger("tapt").warning("`%s` is now `%s`; the old name goes in the next "
+                                              "release", old, new)
+            out[new] = out.pop(old)
+    for name in out:
         if name not in allowed:
             raise InputError(f"unknown keyword `{name}`"
                              f"{did_you_mean(name, [*allowed, *explicit])}", param=name)
-    return settings
+    return out
+
+
+def _settings_class(kind: str) -> type:
+    """The settings dataclass of a kind of call."""
+    from tapt.errors import InputError
+
+    if kind not in CONFIG_KINDS:
+        raise InputError(f"must be one of {', '.join(CONFIG_KINDS)}, got {kind!r}", param="kind")
+    if kind == "train":
+        from tapt.trainer.config import TrainConfig as config
+    elif kind == "pretrain":
+        from tapt.trainer.pretrain import PretrainConfig as config
+    elif kind == "downstream":
+        from tapt.trainer.downstream_config import DownstreamConfig as config
+    else:
+        from tapt.indexer.building.build_config import BuildConfig as config
+    return config

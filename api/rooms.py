@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tapt.api.arguments import PathLike
 from tapt.errors import InputError, TaptError
-
-from .arguments import PathLike
 
 
 class Refused(TaptError):

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from tapt.api.arguments import PathLike
 from tapt.errors import InputError
 from tapt.retriever.selections.selection import Selection
 
-from .arguments import PathLike
-
 if TYPE_CHECKING:
-    from .index import Index
+    from tapt.api.index import Index
 
 
 def evaluate(selections: PathLike | Sequence[PathLike], index: PathLike | Index, *, label: str,

@@ -8,11 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from tapt.api.arguments import PathLike
+from tapt.api.index import Index
 from tapt.errors import InputError
-
-from .arguments import PathLike
-from .index import Index
-
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +73,10 @@ class ServedIndex(Index):
         self.__dict__["faiss"] = servers.faiss(self)
         return servers
 
-    def configure(self, config):
-        """`Index.configure`, refused once the served index is closed (before any work)."""
+    def select(self, *args, **kwargs):
+        """`Index.select`, refused once the served index is closed (before any work)."""
         self.servers.check_open()
-        return super().configure(config)
+        return super().select(*args, **kwargs)
 
     def top_cut(self, scorer, view, cut, on: str = "rows"):
         """A budget's cut of the segments ranked by a row scorer's mean sentence scores, made

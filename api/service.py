@@ -16,9 +16,9 @@ import time
 from importlib import resources
 from typing import Any
 
-from .index import Index
-from .rooms import Refused, Rooms, checked, inside
-from .served import answer_line, answer_request
+from tapt.api.index import Index
+from tapt.api.rooms import Refused, Rooms, checked, inside
+from tapt.api.served import answer_line, answer_request
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class SelectionService:
         return 200, body
 
     async def _summary(self, request: Any) -> tuple[int, dict[str, Any]]:
-        from .options import method_names
+        from tapt.api.options import method_names
 
         m, r = self.index.manifest, self.rooms
         return 200, {"sentences": self.index.n_sentences,
@@ -211,7 +211,7 @@ class SelectionService:
         return 200, document_context(self.index, start, stop, around)
 
     async def _openapi(self, request: Any) -> tuple[int, dict[str, Any]]:
-        from .openapi import schema
+        from tapt.api.openapi import schema
 
         return 200, schema(self.rooms)
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tapt.api.arguments import PathLike
+from tapt.api.index import Index
+from tapt.api.served import ServedIndex
 from tapt.errors import InputError
 
-from .arguments import PathLike
-from .index import Index
-from .served import ServedIndex
-
 if TYPE_CHECKING:
-    from .http_serve import HTTPServer
+    from tapt.api.http_serve import HTTPServer
 
 
 def serve(path: PathLike, *, address: str | None = None, actors: int | None = None,
@@ -78,8 +77,8 @@ def serve(path: PathLike, *, address: str | None = None, actors: int | None = No
         return ServedIndex(path, address=address, actors=actors,
                            cpus_per_actor=cpus_per_actor, hold=hold, resources=resources,
                            request_timeout=request_timeout)
-    from .http_serve import HTTPServer, parse_address
-    from .rooms import rooms
+    from tapt.api.http_serve import HTTPServer, parse_address
+    from tapt.api.rooms import rooms
 
     host, port = parse_address(http)
     bounds = rooms(host, token_file=token_file, no_auth=no_auth, task_root=task_root,

@@ -7,11 +7,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tapt.api.arguments import PathLike, Task, is_series
 from tapt.errors import InputError
 from tapt.retriever.selections.selection import Selection
 from tapt.trainer.config import MLM_EVAL_BATCH
-
-from .arguments import PathLike, Task, is_series
 
 
 def _selection_paths(selections) -> list[str]:
@@ -35,17 +34,9 @@ def _selection_paths(selections) -> list[str]:
 
 
 def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out: PathLike, *,
-          model: str | None = None, task: Task | None = (),
-          mix: str | None = None, weights: str = "discrete", steps: int | None = None,
-          epochs: int | None = None, batch_size: int = 16, max_length: int = 128,
-          lr: float = 1e-4, warmup: float = 0.06, weight_decay: float = 0.01,
-          max_grad_norm: float = 1.0, mlm_probability: float = 0.15, resume: bool = False,
-          eval_text: Task | None = (), text_field: str = "text",
-          eval_every: int = 0, eval_batch_size: int = MLM_EVAL_BATCH,
-          save_every: int = 200, keep_checkpoints: int = 2, delete_checkpoints: bool = False,
-          seed: int = 0, device: str = "cpu", progress: bool = True,
-          on_step: Callable[[int, float], None] | None = None,
-          compare: Sequence[str] = (), **settings: Any) -> dict[str, Any]:
+          task: Task | None = (), eval_text: Task | None = (), compare: Sequence[str] = (),
+          on_step: Callable[[int, float], None] | None = None, **settings: Any
+          ) -> dict[str, Any]:
     """Continue masked-LM pretraining of a model on selected segments (`tapt train`).
 
     With `compare`, the same run (model, steps, batch, length, learning rate, seed, task
@@ -58,39 +49,21 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
     Args:
         selections: Selection files (or written `Selection`s), all from one index.
         out: The model directory to write (checkpoints go to OUT/checkpoints).
-        model: Masked-LM model directory or hub name (default: the packaged all-MiniLM-L6-v2
-            with a newly initialised MLM head).
         task: Task text mixed into training: files or folders in any corpus format, or the
             text itself, in any form `Index.select` takes (a list of strings: one document
             each).
-        mix: TASK:SELECTION examples ratio with `task` (default 1:1).
-        weights: discrete (ignore weights), continuous (scale each example's loss by its
-            weight) or sample (draw examples in proportion to their weight).
-        steps: Optimizer steps (or give `epochs`).
-        epochs: Passes over the (mixed) data.
-        batch_size: Examples per step.
-        max_length: Tokens per example.
-        lr: Peak learning rate (linear warmup, then linear decay to 0).
-        warmup: Fraction of the steps of warmup.
-        weight_decay: AdamW weight decay.
-        max_grad_norm: Gradient clipping norm (0 = none).
-        mlm_probability: Share of tokens masked.
-        resume: Continue the run in `out` from its last checkpoint.
         eval_text: Held-out text for the masked-LM loss during training, in the same forms.
-        text_field: The field or column with the text in `task` and `eval_text` files.
-        eval_every: Evaluate every N steps (0: at the start and the end).
-        eval_batch_size: Sequences per batch of the held-out loss (as `evaluate_mlm`'s
-            `batch_size`: the same masks, so the same loss for the same model).
-        save_every: Checkpoint every N steps.
-        keep_checkpoints: How many of the newest checkpoints to keep.
-        delete_checkpoints: Delete OUT/checkpoints once the run has finished.
-        seed: Seed of data order, masks and head initialisation.
-        device: cpu or cuda.
-        progress: Show a progress bar.
-        on_step: Called with (step, loss) after every optimizer step.
         compare: "random" and/or "task": the runs to set beside this one (needs `eval_text`).
-        **settings: Any other option of `tapt train` that is a `TrainConfig` field, by the
-            field's name.
+        on_step: Called with (step, loss) after every optimizer step.
+        **settings: The run's settings, `TrainConfig`'s fields by name, each defaulting to the
+            field's default (the options of `tapt train`, `-` for `_`): model (masked-LM
+            directory or hub name; default: the packaged all-MiniLM-L6-v2 with a new MLM
+            head), mix (TASK:SELECTION examples with `task`, default 1:1), weights (discrete,
+            continuous or sample), steps or epochs, batch_size, max_length, lr, warmup,
+            weight_decay, max_grad_norm (0: no clipping), mlm_probability, seed, device (cpu or
+            cuda), resume, text_field (of `task` and `eval_text` files), eval_every (0: at the
+            start and the end), eval_batch_size (as `evaluate_mlm`'s `batch_size`: the same
+            masks), save_every, keep_checkpoints, delete_checkpoints, progress.
 
     Returns:
         The training manifest (steps, losses, evaluations, inputs and their hashes).
@@ -101,12 +74,11 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
         StorageError: the disk filled up or refused a write (the newest checkpoint is kept).
         TrainingInterrupted: Ctrl-C; a checkpoint was saved (resume with `resume=True`).
     """
-    from tapt.trainer import config as train_config
+    from tapt.api.options import config_settings
+    from tapt.trainer.config import TrainConfig
     from tapt.trainer.inputs import check_selections
-    from tapt.util.checks import shown
     from tapt.trainer.loop import train as run_training
-
-    from .options import config_settings
+    from tapt.util.checks import shown
 
     if on_step is not None and not callable(on_step):
         raise InputError(f"must be a function of (step, loss), got {shown(on_step)}",
@@ -114,19 +86,10 @@ def train(selections: PathLike | Selection | Sequence[PathLike | Selection], out
     selection_paths = tuple(_selection_paths(selections))
     task_paths, task_texts = _text_form(task, "task")
     eval_paths, eval_texts = _text_form(eval_text, "eval_text")
-    own = dict(
-        selections=selection_paths, out=out, model=model,
-        task=task_paths, task_texts=task_texts, mix=mix, weights=weights, steps=steps,
-        epochs=epochs, batch_size=batch_size, max_length=max_length, lr=lr, warmup=warmup,
-        weight_decay=weight_decay, max_grad_norm=max_grad_norm, mlm_probability=mlm_probability,
-        seed=seed, device=device, resume=resume,
-        eval_text=eval_paths, eval_texts=eval_texts, text_field=text_field,
-        eval_every=eval_every, eval_batch_size=eval_batch_size,
-        save_every=save_every, keep_checkpoints=keep_checkpoints,
-        delete_checkpoints=delete_checkpoints, progress=progress,
-        compare=tuple([compare] if isinstance(compare, str) else compare or ()))
-    config_class = train_config.TrainConfig     # looked up here: tests swap in a variant
-    config = config_class(**own, **config_settings("train", config_class, settings, own))
+    own = dict(selections=selection_paths, out=out, task=task_paths, task_texts=task_texts,
+               eval_text=eval_paths, eval_texts=eval_texts,
+               compare=tuple([compare] if isinstance(compare, str) else compare or ()))
+    config = TrainConfig(**own, **config_settings("train", TrainConfig, settings, own))
     check_selections(config.selections)     # from the manifests, before torch is imported
     manifest = run_training(config, on_step=on_step)
     if config.compare:
@@ -140,13 +103,12 @@ def _compare(config: Any, manifest: dict[str, Any]) -> dict[str, Any]:
     import dataclasses
     from pathlib import Path
 
+    from tapt.api.index import Index
     from tapt.trainer.downstream_stats import difference, group_totals, resample_ratio
     from tapt.trainer.evaluate import document_losses
     from tapt.trainer.inputs import read_texts
     from tapt.trainer.loop import train as run_training
     from tapt.util.files import write_json_atomic
-
-    from .index import Index
 
     out = Path(config.out)
     held_out = read_texts(config.eval_text, config.eval_texts, config.text_field,
@@ -222,8 +184,8 @@ def evaluate_mlm(texts: Task, *, model: str | None = None,
         InputError: an argument of the wrong type or out of range (named), or text or a model
             that cannot be used.
     """
-    from tapt.util.checks import shown
     from tapt.trainer.evaluate import evaluate_text
+    from tapt.util.checks import shown
 
     if texts is None or not (isinstance(texts, (str, os.PathLike, list, tuple, np.ndarray, dict))
                              or is_series(texts)):
@@ -290,12 +252,12 @@ def pretrain(index: PathLike, out: PathLike, *, progress: bool = True,
         >>> manifest["steps"], manifest["pretrain"]["preset"]
         (2, 'tiny')
     """
+    from tapt.api.index import Index
+    from tapt.api.options import config_settings
     from tapt.trainer.outdir import check_output
-    from tapt.trainer.pretrain import PretrainConfig, pretrain as run_pretrain, sample_record
+    from tapt.trainer.pretrain import PretrainConfig, sample_record
+    from tapt.trainer.pretrain import pretrain as run_pretrain
     from tapt.util.checks import path_text
-
-    from .index import Index
-    from .options import config_settings
 
     config = PretrainConfig(out=out, progress=progress,
                             **config_settings("pretrain", PretrainConfig, settings, ("out",)))

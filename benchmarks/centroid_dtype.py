@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.scoring import arrays
+from tapt.util.versions import library_versions, utc_now
 
 
 def timed(embeddings: np.ndarray, query: np.ndarray, repeats: int) -> dict[str, float]:

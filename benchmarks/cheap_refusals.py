@@ -33,6 +33,7 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "data" / "sample"
+sys.path.insert(0, str(REPO / "tests" / "support"))     # the tests' tiny model (tiny_model.py)
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -63,7 +64,7 @@ def setup(work: Path) -> None:
     """The inputs every case reads (not timed)."""
     import tapt
     from tapt.indexer.encoding.models import packaged_default_path
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     with gzip.open(SAMPLE / "pool.jsonl.gz", "rt", encoding="utf-8") as src:
         lines = [next(src) for _ in range(200)]

@@ -28,11 +28,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
+from benchmarks.measure import module_at  # noqa: E402
 from tapt.indexer.store.integrity import check_cosines, check_unit_rows  # noqa: E402
 from tapt.retriever.scoring import arrays  # noqa: E402
 from tapt.util.versions import library_versions, utc_now  # noqa: E402
-
-from .measure import module_at  # noqa: E402
 
 
 def _timed(fn, repeats: int) -> dict[str, float]:
@@ -126,9 +125,9 @@ def sha256_speed(tmp: Path) -> dict:
 
 def small_open(repeats: int, tmp: Path) -> dict:
     from conftest import HashingEncoder, write_labelled_corpus
-    from tapt.indexer.store import integrity
     from tapt.indexer.building.pipeline import BuildConfig, build_index
     from tapt.indexer.index import Index
+    from tapt.indexer.store import integrity
 
     write_labelled_corpus(tmp / "pool.jsonl", docs_per_topic=200)
     build_index([tmp / "pool.jsonl"], tmp / "idx", HashingEncoder(dim=384),

@@ -29,17 +29,16 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from benchmarks.scale_select import overlap
+from benchmarks.speed_encode import machine
 from tapt.indexer.index import Index
 from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
 from tapt.retriever.bench.run import seed_embeddings
-from tapt.retriever.methods import CorpusCache
 from tapt.retriever.evaluation.oracle import sentence_labels
+from tapt.retriever.methods import CorpusCache
 from tapt.retriever.selections.make import SelectConfig, rank
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
-
-from .scale_select import overlap
-from .speed_encode import machine
 
 METHODS = ("centroid", "distance", "density", "classifier", "fused")
 

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tapt.retriever.scoring import arrays
-from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
+from benchmarks.measure import module_at, traced, write_report
 from tapt.retriever.methods import SegmentView, base, segments
+from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
+from tapt.retriever.scoring import arrays
 from tapt.util.versions import utc_now
 
-from .measure import module_at, traced, write_report
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

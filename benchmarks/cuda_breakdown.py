@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 
@@ -90,8 +91,9 @@ def _():
     if DEVICE.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(0)
     try:
-        env["cpu"] = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                          if l.startswith("model name"))
+        env["cpu"] = next(line.split(":", 1)[1].strip()
+                          for line in Path("/proc/cpuinfo").read_text().splitlines()
+                          if line.startswith("model name"))
     except Exception:  # noqa: BLE001
         pass
     record("env", env)

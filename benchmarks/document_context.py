@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 
 from tapt.indexer.index import Index
 from tapt.retriever.bench.recall import Shared, evaluate_fixed
-from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
+from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
 

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 import tapt
+from benchmarks.downstream_tasks import CLASSES, DEFAULT_SEEDS, TASKS, make_task
 from tapt.api.downstream import CONDITIONS
-from benchmarks.downstream_tasks import DEFAULT_SEEDS, TASKS, CLASSES, make_task
 
 DOMAIN = {"quotes": "quotes", "it": "it", "religion": "religion"}
 

@@ -64,11 +64,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.speed_encode import machine
+from benchmarks.synthetic_index import Spec, blob_rows, centres, make_index
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
-
-from .speed_encode import machine
-from .synthetic_index import Spec, blob_rows, centres, make_index
 
 log = logging.getLogger("driver_memory")
 MB = 1 << 20
@@ -137,12 +136,11 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
             sel = index.select("centroid", task=task, budget=args.budget)
             return sel.ids, sel.scores.astype(np.float32), index.n_sentences, len(sel)
     else:
-        from tapt.retriever.ranking.budget import parse_budget
-        from tapt.retriever.methods import RankingInputs, CorpusCache, get_method
+        from benchmarks.scale_select import ShardPrefix
+        from benchmarks.synthetic_index import Sentences
+        from tapt.retriever.methods import CorpusCache, RankingInputs, get_method
         from tapt.retriever.methods.base import by_sentence_scores
-
-        from .scale_select import ShardPrefix
-        from .synthetic_index import Sentences
+        from tapt.retriever.ranking.budget import parse_budget
 
         index = Index(args.work / "index")
         part = index if args.prefix == len(index.shards) else ShardPrefix(index, args.prefix)
@@ -199,11 +197,10 @@ def cell(args: argparse.Namespace) -> dict[str, Any]:
 
     torch.mv(torch.ones(4, 4), torch.ones(4))
     import tapt
+    from benchmarks.synthetic_index import Sentences
     from tapt.indexer.index import Index
-    from tapt.retriever.methods import RankingInputs, CorpusCache, get_method
+    from tapt.retriever.methods import CorpusCache, RankingInputs, get_method
     from tapt.retriever.ranking.budget import parse_budget
-
-    from .synthetic_index import Sentences
 
     work = Path(args.cell_index)
     made = json.loads((work / "made.json").read_text())

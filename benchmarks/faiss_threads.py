@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.measure import write_report
+from benchmarks.speed_encode import machine
 from tapt.util.versions import library_versions, utc_now
-
-from .measure import write_report
-from .speed_encode import machine
 
 
 def unit_rows(rows: int, dim: int, seed: int) -> np.ndarray:

@@ -20,13 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.measure import traced
 from tapt.retriever.learned import pu
-from tapt.retriever.scoring import arrays
 from tapt.retriever.learned.pu import PUConfig, pu_classifier
+from tapt.retriever.scoring import arrays
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
-
-from .measure import traced
 
 
 def main(argv: list[str] | None = None) -> int:

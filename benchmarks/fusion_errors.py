@@ -19,13 +19,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.indexer.index import Index
-from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.bench.labelled_pool import read_seed_sets
 from tapt.retriever.bench.run import seed_embeddings
-from tapt.retriever.ranking.budget import parse_budget
-from tapt.retriever.methods import RankingInputs, SegmentView, get_method
-from tapt.retriever.scoring.ngram_lm import Vocabulary, moore_lewis_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
+from tapt.retriever.methods import RankingInputs, SegmentView, get_method
+from tapt.retriever.ranking.budget import parse_budget
+from tapt.retriever.scoring.ngram_lm import Vocabulary, moore_lewis_scores
+from tapt.util.versions import library_versions, utc_now
 
 log = logging.getLogger("fusion_errors")
 

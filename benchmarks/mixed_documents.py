@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from benchmarks.labelled_tasks import LabelledPool, add_arguments, result_header
 from tapt.retriever.bench.labelled_pool import seed_subset
 from tapt.retriever.bench.recall import Shared, evaluate_fixed
 from tapt.retriever.bench.run import seed_embeddings
@@ -41,8 +42,6 @@ from tapt.retriever.ranking import document_pooling
 from tapt.retriever.ranking.budget import parse_budget
 from tapt.retriever.ranking.document_pooling import DocumentShape, document_scores
 from tapt.util.files import atomic_write, write_json_atomic
-
-from .labelled_tasks import LabelledPool, add_arguments, result_header
 
 CONTEXTS = ("sentence", "document", "mixed", "mixed-no-test")
 

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from benchmarks.labelled_tasks import LabelledPool, add_arguments, result_header
+from benchmarks.mixed_documents import task_scores
 from tapt.indexer.index import Index
 from tapt.retriever.bench.labelled_pool import seed_subset
 from tapt.retriever.bench.recall import evaluate_fixed
@@ -42,9 +44,6 @@ from tapt.retriever.methods import Memo
 from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
-
-from .labelled_tasks import LabelledPool, add_arguments, result_header
-from .mixed_documents import task_scores
 
 K = 10
 SENSITIVITY = (5, 20)

@@ -24,12 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.speed_encode import machine, read_jsonl
 from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
-from tapt.util.versions import library_versions, utc_now
 from tapt.indexer.encoding.onnx_encoder import OnnxEncoder, default_threads
 from tapt.retriever.scoring import arrays
-
-from .speed_encode import machine, read_jsonl
+from tapt.util.versions import library_versions, utc_now
 
 log = logging.getLogger("partial_int8")
 

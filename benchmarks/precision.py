@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from tapt.indexer.index import Index
-from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.scoring.arrays import rows_of_segments
 from tapt.retriever.selections.make import SelectConfig, rank
 from tapt.retriever.tasks.reading import load_task
+from tapt.util.versions import library_versions, utc_now
 
 METHODS: dict[str, dict] = {
     "random": {"method": "random"},

@@ -54,10 +54,9 @@ def _corpus(work: Path, rows: int) -> Path:
 def cell(corpus: str, out: str) -> dict:
     """One prepare task in this process (the child)."""
     import tapt
+    from benchmarks.driver_memory import MB, _anon_bytes
     from tapt.indexer.building import stages
     from tapt.indexer.building.pipeline import BuildConfig, scan_corpus
-
-    from benchmarks.driver_memory import MB, _anon_bytes
 
     base = _anon_bytes() / MB
     config = BuildConfig(split=False, doc_field=None, progress=False)

@@ -41,22 +41,22 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.indexer.index import Index
-from tapt.retriever.learned import auto_choice
-from tapt.retriever.scoring import arrays
 from tapt.retriever.bench import recall_report
 from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
 from tapt.retriever.bench.recall import Shared, evaluate_fixed
-from tapt.retriever.ranking.budget import parse_budget
-from tapt.retriever.methods import RankingInputs, by_sentence_scores, get_method
 from tapt.retriever.bench.run import seed_embeddings
-from tapt.retriever.learned.finetune_classifier import FinetuneConfig, finetune_scores, transplant
-from tapt.retriever.learned.few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
-from tapt.retriever.learned.heldout import auc
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
+from tapt.retriever.learned import auto_choice
+from tapt.retriever.learned.few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
+from tapt.retriever.learned.finetune_classifier import FinetuneConfig, finetune_scores, transplant
 from tapt.retriever.learned.fusion import fuse, weights_from
+from tapt.retriever.learned.heldout import auc
+from tapt.retriever.methods import RankingInputs, by_sentence_scores, get_method
 from tapt.retriever.methods.learned_scorers import TaskData, learned_fusion
-from tapt.util.files import write_json_atomic, atomic_write
+from tapt.retriever.ranking.budget import parse_budget
+from tapt.retriever.scoring import arrays
+from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
 
 log = logging.getLogger("quality_recall")
@@ -227,10 +227,10 @@ def finetune_task(run: Run, s, size: int, rep: int, prerank_name: str) -> dict:
     result = finetune_scores(run.index, texts, prerank, n, config, progress=False)
     seconds = time.perf_counter() - t0
     both = arrays.zscore(result.candidate_scores) + arrays.zscore(prerank[result.candidates])
-    arrays = {"finetune": result.scores,
+    scored = {"finetune": result.scores,
               "finetune+fused": transplant(prerank, result.candidates, both)}
     rows, curves = [], {}
-    for name, values in arrays.items():
+    for name, values in scored.items():
         got, curves[name] = evaluate(run, name, values, relevant, budgets, seconds)
         rows += got
     in_cands = relevant[result.candidates]

@@ -132,7 +132,7 @@ def timed_build(name: str, corpus: Path, out: Path, encoder, rows: int, workers:
     runner = Probe(progress=False, workers=workers, timeout=1800)
     try:
         manifest = build_index([str(corpus)], out, encoder,
-                               BuildConfig(split=False, progress=False, window=rows, shards=1,
+                               BuildConfig(split=False, progress=False, part_size=rows, shards=1,
                                            embedding_dtype="float32", overwrite=True),
                                executor=runner)
     finally:
@@ -193,7 +193,7 @@ def cpu_steps(index: Path, rows: int, dim: int, tokenizing, repeats: int = 3
         _, tokens = pickle.loads(blob)
         pickle.loads(pickle.dumps(("embedded", (emb, tokens.counts, 0.1, dim, 256)), protocol=5))
 
-    def save(k=[0]):
+    def save(k=[0]):  # noqa: B006 - a counter kept across calls
         k[0] += 1
         task = stages.EmbedTask(str(work), "s", k[0], 0, rows, None, "float32", "bench")
         stages.save_part(task, emb, holder["tokens"].counts, 0.1, dim, 256)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
 from tapt.util.files import atomic_write, write_json_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,7 +93,7 @@ def run(name: str, inputs: list[Path], out: Path, executor, window: int, shards:
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     manifest = build_index([str(p) for p in inputs], out, encoder,
-                           BuildConfig(split=False, progress=False, window=window,
+                           BuildConfig(split=False, progress=False, part_size=window,
                                        shards=shards, embedding_dtype="float32",
                                        overwrite=True),
                            executor=timed.executor, encoder_spec=spec)
@@ -188,11 +189,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import ray
+    import torch
 
     from tapt.indexer.building.executors import EncoderSpec, LocalExecutor
     from tapt.indexer.building.ray_executor import RayExecutor
-
-    import torch
 
     spec = EncoderSpec(None, "cpu", args.backend)
     encoder = spec.load()

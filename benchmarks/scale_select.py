@@ -49,19 +49,18 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.speed_encode import machine
+from benchmarks.synthetic_index import Sentences, Spec, blob_rows, centres, make_index
 from tapt.indexer.ann.ann_recall import ground_truth, recall_at_k
 from tapt.indexer.ann.faiss_index import search_setting
 from tapt.indexer.index import Index
 from tapt.indexer.store.shards import RowView
-from tapt.retriever.ranking.budget import parse_budget
 from tapt.retriever.methods import RankingInputs, SegmentView, get_method
 from tapt.retriever.methods.base import Memo
+from tapt.retriever.ranking.budget import parse_budget
 from tapt.retriever.scoring.arrays import rows_of_segments
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
-
-from .speed_encode import machine
-from .synthetic_index import Sentences, Spec, blob_rows, centres, make_index
 
 log = logging.getLogger("scale_select")
 METHODS = ("centroid", "knn", "fused")
@@ -123,8 +122,8 @@ def parts_of_a_selection(index: Index | ShardPrefix, view: SegmentView, task: np
                          budget: str, repeats: int) -> dict[str, Any]:
     """Best seconds of each step of a selection at the largest size: the scan of every row
     (float16 embeddings, int8 codes) and the global ranking and cut of the sentence scores."""
-    from tapt.retriever.scoring import arrays
     from tapt.retriever.methods.base import by_sentence_scores
+    from tapt.retriever.scoring import arrays
 
     query = arrays.centroid(task)
     scale = np.asarray(index.manifest["codes"]["scale"], dtype=np.float32)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from benchmarks.labelled_tasks import LabelledPool, add_arguments, result_header
 from tapt.indexer.index import Index
 from tapt.retriever.bench.labelled_pool import seed_subset
 from tapt.retriever.bench.recall import Shared, evaluate_fixed
@@ -39,8 +40,6 @@ from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.retriever.scoring import arrays
 from tapt.retriever.scoring.ngram_features import sentence_matrix
 from tapt.util.files import atomic_write, write_json_atomic
-
-from .labelled_tasks import LabelledPool, add_arguments, result_header
 
 # (row name, method, parameters)
 ROWS = [("classifier", "classifier", {}), ("moore-lewis", "moore-lewis", {}),

@@ -33,7 +33,6 @@ import logging
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -54,7 +54,7 @@ log = logging.getLogger("serve_scale")
 
 
 def _task(index_dir: Path) -> np.ndarray:
-    from .synthetic_index import Spec, blob_rows, centres
+    from benchmarks.synthetic_index import Spec, blob_rows, centres
 
     made = json.loads((index_dir.parent / "made.json").read_text())
     spec = Spec(**made["spec"])
@@ -204,7 +204,7 @@ def _load_before(path: str, name: str):
 
 def run_meta(args) -> dict[str, Any]:
     """What a run was: its command, settings, machine and time."""
-    from .speed_encode import machine
+    from benchmarks.speed_encode import machine
 
     return {"machine": machine(), "command": " ".join(["python -m benchmarks.serve_scale"]
                                                       + sys.argv[1:]),

@@ -26,20 +26,18 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.speed_encode import machine
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
-
-from .speed_encode import machine
 
 RUNS = (("classifier", {}), ("fused", {"wording": "lm"}), ("fused", {}))
 
 
 def _inputs(index, budget: str):
+    from benchmarks.serve_scale import _task
+    from benchmarks.synthetic_index import Sentences, Spec
     from tapt.retriever.methods import CorpusCache, RankingInputs, SegmentView
     from tapt.retriever.ranking.budget import parse_budget
-
-    from .serve_scale import _task
-    from .synthetic_index import Sentences, Spec
 
     made = json.loads((Path(index.path).parent / "made.json").read_text())
     spec = Spec(**made["spec"])

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tapt.util.versions import library_versions, utc_now
 from tapt.retriever.bench.dsir_baseline import PoolFeatures, read_texts, run_library
+from tapt.util.versions import library_versions, utc_now
 
 RESULTS = Path(__file__).resolve().parent / "results"
 log = logging.getLogger("speed")
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
                      (RESULTS / "speed_index.md").read_text()), encoding="utf-8")
         return
     if not args.reuse:
-        from . import speed_encode, speed_index
+        from benchmarks import speed_encode, speed_index
 
         speed_encode.main(["--pool", str(args.pool), "--n", "4000", "--seeds", str(args.seeds),
                            "--seed-sentences", "300", "--threads", "1", "2",

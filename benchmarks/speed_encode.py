@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from tapt.indexer.encoding.encoder import SentenceTransformerEncoder, load_encoder, pick_device
-from tapt.util.versions import library_versions, utc_now
 from tapt.indexer.encoding.onnx_encoder import default_threads
 from tapt.util.files import atomic_write, write_json_atomic
+from tapt.util.versions import library_versions, utc_now
 
 log = logging.getLogger("speed_encode")
 
@@ -57,9 +57,9 @@ def machine() -> dict[str, Any]:
     info: dict[str, Any] = {"platform": platform.platform(), "cores": default_threads()}
     try:
         text = Path("/proc/cpuinfo").read_text()
-        info["cpu"] = next(l.split(":", 1)[1].strip() for l in text.splitlines()
-                           if l.startswith("model name"))
-        flags = next(l for l in text.splitlines() if l.startswith("flags")).split()
+        info["cpu"] = next(line.split(":", 1)[1].strip() for line in text.splitlines()
+                           if line.startswith("model name"))
+        flags = next(line for line in text.splitlines() if line.startswith("flags")).split()
         info["simd"] = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
                         if f in flags]
     except (OSError, StopIteration):

@@ -108,10 +108,9 @@ def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[st
     """Write an n-row index (all files but index.faiss) from the source index's rows + noise."""
     from tapt.indexer.building.pipeline import DOCS, EMBEDDINGS, STORE, TOKENS
     from tapt.indexer.index import Index
-    from tapt.util.files import write_json_atomic
     from tapt.indexer.reading.splitter import segment_offsets
     from tapt.indexer.store.text_store import TextStoreWriter
-    from tapt.util.files import sha256_file
+    from tapt.util.files import sha256_file, write_json_atomic
 
     t0 = time.perf_counter()
     src = Index(source)
@@ -167,13 +166,12 @@ def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[st
 
 def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
     """The FAISS index `request` picks within `memory`: first build, or `tapt index reindex`."""
-    from tapt.indexer.building.pipeline import EMBEDDINGS, FAISS
-    from tapt.indexer.building.ann_build import build_faiss_index
     from tapt.indexer.ann.index_choice import choose_index
-    from tapt.indexer.store.manifest import MANIFEST_NAME
-    from tapt.util.files import write_json_atomic
+    from tapt.indexer.building.ann_build import build_faiss_index
+    from tapt.indexer.building.pipeline import EMBEDDINGS, FAISS
     from tapt.indexer.building.reindex import reindex
-    from tapt.util.files import sha256_file
+    from tapt.indexer.store.manifest import MANIFEST_NAME
+    from tapt.util.files import sha256_file, write_json_atomic
 
     path = Path(index_dir)
     t0 = time.perf_counter()
@@ -234,9 +232,9 @@ def step_knn(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict
     """Task queries through `Index.search` (approximate + exact rescoring) at the default."""
     from tapt.indexer.ann.ann_recall import recall_at_k
     from tapt.indexer.ann.faiss_index import search_setting, set_search_param
-    from tapt.indexer.index import Index
     from tapt.indexer.ann.index_choice import rescore_k
     from tapt.indexer.ann.rescore import exact_topk
+    from tapt.indexer.index import Index
 
     ix = Index(index_dir)
     queries = np.load(queries_path)
@@ -270,8 +268,8 @@ def step_knn(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict
 def step_iforest(index_dir: str, queries_path: str, candidates: int, seed: int) -> dict[str, Any]:
     """Isolation Forest (200 trees) on the task + 10% corpus rows; score the top centroid rows."""
     from tapt.indexer.index import Index
-    from tapt.retriever.scoring import arrays
     from tapt.retriever.learned.detectors import fit_detector
+    from tapt.retriever.scoring import arrays
 
     ix = Index(index_dir)
     task = np.load(queries_path)
@@ -323,8 +321,8 @@ def task_queries(source: Path, task_file: Path, count: int, noise: float, seed: 
     if path.exists():
         return path, json.loads(path.with_suffix(".json").read_text())["how"]
     try:
-        from tapt.retriever.tasks.reading import load_task
         from tapt.retriever.tasks.embedding import encode_cached
+        from tapt.retriever.tasks.reading import load_task
 
         encoder = ix.load_encoder()
         sentences = load_task([task_file], split=ix.manifest["ingest"]["split_sentences"])

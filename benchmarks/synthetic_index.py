@@ -39,13 +39,19 @@ from typing import Any
 
 import numpy as np
 
+from tapt.indexer.ann.index_choice import DEFAULT_MEMORY, choose_index
 from tapt.indexer.building import stages
-from tapt.indexer.building.pipeline import (Built, BuildConfig, index_stages, plan_shards, publish,
-                                scan_corpus)
 from tapt.indexer.building.checkpoint import Plan
 from tapt.indexer.building.executors import LocalExecutor, Stage
+from tapt.indexer.building.pipeline import (
+    BuildConfig,
+    Built,
+    index_stages,
+    plan_shards,
+    publish,
+    scan_corpus,
+)
 from tapt.indexer.index import Index
-from tapt.indexer.ann.index_choice import DEFAULT_MEMORY, choose_index
 from tapt.indexer.store.integrity import remember_index
 from tapt.indexer.store.manifest import EMBEDDINGS, TOKENS, shard_name
 from tapt.indexer.store.npy import NpyAppender, write_npy

@@ -33,12 +33,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tapt.indexer.encoding.batching import CHUNK, tokenize, token_lengths
+from benchmarks.speed_encode import machine, read_jsonl
+from tapt.indexer.encoding.batching import CHUNK, token_lengths, tokenize
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.machine import usable_cores
 from tapt.util.versions import library_versions, utc_now
-
-from .speed_encode import machine, read_jsonl
 
 NAMES = ("input_ids", "attention_mask", "token_type_ids")
 

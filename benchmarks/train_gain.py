@@ -196,7 +196,7 @@ def summarise(runs: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, Any
             rows[cond] = {"loss_mean": statistics.fmean(losses),
                           "loss_std": statistics.stdev(losses) if len(losses) > 1 else 0.0,
                           "n": len(losses)}
-        for cond, row in rows.items():
+        for row in rows.values():
             row["gain_vs_base"] = base[domain]["loss"] - row["loss_mean"]
             if "random" in rows:
                 row["gain_vs_random"] = rows["random"]["loss_mean"] - row["loss_mean"]

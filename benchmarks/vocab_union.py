@@ -21,11 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.measure import traced, write_report
 from tapt.indexer.reading import lexical
 from tapt.indexer.reading.lexical import union_vocabulary, write_union
 from tapt.util.versions import utc_now
-
-from .measure import traced, write_report
 
 
 def main(argv: list[str] | None = None) -> int:

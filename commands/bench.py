@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tapt import api
-from tapt.api import CONTEXTS
+from tapt.api.options import CONTEXTS
 from tapt.commands.common import CLICK_SETTINGS, CommandGroup, _domain_errors
 from tapt.commands.options import SEED, _ints
 
@@ -23,7 +23,7 @@ def bench() -> None:
               help="Labelled pool JSONL(.gz): text, domain, doc, pos (indexed if no --index).")
 @click.option("--seeds", "seeds_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="Directory of <domain>.jsonl.gz seed files.")
-@click.option("--index", "index_path", type=click.Path(exists=True, file_okay=False), default=None,
+@click.option("--index", "index", type=click.Path(exists=True, file_okay=False), default=None,
               help="An index of the pool (built with --no-split) to reuse.")
 @click.option("--methods", default="all", show_default=True,
               help="Comma-separated names, or all: every selection method at its defaults, "
@@ -52,7 +52,7 @@ def bench() -> None:
                    "an earlier results directory).")
 @click.pass_context
 @_domain_errors
-def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, budgets, repeats,
+def bench_recall_command(ctx, pool, seeds_dir, index, methods, seed_sizes, budgets, repeats,
                          segment_sizes, domains, contexts, label_field, cache, out) -> None:
     """Precision, recall and F1 of every method against oracle selections, DSIR beside them.
 
@@ -64,7 +64,7 @@ def bench_recall_command(ctx, pool, seeds_dir, index_path, methods, seed_sizes, 
           --out benchmarks/results/recall
     """
     report = api.bench_recall(
-        out, seeds=seeds_dir, pool=pool, index=index_path,
+        out, seeds=seeds_dir, pool=pool, index=index,
         methods=[m.strip() for m in methods.split(",") if m.strip()],
         seed_sizes=_ints(seed_sizes, "--seed-sizes"), budgets=budgets, repeats=repeats,
         segment_sizes=_ints(segment_sizes, "--segment-sizes"),

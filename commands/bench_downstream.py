@@ -12,7 +12,7 @@ from tapt.commands.options import _config_options
 
 
 @click.command("downstream", cls=TaptCommand, context_settings=CLICK_SETTINGS)
-@click.option("--index", "index_path", required=True,
+@click.option("--index", "index", required=True,
               type=click.Path(exists=True, file_okay=False), help="The index to select from.")
 @click.option("--labelled", required=True, type=click.Path(exists=True, dir_okay=False),
               help="JSON Lines (.jsonl or .jsonl.gz) of labelled examples: text and label.")
@@ -26,7 +26,7 @@ from tapt.commands.options import _config_options
                                    "(new, empty, or an earlier report of the same settings, "
                                    "which is resumed)."))
 @click.pass_context
-def downstream(ctx, index_path, labelled, out, **settings) -> None:
+def downstream(ctx, index, labelled, out, **settings) -> None:
     """Cross-validated accuracy on a labelled task after equal-compute continued pretraining
     on each condition's data: none, random (the control), task (TAPT), selection methods and
     the oracle, with paired differences from random and 95% bootstrap intervals.
@@ -43,7 +43,7 @@ def downstream(ctx, index_path, labelled, out, **settings) -> None:
     """
     from tapt.api import bench_downstream
 
-    report = bench_downstream(index_path, labelled, out,
+    report = bench_downstream(index, labelled, out,
                                   progress=(ctx.obj or {}).get("progress", True), **settings)
     for row in report["aggregate"]:
         vs = row.get("accuracy_vs_random")

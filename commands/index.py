@@ -12,12 +12,24 @@ import sys
 import click
 
 from tapt import api
-from tapt.commands.common import (CLICK_SETTINGS, CommandGroup, ValueRefused, _domain_errors,
-                                  _Interrupted)
-from tapt.commands.options import (_HF_DATASET, SEED, _backend_option, _config_options,
-                                   _faiss_options, _inputs, _ray_options)
+from tapt.api import options
+from tapt.commands.common import (
+    CLICK_SETTINGS,
+    CommandGroup,
+    ValueRefused,
+    _domain_errors,
+    _Interrupted,
+)
+from tapt.commands.options import (
+    _HF_DATASET,
+    SEED,
+    _backend_option,
+    _config_options,
+    _faiss_options,
+    _inputs,
+    _ray_options,
+)
 from tapt.errors import InputError, Interrupted
-
 
 _DEVICE = click.option("--device", default="auto", show_default=True,
                        type=click.Choice(["auto", "cpu", "cuda"]),
@@ -39,12 +51,11 @@ def index() -> None:
 @_config_options("build", "segment_size", "batch_size", _DEVICE, _backend_option(), "split",
                   "text_field", "doc_field", "text_docs", "input_format", _HF_DATASET,
                   "hf_split", "strict", "invalid_utf8", "overwrite", "restart",
-                  "embedding_dtype", "shards", "shard_size", "executor", _ray_options, "window",
+                  "embedding_dtype", "shards", "shard_size", "executor", _ray_options, "part_size",
                   "codes", _JSON, _faiss_options)
 @click.pass_context
 @_domain_errors
-def index_build(ctx, corpus, out, model, device, backend, hf_datasets, address, workers,
-                gpus_per_worker, timeout, retries, as_json, index_type, memory, opq,
+def index_build(ctx, corpus, out, model, device, backend, hf_datasets, as_json,
                 **config) -> None:
     """Embed CORPUS (files, folders, fsspec URLs, or quoted glob patterns of them) into an index.
 
@@ -71,10 +82,7 @@ def index_build(ctx, corpus, out, model, device, backend, hf_datasets, address, 
     try:
         ix = api.Index.build(
             _inputs(corpus, hf_datasets), out, model=model, device=device, backend=backend,
-            hf_datasets=hf_datasets, index_type=index_type, memory=memory, opq=opq,
-            part_size=config.pop("window"),     # the field `window` is the API's `part_size`
-            ray_address=address, ray_workers=workers, gpus_per_worker=gpus_per_worker,
-            ray_timeout=timeout, ray_retries=retries, progress=ctx.obj["progress"], **config)
+            hf_datasets=hf_datasets, progress=ctx.obj["progress"], **config)
     except Interrupted as exc:
         raise _Interrupted(str(exc)) from exc
     manifest = ix.manifest
@@ -124,8 +132,8 @@ def _faiss_summary(info: dict) -> str:
                   _ray_options, "restart", _JSON)
 @click.pass_context
 @_domain_errors
-def index_add(ctx, idx, corpus, model, device, backend, hf_datasets, address, workers,
-              gpus_per_worker, timeout, retries, as_json, **config) -> None:
+def index_add(ctx, idx, corpus, model, device, backend, hf_datasets, as_json,
+              **config) -> None:
     """Append the documents of CORPUS that IDX does not hold yet, as new shards (same model
     and settings).
 
@@ -143,9 +151,7 @@ def index_add(ctx, idx, corpus, model, device, backend, hf_datasets, address, wo
     ix = api.Index.open(idx)
     try:
         last = ix.add(inputs, model=model, device=device, backend=backend,
-                      hf_datasets=hf_datasets, ray_address=address, ray_workers=workers,
-                      gpus_per_worker=gpus_per_worker, ray_timeout=timeout, ray_retries=retries,
-                      progress=ctx.obj["progress"], **config)
+                      hf_datasets=hf_datasets, progress=ctx.obj["progress"], **config)
     except Interrupted as exc:
         raise _Interrupted(str(exc)) from exc
     manifest = ix.manifest      # an add that added nothing leaves the index as it was
@@ -243,18 +249,18 @@ def index_info(idx, as_json) -> None:
 @click.option("--out-root", type=click.Path(file_okay=False), default=None,
               help="--http: the folder requests may write selections to [default: none].")
 @click.option("--max-body", type=click.IntRange(min=1), default=None,
-              help=f"--http: bytes of a request body [default: {api.LIMITS['max_body']:,}].")
+              help=f"--http: bytes of a request body [default: {options.LIMITS['max_body']:,}].")
 @click.option("--max-task", type=click.IntRange(min=1), default=None,
-              help=f"--http: task sentences of a request [default: {api.LIMITS['max_task']:,}].")
+              help=f"--http: task sentences of a request [default: {options.LIMITS['max_task']:,}].")
 @click.option("--max-budget", type=click.IntRange(min=1), default=None,
               help="--http: sentences a request's budget may reach [default: "
-                   f"{api.LIMITS['max_budget']:,}].")
+                   f"{options.LIMITS['max_budget']:,}].")
 @click.option("--max-concurrent", type=click.IntRange(min=1), default=None,
               help="--http: requests in flight, more are answered 429 [default: "
-                   f"{api.LIMITS['max_concurrent']}].")
+                   f"{options.LIMITS['max_concurrent']}].")
 @click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds a request may take, answered 503 past it (--http: waiting "
-                   f"included) [default: --http {api.LIMITS['request_timeout']:g}, else none].")
+                   f"included) [default: --http {options.LIMITS['request_timeout']:g}, else none].")
 @click.pass_context
 @_domain_errors
 def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, http,
@@ -287,7 +293,8 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, 
       tapt index serve idx --ray-address auto --requests requests.jsonl > answers.jsonl
       tapt index serve idx --hold codes < requests.jsonl  # "params": {"scan": "codes"}
     """
-    from tapt.api import answer_line, answer_stream, serve
+    from tapt.api import serve
+    from tapt.api.served import answer_line, answer_stream
 
     if http is not None:
         if ctx.get_parameter_source("requests_file") == click.core.ParameterSource.COMMANDLINE:
@@ -448,7 +455,7 @@ def index_upgrade(ctx, idx) -> None:
                    "none: drop them.")
 @click.pass_context
 @_domain_errors
-def index_reindex(ctx, idx, index_type, memory, opq, codes) -> None:
+def index_reindex(ctx, idx, index, memory, opq, codes) -> None:
     """Change IDX's FAISS index type (every shard's part) and its int8 codes from its stored
     embeddings (no re-embedding).
 
@@ -460,7 +467,7 @@ def index_reindex(ctx, idx, index_type, memory, opq, codes) -> None:
       tapt index reindex idx --index auto --memory 512M
       tapt index reindex idx --codes int8      # the same FAISS type, int8 codes added
     """
-    info = api.Index.open(idx).reindex(index_type, memory, opq=opq, codes=codes,
+    info = api.Index.open(idx).reindex(index, memory, opq=opq, codes=codes,
                                        progress=ctx.obj["progress"])
     click.echo(f"{idx}: {info.get('previous')} -> {_faiss_summary(info)} "
                f"({info['build_seconds']} s, {info['bytes'] / 2**20:.1f} MiB)")

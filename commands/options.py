@@ -1,13 +1,12 @@
 """What several commands share: option decorators, the options of method parameters
-(`_param_option`, from `tapt.api.method_params`) and of config fields (`_config_options`, from
-`tapt.api.config_fields`), and small parsers of option values."""
+(`_param_option`, from `tapt.api.options.method_params`) and of config fields
+(`_config_options`, from `tapt.api.options.config_fields`), and small parsers of option values."""
 
 from __future__ import annotations
 
 import click
 
-from tapt import api
-
+from tapt.api import options as api_options
 
 _BACKEND_HELP = ("Encoder backend: torch, or the model exported once to ONNX (fp32, or int8 by dynamic "
                  "quantisation; CPU only). auto = onnx (fp32: faster than torch on a CPU, same "
@@ -34,7 +33,7 @@ class _MemoryType(click.ParamType):
         if isinstance(value, str) and value.strip().lower() == "auto":
             return "auto"          # resolved where the build runs (half its available memory)
         try:
-            return api.parse_memory(value)
+            return api_options.parse_memory(value)
         except InputError as exc:
             self.fail(exc.message, param, ctx)
 
@@ -42,13 +41,13 @@ class _MemoryType(click.ParamType):
 def _faiss_options(func=None, *, keep: bool = False):
     """--index, --memory and --opq: which FAISS index to build (see indexer/ann/index_choice.py);
     `keep` (reindex): --index keep, the index's current type, is the default."""
-    DEFAULT_MEMORY = api.default_memory()
+    DEFAULT_MEMORY = api_options.default_memory()
 
     if func is None:
         return lambda f: _faiss_options(f, keep=keep)
     kinds = ["auto", "flat", "hnsw", "ivfpq"]
     options = [
-        click.option("--index", "index_type", default="keep" if keep else "auto",
+        click.option("--index", "index", default="keep" if keep else "auto",
                      show_default=True, type=click.Choice(["keep"] * keep + kinds),
                      help=("FAISS index: keep = the index's current type (and its --memory "
                            "and --opq unless given); " if keep else "FAISS index: ")
@@ -60,7 +59,7 @@ def _faiss_options(func=None, *, keep: bool = False):
                      else True, type=_MemoryType(),
                      help="RAM budget for the FAISS index (8G, 512M, ...; auto = half the memory "
                           "available where the build runs)."),
-        click.option("--opq", is_flag=True, help="IVF-PQ: rotate with OPQ before quantising "
+        click.option("--opq", is_flag=True, default=False, help="IVF-PQ: rotate with OPQ before quantising "
                                                  "(slower to train)."),
     ]
     for option in reversed(options):
@@ -71,21 +70,21 @@ def _faiss_options(func=None, *, keep: bool = False):
 def _ray_options(func):
     """--ray-*: the Ray executor's options (a build's or add's, not config fields)."""
     options = [
-        click.option("--ray-address", "address", default=None, metavar="auto|HOST:PORT",
+        click.option("--ray-address", "ray_address", default=None, metavar="auto|HOST:PORT",
                      help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
                           "local cluster on this machine]."),
-        click.option("--ray-workers", "workers", type=click.IntRange(min=1), default=None,
+        click.option("--ray-workers", "ray_workers", type=click.IntRange(min=1), default=None,
                      help="--executor ray: embedding actors [default: GPUs / "
                           "--gpus-per-worker, or the cluster's CPUs - 1]."),
         click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
                      help="--executor ray: GPUs per embedding actor (0.5: two per GPU) "
                           "[default: 0, CPU actors]."),
-        click.option("--ray-timeout", "timeout", type=click.FloatRange(min=0, min_open=True),
+        click.option("--ray-timeout", "ray_timeout", type=click.FloatRange(min=0, min_open=True),
                      default=None, metavar="SECONDS",
                      help="--executor ray: fail a stage when no task of it finishes for this "
                           "long (the cluster lost its workers, or cannot place them) "
                           "[default: 3600]."),
-        click.option("--ray-retries", "retries", type=click.IntRange(min=0), default=None,
+        click.option("--ray-retries", "ray_retries", type=click.IntRange(min=0), default=None,
                      help="--executor ray: restarts of a dead embedding actor and retries of "
                           "a task whose worker died [default: 3]."),
     ]
@@ -124,7 +123,7 @@ def _flags_in_text(text: str) -> str:
 
 def _param_option(param: dict) -> click.Option:
     """The click option of one method parameter (type, default, choices and help from
-    `tapt.api.method_params`)."""
+    `tapt.api.options.method_params`)."""
     kind, choices = param["kind"], param["choices"]
     minimum, maximum = param["minimum"], param["maximum"]
     bounded = minimum is not None or maximum is not None
@@ -148,7 +147,7 @@ def _param_option(param: dict) -> click.Option:
 
 def _config_option(desc: dict) -> click.Option:
     """The click option of one config field (flag, type, default, help from
-    `tapt.api.config_fields`)."""
+    `tapt.api.options.config_fields`)."""
     kind, choices = desc["kind"], desc["choices"]
     minimum, maximum = desc["minimum"], desc["maximum"]
     decls = [desc["flag"], desc["name"]]
@@ -176,14 +175,14 @@ def _config_options(kind: str, *layout, config: type | None = None):
     option (its value reaches the command under the field's name).
 
     Args:
-        kind: Which command's fields (`tapt.api.config_fields`).
+        kind: Which command's fields (`tapt.api.options.config_fields`).
         *layout: Field names and decorators of other options, in the order `--help` lists them.
         config: The dataclass to describe instead of the kind's own.
 
     Returns:
         The decorator.
     """
-    fields = {desc["name"]: desc for desc in api.config_fields(kind, config)}
+    fields = {desc["name"]: desc for desc in api_options.config_fields(kind, config)}
     unknown = [name for name in layout if isinstance(name, str) and name not in fields]
     if unknown:
         raise KeyError(f"not options of {kind}: {', '.join(unknown)}")

@@ -10,15 +10,22 @@ from pathlib import Path
 import click
 
 from tapt import api
-from tapt.api import CONTEXTS
+from tapt.api import options
+from tapt.api.options import CONTEXTS
 from tapt.commands.common import CLICK_SETTINGS, CommandGroup, TaptCommand, _domain_errors
-from tapt.commands.options import (_BUDGET_HELP, _TASK, SEED, _backend_option, _flags_in_text,
-                                   _param_option)
+from tapt.commands.options import (
+    _BUDGET_HELP,
+    _TASK,
+    SEED,
+    _backend_option,
+    _flags_in_text,
+    _param_option,
+)
 
 
 def _select_command(method) -> click.Command:
     """`tapt select NAME`: arguments from what the method needs, options from its Params."""
-    fields = api.method_params(method)
+    fields = options.method_params(method)
     params: list[click.Parameter] = [click.Argument(["idx"], type=click.Path(exists=True,
                                                                            file_okay=False))]
     if method.needs_embeddings or method.needs_text:
@@ -169,7 +176,7 @@ def select() -> None:
 
 
 def _add_select_commands() -> None:
-    for method in api.method_specs():
+    for method in options.method_specs():
         select.add_command(_select_command(method))
 
 

@@ -8,10 +8,9 @@ import signal
 import click
 
 from tapt import api
-from tapt.commands.common import (_STATE, CLICK_SETTINGS, TaptCommand, _domain_errors,
-                                  _Interrupted)
+from tapt.api import options
+from tapt.commands.common import _STATE, CLICK_SETTINGS, TaptCommand, _domain_errors, _Interrupted
 from tapt.commands.options import SEED, _config_options
-
 
 _SELECTIONS = click.option(
     "--selection", "selections", multiple=True, type=click.Path(exists=True, dir_okay=False),
@@ -100,7 +99,7 @@ def train_command(ctx, selections, task, out, eval_text, compare, as_json, **con
               help="Field/column with the text (JSONL, Parquet, CSV/TSV, Arrow, HF datasets).")
 @click.option("--max-length", default=128, show_default=True, type=int,
               help="Tokens per sequence.")
-@click.option("--batch-size", default=api.MLM_EVAL_BATCH, show_default=True, type=int,
+@click.option("--batch-size", default=options.MLM_EVAL_BATCH, show_default=True, type=int,
               help="Sequences per batch (masks are drawn per batch; train's held-out loss uses "
                    "the same default).")
 @click.option("--seed", default=0, show_default=True, type=SEED,

@@ -18,27 +18,33 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tapt.errors import IndexFormatError, InputError, ModelMismatchError
+from tapt.errors import IndexFormatError, InputError
+from tapt.indexer.encoding.index_model import IndexModel
+from tapt.indexer.reading.splitter import segment_docs, segment_offsets
+from tapt.indexer.store import integrity
+from tapt.indexer.store.identity import generation_mismatch
+from tapt.indexer.store.manifest import (
+    FAISS,
+    MANIFEST_NAME,
+    QUANTIZER,
+    SHARDED_VERSIONS,
+    SHARDS,
+    VOCAB,
+    read_index_manifest,
+)
+from tapt.indexer.store.shard_open import Shard, open_shard  # noqa: F401 - Shard: where callers look
+from tapt.indexer.store.shards import RowView, ShardedStore, StoreShard
+from tapt.indexer.store.text_store import damaged
 from tapt.util import spill
 from tapt.util.checks import path_text
 from tapt.util.files import read_regular
-
-from .store import integrity
-from .encoding.encoder import Encoder, LazyEncoder, model_differences
-from .store.identity import generation_mismatch
-from .store.manifest import (FAISS, MANIFEST_NAME, QUANTIZER, SHARDED_VERSIONS, SHARDS, VOCAB,
-                             read_index_manifest)
-from .store.shard_open import Shard, open_shard  # noqa: F401 - Shard: where callers look
-from .store.shards import RowView, ShardedStore, StoreShard
-from .reading.splitter import segment_docs, segment_offsets
-from .store.text_store import damaged
 
 log = logging.getLogger(__name__)
 
 _PROC_FD = Path("/proc/self/fd")
 
 
-class Index:
+class Index(IndexModel):
     """A built index: manifest, its shards' memory-mapped embeddings, document offsets, text
     stores and FAISS parts, seen as one.
 
@@ -193,7 +199,7 @@ class Index:
     def shared_quantizer(self):
         """The IVF coarse quantizer every FAISS part shares, read and checked once (None where
         the index stores one in each part, or has no IVF parts)."""
-        from .ann.faiss_index import read_quantizer
+        from tapt.indexer.ann.faiss_index import read_quantizer
 
         if self._quantizer is None:
             return None
@@ -290,7 +296,7 @@ class Index:
         before use (its length and checksum on open): its header and stored ids. Holds every
         part; `search` of several shards loads one part at a time instead (`PartByPart`),
         unless this was asked for first."""
-        from .ann.faiss_index import ShardedFaiss
+        from tapt.indexer.ann.faiss_index import ShardedFaiss
 
         return ShardedFaiss([self.faiss_part(i) for i in range(len(self.shards))],
                             [s.row_offset for s in self.shards], self._global_part_ids)
@@ -312,7 +318,7 @@ class Index:
         Raises:
             IndexFormatError: the part is missing or damaged (naming `tapt index repair`).
         """
-        from .ann.faiss_index import read_faiss_index, with_quantizer
+        from tapt.indexer.ann.faiss_index import read_faiss_index, with_quantizer
 
         shard = self.shards[i]
         where = shard.extra["where"] + FAISS
@@ -336,7 +342,7 @@ class Index:
     @cached_property
     def lexicon(self):
         """The stored lexical ids of every shard (`lexical.Lexicon`), checked on first use."""
-        from .reading.lexical import open_lexicon
+        from tapt.indexer.reading.lexical import open_lexicon
 
         return open_lexicon(self)
 
@@ -365,7 +371,7 @@ class Index:
         """Exact top-`k` corpus rows per query (inner product): candidates from the FAISS index,
         rescored from the stored embeddings when it is approximate. `nprobe` / `ef_search`
         override the recorded default of an IVF / HNSW index."""
-        from .ann.faiss_index import PartByPart, knn_search
+        from tapt.indexer.ann.faiss_index import PartByPart, knn_search
 
         # the parts already held (`faiss` asked for, a served index's) or the only one (kept
         # for the next search), else one at a time: the driver holds one shard's part, never
@@ -374,16 +380,6 @@ class Index:
             self.faiss_part, [s.row_offset for s in self.shards], self._global_part_ids))
         return knn_search(parts, self.embeddings, queries, k, self.manifest.get("faiss", {}),
                           nprobe=nprobe, ef_search=ef_search, label=self.path)
-
-    def check_encoder(self, encoder: Encoder) -> None:
-        """Refuse a model other than the one the index was built with: its full fingerprint
-        (weights, module configs, tokenizer, maximum length) must match the manifest's."""
-        model = self.manifest["model"]
-        diffs = model_differences(model, encoder)
-        if diffs:
-            raise ModelMismatchError(
-                f"model {encoder.name} is not the model index {self.path} was built with "
-                f"({model['name']}): it has {'; '.join(diffs)}")
 
     def identity(self) -> dict[str, Any]:
         """What a selection records to name this exact generation of the index (its path
@@ -399,95 +395,6 @@ class Index:
         problem = generation_mismatch(recorded, current)
         if problem:
             raise InputError(f"{selection} {problem}")
-
-    def load_encoder(self, model: str | None = None, device: str = "auto",
-                     backend: str = "auto") -> Encoder:
-        """The index's own model (or `model`, which must have the same weights), checked.
-
-        `backend="auto"` embeds with the backend the index was built with (the same embedding
-        function for corpus and task) where the device allows it, else the device's default.
-        """
-        from .encoding.encoder import file_differences, load_encoder
-        from .encoding.models import display_name, file_facts
-
-        recorded = self.manifest["model"]
-        spec = model if model is not None else (recorded.get("source") or recorded["name"])
-        if model is not None:
-            self._refuse_missing_model(model)   # the index's own: load_encoder refuses it
-        backend = self._task_backend(device, backend)
-        diffs = file_differences(recorded, file_facts(spec))    # seconds before a load would
-        if diffs:
-            raise ModelMismatchError(
-                f"model {display_name(spec)} is not the model index {self.path} was built with "
-                f"({recorded['name']}): it has {'; '.join(diffs)}")
-        try:
-            encoder = load_encoder(spec, device=device, backend=backend,
-                                   check=self.check_encoder)
-        except InputError as exc:
-            raise ModelMismatchError(
-                f"{exc.message}; index {self.path} was built with {recorded['name']}: pass "
-                "`model` with its directory"
-            ) from exc
-        self.check_encoder(encoder)
-        return encoder
-
-    def _refuse_missing_model(self, spec: str | None) -> None:
-        """Refuse a model argument that names no model (an empty one, a folder that is not
-        there: `models.missing_model`) before anything is loaded or read from a cache."""
-        from .encoding.models import missing_model
-
-        if spec is not None:
-            path_text(spec, "model")
-        missing = missing_model(spec)
-        if missing:
-            raise ModelMismatchError(f"{missing}; index {self.path} was built with "
-                                     f"{self.manifest['model']['name']}: pass `model` with its "
-                                     "directory")
-
-    def _task_backend(self, device: str, backend: str) -> str:
-        """`load_encoder`'s backend before `resolve_backend`: `auto` is the index's own."""
-        from .encoding.encoder import pick_device
-
-        if backend != "auto":
-            return backend
-        built = self.manifest.get("build", {}).get("backend", "torch")
-        on_cuda = pick_device(device).startswith("cuda")
-        return "auto" if on_cuda and built.startswith("onnx") else built
-
-    def lazy_encoder(self, model: str | None = None, device: str = "auto",
-                     backend: str = "auto", encoder: Encoder | None = None) -> LazyEncoder:
-        """The encoder `load_encoder` would return, loaded only when it is first used.
-
-        With the index's own model (`model` None) in a local directory, its cache key comes
-        from the manifest's fingerprint, so a task embedded before is served without loading
-        the model (those embeddings were made by a model with this index's fingerprint) while
-        the model directory's files are unchanged; any change loads and checks it again.
-
-        Args:
-            model: As for `load_encoder`.
-            device: As for `load_encoder`.
-            backend: As for `load_encoder`.
-            encoder: An encoder object to use instead (checked now).
-
-        Returns:
-            The lazy encoder.
-        """
-        from .encoding.encoder import embedding_key_of, pick_device, resolve_backend
-        from .encoding.models import model_files_stamp
-
-        if encoder is not None:
-            self.check_encoder(encoder)
-            return LazyEncoder.of(encoder)
-        if model is not None:
-            self._refuse_missing_model(model)       # given: refused now, not on first use
-        recorded = self.manifest["model"]
-        key = stamp = None
-        if model is None and recorded.get("fingerprint"):
-            resolved = resolve_backend(self._task_backend(device, backend), pick_device(device))
-            key = embedding_key_of(recorded["fingerprint"], resolved)
-            stamp = model_files_stamp(recorded.get("source") or recorded["name"])
-        return LazyEncoder(key, self.dim, lambda: self.load_encoder(model, device, backend),
-                           stamp)
 
     def disk_bytes(self) -> dict[str, int]:
         """Bytes per file name, summed over the shards (`text.lmdb` counts its directory)."""

@@ -73,8 +73,15 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, max_length: int,
     Returns:
         A `transformers.BertTokenizerFast`.
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers import trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import BertTokenizerFast
 
     def fresh(model: Any) -> Any:

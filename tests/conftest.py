@@ -82,8 +82,11 @@ def shard_checksums(index: Path, shard: int | str = 0) -> dict[str, str]:
 def reseal_shard(index: Path, shard: int | str = 0, **changes) -> None:
     """Record new checksums (name=sha256 pairs) in a shard's `shard.json` and seal it and the top
     manifest again, as a careful forger would (what tapt must still catch by its other checks)."""
-    from tapt.indexer.store.manifest import (read_index_manifest, write_index_manifest,
-                                       write_shard_manifest)
+    from tapt.indexer.store.manifest import (
+        read_index_manifest,
+        write_index_manifest,
+        write_shard_manifest,
+    )
 
     path = shard_file(index, "shard.json", shard)
     manifest = json.loads(path.read_text())
@@ -227,7 +230,7 @@ def fake_index(tmp_path_factory, labelled_corpus):
 
     out = tmp_path_factory.mktemp("idx") / "index"
     build_index([labelled_corpus[0]], out, HashingEncoder(),
-                BuildConfig(segment_size=4, split=False, progress=False, window=64))
+                BuildConfig(segment_size=4, split=False, progress=False, part_size=64))
     return out
 
 

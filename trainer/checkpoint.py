@@ -16,9 +16,8 @@ import numpy as np
 import torch
 
 from tapt.errors import InputError
+from tapt.trainer.storage import torch_save, writing
 from tapt.util.files import sha256_file
-
-from .storage import torch_save, writing
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import InputError
-from tapt.util.checks import (choice, flag, path_list, path_text, real_number, shown,
-                              whole_number)
+from tapt.util.checks import choice, flag, path_list, path_text, real_number, shown, whole_number
 
 WEIGHT_MODES = ("discrete", "continuous", "sample")
 DEVICES = ("cpu", "cuda")

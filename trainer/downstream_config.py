@@ -10,10 +10,9 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.modeling.scratch import PRESETS
+from tapt.trainer.config import DEVICES, MAX_COUNT
+from tapt.trainer.downstream import FINETUNE_MODES, FinetuneSettings
 from tapt.util.checks import choice, path_text, real_number, shown, whole_number
-
-from .config import DEVICES, MAX_COUNT
-from .downstream import FINETUNE_MODES, FinetuneSettings
 
 CONDITIONS = ("none", "random", "task", "centroid", "knn", "fused", "oracle")
 NOT_METHODS = ("none", "task", "oracle")

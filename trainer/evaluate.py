@@ -14,12 +14,16 @@ import numpy as np
 import torch
 
 from tapt.errors import InputError
-from tapt.modeling.mlm import (MaskingCollator, derived_seed, masked_token_losses,
-                               per_example_sums, target_losses)
+from tapt.modeling.mlm import (
+    MaskingCollator,
+    derived_seed,
+    masked_token_losses,
+    per_example_sums,
+    target_losses,
+)
+from tapt.trainer.config import MLM_EVAL_BATCH
+from tapt.trainer.data import Example
 from tapt.util.training import autocast
-
-from .config import MLM_EVAL_BATCH
-from .data import Example
 
 
 @dataclass(frozen=True)
@@ -108,15 +112,12 @@ def evaluate_text(
     names the field/column with the text) and split into sentences by the corpus splitter;
     or given as `strings` (one document each, as `tapt.train`'s held-out text).
     """
-    from .data import document_examples
     from tapt.modeling.mlm import check_max_length, load_mlm
-    from tapt.util.training import resolve_device
-
-    from .inputs import read_texts
-
+    from tapt.trainer.config import check_mlm_settings
+    from tapt.trainer.data import document_examples
+    from tapt.trainer.inputs import read_texts
     from tapt.util.checks import flag, path_list, path_text, shown
-
-    from .config import check_mlm_settings
+    from tapt.util.training import resolve_device
 
     check_mlm_settings(max_length, batch_size, mlm_probability, seed, device)
     flag(pseudo, "pseudo")
@@ -175,9 +176,8 @@ def document_losses(model_spec: str, documents: Sequence[Sequence[str]], *, max_
         number of every example).
     """
     from tapt.modeling.mlm import check_max_length, load_mlm
+    from tapt.trainer.data import pack_sentences
     from tapt.util.training import resolve_device
-
-    from .data import pack_sentences
 
     dev = resolve_device(device)
     torch.manual_seed(seed)

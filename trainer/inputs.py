@@ -7,8 +7,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from tapt.errors import InputError
 from tapt.indexer.store.identity import describe
-from tapt.retriever.selections.file_format import (SelectedSegment, checked_selection,
-                                                  manifest_path, read_manifest)
+from tapt.retriever.selections.file_format import (
+    SelectedSegment,
+    checked_selection,
+    manifest_path,
+    read_manifest,
+)
 from tapt.util.files import sha256_file
 
 if TYPE_CHECKING:

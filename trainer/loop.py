@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tapt.errors import InputError, StorageError, TaptError, TrainingInterrupted
-
-from .config import TrainConfig
+from tapt.trainer.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -95,12 +94,11 @@ def train(config: TrainConfig, *, on_step: StepCallback | None = None) -> dict[s
     import torch
 
     from tapt.modeling import mlm
+    from tapt.trainer.data import document_examples, segment_examples
+    from tapt.trainer.inputs import check_task_matches, load_selections, read_texts
+    from tapt.trainer.outdir import check_output, training_inputs
+    from tapt.trainer.plan import TrainingPlan
     from tapt.util.training import resolve_device
-
-    from .data import document_examples, segment_examples
-    from .inputs import check_task_matches, load_selections, read_texts
-    from .outdir import check_output, training_inputs
-    from .plan import TrainingPlan
 
     out = Path(config.out)
     inputs = training_inputs(config)
@@ -179,13 +177,12 @@ def run(config: Any, model: Any, tokenizer: Any, model_info: dict[str, Any], pla
 
     from tapt.modeling import mlm
     from tapt.modeling.loop import Loop, Schedule
+    from tapt.trainer.checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
+    from tapt.trainer.evaluate import mlm_loss
+    from tapt.trainer.manifest import TRAINING_FORMAT, TRAINING_FORMAT_VERSION, identity_hash
+    from tapt.trainer.outdir import finished_manifest, prepare_output, write_final_model
     from tapt.util.training import resolve_device
     from tapt.util.versions import library_versions
-
-    from .checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
-    from .evaluate import mlm_loss
-    from .manifest import TRAINING_FORMAT, TRAINING_FORMAT_VERSION, identity_hash
-    from .outdir import finished_manifest, prepare_output, write_final_model
 
     out = Path(config.out)
     device = resolve_device(config.device)

@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tapt.errors import InputError, OutputError
-from tapt.util.files import read_regular, storage_error, write_json_atomic
-from tapt.util.safety import check_output as check_safe
-
-from .manifest import (
+from tapt.trainer.manifest import (
     TRAINING_FORMAT,
     TRAINING_FORMAT_VERSION,
     TRAINING_MANIFEST,
     identity_differences,
     identity_hash,
 )
+from tapt.util.files import read_regular, storage_error, write_json_atomic
+from tapt.util.safety import check_output as check_safe
 
 logger = logging.getLogger(__name__)
 
@@ -136,8 +135,8 @@ def write_final_model(out: str | Path, model: Any, tokenizer: Any, manifest: dic
     """
     out = Path(out)
     tmp = out / f".final-tmp-{os.getpid()}"
+    from tapt.trainer.storage import writing
     from tapt.util.training import quiet_transformers
-    from .storage import writing
 
     try:
         with writing(out):

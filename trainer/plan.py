@@ -13,8 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from tapt.errors import InputError
-
-from .data import Example
+from tapt.trainer.data import Example
 
 
 def mix_counts(n_task: int, n_selection: int, ratio: tuple[int, int]) -> tuple[int, int]:

@@ -21,9 +21,8 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.modeling.scratch import PRESETS
+from tapt.trainer.config import MAX_COUNT, MAX_SEED, MLM_EVAL_BATCH, check_run_settings, run_setting
 from tapt.util.checks import choice, path_text, whole_number
-
-from .config import MAX_COUNT, MAX_SEED, MLM_EVAL_BATCH, check_run_settings, run_setting
 
 TOKENIZERS = ("wordpiece", "index")
 _SHAPE = ("vocab_size", "hidden_size", "layers", "heads", "intermediate_size")
@@ -174,14 +173,13 @@ def pretrain(config: PretrainConfig, units: Sequence[Sequence[str]], sample: dic
     """
     import torch
 
-    from tapt.modeling import mlm
     from tapt.indexer.encoding.models import resolve_model
+    from tapt.modeling import mlm
     from tapt.modeling.scratch import Architecture, new_masked_lm, train_wordpiece
-
-    from .data import Example, pack_sentences
-    from .loop import run
-    from .outdir import check_output
-    from .plan import TrainingPlan
+    from tapt.trainer.data import Example, pack_sentences
+    from tapt.trainer.loop import run
+    from tapt.trainer.outdir import check_output
+    from tapt.trainer.plan import TrainingPlan
 
     inputs = [Path(p) for p in inputs]
     check_output(Path(config.out), None, config.resume, inputs)

@@ -272,7 +272,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     path = Path(path)
     tmp = temporary_sibling(path)
     try:
-        fh = open(tmp, mode, encoding=None if "b" in mode else encoding)
+        fh = open(tmp, mode, encoding=None if "b" in mode else encoding)  # noqa: SIM115 - held across the yield
     except OSError as exc:
         raise storage_error(exc, path) from exc
     try:

@@ -26,9 +26,8 @@ import tempfile
 import numpy as np
 
 from tapt.errors import InputError
-
-from .cache import warn_once
-from .sizes import parse_memory
+from tapt.util.cache import warn_once
+from tapt.util.sizes import parse_memory
 
 log = logging.getLogger(__name__)
 

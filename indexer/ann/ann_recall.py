@@ -16,9 +16,9 @@ from typing import Any, Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from .index_choice import RESCORE_FACTORS, IndexChoice, rescore_k
-from ..store.integrity import check_cosines, check_unit_rows
-from .rescore import exact_topk
+from tapt.indexer.ann.index_choice import RESCORE_FACTORS, IndexChoice, rescore_k
+from tapt.indexer.ann.rescore import exact_topk
+from tapt.indexer.store.integrity import check_cosines, check_unit_rows
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
 def measure(index, embeddings: np.ndarray, kind: str, queries: np.ndarray, truth: np.ndarray,
             param: str | None, value: int | None, factor: int | None = None) -> dict[str, Any]:
     """Recall@k after exact rescoring (and of the raw approximate ranking) and time per query."""
-    from .faiss_index import set_search_param
+    from tapt.indexer.ann.faiss_index import set_search_param
 
     n = len(embeddings)
     k = truth.shape[1]
@@ -206,7 +206,7 @@ def recall_report(index, embeddings: np.ndarray, faiss_info: dict[str, Any], que
                   k: int = 100, values: list[int] | None = None, seed: int = 0,
                   progress: bool = False) -> dict[str, Any]:
     """Recall@k and time per query of an index for a sweep of its search parameter."""
-    from .index_choice import choice_from_manifest
+    from tapt.indexer.ann.index_choice import choice_from_manifest
 
     n, dim = embeddings.shape
     choice = choice_from_manifest(faiss_info, n, dim)
@@ -224,7 +224,7 @@ def recall_report(index, embeddings: np.ndarray, faiss_info: dict[str, Any], que
     rows = [measure(index, embeddings, choice.kind, q, truth, choice.search_param, v, factor)
             for v in tqdm(sweep_values, desc="recall sweep", disable=not progress, leave=False)]
     if choice.search_param is not None and default:
-        from .faiss_index import set_search_param
+        from tapt.indexer.ann.faiss_index import set_search_param
 
         set_search_param(index, choice.search_param, int(default))
     return {"factory": choice.factory, "kind": choice.kind, "param": choice.search_param,

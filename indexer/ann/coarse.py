@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .index_choice import QUANTIZER_EF
+from tapt.indexer.ann.index_choice import QUANTIZER_EF
 
 ASSIGN_BLOCK = 1 << 28     # float32 similarities per block of a torch assignment (1 GiB)
 TORCH_ENV = "TAPT_FAISS_GPU"

@@ -27,16 +27,20 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.errors import IndexFormatError, InputError
+from tapt.indexer.ann import coarse
+from tapt.indexer.ann.index_choice import (
+    RESCORE_FACTOR,
+    RESCORE_MIN,
+    IndexChoice,
+    choice_from_manifest,
+    rescore_k,
+)
+from tapt.indexer.ann.rescore import exact_topk
+from tapt.indexer.ann.topk_merge import merge_in_groups
+from tapt.indexer.store.integrity import check_faiss_index, check_results
+from tapt.indexer.store.npy import as_float32
+from tapt.indexer.store.text_store import damaged
 from tapt.util.files import atomic_write
-
-from . import coarse
-from .index_choice import (RESCORE_FACTOR, RESCORE_MIN, IndexChoice, choice_from_manifest,
-                           rescore_k)
-from ..store.integrity import check_faiss_index, check_results
-from ..store.npy import as_float32
-from .rescore import exact_topk
-from .topk_merge import merge_in_groups
-from ..store.text_store import damaged
 
 log = logging.getLogger(__name__)
 

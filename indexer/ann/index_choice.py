@@ -270,7 +270,7 @@ def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested
         InputError: an unknown type, or no type fits the budget (naming the fix).
     """
     if requested not in REQUESTS:
-        raise InputError(f"{requested!r}: use one of {', '.join(REQUESTS)}", param="index_type")
+        raise InputError(f"{requested!r}: use one of {', '.join(REQUESTS)}", param="index")
     if n < 1 or dim < 1:
         raise InputError("an index needs at least one row")
     budget = parse_memory(memory)
@@ -278,10 +278,10 @@ def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested
     part = max(1, min(n, int(part_rows))) if part_rows else n
     if requested == "ivfpq" and n < IVFPQ_MIN_ROWS:
         raise InputError(f"ivfpq needs at least {IVFPQ_MIN_ROWS:,} sentences "
-                         f"(this index has {n:,}): use flat or hnsw", param="index_type")
+                         f"(this index has {n:,}): use flat or hnsw", param="index")
     if requested == "ivfpq" and not pq_subquantizers(dim):
         raise InputError(f"ivfpq needs a dimension divisible by 4 (this model has {dim})",
-                         param="index_type")
+                         param="index")
     if requested == "flat" or (requested == "auto" and n <= SMALL_MAX):
         why = f"{size} <= {SMALL_MAX:,} (small)" if requested == "auto" else "--index flat"
         if flat_bytes(part, dim) <= budget:
@@ -313,7 +313,7 @@ def choose_index(n: int, dim: int, memory: int | str = DEFAULT_MEMORY, requested
 def _too_small(what: str, needed: int, budget: int, sharded: bool = False,
                sharding: bool = False) -> InputError:
     more = "" if what.startswith("the most compact") else \
-        " (or `index_type` ivfpq, the most compact type)"
+        " (or `index` ivfpq, the most compact type)"
     held = " for its largest shard's part" if sharded else ""
     shards = (" or build it in more shards (`shard_size`: one shard's FAISS part is held at a "
               "time)" if sharding else "")

@@ -12,9 +12,8 @@ from typing import Iterable
 import numpy as np
 
 from tapt.errors import IndexFormatError
-
-from ..store.integrity import check_unit_rows
-from ..store.npy import as_float32
+from tapt.indexer.store.integrity import check_unit_rows
+from tapt.indexer.store.npy import as_float32
 
 _GATHER_BYTES = 64 << 20  # rows gathered per block of queries
 _BLOCK_QUERIES = 64  # at most: a block's matrix product grows with queries x distinct rows
@@ -92,7 +91,7 @@ def exact_of(embeddings: np.ndarray, queries: np.ndarray, candidates: np.ndarray
     candidates of several searches side by side), every gathered row checked for unit length.
     `candidates` are rows of `embeddings` + `offset` (a shard's or an actor's rows, named by
     their global ids)."""
-    from ..store.integrity import rows_from
+    from tapt.indexer.store.integrity import rows_from
 
     queries = np.asarray(queries, dtype=np.float32)
     local = np.where(candidates >= 0, candidates - offset, -1).astype(np.int64)

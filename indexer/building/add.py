@@ -27,27 +27,57 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.indexer.ann.index_choice import choice_from_manifest
+from tapt.indexer.building import checkpoint, stages
+from tapt.indexer.building.ann_build import calibrated_faiss
+from tapt.indexer.building.build_plan import BuildPlan, TaskMemory, Workers, plan_add, task_memory
+from tapt.indexer.building.executors import EncoderSource, Executor, Stage, make_executor
+from tapt.indexer.building.generations import (
+    carry,
+    check_kept,
+    check_replaceable,
+    check_unchanged,
+    discard_previous,
+    exchange,
+    mirror,
+    user_entries,
+)
+from tapt.indexer.building.pipeline import (
+    BuildConfig,
+    Shared,
+    corpus_paths,
+    drop_training_files,
+    index_stages,
+    plan_shards,
+    run_stages,
+    scan_corpus,
+    warn_invalid_utf8,
+)
+from tapt.indexer.building.publishing import (
+    calibrate_memory,
+    codes_section,
+    counted_segments,
+    shard_entries,
+    top_vocabulary,
+)
+from tapt.indexer.encoding.encoder import Encoder, LazyEncoder
+from tapt.indexer.index import Index
+from tapt.indexer.reading.lexical import doc_hash, normalise_for_identity  # noqa: F401 - where add's callers look
+from tapt.indexer.reading.reader import CorpusScan, InputSpec
+from tapt.indexer.store.integrity import check_checksum, remember_index
+from tapt.indexer.store.manifest import (
+    DOC_HASHES,
+    FAISS,
+    INDEX_FORMAT_VERSION,
+    MANIFEST_NAME,
+    SHARDS,
+    VOCAB,
+    read_shard_manifest,
+    shard_name,
+    write_index_manifest,
+)
 from tapt.util.safety import check_output, is_tapt_index
 from tapt.util.versions import utc_now
-
-from . import checkpoint, stages
-from .ann_build import calibrated_faiss
-from .build_plan import BuildPlan, TaskMemory, Workers, plan_add, task_memory
-from .pipeline import (BuildConfig, Shared, corpus_paths, drop_training_files, index_stages,
-                       plan_shards, run_stages, scan_corpus, warn_invalid_utf8)
-from .publishing import (calibrate_memory, codes_section, counted_segments, shard_entries,
-                         top_vocabulary)
-from ..encoding.encoder import Encoder, LazyEncoder
-from .executors import EncoderSource, Executor, Stage, make_executor
-from .generations import (carry, check_kept, check_replaceable, check_unchanged,
-                          discard_previous, exchange, mirror, user_entries)
-from ..index import Index
-from ..ann.index_choice import choice_from_manifest
-from ..store.integrity import check_checksum, remember_index
-from ..reading.lexical import doc_hash, normalise_for_identity  # noqa: F401 - where add's callers look
-from ..store.manifest import (DOC_HASHES, FAISS, INDEX_FORMAT_VERSION, MANIFEST_NAME, SHARDS, VOCAB,
-                       read_shard_manifest, shard_name, write_index_manifest)
-from ..reading.reader import CorpusScan, InputSpec
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +124,7 @@ def add_to_index(path: str | Path, inputs: list[InputSpec], encoder: Encoder | L
     ingest = old["ingest"]
     config = BuildConfig(segment_size=old["segment_size"],
                          batch_size=batch_size or _recorded_batch_size(old),
-                         window=old["build"].get("window", 4096),
+                         part_size=old["build"].get("window", 4096),
                          split=ingest["split_sentences"],
                          text_field=text_field or ingest["text_field"],
                          doc_field=ingest["doc_field"] if doc_field is None else doc_field,
@@ -157,7 +187,7 @@ def _add(index: Index, inputs: list[InputSpec], encoder: Encoder, config: BuildC
                 plan.sessions += 1
             checkpoint.write_plan(work, plan)
             planned: dict[str, Any] = {}
-            workers = Workers.of(runner, encoder, config.window,
+            workers = Workers.of(runner, encoder, config.part_size,
                                  index_docs=int(old["counts"]["documents"]))
 
             def before_embed(rows: dict[str, int], pending: list[int]) -> TaskMemory | None:
@@ -227,7 +257,7 @@ class TemplateTask:
 
 def write_template(task: TemplateTask) -> str:
     """Write the template (quantizer and codebooks, no rows) of an IVF part; its SHA-256."""
-    from ..ann.faiss_index import read_faiss_index, template_of, write_faiss
+    from tapt.indexer.ann.faiss_index import read_faiss_index, template_of, write_faiss
 
     write_faiss(template_of(read_faiss_index(Path(task.part))), Path(task.out))
     return hashlib.sha256(Path(task.out).read_bytes()).hexdigest()

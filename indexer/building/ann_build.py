@@ -22,21 +22,36 @@ from typing import Any
 
 import numpy as np
 
+from tapt.indexer.ann.ann_recall import (
+    CALIBRATION_K,
+    calibration_queries,
+    ground_truth,
+    recall_at_k,
+    reusable,
+)
+from tapt.indexer.ann.ann_recall import calibrate as calibrate_search
+from tapt.indexer.ann.faiss_index import (
+    FLAT_FACTORY,
+    build_part,
+    faiss_section,
+    ids_are_global,
+    read_faiss_index,
+    read_quantizer,
+    search_part,
+    set_search_param,
+    shares_quantizer,
+    train_template,
+    with_quantizer,
+    write_faiss,
+)
+from tapt.indexer.ann.index_choice import IndexChoice, choice_from_manifest, rescore_k
+from tapt.indexer.ann.rescore import Candidates, best_of, exact_of, exact_top, merge_candidates
+from tapt.indexer.ann.topk_merge import merge_topk
+from tapt.indexer.building import stages
+from tapt.indexer.building.executor_base import Executor, Stage
+from tapt.indexer.store.manifest import EMBEDDINGS, FAISS, QUANTIZER
+from tapt.indexer.store.shards import RowView
 from tapt.util.files import sha256_file
-
-from . import stages
-from .executor_base import Executor, Stage
-from ..ann.ann_recall import (CALIBRATION_K, calibration_queries, ground_truth, recall_at_k,
-                              reusable)
-from ..ann.ann_recall import calibrate as calibrate_search
-from ..ann.faiss_index import (FLAT_FACTORY, build_part, faiss_section, ids_are_global,
-                               read_faiss_index, read_quantizer, search_part, set_search_param,
-                               shares_quantizer, train_template, with_quantizer, write_faiss)
-from ..ann.topk_merge import merge_topk
-from ..ann.index_choice import IndexChoice, choice_from_manifest, rescore_k
-from ..ann.rescore import Candidates, best_of, exact_of, exact_top, merge_candidates
-from ..store.manifest import EMBEDDINGS, FAISS, QUANTIZER
-from ..store.shards import RowView
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +102,7 @@ def exact_truth(work: Path, names: list[str], offsets: list[int], queries: np.nd
     """The exact top-k ids of `queries` over every shard: one task per shard through `runner`
     (Ray: tasks in parallel over the cluster; local: one after another, FAISS's threads each),
     merged as they finish (ties by ascending id). `memory`: what a task asks for."""
-    from .executors import LocalExecutor
+    from tapt.indexer.building.executors import LocalExecutor
 
     runner = runner or LocalExecutor(progress=False)
     tasks = [TruthTask(str(work), name, int(offset), queries, int(k))
@@ -263,7 +278,7 @@ def calibrated_faiss(work: Path, names: list[str], offsets: list[int], choice: I
         log.info("kept the calibrated %s = %s (calibrated on %s rows; %s now)", old["param"],
                  old["default"], f"{old['sample']['rows']:,}", f"{ntotal:,}")
         return info
-    from .executors import LocalExecutor
+    from tapt.indexer.building.executors import LocalExecutor
 
     runner = runner or LocalExecutor(progress=False)
     view = RowView([np.load(stages.shard_path(work, n) / EMBEDDINGS, mmap_mode="r")

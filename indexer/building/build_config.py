@@ -1,7 +1,7 @@
 """BuildConfig: the options of one index build, validated on creation. Each field that is an
 option of `tapt index build` (and `index add`) carries its command-line description in its
 metadata (`help`, `flag`, `metavar`, `choices`, bounds, `show_default`; `add`: how `index add`
-differs), which `tapt.api.config_fields` hands to the command line."""
+differs), which `tapt.api.options.config_fields` hands to the command line."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ import re
 from dataclasses import dataclass, field
 
 from tapt.errors import InputError
+from tapt.indexer.ann.index_choice import DEFAULT_MEMORY, REQUESTS, parse_memory
+from tapt.indexer.building.executors import executor_names
+from tapt.indexer.reading import formats
+from tapt.indexer.reading.formats import ReadOptions
+from tapt.indexer.reading.reader import TextDocs
 from tapt.util.checks import whole_number
 from tapt.util.sizes import parse_memory as parse_size
-
-from .executors import executor_names
-from ..ann.index_choice import DEFAULT_MEMORY, REQUESTS, parse_memory
-from ..reading import formats
-from ..reading.formats import ReadOptions
-from ..reading.reader import TextDocs
 
 EMBEDDING_DTYPES = ("auto", "float32", "float16")
 CODES = ("none", "int8")
@@ -54,11 +53,11 @@ class BuildConfig:
         "minimum": 1,
         "add": {"help": "Sentences per encoder batch [default: the build's, else 1024 on CUDA "
                         "and 64 on the CPU]."}})
-    window: int = field(default=4096, metadata={
+    part_size: int | str = field(default=4096, metadata={  # a count: 4096, "64k"
         "help": "Sentences per embed part: the unit a resumed build redoes and a Ray embed task "
                 "embeds (64k for corpora of 10^9 sentences and more, so a Ray driver tracks "
                 "fewer parts).",
-        "flag": "--part-size", "type": "str", "metavar": "ROWS", "show_default": True})
+        "type": "str", "metavar": "ROWS", "show_default": True})
     split: bool = field(default=True, metadata={
         "help": "Split records into sentences (--no-split: each record is one sentence).",
         "flag": "--split/--no-split", "show_default": True})
@@ -94,7 +93,8 @@ class BuildConfig:
         "help": "Discard an interrupted build of --out instead of resuming it.",
         "add": {"help": "Discard an interrupted add of IDX instead of resuming it."}})
     progress: bool = True
-    index: str = "auto"             # FAISS type: auto, flat, hnsw or ivfpq (see index_choice)
+    index: str = field(default="auto", metadata={    # auto, flat, hnsw or ivfpq (index_choice)
+        "was": "index_type"})
     memory: str | int = DEFAULT_MEMORY  # budget for the FAISS index in RAM
     opq: bool = False
     embedding_dtype: str = field(default="auto", metadata={  # see `resolve_dtype`
@@ -126,13 +126,15 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         whole_number(self.segment_size, "segment_size", maximum=2**31 - 1)
+        self.part_size = parse_count(self.part_size, param="part_size")
         if self.batch_size is not None:
             whole_number(self.batch_size, "batch_size")
-            self.window = max(self.window, self.batch_size)
+            self.part_size = max(self.part_size, self.batch_size)
+        self.doc_field = self.doc_field or None     # '' turns joining off
         ReadOptions(self.text_field, self.doc_field, self.text_docs, self.input_format,
                     self.hf_split, self.strict, self.invalid_utf8)  # validates them
         if self.index not in REQUESTS:
-            raise InputError(f"must be one of {', '.join(REQUESTS)}", param="index_type")
+            raise InputError(f"must be one of {', '.join(REQUESTS)}", param="index")
         parse_memory(self.memory)
         if self.embedding_dtype not in EMBEDDING_DTYPES:
             raise InputError(f"must be one of {', '.join(EMBEDDING_DTYPES)}",

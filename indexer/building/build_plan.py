@@ -30,9 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from tapt.errors import InputError, TaptError
-
-from ..ann.index_choice import (IndexChoice, choice_from_manifest, choose_index, format_bytes,
-                                hnsw_bytes, ivfpq_bytes, flat_bytes, memory_budget)
+from tapt.indexer.ann.index_choice import (
+    IndexChoice,
+    choice_from_manifest,
+    choose_index,
+    flat_bytes,
+    format_bytes,
+    hnsw_bytes,
+    ivfpq_bytes,
+    memory_budget,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +94,7 @@ class Workers:
 def model_bytes(spec: str | None) -> int:
     """Bytes of a model's weight files (`.safetensors`, `.bin`, `.onnx`, `.pt`) in its
     directory (the packaged default's where `spec` is None); 0 where they are not found."""
-    from ..encoding.models import resolve_model
+    from tapt.indexer.encoding.models import resolve_model
 
     try:
         where = Path(resolve_model(spec))

@@ -123,7 +123,7 @@ def commit_part(path: Path, record: dict[str, Any]) -> None:
 def committed_rows(work: Path) -> int:
     """Sentences whose embeddings this work directory's run committed (parts and whole shards;
     records another run wrote are not counted)."""
-    from ..store.manifest import SHARDS
+    from tapt.indexer.store.manifest import SHARDS
 
     plan = read_plan(work)
     run = plan.fingerprint if plan is not None else None
@@ -184,7 +184,7 @@ def _prepared(out: Path, work: Path, wanted: str, restart: bool, kind: str
 def remove_work_dir(work: Path) -> None:
     """Remove a work directory tapt left behind, after checking that it holds only what tapt
     writes there (a directory of the same hidden name made by someone else is never deleted)."""
-    from ..store.manifest import foreign_entries
+    from tapt.indexer.store.manifest import foreign_entries
 
     if work.is_symlink() or not work.is_dir() or foreign_entries(work):
         raise OutputError(f"{work} is in the way and does not look like tapt's work directory; "
@@ -215,7 +215,7 @@ def keep_or_discard(work: Path, job: str, doing: str, kept_note: str, earlier: i
     try:
         yield
     except BaseException as exc:
-        from ..store.manifest import SHARDS
+        from tapt.indexer.store.manifest import SHARDS
 
         committed = committed_rows(work) if work.exists() else 0
         started = prepared is not None and work.exists() and any(

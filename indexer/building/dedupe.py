@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store.manifest import DOC_HASHES, SHARDS
+from tapt.indexer.store.manifest import DOC_HASHES, SHARDS
 
 
 class DocHashes:

@@ -20,7 +20,7 @@ class EncoderSpec:
     backend: str = "auto"
 
     def __post_init__(self) -> None:
-        from ..encoding.models import absolute_spec, missing_model
+        from tapt.indexer.encoding.models import absolute_spec, missing_model
 
         missing = missing_model(self.model)     # refused before the corpus is read
         if missing:
@@ -29,7 +29,7 @@ class EncoderSpec:
         object.__setattr__(self, "model", absolute_spec(self.model))
 
     def load(self):
-        from ..encoding.encoder import load_encoder
+        from tapt.indexer.encoding.encoder import load_encoder
 
         return load_encoder(self.model, device=self.device, backend=self.backend)
 
@@ -108,5 +108,5 @@ class Executor(ABC):
         limit beyond the build plan's own budget (one process)."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: most executors hold nothing
         """Release what the executor holds (workers, a cluster connection)."""

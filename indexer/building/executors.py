@@ -31,10 +31,9 @@ from typing import Any, Iterator, Sequence
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
+from tapt.indexer.building.executor_base import EncoderSource, EncoderSpec, Executor, Stage
+from tapt.indexer.building.ray_executor import RayExecutor  # Ray itself is imported on use
 from tapt.util.progress import reporting_to
-
-from .executor_base import EncoderSource, EncoderSpec, Executor, Stage
-from .ray_executor import RayExecutor  # Ray itself is imported on use
 
 __all__ = ["EncoderSource", "EncoderSpec", "Executor", "Stage", "LocalExecutor", "RayExecutor",
            "register_executor", "executor_names", "get_executor", "make_executor"]

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from tapt.errors import InputError, OutputError
+from tapt.indexer.building import checkpoint
+from tapt.indexer.store.integrity import remember_index
+from tapt.indexer.store.manifest import MANIFEST_NAME, index_foreign_entries, is_leftover
 from tapt.util.files import fsync_path, storage_error
-
-from . import checkpoint
-from ..store.manifest import MANIFEST_NAME, index_foreign_entries, is_leftover
-from ..store.integrity import remember_index
 
 log = logging.getLogger(__name__)
 

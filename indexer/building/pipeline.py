@@ -30,27 +30,45 @@ from typing import Any, Callable
 import numpy as np
 
 from tapt.errors import InputError, OutputError, StorageError
+from tapt.indexer.ann.index_choice import IndexChoice
+from tapt.indexer.building import checkpoint, dedupe, stages
+from tapt.indexer.building.ann_build import calibrated_faiss, quantizer_checksums
+from tapt.indexer.building.build_config import BuildConfig
+from tapt.indexer.building.build_plan import (
+    TASK_BASE,
+    BuildPlan,
+    TaskMemory,
+    Workers,
+    plan_build,
+    task_memory,
+)
+from tapt.indexer.building.executors import EncoderSource, Executor, Stage, make_executor
+from tapt.indexer.building.publishing import (
+    calibrate_memory,
+    codes_section,
+    counted_segments,
+    shard_entries,
+    top_vocabulary,
+)
+from tapt.indexer.encoding.encoder import Encoder, model_fingerprint, model_record
+from tapt.indexer.reading.formats import ReadOptions
+from tapt.indexer.reading.reader import CorpusScan, InputSpec
+from tapt.indexer.store.integrity import remember_index
+from tapt.indexer.store.manifest import (
+    EMBEDDINGS,
+    INDEX_FORMAT,
+    INDEX_FORMAT_VERSION,
+    SHARDS,
+    VOCAB,
+    index_foreign_entries,
+    shard_name,
+    write_index_manifest,
+    written_version,
+)
 from tapt.util.checks import path_text
 from tapt.util.files import ensure_dir, fsync_path, real_path
 from tapt.util.safety import check_output, check_usable, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
-
-from . import checkpoint, dedupe, stages
-from .publishing import (calibrate_memory, codes_section, counted_segments, shard_entries,
-                         top_vocabulary)
-from .ann_build import calibrated_faiss, quantizer_checksums
-from .build_plan import TASK_BASE, BuildPlan, TaskMemory, Workers, plan_build, task_memory
-from ..encoding.encoder import Encoder, model_fingerprint, model_record
-from .executors import EncoderSource, Executor, Stage, make_executor
-from ..ann.index_choice import IndexChoice
-from ..store.integrity import remember_index
-from ..store.manifest import (EMBEDDINGS, INDEX_FORMAT, INDEX_FORMAT_VERSION, SHARDS, VOCAB,
-                       index_foreign_entries, shard_name, write_index_manifest,
-                       written_version)
-from ..reading.formats import ReadOptions
-from ..reading.reader import CorpusScan, InputSpec
-# BuildConfig and its checks moved to build_config; callers still import them from here
-from .build_config import CODES, EMBEDDING_DTYPES, BuildConfig, parse_count  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +138,8 @@ def scan_corpus(inputs: list[InputSpec], config: BuildConfig, runner: Executor |
                 ) -> CorpusScan:
     """The up-front scan of a build's or an add's inputs, read as `config` says, in tasks of
     `runner` (default: in this process; `scanning.scan_corpus`)."""
-    from .executors import LocalExecutor
-    from .scanning import scan_corpus as scan_in_tasks
+    from tapt.indexer.building.executors import LocalExecutor
+    from tapt.indexer.building.scanning import scan_corpus as scan_in_tasks
 
     options = ReadOptions(config.text_field, config.doc_field, config.text_docs,
                           config.input_format, config.hf_split, config.strict,
@@ -269,7 +287,7 @@ def _build(inputs: list[InputSpec], out: Path, parent: Path, encoder: Encoder,
             disk_full=lambda committed: f"disk full while building {out}; {committed:,} "
             "sentences are committed: free space and run the same command again to resume")
         with failures:
-            workers = Workers.of(runner, encoder, config.window)
+            workers = Workers.of(runner, encoder, config.part_size)
             if plan is None:     # a new build: refused before anything is prepared
                 plan_before_prepare(scan, groups, encoder.dim, config, work, dtype, workers)
                 plan = checkpoint.Plan(wanted, [{"name": shard_name(i), "files": g}
@@ -384,7 +402,7 @@ def run_stages(work: Path, scan: CorpusScan, plan: checkpoint.Plan, config: Buil
     if before_embed is not None:
         memory = before_embed({name: int(prepared[name]["rows"]) for name in new},
                               [int(prepared[name]["rows"]) for name in pending])
-    window = max(1, config.window)
+    window = max(1, config.part_size)
     embed_tasks, assemble_tasks = [], []
     for name in pending:
         rows = int(prepared[name]["rows"])
@@ -567,7 +585,7 @@ def publish(work: Path, built: Built, results: dict[str, dict[str, Any]], shared
             "backend": getattr(encoder, "backend", "torch"),
             "dtype": getattr(encoder, "dtype", "float32"),
             "batch_size": config.batch_size or "auto",
-            "window": config.window,
+            "window": config.part_size,
             "shards": len(shards),
             "sessions": plan.sessions,
             "calibrate_seconds": round(calibrate_seconds, 2),

@@ -11,13 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from tapt.indexer.building import stages
+from tapt.indexer.building.build_plan import TASK_BASE, BuildPlan
+from tapt.indexer.building.executor_base import Executor, Stage
+from tapt.indexer.reading.lexical import write_union
+from tapt.indexer.store.manifest import VOCAB
 from tapt.util.files import sha256_file
-
-from . import stages
-from .build_plan import TASK_BASE, BuildPlan
-from .executor_base import Executor, Stage
-from ..reading.lexical import write_union
-from ..store.manifest import VOCAB
 
 VOCABULARY_BYTES = 512 << 20   # the union's buckets and blocks (`lexical.write_union`)
 

@@ -68,9 +68,8 @@ def node_facts() -> dict[str, Any]:
     this job's TAPT_FAISS_GPU), and `node_id`, the node it ran on."""
     import ray
 
+    from tapt.indexer.ann.faiss_index import gpu_steps_allowed
     from tapt.util.machine import available_memory
-
-    from ..ann.faiss_index import gpu_steps_allowed
 
     return {"available": available_memory(), "gpu_steps": bool(gpu_steps_allowed()),
             "node_id": ray.get_runtime_context().get_node_id()}

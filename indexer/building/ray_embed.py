@@ -20,8 +20,7 @@ import os
 from typing import Any, Callable
 
 from tapt.errors import InputError
-
-from .executor_base import EncoderSource
+from tapt.indexer.building.executor_base import EncoderSource
 
 
 def granted_cpus() -> int:
@@ -107,7 +106,7 @@ class ModelActor:
 
         from ray import cloudpickle
 
-        from ..encoding.encoder import encode_counted, preferred_batch_size
+        from tapt.indexer.encoding.encoder import encode_counted, preferred_batch_size
 
         if "payload" not in batch:
             return {"i": batch["i"], "record": [

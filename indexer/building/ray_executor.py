@@ -52,14 +52,26 @@ from typing import Any, Callable, Iterator, Sequence
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
+from tapt.indexer.building.executor_base import EncoderSource, EncoderSpec, Executor, Stage
+from tapt.indexer.building.ray_cluster import (  # noqa: F401
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT,
+    MAX_RETRIES,
+    MAX_TIMEOUT,
+    POLL_SECONDS,
+    ExecutorError,
+    Watch,
+    _first_line,
+    _no_auto_start,
+    connect,
+    env_options,
+    import_ray,
+    node_facts,
+    task_error,
+)
+from tapt.indexer.building.ray_embed import ModelActor, granted_cpus, save_parts, tokenize_parts
+from tapt.indexer.building.readahead import read_ahead
 from tapt.util.checks import whole_number
-
-from .executor_base import EncoderSource, EncoderSpec, Executor, Stage
-from .ray_cluster import (DEFAULT_RETRIES, DEFAULT_TIMEOUT, MAX_RETRIES, MAX_TIMEOUT,  # noqa: F401
-                          POLL_SECONDS, ExecutorError, Watch, connect, env_options, import_ray,
-                          node_facts, task_error, _first_line, _no_auto_start)
-from .ray_embed import ModelActor, granted_cpus, save_parts, tokenize_parts
-from .readahead import read_ahead
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +107,7 @@ def _run_whole_node(fn: Callable[[Any], Any], task: Any) -> Any:
     """Run a whole-node task with FAISS's OpenMP threads set to the CPUs Ray granted it (a
     worker starts with one); the worker's thread count is put back afterwards, for the next
     task it runs."""
-    from ..ann.faiss_index import faiss_threads
+    from tapt.indexer.ann.faiss_index import faiss_threads
 
     with faiss_threads(granted_cpus()):
         return fn(task)
@@ -370,7 +382,7 @@ class RayExecutor(Executor):
         from ray import cloudpickle
         from ray.data import ActorPoolStrategy
 
-        from ..encoding.encoder import tokenizing_of
+        from tapt.indexer.encoding.encoder import tokenizing_of
 
         ray = self.ray
         size = min(self.pool_size(), len(tasks))

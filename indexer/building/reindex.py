@@ -19,20 +19,28 @@ from pathlib import Path
 from typing import Any
 
 from tapt.errors import InputError
+from tapt.indexer.ann.faiss_index import shares_quantizer
+from tapt.indexer.ann.index_choice import DEFAULT_MEMORY, KINDS, IndexChoice, choose_index
+from tapt.indexer.building import stages
+from tapt.indexer.building.ann_build import calibrated_faiss, quantizer_checksums
+from tapt.indexer.building.build_plan import TaskMemory, Workers, check_tasks, task_memory
+from tapt.indexer.building.executors import Executor, make_executor
+from tapt.indexer.building.generations import replace_generation
+from tapt.indexer.building.pipeline import Built, Shared, drop_training_files, index_stages
+from tapt.indexer.building.publishing import codes_section
+from tapt.indexer.index import Index
+from tapt.indexer.store.manifest import (
+    CODES,
+    FAISS,
+    MANIFEST_NAME,
+    QUANTIZER,
+    SHARD_MANIFEST,
+    SHARDS,
+    read_shard_manifest,
+    write_index_manifest,
+    written_version,
+)
 from tapt.util.versions import utc_now
-
-from . import stages
-from .ann_build import calibrated_faiss, quantizer_checksums
-from .build_plan import TaskMemory, Workers, check_tasks, task_memory
-from .pipeline import Built, Shared, drop_training_files, index_stages
-from .publishing import codes_section
-from .executors import Executor, make_executor
-from .generations import replace_generation
-from ..index import Index
-from ..ann.faiss_index import shares_quantizer
-from ..ann.index_choice import DEFAULT_MEMORY, KINDS, IndexChoice, choose_index
-from ..store.manifest import (CODES, FAISS, MANIFEST_NAME, QUANTIZER, SHARD_MANIFEST, SHARDS,
-                              read_shard_manifest, write_index_manifest, written_version)
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +157,7 @@ def _shared_from_kept(index: Index, kept: list[str], choice: IndexChoice, work: 
                       ) -> Shared | None:
     """The template of a kept IVF part (so rebuilt parts share its quantizer), or a Shared
     without template for types that need none; None when nothing can be reused."""
-    from ..ann.faiss_index import template_of, write_faiss
+    from tapt.indexer.ann.faiss_index import template_of, write_faiss
 
     scale = (index.manifest.get("codes") or {}).get("scale")
     if choice.kind != "ivfpq":

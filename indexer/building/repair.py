@@ -11,12 +11,11 @@ import logging
 from pathlib import Path
 
 from tapt.errors import IndexFormatError
-
-from ..index import Index
-from ..ann.index_choice import choice_from_manifest
-from ..store.manifest import FAISS, QUANTIZER
-from .reindex import rebuild_parts
-from .verify import REBUILD, verify_index
+from tapt.indexer.ann.index_choice import choice_from_manifest
+from tapt.indexer.building.reindex import rebuild_parts
+from tapt.indexer.building.verify import REBUILD, verify_index
+from tapt.indexer.index import Index
+from tapt.indexer.store.manifest import FAISS, QUANTIZER
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..reading.formats import InputFile, ReadOptions, Scanned
-from ..reading.formats.base import LineError
-from ..reading.formats.sources import HubSource
-from ..reading.formats.spans import split
-from ..reading.reader import CorpusScan, InputSpec, expand_inputs, without_empty
-from .executor_base import Executor, Stage
+from tapt.indexer.building.executor_base import Executor, Stage
+from tapt.indexer.reading.formats import InputFile, ReadOptions, Scanned
+from tapt.indexer.reading.formats.base import LineError
+from tapt.indexer.reading.formats.sources import HubSource
+from tapt.indexer.reading.formats.spans import split
+from tapt.indexer.reading.reader import CorpusScan, InputSpec, expand_inputs, without_empty
 
 
 @dataclass(frozen=True)

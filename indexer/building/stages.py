@@ -35,26 +35,47 @@ from typing import Any, Iterator
 import numpy as np
 
 from tapt.errors import InputError
-from tapt.util.files import (atomic_write, fsync_path, read_regular, sha256_file,
-                             write_json_atomic)
+from tapt.indexer.ann.faiss_index import (
+    build_part,
+    ids_are_global,
+    read_faiss_index,
+    shares_quantizer,
+    train_template,
+    write_faiss,
+    write_quantizer,
+)
+from tapt.indexer.ann.index_choice import IndexChoice
+from tapt.indexer.building import checkpoint
+from tapt.indexer.building.checkpoint import ForeignRecord
+from tapt.indexer.building.dedupe import DocHashes
+from tapt.indexer.encoding.encoder import encode_counted, preferred_batch_size
+from tapt.indexer.reading.formats import InputFile, ReadOptions
+from tapt.indexer.reading.lexical import LexicalWriter, doc_hash
+from tapt.indexer.reading.reader import CorpusScan, Document, iter_documents
+from tapt.indexer.reading.splitter import SentenceSplitter, segment_offsets
+from tapt.indexer.store.codes import code_scale, encode_codes
+from tapt.indexer.store.manifest import (
+    BIGRAMS,
+    CODES,
+    DOC_HASHES,
+    DOCS,
+    EMBEDDINGS,
+    FAISS,
+    LEXICAL,
+    LEXICAL_OFFSETS,
+    LMDB_DATA,
+    QUANTIZER,
+    SHARDS,
+    STORE,
+    TOKENS,
+    VOCAB,
+    read_shard_manifest,
+    write_shard_manifest,
+)
+from tapt.indexer.store.npy import NpyAppender, write_npy
+from tapt.indexer.store.text_store import TextStore, TextStoreWriter, close_reader
+from tapt.util.files import atomic_write, fsync_path, read_regular, sha256_file, write_json_atomic
 from tapt.util.progress import report_progress
-
-from . import checkpoint
-from .checkpoint import ForeignRecord
-from ..ann.faiss_index import (build_part, ids_are_global, read_faiss_index, shares_quantizer,
-                               train_template, write_faiss, write_quantizer)
-from ..reading.formats import InputFile, ReadOptions
-from ..encoding.encoder import encode_counted, preferred_batch_size
-from ..ann.index_choice import IndexChoice
-from ..reading.lexical import LexicalWriter, doc_hash
-from .dedupe import DocHashes
-from ..store.manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, LEXICAL,
-                       LEXICAL_OFFSETS, LMDB_DATA, QUANTIZER, SHARDS, STORE, TOKENS, VOCAB,
-                       read_shard_manifest, write_shard_manifest)
-from ..store.npy import NpyAppender, write_npy
-from ..reading.reader import CorpusScan, Document, iter_documents
-from ..reading.splitter import SentenceSplitter, segment_offsets
-from ..store.text_store import TextStore, TextStoreWriter, close_reader
 
 log = logging.getLogger(__name__)
 
@@ -420,7 +441,7 @@ class TrainTask:
 def train_shared(task: TrainTask) -> dict[str, Any]:
     """Returns {"template": path or None, "template_sha256", "train_seconds", "code_scale",
     "quantizer_sha256": of `QUANTIZER` where the index stores its quantizer once}."""
-    from ..store.shards import RowView
+    from tapt.indexer.store.shards import RowView
 
     out = Path(task.out or task.work)
     wanted = {"factory": task.choice.factory, "seed": task.choice.seed,
@@ -446,25 +467,6 @@ def train_shared(task: TrainTask) -> dict[str, Any]:
         record["code_scale"] = code_scale(view, task.choice.seed).tolist()
     write_json_atomic(out / TRAIN_RECORD, record)
     return record
-
-
-CODE_SAMPLE = 262_144
-
-
-def code_scale(embeddings, seed: int = 0) -> np.ndarray:
-    """Per-dimension scale of symmetric int8 codes: the largest magnitude of a seeded sample of
-    rows / 127 (values beyond it are clipped)."""
-    n = len(embeddings)
-    rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(n, size=min(n, CODE_SAMPLE), replace=False))
-    sample = np.asarray(embeddings[rows], dtype=np.float32)
-    return np.maximum(np.abs(sample).max(axis=0), 1e-6).astype(np.float32) / 127.0
-
-
-def encode_codes(rows: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """int8 codes of float rows: round(x / scale), clipped to [-127, 127]."""
-    x = np.asarray(rows, dtype=np.float32) / scale
-    return np.clip(np.rint(x), -127, 127).astype(np.int8)
 
 
 # ----------------------------------------------------------------------------- index

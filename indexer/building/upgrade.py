@@ -21,21 +21,36 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from tapt.indexer.building import stages
+from tapt.indexer.building.generations import link_or_copy, replace_generation
+from tapt.indexer.building.publishing import top_vocabulary
+from tapt.indexer.index import Index
+from tapt.indexer.reading.lexical import LexicalWriter, doc_hash
+from tapt.indexer.reading.splitter import segment_offsets
+from tapt.indexer.store.integrity import check_all_checksums
+from tapt.indexer.store.manifest import (
+    BIGRAMS,
+    DOC_HASHES,
+    DOCS,
+    EMBEDDINGS,
+    FAISS,
+    LEXICAL,
+    LEXICAL_OFFSETS,
+    LMDB_DATA,
+    SHARDED_VERSIONS,
+    SHARDS,
+    STORE,
+    TOKENS,
+    UPGRADABLE_VERSIONS,
+    VOCAB,
+    shard_name,
+    write_index_manifest,
+    write_shard_manifest,
+    written_version,
+)
+from tapt.indexer.store.text_store import TextStoreWriter
 from tapt.util.files import sha256_file
 from tapt.util.versions import library_versions, utc_now
-
-from . import stages
-from .publishing import top_vocabulary
-from .generations import link_or_copy, replace_generation
-from ..index import Index
-from ..store.integrity import check_all_checksums
-from ..reading.lexical import LexicalWriter, doc_hash
-from ..store.manifest import (BIGRAMS, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, SHARDED_VERSIONS,
-                       LEXICAL, LEXICAL_OFFSETS, LMDB_DATA, SHARDS, STORE, TOKENS,
-                       UPGRADABLE_VERSIONS, VOCAB, shard_name, write_index_manifest,
-                       write_shard_manifest, written_version)
-from ..reading.splitter import segment_offsets
-from ..store.text_store import TextStoreWriter
 
 log = logging.getLogger(__name__)
 

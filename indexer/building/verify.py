@@ -19,13 +19,26 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import TaptError
+from tapt.indexer.store import integrity
+from tapt.indexer.store.manifest import (
+    DOCS,
+    EMBEDDINGS,
+    FAISS,
+    LMDB_DATA,
+    QUANTIZER,
+    SHARDED_VERSIONS,
+    SHARDS,
+    STORE,
+    TOKENS,
+    UPGRADABLE_VERSIONS,
+    VOCAB,
+    lost_manifest_hint,
+    read_index_manifest,
+    read_shard_manifest,
+    upgrade_hint,
+)
 from tapt.util.checks import whole_number
 from tapt.util.files import read_regular, regular_file
-
-from ..store import integrity
-from ..store.manifest import (DOCS, EMBEDDINGS, FAISS, LMDB_DATA, QUANTIZER, SHARDED_VERSIONS,
-                              SHARDS, STORE, TOKENS, UPGRADABLE_VERSIONS, VOCAB, lost_manifest_hint,
-                              read_index_manifest, read_shard_manifest, upgrade_hint)
 
 REPAIR = "run tapt index repair {path} (rebuilds the FAISS index from the stored embeddings)"
 REBUILD = "rebuild the index from its corpus (tapt index build ... --out {path} --overwrite)"
@@ -297,7 +310,7 @@ def _verify_part(report, label, part: _Part, dim, emb_dtype, rows, faiss_info, p
 
 
 def _lexical(report, directory: Path, n: int, rebuild: str) -> None:
-    from ..store.manifest import BIGRAMS, LEXICAL, LEXICAL_OFFSETS
+    from tapt.indexer.store.manifest import BIGRAMS, LEXICAL, LEXICAL_OFFSETS
 
     problems = []
     try:
@@ -395,9 +408,8 @@ def _quantizer(report, path: Path, manifest: dict, dim: int) -> Any:
     """The shared IVF quantizer of an index of format 4, checked (file, checksum, centroids,
     graph); None where the index stores none, "damaged" where it does not check (reported:
     `tapt index repair` trains it again and rebuilds every part)."""
+    from tapt.indexer.ann.faiss_index import read_quantizer
     from tapt.util.files import sha256_file
-
-    from ..ann.faiss_index import read_quantizer
 
     record = (manifest.get("faiss") or {}).get("quantizer")
     if not record:
@@ -427,8 +439,12 @@ def _quantizer(report, path: Path, manifest: dict, dim: int) -> Any:
 
 def _faiss(report, path, manifest, n, dim, rows, emb, fix, id_base: int = 0,
            quantizer: Any = None) -> None:
-    from ..ann.faiss_index import (read_faiss_index, search_setting, set_search_param,
-                                   with_quantizer)
+    from tapt.indexer.ann.faiss_index import (
+        read_faiss_index,
+        search_setting,
+        set_search_param,
+        with_quantizer,
+    )
 
     faiss_info = manifest.get("faiss", {})
     if isinstance(quantizer, str):
@@ -490,7 +506,7 @@ def _store(report, path, n, rows, docs, rebuild, checksummed: bool = True
     agreement of each record's document and position with the offsets."""
     import lmdb
 
-    from ..store.text_store import DamagedRecord, decode_record, key, reader_env
+    from tapt.indexer.store.text_store import DamagedRecord, decode_record, key, reader_env
 
     try:
         env = reader_env(path / STORE, path)  # checks the length before anything is mapped
@@ -538,11 +554,11 @@ def _store(report, path, n, rows, docs, rebuild, checksummed: bool = True
 
 
 def _deep(report, manifest, encoder, texts, emb, rebuild) -> None:
-    from ..encoding.encoder import model_differences
+    from tapt.indexer.encoding.encoder import model_differences
 
     recorded = manifest["model"]
     if encoder is None or isinstance(encoder, str):
-        from ..encoding.encoder import load_encoder
+        from tapt.indexer.encoding.encoder import load_encoder
 
         # Re-embed with the build's own backend: an int8 build differs from torch by design.
         encoder = load_encoder(encoder or recorded.get("source") or recorded["name"],

@@ -12,7 +12,13 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from tapt.errors import InputError
-from .models import absolute_spec, display_name, load_failure, missing_model, resolve_model
+from tapt.indexer.encoding.models import (
+    absolute_spec,
+    display_name,
+    load_failure,
+    missing_model,
+    resolve_model,
+)
 
 log = logging.getLogger(__name__)
 
@@ -358,10 +364,10 @@ def load_encoder(spec: str | None = None, device: str = "auto", backend: str = "
         encoder = SentenceTransformerEncoder(spec, device=device)
         check(encoder)
         return encoder
-    from .model_facts import load_facts, record_facts
-    from .models import model_files_stamp
-    from .onnx_encoder import OnnxEncoder, graph_of
-    from .onnx_export import export_ready
+    from tapt.indexer.encoding.model_facts import load_facts, record_facts
+    from tapt.indexer.encoding.models import model_files_stamp
+    from tapt.indexer.encoding.onnx_encoder import OnnxEncoder, graph_of
+    from tapt.indexer.encoding.onnx_export import export_ready
 
     # An unchanged model directory seen before: its facts and tokenizer from the cache, and
     # its ONNX export, without importing sentence-transformers or reading the weights.
@@ -492,7 +498,7 @@ class SentenceTransformerEncoder:
             A picklable `batching.Tokenizing` (texts -> `Pretokenized`); None on the CPU, where
             sentence-transformers tokenises itself.
         """
-        from .batching import Tokenizing
+        from tapt.indexer.encoding.batching import Tokenizing
 
         return Tokenizing(self.model.tokenizer, self.max_length) if self._own_batches else None
 
@@ -520,7 +526,7 @@ class SentenceTransformerEncoder:
         """Tokenised once on every core (`batching.Tokenizing`), then `_forward_cuda`.
         `counted`: also the untruncated token counts, from the same tokenisation
         (`SortedBatches.full_lengths`)."""
-        from .batching import Tokenizing
+        from tapt.indexer.encoding.batching import Tokenizing
 
         if not texts:
             empty = np.empty((0, self.dim), dtype=np.float32)
@@ -529,7 +535,7 @@ class SentenceTransformerEncoder:
         if counted:
             done = Tokenizing(self.model.tokenizer, self.max_length, names)(texts)
             return self._forward_cuda(done.tokens, len(texts), batch_size), done.counts
-        from .batching import SortedBatches
+        from tapt.indexer.encoding.batching import SortedBatches
 
         tokens = SortedBatches(self.model.tokenizer, texts, self.max_length, names)
         return self._forward_cuda(tokens, len(texts), batch_size)
@@ -538,8 +544,9 @@ class SentenceTransformerEncoder:
         """The model on length-sorted batches of `tokens` (a `SortedBatches` of `n` texts),
         padded (to a multiple of CUDA_PAD_TO) one ahead on a thread into pinned memory, results
         kept on the GPU and copied back once: the GPU never waits on the host."""
-        import torch
         from concurrent.futures import ThreadPoolExecutor
+
+        import torch
 
         batches = tokens.batches(batch_size)
 
@@ -561,7 +568,7 @@ class SentenceTransformerEncoder:
         return out
 
     def token_counts(self, texts: Sequence[str]) -> np.ndarray:
-        from .batching import token_lengths
+        from tapt.indexer.encoding.batching import token_lengths
 
         return token_lengths(self.model.tokenizer, texts)
 

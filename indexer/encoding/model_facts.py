@@ -68,7 +68,7 @@ class LightModel:
 def _same_tokenizer(a: Any, b: Any, max_length: int) -> bool:
     """Whether `b` tokenises `batching.PROBES` exactly as `a` (on copies: a call with
     truncation reconfigures a fast tokenizer's backend)."""
-    from .batching import PROBES
+    from tapt.indexer.encoding.batching import PROBES
 
     for attr in ("unk_token_id", "pad_token_id", "model_max_length", "padding_side",
                  "truncation_side", "model_input_names", "is_fast"):

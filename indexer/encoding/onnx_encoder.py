@@ -15,9 +15,8 @@ from typing import Sequence
 import numpy as np
 
 from tapt.errors import TaptError
+from tapt.indexer.encoding.batching import MODEL_INPUTS, Pretokenized, SortedBatches, Tokenizing
 from tapt.util.machine import usable_cores
-
-from .batching import MODEL_INPUTS, Pretokenized, SortedBatches, Tokenizing
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ class OnnxEncoder:
             import onnxruntime as ort
         except ImportError as exc:
             raise TaptError("the ONNX backends need onnxruntime: pip install onnxruntime") from exc
-        from .onnx_export import ensure_onnx
+        from tapt.indexer.encoding.onnx_export import ensure_onnx
 
         self.name, self.spec, self.dim = base.name, base.spec, base.dim
         self.max_length, self.device, self.backend = base.max_length, "cpu", variant
@@ -157,6 +156,6 @@ class OnnxEncoder:
         return out
 
     def token_counts(self, texts: Sequence[str]) -> np.ndarray:
-        from .batching import token_lengths
+        from tapt.indexer.encoding.batching import token_lengths
 
         return token_lengths(self.tokenizer, texts)

@@ -226,6 +226,7 @@ def _export(model, work: Path, variant: str) -> dict[str, Any]:
         raise TaptError(f"the {variant} export disagrees with torch (mean cosine {cosine:.4f} < "
                         f"{MIN_COSINE[variant]}); use `backend` torch")
     import onnxruntime
+
     from tapt.util.versions import library_versions
 
     return {"variant": variant, "opset": OPSET, "inputs": names, "probe_cosine_to_torch": cosine,

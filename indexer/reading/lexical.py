@@ -146,9 +146,8 @@ class LexicalWriter:
     def write(self, paths: dict[str, Path]) -> None:
         """Write the arrays to `paths` (by "vocab", "bigrams", "lexical", "lexical_offsets"),
         each under a temporary name renamed into place; the scratch files are dropped."""
+        from tapt.indexer.store.npy import write_npy
         from tapt.util.files import atomic_write
-
-        from ..store.npy import write_npy
 
         self._flush()
         types = self._types
@@ -211,11 +210,11 @@ def _scratch():
         return io.BytesIO()
 
 
-class _appending:
+class _appending:  # noqa: N801 - used like a function, as a context manager
     """`NpyAppender` to a temporary sibling of `path`, renamed into place on success."""
 
     def __init__(self, path: Path, dtype: type) -> None:
-        from ..store.npy import NpyAppender
+        from tapt.indexer.store.npy import NpyAppender
 
         self.path, self.temp = path, path.parent / f".{path.name}.tmp-{os.getpid()}"
         self.out = NpyAppender(self.temp, dtype)
@@ -280,9 +279,8 @@ def write_union(path: Path, arrays: Iterable[np.ndarray]) -> int:
     Returns:
         How many distinct hashes were written.
     """
+    from tapt.indexer.store.npy import NpyAppender, write_npy
     from tapt.util.files import atomic_write
-
-    from ..store.npy import NpyAppender, write_npy
 
     arrays = list(arrays)
     if sum(len(a) for a in arrays) <= _UNION_IN_MEMORY:
@@ -418,10 +416,9 @@ def open_lexicon(index) -> Lexicon:
     """The lexical arrays of an open index, checked (shapes, checksums by the index's policy,
     every stored id in range) before any method gathers through them."""
     from tapt.errors import IndexFormatError
-
-    from ..store import integrity
-    from ..store.manifest import (BIGRAMS, LEXICAL, LEXICAL_OFFSETS, VOCAB, upgrade_hint)
-    from ..store.text_store import damaged
+    from tapt.indexer.store import integrity
+    from tapt.indexer.store.manifest import BIGRAMS, LEXICAL, LEXICAL_OFFSETS, VOCAB, upgrade_hint
+    from tapt.indexer.store.text_store import damaged
 
     label = index.path
     if index.format_version < 3:

@@ -26,13 +26,18 @@ from typing import Any, Iterable, Iterator, Union
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
+from tapt.indexer.reading import formats
+from tapt.indexer.reading.formats import HubDataset, InputFile, InvalidUtf8, ReadOptions, TextDocs
+from tapt.indexer.reading.formats.sources import (
+    HubSource,
+    Source,
+    StdinSource,
+    compression_of,
+    glob_matches,
+    source_of,
+)
+from tapt.indexer.reading.splitter import SentenceSplitter
 from tapt.util.checks import path_text
-
-from . import formats
-from .formats import HubDataset, InputFile, InvalidUtf8, ReadOptions, TextDocs
-from .formats.sources import (HubSource, Source, StdinSource, compression_of, glob_matches,
-                               source_of)
-from .splitter import SentenceSplitter
 
 log = logging.getLogger(__name__)
 

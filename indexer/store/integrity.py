@@ -49,11 +49,10 @@ from typing import Any, Iterator
 import numpy as np
 
 from tapt.errors import IndexFormatError, InputError
+from tapt.indexer.store.text_store import damaged
 from tapt.util.cache import read_checked, readable_cache, writable_cache, write_checked
 from tapt.util.files import IrregularFileError, open_regular, sha256_file
 from tapt.util.sizes import parse_memory
-
-from .text_store import damaged
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +161,7 @@ def recorded_checksums(index_dir: Path, manifest: dict[str, Any]) -> list[tuple[
     for: the top manifest's, and each shard's `shard.json` (format 3)."""
     import json
 
-    from .manifest import SHARD_MANIFEST, SHARDS
+    from tapt.indexer.store.manifest import SHARD_MANIFEST, SHARDS
 
     index_dir = Path(index_dir)
     out = [(index_dir / n, e, n) for n, e in (manifest.get("checksums") or {}).items()]

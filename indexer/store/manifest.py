@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from tapt.errors import IndexFormatError
+from tapt.indexer.store.text_store import damaged
 from tapt.util.files import read_regular, write_json_atomic
 from tapt.util.manifests import read_versioned_json
-
-from .text_store import damaged
 
 INDEX_FORMAT = "tapt-index"
 INDEX_FORMAT_VERSION = 4

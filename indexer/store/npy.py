@@ -79,14 +79,14 @@ class NpyAppender:
         self.row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
         if resume_rows is None:
             self.rows = 0
-            self._fh = open(path, "wb")
+            self._fh = open(path, "wb")  # noqa: SIM115 - closed by close()
             self._fh.write(_header(self.dtype, (0, *self.row_shape)))
             return
         committed = _HEADER_LEN + resume_rows * self.row_bytes
         if not path.is_file() or path.stat().st_size < committed:
             raise ValueError(f"{path} is shorter than its {resume_rows} committed rows")
         self.rows = resume_rows
-        self._fh = open(path, "r+b")
+        self._fh = open(path, "r+b")  # noqa: SIM115 - closed by close()
         self._fh.truncate(committed)
         self._fh.seek(committed)
 

@@ -13,13 +13,26 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import IndexFormatError
+from tapt.indexer.store import integrity
+from tapt.indexer.store.manifest import (
+    BIGRAMS,
+    CODES,
+    DOC_HASHES,
+    DOCS,
+    EMBEDDINGS,
+    FAISS,
+    LEXICAL,
+    LEXICAL_OFFSETS,
+    LMDB_DATA,
+    MANIFEST_NAME,
+    SHARDS,
+    STORE,
+    TOKENS,
+    VOCAB,
+    read_shard_manifest,
+)
+from tapt.indexer.store.text_store import TextStore, damaged
 from tapt.util.files import regular_file
-
-from . import integrity
-from .manifest import (BIGRAMS, CODES, DOC_HASHES, DOCS, EMBEDDINGS, FAISS, LEXICAL,
-                       LEXICAL_OFFSETS, LMDB_DATA, MANIFEST_NAME, SHARDS, STORE, TOKENS, VOCAB,
-                       read_shard_manifest)
-from .text_store import TextStore, damaged
 
 
 @dataclass

@@ -23,8 +23,7 @@ import lmdb
 import numpy as np
 
 from tapt.errors import InputError
-
-from .text_store import DamagedRecord, TextStore, _KEY, damaged, decode_record
+from tapt.indexer.store.text_store import _KEY, DamagedRecord, TextStore, damaged, decode_record
 
 
 def locate(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:

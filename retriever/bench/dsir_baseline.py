@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import optional
+from tapt.retriever.bench import optional
 
 NUM_BUCKETS = 10_000
 NGRAMS = 2

@@ -27,16 +27,19 @@ from tqdm.auto import tqdm
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever.scoring import arrays
-from tapt.retriever.ranking.budget import parse_budget
-from tapt.retriever.ranking.document_pooling import (CONTEXT_CHOICES, ContextChoice, choose_context,
-                                                   document_scores)
+from tapt.retriever.bench.labelled_pool import SeedSet, seed_subset
+from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.methods import CorpusCache, Memo, RankingInputs, get_method
 from tapt.retriever.methods import methods as registered
-from tapt.retriever.evaluation.metrics import selection_scores
+from tapt.retriever.ranking.budget import parse_budget
+from tapt.retriever.ranking.document_pooling import (
+    CONTEXT_CHOICES,
+    ContextChoice,
+    choose_context,
+    document_scores,
+)
+from tapt.retriever.scoring import arrays
 from tapt.retriever.selections.make import SelectConfig, rank
-
-from .labelled_pool import SeedSet, seed_subset
 
 log = logging.getLogger(__name__)
 

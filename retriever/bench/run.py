@@ -14,14 +14,20 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.util.files import (IrregularFileError, atomic_write, ensure_dir, read_regular,
-                             real_path, regular_file, write_json_atomic)
+from tapt.retriever.bench import recall, recall_report
+from tapt.retriever.bench.labelled_pool import read_seed_sets
+from tapt.retriever.evaluation.oracle import sentence_labels
+from tapt.util.files import (
+    IrregularFileError,
+    atomic_write,
+    ensure_dir,
+    read_regular,
+    real_path,
+    regular_file,
+    write_json_atomic,
+)
 from tapt.util.safety import check_output
 from tapt.util.versions import library_versions, utc_now
-from tapt.retriever.evaluation.oracle import sentence_labels
-
-from . import recall, recall_report
-from .labelled_pool import read_seed_sets
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +98,7 @@ def seed_embeddings(index: Index, seed_sets, cache: Path, encoder=None) -> dict[
 
 
 def dsir_features(index: Index, texts: list[str], cache: Path, progress: bool):
-    from .dsir_baseline import PoolFeatures
+    from tapt.retriever.bench.dsir_baseline import PoolFeatures
 
     path = cache / f"dsir-{index.uuid}.npz"
     regular = not path.is_symlink()
@@ -114,7 +120,7 @@ def dsir_features(index: Index, texts: list[str], cache: Path, progress: bool):
 def dsir_library_check(shared: recall.Shared, seed_set, progress: bool = True
                        ) -> dict[str, Any]:
     """Run the package end to end once; compare its weights with the cached path's."""
-    from .dsir_baseline import run_library
+    from tapt.retriever.bench.dsir_baseline import run_library
 
     weights, seconds = run_library(shared.texts, seed_set.texts, progress=progress)
     mine = shared.dsir.weights(seed_set.texts)

@@ -7,12 +7,11 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import InputError
-from tapt.util.checks import did_you_mean
 from tapt.indexer.index import Index
-
-from .metrics import selection_scores
-from .oracle import most_frequent, sentence_labels
-from ..selections.file_format import checked_selection
+from tapt.retriever.evaluation.metrics import selection_scores
+from tapt.retriever.evaluation.oracle import most_frequent, sentence_labels
+from tapt.retriever.selections.file_format import checked_selection
+from tapt.util.checks import did_you_mean
 
 
 def evaluate_selections(paths: list[str], index: str | Index, label_field: str,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 
 from tapt.indexer.index import Index
-
-from .oracle import sentence_labels
+from tapt.retriever.evaluation.oracle import sentence_labels
 
 if __name__ == "__main__":
     index_dir, field, label = sys.argv[1:4]

@@ -17,8 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .fusion import fit_weights
-from .heldout import auc, break_even_f1
+from tapt.retriever.learned.fusion import fit_weights
+from tapt.retriever.learned.heldout import auc, break_even_f1
 
 
 @dataclass

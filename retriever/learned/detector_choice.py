@@ -7,9 +7,8 @@ import logging
 import numpy as np
 
 from tapt.indexer.index import Index
-
-from .detectors import DETECTORS, fit_detector
-from .heldout import evaluate
+from tapt.retriever.learned.detectors import DETECTORS, fit_detector
+from tapt.retriever.learned.heldout import evaluate
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,8 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.reading.lexical import Lexicon
-
-from ..scoring import arrays
-from ..scoring.ngram_lm import HashedLMs
+from tapt.retriever.scoring import arrays
+from tapt.retriever.scoring.ngram_lm import HashedLMs
 
 
 class PoolText:

@@ -39,11 +39,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
-
 from tapt.modeling.classifier import TokenizedTexts, freeze_below, load_classifier
-
-from ..scoring import arrays
-from .finetune_cache import CACHE_FORMAT, load_cached, store_cached
+from tapt.retriever.learned.finetune_cache import CACHE_FORMAT, load_cached, store_cached
+from tapt.retriever.scoring import arrays
 
 log = logging.getLogger(__name__)
 

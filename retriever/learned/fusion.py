@@ -33,9 +33,8 @@ from typing import Callable
 import numpy as np
 
 from tapt.errors import InputError
-
-from ..scoring import arrays
-from .heldout import auc
+from tapt.retriever.learned.heldout import auc
+from tapt.retriever.scoring import arrays
 
 log = logging.getLogger(__name__)
 

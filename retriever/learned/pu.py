@@ -29,10 +29,9 @@ from typing import Callable
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.retriever.scoring import arrays
 from tapt.util import ordering
 from tapt.util.progress import report_step
-
-from ..scoring import arrays
 
 log = logging.getLogger(__name__)
 

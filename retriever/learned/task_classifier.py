@@ -107,8 +107,12 @@ def load_task_model(spec: str, device: str = "cpu") -> LoadedTaskModel:
         path = resolve_model(spec)
     except InputError as exc:
         raise InputError(exc.message, param="task_model") from exc
-    from transformers import (AutoConfig, AutoModelForSequenceClassification,
-                              AutoModelForTokenClassification, AutoTokenizer)
+    from transformers import (
+        AutoConfig,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+    )
 
     try:
         with quiet_transformers():

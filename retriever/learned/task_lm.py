@@ -40,9 +40,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
-
-from .finetune_cache import load_cached, store_cached
-from .finetune_classifier import candidate_rows, parse_candidates, task_fingerprint, transplant
+from tapt.retriever.learned.finetune_cache import load_cached, store_cached
+from tapt.retriever.learned.finetune_classifier import (
+    candidate_rows,
+    parse_candidates,
+    task_fingerprint,
+    transplant,
+)
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +259,8 @@ def fit_lm(spec: str | None, texts: Sequence[str], config: PerplexityConfig, rol
     import torch
 
     from tapt.indexer.encoding.encoder import _state_sha256
-    from tapt.util.training import resolve_device
-
     from tapt.modeling.mlm import MaskingCollator, check_max_length, load_mlm
+    from tapt.util.training import resolve_device
 
     try:
         device = resolve_device(config.device)

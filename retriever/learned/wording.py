@@ -17,10 +17,9 @@ from typing import Sequence
 
 import numpy as np
 
+from tapt.retriever.learned.pu import PUConfig, pseudo_labels
+from tapt.retriever.scoring.ngram_features import FEATURES, NgramClassifier
 from tapt.util.progress import report_step
-
-from ..scoring.ngram_features import FEATURES, NgramClassifier
-from .pu import PUConfig, pseudo_labels
 
 
 def wording_scores(lexicon, task_texts: Sequence[str], ranking: np.ndarray, k: int,

@@ -9,10 +9,28 @@
 `base` defines the interface (and how to write a method in one file), `registry` the lookups.
 """
 
-from .base import (CorpusCache, Memo, Method, NoParams, Params, Ranking, RankingInputs,
-                   SegmentView, SentenceScored, by_sentence_scores, param, take)
-from .registry import (auto_candidates, get_method, method_names, methods, prerank_choices,
-                       register)
+from tapt.retriever.methods.base import (
+    CorpusCache,
+    Memo,
+    Method,
+    NoParams,
+    Params,
+    Ranking,
+    RankingInputs,
+    SegmentView,
+    SentenceScored,
+    by_sentence_scores,
+    param,
+    take,
+)
+from tapt.retriever.methods.registry import (
+    auto_candidates,
+    get_method,
+    method_names,
+    methods,
+    prerank_choices,
+    register,
+)
 
 __all__ = ["CorpusCache", "Memo", "Method", "NoParams", "Params", "Ranking", "RankingInputs",
            "SegmentView", "SentenceScored", "auto_candidates", "by_sentence_scores",

@@ -21,17 +21,27 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import InputError
-
-from ..learned import auto_choice
-from ..scoring import arrays
-from ..learned.detector_choice import corpus_rows
-from ..learned.finetune_classifier import FinetuneConfig, finetune_scores, fit_classifier
-from ..learned.fusion import fold_split
-from ..learned.heldout import evaluate
-from .learned_scorers import TaskData, corpus_sample, learned_fusion
-from .base import RankingInputs, Method, Params, Ranking, by_sentence_scores, param
-from .fused_learned import task_data
-from .registry import auto_candidates, get_method, register
+from tapt.retriever.learned import auto_choice
+from tapt.retriever.learned.detector_choice import corpus_rows
+from tapt.retriever.learned.finetune_classifier import (
+    FinetuneConfig,
+    finetune_scores,
+    fit_classifier,
+)
+from tapt.retriever.learned.fusion import fold_split
+from tapt.retriever.learned.heldout import evaluate
+from tapt.retriever.methods.base import (
+    Method,
+    Params,
+    Ranking,
+    RankingInputs,
+    by_sentence_scores,
+    param,
+)
+from tapt.retriever.methods.fused_learned import task_data
+from tapt.retriever.methods.learned_scorers import TaskData, corpus_sample, learned_fusion
+from tapt.retriever.methods.registry import auto_candidates, get_method, register
+from tapt.retriever.scoring import arrays
 
 log = logging.getLogger(__name__)
 

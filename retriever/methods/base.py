@@ -46,19 +46,38 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.retriever.methods import segments
+from tapt.retriever.methods.params import (
+    GIVEN,
+    NoParams,
+    Params,
+    ScanParams,
+    param,
+    param_choices,
+    param_type,
+    requirement_met,
+    scans_codes,
+)
+from tapt.retriever.methods.ranking_inputs import CorpusCache, Memo, RankingInputs, streams
+from tapt.retriever.methods.segments import (
+    Ranking,
+    ScoreParts,
+    SegmentView,
+    budget_cut,
+    budget_order,
+    budget_sentences,
+    by_sentence_scores,
+    cut_of_parts,
+    note_shortfall,
+    segment_tokens,
+    small_budget,
+    take,
+)
+from tapt.retriever.ranking import topcut
+from tapt.retriever.ranking.budget import budget_target, cut
+from tapt.retriever.ranking.index_protocol import own_cuts
+from tapt.retriever.scoring import arrays
 from tapt.util.checks import did_you_mean
-
-from ..scoring import arrays
-from ..ranking import topcut
-from . import segments
-from ..ranking.budget import budget_target, cut
-from ..ranking.index_protocol import own_cuts
-from .params import (GIVEN, NoParams, Params, ScanParams, param, param_choices, param_type,
-                     requirement_met, scans_codes)
-from .ranking_inputs import CorpusCache, Memo, RankingInputs, streams
-from .segments import (Ranking, ScoreParts, SegmentView, budget_cut, budget_order,
-                       budget_sentences, by_sentence_scores, cut_of_parts, note_shortfall,
-                       segment_tokens, small_budget, take)
 
 if TYPE_CHECKING:
     from tapt.indexer.index import Index

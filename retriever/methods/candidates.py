@@ -10,11 +10,10 @@ from typing import Literal
 import numpy as np
 
 from tapt.errors import InputError
-
-from ..ranking.budget import budget_target, cut_length
-from .base import Method, Params
-from .ranking_inputs import RankingInputs
-from .registry import get_method
+from tapt.retriever.methods.base import Method, Params
+from tapt.retriever.methods.ranking_inputs import RankingInputs
+from tapt.retriever.methods.registry import get_method
+from tapt.retriever.ranking.budget import budget_target, cut_length
 
 
 def parse_candidates(spec: str) -> tuple[Literal["all", "times", "count"], float]:

@@ -4,10 +4,10 @@ ranking (`tuned.TunedCosine`)."""
 
 from __future__ import annotations
 
-from ..scoring import arrays
-from .base import ScanParams, SentenceScored
-from .registry import register
-from .tuned import TunedCosine, TunedParams
+from tapt.retriever.methods.base import ScanParams, SentenceScored
+from tapt.retriever.methods.registry import register
+from tapt.retriever.methods.tuned import TunedCosine, TunedParams
+from tapt.retriever.scoring import arrays
 
 
 class PlainCentroid(SentenceScored):

@@ -6,11 +6,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..scoring import arrays
-from ..learned.pu import PUConfig, pu_classifier
-from .base import (ScanParams, ScoreParts, SentenceScored, code_scale, param, rescored_rows,
-                   scan_rows, scans_codes)
-from .registry import register
+from tapt.retriever.learned.pu import PUConfig, pu_classifier
+from tapt.retriever.methods.base import (
+    ScanParams,
+    ScoreParts,
+    SentenceScored,
+    code_scale,
+    param,
+    rescored_rows,
+    scan_rows,
+    scans_codes,
+)
+from tapt.retriever.methods.registry import register
+from tapt.retriever.scoring import arrays
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..scoring import arrays
-from .base import ScanParams, SentenceScored, param
-from .tuned import TunedCosine, TunedParams
-from .registry import register
+from tapt.retriever.methods.base import ScanParams, SentenceScored, param
+from tapt.retriever.methods.registry import register
+from tapt.retriever.methods.tuned import TunedCosine, TunedParams
+from tapt.retriever.scoring import arrays
 
 
 @dataclass(frozen=True)

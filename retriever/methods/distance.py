@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..scoring import arrays
-from ..learned.detector_choice import corpus_rows
-from .base import ScanParams, SentenceScored
-from .registry import register
+from tapt.retriever.learned.detector_choice import corpus_rows
+from tapt.retriever.methods.base import ScanParams, SentenceScored
+from tapt.retriever.methods.registry import register
+from tapt.retriever.scoring import arrays
 
 
 @register

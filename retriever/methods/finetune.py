@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..learned.finetune_classifier import FinetuneConfig, finetune_scores, parse_candidates
-from .base import Params, SentenceScored, param
-from .registry import get_method, register
+from tapt.retriever.learned.finetune_classifier import (
+    FinetuneConfig,
+    finetune_scores,
+    parse_candidates,
+)
+from tapt.retriever.methods.base import Params, SentenceScored, param
+from tapt.retriever.methods.registry import get_method, register
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,20 @@ from typing import Any
 
 import numpy as np
 
-from ..learned.pu import PUConfig
-from ..learned.wording import wording_scores
-from ..scoring import arrays
-from ..scoring.ngram_lm import general_sample_size
-from .base import ScanParams, ScoreParts, SentenceScored, param, rescored_rows, scans_codes
-from .moore_lewis import lexical_held, lexical_scores
-from .registry import get_method, register
+from tapt.retriever.learned.pu import PUConfig
+from tapt.retriever.learned.wording import wording_scores
+from tapt.retriever.methods.base import (
+    ScanParams,
+    ScoreParts,
+    SentenceScored,
+    param,
+    rescored_rows,
+    scans_codes,
+)
+from tapt.retriever.methods.moore_lewis import lexical_held, lexical_scores
+from tapt.retriever.methods.registry import get_method, register
+from tapt.retriever.scoring import arrays
+from tapt.retriever.scoring.ngram_lm import general_sample_size
 
 
 @dataclass(frozen=True)

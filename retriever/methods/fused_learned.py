@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..learned.few_seeds import LexicalConfig, PoolText
-from .learned_scorers import TaskData, learned_fusion
-from .base import Params, SentenceScored, param
-from .registry import register
+from tapt.retriever.learned.few_seeds import LexicalConfig, PoolText
+from tapt.retriever.methods.base import Params, SentenceScored, param
+from tapt.retriever.methods.learned_scorers import TaskData, learned_fusion
+from tapt.retriever.methods.registry import register
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,12 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.store.integrity import check_unit_rows
-
-from ..scoring import arrays
-from ..learned.detector_choice import rank_detectors
-from ..learned.detectors import DETECTORS, fit_detector
-from .base import Params, param, take
-from .candidates import RescoresCandidates, candidate_pool, parse_candidates
-from .registry import prerank_choices, register
+from tapt.retriever.learned.detector_choice import rank_detectors
+from tapt.retriever.learned.detectors import DETECTORS, fit_detector
+from tapt.retriever.methods.base import Params, param, take
+from tapt.retriever.methods.candidates import RescoresCandidates, candidate_pool, parse_candidates
+from tapt.retriever.methods.registry import prerank_choices, register
+from tapt.retriever.scoring import arrays
 
 log = logging.getLogger(__name__)
 

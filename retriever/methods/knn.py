@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..scoring import arrays
-from .base import Method, Params, param, take
-from .registry import register
+from tapt.retriever.methods.base import Method, Params, param, take
+from tapt.retriever.methods.registry import register
+from tapt.retriever.scoring import arrays
 
 log = logging.getLogger(__name__)
 

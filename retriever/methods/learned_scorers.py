@@ -19,14 +19,19 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-
-from ..ranking.budget import parse_budget
-from ..learned.few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
-from ..learned.fusion import (FoldFit, FusionWeights, HeldoutFeatures, cross_fitted_features, fuse,
-                              weights_from)
-from .ranking_inputs import RankingInputs
-from .registry import get_method
-from .segments import SegmentView
+from tapt.retriever.learned.few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
+from tapt.retriever.learned.fusion import (
+    FoldFit,
+    FusionWeights,
+    HeldoutFeatures,
+    cross_fitted_features,
+    fuse,
+    weights_from,
+)
+from tapt.retriever.methods.ranking_inputs import RankingInputs
+from tapt.retriever.methods.registry import get_method
+from tapt.retriever.methods.segments import SegmentView
+from tapt.retriever.ranking.budget import parse_budget
 
 SCORERS = ("classifier", "moore-lewis", "moore-lewis-plain", "density", "distance", "centroid")
 FUSION_INPUTS = ("classifier", "moore-lewis", "density")

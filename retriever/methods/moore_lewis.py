@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ranking.index_protocol import own_cuts
-from ..scoring.arrays import HeldScores, score_holder
-from ..scoring.ngram_lm import HashedLMs, general_sample_size, moore_lewis_lexicon
-from .base import RankingInputs, ScoreParts, SentenceScored
-from .registry import register
+from tapt.retriever.methods.base import RankingInputs, ScoreParts, SentenceScored
+from tapt.retriever.methods.registry import register
+from tapt.retriever.ranking.index_protocol import own_cuts
+from tapt.retriever.scoring.arrays import HeldScores, score_holder
+from tapt.retriever.scoring.ngram_lm import HashedLMs, general_sample_size, moore_lewis_lexicon
 
 
 def lexical_scores(ctx: RankingInputs, method: str = "moore-lewis") -> np.ndarray:

@@ -7,9 +7,9 @@ import json
 import time
 from dataclasses import dataclass
 
-from ..learned.finetune_classifier import parse_candidates
-from .base import Params, SentenceScored, param
-from .registry import get_method, prerank_choices, register
+from tapt.retriever.learned.finetune_classifier import parse_candidates
+from tapt.retriever.methods.base import Params, SentenceScored, param
+from tapt.retriever.methods.registry import get_method, prerank_choices, register
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class PerplexityParams(Params):
 
     def config(self, seed: int):
         """The scorer's configuration (`task_lm.PerplexityConfig`) for a selection's seed."""
-        from ..learned.task_lm import PerplexityConfig
+        from tapt.retriever.learned.task_lm import PerplexityConfig
 
         return PerplexityConfig(model=self.lm_model, candidates=self.candidates,
                                 adapt_steps=self.adapt_steps, lr=self.lm_lr,
@@ -81,8 +81,7 @@ class Perplexity(SentenceScored):
 
     def sentence_scores(self, ctx, params):
         from tapt.errors import InputError
-
-        from ..learned.task_lm import fit_models, perplexity_scores
+        from tapt.retriever.learned.task_lm import fit_models, perplexity_scores
 
         texts = ctx.need_texts(self.name)           # before any fitting
         pre, pre_params = self._prerank(params)

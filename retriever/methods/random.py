@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Method, take
-from .registry import register
+from tapt.retriever.methods.base import Method, take
+from tapt.retriever.methods.registry import register
 
 
 @register

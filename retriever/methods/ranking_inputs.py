@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from tapt.errors import InputError
-
-from ..ranking.budget import Budget
-from ..ranking.document_pooling import DocumentShape
-from .segments import SegmentView, small_budget
+from tapt.retriever.methods.segments import SegmentView, small_budget
+from tapt.retriever.ranking.budget import Budget
+from tapt.retriever.ranking.document_pooling import DocumentShape
 
 if TYPE_CHECKING:
     from tapt.indexer.index import Index

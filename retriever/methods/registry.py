@@ -7,15 +7,13 @@ is asked for anything, so adding a method is adding one file.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from typing import TypeVar
 
 from tapt.errors import InputError
-
-import dataclasses
-
-from .base import Method
+from tapt.retriever.methods.base import Method
 
 # Names the selection itself uses (the CLI's options and `Index.select`'s arguments).
 RESERVED = ("method", "idx", "index", "task", "text_field", "budget", "out", "overwrite",

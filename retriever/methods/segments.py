@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.retriever.ranking import topcut
+from tapt.retriever.ranking.budget import Budget, budget_target, cut
+from tapt.retriever.ranking.document_pooling import CONTEXTS, DocumentPooling
+from tapt.retriever.scoring import arrays
 from tapt.util import spill
-
-from ..scoring import arrays
-from ..ranking import topcut
-from ..ranking.budget import Budget, budget_target, cut
-from ..ranking.document_pooling import CONTEXTS, DocumentPooling
 
 if TYPE_CHECKING:
     from tapt.indexer.index import Index

@@ -10,13 +10,16 @@ from typing import Any
 import numpy as np
 
 from tapt.errors import InputError
-
-from ..learned.task_classifier import (SEQUENCE_SCORES, TOKEN_SCORES, load_task_model,
-                                       score_texts)
-from ..scoring import arrays
-from .base import Params, param, take
-from .candidates import RescoresCandidates, candidate_pool, parse_candidates
-from .registry import prerank_choices, register
+from tapt.retriever.learned.task_classifier import (
+    SEQUENCE_SCORES,
+    TOKEN_SCORES,
+    load_task_model,
+    score_texts,
+)
+from tapt.retriever.methods.base import Params, param, take
+from tapt.retriever.methods.candidates import RescoresCandidates, candidate_pool, parse_candidates
+from tapt.retriever.methods.registry import prerank_choices, register
+from tapt.retriever.scoring import arrays
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tapt.errors import InputError
-
-from ..scoring import arrays
-from .base import Method, Params, ScanParams, SentenceScored, param, take
-from .candidates import candidate_pool, parse_candidates
-from .params import GIVEN
-from .registry import get_method, prerank_choices
+from tapt.retriever.methods.base import Method, Params, ScanParams, SentenceScored, param, take
+from tapt.retriever.methods.candidates import candidate_pool, parse_candidates
+from tapt.retriever.methods.params import GIVEN
+from tapt.retriever.methods.registry import get_method, prerank_choices
+from tapt.retriever.scoring import arrays
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from ..scoring.arrays import RowRuns, pairwise_sum
+from tapt.retriever.scoring.arrays import RowRuns, pairwise_sum
 
 CONTEXTS = ("sentence", "document")
 # what a selection may ask for: "auto" is resolved per index by `choose_context`
@@ -138,7 +138,7 @@ class DocumentPooling(RowRuns):
         n0 = (N - float(np.sum(n[has] ** 2)) / N) / (k - 1)
         between = (msb - within) / n0 if n0 > 0 else 0.0
         f_stat = msb / within if within > 0 else None
-        from scipy.special import fdtrc     # here: the command line starts without scipy
+        from scipy.special import fdtrc  # here: the command line starts without scipy
 
         p_value = float(fdtrc(k - 1, N - k, f_stat)) if f_stat is not None else None
         if not between > 0 or not within > 0 or not (p_value is not None and p_value < ALPHA):

@@ -29,10 +29,9 @@ import numpy as np
 
 from tapt.errors import IndexFormatError
 from tapt.indexer.store.integrity import rows_from
-
-from ..scoring import arrays
-from .budget import Budget, cut_length
-from .index_protocol import Windowed
+from tapt.retriever.ranking.budget import Budget, cut_length
+from tapt.retriever.ranking.index_protocol import Windowed
+from tapt.retriever.scoring import arrays
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,20 @@ import numpy as np
 
 from tapt.indexer.store.integrity import check_cosines, check_unit_rows
 from tapt.indexer.store.npy import as_float32
+
+# Moments and z-scores live in `moments`; selection methods reach them through here.
+from tapt.retriever.scoring.moments import (  # noqa: F401
+    RowRuns,
+    ZSum,
+    fuse_zscores,
+    moments,
+    pairwise_sum,
+    zscore,
+)
 from tapt.util import spill
 from tapt.util.machine import usable_cores
 from tapt.util.ordering import descending_bits
 from tapt.util.progress import report_step
-
-# Moments and z-scores live in `moments`; selection methods reach them through here.
-from .moments import (RowRuns, ZSum, fuse_zscores, moments, pairwise_sum,  # noqa: F401
-                      zscore)
 
 CHUNK = 65536
 KEY_BLOCK = 1 << 20   # rows whose ranking keys are built at once (~20 MB of temporaries)

@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .ngram_lm import HashedLMs, ShardScorer
+from tapt.retriever.scoring.ngram_lm import HashedLMs, ShardScorer
 
 FEATURES = 1 << 20
 _MIX = np.uint64(0x9E3779B97F4A7C15)       # odd 64-bit constant (golden ratio): mixes the history

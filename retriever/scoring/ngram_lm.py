@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from tapt.indexer.reading.lexical import BOS, EOS, TOKEN as _TOKEN
+from tapt.indexer.reading.lexical import BOS, EOS
+from tapt.indexer.reading.lexical import TOKEN as _TOKEN
 from tapt.util.progress import report_step
 
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..methods import RankingInputs
-from ..scoring import arrays
-from .file_format import SelectedSegment
+from tapt.retriever.methods import RankingInputs
+from tapt.retriever.scoring import arrays
+from tapt.retriever.selections.file_format import SelectedSegment
 
 SAMPLE = 1000       # random corpus segments whose scores show the distribution
 NEAREST = 3         # task sentences named per segment

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from .file_format import SelectedSegment
+from tapt.retriever.selections.file_format import SelectedSegment
 
 FIRST = ("text", "weight", "score")
 PROVENANCE = ("tapt_rank", "tapt_id", "tapt_doc", "tapt_row_start", "tapt_row_end",

@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tapt.errors import InputError
-from tapt.util.files import (atomic_write, hash_stream, parents_of, sha256_file,
-                             write_json_atomic)
+from tapt.util.files import atomic_write, hash_stream, parents_of, sha256_file, write_json_atomic
 from tapt.util.manifests import read_versioned_json
 
 SELECTION_FORMAT = "tapt-selection"

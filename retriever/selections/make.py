@@ -17,18 +17,26 @@ import numpy as np
 from tapt.errors import InputError
 from tapt.indexer.encoding.encoder import Encoder, LazyEncoder
 from tapt.indexer.index import Index
+from tapt.retriever.methods import (
+    CorpusCache,
+    Memo,
+    Method,
+    Params,
+    Ranking,
+    RankingInputs,
+    SegmentView,
+    get_method,
+    methods,
+)
+from tapt.retriever.ranking.budget import parse_budget
+from tapt.retriever.ranking.document_pooling import CONTEXT_CHOICES, ContextChoice, choose_context
+from tapt.retriever.selections.file_format import SelectedSegment
+from tapt.retriever.selections.selection import Selection
+from tapt.retriever.tasks.embedding import embed_task
+from tapt.retriever.tasks.forms import TaskInput
 from tapt.util.checks import whole_number
 from tapt.util.progress import showing_steps
 from tapt.util.versions import library_versions, utc_now
-
-from ..methods import (CorpusCache, Memo, Method, Params, Ranking, RankingInputs, SegmentView,
-                       get_method, methods)
-from ..ranking.budget import parse_budget
-from ..ranking.document_pooling import CONTEXT_CHOICES, ContextChoice, choose_context
-from ..tasks.embedding import embed_task
-from ..tasks.forms import TaskInput
-from .file_format import SelectedSegment
-from .selection import Selection
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +250,7 @@ def make_selection(index: Index, config: SelectConfig, task: TaskInput | None = 
     timings["read_text_seconds"] = round(time.perf_counter() - t0, 3)
     explained = None
     if explain:
-        from .explain import explain_segments
+        from tapt.retriever.selections.explain import explain_segments
 
         t0 = time.perf_counter()
         ctx = ranking_inputs(index, config, embeddings, texts, corpus=corpus, memo=memo,

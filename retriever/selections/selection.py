@@ -19,13 +19,25 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence, TextIO
 import numpy as np
 
 from tapt.errors import InputError, OutputError
-from tapt.util.files import (atomic_write, real_path, sha256_file, storage_error,
-                             temporary_sibling, write_json_atomic)
+from tapt.retriever.selections import export_schema
+from tapt.retriever.selections.file_format import (
+    SelectedSegment,
+    is_selection,
+    is_selection_manifest,
+    is_unchanged_selection,
+    manifest_path,
+    read_selection,
+    write_selection,
+)
+from tapt.util.files import (
+    atomic_write,
+    real_path,
+    sha256_file,
+    storage_error,
+    temporary_sibling,
+    write_json_atomic,
+)
 from tapt.util.safety import check_not_input, check_not_link, check_output, check_path
-
-from . import export_schema
-from .file_format import (SelectedSegment, is_selection, is_selection_manifest,
-                          is_unchanged_selection, manifest_path, read_selection, write_selection)
 
 if TYPE_CHECKING:
     import datasets

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .file_format import SelectedSegment
-from .selection import Selection
+from tapt.retriever.selections.file_format import SelectedSegment
+from tapt.retriever.selections.selection import Selection
 
 
 def field_value(segment: SelectedSegment, field: str) -> str:

@@ -64,20 +64,25 @@ import numpy as np
 from tapt.errors import IndexFormatError, InputError
 from tapt.indexer.ann.faiss_index import ShardedFaiss
 from tapt.indexer.ann.topk_merge import merge_in_groups
+from tapt.indexer.building.ray_cluster import (
+    ExecutorError,
+    check_placeable,
+    connect,
+    custom_resources,
+    env_options,
+    import_ray,
+    task_error,
+)
 from tapt.indexer.store.identity import same_snapshot
-from tapt.indexer.building.ray_cluster import (ExecutorError, check_placeable, connect,
-                                               custom_resources, env_options, import_ray,
-                                               task_error)
+from tapt.retriever.ranking import topcut
+from tapt.retriever.scoring import arrays
+from tapt.retriever.serving.shard_server import HOLD, ShardServer
+from tapt.retriever.serving.shard_set import segments_of, span  # noqa: F401 - where the tests and benchmarks look
 from tapt.util import spill
 from tapt.util.checks import real_number, whole_number
 
-from ..scoring import arrays
-from ..ranking import topcut
-from .shard_set import segments_of, span  # noqa: F401 - where the tests and benchmarks look
-from .shard_server import HOLD, ShardServer
-
 if TYPE_CHECKING:
-    from .remote_scores import RemoteScores
+    from tapt.retriever.serving.remote_scores import RemoteScores
 
 log = logging.getLogger(__name__)
 
@@ -254,20 +259,20 @@ class ShardServers:
     def hold_scores(self, scorer, on: str = "rows") -> "RemoteScores":
         """The scorer's score of every row (`on` codes: of its int8 codes), kept by the actors
         that score the rows: a handle (`remote_scores.RemoteScores`), no score gathered."""
-        from .remote_scores import RemoteScores
+        from tapt.retriever.serving.remote_scores import RemoteScores
 
         return RemoteScores.create(self, "rows", scorer, on, of="rows")
 
     def hold_lexicon(self, score_shard) -> "RemoteScores":
         """`score_shard` of every shard's stored lexical ids, kept by the actors that hold the
         shards: a handle, no score gathered."""
-        from .remote_scores import RemoteScores
+        from tapt.retriever.serving.remote_scores import RemoteScores
 
         return RemoteScores.create(self, "lexicon", score_shard, of="shards")
 
     def zsum(self, *scores: "RemoteScores") -> "RemoteScores":
         """`scoring.ZSum` of held scores, kept by the actors (`remote_scores.remote_zsum`)."""
-        from .remote_scores import remote_zsum
+        from tapt.retriever.serving.remote_scores import remote_zsum
 
         return remote_zsum(*scores)
 

@@ -10,10 +10,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tapt.retriever.ranking import topcut
 from tapt.util.ordering import descending_keys
-
-from ..ranking import topcut
-
 
 # --- in the actor --------------------------------------------------------------------------
 

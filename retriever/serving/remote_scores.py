@@ -45,8 +45,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..scoring.moments import pairwise_sum
-from ..ranking import topcut
+from tapt.retriever.ranking import topcut
+from tapt.retriever.scoring.moments import pairwise_sum
 
 Layout = list[tuple[int, int]]      # each actor's rows [lo, hi) (hi <= lo: none)
 BRACKET = 4      # rows in a range of keys whose keys are fetched rather than searched

@@ -15,9 +15,8 @@ from tapt.indexer.ann.faiss_index import search_part, set_search_param
 from tapt.indexer.ann.topk_merge import merge_in_groups
 from tapt.indexer.store.shards import RowView
 from tapt.indexer.store.text_store import damaged
-
-from ..ranking import topcut
-from .shard_set import segments_of
+from tapt.retriever.ranking import topcut
+from tapt.retriever.serving.shard_set import segments_of
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +46,12 @@ class ShardServer:
     def __init__(self, path: str, shards: Sequence[int], rows: tuple[int, int],
                  hold: str = "rows") -> None:
         from tapt.indexer.store.integrity import checked_files
-
-        from .shard_set import ShardSubset, checked_by_shard, process_age, ready_steps
+        from tapt.retriever.serving.shard_set import (
+            ShardSubset,
+            checked_by_shard,
+            process_age,
+            ready_steps,
+        )
 
         at, began, cpu, age = time.time(), time.perf_counter(), time.process_time(), process_age()
         before = len(checked_files())
@@ -168,7 +171,7 @@ class ShardServer:
         """An operation on the score arrays this actor keeps by name (`held_arrays`, asked by
         `remote_scores`: every row's score stays here, the driver asks for counts, positions
         and cuts)."""
-        from .held_arrays import ACTOR_OPS
+        from tapt.retriever.serving.held_arrays import ACTOR_OPS
 
         return ACTOR_OPS[op](self, *args)
 
@@ -176,7 +179,7 @@ class ShardServer:
                  ) -> tuple[topcut.Candidates, list[topcut.Piece], tuple[int, int, int]]:
         """`top` of the scores kept under `name` (`held_arrays.held_cut`; `of`: whether they
         are of its scoring span, "rows", or of its own shards, "shards")."""
-        from .held_arrays import held_cut
+        from tapt.retriever.serving.held_arrays import held_cut
 
         return held_cut(self, name, cut, size, first, of)
 

@@ -37,10 +37,18 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tapt.indexer.index import Index
-from tapt.indexer.store.shard_open import Shard, open_shard
 from tapt.indexer.store import integrity
-from tapt.indexer.store.manifest import (CODES, DOCS, EMBEDDINGS, FAISS, MANIFEST_NAME, SHARDS,
-                                         TOKENS, read_shard_manifest)
+from tapt.indexer.store.manifest import (
+    CODES,
+    DOCS,
+    EMBEDDINGS,
+    FAISS,
+    MANIFEST_NAME,
+    SHARDS,
+    TOKENS,
+    read_shard_manifest,
+)
+from tapt.indexer.store.shard_open import Shard, open_shard
 from tapt.indexer.store.shards import RowView, grid_ranges
 from tapt.indexer.store.text_store import damaged
 from tapt.util.cache import writable_cache

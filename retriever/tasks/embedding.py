@@ -24,9 +24,9 @@ from typing import Sequence
 import numpy as np
 
 from tapt.indexer.encoding.encoder import Encoder, LazyEncoder, embedding_key
+from tapt.retriever.tasks.forms import screen_left_out
 from tapt.util.cache import read_checked, readable_cache, writable_cache, write_checked
 from tapt.util.checks import whole_number
-from .forms import screen_left_out
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,15 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
 from tapt.errors import InputError
 from tapt.util.checks import path_text
+
+if TYPE_CHECKING:
+    from tapt.indexer.reading.reader import TextInput
 
 log = logging.getLogger(__name__)
 

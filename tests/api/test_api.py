@@ -340,7 +340,7 @@ def test_task_tokens_screened_with_the_encoders_tokenizer():
 
 def test_train_and_evaluate_mlm(fused, tmp_path):
     pytest.importorskip("torch")
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     model = write_tiny_bert(tmp_path / "tiny", [t for t in fused.texts], hidden_size=32, layers=1,
                             max_positions=64)

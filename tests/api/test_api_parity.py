@@ -94,17 +94,6 @@ def test_every_command_has_its_python_entry_point():
     assert sorted(cli.commands["select"].commands) == sorted(tapt.method_names())
 
 
-def test_build_options_have_the_command_lines_names_and_defaults():
-    import inspect
-
-    params = inspect.signature(api.Index.build).parameters
-    assert params["part_size"].default == "4096" and params["segment_size"].default == 15
-    for name in ("ray_address", "ray_workers", "gpus_per_worker", "ray_timeout", "ray_retries"):
-        assert params[name].default is None
-    assert inspect.signature(api.train).parameters["eval_batch_size"].default == \
-        inspect.signature(api.evaluate_mlm).parameters["batch_size"].default
-
-
 # ------------------------------------------------------------------------- one task rule
 
 @pytest.fixture(scope="module")
@@ -132,7 +121,7 @@ def test_select_takes_every_task_form_alike(fake_index, medical_task, task, monk
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, fake_index, task):
     pytest.importorskip("torch")
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     base = tmp_path_factory.mktemp("parity")
     model = write_tiny_bert(base / "tiny", task, hidden_size=32, layers=1, max_positions=64)

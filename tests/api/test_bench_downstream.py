@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from conftest import COMMON, TOPICS, HashingEncoder, make_sentence
 from tapt import api
 from tapt.errors import InputError, TaptError
-from tapt.trainer.tiny_model import write_tiny_bert
+from tiny_model import write_tiny_bert
 
 SMALL = dict(budget="40sent", steps=3, batch_size=4, max_length=16, folds=4,
              ft_epochs=1, ft_batch_size=6, oracle_value="medical", group_field="doc",

@@ -17,3 +17,14 @@ def test_every_public_name_resolves():
 
     for name in tapt.__all__:
         assert getattr(tapt, name) is not None
+
+
+def test_one_public_surface():
+    """`tapt.api.__all__` is the part of `tapt.__all__` that `tapt.api` holds, nothing more: the
+    command line's option metadata lives in `tapt.api.options`, outside both."""
+    import tapt
+    import tapt.api
+
+    from_api = [name for name in tapt.__all__ if tapt._LAZY.get(name) == "tapt.api"]
+    assert sorted(tapt.api.__all__) == sorted(from_api)
+    assert not {"config_fields", "method_params", "method_specs", "LIMITS"} & set(tapt.api.__all__)

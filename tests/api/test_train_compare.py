@@ -13,8 +13,7 @@ from click.testing import CliRunner
 from conftest import COMMON, TOPICS, HashingEncoder, make_sentence
 from tapt import api
 from tapt.errors import InputError
-from tapt.trainer.tiny_model import write_tiny_bert
-
+from tiny_model import write_tiny_bert
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -35,7 +35,8 @@ def test_codes_precision_report(real_sample, tmp_path):
     rows = report["rows"]
     assert [(r["method"], r["seeds"]) for r in rows] == [
         ("centroid", 30), ("fused", 30), ("centroid", 60), ("fused", 60)]
-    medical = sum(json.loads(line)["domain"] == "medical" for line in open(pool))
+    medical = sum(json.loads(line)["domain"] == "medical"
+                  for line in pool.read_text().splitlines())
     for r in rows:
         assert r["domain"] == "medical" and r["budget"] == f"{medical}sent"
         assert 0 <= r["precision_codes"] <= 1 and 0 <= r["overlap_codes_exact"] <= 1

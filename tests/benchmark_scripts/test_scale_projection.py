@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from benchmarks.scale_projection import (RESULTS, SIZES, fmt, markdown, measure_index, project)
+from benchmarks.scale_projection import RESULTS, SIZES, fmt, markdown, measure_index, project
 from tapt.indexer.ann.index_choice import ivf_nlist, ivf_train_size
 
 USED = ["scale", "quality/codes_precision.json", "gpu_build.json", "speed_encode.json",

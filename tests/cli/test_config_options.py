@@ -1,5 +1,5 @@
 """The options of `index build`, `index add` and `train` that are config fields come from the
-fields' metadata (`tapt.api.config_fields`), through one helper (`_config_options`), and reach the
+fields' metadata (`tapt.api.options.config_fields`), through one helper (`_config_options`), and reach the
 config through the commands and `Index.build` / `Index.add` / `tapt.train` with no other edit."""
 
 import dataclasses
@@ -12,11 +12,13 @@ from click.testing import CliRunner
 
 from conftest import HashingEncoder, write_labelled_corpus
 from tapt import api
+from tapt.api import options
 from tapt.commands.index import index_add, index_build
 from tapt.commands.options import _config_options
 from tapt.commands.training import train_command
 from tapt.errors import InputError
-from tapt.indexer.building import add as add_module, build_config
+from tapt.indexer.building import add as add_module
+from tapt.indexer.building import build_config
 from tapt.indexer.building.build_config import BuildConfig
 from tapt.trainer import config as train_config
 from tapt.trainer.config import TrainConfig
@@ -73,7 +75,7 @@ def test_every_generated_option_is_a_config_field(kind):
     command, config = COMMANDS[kind]
     fields = {f.name: f for f in dataclasses.fields(config)}
     params = {p.name: p for p in command.params}
-    described = api.config_fields(kind)
+    described = options.config_fields(kind)
     assert described
     for desc in described:
         field, option = fields[desc["name"]], params[desc["name"]]

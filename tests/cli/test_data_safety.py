@@ -8,14 +8,10 @@ import shutil
 
 import pytest
 
-from hashing_cli import one_error, run  # noqa: F401 - fixtures
 from conftest import write_labelled_corpus
+from hashing_cli import one_error, run  # noqa: F401 - fixtures
 from tapt.errors import OutputError
 from tapt.indexer.index import Index
-
-
-
-
 
 
 @pytest.fixture()

@@ -106,8 +106,8 @@ def test_full_disk_after_a_checkpoint_keeps_it_and_says_resume(tiny, tmp_path, m
             try:
                 raise OSError(errno.ENOSPC, "No space left on device")
             except OSError:     # torch's own error, the OSError only its context
-                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected "
-                                   "pos 64 vs 0")  # noqa: B904
+                raise RuntimeError(  # noqa: B904 - as torch raises it
+                    "[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
         real(obj, path)
 
     monkeypatch.setattr(checkpoint, "torch_save", fill_on_second_checkpoint)
@@ -422,8 +422,8 @@ def test_a_budget_too_large_for_a_float_says_so(spec):
 
 def test_counts_and_sizes_too_large_for_a_float_say_so():
     from tapt.errors import InputError
-    from tapt.indexer.building.pipeline import parse_count
     from tapt.indexer.ann.index_choice import parse_memory
+    from tapt.indexer.building.build_config import parse_count
 
     for parse, spec in ((parse_count, "1" + "0" * 400), (parse_count, 10**400),
                         (parse_memory, "1" + "0" * 400), (parse_memory, 10**400)):

@@ -34,7 +34,7 @@ add_to_index({idx!r}, [{corpus!r}], Slow(), progress=False)
 
 
 def _config() -> BuildConfig:
-    return BuildConfig(segment_size=4, split=False, progress=False, window=32, batch_size=32)
+    return BuildConfig(segment_size=4, split=False, progress=False, part_size=32, batch_size=32)
 
 
 @pytest.fixture(scope="module")

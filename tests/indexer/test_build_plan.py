@@ -26,7 +26,7 @@ Usage = namedtuple("Usage", "total used free")
 
 
 def _config(**changes) -> BuildConfig:
-    return BuildConfig(**{"segment_size": 4, "split": False, "progress": False, "window": 64,
+    return BuildConfig(**{"segment_size": 4, "split": False, "progress": False, "part_size": 64,
                           "batch_size": 64, **changes})
 
 
@@ -46,7 +46,7 @@ def test_a_build_over_the_memory_budget_refuses_before_embedding(corpus, tmp_pat
     assert "\n" not in str(refused.value)
     with pytest.raises(InputError) as refused:      # a type asked for that does not fit
         build_index([corpus], tmp_path / "idx", encoder, _config(memory="4K", index="hnsw"))
-    assert encoder.calls == 0 and "`index_type` ivfpq" in refused.value.message
+    assert encoder.calls == 0 and "`index` ivfpq" in refused.value.message
     assert not (tmp_path / "idx").exists()
 
 

@@ -18,8 +18,12 @@ import tapt.indexer.encoding.encoder as encoder_module
 from conftest import HashingEncoder
 from tapt.errors import InputError, ModelMismatchError
 from tapt.indexer.encoding.encoder import file_differences
-from tapt.indexer.encoding.models import (DEFAULT_MODEL, file_facts, missing_model,
-                                          packaged_default_path)
+from tapt.indexer.encoding.models import (
+    DEFAULT_MODEL,
+    file_facts,
+    missing_model,
+    packaged_default_path,
+)
 from tapt.indexer.index import Index
 
 
@@ -64,7 +68,7 @@ def _recorded_like_packaged() -> dict:
 
 
 def _tiny_bert(tmp_path: Path) -> Path:
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     return write_tiny_bert(tmp_path / "tiny", ["the cat sat on the mat ."] * 10, hidden_size=32,
                            layers=2, max_positions=64)

@@ -6,7 +6,6 @@ takes), run here on the CPU."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 
 import numpy as np
@@ -37,7 +36,7 @@ def built(tmp_path_factory):
     write_labelled_corpus(base / "b.jsonl", docs_per_topic=30, seed=4)
     write_task(base / "task.txt", "medical", n=40, seed=5)
     build_index([base / "a.jsonl", base / "b.jsonl"], base / "idx", HashingEncoder(),
-                BuildConfig(segment_size=4, split=False, progress=False, window=512, shards=2))
+                BuildConfig(segment_size=4, split=False, progress=False, part_size=512, shards=2))
     return base
 
 

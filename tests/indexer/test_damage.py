@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hashing_cli import idx, one_error, run  # noqa: F401 - fixtures
 from conftest import HashingEncoder, make_legacy, reseal_shard, shard_file
+from hashing_cli import idx, one_error, run  # noqa: F401 - fixtures
 from tapt.indexer.building.add import add_to_index
 from tapt.indexer.index import Index
 from tapt.indexer.store.manifest import LMDB_DATA, STORE, write_index_manifest

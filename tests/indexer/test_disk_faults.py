@@ -10,14 +10,10 @@ import shutil
 
 import pytest
 
-from hashing_cli import one_error, run  # noqa: F401 - fixtures
 from conftest import write_labelled_corpus
 from faultfs import fill, full_disk, read_only_dir
+from hashing_cli import one_error, run  # noqa: F401 - fixtures
 from tapt.indexer.index import Index
-
-
-
-
 
 
 @pytest.fixture()

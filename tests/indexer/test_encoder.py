@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 
 from tapt.errors import TaptError
-from tapt.indexer.encoding.models import DEFAULT_MODEL, display_name, packaged_default_path, resolve_model
+from tapt.indexer.encoding.models import (
+    DEFAULT_MODEL,
+    display_name,
+    packaged_default_path,
+    resolve_model,
+)
 
 
 def test_default_model_resolves_to_the_packaged_directory():
@@ -98,8 +103,8 @@ def test_encode_counted_equals_encode_and_token_counts(minilm, monkeypatch, path
 
 
 def test_missing_model_directory_is_an_input_error(tmp_path):
-    from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
     from tapt.errors import InputError
+    from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
 
     (tmp_path / "empty-model").mkdir()
     with pytest.raises(InputError, match="cannot load model"):
@@ -180,8 +185,12 @@ def test_fingerprint_covers_pooling_so_same_weights_are_not_the_same_model(minil
     """Issue 11: same weights, CLS pooling instead of mean, was accepted as the index's model and
     poisoned the task cache."""
     from tapt.errors import ModelMismatchError
-    from tapt.indexer.encoding.encoder import (SentenceTransformerEncoder, embedding_key, model_differences,
-                                      model_record)
+    from tapt.indexer.encoding.encoder import (
+        SentenceTransformerEncoder,
+        embedding_key,
+        model_differences,
+        model_record,
+    )
     from tapt.indexer.index import Index
 
     moved = SentenceTransformerEncoder(str(_model_copy(tmp_path)), device="cpu")

@@ -12,21 +12,21 @@ from click.testing import CliRunner
 
 import tapt.indexer.encoding.encoder
 import tapt.indexer.index as index_module
-from tapt.cli import cli
 from conftest import HashingEncoder, shard_checksums, shard_file, write_labelled_corpus, write_task
+from tapt.cli import cli
 from tapt.indexer.ann.ann_recall import ground_truth, recall_at_k, sample_queries
-from tapt.indexer.building.pipeline import BuildConfig, build_index
-from tapt.indexer.building.ann_build import build_faiss_index
 from tapt.indexer.ann.faiss_index import knn_search, read_faiss_index
-from tapt.indexer.index import Index
 from tapt.indexer.ann.index_choice import choose_index
-from tapt.indexer.store.manifest import write_index_manifest
+from tapt.indexer.building.ann_build import build_faiss_index
+from tapt.indexer.building.pipeline import BuildConfig, build_index
 from tapt.indexer.building.reindex import reindex
 from tapt.indexer.building.repair import repair_index
 from tapt.indexer.building.verify import verify_index
-from tapt.util.files import sha256_file
+from tapt.indexer.index import Index
+from tapt.indexer.store.manifest import write_index_manifest
 from tapt.retriever.scoring import arrays
 from tapt.retriever.selections.make import SelectConfig, rank
+from tapt.util.files import sha256_file
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def big_index(tmp_path_factory):
     write_labelled_corpus(base / "pool.jsonl", docs_per_topic=60, seed=3)
     write_task(base / "task.txt", "medical", n=40, seed=4)
     build_index([base / "pool.jsonl"], base / "idx", HashingEncoder(),
-                BuildConfig(segment_size=4, split=False, progress=False, window=512))
+                BuildConfig(segment_size=4, split=False, progress=False, part_size=512))
     return base / "idx"
 
 
@@ -243,8 +243,8 @@ def test_float16_embeddings_select_verify_add_like_float32(tmp_path, labelled_co
     """float16 storage: half the bytes, same selections (up to ties), verify and add keep working."""
     from tapt.indexer.building.add import add_to_index
     from tapt.indexer.building.pipeline import BuildConfig, build_index
-    from tapt.indexer.index import Index
     from tapt.indexer.building.verify import verify_index
+    from tapt.indexer.index import Index
     from tapt.retriever.selections.make import SelectConfig, rank
     from tapt.retriever.tasks.reading import load_task
 
@@ -316,7 +316,7 @@ def test_merged_results_are_the_best_k_of_every_part_in_order():
     from tapt.indexer.ann.topk_merge import merge_topk
 
     rng = np.random.default_rng(10)
-    for trial in range(60):
+    for _trial in range(60):
         nq, parts = int(rng.integers(1, 6)), int(rng.integers(2, 5))
         results, base = [], 0
         for _ in range(parts):
@@ -378,7 +378,7 @@ def test_merging_in_groups_equals_one_merge():
     from tapt.indexer.ann.topk_merge import merge_in_groups, merge_topk
 
     rng = np.random.default_rng(12)
-    for trial in range(40):
+    for _trial in range(40):
         nq, parts = int(rng.integers(1, 5)), int(rng.integers(1, 12))
         results = []
         for p in range(parts):

@@ -14,9 +14,9 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import zstandard
 
 from conftest import HashingEncoder

@@ -18,15 +18,15 @@ from tapt.errors import InputError, OutputError, TaptError
 from tapt.indexer.building import checkpoint, stages
 from tapt.indexer.building.add import add_to_index
 from tapt.indexer.building.pipeline import BuildConfig, build_index
-from tapt.indexer.index import Index
 from tapt.indexer.building.reindex import reindex
 from tapt.indexer.building.repair import repair_index
 from tapt.indexer.building.upgrade import upgrade_index
 from tapt.indexer.building.verify import verify_index
+from tapt.indexer.index import Index
 
 
 def _config(**kw) -> BuildConfig:
-    return BuildConfig(**{"segment_size": 4, "split": False, "progress": False, "window": 32,
+    return BuildConfig(**{"segment_size": 4, "split": False, "progress": False, "part_size": 32,
                           "batch_size": 32, **kw})
 
 
@@ -218,7 +218,7 @@ def test_user_entries_survive_a_resumed_add(corpora, tmp_path, monkeypatch):
                 raise KeyboardInterrupt
             return super().encode(texts, batch_size)
 
-    with pytest.raises(BaseException):
+    with pytest.raises(KeyboardInterrupt):
         add_to_index(idx, [corpora[1]], Boom(), batch_size=8, progress=False)
     assert checkpoint.work_dir_for(idx, "adding").is_dir()     # kept to resume
     (idx / "later.txt").write_text("added between the two sessions\n")

@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from tapt.errors import InputError
-from tapt.indexer.ann.index_choice import (MEDIUM_MAX, SMALL_MAX, choice_from_manifest, choose_index,
-                                  hnsw_bytes, parse_memory, rescore_k)
+from tapt.indexer.ann.index_choice import (
+    MEDIUM_MAX,
+    SMALL_MAX,
+    choice_from_manifest,
+    choose_index,
+    hnsw_bytes,
+    parse_memory,
+    rescore_k,
+)
 
 G = 1 << 30
 
@@ -62,7 +69,7 @@ def test_forced_types_and_too_small_budgets():
         choose_index(1_000_000, 384, "1M")
     with pytest.raises(InputError, match="at least 1,000"):
         choose_index(500, 64, "1G", "ivfpq")
-    with pytest.raises(InputError, match="^index_type: "):
+    with pytest.raises(InputError, match="^index: "):
         choose_index(500, 64, "1G", "annoy")
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hashing_cli import idx, one_error, run  # noqa: F401 - fixtures
 from conftest import shard_file
+from hashing_cli import idx, one_error, run  # noqa: F401 - fixtures
 
 # (path inside the index, name in the error)
 LAZY_FILES = [(f"shards/000000/{name}", f"shards/000000/{name}")

@@ -64,10 +64,9 @@ def test_local_search_loads_one_part_at_a_time(tmp_path, encoder, monkeypatch):
     import gc
     import weakref
 
+    from conftest import write_split_corpus
     from tapt.indexer.building.pipeline import BuildConfig, build_index
     from tapt.indexer.index import Index
-
-    from conftest import write_split_corpus
 
     (tmp_path / "corpus").mkdir()
     files = write_split_corpus(tmp_path / "corpus", parts=3, docs_per_topic=6)

@@ -105,7 +105,7 @@ def test_a_bad_line_in_a_later_piece_is_reported_at_its_line(tmp_path, size):
 
 
 def _config(**changes) -> BuildConfig:
-    return BuildConfig(**{"segment_size": 3, "progress": False, "window": 64, "batch_size": 64,
+    return BuildConfig(**{"segment_size": 3, "progress": False, "part_size": 64, "batch_size": 64,
                           "invalid_utf8": "replace", "embedding_dtype": "float32", **changes})
 
 

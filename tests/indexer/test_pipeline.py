@@ -3,14 +3,15 @@ store, the manifest, refusals, sharded builds equal to one shard, and the vocabu
 
 import json
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from build_worker import assert_same_content
-from conftest import HashingEncoder, shard_file, write_split_corpus
-from tapt.indexer.building.pipeline import BuildConfig, build_index
+from conftest import HashingEncoder, write_split_corpus
 from tapt.errors import IndexFormatError, InputError, ModelMismatchError, OutputError
+from tapt.indexer.building.pipeline import BuildConfig, build_index
 from tapt.indexer.index import Index
 
 
@@ -135,7 +136,7 @@ def split_corpus(tmp_path_factory):
 
 
 def _config(**kw) -> BuildConfig:
-    return BuildConfig(segment_size=4, split=False, progress=False, window=48,
+    return BuildConfig(segment_size=4, split=False, progress=False, part_size=48,
                        embedding_dtype="float32", **kw)
 
 
@@ -157,7 +158,7 @@ def test_three_shard_build_equals_one_shard_build(split_corpus, tmp_path):
 
 def test_shard_size_groups_whole_files_and_float16_is_the_sharded_default(split_corpus,
                                                                          tmp_path):
-    records = [sum(1 for _ in open(p)) for p in split_corpus]
+    records = [len(Path(p).read_text().splitlines()) for p in split_corpus]
     size = max(records) + min(records)
     m = build_index(split_corpus, tmp_path / "idx", HashingEncoder(),
                     BuildConfig(segment_size=4, split=False, progress=False, shard_size=size))

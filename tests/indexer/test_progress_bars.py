@@ -65,7 +65,7 @@ def test_the_embed_bar_moves_by_rows_not_by_parts(tmp_path, monkeypatch):
     monkeypatch.setattr(executors, "tqdm", bars)
     write_labelled_corpus(tmp_path / "pool.jsonl", docs_per_topic=12)
     build_index([tmp_path / "pool.jsonl"], tmp_path / "idx", HashingEncoder(),
-                BuildConfig(split=False, progress=True, window=4096, batch_size=16))
+                BuildConfig(split=False, progress=True, part_size=4096, batch_size=16))
     embed = [n for n in bars.updates["embed"] if n]
     assert len(embed) >= 3 and max(embed) <= REPORT_ROWS, embed
 
@@ -102,7 +102,7 @@ def test_steps_move_a_bar_only_while_one_is_shown(capsys):
 def test_the_preparation_of_training_shows_bars(fake_index, tmp_path, capsys):
     from tapt.trainer.data import document_examples, segment_examples
     from tapt.trainer.inputs import load_selections
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     sel = tapt.Index.open(fake_index).select(
         "centroid", task=["Patient fever therapy dose."], budget="20", encoder=HashingEncoder(),
@@ -124,7 +124,7 @@ def test_the_preparation_of_training_shows_bars(fake_index, tmp_path, capsys):
 @pytest.mark.parametrize("chunk", [1, 3])
 def test_tokenising_in_chunks_gives_the_same_examples(fake_index, tmp_path, monkeypatch, chunk):
     from tapt.trainer import data
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     texts = [f"sentence number {i} about the cat ." for i in range(10)]
     model = write_tiny_bert(tmp_path / "tiny", texts, hidden_size=32, layers=1,

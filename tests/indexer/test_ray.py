@@ -20,17 +20,15 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+import tapt  # noqa: E402
 from build_worker import assert_same_index  # noqa: E402
 from conftest import HashingEncoder, write_split_corpus, write_task  # noqa: E402
-from ray_worker import (CONFIG, WORKER, CrashingEncoder, ship_by_value,  # noqa: E402
-                        with_faiss_threads)
-
-import tapt  # noqa: E402
+from ray_worker import CONFIG, WORKER, CrashingEncoder, ship_by_value, with_faiss_threads  # noqa: E402
 from tapt.errors import TaptError  # noqa: E402
 from tapt.indexer.building import checkpoint  # noqa: E402
 from tapt.indexer.building.pipeline import BuildConfig, build_index  # noqa: E402
-from tapt.indexer.index import Index  # noqa: E402
 from tapt.indexer.building.ray_executor import ExecutorError, RayExecutor  # noqa: E402
+from tapt.indexer.index import Index  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +77,7 @@ def test_parts_grouped_in_ray_data_rows_build_the_local_index(cluster, corpus, l
     from tapt.indexer.building import ray_executor
 
     monkeypatch.setattr(ray_executor, "ROWS", 2)
-    parts = sum(-(-s.rows // CONFIG["window"]) for s in Index(local_index).shards)
+    parts = sum(-(-s.rows // CONFIG["part_size"]) for s in Index(local_index).shards)
     assert ray_executor.part_groups(parts) > 1
     _ray_build(corpus, tmp_path / "idx", HashingEncoder())
     assert_same_index(local_index, tmp_path / "idx")

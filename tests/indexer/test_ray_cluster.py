@@ -24,7 +24,6 @@ ray = pytest.importorskip("ray")
 from build_worker import assert_same_index  # noqa: E402
 from conftest import HashingEncoder, write_split_corpus  # noqa: E402
 from ray_worker import CONFIG, ship_by_value  # noqa: E402
-
 from tapt.indexer.building import checkpoint  # noqa: E402
 from tapt.indexer.building.pipeline import BuildConfig, build_index  # noqa: E402
 from tapt.indexer.building.ray_executor import RayExecutor  # noqa: E402
@@ -175,7 +174,7 @@ def test_real_model_tokenised_apart_builds_the_local_bytes(cluster, tmp_path):
     corpus.write_text("".join(json.dumps({"text": f"Sentence {i} is about topic {i % 5}, "
                                                   + "and more words " * (i % 7)}) + "\n"
                               for i in range(24)))
-    config = dict(CONFIG, shards=1, window=16, batch_size=8)
+    config = dict(CONFIG, shards=1, part_size=16, batch_size=8)
     build_index([str(corpus)], tmp_path / "local", encoder, BuildConfig(**config))
     runner = RayExecutor(progress=False, resources={"tokenize": {"prep": 0.01},
                                                     "embed": {"model": 0.01}})

@@ -18,14 +18,14 @@ import tapt
 from conftest import HashingEncoder, write_split_corpus, write_task
 from hostile_cases import FakeRay
 from tapt.indexer.building.add import add_to_index
-from tapt.indexer.building.pipeline import BuildConfig, build_index
 from tapt.indexer.building.executors import EncoderSpec, LocalExecutor
-from tapt.indexer.store.identity import same_snapshot
-from tapt.indexer.index import Index
-from tapt.indexer.encoding.models import display_name
+from tapt.indexer.building.pipeline import BuildConfig, build_index
 from tapt.indexer.building.reindex import reindex
+from tapt.indexer.encoding.models import display_name
+from tapt.indexer.index import Index
+from tapt.indexer.store.identity import same_snapshot
 
-CONFIG = dict(segment_size=4, split=False, progress=False, window=16, batch_size=16)
+CONFIG = dict(segment_size=4, split=False, progress=False, part_size=16, batch_size=16)
 
 
 @pytest.fixture()

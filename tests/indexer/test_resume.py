@@ -11,15 +11,14 @@ import pytest
 
 from build_worker import assert_same_index, kill_and_resume
 from conftest import HashingEncoder, write_labelled_corpus, write_split_corpus
+from tapt.errors import InputError, Interrupted, StorageError
 from tapt.indexer.building import checkpoint, stages
 from tapt.indexer.building.pipeline import BuildConfig, build_index
-from tapt.errors import InputError, Interrupted, StorageError
 from tapt.indexer.index import Index
 
 
-
 def _config(**kw) -> BuildConfig:
-    return BuildConfig(segment_size=4, split=False, progress=False, window=32, batch_size=32, **kw)
+    return BuildConfig(segment_size=4, split=False, progress=False, part_size=32, batch_size=32, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +111,9 @@ def test_changed_inputs_or_settings_refuse_to_resume(corpus, tmp_path):
         build_index([corpus], out, FailingEncoder(3, RuntimeError("boom")), _config())
     with pytest.raises(InputError, match="other inputs or settings.*`restart`"):
         build_index([corpus], out, HashingEncoder(),
-                    BuildConfig(segment_size=5, split=False, progress=False, window=32))
+                    BuildConfig(segment_size=5, split=False, progress=False, part_size=32))
     manifest = build_index([corpus], out, HashingEncoder(), BuildConfig(
-        segment_size=5, split=False, progress=False, window=32, restart=True))
+        segment_size=5, split=False, progress=False, part_size=32, restart=True))
     assert manifest["build"]["sessions"] == 1
 
 

@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 import tapt
-from tapt.cli import cli
 from conftest import HashingEncoder, shard_file
+from tapt.cli import cli
 from tapt.errors import IndexFormatError
-from tapt.indexer.index import Index
 from tapt.indexer.building.repair import repair_index
-from tapt.indexer.store.text_store import key
 from tapt.indexer.building.verify import verify_index
+from tapt.indexer.index import Index
+from tapt.indexer.store.text_store import key
 
 
 @pytest.fixture()

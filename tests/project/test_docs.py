@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from readme import README, readme_section
 
 REPO = Path(__file__).resolve().parents[2]

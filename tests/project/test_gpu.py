@@ -47,7 +47,7 @@ def test_cuda_training_learns_and_evaluates_like_cpu(tmp_path):
     from tapt.trainer.config import TrainConfig
     from tapt.trainer.evaluate import evaluate_text
     from tapt.trainer.loop import train
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     rng = random.Random(0)
     words = "the cat dog bird sees likes chases big small red old".split()

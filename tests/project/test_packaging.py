@@ -4,8 +4,9 @@ would not have it)."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_INSTALLED = {".venv", ".git", "tests", "benchmarks", "docs", "site", "build", "data"}

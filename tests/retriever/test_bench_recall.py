@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tapt.retriever.bench import recall, recall_report
-from tapt.retriever.bench.run import bench_recall
-from tapt.retriever.bench.clusters import cluster_purity, purity
-from tapt.retriever.bench.labelled_pool import seed_subset
 from conftest import HashingEncoder, make_sentence
 from tapt.errors import InputError
 from tapt.indexer.index import Index
+from tapt.retriever.bench import recall, recall_report
+from tapt.retriever.bench.clusters import cluster_purity, purity
+from tapt.retriever.bench.labelled_pool import seed_subset
+from tapt.retriever.bench.run import bench_recall
 from tapt.retriever.evaluation.metrics import selection_scores
 
 
@@ -149,7 +149,7 @@ if __name__ == "__main__":
         corpus, index, seeds = base / "pool.jsonl", base / "index", base / "seeds"
         write_labelled_corpus(corpus)
         build_index([corpus], index, HashingEncoder(),
-                    BuildConfig(segment_size=4, split=False, progress=False, window=64))
+                    BuildConfig(segment_size=4, split=False, progress=False, part_size=64))
         seeds.mkdir()
         write_seeds(seeds)
         report = _run_e2e(index, corpus, seeds, base)

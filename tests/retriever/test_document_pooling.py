@@ -11,9 +11,8 @@ from click.testing import CliRunner
 from conftest import HashingEncoder
 from tapt.errors import InputError
 from tapt.indexer.index import Index
+from tapt.retriever.ranking.document_pooling import DocumentShape, choose_context, document_scores
 from tapt.retriever.scoring import arrays
-from tapt.retriever.ranking.document_pooling import (DocumentShape, choose_context,
-                                                   document_scores)
 from tapt.retriever.selections.make import SelectConfig, make_selection
 from tapt.retriever.tasks.forms import task_from_files
 

@@ -50,9 +50,7 @@ def test_shard_document_offsets_are_mapped_not_copied(sharded):
 
 
 def test_iforest_refuses_candidates_over_the_memory_limit(sharded, monkeypatch):
-    from tapt.retriever.methods import iforest
-
-    from tapt.retriever.methods import RankingInputs, SegmentView, get_method
+    from tapt.retriever.methods import RankingInputs, SegmentView, get_method, iforest
     from tapt.retriever.ranking.budget import parse_budget
 
     task = np.asarray(sharded.embeddings[:6], dtype=np.float32)

@@ -11,8 +11,8 @@ from conftest import HashingEncoder
 from tapt.errors import BudgetError, InputError
 from tapt.indexer.index import Index
 from tapt.retriever.evaluation.evaluate import evaluate_selections
-from tapt.retriever.selections.make import SelectConfig, rank
 from tapt.retriever.selections.file_format import manifest_path, read_selection
+from tapt.retriever.selections.make import SelectConfig, rank
 from tapt.retriever.tasks.reading import load_task
 
 
@@ -120,7 +120,7 @@ def test_bad_requests(fake_index, medical_task, tmp_path):
 
 def test_malformed_serve_requests_get_an_error_answer(fake_index, medical_task, tmp_path):
     import tapt
-    from tapt.api import answer_request
+    from tapt.api.served import answer_request
 
     class Served:   # answer_request needs only `select`; this one embeds with the test encoder
         def __init__(self, ix):

@@ -147,7 +147,7 @@ def _record(base: Path) -> None:
     corpus, index, task = base / "pool.jsonl", base / "index", base / "medical.txt"
     write_labelled_corpus(corpus)
     build_index([corpus], index, HashingEncoder(),
-                BuildConfig(segment_size=4, split=False, progress=False, window=64))
+                BuildConfig(segment_size=4, split=False, progress=False, part_size=64))
     write_task(task, "medical")
     RECORDING.write_text(json.dumps(selections(index, task), indent=0) + "\n")
 

@@ -7,9 +7,9 @@ from conftest import HashingEncoder
 from tapt.errors import InputError
 from tapt.indexer.index import Index
 from tapt.retriever.learned import heldout
-from tapt.retriever.scoring import ngram_lm, arrays
 from tapt.retriever.learned.detectors import DETECTORS, fit_detector
 from tapt.retriever.learned.pu import PUConfig, pu_classifier
+from tapt.retriever.scoring import arrays, ngram_lm
 from tapt.retriever.scoring.ngram_lm import moore_lewis_scores
 from tapt.retriever.selections.make import SelectConfig, rank
 
@@ -308,8 +308,8 @@ def test_iforest_candidates_hold_n_times_a_sentence_budget():
     to choose)."""
     from types import SimpleNamespace
 
-    from tapt.retriever.ranking.budget import parse_budget
     from tapt.retriever.methods.candidates import holding_budget
+    from tapt.retriever.ranking.budget import parse_budget
 
     lengths = np.array([15] * 60 + [1] * 60)          # index order: long segments first
     ranking = np.arange(len(lengths))[::-1]            # the pre-ranking puts the short ones first
@@ -336,8 +336,8 @@ def test_iforest_candidates_hold_n_times_a_sentence_budget():
 
 
 def test_a_sentence_budget_the_candidates_cannot_fill_is_reported():
-    from tapt.retriever.ranking.budget import parse_budget
     from tapt.retriever.methods.base import take
+    from tapt.retriever.ranking.budget import parse_budget
 
     lengths = np.array([5, 5, 5, 5])
     view = type("View", (), {"lengths": lengths, "tokens": lengths * 10,

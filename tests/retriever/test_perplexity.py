@@ -10,9 +10,9 @@ import pytest
 from conftest import make_sentence
 from tapt.errors import InputError
 from tapt.indexer.index import Index
+from tapt.modeling.mlm import load_mlm, masked_token_losses
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.learned import task_lm
-from tapt.modeling.mlm import load_mlm, masked_token_losses
 
 
 def _sentences(topic, n, seed):
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory, labelled_corpus):
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     texts = [r["text"] for r in labelled_corpus[1]]
     return str(write_tiny_bert(tmp_path_factory.mktemp("tiny-lm") / "bert", texts))

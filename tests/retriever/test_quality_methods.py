@@ -9,14 +9,18 @@ import pytest
 from conftest import TOPICS, make_sentence
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever.learned import auto_choice, fusion
-from tapt.retriever.scoring import ngram_lm
-from tapt.retriever.learned.few_seeds import (LexicalConfig, LexicalModel, PoolText,
-                                              expanded_moore_lewis, expansion_rows)
-from tapt.retriever.scoring.ngram_lm import BigramLM, Vocabulary
 from tapt.retriever.evaluation.oracle import sentence_labels
-from tapt.retriever.scoring.ngram_lm import moore_lewis_scores
+from tapt.retriever.learned import auto_choice, fusion
+from tapt.retriever.learned.few_seeds import (
+    LexicalConfig,
+    LexicalModel,
+    PoolText,
+    expanded_moore_lewis,
+    expansion_rows,
+)
 from tapt.retriever.methods.learned_scorers import TaskData, fit_scorers, learned_fusion
+from tapt.retriever.scoring import ngram_lm
+from tapt.retriever.scoring.ngram_lm import BigramLM, Vocabulary, moore_lewis_scores
 
 
 def test_unigram_cross_entropy_by_hand():
@@ -169,8 +173,8 @@ def test_learned_fusion_on_the_fake_index(fake_index, encoder, labelled_corpus):
 
 # ---- Domain-Finetune ---------------------------------------------------------------------------
 
-from tapt.retriever.learned import finetune_classifier as ft  # noqa: E402
 from tapt.modeling.classifier import freeze_below, load_classifier  # noqa: E402
+from tapt.retriever.learned import finetune_classifier as ft  # noqa: E402
 from tapt.retriever.learned.finetune_cache import WEIGHTS  # noqa: E402
 
 
@@ -194,7 +198,7 @@ def test_finetune_helpers_by_hand():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, labelled_corpus):
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     texts = [r["text"] for r in labelled_corpus[1]]
     return str(write_tiny_bert(tmp_path_factory.mktemp("tiny") / "bert", texts))

@@ -15,10 +15,16 @@ from click.testing import CliRunner
 from conftest import HashingEncoder
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever.methods import (auto_candidates, base, get_method, method_names, methods,
-                                    prerank_choices, registry)
+from tapt.retriever.methods import (
+    auto_candidates,
+    base,
+    get_method,
+    method_names,
+    methods,
+    prerank_choices,
+    registry,
+)
 from tapt.retriever.selections.make import SelectConfig, rank
-
 
 
 def documented_example() -> str:

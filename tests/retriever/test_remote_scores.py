@@ -17,10 +17,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+import tapt  # noqa: E402
 from conftest import HashingEncoder, write_split_corpus, write_task  # noqa: E402
 from ray_worker import CONFIG, ship_by_value  # noqa: E402
-
-import tapt  # noqa: E402
 from tapt.indexer.building.pipeline import BuildConfig, build_index  # noqa: E402
 from tapt.retriever.scoring import arrays, moments  # noqa: E402
 from tapt.retriever.serving import remote_scores  # noqa: E402

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from tapt.retriever.scoring import arrays
-from tapt.retriever.ranking.budget import Budget, budget_target, cut, parse_budget
 from tapt.errors import BudgetError
+from tapt.retriever.ranking.budget import Budget, budget_target, cut, parse_budget
+from tapt.retriever.scoring import arrays
 
 
 def unit(rows):
@@ -192,8 +192,8 @@ def test_budget_larger_than_corpus():
 def test_a_budget_ranks_only_the_prefix_it_cuts_with_the_full_ranking_s_order():
     """`budget_order` (partition, then sort of the prefix) cuts exactly what a sort of every
     score cuts: ties by ascending segment, NaN last, for every budget unit."""
-    from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
     from tapt.retriever.methods.base import SegmentView, budget_order
+    from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
 
     rng = np.random.default_rng(0)
     for trial in range(200):

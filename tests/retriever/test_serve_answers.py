@@ -15,7 +15,7 @@ import tapt
 import tapt.indexer.encoding.encoder
 from conftest import HashingEncoder
 from hostile_cases import _RESTORE, _fake_ray
-from tapt.api import answer_line, answer_request
+from tapt.api.served import answer_line, answer_request
 from tapt.cli import cli
 
 

@@ -11,16 +11,16 @@ import types
 
 import pytest
 from click.testing import CliRunner
+from test_serve_answers import index  # noqa: F401 - the fixture: the fake index, a task file
 
 import tapt
 import tapt.indexer.encoding.encoder
 from conftest import HashingEncoder
 from hostile_cases import _RESTORE, _fake_ray
-from tapt.api import answer_request, answer_stream
+from tapt.api.served import answer_request, answer_stream
 from tapt.cli import cli
 from tapt.errors import InputError
 from tapt.indexer.building.ray_executor import ExecutorError
-from test_serve_answers import index  # noqa: F401 - the fixture: the fake index, a task file
 
 REQUEST = '"method": "centroid", "task": "task.txt", "budget": "3"'
 

@@ -15,7 +15,6 @@ import pytest
 
 from conftest import HashingEncoder, write_split_corpus
 from ray_worker import CONFIG
-
 from tapt.errors import IndexFormatError
 from tapt.indexer.building.pipeline import BuildConfig, build_index
 from tapt.indexer.index import Index

@@ -23,7 +23,7 @@ VARIANTS = {"auto": [{}, {"over": "all"}], "iforest": [{}, {"detector": "knn-dis
 
 
 def _config(**kw) -> BuildConfig:
-    return BuildConfig(segment_size=4, split=False, progress=False, window=64,
+    return BuildConfig(segment_size=4, split=False, progress=False, part_size=64,
                        embedding_dtype="float32", **kw)
 
 

@@ -8,8 +8,8 @@ import pytest
 from hashing_cli import one_error, run  # noqa: F401 - fixtures
 from tapt.errors import InputError
 from tapt.indexer.reading.reader import read_text, scan_inputs
-from tapt.retriever.tasks.reading import load_task
 from tapt.retriever.tasks.forms import task_from_files
+from tapt.retriever.tasks.reading import load_task
 
 
 @pytest.fixture()

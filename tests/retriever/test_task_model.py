@@ -7,13 +7,13 @@ import re
 import numpy as np
 import pytest
 
-from task_models import ENTITIES, write_sentence_classifier, write_tagger
-
 import tapt
 from tapt.errors import InputError
 from tapt.indexer.index import Index
 from tapt.retriever.learned.task_classifier import entity_scores
 from tapt.retriever.scoring import arrays
+from task_models import ENTITIES, write_sentence_classifier, write_tagger
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, labelled_corpus):
@@ -108,7 +108,7 @@ def test_sequence_classifier_ranks_by_class_probability(fake_index, medical_task
 
 def test_task_model_failures_name_the_parameter(fake_index, medical_task, encoder, models,
                                                tmp_path):
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     ix = tapt.Index.open(fake_index)
     task = medical_task.read_text().splitlines()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from task_models import write_sentence_classifier, write_tagger
 
 torch = pytest.importorskip("torch")
@@ -30,7 +31,7 @@ def test_task_model_scores_on_gpu_as_on_cpu(tmp_path):
 
 def test_tuned_encoder_on_gpu(tmp_path):
     from tapt.indexer.encoding.encoder import load_encoder
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     model = str(write_tiny_bert(tmp_path / "tuned", TEXTS, hidden_size=16, layers=1))
     cpu = load_encoder(model, device="cpu", backend="torch").encode(TEXTS)

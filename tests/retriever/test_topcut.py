@@ -10,11 +10,11 @@ import pytest
 from conftest import HashingEncoder, make_sentence, write_split_corpus
 from tapt.indexer.building.pipeline import BuildConfig, build_index
 from tapt.indexer.index import Index
-from tapt.retriever.scoring import arrays
-from tapt.retriever.ranking import topcut
-from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
 from tapt.retriever.methods import RankingInputs, get_method
 from tapt.retriever.methods.base import by_sentence_scores
+from tapt.retriever.ranking import topcut
+from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
+from tapt.retriever.scoring import arrays
 from tapt.retriever.selections.make import SelectConfig, rank
 
 BUDGETS = ("0.1", "0.5", "1.0", "7", "40", "1", "25sent", "1sent", "300sent", "90tok", "900tok")
@@ -124,7 +124,7 @@ def index(tmp_path_factory):
     base = tmp_path_factory.mktemp("topcut")
     files = write_split_corpus(base, parts=3, docs_per_topic=8, seed=9)
     build_index(files, base / "idx", HashingEncoder(),
-                BuildConfig(segment_size=3, split=False, progress=False, window=64, shards=2,
+                BuildConfig(segment_size=3, split=False, progress=False, part_size=64, shards=2,
                             embedding_dtype="float16", codes="int8"))
     return Index(base / "idx")
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import HashingEncoder
 
 import tapt
+from conftest import HashingEncoder
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever.methods import tuned as tuned_module
 from tapt.retriever.methods import registry
+from tapt.retriever.methods import tuned as tuned_module
 from tapt.retriever.scoring import arrays
 
 
@@ -106,7 +106,7 @@ def test_a_model_directory_as_the_tuned_encoder(fake_index, medical_task, encode
                                                 labelled_corpus):
     """A Hugging Face model directory (what `tapt train` writes) loads as the tuned encoder;
     a missing one is refused naming `tuned_model`."""
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     model = write_tiny_bert(tmp_path / "tuned", [r["text"] for r in labelled_corpus[1]],
                             hidden_size=16, layers=1)

@@ -7,8 +7,12 @@ import pytest
 from tapt.indexer.reading.lexical import Lexicon
 from tapt.retriever.learned.pu import PUConfig
 from tapt.retriever.learned.wording import pseudo_labels, wording_scores
-from tapt.retriever.scoring.ngram_features import (FEATURES, NgramClassifier, feature_ids,
-                                                   sentence_matrix)
+from tapt.retriever.scoring.ngram_features import (
+    FEATURES,
+    NgramClassifier,
+    feature_ids,
+    sentence_matrix,
+)
 from tapt.retriever.scoring.ngram_lm import HashedLMs
 
 MEDICAL = ["the patient was given a dose of {} mg", "symptoms of {} include fever and pain",

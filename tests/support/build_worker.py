@@ -53,7 +53,7 @@ class SlowEncoder(HashingEncoder):
 def main(corpus: str, out: str, window: int = 32, delay: float = 0.01, shards: int = 1) -> None:
     checkpoint.commit_part = _announced_commit
     build_index(corpus.split(","), out, SlowEncoder(delay),
-                BuildConfig(segment_size=4, split=False, progress=False, window=window,
+                BuildConfig(segment_size=4, split=False, progress=False, part_size=window,
                             batch_size=min(window, 64), shards=shards))
 
 

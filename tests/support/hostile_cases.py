@@ -1013,7 +1013,7 @@ def _tiny_training(d: Path) -> tuple[Path, Path]:
     import random
 
     from tapt.retriever.selections.file_format import SelectedSegment, write_selection
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     rng = random.Random(0)
     words = "the cat dog bird sees likes chases a big small red old".split()

@@ -23,7 +23,7 @@ import conftest  # noqa: E402
 from conftest import HashingEncoder  # noqa: E402
 
 WORKER = Path(__file__).resolve()
-CONFIG = dict(segment_size=4, split=False, progress=False, window=16, batch_size=16, shards=3)
+CONFIG = dict(segment_size=4, split=False, progress=False, part_size=16, batch_size=16, shards=3)
 
 
 def ship_by_value() -> None:

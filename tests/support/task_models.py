@@ -9,7 +9,7 @@ ENTITIES = {"kidney", "liver", "tumour"}     # the words the tiny tagger tags as
 def _tokenizer(path, texts):
     from transformers import BertTokenizerFast
 
-    from tapt.trainer.tiny_model import tiny_vocab
+    from tiny_model import tiny_vocab
 
     vocab = tiny_vocab(texts)
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")

@@ -11,11 +11,14 @@ import pytest
 
 from conftest import COMMON, TOPICS, make_sentence
 from tapt.errors import InputError
-from tapt.trainer.downstream import (FinetuneSettings, classification_scores, cross_validate,
-                                     finetune_classifier)
+from tapt.trainer.downstream import (
+    FinetuneSettings,
+    classification_scores,
+    cross_validate,
+    finetune_classifier,
+)
 from tapt.trainer.downstream_data import group_folds, read_labelled
-from tapt.trainer.tiny_model import write_tiny_bert
-
+from tiny_model import write_tiny_bert
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

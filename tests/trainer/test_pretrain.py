@@ -70,7 +70,7 @@ def test_settings_that_cannot_work_are_refused_before_anything_is_written(fake_i
 
 
 def test_an_existing_model_is_continued_on_the_sample(fake_index, tmp_path):
-    from tapt.trainer.tiny_model import write_tiny_bert
+    from tiny_model import write_tiny_bert
 
     base = write_tiny_bert(tmp_path / "bert", ["alpha beta gamma delta"] * 3, hidden_size=16,
                            layers=1)

@@ -16,7 +16,7 @@ from tapt.retriever.selections.file_format import SelectedSegment, write_selecti
 from tapt.trainer.config import TrainConfig
 from tapt.trainer.loop import TrainingInterrupted, train
 from tapt.trainer.plan import mix_counts
-from tapt.trainer.tiny_model import write_tiny_bert
+from tiny_model import write_tiny_bert
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -12,13 +12,13 @@ import torch
 
 from tapt.errors import InputError
 from tapt.indexer.reading.reader import read_text
-from tapt.retriever.selections.file_format import SelectedSegment, write_selection
 from tapt.modeling.mlm import IGNORE_INDEX, MaskingCollator, masked_lm_loss
+from tapt.retriever.selections.file_format import SelectedSegment, write_selection
 from tapt.trainer.config import TrainConfig, parse_mix
 from tapt.trainer.data import Example, document_examples, group_sentences, segment_examples
 from tapt.trainer.inputs import load_selections
 from tapt.trainer.plan import TrainingPlan, mix_counts
-from tapt.trainer.tiny_model import tiny_vocab
+from tiny_model import tiny_vocab
 
 GROUPS = {
     "a": "apple apricot avocado almond anise acorn".split(),
@@ -131,7 +131,7 @@ def test_group_sentences_greedy_and_long_alone():
 def test_packing_never_crosses_segments(tokenizer):
     rng = random.Random(0)
     segments = []
-    for i, (name, words) in enumerate(list(GROUPS.items()) * 3):
+    for i, (_name, words) in enumerate(list(GROUPS.items()) * 3):
         sents = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 7))) + " ."
                  for _ in range(rng.randint(1, 6))]
         segments.append(segment(i, sents))

@@ -48,7 +48,7 @@ def test_rank_cut_finds_the_rankings_prefix_and_the_rows_below_it(kind, monkeypa
     from tapt.util import ordering
 
     rng = np.random.default_rng(["ties", "normal", "nan", "specials"].index(kind))
-    for trial in range(60):
+    for _trial in range(60):
         n = int(rng.integers(0, 400))
         values = (rng.integers(-3, 4, n) if kind == "ties" else rng.standard_normal(n))
         values = values.astype(np.float32)

@@ -8,12 +8,27 @@ messages and folder walking pick it up from the registry.
 
 from __future__ import annotations
 
-from .base import (Format, InputFile, InvalidUtf8, ReadOptions, Row, Scanned, TextDocs, by_name,
-                   folder_format, get, known, names, register)
-from .sources import HubDataset, Source
+from tapt.indexer.reading.formats.base import (
+    Format,
+    InputFile,
+    InvalidUtf8,
+    ReadOptions,
+    Row,
+    Scanned,
+    TextDocs,
+    by_name,
+    folder_format,
+    get,
+    known,
+    names,
+    register,
+)
+from tapt.indexer.reading.formats.sources import HubDataset, Source
 
-# The formats, in the order messages list them.
-from . import jsonl, text, table, parquet, arrow, hf  # noqa: E402,F401 - registers them
+# The formats, registered as imported: in the order messages list them (not sorted).
+# isort: off
+from tapt.indexer.reading.formats import jsonl, text, table, parquet, arrow, hf  # noqa: F401
+# isort: on
 
 __all__ = ["Format", "ReadOptions", "Row", "Scanned", "TextDocs", "InvalidUtf8", "InputFile",
            "Source", "HubDataset", "register", "names", "get", "known", "by_name", "folder_format"]

@@ -11,10 +11,17 @@ import logging
 from typing import Any, Iterator
 
 from tapt.errors import InputError
-
-from .base import (Format, InputFile, ReadOptions, Row, Scanned, check_text_column, register,
-                  table_rows)
-from .sources import Source
+from tapt.indexer.reading.formats.base import (
+    Format,
+    InputFile,
+    ReadOptions,
+    Row,
+    Scanned,
+    check_text_column,
+    register,
+    table_rows,
+)
+from tapt.indexer.reading.formats.sources import Source
 
 log = logging.getLogger(__name__)
 

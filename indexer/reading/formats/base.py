@@ -29,9 +29,17 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar, Iterator, Literal, Mapping, NamedTuple, TypeVar
 
 from tapt.errors import InputError
-
-from .sources import (COMPRESSIONS, MAX_LINE_BYTES, SNIFF_BYTES, Source, ZstdReader,
-                      compression_of, invalid_utf8_message, looks_binary, read_errors)
+from tapt.indexer.reading.formats.sources import (
+    COMPRESSIONS,
+    MAX_LINE_BYTES,
+    SNIFF_BYTES,
+    Source,
+    ZstdReader,
+    compression_of,
+    invalid_utf8_message,
+    looks_binary,
+    read_errors,
+)
 
 TextDocs = Literal["auto", "line", "block"]
 TEXT_DOCS = ("auto", "line", "block")
@@ -335,7 +343,7 @@ class InputFile:
         """`lines` with whether each line begins inside the piece (`owned`); past a piece's
         end the lines that follow come too, unowned (read only as the consumer asks: the end of
         a document that began inside it), their replaced bytes not counted."""
-        from . import spans
+        from tapt.indexer.reading.formats import spans
 
         self.lines_read = 0
         if self.span is not None:

@@ -10,9 +10,16 @@ import logging
 from typing import Any, Iterator
 
 from tapt.errors import InputError
-
-from .base import Format, InputFile, ReadOptions, Row, Scanned, json_safe, register
-from .sources import HubSource
+from tapt.indexer.reading.formats.base import (
+    Format,
+    InputFile,
+    ReadOptions,
+    Row,
+    Scanned,
+    json_safe,
+    register,
+)
+from tapt.indexer.reading.formats.sources import HubSource
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,16 @@ import json
 import re
 from typing import Any, Iterator
 
-from . import spans
-from .base import Format, InputFile, LineError, ReadOptions, Row, Scanned, register
+from tapt.indexer.reading.formats import spans
+from tapt.indexer.reading.formats.base import (
+    Format,
+    InputFile,
+    LineError,
+    ReadOptions,
+    Row,
+    Scanned,
+    register,
+)
 
 
 @register

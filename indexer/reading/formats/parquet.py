@@ -9,9 +9,16 @@ import logging
 from typing import Any, Iterator
 
 from tapt.errors import InputError
-
-from .base import (Format, InputFile, ReadOptions, Row, Scanned, check_text_column, register,
-                  table_rows)
+from tapt.indexer.reading.formats.base import (
+    Format,
+    InputFile,
+    ReadOptions,
+    Row,
+    Scanned,
+    check_text_column,
+    register,
+    table_rows,
+)
 
 log = logging.getLogger(__name__)
 _BATCH = 1024

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterator
 
-from .sources import MAX_LINE_BYTES
+from tapt.indexer.reading.formats.sources import MAX_LINE_BYTES
 
 SPLIT_FORMATS = ("jsonl", "text")
 _BACK = 1 << 16
@@ -47,7 +47,7 @@ def split(file: Any, size: int) -> list[Any]:
 def raw_lines(file: Any) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, raw line, owned) from the first line that begins inside the piece on: its
     own lines, then (unowned) the lines after its end, as long as the consumer reads."""
-    from .sources import SNIFF_BYTES, looks_binary
+    from tapt.indexer.reading.formats.sources import SNIFF_BYTES, looks_binary
 
     start, end = file.span
     with file.open() as fh:

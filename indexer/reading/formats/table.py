@@ -8,8 +8,7 @@ import sys
 from typing import Iterator
 
 from tapt.errors import InputError
-
-from .base import Format, InputFile, ReadOptions, Row, Scanned, register
+from tapt.indexer.reading.formats.base import Format, InputFile, ReadOptions, Row, Scanned, register
 
 # Documents can be far longer than the csv module's default field limit (128 KiB).
 _FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 from typing import Iterator
 
-from . import spans
-from .base import Format, InputFile, ReadOptions, Row, Scanned, register
+from tapt.indexer.reading.formats import spans
+from tapt.indexer.reading.formats.base import Format, InputFile, ReadOptions, Row, Scanned, register
 
 
 @register

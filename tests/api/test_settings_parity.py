@@ -1,0 +1,103 @@
+"""One name per setting: every field of every settings class is a keyword of its Python call and
+an option of its command under the same name (the flag its name with `-` for `_`), with one
+default, the class's; the call forwards the fields it does not take itself mechanically."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+import click
+import pytest
+
+from tapt import api
+from tapt.api.options import config_fields, config_settings, renamed_settings, settings_keywords
+from tapt.cli import cli
+from tapt.errors import InputError
+
+# each settings class: its Python call, its command, and the keywords its call takes itself
+KINDS = {
+    "build": (api.Index.build, ("index", "build"), ()),
+    "add": (api.Index.add, ("index", "add"), ()),
+    "train": (api.train, ("train",), ("selections", "out", "task_texts", "eval_texts")),
+    "pretrain": (api.pretrain, ("pretrain",), ("out",)),
+    "downstream": (api.bench_downstream, ("bench", "downstream"), ()),
+}
+
+
+def _command(path: tuple[str, ...]) -> click.Command:
+    command = cli
+    for name in path:
+        command = command.commands[name]
+    return command
+
+
+def _default(option: click.Option):
+    """An option's default as the command receives it when the option is not given."""
+    if option.default is None or type(option.default).__name__ != "Sentinel":
+        return option.default
+    return () if option.multiple else (False if option.is_flag else None)   # click's unset
+
+
+def _settings_class(kind: str) -> type:
+    from tapt.api.options import _settings_class
+
+    return _settings_class(kind)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_the_call_restates_no_default_and_forwards_every_field(kind):
+    entry, _, internal = KINDS[kind]
+    fields = settings_keywords(kind)
+    params = inspect.signature(entry).parameters
+    assert any(p.kind is p.VAR_KEYWORD for p in params.values()), kind
+    own = {name: p.default for name, p in params.items() if name in fields}
+    for name, default in own.items():
+        assert default == fields[name], (kind, name, default, fields[name])
+    # every field the call does not take itself is accepted as a keyword, under its name
+    forwarded = {name: default for name, default in fields.items()
+                 if name not in own and name not in internal}
+    assert config_settings(kind, _settings_class(kind), forwarded, [*own, *internal]) \
+        == forwarded
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_the_command_has_each_option_under_the_fields_name_and_default(kind):
+    entry, path, _ = KINDS[kind]
+    fields = settings_keywords(kind)
+    options = {p.name: p for p in _command(path).params if isinstance(p, click.Option)}
+    keywords = set(inspect.signature(entry).parameters)
+    described = {desc["name"] for desc in config_fields(kind)}
+    assert described <= set(options), (kind, described - set(options))
+    for name, option in options.items():
+        if name in fields:
+            assert _default(option) == fields[name], (kind, name, option.default, fields[name])
+            flag = "--" + name.replace("_", "-")
+            assert flag in option.opts, (kind, name, option.opts)
+        else:   # an option of the call's own (a keyword of the same name), or of the CLI only
+            assert name in keywords or name in {"as_json", "help", "quiet", "verbose"}, \
+                (kind, name)
+
+
+def test_build_options_have_the_command_lines_names_and_defaults():
+    params = inspect.signature(api.Index.build).parameters
+    for name in ("ray_address", "ray_workers", "gpus_per_worker", "ray_timeout", "ray_retries"):
+        assert params[name].default is None
+        option = {p.name: p for p in _command(("index", "build")).params}[name]
+        assert _default(option) is None
+    assert settings_keywords("train")["eval_batch_size"] == \
+        inspect.signature(api.evaluate_mlm).parameters["batch_size"].default
+
+
+def test_an_old_name_is_taken_for_one_release_with_a_warning(caplog):
+    from tapt.indexer.building.build_config import BuildConfig
+
+    assert renamed_settings(BuildConfig) == {"index_type": "index"}
+    with caplog.at_level(logging.WARNING, logger="tapt"):
+        got = config_settings("build", BuildConfig, {"index_type": "hnsw"}, ())
+    assert got == {"index": "hnsw"}
+    assert ["`index_type` is now `index`; the old name goes in the next release"] == \
+        [r.getMessage() for r in caplog.records]
+    with pytest.raises(InputError) as err:
+        config_settings("build", BuildConfig, {"index_type": "hnsw", "index": "flat"}, ())
+    assert err.value.param == "index_type"
