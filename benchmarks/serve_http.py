@@ -209,6 +209,7 @@ def hostile(url: str, token: str, task_root: Path, out_root: Path, canary: Path,
     after = sorted(os.listdir(canary.parent)), sorted(os.listdir(out_root))
     for row in rows:
         row["written_outside"] = after != before
+        row["error"] = row["error"].replace(str(canary.parent), "WORK")   # no machine's path
     return rows
 
 
