@@ -150,3 +150,20 @@ def test_the_commands_are_the_registered_ones():
     assert {"index", "select", "eval", "export", "show", "train", "pretrain", "eval-mlm",
             "model-path", "bench", "detectors", "plot"} == set(cli.commands)
     assert "downstream" in cli.commands["bench"].commands
+
+
+def test_the_formats_page_lists_the_registered_formats_in_order():
+    """docs/formats.md's table is written by hand: one row per registered format, in the
+    registry's order, with each format's suffixes and whether compressed files are read."""
+    page = (PAGE.parent / "formats.md").read_text(encoding="utf-8")
+    table = page.split("| Format | Extensions |", 1)[1].split("\n\n", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in table.splitlines()[2:]]
+    registered = list(formats.FORMATS)
+    assert len(rows) == len(registered)
+    for (_, extensions, compressed, *_), fmt in zip(rows, registered):
+        if fmt.suffixes:
+            assert extensions == ", ".join(f"`{s}`" for s in fmt.suffixes), fmt.name
+            assert (compressed == "yes") == fmt.compressible, fmt.name
+        else:
+            assert "folder" in extensions if fmt.folder else "--hf-dataset" in extensions
