@@ -3,8 +3,9 @@ found by importing every module of its package the first time its registry is as
 
 Selection methods (`tapt.retriever.methods`), corpus formats (`tapt.indexer.reading.formats`),
 executors (`tapt.indexer.building.executors`) and the command line's commands (`tapt.commands`)
-each keep one `Registry`; their `register` decorators add to it, and a class registered from any other module (a user's own) counts the
-same once that module is imported. Listings are in `order`, then by name.
+each keep one `Registry`; their `register` decorators add to it, and a class registered from
+any other module (a user's own) counts the same once that module is imported. Listings are in
+`order`, then by name.
 """
 
 from __future__ import annotations
