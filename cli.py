@@ -1,7 +1,8 @@
 """tapt: choose continued-pretraining data for a task from a corpus embedded once.
 
 The command line's entry point: what must run first (the signal handlers, installed before
-click is imported), the `tapt` group assembled from the commands of `tapt.commands`, and every
+click is imported), the `tapt` group assembled from the commands registered in the modules of
+`tapt.commands` (`tapt.commands.common.register`), and every
 failure turned into one line, `Error: ...`, and a non-zero exit status. The commands parse,
 print and call the Python API (`tapt.api`, whose option metadata their options are built from)
 and nothing deeper: import-linter contracts in pyproject.toml and tests/api/test_api_parity.py
@@ -37,23 +38,14 @@ if (os.path.basename(sys.argv[0] if sys.argv else "") == "tapt"   # the console 
 
 import click  # noqa: E402 - after the handlers above: importing takes a few tenths of a second
 
-from tapt.commands.bench import bench, plot
-from tapt.commands.bench_downstream import downstream as bench_downstream
 from tapt.commands.common import (
     _STATE,
     CLICK_SETTINGS,
+    COMMANDS,
     CommandGroup,
     _BrokenPipe,
     _Interrupted,
     _one_line,
-)
-from tapt.commands.index import index
-from tapt.commands.selecting import detectors, evaluate, export_command, select, show_command
-from tapt.commands.training import (
-    eval_mlm_command,
-    model_path_command,
-    pretrain_command,
-    train_command,
 )
 
 
@@ -243,10 +235,8 @@ def cli(ctx: click.Context, verbose: int, quiet: bool, as_json: bool) -> None:
     ctx.obj = {"progress": not quiet, "json": as_json}
 
 
-for _command in (index, select, evaluate, export_command, show_command, train_command,
-                 pretrain_command, eval_mlm_command, model_path_command, bench, detectors, plot):
+for _command in COMMANDS:     # every command module of tapt.commands, imported here
     cli.add_command(_command)
-bench.add_command(bench_downstream)
 
 
 def main() -> None:

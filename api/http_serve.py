@@ -56,7 +56,7 @@ class HTTPServer:
 
     def __init__(self, path: PathLike, host: str, port: int, rooms: Rooms,
                  serve_options: dict[str, Any], address: str | None = None) -> None:
-        from tapt.indexer.building.ray_executor import ExecutorError, connect, import_ray
+        from tapt.indexer.building.executors.ray_executor import ExecutorError, connect, import_ray
 
         ray = import_ray("serving an index over HTTP", param="http")
         try:

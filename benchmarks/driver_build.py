@@ -115,7 +115,7 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str) -> dict
     from ray import cloudpickle
 
     import tapt
-    from tapt.indexer.building.ray_executor import RayExecutor
+    from tapt.indexer.building.executors.ray_executor import RayExecutor
 
     logging.basicConfig(level=logging.WARNING)
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,

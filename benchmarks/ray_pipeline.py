@@ -113,8 +113,8 @@ def write_input(path: Path, rows: int) -> list[str]:
 def timed_build(name: str, corpus: Path, out: Path, encoder, rows: int, workers: int
                 ) -> dict[str, Any]:
     """One Ray build; per part, the forward pass and the model actor's idle time before it."""
+    from tapt.indexer.building.executors.ray_executor import RayExecutor
     from tapt.indexer.building.pipeline import BuildConfig, build_index
-    from tapt.indexer.building.ray_executor import RayExecutor
 
     seen: dict[str, float] = {}
 

@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import torch
 
     from tapt.indexer.building.executors import EncoderSpec, LocalExecutor
-    from tapt.indexer.building.ray_executor import RayExecutor
+    from tapt.indexer.building.executors.ray_executor import RayExecutor
 
     spec = EncoderSpec(None, "cpu", args.backend)
     encoder = spec.load()

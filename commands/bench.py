@@ -9,10 +9,11 @@ import click
 
 from tapt import api
 from tapt.api.options import CONTEXTS
-from tapt.commands.common import CLICK_SETTINGS, CommandGroup, _domain_errors
+from tapt.commands.common import CLICK_SETTINGS, CommandGroup, _domain_errors, register
 from tapt.commands.options import SEED, _ints
 
 
+@register
 @click.group(cls=CommandGroup, context_settings=CLICK_SETTINGS)
 def bench() -> None:
     """Benchmark selection methods against oracle labels."""
@@ -103,6 +104,7 @@ def bench_clusters_command(idx, ks, label_field, sample, seed, as_json) -> None:
                    f"{row['labels']} labels)")
 
 
+@register
 @click.group(cls=CommandGroup, context_settings=CLICK_SETTINGS)
 def plot() -> None:
     """Pictures of an index."""

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
+from tapt.commands.bench import bench
 from tapt.commands.common import CLICK_SETTINGS, TaptCommand
 from tapt.commands.options import _config_options
 
 
-@click.command("downstream", cls=TaptCommand, context_settings=CLICK_SETTINGS)
+@bench.command("downstream", cls=TaptCommand, context_settings=CLICK_SETTINGS)
 @click.option("--index", "index", required=True,
               type=click.Path(exists=True, file_okay=False), help="The index to select from.")
 @click.option("--labelled", required=True, type=click.Path(exists=True, dir_okay=False),

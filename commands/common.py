@@ -1,5 +1,6 @@
 """What the command line's entry point (tapt.cli) and its commands both use: the click
-settings, the state of the running invocation, and turning failures into one-line errors.
+settings, the registry of commands, the state of the running invocation, and turning failures
+into one-line errors.
 
 Here, not in tapt.cli, so that the commands never import the module that assembles them.
 """
@@ -8,16 +9,33 @@ from __future__ import annotations
 
 import errno
 import functools
+from typing import TypeVar
 
 import click
 
 from tapt.errors import TaptError
+from tapt.util.registry import Registry
 
 CLICK_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _STATE = {"verbose": 0}  # -v count of the running invocation, for tracebacks of internal errors
 # SIGTERM: `terminated` once one arrived; `stopping` once _Terminated was raised or the command's
 # outcome is decided (later signals only set `terminated`); `reported` once an Error line is out
 _STATE.update(terminated=False, stopping=False, reported=False, code=None)
+
+# Every module of this package but these holds commands: `tapt.cli` adds each one registered.
+COMMANDS: Registry[click.Command] = Registry(
+    "command", __name__.rpartition(".")[0], ("common", "options"),
+    origin=lambda c: f"{c.callback.__module__}.{c.callback.__qualname__}" if c.callback else "")
+C = TypeVar("C", bound=click.Command)
+
+
+def register(command: C) -> C:
+    """Decorator (over click's): make a command a command of `tapt` (`tapt NAME`).
+
+    A subcommand is added to its group with the group's own decorator (`@index.command`).
+    """
+    COMMANDS.add(command.name, command)
+    return command
 
 
 def _flag_of(param: str, ctx: click.Context | None = None) -> str:

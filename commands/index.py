@@ -19,6 +19,7 @@ from tapt.commands.common import (
     ValueRefused,
     _domain_errors,
     _Interrupted,
+    register,
 )
 from tapt.commands.options import (
     _HF_DATASET,
@@ -38,6 +39,7 @@ _JSON = click.option("--json", "as_json", is_flag=True,
                      help="Print one JSON object instead of the summary.")
 
 
+@register
 @click.group(cls=CommandGroup, context_settings=CLICK_SETTINGS)
 def index() -> None:
     """Build and inspect corpus indexes."""

@@ -12,7 +12,7 @@ import click
 from tapt import api
 from tapt.api import options
 from tapt.api.options import CONTEXTS
-from tapt.commands.common import CLICK_SETTINGS, CommandGroup, TaptCommand, _domain_errors
+from tapt.commands.common import CLICK_SETTINGS, CommandGroup, TaptCommand, _domain_errors, register
 from tapt.commands.options import (
     _BUDGET_HELP,
     _TASK,
@@ -170,6 +170,7 @@ def _context_note(manifest: dict) -> str:
     return f"; context: {context['name']} ({context['reason']})"
 
 
+@register
 @click.group(cls=CommandGroup, context_settings=CLICK_SETTINGS)
 def select() -> None:
     """Select task-like segments from an index (one command per method)."""
@@ -183,6 +184,7 @@ def _add_select_commands() -> None:
 _add_select_commands()
 
 
+@register
 @click.command("eval", cls=TaptCommand, context_settings=CLICK_SETTINGS)
 @click.argument("selections", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--index", "idx", required=True, type=click.Path(exists=True, file_okay=False),
@@ -215,6 +217,7 @@ def evaluate(selections, idx, label_field, label, as_json) -> None:
                    f"{row['f1']:>6.3f} {row['seconds']:>7.2f}")
 
 
+@register
 @click.command("export", cls=TaptCommand, context_settings=CLICK_SETTINGS)
 @click.argument("selection", type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "fmt", default=None, type=click.Choice(["jsonl", "parquet", "hf", "txt"]),
@@ -254,6 +257,7 @@ def export_command(selection, fmt, out, overwrite, as_json) -> None:
                f"{fmt} -> {out}", err=to_stdout)
 
 
+@register
 @click.group(cls=CommandGroup, context_settings=CLICK_SETTINGS)
 def detectors() -> None:
     """Novelty detectors for a task."""
@@ -293,6 +297,7 @@ def detectors_rank_command(idx, task, pca, seed, model, device, backend, text_fi
         click.echo(f"{row['name']:<12} {row['f1']:>6.3f} {row['auc']:>6.3f}")
 
 
+@register
 @click.command("show", cls=TaptCommand, context_settings=CLICK_SETTINGS)
 @click.argument("selection", type=click.Path(exists=True, dir_okay=False))
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),

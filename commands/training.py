@@ -9,7 +9,14 @@ import click
 
 from tapt import api
 from tapt.api import options
-from tapt.commands.common import _STATE, CLICK_SETTINGS, TaptCommand, _domain_errors, _Interrupted
+from tapt.commands.common import (
+    _STATE,
+    CLICK_SETTINGS,
+    TaptCommand,
+    _domain_errors,
+    _Interrupted,
+    register,
+)
 from tapt.commands.options import SEED, _config_options
 
 _SELECTIONS = click.option(
@@ -33,6 +40,7 @@ _EVAL_TEXT = click.option(
     help="Held-out text for the masked-LM loss during training, read like --task (repeatable).")
 
 
+@register
 @click.command("train", cls=TaptCommand, context_settings=CLICK_SETTINGS)
 @_config_options("train", "model", _SELECTIONS, _TASK_TEXT, "mix", "weights", "steps", "epochs",
                  "batch_size", "max_length", "lr", "warmup", "weight_decay", "mlm_probability",
@@ -89,6 +97,7 @@ def train_command(ctx, selections, task, out, eval_text, compare, as_json, **con
                        f"[{d['ci_low']:+.4f}, {d['ci_high']:+.4f}] 95% CI ({verdict})")
 
 
+@register
 @click.command("eval-mlm", cls=TaptCommand, context_settings=CLICK_SETTINGS)
 @click.option("--model", default=None, help="Masked-LM model directory or hub name "
               "[default: the packaged all-MiniLM-L6-v2].")
@@ -134,6 +143,7 @@ def eval_mlm_command(model, texts, text_field, max_length, batch_size, seed, mlm
                f"({report['examples']:,} sequences of <= {max_length} tokens)")
 
 
+@register
 @click.command("pretrain", cls=TaptCommand, context_settings=CLICK_SETTINGS)
 @click.argument("index_path", metavar="INDEX", type=click.Path(exists=True, file_okay=False))
 @_config_options("pretrain", _OUT, "preset", "model", "tokenizer", "vocab_size", "hidden_size",
@@ -180,6 +190,7 @@ def pretrain_command(ctx, index_path, out, as_json, **config) -> None:
                f"{manifest['train_loss']:.4f} -> {out}")
 
 
+@register
 @click.command("model-path", cls=TaptCommand, context_settings=CLICK_SETTINGS)
 @click.argument("model", required=False)
 @_domain_errors

@@ -1,14 +1,16 @@
-"""What an executor is: the `Executor` interface, the `Stage` it runs and the `EncoderSource`
-a stage that embeds gets (the registry of executors by name is `executors`, above this module and
-the Ray executor)."""
+"""What an executor is: the `Executor` interface, the `Stage` it runs, the `EncoderSource`
+a stage that embeds gets, and the registry of executors by name (`register`: each executor is a
+module of `tapt.indexer.building.executors`, found there the first time the registry is asked,
+or a class registered from any other module once that module is imported)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
 
 from tapt.errors import InputError
+from tapt.util.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,18 @@ class Stage:
 
 
 class Executor(ABC):
-    """Runs a stage's tasks (see the docstring of `executors`)."""
+    """Runs a stage's tasks (see the docstring of `executors`). Subclass, give it a `name`,
+    implement `map` (and `imap` where results can be folded one at a time), and decorate the
+    class with `register` (`tapt.extend.register_executor`); `--executor NAME` then makes it
+    with no arguments, `get_executor(NAME, **options)` with keyword arguments.
+
+    Attributes:
+        name: `--executor` value and the name in messages.
+        order: Position in listings and messages (then by name).
+    """
 
     name: ClassVar[str]
+    order: ClassVar[int] = 100
 
     @abstractmethod
     def map(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource | None = None
@@ -110,3 +121,17 @@ class Executor(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional: most executors hold nothing
         """Release what the executor holds (workers, a cluster connection)."""
+
+
+EXECUTORS: Registry[type[Executor]] = Registry("executor", "tapt.indexer.building.executors")
+E = TypeVar("E", bound=type[Executor])
+
+
+def register(cls: E) -> E:
+    """Class decorator: make an `Executor` subclass available by its `name` (`--executor
+    NAME`) and return it unchanged; ValueError when it has no name or another executor has it."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{cls.__name__}: an executor needs a `name`")
+    EXECUTORS.add(name, cls)
+    return cls

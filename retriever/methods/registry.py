@@ -1,29 +1,28 @@
 """The registry of selection methods: `register` once, look up by name, list in order.
 
 Every module of this package other than the infrastructure (`base`, `params`, `segments`,
-`ranking_inputs`, `registry`, `learned_scorers`, `candidates` and `tuned`) holds one method and is imported the first time the registry
-is asked for anything, so adding a method is adding one file.
+`ranking_inputs`, `registry`, `learned_scorers`, `candidates` and `tuned`) holds one method and
+is imported the first time the registry is asked for anything, so adding a method is adding one
+file (`tapt.util.registry`: formats and executors register the same way).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from typing import TypeVar
 
 from tapt.errors import InputError
 from tapt.retriever.methods.base import Method
+from tapt.util.registry import Registry
 
 # Names the selection itself uses (the CLI's options and `Index.select`'s arguments).
 RESERVED = ("method", "idx", "index", "task", "text_field", "budget", "out", "overwrite",
             "as_json", "segment_size", "seed", "model", "device", "backend", "batch_size",
             "progress", "encoder", "params")
 
-_REGISTRY: dict[str, Method] = {}
 _INFRASTRUCTURE = {"base", "params", "segments", "ranking_inputs", "registry",
                    "learned_scorers", "candidates", "tuned"}
-_loaded = False
+METHODS: Registry[Method] = Registry("method", __name__.rpartition(".")[0], _INFRASTRUCTURE)
 
 M = TypeVar("M", bound=type)
 
@@ -48,23 +47,8 @@ def register(cls: M) -> M:
     clash = [f.name for f in dataclasses.fields(cls.Params) if f.name in RESERVED]
     if clash:
         raise ValueError(f"{name}: parameter names {clash} are taken by every selection")
-    if name in _REGISTRY and type(_REGISTRY[name]) is not cls:
-        raise ValueError(f"two methods are called {name!r}")
-    _REGISTRY[name] = cls()
+    METHODS.add(name, cls())
     return cls
-
-
-def _load() -> None:
-    """Import every method module on the package's path (once)."""
-    global _loaded
-    if _loaded:
-        return
-    name = __name__.rpartition(".")[0]
-    package = importlib.import_module(name)
-    for module in pkgutil.iter_modules(package.__path__):
-        if module.name not in _INFRASTRUCTURE and not module.name.startswith("_"):
-            importlib.import_module(f"{name}.{module.name}")
-    _loaded = True
 
 
 def methods() -> list[Method]:
@@ -73,8 +57,7 @@ def methods() -> list[Method]:
     Returns:
         The registered `Method` objects.
     """
-    _load()
-    return sorted(_REGISTRY.values(), key=lambda m: (m.order, m.name))
+    return list(METHODS)
 
 
 def method_names() -> tuple[str, ...]:
@@ -83,7 +66,7 @@ def method_names() -> tuple[str, ...]:
     Returns:
         The names.
     """
-    return tuple(m.name for m in methods())
+    return METHODS.names()
 
 
 def get_method(name: str) -> Method:
@@ -98,10 +81,9 @@ def get_method(name: str) -> Method:
     Raises:
         InputError: no method has that name (the message lists them).
     """
-    _load()
     try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
+        return METHODS[name]
+    except KeyError:
         raise InputError(f"unknown method {name!r}: use one of {', '.join(method_names())}",
                          param="method") from None
 

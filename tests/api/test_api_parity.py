@@ -63,10 +63,12 @@ def _imported_modules(tree: ast.AST) -> set[str]:
 
 def test_cli_imports_only_the_public_api():
     """At module level and inside every function, in cli.py and in the commands package:
-    tapt.api and tapt.errors (and the commands), nothing deeper; no command imports tapt.cli."""
+    tapt.api and tapt.errors (and the commands), nothing deeper; no command imports tapt.cli.
+    The one exception is the registry every extension, commands included, registers in."""
     assert COMMANDS
+    registry = {"tapt.util.registry", "tapt.util.registry.Registry"}
     for path in (CLI, *COMMANDS):
-        modules = _imported_modules(ast.parse(path.read_text(encoding="utf-8")))
+        modules = _imported_modules(ast.parse(path.read_text(encoding="utf-8"))) - registry
         deeper = sorted(m for m in modules if m.startswith(INTERNAL) or m.startswith("."))
         assert not deeper, (path.name, deeper)
         tapt_modules = {m.split(".")[1] for m in modules if m.startswith("tapt.")}

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from conftest import HashingEncoder, write_labelled_corpus
 from tapt import api
 from tapt.api import options
+from tapt.commands import common
 from tapt.commands.index import index_add, index_build
 from tapt.commands.options import _config_options
 from tapt.commands.training import train_command
@@ -46,11 +47,17 @@ def _with_new_field(made: list | None = None):
 
 
 def _fresh_index_commands():
-    """The `tapt index` command module as written, read again (its options are made on import)."""
+    """The `tapt index` command module as written, read again (its options are made on import);
+    what it registers, under another module's name, is kept out of the command registry."""
     path = Path(importlib.util.find_spec("tapt.commands.index").origin)
     spec = importlib.util.spec_from_file_location("_fresh_index_commands", path)
     fresh = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fresh)
+    registered = common.COMMANDS.by_name
+    common.COMMANDS.by_name = {}
+    try:
+        spec.loader.exec_module(fresh)
+    finally:
+        common.COMMANDS.by_name = registered
     return fresh
 
 

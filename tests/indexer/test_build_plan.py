@@ -321,7 +321,7 @@ def test_an_add_over_the_free_disk_refuses_before_embedding(hnsw_index, tmp_path
 def test_the_truth_tasks_run_on_ray_as_locally(hnsw_index):
     ray = pytest.importorskip("ray")
     from ray_worker import ship_by_value
-    from tapt.indexer.building.ray_executor import RayExecutor
+    from tapt.indexer.building.executors.ray_executor import RayExecutor
 
     out, _ = hnsw_index
     index = Index(out)

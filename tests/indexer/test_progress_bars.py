@@ -58,7 +58,7 @@ class _Bars:
 
 
 def test_the_embed_bar_moves_by_rows_not_by_parts(tmp_path, monkeypatch):
-    from tapt.indexer.building import executors
+    from tapt.indexer.building.executors import local as executors
     from tapt.indexer.building.pipeline import BuildConfig, build_index
 
     bars = _Bars()

@@ -26,8 +26,8 @@ from conftest import HashingEncoder, write_split_corpus, write_task  # noqa: E40
 from ray_worker import CONFIG, WORKER, CrashingEncoder, ship_by_value, with_faiss_threads  # noqa: E402
 from tapt.errors import TaptError  # noqa: E402
 from tapt.indexer.building import checkpoint  # noqa: E402
+from tapt.indexer.building.executors.ray_executor import ExecutorError, RayExecutor  # noqa: E402
 from tapt.indexer.building.pipeline import BuildConfig, build_index  # noqa: E402
-from tapt.indexer.building.ray_executor import ExecutorError, RayExecutor  # noqa: E402
 from tapt.indexer.index import Index  # noqa: E402
 
 
@@ -74,7 +74,7 @@ def test_parts_grouped_in_ray_data_rows_build_the_local_index(cluster, corpus, l
                                                               tmp_path, monkeypatch):
     """Several consecutive parts per row of the embed pipeline (what keeps the driver's
     scheduling flat however many parts a build has): each part still its own files."""
-    from tapt.indexer.building import ray_executor
+    from tapt.indexer.building.executors import ray_executor
 
     monkeypatch.setattr(ray_executor, "ROWS", 2)
     parts = sum(-(-s.rows // CONFIG["part_size"]) for s in Index(local_index).shards)
@@ -498,7 +498,7 @@ def test_an_address_nothing_answers_at_fails_in_seconds():
     with socket.socket() as s:                      # a port that was free a moment ago
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    code = ("from tapt.indexer.building.ray_executor import ExecutorError, connect\n"
+    code = ("from tapt.indexer.building.executors.ray_executor import ExecutorError, connect\n"
             "try:\n"
             f"    connect('127.0.0.1:{port}')\n"
             "except ExecutorError as exc:\n"

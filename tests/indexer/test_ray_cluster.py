@@ -25,8 +25,8 @@ from build_worker import assert_same_index  # noqa: E402
 from conftest import HashingEncoder, write_split_corpus  # noqa: E402
 from ray_worker import CONFIG, ship_by_value  # noqa: E402
 from tapt.indexer.building import checkpoint  # noqa: E402
+from tapt.indexer.building.executors.ray_executor import RayExecutor  # noqa: E402
 from tapt.indexer.building.pipeline import BuildConfig, build_index  # noqa: E402
-from tapt.indexer.building.ray_executor import RayExecutor  # noqa: E402
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 # Where each step runs: the head prepares (and tokenises), "model" embeds, "faiss" trains and
@@ -189,7 +189,7 @@ sys.path[:0] = {paths!r}
 from ray_worker import CONFIG, LoggingEncoder, ship_by_value
 from tapt.errors import TaptError
 from tapt.indexer.building.pipeline import BuildConfig, build_index
-from tapt.indexer.building.ray_executor import RayExecutor
+from tapt.indexer.building.executors.ray_executor import RayExecutor
 
 runner = RayExecutor(address={address!r}, progress=False, workers=1,
                      resources={{"embed": {{"victim": 0.01}}}})

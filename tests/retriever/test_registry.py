@@ -63,9 +63,9 @@ def added_method(tmp_path, monkeypatch):
 
     (tmp_path / "maxcos.py").write_text(documented_example())
     monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
-    monkeypatch.setattr(registry, "_loaded", False)
+    monkeypatch.setattr(registry.METHODS, "loaded", False)
     yield get_method("maxcos")
-    registry._REGISTRY.pop("maxcos", None)
+    registry.METHODS.by_name.pop("maxcos", None)
     sys.modules.pop(f"{package.__name__}.maxcos", None)   # so the next use imports it anew
 
 

@@ -20,7 +20,7 @@ from hostile_cases import _RESTORE, _fake_ray
 from tapt.api.served import answer_request, answer_stream
 from tapt.cli import cli
 from tapt.errors import InputError
-from tapt.indexer.building.ray_executor import ExecutorError
+from tapt.indexer.building.executors.ray_executor import ExecutorError
 
 REQUEST = '"method": "centroid", "task": "task.txt", "budget": "3"'
 

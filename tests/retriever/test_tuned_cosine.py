@@ -88,9 +88,9 @@ def test_without_tuned_model_it_is_the_plain_method(fake_index, medical_task, en
     for method, budget, kw in cases:
         got, _ = _select(fake_index, medical_task, encoder, method, budget, **kw)
         registered = registry.get_method(method)
-        monkeypatch.setitem(registry._REGISTRY, method, registered.plain)
+        monkeypatch.setitem(registry.METHODS.by_name, method, registered.plain)
         want, _ = _select(fake_index, medical_task, encoder, method, budget, **kw)
-        monkeypatch.setitem(registry._REGISTRY, method, registered)
+        monkeypatch.setitem(registry.METHODS.by_name, method, registered)
         assert got.ids.tolist() == want.ids.tolist()
         assert got.scores.tobytes() == want.scores.tobytes() and got.info == want.info
     for param, value in (("candidates", "5x"), ("prerank", "fused"), ("tuned_device", "cpu")):

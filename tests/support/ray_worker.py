@@ -71,8 +71,8 @@ def with_faiss_threads(fn, task):
 
 
 def main(address: str, corpus: str, out: str, log: str) -> None:
+    from tapt.indexer.building.executors.ray_executor import RayExecutor
     from tapt.indexer.building.pipeline import BuildConfig, build_index
-    from tapt.indexer.building.ray_executor import RayExecutor
 
     runner = RayExecutor(address=address, progress=False)
     ship_by_value()

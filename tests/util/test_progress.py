@@ -3,7 +3,7 @@ never past the task's share, and the rest when the task ends."""
 
 from __future__ import annotations
 
-import tapt.indexer.building.executors as executors
+import tapt.indexer.building.executors.local as local_executor
 from tapt.indexer.building.executors import LocalExecutor, Stage
 from tapt.util.progress import report_progress
 
@@ -25,7 +25,7 @@ class _Bar:
 
 
 def test_a_task_moves_the_bar_while_it_runs(monkeypatch):
-    monkeypatch.setattr(executors, "tqdm", _Bar)
+    monkeypatch.setattr(local_executor, "tqdm", _Bar)
 
     def work(task: int) -> int:
         for _ in range(3):

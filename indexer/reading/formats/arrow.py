@@ -95,6 +95,7 @@ def _rows(file: InputFile, files: list[Source], options: ReadOptions) -> Iterato
 @register
 class ArrowFormat(Format):
     name = "arrow"
+    order = 50
     suffixes = (".arrow", ".feather", ".ipc")
     summary = "Arrow IPC (stream or file form, as datasets writes it); like Parquet"
 
@@ -108,6 +109,7 @@ class ArrowFormat(Format):
 @register
 class HfDiskFormat(Format):
     name = "hf-disk"
+    order = 51
     folder = True
     summary = "a Hugging Face datasets save_to_disk folder (Dataset, or a DatasetDict split)"
 

@@ -40,6 +40,7 @@ from tapt.indexer.reading.formats.sources import (
     looks_binary,
     read_errors,
 )
+from tapt.util.registry import Registry
 
 TextDocs = Literal["auto", "line", "block"]
 TEXT_DOCS = ("auto", "line", "block")
@@ -119,7 +120,7 @@ class Scanned:
 
 class Format(ABC):
     """One corpus format. Subclass, fill in the class attributes, implement `scan` and `rows`,
-    and decorate the class with `tapt.indexer.reading.formats.register`.
+    and decorate the class with `register` (`tapt.extend.register_format`).
 
     Attributes:
         name: The format's name (`input_format` values, manifests, messages).
@@ -127,6 +128,7 @@ class Format(ABC):
         compressible: Whether .gz/.zst/.bz2/.xz versions of its files are read.
         folder: Whether it reads a directory (recognised by `detect`) rather than a file.
         summary: One line for `--help` and the docs.
+        order: Position in listings and messages (then by name).
     """
 
     name: ClassVar[str]
@@ -134,6 +136,7 @@ class Format(ABC):
     compressible: ClassVar[bool] = False
     folder: ClassVar[bool] = False
     summary: ClassVar[str] = ""
+    order: ClassVar[int] = 100
 
     def detect(self, source: Source) -> bool:
         """Folder formats: whether this directory is one of theirs."""
@@ -414,32 +417,41 @@ def _chain(*iterables: Any) -> Iterator[bytes]:
         yield from it
 
 
-_FORMATS: dict[str, Format] = {}
+FORMATS: Registry[Format] = Registry("format", __name__.rpartition(".")[0],
+                                     ("base", "sources", "spans"))
 F = TypeVar("F", bound=type[Format])
 
 
 def register(cls: F) -> F:
-    """Class decorator: make a Format available by its name and suffixes."""
+    """Class decorator: make a Format available by its name and suffixes.
+
+    Args:
+        cls: The `Format` subclass.
+
+    Returns:
+        The class, unchanged.
+
+    Raises:
+        ValueError: the name is taken, or another format claims one of its suffixes.
+    """
     fmt = cls()
-    if fmt.name in _FORMATS:
-        raise ValueError(f"format {fmt.name!r} registered twice")
-    for other in _FORMATS.values():
+    for other in FORMATS.by_name.values():
         shared = set(fmt.suffixes) & set(other.suffixes)
-        if shared:
+        if shared and other.name != fmt.name:
             raise ValueError(f"{fmt.name} and {other.name} both claim {sorted(shared)}")
-    _FORMATS[fmt.name] = fmt
+    FORMATS.add(fmt.name, fmt)
     return cls
 
 
 def names() -> list[str]:
     """Names of the registered formats that files can be forced to (`input_format`)."""
-    return [name for name, fmt in _FORMATS.items() if fmt.suffixes or fmt.folder]
+    return [fmt.name for fmt in FORMATS if fmt.suffixes or fmt.folder]
 
 
 def get(name: str) -> Format:
     """The format called `name`; InputError listing the known ones otherwise."""
     try:
-        return _FORMATS[name]
+        return FORMATS[name]
     except KeyError:
         raise InputError(f"unknown format {name!r} (known: {', '.join(names())})",
                          param="input_format") from None
@@ -448,7 +460,7 @@ def get(name: str) -> Format:
 def known() -> str:
     """The known formats with their suffixes, for messages."""
     parts = []
-    for fmt in _FORMATS.values():
+    for fmt in FORMATS:
         if fmt.suffixes:
             parts.append(f"{fmt.name} ({'/'.join(fmt.suffixes)}"
                          + (", also compressed" if fmt.compressible else "") + ")")
@@ -462,7 +474,7 @@ def by_name(filename: str) -> tuple[Format, str | None] | None:
     base, compression = compression_of(filename)
     lower = base.lower()
     best: tuple[int, Format] | None = None
-    for fmt in _FORMATS.values():
+    for fmt in FORMATS:
         if compression and not fmt.compressible:
             continue
         for suffix in fmt.suffixes:
@@ -473,7 +485,7 @@ def by_name(filename: str) -> tuple[Format, str | None] | None:
 
 def folder_format(source: Source) -> Format | None:
     """The folder format that recognises this directory (a saved HF dataset), if any."""
-    for fmt in _FORMATS.values():
+    for fmt in FORMATS:
         if fmt.folder and fmt.detect(source):
             return fmt
     return None

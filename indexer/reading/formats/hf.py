@@ -52,6 +52,7 @@ def _load(source: HubSource, options: ReadOptions) -> tuple[Any, str]:
 @register
 class HubFormat(Format):
     name = "hf-hub"
+    order = 60
     summary = "a Hugging Face Hub dataset, streamed (--hf-dataset NAME[:CONFIG] --hf-split S)"
 
     def scan(self, file: InputFile, options: ReadOptions) -> Scanned:

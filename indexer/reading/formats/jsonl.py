@@ -22,6 +22,7 @@ from tapt.indexer.reading.formats.base import (
 @register
 class JsonlFormat(Format):
     name = "jsonl"
+    order = 10
     suffixes = (".jsonl", ".ndjson", ".jl", ".json")
     compressible = True
     summary = "JSON Lines: one object per line; the text field is the text, other fields metadata"

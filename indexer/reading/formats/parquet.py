@@ -42,6 +42,7 @@ def _parquet(file: InputFile) -> Iterator[Any]:
 @register
 class ParquetFormat(Format):
     name = "parquet"
+    order = 40
     suffixes = (".parquet", ".pq")
     summary = "Parquet, streamed by row group; the text column is the text, other columns metadata"
 

@@ -17,6 +17,7 @@ _FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
 @register
 class CsvFormat(Format):
     name = "csv"
+    order = 30
     suffixes = (".csv",)
     compressible = True
     delimiter = ","
@@ -71,6 +72,7 @@ class CsvFormat(Format):
 @register
 class TsvFormat(CsvFormat):
     name = "tsv"
+    order = 31
     suffixes = (".tsv", ".tab")
     delimiter = "\t"
     summary = "tab-separated values with a header row; the text column is the text"

@@ -13,6 +13,7 @@ from tapt.indexer.reading.formats.base import Format, InputFile, ReadOptions, Ro
 @register
 class TextFormat(Format):
     name = "text"
+    order = 20
     suffixes = (".txt", ".text")
     compressible = True
     summary = "plain text: one document per line, or per blank-line block"

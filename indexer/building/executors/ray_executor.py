@@ -52,7 +52,13 @@ from typing import Any, Callable, Iterator, Sequence
 from tqdm.auto import tqdm
 
 from tapt.errors import InputError
-from tapt.indexer.building.executor_base import EncoderSource, EncoderSpec, Executor, Stage
+from tapt.indexer.building.executor_base import (
+    EncoderSource,
+    EncoderSpec,
+    Executor,
+    Stage,
+    register,
+)
 from tapt.indexer.building.ray_cluster import (  # noqa: F401
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT,
@@ -113,6 +119,7 @@ def _run_whole_node(fn: Callable[[Any], Any], task: Any) -> Any:
         return fn(task)
 
 
+@register
 class RayExecutor(Executor):
     """Runs a build's stages on a Ray cluster (see the module docstring).
 
@@ -139,6 +146,7 @@ class RayExecutor(Executor):
     """
 
     name = "ray"
+    order = 10
 
     def __init__(self, address: str | None = None, workers: int | None = None,
                  gpus_per_worker: float = 0.0, progress: bool = True,

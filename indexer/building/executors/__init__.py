@@ -26,73 +26,27 @@ index tasks return their existing record at once.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
-
-from tqdm.auto import tqdm
+from typing import Any
 
 from tapt.errors import InputError
-from tapt.indexer.building.executor_base import EncoderSource, EncoderSpec, Executor, Stage
-from tapt.indexer.building.ray_executor import RayExecutor  # Ray itself is imported on use
-from tapt.util.progress import reporting_to
+from tapt.indexer.building.executor_base import (
+    EXECUTORS,
+    EncoderSource,
+    EncoderSpec,
+    Executor,
+    Stage,
+    register,
+)
+from tapt.indexer.building.executors.local import LocalExecutor
+from tapt.indexer.building.executors.ray_executor import RayExecutor  # Ray is imported on use
 
 __all__ = ["EncoderSource", "EncoderSpec", "Executor", "Stage", "LocalExecutor", "RayExecutor",
-           "register_executor", "executor_names", "get_executor", "make_executor"]
-
-
-class LocalExecutor(Executor):
-    """Runs the tasks one after another in this process.
-
-    Args:
-        progress: Show a progress bar per stage.
-    """
-
-    name = "local"
-
-    def __init__(self, progress: bool = True) -> None:
-        self.progress = progress
-
-    def map(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource | None = None
-            ) -> list[Any]:
-        model = encoder.get() if stage.needs_encoder and encoder is not None else None
-        if stage.needs_encoder and model is None:
-            raise InputError(f"stage {stage.name} needs an encoder")
-        return [result for _, result in self._run(stage, tasks, model)]
-
-    def imap(self, stage: Stage, tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        yield from self._run(stage, tasks, None)
-
-    def _run(self, stage: Stage, tasks: Sequence[Any], model: Any
-             ) -> Iterator[tuple[int, Any]]:
-        if not tasks:
-            return
-        weight = stage.weight or (lambda _: 1)
-        with tqdm(total=sum(weight(t) for t in tasks), desc=stage.name, unit=stage.unit,
-                  disable=not self.progress, dynamic_ncols=True, smoothing=0.05) as bar:
-            for i, task in enumerate(tasks):
-                done = [0]
-
-                def tick(units: int, total: int = weight(task)) -> None:
-                    step = max(0, min(units, total - done[0]))    # never past the task's share
-                    done[0] += step
-                    bar.update(step)
-
-                with reporting_to(tick):
-                    result = stage.fn(task, model) if stage.needs_encoder else stage.fn(task)
-                bar.update(weight(task) - done[0])
-                yield i, result
-
-
-_EXECUTORS: dict[str, type[Executor]] = {"local": LocalExecutor, "ray": RayExecutor}
-
-
-def register_executor(cls: type[Executor]) -> type[Executor]:
-    """Class decorator: make an executor available by its `name` (`--executor NAME`)."""
-    _EXECUTORS[cls.name] = cls
-    return cls
+           "register", "executor_names", "get_executor", "make_executor"]
 
 
 def executor_names() -> tuple[str, ...]:
-    return tuple(_EXECUTORS)
+    """The names of the registered executors, in listing order."""
+    return EXECUTORS.names()
 
 
 def get_executor(name: str | Executor | None = "local", **options: Any) -> Executor:
@@ -104,9 +58,9 @@ def get_executor(name: str | Executor | None = "local", **options: Any) -> Execu
     if isinstance(name, Executor):
         return name
     try:
-        cls = _EXECUTORS[name or "local"]
+        cls = EXECUTORS[name or "local"]
     except KeyError:
-        raise InputError(f"unknown executor {name!r}: use one of {', '.join(_EXECUTORS)}",
+        raise InputError(f"unknown executor {name!r}: use one of {', '.join(executor_names())}",
                          param="executor") from None
     return cls(**options)
 

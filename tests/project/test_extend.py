@@ -1,0 +1,169 @@
+"""One way to extend: a method, a format and an executor, each registered from a module of its
+own through `tapt.extend`, exactly as docs/development.md shows them (its examples are what runs
+here), and the registries every kind shares."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tapt
+import tapt.extend
+from conftest import HashingEncoder, write_labelled_corpus
+from tapt.commands.common import COMMANDS
+from tapt.errors import InputError
+from tapt.indexer.building.executor_base import EXECUTORS
+from tapt.indexer.building.executors import executor_names, get_executor
+from tapt.indexer.reading import formats
+from tapt.retriever.methods.registry import METHODS
+from tapt.util.registry import Registry
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "development.md"
+SETTINGS = {"segment_size": 4, "split": False, "progress": False, "part_size": 64}
+
+
+def example(kind: str) -> str:
+    """The Python example of the page's section `### A new KIND`."""
+    section = PAGE.read_text(encoding="utf-8").split(f"\n### A new {kind}\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.fixture()
+def user_module(tmp_path, monkeypatch):
+    """Imports the page's example of a kind as a user's module of its own; what it registered
+    is gone afterwards."""
+    for registry in (METHODS, formats.FORMATS, EXECUTORS):
+        registry.load()
+        monkeypatch.setattr(registry, "by_name", dict(registry.by_name))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names = []
+
+    def load(kind: str):
+        names.append(f"my_{kind}")
+        (tmp_path / f"{names[-1]}.py").write_text(example(kind), encoding="utf-8")
+        return importlib.import_module(names[-1])
+
+    yield load
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def test_the_public_names_are_the_registered_ones():
+    assert tapt.extend.register_method is importlib.import_module(
+        "tapt.retriever.methods.registry").register
+    assert tapt.extend.register_format is formats.register
+    assert tapt.extend.register_executor is importlib.import_module(
+        "tapt.indexer.building.executor_base").register
+    assert all(hasattr(tapt.extend, name) for name in tapt.extend.__all__)
+
+
+def test_a_new_method_from_a_module_of_ones_own(user_module, fake_index, medical_task):
+    module = user_module("method")
+    assert "nearest" in tapt.method_names()
+    assert type(METHODS["nearest"]) is module.Nearest
+    ix = tapt.Index.open(fake_index)
+    task = medical_task.read_text().splitlines()
+    got = ix.select("nearest", task=task, budget="50sent", encoder=HashingEncoder(), floor=-1.0)
+    same = ix.select("density", task=task, budget="50sent", encoder=HashingEncoder(), m=1)
+    assert len(got.ids) > 0 and got.ids.tolist() == same.ids.tolist()
+    with pytest.raises(InputError) as err:
+        ix.select("nearest", task=task, budget="50sent", encoder=HashingEncoder(), floor=-2.0)
+    assert err.value.param == "floor"
+
+
+def test_a_new_format_from_a_module_of_ones_own(user_module, tmp_path):
+    user_module("format")
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Ward notes\n\nThe patient slept well.\n## Later\nThe fever fell.\n",
+                     encoding="utf-8")
+    assert "markdown" in formats.names() and formats.names()[:2] == ["jsonl", "text"]
+    assert formats.known().index("markdown (.md/.markdown") > formats.known().index("hf-disk")
+    ix = tapt.Index.build([notes], tmp_path / "idx", encoder=HashingEncoder(), **SETTINGS)
+    assert ix.n_sentences == 2
+    plain = tmp_path / "notes.txt"
+    plain.write_text(notes.read_text(encoding="utf-8"), encoding="utf-8")
+    forced = tapt.Index.build([plain], tmp_path / "forced", encoder=HashingEncoder(),
+                              input_format="markdown", **SETTINGS)
+    assert forced.n_sentences == 2
+
+
+def test_a_new_executor_from_a_module_of_ones_own(user_module, tmp_path, medical_task):
+    module = user_module("executor")
+    assert executor_names() == ("local", "ray", "processes")
+    assert isinstance(get_executor("processes", workers=1), module.ProcessesExecutor)
+    corpus = tmp_path / "pool.jsonl"
+    write_labelled_corpus(corpus)
+    task = medical_task.read_text().splitlines()
+    mine = module.ProcessesExecutor(workers=2)
+    selections = []
+    try:
+        for executor in ("local", "processes", mine):
+            out = tmp_path / f"idx-{len(selections)}"
+            ix = tapt.Index.build([corpus], out, encoder=HashingEncoder(), executor=executor,
+                                  **SETTINGS)
+            sel = ix.select("centroid", task=task, budget="50sent", encoder=HashingEncoder())
+            selections.append((sel.ids.tolist(), np.asarray(sel.scores).tobytes()))
+        assert mine.pool is not None       # the stages that embed nothing ran on its pool
+    finally:
+        mine.close()
+    assert mine.pool is None and selections[0] == selections[1] == selections[2]
+
+
+def test_every_kind_registers_the_same_way(tmp_path, monkeypatch):
+    """One Registry: discovery of the package's modules, listing in `order` then name, a taken
+    name refused, the same class again (a module imported twice) replacing itself."""
+    package = tmp_path / "plugins_for_test"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helpers.py").write_text("raise AssertionError('infrastructure is not imported')")
+    (package / "_private.py").write_text("raise AssertionError('private modules are not')")
+    for name, order in (("beta", 1), ("alpha", 1), ("first", 0)):
+        (package / f"{name}.py").write_text(
+            "from plugins_for_test import REGISTRY\n"
+            f"class {name.title()}:\n    order = {order}\n"
+            f"REGISTRY.add({name!r}, {name.title()}())\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("plugins_for_test")
+    module.REGISTRY = Registry("plugin", "plugins_for_test", ("helpers",))
+    try:
+        assert module.REGISTRY.names() == ("first", "alpha", "beta")
+        with pytest.raises(KeyError):
+            module.REGISTRY["gamma"]
+        with pytest.raises(ValueError, match="two plugins are called 'alpha'"):
+            module.REGISTRY.add("alpha", object())
+        again = type(module.REGISTRY["alpha"])
+        module.REGISTRY.add("alpha", again())
+        assert module.REGISTRY["alpha"] is not None
+    finally:
+        for name in [m for m in sys.modules if m.startswith("plugins_for_test")]:
+            sys.modules.pop(name)
+
+
+def test_the_commands_are_the_registered_ones():
+    from tapt.cli import cli
+
+    assert set(cli.commands) == set(COMMANDS.names())
+    assert {"index", "select", "eval", "export", "show", "train", "pretrain", "eval-mlm",
+            "model-path", "bench", "detectors", "plot"} == set(cli.commands)
+    assert "downstream" in cli.commands["bench"].commands
+
+
+def test_the_formats_page_lists_the_registered_formats_in_order():
+    """docs/formats.md's table is written by hand: one row per registered format, in the
+    registry's order, with each format's suffixes and whether compressed files are read."""
+    page = (PAGE.parent / "formats.md").read_text(encoding="utf-8")
+    table = page.split("| Format | Extensions |", 1)[1].split("\n\n", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in table.splitlines()[2:]]
+    registered = list(formats.FORMATS)
+    assert len(rows) == len(registered)
+    for (_, extensions, compressed, *_), fmt in zip(rows, registered):
+        if fmt.suffixes:
+            assert extensions == ", ".join(f"`{s}`" for s in fmt.suffixes), fmt.name
+            assert (compressed == "yes") == fmt.compressible, fmt.name
+        else:
+            assert "folder" in extensions if fmt.folder else "--hf-dataset" in extensions
