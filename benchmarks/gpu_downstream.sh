@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The downstream benchmark on one GPU, sized for about 8 minutes (not yet run on one): one
-# task, every condition, the `gpu` general model (tapt pretrain --preset gpu) and more
-# continued-pretraining steps than the CPU run, written as the CPU run's report (benchmarks/downstream_proxy.py: $OUT/gpu.json with one
-# record per condition, $OUT/gpu.md, $OUT/gpu-gains.png) plus $OUT/gpu.log.
+# The downstream benchmark on one GPU, sized for about 8 minutes (not yet run on one): one task,
+# every condition, the `gpu` general model (tapt pretrain --preset gpu) and more continued-
+# pretraining steps than the CPU run, written as the CPU run's report
+# (benchmarks/downstream_proxy.py: $OUT/gpu.json with one record per condition, $OUT/gpu.md,
+# $OUT/gpu-gains.png) plus $OUT/gpu.log.
 #
 # The index is built here from POOL (default: the bundled 20,007-sentence sample; give the
 # multi-domain corpus's pool.jsonl.gz, copied into an ignored folder of the checkout, for the
