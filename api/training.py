@@ -104,6 +104,7 @@ def _compare(config: Any, manifest: dict[str, Any]) -> dict[str, Any]:
     from pathlib import Path
 
     from tapt.api.index import Index
+    from tapt.retriever.selections.file_format import read_manifest
     from tapt.trainer.downstream_stats import difference, group_totals, resample_ratio
     from tapt.trainer.evaluate import document_losses
     from tapt.trainer.inputs import read_texts
@@ -123,7 +124,9 @@ def _compare(config: Any, manifest: dict[str, Any]) -> dict[str, Any]:
             first = manifest["selections"][0]["index"] or {}
             ix = Index.open(first.get("path", ""))
             ix.check_selection(manifest["selections"][0]["path"], first)
-            sentences = sum(int(Selection.read(r["path"]).counts["sentences"])
+            # the counts the run's selections' manifests record (checked against the files
+            # when the run read them): no selection is read again
+            sentences = sum(int(read_manifest(r["path"])["counts"]["sentences"])
                             for r in manifest["selections"])
             sample = ix.select("random", budget=f"{sentences}sent", seed=config.seed,
                                progress=config.progress)
