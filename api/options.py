@@ -281,7 +281,7 @@ def _settings_class(kind: str) -> type:
     elif kind == "pretrain":
         from tapt.trainer.pretrain import PretrainConfig as config
     elif kind == "downstream":
-        from tapt.trainer.downstream_config import DownstreamConfig as config
+        from tapt.bench.downstream_config import DownstreamConfig as config
     else:
         from tapt.indexer.building.build_config import BuildConfig as config
     return config

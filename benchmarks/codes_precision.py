@@ -31,9 +31,9 @@ from tqdm.auto import tqdm
 
 from benchmarks.scale_select import overlap
 from benchmarks.speed_encode import machine
+from tapt.bench.labelled_pool import read_seed_sets, seed_subset
+from tapt.bench.recall_run import seed_embeddings
 from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
-from tapt.retriever.bench.run import seed_embeddings
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.methods import CorpusCache
 from tapt.retriever.selections.make import SelectConfig, rank

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from tapt.bench.recall import Shared, evaluate_fixed
 from tapt.indexer.index import Index
-from tapt.retriever.bench.recall import Shared, evaluate_fixed
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.util.files import atomic_write, write_json_atomic

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from tapt.bench.labelled_pool import read_seed_sets
+from tapt.bench.recall_run import seed_embeddings
 from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import read_seed_sets
-from tapt.retriever.bench.run import seed_embeddings
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.methods import RankingInputs, SegmentView, get_method
 from tapt.retriever.ranking.budget import parse_budget

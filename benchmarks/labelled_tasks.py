@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from tapt.bench.labelled_pool import SeedSet, read_seed_sets
+from tapt.bench.recall import Shared
 from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import SeedSet, read_seed_sets
-from tapt.retriever.bench.recall import Shared
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.util.versions import library_versions, utc_now
 

@@ -34,9 +34,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from benchmarks.labelled_tasks import LabelledPool, add_arguments, result_header
-from tapt.retriever.bench.labelled_pool import seed_subset
-from tapt.retriever.bench.recall import Shared, evaluate_fixed
-from tapt.retriever.bench.run import seed_embeddings
+from tapt.bench.labelled_pool import seed_subset
+from tapt.bench.recall import Shared, evaluate_fixed
+from tapt.bench.recall_run import seed_embeddings
 from tapt.retriever.methods import Memo, RankingInputs, get_method
 from tapt.retriever.ranking import document_pooling
 from tapt.retriever.ranking.budget import parse_budget

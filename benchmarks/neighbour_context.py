@@ -36,10 +36,10 @@ from tqdm.auto import tqdm
 
 from benchmarks.labelled_tasks import LabelledPool, add_arguments, result_header
 from benchmarks.mixed_documents import task_scores
+from tapt.bench.labelled_pool import seed_subset
+from tapt.bench.recall import evaluate_fixed
+from tapt.bench.recall_run import seed_embeddings
 from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import seed_subset
-from tapt.retriever.bench.recall import evaluate_fixed
-from tapt.retriever.bench.run import seed_embeddings
 from tapt.retriever.methods import Memo
 from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.util.files import atomic_write, write_json_atomic

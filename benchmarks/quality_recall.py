@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from tapt.bench import recall_report
+from tapt.bench.labelled_pool import read_seed_sets, seed_subset
+from tapt.bench.recall import Shared, evaluate_fixed
+from tapt.bench.recall_run import seed_embeddings
 from tapt.indexer.index import Index
-from tapt.retriever.bench import recall_report
-from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
-from tapt.retriever.bench.recall import Shared, evaluate_fixed
-from tapt.retriever.bench.run import seed_embeddings
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.learned import auto_choice

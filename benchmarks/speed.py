@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tapt.retriever.bench.dsir_baseline import PoolFeatures, read_texts, run_library
+from tapt.bench.dsir_baseline import PoolFeatures, read_texts, run_library
 from tapt.util.versions import library_versions, utc_now
 
 RESULTS = Path(__file__).resolve().parent / "results"

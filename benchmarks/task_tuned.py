@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 import tapt
+from tapt.bench.labelled_pool import read_seed_sets, seed_subset
 from tapt.indexer.encoding.encoder import load_encoder
 from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.util.files import atomic_write, write_json_atomic

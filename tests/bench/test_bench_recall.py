@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from conftest import HashingEncoder, make_sentence
+from tapt.bench import recall, recall_report
+from tapt.bench.clusters import cluster_purity, purity
+from tapt.bench.labelled_pool import seed_subset
+from tapt.bench.recall_run import bench_recall
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever.bench import recall, recall_report
-from tapt.retriever.bench.clusters import cluster_purity, purity
-from tapt.retriever.bench.labelled_pool import seed_subset
-from tapt.retriever.bench.run import bench_recall
 from tapt.retriever.evaluation.metrics import selection_scores
 
 

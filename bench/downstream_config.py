@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from tapt.bench.downstream_finetune import FINETUNE_MODES, FinetuneSettings
 from tapt.errors import InputError
 from tapt.modeling.scratch import PRESETS
 from tapt.trainer.config import DEVICES, MAX_COUNT
-from tapt.trainer.downstream import FINETUNE_MODES, FinetuneSettings
 from tapt.util.checks import choice, path_text, real_number, shown, whole_number
 
 CONDITIONS = ("none", "random", "task", "centroid", "knn", "fused", "oracle")
