@@ -3,52 +3,53 @@ arguments and forwards to `tapt.bench`, which does the work."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from tapt.api.arguments import PathLike
 
 
-def bench_recall(out: PathLike, *, seeds: PathLike, pool: PathLike | None = None,
-                 index: PathLike | None = None, methods: Sequence[str] = ("all",),
-                 seed_sizes: Sequence[int] = (100, 500, 2000), budgets: str = "oracle,0.5x,2x",
-                 repeats: int = 3, segment_sizes: Sequence[int] = (1, 15),
-                 domains: Sequence[str] | None = None, contexts: Sequence[str] = ("auto",),
-                 label_field: str = "domain", cache: PathLike = ".cache/bench",
-                 progress: bool = True) -> dict[str, Any]:
+def bench_recall(out: PathLike, *, seeds: PathLike, progress: bool = True,
+                 **settings: Any) -> dict[str, Any]:
     """Precision, recall and F1 of selection methods against oracle selections, DSIR beside
     them (`tapt bench recall`); writes recall.json, recall.md and pr-<domain>.png into `out`.
 
     Args:
         out: The results directory (new, empty, or an earlier results directory).
         seeds: Directory of <domain>.jsonl.gz seed files.
-        pool: Labelled pool JSONL(.gz): text, domain, doc, pos (indexed if no `index`).
-        index: An index of the pool (built without splitting) to reuse.
-        methods: Method or variant names, or "all".
-        seed_sizes: Seed subset sizes.
-        budgets: Multiples of the oracle's size in sentences ("oracle,0.5x,2x").
-        repeats: Seed subsets per seed size smaller than the seed file.
-        segment_sizes: Segment sizes for methods that score sentences.
-        domains: Only these domains (default: all).
-        contexts: How methods that pool sentence scores are cut: "auto" (the default: what
-            `Index.select` uses on this index, document context where its documents mostly
-            hold several sentences; rows `METHOD+document` then), "sentence" (rows `METHOD`)
-            and/or "document" (rows `METHOD+document`).
-        label_field: The metadata field holding the domain.
-        cache: Where seed embeddings, DSIR features and a built index are kept.
         progress: Show progress bars.
+        **settings: `RecallConfig`'s fields by name (each with its default there): pool
+            (labelled pool JSONL(.gz): text, domain, doc, pos; indexed if no `index`), index
+            (an index of the pool, built without splitting, to reuse), methods (method or
+            variant names, or "all"), seed_sizes (seed subset sizes), budgets (multiples of
+            the oracle's size in sentences: "oracle,0.5x,2x"), repeats (seed subsets per seed
+            size smaller than the seed file), segment_sizes (for methods that score
+            sentences), domains (only these; default: all), context (how methods that pool
+            sentence scores are cut: "auto", what `Index.select` uses on this index, document
+            context where its documents mostly hold several sentences, rows
+            `METHOD+document` then; "sentence", rows `METHOD`; "document", rows
+            `METHOD+document`; "both", or a list of them; formerly `contexts`), label_field
+            (the metadata field holding the domain), cache (where seed embeddings, DSIR
+            features and a built index are kept). Lists may be given comma-separated.
 
     Returns:
         The report: results, aggregate, seconds.
     """
     from pathlib import Path
 
+    from tapt.api.options import config_settings
+    from tapt.bench.recall_config import RecallConfig
     from tapt.bench.recall_run import bench_recall as run_bench
+    from tapt.util.checks import path_text
 
-    return run_bench(Path(pool) if pool else None, Path(seeds), Path(index) if index else None,
-                     list(methods), list(seed_sizes), budgets, repeats, list(segment_sizes),
-                     Path(out), Path(cache), label_field=label_field,
-                     domains=list(domains) if domains else None, progress=progress,
-                     contexts=tuple(contexts))
+    config = RecallConfig(**config_settings("recall", RecallConfig, settings, ()))
+    seeds_dir, out_dir = Path(path_text(seeds, "seeds")), Path(path_text(out, "out"))
+    return run_bench(Path(config.pool) if config.pool else None, seeds_dir,
+                     Path(config.index) if config.index else None, list(config.methods),
+                     list(config.seed_sizes), config.budgets, config.repeats,
+                     list(config.segment_sizes), out_dir, Path(config.cache),
+                     label_field=config.label_field,
+                     domains=list(config.domains) if config.domains else None,
+                     progress=progress, contexts=config.context)
 
 
 def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,

@@ -198,3 +198,18 @@ def test_bench_recall_default_context_rows(fake_index, labelled_corpus, seeds_di
         return [(r["domain"], r["precision"]) for r in rep["results"]
                 if r["method"] == "centroid+document"]
     assert pooled(both) == pooled(report)
+
+
+def test_recall_settings_take_lists_or_comma_separated_text():
+    from tapt.bench.recall_config import RecallConfig
+
+    given = RecallConfig(methods="centroid, knn", seed_sizes="30,100", segment_sizes=[1, 4],
+                         domains="a,b", context="both")
+    assert (given.methods, given.seed_sizes, given.segment_sizes, given.domains, given.context) \
+        == (("centroid", "knn"), (30, 100), (1, 4), ("a", "b"), ("sentence", "document"))
+    assert RecallConfig().methods == ("all",) and RecallConfig().context == ("auto",)
+    assert RecallConfig(context=["auto", "document"]).context == ("auto", "document")
+    for bad in ({"seed_sizes": "30,x"}, {"repeats": 0}, {"methods": 3}, {"budgets": 2}):
+        with pytest.raises(InputError) as err:
+            RecallConfig(**bad)
+        assert err.value.param == next(iter(bad))
