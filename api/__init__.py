@@ -26,11 +26,11 @@ needs them.
 
 from __future__ import annotations
 
-from tapt.api.downstream import bench_downstream
+from tapt.api.bench import bench_downstream, bench_recall
 from tapt.api.http_serve import HTTPServer
 from tapt.api.index import Index
 from tapt.api.options import describe_methods, method_names
-from tapt.api.selections import bench_recall, evaluate, export, plot_scores, show
+from tapt.api.selections import evaluate, export, plot_scores, show
 from tapt.api.served import ServedIndex
 from tapt.api.serving import serve
 from tapt.api.training import evaluate_mlm, model_path, pretrain, train

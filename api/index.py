@@ -265,7 +265,7 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             One row per k: k, purity, sentences, labels.
         """
-        from tapt.retriever.bench.clusters import cluster_purity
+        from tapt.bench.clusters import cluster_purity
 
         return cluster_purity(self, list(ks), label_field, sample=sample, seed=seed)
 
@@ -288,7 +288,7 @@ class Index(IndexBuilding, _IndexBase):
         Returns:
             Counts of what was drawn: sentences, selected_drawn.
         """
-        from tapt.retriever.bench.plot_domains import plot_domains
+        from tapt.bench.plot_domains import plot_domains
 
         return plot_domains(self, Path(out), label_field, sample,
                             Path(selection) if selection else None, seed, color_by)

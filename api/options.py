@@ -137,24 +137,26 @@ def method_params(method: Any) -> list[dict[str, Any]]:
     return out
 
 
-CONFIG_KINDS = ("build", "add", "train", "pretrain", "downstream")
+CONFIG_KINDS = ("build", "add", "train", "pretrain", "recall", "downstream")
 
 
 def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]:
-    """The options of `index build`, `index add`, `train` or `pretrain` that are fields of
-    their config dataclass (`BuildConfig`, `TrainConfig`, `PretrainConfig`), as the command line
-    makes its options from them:
+    """The options of `index build`, `index add`, `train`, `pretrain`, `bench recall` or `bench
+    downstream` that are fields of their config dataclass (`BuildConfig`, `TrainConfig`,
+    `PretrainConfig`, `RecallConfig`, `DownstreamConfig`), as the command line makes its options
+    from them:
     each field whose metadata has a `help` (for "add": an `add` entry too, whose keys override
     the build's; `from_index`: defaults to what the index was built with).
 
     Args:
-        kind: "build", "add", "train" or "pretrain".
+        kind: "build", "add", "train", "pretrain", "recall" or "downstream".
         config: The dataclass to describe instead of the kind's own (a variant of it).
 
     Returns:
         One dict per option, in field order: name (the field's), flag ("--segment-size", or
             "--split/--no-split"), kind (int, float, str or bool), default, choices (None when
-            free), minimum, maximum, metavar, show_default and help.
+            free), minimum, maximum, metavar, path (what a path must be: exists, file_okay,
+            dir_okay; None when the option is no path), show_default and help.
 
     Raises:
         InputError: an unknown kind.
@@ -185,7 +187,7 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
                     "kind": str if meta.get("type") == "str" else kinds.get(hint[0], str),
                     "default": default, "choices": tuple(choices) if choices else None,
                     "minimum": meta.get("minimum"), "maximum": meta.get("maximum"),
-                    "metavar": meta.get("metavar"),
+                    "metavar": meta.get("metavar"), "path": meta.get("path"),
                     "show_default": meta.get("show_default", False), "help": meta["help"]})
     return out
 
@@ -197,7 +199,7 @@ def settings_keywords(kind: str, config: type | None = None) -> dict[str, Any]:
     keyword of the call, and its default is the class's, with no other edit.
 
     Args:
-        kind: "build", "add", "train", "pretrain" or "downstream".
+        kind: "build", "add", "train", "pretrain", "recall" or "downstream".
         config: The dataclass to describe instead of the kind's own (a variant of it).
 
     Returns:
@@ -237,7 +239,7 @@ def config_settings(kind: str, config: type, settings: dict[str, Any],
     sets; an old spelling of a renamed one is taken under its new name, with a warning.
 
     Args:
-        kind: "build", "add", "train", "pretrain" or "downstream".
+        kind: "build", "add", "train", "pretrain", "recall" or "downstream".
         config: The settings dataclass (`BuildConfig`, `TrainConfig`, ...).
         settings: The keywords given beyond the call's own.
         explicit: The fields the call's own keywords set.
@@ -280,8 +282,10 @@ def _settings_class(kind: str) -> type:
         from tapt.trainer.config import TrainConfig as config
     elif kind == "pretrain":
         from tapt.trainer.pretrain import PretrainConfig as config
+    elif kind == "recall":
+        from tapt.bench.recall_config import RecallConfig as config
     elif kind == "downstream":
-        from tapt.trainer.downstream_config import DownstreamConfig as config
+        from tapt.bench.downstream_config import DownstreamConfig as config
     else:
         from tapt.indexer.building.build_config import BuildConfig as config
     return config

@@ -75,49 +75,6 @@ def export(selection: PathLike | Selection, out: PathLike | Any, format: str | N
             "sentences": int(sum(len(s) for s in sel.sentences))}
 
 
-def bench_recall(out: PathLike, *, seeds: PathLike, pool: PathLike | None = None,
-                 index: PathLike | None = None, methods: Sequence[str] = ("all",),
-                 seed_sizes: Sequence[int] = (100, 500, 2000), budgets: str = "oracle,0.5x,2x",
-                 repeats: int = 3, segment_sizes: Sequence[int] = (1, 15),
-                 domains: Sequence[str] | None = None, contexts: Sequence[str] = ("auto",),
-                 label_field: str = "domain", cache: PathLike = ".cache/bench",
-                 progress: bool = True) -> dict[str, Any]:
-    """Precision, recall and F1 of selection methods against oracle selections, DSIR beside
-    them (`tapt bench recall`); writes recall.json, recall.md and pr-<domain>.png into `out`.
-
-    Args:
-        out: The results directory (new, empty, or an earlier results directory).
-        seeds: Directory of <domain>.jsonl.gz seed files.
-        pool: Labelled pool JSONL(.gz): text, domain, doc, pos (indexed if no `index`).
-        index: An index of the pool (built without splitting) to reuse.
-        methods: Method or variant names, or "all".
-        seed_sizes: Seed subset sizes.
-        budgets: Multiples of the oracle's size in sentences ("oracle,0.5x,2x").
-        repeats: Seed subsets per seed size smaller than the seed file.
-        segment_sizes: Segment sizes for methods that score sentences.
-        domains: Only these domains (default: all).
-        contexts: How methods that pool sentence scores are cut: "auto" (the default: what
-            `Index.select` uses on this index, document context where its documents mostly
-            hold several sentences; rows `METHOD+document` then), "sentence" (rows `METHOD`)
-            and/or "document" (rows `METHOD+document`).
-        label_field: The metadata field holding the domain.
-        cache: Where seed embeddings, DSIR features and a built index are kept.
-        progress: Show progress bars.
-
-    Returns:
-        The report: results, aggregate, seconds.
-    """
-    from pathlib import Path
-
-    from tapt.retriever.bench.run import bench_recall as run_bench
-
-    return run_bench(Path(pool) if pool else None, Path(seeds), Path(index) if index else None,
-                     list(methods), list(seed_sizes), budgets, repeats, list(segment_sizes),
-                     Path(out), Path(cache), label_field=label_field,
-                     domains=list(domains) if domains else None, progress=progress,
-                     contexts=tuple(contexts))
-
-
 def show(selection: PathLike | Selection, *, top: int = 10, field: str = "source"
          ) -> dict[str, Any]:
     """What a selection holds (`tapt show`): its top segments with the parts of their scores
@@ -156,8 +113,8 @@ def plot_scores(selection: PathLike, out: PathLike, *, bins: int = 40) -> dict[s
     """
     from pathlib import Path
 
+    from tapt.bench.plot_scores import plot_scores as draw
     from tapt.errors import InputError
-    from tapt.retriever.bench.plot_scores import plot_scores as draw
 
     if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 1000:
         raise InputError(f"must be a whole number in 1..1000, not {bins!r}", param="bins")

@@ -104,8 +104,8 @@ def _compare(config: Any, manifest: dict[str, Any]) -> dict[str, Any]:
     from pathlib import Path
 
     from tapt.api.index import Index
+    from tapt.bench.downstream_stats import difference, group_totals, resample_ratio
     from tapt.retriever.selections.file_format import read_manifest
-    from tapt.trainer.downstream_stats import difference, group_totals, resample_ratio
     from tapt.trainer.evaluate import document_losses
     from tapt.trainer.inputs import read_texts
     from tapt.trainer.loop import train as run_training

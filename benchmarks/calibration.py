@@ -21,6 +21,9 @@ from typing import Any
 
 import numpy as np
 
+# internal: FAISS index choice and ANN recall measured apart; no public call exposes them; the
+#   build's stages, executors or pipeline run apart; Index.build runs them only whole; the index's
+#   stores read or written directly; no public call exposes them
 from tapt.indexer.ann.ann_recall import CALIBRATION_K, calibration_queries
 from tapt.indexer.ann.faiss_index import ShardedFaiss, ids_are_global, read_faiss_index
 from tapt.indexer.ann.index_choice import choice_from_manifest

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+# internal: score arrays computed directly, below Index.select; the results' version stamps and
+#   times, as tapt's own files carry them
 from tapt.retriever.scoring import arrays
 from tapt.util.versions import library_versions, utc_now
 

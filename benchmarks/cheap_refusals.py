@@ -63,6 +63,8 @@ def _load() -> float:
 def setup(work: Path) -> None:
     """The inputs every case reads (not timed)."""
     import tapt
+
+    # internal: the encoders and their backends timed apart from a build
     from tapt.indexer.encoding.models import packaged_default_path
     from tiny_model import write_tiny_bert
 

@@ -29,6 +29,10 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from benchmarks.measure import module_at  # noqa: E402
+
+# internal: the index's stores read or written directly; no public call exposes them; score arrays
+#   computed directly, below Index.select; the results' version stamps and times, as tapt's own files
+#   carry them
 from tapt.indexer.store.integrity import check_cosines, check_unit_rows  # noqa: E402
 from tapt.retriever.scoring import arrays  # noqa: E402
 from tapt.util.versions import library_versions, utc_now  # noqa: E402
@@ -86,6 +90,7 @@ def centroid(n: int, dim: int, repeats: int, tmp: Path) -> dict:
 def records(n: int, repeats: int, tmp: Path) -> dict:
     """All texts of a store: the reader before the checks on a format-1 store, this one (CRC per
     record)."""
+    # internal: the index's stores read or written directly; no public call exposes them
     from tapt.indexer.store.text_store import TextStore, TextStoreWriter
 
     rng = np.random.default_rng(2)
@@ -111,6 +116,7 @@ def records(n: int, repeats: int, tmp: Path) -> dict:
 
 
 def sha256_speed(tmp: Path) -> dict:
+    # internal: tapt's atomic writes and hashes for the results, reused, not copied
     from tapt.util.files import sha256_file
 
     path = tmp / "blob"
@@ -125,8 +131,11 @@ def sha256_speed(tmp: Path) -> dict:
 
 def small_open(repeats: int, tmp: Path) -> dict:
     from conftest import HashingEncoder, write_labelled_corpus
+    from tapt import Index
+
+    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
+    #   whole; the index's stores read or written directly; no public call exposes them
     from tapt.indexer.building.pipeline import BuildConfig, build_index
-    from tapt.indexer.index import Index
     from tapt.indexer.store import integrity
 
     write_labelled_corpus(tmp / "pool.jsonl", docs_per_topic=200)

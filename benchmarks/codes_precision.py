@@ -31,9 +31,16 @@ from tqdm.auto import tqdm
 
 from benchmarks.scale_select import overlap
 from benchmarks.speed_encode import machine
-from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
-from tapt.retriever.bench.run import seed_embeddings
+from tapt import Index
+
+# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+#   tapt.bench_downstream run them only whole; oracle labels and metrics per sentence; tapt.evaluate
+#   reports only whole selections; methods run on prepared inputs below Index.select (many tasks over
+#   one corpus cache); rankings made and written below Index.select; tapt's atomic writes and hashes
+#   for the results, reused, not copied; the results' version stamps and times, as tapt's own files
+#   carry them
+from tapt.bench.labelled_pool import read_seed_sets, seed_subset
+from tapt.bench.recall_run import seed_embeddings
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.methods import CorpusCache
 from tapt.retriever.selections.make import SelectConfig, rank

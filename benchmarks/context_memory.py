@@ -30,6 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.measure import module_at, traced, write_report
+
+# internal: methods run on prepared inputs below Index.select (many tasks over one corpus cache);
+#   budgets and document pooling applied to scores made here, below Index.select; score arrays
+#   computed directly, below Index.select; the results' version stamps and times, as tapt's own files
+#   carry them
 from tapt.retriever.methods import SegmentView, base, segments
 from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
 from tapt.retriever.scoring import arrays

@@ -34,6 +34,8 @@ RESULTS: dict = {}
 
 import torch  # noqa: E402
 
+# internal: the encoders and their backends timed apart from a build; tapt's atomic writes and
+#   hashes for the results, reused, not copied
 from tapt.indexer.encoding.batching import SortedBatches  # noqa: E402
 from tapt.indexer.encoding.encoder import CUDA_PAD_TO, SentenceTransformerEncoder  # noqa: E402
 from tapt.util.files import atomic_write, write_json_atomic  # noqa: E402

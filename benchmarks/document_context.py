@@ -28,8 +28,14 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from tapt.indexer.index import Index
-from tapt.retriever.bench.recall import Shared, evaluate_fixed
+from tapt import Index
+
+# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+#   tapt.bench_downstream run them only whole; oracle labels and metrics per sentence; tapt.evaluate
+#   reports only whole selections; budgets and document pooling applied to scores made here, below
+#   Index.select; tapt's atomic writes and hashes for the results, reused, not copied; the results'
+#   version stamps and times, as tapt's own files carry them
+from tapt.bench.recall import Shared, evaluate_fixed
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.util.files import atomic_write, write_json_atomic

@@ -32,7 +32,10 @@ from pathlib import Path
 
 import tapt
 from benchmarks.downstream_tasks import CLASSES, DEFAULT_SEEDS, TASKS, make_task
-from tapt.api.downstream import CONDITIONS
+
+# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+#   tapt.bench_downstream run them only whole
+from tapt.bench.downstream_config import CONDITIONS
 
 DOMAIN = {"quotes": "quotes", "it": "it", "religion": "religion"}
 
@@ -188,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     tmp = args.out / f".{args.name}.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     tmp.rename(args.out / f"{args.name}.json")
-    from tapt.trainer.downstream_report import markdown, plot_gains  # the report's own pieces
+    # internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+    #   tapt.bench_downstream run them only whole
+    from tapt.bench.downstream_report import markdown, plot_gains  # the report's own pieces
 
     text = [f"# Downstream benchmark ({args.name})", ""]
     for report in reports:

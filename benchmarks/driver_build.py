@@ -115,6 +115,9 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str) -> dict
     from ray import cloudpickle
 
     import tapt
+
+    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
+    #   whole
     from tapt.indexer.building.executors.ray_executor import RayExecutor
 
     logging.basicConfig(level=logging.WARNING)

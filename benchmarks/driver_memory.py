@@ -66,6 +66,9 @@ import numpy as np
 
 from benchmarks.speed_encode import machine
 from benchmarks.synthetic_index import Spec, blob_rows, centres, make_index
+
+# internal: tapt's atomic writes and hashes for the results, reused, not copied; the results'
+#   version stamps and times, as tapt's own files carry them
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
 
@@ -106,6 +109,7 @@ class AnonPeak:
 
 def segment_view(n: int, size: int):
     """Segments of `size` consecutive sentences (20 tokens a sentence)."""
+    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus cache)
     from tapt.retriever.methods import SegmentView
 
     offsets = np.append(np.arange(0, n, size, dtype=np.int64), n)
@@ -123,7 +127,7 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     import tapt
-    from tapt.indexer.index import Index
+    from tapt import Index
 
     torch.mv(torch.ones(4, 4), torch.ones(4))
     spec = _spec(args)
@@ -138,7 +142,11 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
     else:
         from benchmarks.scale_select import ShardPrefix
         from benchmarks.synthetic_index import Sentences
-        from tapt.retriever.methods import CorpusCache, RankingInputs, get_method
+        from tapt.extend import RankingInputs
+
+        # internal: methods run on prepared inputs below Index.select (many tasks over one corpus
+        #   cache); budgets and document pooling applied to scores made here, below Index.select
+        from tapt.retriever.methods import CorpusCache, get_method
         from tapt.retriever.methods.base import by_sentence_scores
         from tapt.retriever.ranking.budget import parse_budget
 
@@ -153,6 +161,8 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
                                             np.zeros(100, dtype=np.int64))
         ctx = RankingInputs(part, view, parse_budget(args.budget), 0, task, texts, CorpusCache(part))
         if args.path == "streamed":   # also above the share where `rank` would not stream
+            # internal: methods run on prepared inputs below Index.select (many tasks over one
+            #   corpus cache)
             from tapt.retriever.methods import segments
 
             segments.STREAM_SHARE = 1.0
@@ -198,8 +208,12 @@ def cell(args: argparse.Namespace) -> dict[str, Any]:
     torch.mv(torch.ones(4, 4), torch.ones(4))
     import tapt
     from benchmarks.synthetic_index import Sentences
-    from tapt.indexer.index import Index
-    from tapt.retriever.methods import CorpusCache, RankingInputs, get_method
+    from tapt import Index
+    from tapt.extend import RankingInputs
+
+    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus
+    #   cache); budgets and document pooling applied to scores made here, below Index.select
+    from tapt.retriever.methods import CorpusCache, get_method
     from tapt.retriever.ranking.budget import parse_budget
 
     work = Path(args.cell_index)
@@ -236,6 +250,7 @@ def _spilled() -> int:
     """Bytes the selection put on scratch files (`tapt.util.spill`; 0 with a revision's code
     from before it)."""
     try:
+        # internal: a tapt helper, reused, not copied
         from tapt.util.spill import spilled_total
     except ImportError:
         return 0

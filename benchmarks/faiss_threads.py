@@ -24,6 +24,8 @@ import numpy as np
 
 from benchmarks.measure import write_report
 from benchmarks.speed_encode import machine
+
+# internal: the results' version stamps and times, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 
@@ -38,6 +40,7 @@ def time_build(x: np.ndarray, requested: str, threads: int, seed: int) -> dict[s
     """Train (where the type needs it) and add every row with `threads` FAISS threads."""
     import faiss
 
+    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them
     from tapt.indexer.ann.faiss_index import build_part, faiss_threads, train_template
     from tapt.indexer.ann.index_choice import choose_index
 

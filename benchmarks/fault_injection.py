@@ -28,7 +28,9 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(REPO))
 
 from build_worker import assert_same_index, kill_and_resume  # noqa: E402
-from tapt.indexer.index import Index  # noqa: E402
+from tapt import Index  # noqa: E402
+
+# internal: the results' version stamps and times, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now  # noqa: E402
 
 

@@ -21,6 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.measure import traced
+
+# internal: learned scorers fitted apart, below Index.select; score arrays computed directly, below
+#   Index.select; tapt's atomic writes and hashes for the results, reused, not copied; the results'
+#   version stamps and times, as tapt's own files carry them
 from tapt.retriever.learned import pu
 from tapt.retriever.learned.pu import PUConfig, pu_classifier
 from tapt.retriever.scoring import arrays
@@ -57,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     # counted, and handed over to the fit
     from types import SimpleNamespace
 
+    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus cache)
     from tapt.retriever.methods import get_method
 
     classifier = get_method("classifier")

@@ -18,11 +18,20 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import read_seed_sets
-from tapt.retriever.bench.run import seed_embeddings
+from tapt import Index
+
+# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+#   tapt.bench_downstream run them only whole
+from tapt.bench.labelled_pool import read_seed_sets
+from tapt.bench.recall_run import seed_embeddings
+from tapt.extend import RankingInputs
+
+# internal: oracle labels and metrics per sentence; tapt.evaluate reports only whole selections;
+#   methods run on prepared inputs below Index.select (many tasks over one corpus cache); budgets and
+#   document pooling applied to scores made here, below Index.select; score arrays computed directly,
+#   below Index.select; the results' version stamps and times, as tapt's own files carry them
 from tapt.retriever.evaluation.oracle import sentence_labels
-from tapt.retriever.methods import RankingInputs, SegmentView, get_method
+from tapt.retriever.methods import SegmentView, get_method
 from tapt.retriever.ranking.budget import parse_budget
 from tapt.retriever.scoring.ngram_lm import Vocabulary, moore_lewis_scores
 from tapt.util.versions import library_versions, utc_now

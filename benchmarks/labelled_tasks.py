@@ -15,9 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import SeedSet, read_seed_sets
-from tapt.retriever.bench.recall import Shared
+from tapt import Index
+
+# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+#   tapt.bench_downstream run them only whole; oracle labels and metrics per sentence; tapt.evaluate
+#   reports only whole selections; the results' version stamps and times, as tapt's own files carry
+#   them
+from tapt.bench.labelled_pool import SeedSet, read_seed_sets
+from tapt.bench.recall import Shared
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.util.versions import library_versions, utc_now
 

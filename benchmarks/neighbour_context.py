@@ -36,10 +36,16 @@ from tqdm.auto import tqdm
 
 from benchmarks.labelled_tasks import LabelledPool, add_arguments, result_header
 from benchmarks.mixed_documents import task_scores
-from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import seed_subset
-from tapt.retriever.bench.recall import evaluate_fixed
-from tapt.retriever.bench.run import seed_embeddings
+from tapt import Index
+
+# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+#   tapt.bench_downstream run them only whole; methods run on prepared inputs below Index.select (many
+#   tasks over one corpus cache); budgets and document pooling applied to scores made here, below
+#   Index.select; tapt's atomic writes and hashes for the results, reused, not copied; the results'
+#   version stamps and times, as tapt's own files carry them
+from tapt.bench.labelled_pool import seed_subset
+from tapt.bench.recall import evaluate_fixed
+from tapt.bench.recall_run import seed_embeddings
 from tapt.retriever.methods import Memo
 from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.util.files import atomic_write, write_json_atomic

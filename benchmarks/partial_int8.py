@@ -25,6 +25,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks.speed_encode import machine, read_jsonl
+
+# internal: the encoders and their backends timed apart from a build; score arrays computed
+#   directly, below Index.select; the results' version stamps and times, as tapt's own files carry
+#   them
 from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
 from tapt.indexer.encoding.onnx_encoder import OnnxEncoder, default_threads
 from tapt.retriever.scoring import arrays

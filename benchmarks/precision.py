@@ -18,7 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tapt.indexer.index import Index
+from tapt import Index
+
+# internal: oracle labels and metrics per sentence; tapt.evaluate reports only whole selections;
+#   score arrays computed directly, below Index.select; rankings made and written below Index.select;
+#   a task's reading and embedding cache, below Index.select; the results' version stamps and times,
+#   as tapt's own files carry them
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.scoring.arrays import rows_of_segments

@@ -55,6 +55,9 @@ def cell(corpus: str, out: str) -> dict:
     """One prepare task in this process (the child)."""
     import tapt
     from benchmarks.driver_memory import MB, _anon_bytes
+
+    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
+    #   whole
     from tapt.indexer.building import stages
     from tapt.indexer.building.pipeline import BuildConfig, scan_corpus
 

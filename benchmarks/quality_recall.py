@@ -40,11 +40,22 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from tapt.indexer.index import Index
-from tapt.retriever.bench import recall_report
-from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
-from tapt.retriever.bench.recall import Shared, evaluate_fixed
-from tapt.retriever.bench.run import seed_embeddings
+from tapt import Index
+
+# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+#   tapt.bench_downstream run them only whole
+from tapt.bench import recall_report
+from tapt.bench.labelled_pool import read_seed_sets, seed_subset
+from tapt.bench.recall import Shared, evaluate_fixed
+from tapt.bench.recall_run import seed_embeddings
+from tapt.extend import RankingInputs
+
+# internal: oracle labels and metrics per sentence; tapt.evaluate reports only whole selections;
+#   learned scorers fitted apart, below Index.select; methods run on prepared inputs below
+#   Index.select (many tasks over one corpus cache); budgets and document pooling applied to scores
+#   made here, below Index.select; score arrays computed directly, below Index.select; tapt's atomic
+#   writes and hashes for the results, reused, not copied; the results' version stamps and times, as
+#   tapt's own files carry them
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.retriever.learned import auto_choice
@@ -52,7 +63,7 @@ from tapt.retriever.learned.few_seeds import LexicalConfig, LexicalModel, PoolTe
 from tapt.retriever.learned.finetune_classifier import FinetuneConfig, finetune_scores, transplant
 from tapt.retriever.learned.fusion import fuse, weights_from
 from tapt.retriever.learned.heldout import auc
-from tapt.retriever.methods import RankingInputs, by_sentence_scores, get_method
+from tapt.retriever.methods import by_sentence_scores, get_method
 from tapt.retriever.methods.learned_scorers import TaskData, learned_fusion
 from tapt.retriever.ranking.budget import parse_budget
 from tapt.retriever.scoring import arrays

@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+# internal: tapt's atomic writes and hashes for the results, reused, not copied
 from tapt.util.files import atomic_write, write_json_atomic  # noqa: E402
 
 SAMPLE = REPO / "data" / "sample" / "pool.jsonl.gz"
@@ -71,6 +72,7 @@ class LoggedEncoder:
         return "0" * 64
 
     def tokenizing(self):
+        # internal: the encoders and their backends timed apart from a build
         from tapt.indexer.encoding.batching import Tokenizing
 
         return Tokenizing(self.tokenizer, self.max_length)
@@ -113,6 +115,8 @@ def write_input(path: Path, rows: int) -> list[str]:
 def timed_build(name: str, corpus: Path, out: Path, encoder, rows: int, workers: int
                 ) -> dict[str, Any]:
     """One Ray build; per part, the forward pass and the model actor's idle time before it."""
+    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
+    #   whole
     from tapt.indexer.building.executors.ray_executor import RayExecutor
     from tapt.indexer.building.pipeline import BuildConfig, build_index
 
@@ -173,8 +177,11 @@ def cpu_steps(index: Path, rows: int, dim: int, tokenizing, repeats: int = 3
     files and completion record (`stages.save_part`, with fsync). Best of `repeats`."""
     import pickle
 
+    from tapt import Index
+
+    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
+    #   whole
     from tapt.indexer.building import stages
-    from tapt.indexer.index import Index
 
     work = index.parent / "steps-work"
     (work / "shards" / "s" / "parts").mkdir(parents=True, exist_ok=True)
@@ -335,6 +342,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from ray import cloudpickle
 
     from benchmarks.speed_encode import machine
+
+    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
+    #   whole; the encoders and their backends timed apart from a build
     from tapt.indexer.building.executors import EncoderSpec
     from tapt.indexer.encoding.encoder import tokenizing_of
 

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+# internal: tapt's atomic writes and hashes for the results, reused, not copied
 from tapt.util.files import atomic_write, write_json_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,7 +54,7 @@ class TimedExecutor:
     """Wraps an executor: wall seconds per stage (summed over the stage's `map` calls)."""
 
     def __init__(self, inner) -> None:
-        from tapt.indexer.building.executors import Executor
+        from tapt.extend import Executor
 
         class _Timed(Executor):
             name = "timed"
@@ -87,6 +88,8 @@ def write_input(out: Path, sentences: int, files: int) -> list[Path]:
 def run(name: str, inputs: list[Path], out: Path, executor, window: int, shards: int,
         spec, encoder) -> dict[str, Any]:
     """One build into `out` (replaced); its wall and per-stage seconds."""
+    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
+    #   whole
     from tapt.indexer.building.pipeline import BuildConfig, build_index
 
     timed = TimedExecutor(executor)
@@ -122,7 +125,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def same_rows(a: Path, b: Path) -> float:
     """Largest embedding difference of two indexes of the same input (their rows must match)."""
-    from tapt.indexer.index import Index
+    from tapt import Index
 
     x, y = Index(a), Index(b)
     assert x.n_sentences == y.n_sentences
@@ -191,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import ray
     import torch
 
+    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
+    #   whole
     from tapt.indexer.building.executors import EncoderSpec, LocalExecutor
     from tapt.indexer.building.executors.ray_executor import RayExecutor
 

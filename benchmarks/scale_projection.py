@@ -17,7 +17,9 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from tapt.errors import InputError
+from tapt import InputError
+
+# internal: FAISS index choice and ANN recall measured apart; no public call exposes them
 from tapt.indexer.ann.index_choice import RESCORE_FACTORS, choose_index, ivf_nlist, ivf_train_size
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -51,11 +51,19 @@ import numpy as np
 
 from benchmarks.speed_encode import machine
 from benchmarks.synthetic_index import Sentences, Spec, blob_rows, centres, make_index
+from tapt import Index
+from tapt.extend import RankingInputs
+
+# internal: FAISS index choice and ANN recall measured apart; no public call exposes them; the
+#   index's stores read or written directly; no public call exposes them; methods run on prepared
+#   inputs below Index.select (many tasks over one corpus cache); budgets and document pooling applied
+#   to scores made here, below Index.select; score arrays computed directly, below Index.select;
+#   tapt's atomic writes and hashes for the results, reused, not copied; the results' version stamps
+#   and times, as tapt's own files carry them
 from tapt.indexer.ann.ann_recall import ground_truth, recall_at_k
 from tapt.indexer.ann.faiss_index import search_setting
-from tapt.indexer.index import Index
 from tapt.indexer.store.shards import RowView
-from tapt.retriever.methods import RankingInputs, SegmentView, get_method
+from tapt.retriever.methods import SegmentView, get_method
 from tapt.retriever.methods.base import Memo
 from tapt.retriever.ranking.budget import parse_budget
 from tapt.retriever.scoring.arrays import rows_of_segments
@@ -82,6 +90,7 @@ class ShardPrefix:
     @cached_property
     def lexicon(self):
         """The first shards' stored lexical ids (the corpus vocabulary of the whole index)."""
+        # internal: corpus reading and splitting timed apart from a build
         from tapt.indexer.reading.lexical import Lexicon
 
         whole = self._index.lexicon
@@ -122,6 +131,8 @@ def parts_of_a_selection(index: Index | ShardPrefix, view: SegmentView, task: np
                          budget: str, repeats: int) -> dict[str, Any]:
     """Best seconds of each step of a selection at the largest size: the scan of every row
     (float16 embeddings, int8 codes) and the global ranking and cut of the sentence scores."""
+    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus
+    #   cache); score arrays computed directly, below Index.select
     from tapt.retriever.methods.base import by_sentence_scores
     from tapt.retriever.scoring import arrays
 

@@ -30,11 +30,20 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from benchmarks.labelled_tasks import LabelledPool, add_arguments, result_header
-from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import seed_subset
-from tapt.retriever.bench.recall import Shared, evaluate_fixed
-from tapt.retriever.bench.run import seed_embeddings
-from tapt.retriever.methods import Memo, RankingInputs, get_method
+from tapt import Index
+
+# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+#   tapt.bench_downstream run them only whole
+from tapt.bench.labelled_pool import seed_subset
+from tapt.bench.recall import Shared, evaluate_fixed
+from tapt.bench.recall_run import seed_embeddings
+from tapt.extend import RankingInputs
+
+# internal: methods run on prepared inputs below Index.select (many tasks over one corpus cache);
+#   budgets and document pooling applied to scores made here, below Index.select; score arrays
+#   computed directly, below Index.select; tapt's atomic writes and hashes for the results, reused,
+#   not copied
+from tapt.retriever.methods import Memo, get_method
 from tapt.retriever.ranking.budget import parse_budget
 from tapt.retriever.ranking.document_pooling import document_scores
 from tapt.retriever.scoring import arrays

@@ -63,7 +63,11 @@ def _task(index_dir: Path) -> np.ndarray:
 
 
 def _select(index, task: np.ndarray, budget: str):
-    from tapt.retriever.methods import RankingInputs, SegmentView, get_method
+    from tapt.extend import RankingInputs
+
+    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus
+    #   cache); budgets and document pooling applied to scores made here, below Index.select
+    from tapt.retriever.methods import SegmentView, get_method
     from tapt.retriever.ranking.budget import parse_budget
 
     method = get_method("centroid")
@@ -84,7 +88,9 @@ def _start(path: Path, args, cold: bool, module=None, driver_hashes: bool = True
     import shutil
 
     import tapt
-    from tapt.indexer.index import Index
+    from tapt import Index
+
+    # internal: the index's stores read or written directly; no public call exposes them
     from tapt.indexer.store import integrity
 
     stamps = Path(os.environ["TAPT_CACHE_DIR"]) / integrity.STAMPS
@@ -128,7 +134,7 @@ def _start(path: Path, args, cold: bool, module=None, driver_hashes: bool = True
 
 def measure(name: str, path: Path, args, before, previous=None) -> dict[str, Any]:
     """Start, bytes and latency on one index."""
-    from tapt.indexer.index import Index
+    from tapt import Index
 
     out: dict[str, Any] = {"index": name, "starts": []}
     # `--starts` rounds, each implementation's cold and warm start side by side in each round,

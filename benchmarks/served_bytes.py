@@ -27,6 +27,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.speed_encode import machine
+
+# internal: tapt's atomic writes and hashes for the results, reused, not copied; the results'
+#   version stamps and times, as tapt's own files carry them
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
 
@@ -36,7 +39,11 @@ RUNS = (("classifier", {}), ("fused", {"wording": "lm"}), ("fused", {}))
 def _inputs(index, budget: str):
     from benchmarks.serve_scale import _task
     from benchmarks.synthetic_index import Sentences, Spec
-    from tapt.retriever.methods import CorpusCache, RankingInputs, SegmentView
+    from tapt.extend import RankingInputs
+
+    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus
+    #   cache); budgets and document pooling applied to scores made here, below Index.select
+    from tapt.retriever.methods import CorpusCache, SegmentView
     from tapt.retriever.ranking.budget import parse_budget
 
     made = json.loads((Path(index.path).parent / "made.json").read_text())
@@ -52,6 +59,9 @@ def measure(path: Path, args) -> list[dict[str, Any]]:
     import ray
 
     import tapt
+
+    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus
+    #   cache); score arrays computed directly, below Index.select
     from tapt.retriever.methods import get_method
     from tapt.retriever.scoring import arrays
 

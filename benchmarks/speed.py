@@ -21,7 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tapt.retriever.bench.dsir_baseline import PoolFeatures, read_texts, run_library
+# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+#   tapt.bench_downstream run them only whole; the results' version stamps and times, as tapt's own
+#   files carry them
+from tapt.bench.dsir_baseline import PoolFeatures, read_texts, run_library
 from tapt.util.versions import library_versions, utc_now
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -33,6 +33,9 @@ from typing import Any
 
 import numpy as np
 
+# internal: the encoders and their backends timed apart from a build; tapt's atomic writes and
+#   hashes for the results, reused, not copied; the results' version stamps and times, as tapt's own
+#   files carry them
 from tapt.indexer.encoding.encoder import SentenceTransformerEncoder, load_encoder, pick_device
 from tapt.indexer.encoding.onnx_encoder import default_threads
 from tapt.util.files import atomic_write, write_json_atomic
@@ -157,6 +160,7 @@ def work_of(lengths: np.ndarray, batches: list[np.ndarray], shape: dict[str, int
 def batch_plan(encoder, lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """The batches `encoder.encode` forms (the ONNX path exactly; torch sorts by characters, not
     tokens, so its plan is approximated by the token sort)."""
+    # internal: the encoders and their backends timed apart from a build
     from tapt.indexer.encoding.batching import plan_batches
 
     return plan_batches(lengths, batch_size, getattr(encoder, "max_tokens", None))
@@ -229,6 +233,7 @@ def _transformer_config(encoder):
     if model is None:  # ONNX encoder: read the config from the model directory
         from transformers import AutoConfig
 
+        # internal: the encoders and their backends timed apart from a build
         from tapt.indexer.encoding.models import resolve_model
 
         return AutoConfig.from_pretrained(resolve_model(encoder.spec))
@@ -259,6 +264,7 @@ def make_encoder(variant: str, spec: str | None, device: str, threads: int | Non
             raise SystemExit(f"{variant} is a CUDA variant; on the CPU use torch (fp32)")
         return SentenceTransformerEncoder(spec, device=device, dtype=dtype)
     if variant == "onnx-plain":  # the fp32 path before fusion: the plain trace, batches of texts
+        # internal: the encoders and their backends timed apart from a build
         from tapt.indexer.encoding.onnx_encoder import OnnxEncoder
 
         return OnnxEncoder(SentenceTransformerEncoder(spec, device="cpu"), "onnx", threads=threads,
@@ -290,8 +296,13 @@ def build_and_agree(pool: Path, encoders: dict[str, Any], batch_size: int, seeds
                     k: int = 50) -> tuple[dict[str, Any], dict[str, Any]]:
     """Build one index of `pool` per backend (timed end to end) and compare the tool's own centroid
     and kNN selections at the oracle budget with the reference backend's (the first one)."""
+    from tapt import Index
+
+    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
+    #   whole; oracle labels and metrics per sentence; tapt.evaluate reports only whole selections;
+    #   score arrays computed directly, below Index.select; rankings made and written below
+    #   Index.select
     from tapt.indexer.building.pipeline import BuildConfig, build_index
-    from tapt.indexer.index import Index
     from tapt.retriever.evaluation.oracle import sentence_labels
     from tapt.retriever.scoring.arrays import rows_of_segments
     from tapt.retriever.selections.make import SelectConfig, rank

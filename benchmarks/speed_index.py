@@ -106,8 +106,13 @@ def _own_cpu_seconds() -> float:
 
 def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[str, Any]:
     """Write an n-row index (all files but index.faiss) from the source index's rows + noise."""
+    from tapt import Index
+
+    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
+    #   whole; corpus reading and splitting timed apart from a build; the index's stores read or
+    #   written directly; no public call exposes them; tapt's atomic writes and hashes for the
+    #   results, reused, not copied
     from tapt.indexer.building.pipeline import DOCS, EMBEDDINGS, STORE, TOKENS
-    from tapt.indexer.index import Index
     from tapt.indexer.reading.splitter import segment_offsets
     from tapt.indexer.store.text_store import TextStoreWriter
     from tapt.util.files import sha256_file, write_json_atomic
@@ -166,6 +171,10 @@ def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[st
 
 def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
     """The FAISS index `request` picks within `memory`: first build, or `tapt index reindex`."""
+    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them; the
+    #   build's stages, executors or pipeline run apart; Index.build runs them only whole; the index's
+    #   stores read or written directly; no public call exposes them; tapt's atomic writes and hashes
+    #   for the results, reused, not copied
     from tapt.indexer.ann.index_choice import choose_index
     from tapt.indexer.building.ann_build import build_faiss_index
     from tapt.indexer.building.pipeline import EMBEDDINGS, FAISS
@@ -193,6 +202,8 @@ def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
 
 def step_exact(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict[str, Any]:
     """Exact top-k by brute force over the memory-mapped embeddings (after one warm-up read)."""
+    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them; the
+    #   build's stages, executors or pipeline run apart; Index.build runs them only whole
     from tapt.indexer.ann.ann_recall import ground_truth
     from tapt.indexer.building.pipeline import EMBEDDINGS
 
@@ -210,7 +221,9 @@ def step_exact(index_dir: str, queries_path: str, truth_path: str, k: int) -> di
 
 def step_centroid(index_dir: str, queries_path: str, repeats: int = 5) -> dict[str, Any]:
     """Domain-Cosine over every row: one warm-up pass, then `repeats` timed passes."""
-    from tapt.indexer.index import Index
+    from tapt import Index
+
+    # internal: score arrays computed directly, below Index.select
     from tapt.retriever.scoring import arrays
 
     ix = Index(index_dir)
@@ -230,11 +243,13 @@ def step_centroid(index_dir: str, queries_path: str, repeats: int = 5) -> dict[s
 
 def step_knn(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict[str, Any]:
     """Task queries through `Index.search` (approximate + exact rescoring) at the default."""
+    from tapt import Index
+
+    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them
     from tapt.indexer.ann.ann_recall import recall_at_k
     from tapt.indexer.ann.faiss_index import search_setting, set_search_param
     from tapt.indexer.ann.index_choice import rescore_k
     from tapt.indexer.ann.rescore import exact_topk
-    from tapt.indexer.index import Index
 
     ix = Index(index_dir)
     queries = np.load(queries_path)
@@ -267,7 +282,10 @@ def step_knn(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict
 
 def step_iforest(index_dir: str, queries_path: str, candidates: int, seed: int) -> dict[str, Any]:
     """Isolation Forest (200 trees) on the task + 10% corpus rows; score the top centroid rows."""
-    from tapt.indexer.index import Index
+    from tapt import Index
+
+    # internal: learned scorers fitted apart, below Index.select; score arrays computed directly,
+    #   below Index.select
     from tapt.retriever.learned.detectors import fit_detector
     from tapt.retriever.scoring import arrays
 
@@ -313,7 +331,7 @@ def task_queries(source: Path, task_file: Path, count: int, noise: float, seed: 
                  work: Path) -> tuple[Path, str]:
     """The task's embeddings (the real seed sentences, embedded with the index's model and
     cached), or, if the model cannot be loaded, perturbed source rows; and a description."""
-    from tapt.indexer.index import Index
+    from tapt import Index
 
     ix = Index(source)
     tag = hashlib.sha256(f"{task_file}:{count}".encode()).hexdigest()[:8]
@@ -321,6 +339,7 @@ def task_queries(source: Path, task_file: Path, count: int, noise: float, seed: 
     if path.exists():
         return path, json.loads(path.with_suffix(".json").read_text())["how"]
     try:
+        # internal: a task's reading and embedding cache, below Index.select
         from tapt.retriever.tasks.embedding import encode_cached
         from tapt.retriever.tasks.reading import load_task
 
@@ -356,6 +375,7 @@ def run_size(n: int, args: argparse.Namespace, source: Path, queries: Path, work
                                     args.seed)
     result["configs"] = []
     result["skipped"] = []
+    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them
     from tapt.indexer.ann.index_choice import MEDIUM_MAX
 
     for i, spec in enumerate(args.configs):
@@ -384,6 +404,7 @@ def run_size(n: int, args: argparse.Namespace, source: Path, queries: Path, work
 
 
 def _versions() -> dict[str, str]:
+    # internal: the results' version stamps and times, as tapt's own files carry them
     from tapt.util.versions import library_versions
 
     return library_versions()
@@ -510,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     source = find_source(args.source)
     queries, how = task_queries(source, args.task, args.queries, args.noise, args.seed, args.work)
-    from tapt.indexer.index import Index
+    from tapt import Index
 
     src = Index(source)
     dim = src.dim

@@ -39,10 +39,17 @@ from typing import Any
 
 import numpy as np
 
+from tapt import Index
+from tapt.extend import Stage
+
+# internal: FAISS index choice and ANN recall measured apart; no public call exposes them; the
+#   build's stages, executors or pipeline run apart; Index.build runs them only whole; the index's
+#   stores read or written directly; no public call exposes them; tapt's atomic writes and hashes for
+#   the results, reused, not copied
 from tapt.indexer.ann.index_choice import DEFAULT_MEMORY, choose_index
 from tapt.indexer.building import stages
 from tapt.indexer.building.checkpoint import Plan
-from tapt.indexer.building.executors import LocalExecutor, Stage
+from tapt.indexer.building.executors import LocalExecutor
 from tapt.indexer.building.pipeline import (
     BuildConfig,
     Built,
@@ -51,7 +58,6 @@ from tapt.indexer.building.pipeline import (
     publish,
     scan_corpus,
 )
-from tapt.indexer.index import Index
 from tapt.indexer.store.integrity import remember_index
 from tapt.indexer.store.manifest import EMBEDDINGS, TOKENS, shard_name
 from tapt.indexer.store.npy import NpyAppender, write_npy

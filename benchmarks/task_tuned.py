@@ -31,9 +31,15 @@ from typing import Any
 import numpy as np
 
 import tapt
+from tapt import Index
+
+# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
+#   tapt.bench_downstream run them only whole; the encoders and their backends timed apart from a
+#   build; oracle labels and metrics per sentence; tapt.evaluate reports only whole selections; tapt's
+#   atomic writes and hashes for the results, reused, not copied; the results' version stamps and
+#   times, as tapt's own files carry them
+from tapt.bench.labelled_pool import read_seed_sets, seed_subset
 from tapt.indexer.encoding.encoder import load_encoder
-from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.util.files import atomic_write, write_json_atomic

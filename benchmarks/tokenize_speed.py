@@ -34,6 +34,10 @@ from typing import Any, Callable
 import numpy as np
 
 from benchmarks.speed_encode import machine, read_jsonl
+
+# internal: the encoders and their backends timed apart from a build; tapt's atomic writes and
+#   hashes for the results, reused, not copied; a tapt helper, reused, not copied; the results'
+#   version stamps and times, as tapt's own files carry them
 from tapt.indexer.encoding.batching import CHUNK, token_lengths, tokenize
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.machine import usable_cores
@@ -69,6 +73,7 @@ def stubbed_cuda_path(model: str | None, texts: list[str], batch_size: int, repe
     padding one batch ahead, tensors and the loop: the rate no GPU can raise."""
     import torch
 
+    # internal: the encoders and their backends timed apart from a build
     from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
 
     encoder = SentenceTransformerEncoder(model, device="cpu")
@@ -136,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from transformers import AutoTokenizer
 
+    # internal: the encoders and their backends timed apart from a build
     from tapt.indexer.encoding.models import resolve_model
 
     texts = [r["text"] for r in read_jsonl(args.pool, args.n)]

@@ -50,6 +50,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+# internal: rankings made and written below Index.select
 from tapt.retriever.selections.file_format import SelectedSegment, read_manifest, write_selection  # noqa: E402
 
 CONDITIONS = ("random", "tapt", "centroid", "knn", "iforest", "iforest-w", "oracle")

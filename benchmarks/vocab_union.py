@@ -22,6 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.measure import traced, write_report
+
+# internal: corpus reading and splitting timed apart from a build; the results' version stamps and
+#   times, as tapt's own files carry them
 from tapt.indexer.reading import lexical
 from tapt.indexer.reading.lexical import union_vocabulary, write_union
 from tapt.util.versions import utc_now

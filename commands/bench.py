@@ -8,9 +8,8 @@ from pathlib import Path
 import click
 
 from tapt import api
-from tapt.api.options import CONTEXTS
 from tapt.commands.common import CLICK_SETTINGS, CommandGroup, _domain_errors, register
-from tapt.commands.options import SEED, _ints
+from tapt.commands.options import SEED, _config_options, _ints
 
 
 @register
@@ -20,41 +19,19 @@ def bench() -> None:
 
 
 @bench.command("recall", context_settings=CLICK_SETTINGS)
-@click.option("--pool", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Labelled pool JSONL(.gz): text, domain, doc, pos (indexed if no --index).")
-@click.option("--seeds", "seeds_dir", required=True, type=click.Path(exists=True, file_okay=False),
-              help="Directory of <domain>.jsonl.gz seed files.")
-@click.option("--index", "index", type=click.Path(exists=True, file_okay=False), default=None,
-              help="An index of the pool (built with --no-split) to reuse.")
-@click.option("--methods", default="all", show_default=True,
-              help="Comma-separated names, or all: every selection method at its defaults, "
-                   "the benchmark's named variants of them and the dsir baseline (an unknown "
-                   "name lists them all).")
-@click.option("--seed-sizes", default="100,500,2000", show_default=True)
-@click.option("--budgets", default="oracle,0.5x,2x", show_default=True,
-              help="Multiples of the oracle's size in sentences.")
-@click.option("--repeats", default=3, show_default=True, type=int,
-              help="Seed subsets per seed size smaller than the seed file.")
-@click.option("--segment-sizes", default="1,15", show_default=True,
-              help="Segment sizes for methods that score sentences (others rank at size 1).")
-@click.option("--domains", default=None, help="Only these domains (comma-separated).")
-@click.option("--context", "contexts", default="auto", show_default=True,
-              type=click.Choice(["auto", *CONTEXTS, "both"]),
-              help="How methods that score sentences are cut: by each sentence's own score, "
-                   "by its document's (rows named METHOD+document, see select --context), "
-                   "both side by side, or auto: what `tapt select` uses by default on this "
-                   "index (document where most sentences share a document).")
-@click.option("--label-field", default="domain", show_default=True)
-@click.option("--cache", default=".cache/bench", show_default=True, type=click.Path(file_okay=False),
-              help="Seed embeddings, DSIR features and a built index are kept here (a new, "
-                   "empty or earlier bench cache directory).")
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
-              help="Results directory: recall.json, recall.md, pr-<domain>.png (new, empty, or "
-                   "an earlier results directory).")
+@_config_options("recall", "pool",
+                 click.option("--seeds", required=True,
+                              type=click.Path(exists=True, file_okay=False),
+                              help="Directory of <domain>.jsonl.gz seed files."),
+                 "index", "methods", "seed_sizes", "budgets", "repeats", "segment_sizes",
+                 "domains", "context", "label_field", "cache",
+                 click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
+                              help="Results directory: recall.json, recall.md, pr-<domain>.png "
+                                   "(new, empty, or an earlier results directory)."))
 @click.pass_context
 @_domain_errors
-def bench_recall_command(ctx, pool, seeds_dir, index, methods, seed_sizes, budgets, repeats,
-                         segment_sizes, domains, contexts, label_field, cache, out) -> None:
+def bench_recall_command(ctx, seeds, out, methods, seed_sizes, segment_sizes, domains, context,
+                         **settings) -> None:
     """Precision, recall and F1 of every method against oracle selections, DSIR beside them.
 
     \b
@@ -65,13 +42,11 @@ def bench_recall_command(ctx, pool, seeds_dir, index, methods, seed_sizes, budge
           --out benchmarks/results/recall
     """
     report = api.bench_recall(
-        out, seeds=seeds_dir, pool=pool, index=index,
-        methods=[m.strip() for m in methods.split(",") if m.strip()],
-        seed_sizes=_ints(seed_sizes, "--seed-sizes"), budgets=budgets, repeats=repeats,
+        out, seeds=seeds, methods=[m.strip() for m in methods.split(",") if m.strip()],
+        seed_sizes=_ints(seed_sizes, "--seed-sizes"),
         segment_sizes=_ints(segment_sizes, "--segment-sizes"),
-        domains=domains.split(",") if domains else None,
-        contexts=CONTEXTS if contexts == "both" else (contexts,), label_field=label_field,
-        cache=cache, progress=ctx.obj["progress"])
+        domains=domains.split(",") if domains else None, context=context,
+        progress=ctx.obj["progress"], **settings)
     best = max((r for r in report["aggregate"] if r["domain"] == "all" and r["segment_size"] == 1),
                key=lambda r: r["f1"])
     click.echo(f"{len(report['results']):,} results in {report['seconds']:.0f} s; best mean F1 "

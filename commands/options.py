@@ -156,6 +156,8 @@ def _config_option(desc: dict) -> click.Option:
                             show_default=desc["show_default"], help=desc["help"])
     if choices is not None:
         type_ = click.Choice([str(c) for c in choices])
+    elif desc["path"] is not None:
+        type_ = click.Path(**desc["path"])
     elif kind is int:
         type_ = (click.IntRange(min=minimum, max=maximum)
                  if minimum is not None or maximum is not None else click.INT)

@@ -38,6 +38,27 @@ def whole_number(value: Any, param: str, minimum: int = 1, maximum: int | None =
     return int(value)
 
 
+def whole_numbers(value: Any, param: str, minimum: int = 1) -> tuple[int, ...]:
+    """Whole numbers given as a comma-separated string ("0,1,2"), one number, or a list or
+    tuple of them, as a tuple in the order given.
+
+    Raises:
+        InputError: something else, or a number below `minimum`.
+    """
+    if isinstance(value, str):
+        try:
+            value = [int(s) for s in value.split(",") if s.strip()]
+        except ValueError as exc:
+            raise InputError(f"must be whole numbers such as 0,1,2, got {value!r}",
+                             param=param) from exc
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = [int(value)]
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"must be whole numbers such as 0,1,2, got {shown(value)}",
+                         param=param)
+    return tuple(whole_number(s, param, minimum=minimum) for s in value)
+
+
 def shown(value: Any) -> str:
     """`repr(value)` for a message, cut short (a 400-digit integer, a long list)."""
     text = repr(value)

@@ -21,6 +21,7 @@ KINDS = {
     "add": (api.Index.add, ("index", "add"), ()),
     "train": (api.train, ("train",), ("selections", "out", "task_texts", "eval_texts")),
     "pretrain": (api.pretrain, ("pretrain",), ("out",)),
+    "recall": (api.bench_recall, ("bench", "recall"), ()),
     "downstream": (api.bench_downstream, ("bench", "downstream"), ()),
 }
 
@@ -90,8 +91,10 @@ def test_build_options_have_the_command_lines_names_and_defaults():
 
 
 def test_an_old_name_is_taken_for_one_release_with_a_warning(caplog):
+    from tapt.bench.recall_config import RecallConfig
     from tapt.indexer.building.build_config import BuildConfig
 
+    assert renamed_settings(RecallConfig) == {"contexts": "context"}   # as `select --context`
     assert renamed_settings(BuildConfig) == {"index_type": "index"}
     with caplog.at_level(logging.WARNING, logger="tapt"):
         got = config_settings("build", BuildConfig, {"index_type": "hnsw"}, ())

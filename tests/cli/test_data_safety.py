@@ -101,7 +101,7 @@ def test_train_out_is_never_an_input_an_index_or_a_foreign_folder(tmp_path, fake
 
 
 def test_bench_and_plot_outputs_follow_the_rule(run, fake_index, tmp_path):
-    from tapt.retriever.bench.run import check_bench_outputs
+    from tapt.bench.recall_run import check_bench_outputs
 
     folder = tmp_path / "results"
     folder.mkdir()

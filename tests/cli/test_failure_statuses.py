@@ -429,7 +429,7 @@ def test_counts_and_sizes_too_large_for_a_float_say_so():
                         (parse_memory, "1" + "0" * 400), (parse_memory, 10**400)):
         with pytest.raises(InputError, match="too large"):
             parse(spec)
-    from tapt.retriever.bench.recall import parse_budgets
+    from tapt.bench.recall import parse_budgets
 
     with pytest.raises(InputError, match="too large"):
         parse_budgets("oracle,1e400x")

@@ -218,7 +218,7 @@ def test_an_index_file_that_is_not_a_file_is_damage(fake_index, medical_task, tm
 def test_a_benchmark_feature_cache_entry_that_is_a_fifo_is_ignored_and_kept(tmp_path, caplog):
     from types import SimpleNamespace
 
-    from tapt.retriever.bench.run import dsir_features
+    from tapt.bench.recall_run import dsir_features
 
     index = SimpleNamespace(uuid="u1")
     fifo = tmp_path / "dsir-u1.npz"

@@ -53,3 +53,21 @@ def test_no_module_resolves_a_path_that_can_raise_on_a_loop() -> None:
     calls = {path.relative_to(ROOT).as_posix() for path in _package_modules()
              if ".resolve(" in path.read_text(encoding="utf-8")}
     assert not calls, calls
+
+
+def test_the_benchmarks_have_one_home() -> None:
+    """The benchmarks that ship with tapt are `tapt.bench`, a layer of its own between the API,
+    which keeps thin entries to them, and the trainer and retriever they measure; no other
+    package holds a benchmark's module."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    top = next(c["layers"] for c in contracts if c["type"] == "layers" and "containers" not in c)
+    assert top.index("tapt.api") + 1 == top.index("tapt.bench") == top.index("tapt.trainer") - 1
+    assert "tapt.bench" in config["tool"]["setuptools"]["packages"]
+    strays = [path.relative_to(ROOT).as_posix() for path in _package_modules()
+              if path.parent.name == "bench" or path.stem.startswith(("downstream", "bench"))]
+    assert all(name.startswith("bench/") or name in {"api/bench.py", "commands/bench.py",
+                                                     "commands/bench_downstream.py"}
+               for name in strays), strays

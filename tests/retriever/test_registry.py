@@ -70,8 +70,8 @@ def added_method(tmp_path, monkeypatch):
 
 
 def test_a_new_method_is_one_file(added_method, fake_index, medical_task, tmp_path, monkeypatch):
+    from tapt.bench.recall import all_methods
     from tapt.commands.selecting import _select_command
-    from tapt.retriever.bench.recall import all_methods
 
     assert "maxcos" in method_names() and added_method not in auto_candidates()
     assert "maxcos" in prerank_choices() and "maxcos" in all_methods()

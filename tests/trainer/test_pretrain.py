@@ -101,6 +101,8 @@ def test_bench_downstream_makes_the_general_model_once_and_checks_it(fake_index,
     from conftest import HashingEncoder, make_sentence
 
     monkeypatch.setenv("TAPT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("tapt.indexer.encoding.encoder.load_encoder",
+                        lambda *a, **k: HashingEncoder())       # the fake index's model
     monkeypatch.setitem(PRESETS["tiny"], "steps", 3)
     monkeypatch.setitem(PRESETS["tiny"], "sample", 100)
     rng = random.Random(5)
@@ -110,7 +112,7 @@ def test_bench_downstream_makes_the_general_model_once_and_checks_it(fake_index,
     labelled.write_text("".join(json.dumps(r) + "\n" for r in rows))
     settings = dict(preset="tiny", conditions="none,random", budget="20sent", steps=2,
                     batch_size=4, max_length=16, folds=3, ft_epochs=1, group_field="doc",
-                    encoder=HashingEncoder(), progress=False)
+                    progress=False)
     first = api.bench_downstream(fake_index, labelled, tmp_path / "r1", **settings)
     general = first["settings"]["general_model"]
     assert not general["reused"] and general["steps"] == 3

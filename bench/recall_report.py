@@ -83,7 +83,7 @@ def markdown(agg: list[dict], budgets: list[str]) -> str:
 def plot_pr_curves(curves: dict[str, dict[str, dict]], out_dir: Path,
                    oracle_sizes: dict[str, int]) -> list[Path]:
     """One small PNG per domain: precision against recall for every budget-independent method."""
-    from tapt.retriever.bench import optional
+    from tapt.bench import optional
 
     optional("matplotlib").use("Agg")
     import matplotlib.pyplot as plt

@@ -50,7 +50,7 @@ def plot_domains(index: Index, out: Path, label_field: str = "domain", sample: i
     command wrote; never another file, an input or a file inside an index. `color_by`: a field
     (default `label_field`) or "score" (the selected sentences by their segment's score, the
     others grey; needs `selection`)."""
-    from tapt.retriever.bench import optional
+    from tapt.bench import optional
     from tapt.retriever.selections.file_format import iter_selection, manifest_path
     from tapt.util.safety import check_output
 

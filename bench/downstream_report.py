@@ -14,8 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tapt.trainer import downstream_stats as stats
-from tapt.trainer.downstream import classification_scores
+from tapt.bench import downstream_stats as stats
+from tapt.bench.downstream_finetune import classification_scores
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
 

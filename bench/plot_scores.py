@@ -19,8 +19,8 @@ def plot_scores(selection: Path, out: Path, bins: int = 40) -> dict:
     Returns:
         {"selected", "sampled", "cut"}: what was drawn.
     """
-    from tapt.retriever.bench import optional
-    from tapt.retriever.bench.plot_domains import tapt_png, write_png
+    from tapt.bench import optional
+    from tapt.bench.plot_domains import tapt_png, write_png
     from tapt.retriever.selections.file_format import manifest_path
     from tapt.retriever.selections.selection import Selection
     from tapt.util.safety import check_output

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from conftest import COMMON, TOPICS, HashingEncoder, make_sentence
 from tapt import api
+from tapt.bench.downstream_config import CONDITIONS
 from tapt.errors import InputError, TaptError
 from tiny_model import write_tiny_bert
 
@@ -22,6 +23,13 @@ SMALL = dict(budget="40sent", steps=3, batch_size=4, max_length=16, folds=4,
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(autouse=True)
+def hashing_model(monkeypatch):
+    """The fake index was built with the hashing encoder: every model a selection loads is it."""
+    monkeypatch.setattr("tapt.indexer.encoding.encoder.load_encoder",
+                        lambda *a, **k: HashingEncoder())
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +48,15 @@ def env(tmp_path_factory):
 
 def run(fake_index, env, out, **kw):
     settings = {**SMALL, **kw}
-    return api.bench_downstream(fake_index, env["labelled"], out, model=env["model"],
-                                encoder=HashingEncoder(), **settings)
+    return api.bench_downstream(fake_index, env["labelled"], out, model=env["model"], **settings)
 
 
 def test_every_condition_report_and_resume(fake_index, env, monkeypatch):
-    import tapt.trainer.downstream as downstream
+    import tapt.bench.downstream_finetune as downstream
 
     out = env["base"] / "report"
     report = run(fake_index, env, out)
-    assert [r["condition"] for r in report["aggregate"]] == list(api.downstream.CONDITIONS)
+    assert [r["condition"] for r in report["aggregate"]] == list(CONDITIONS)
     assert report["examples"] == 48 and report["groups"] == 16 and report["folds"] == 4
     for row in report["aggregate"]:
         assert 0.0 <= row["accuracy"] <= 1.0 and 0.0 <= row["macro_f1"] <= 1.0
@@ -66,7 +73,7 @@ def test_every_condition_report_and_resume(fake_index, env, monkeypatch):
     assert set(by["fused"]["oracle_share"]) >= {"share", "share_ci_low", "share_ci_high"}
     assert "oracle_share" not in by["random"] and "oracle_share" not in by["oracle"]
     records = {r["condition"]: r for r in report["records"]}
-    assert set(records) == set(api.downstream.CONDITIONS) - {"random"}
+    assert set(records) == set(CONDITIONS) - {"random"}
     assert set(records["fused"]) >= {"task", "condition", "delta_vs_random", "ci_low", "ci_high",
                                      "oracle_share", "share_ci_low"}
     assert len(report["per_fold"]["fused"]["vs_random"][0]) == 4      # [seed][fold]
@@ -74,7 +81,7 @@ def test_every_condition_report_and_resume(fake_index, env, monkeypatch):
     assert len(record["pretrain"]["loss_curve"]) == 3
     assert len(record["predicted"]) == 48 and len(record["finetune_loss_curves"]) == 4
     assert not (out / "runs" / "centroid-seed0" / "model").exists()   # deleted once scored
-    assert (out / "report.md").read_text().count("\n| ") == 1 + len(api.downstream.CONDITIONS)
+    assert (out / "report.md").read_text().count("\n| ") == 1 + len(CONDITIONS)
     assert json.loads((out / "report.json").read_text())["aggregate"] == report["aggregate"]
 
     calls = []
@@ -87,7 +94,7 @@ def test_every_condition_report_and_resume(fake_index, env, monkeypatch):
 
 
 def test_every_example_is_tested_once_per_seed_by_folds_of_whole_documents():
-    from tapt.trainer.downstream_data import LabelledSet, group_folds
+    from tapt.bench.downstream_data import LabelledSet, group_folds
 
     rng = random.Random(3)
     groups = [f"d{g}" for g in range(30) for _ in range(rng.randint(1, 6))]
@@ -108,7 +115,7 @@ def test_every_example_is_tested_once_per_seed_by_folds_of_whole_documents():
 
 
 def test_intervals_cover_a_known_difference_and_the_share():
-    from tapt.trainer import downstream_stats as stats
+    from tapt.bench import downstream_stats as stats
 
     rng = np.random.default_rng(0)
     n, groups = 2000, np.repeat(np.arange(400), 5)

@@ -1,5 +1,5 @@
-"""`tapt.bench_downstream` (`tapt bench downstream`): what continued pretraining on a selection
-is worth on a labelled task of the domain, at equal compute.
+"""The downstream benchmark (`tapt.bench_downstream`, `tapt bench downstream`): what continued
+pretraining on a selection is worth on a labelled task of the domain, at equal compute.
 
 Protocol (Don't Stop Pretraining's, at a size that runs where you are):
 
@@ -32,19 +32,26 @@ import json
 import logging
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from tapt.api.arguments import PathLike
+from tapt.bench.downstream_config import DownstreamConfig
 from tapt.errors import InputError
-from tapt.trainer.downstream_config import CONDITIONS, DownstreamConfig
-from tapt.util.checks import path_text
-
-__all__ = ["CONDITIONS", "DownstreamConfig", "bench_downstream", "general_model"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ApiCalls:
+    """What the benchmark takes from the Python API above it (`tapt.api` hands them down):
+    opening an index that selects, `tapt.train` and `tapt.pretrain`."""
+
+    open_index: Callable[..., Any]
+    train: Callable[..., dict[str, Any]]
+    pretrain: Callable[..., dict[str, Any]]
 
 SETTINGS = "settings.json"
 RESULT = "result.json"
@@ -150,7 +157,8 @@ def _oracle_share(selection: Any, field: str | None, value: str | None) -> float
     return round(inside / total, 4) if total else None
 
 
-def general_model(ix: Any, preset: str, *, device: str = "cpu", fallback: Path,
+def general_model(ix: Any, preset: str, *, pretrain: Callable[..., dict[str, Any]],
+                  device: str = "cpu", fallback: Path,
                   progress: bool = True) -> tuple[str, dict[str, Any]]:
     """The general model of an index at a preset size: made once by `pretrain` (seed 0) and
     kept in the user cache directory (`general-models/<key>`, keyed by the index's identity and
@@ -160,6 +168,7 @@ def general_model(ix: Any, preset: str, *, device: str = "cpu", fallback: Path,
     Args:
         ix: The open index.
         preset: The size (`tapt.modeling.scratch.PRESETS`).
+        pretrain: `tapt.pretrain`.
         device: cpu or cuda (where it trains; not part of the key).
         fallback: Where to make it without a writable cache.
         progress: Show progress bars.
@@ -169,7 +178,6 @@ def general_model(ix: Any, preset: str, *, device: str = "cpu", fallback: Path,
     """
     import fcntl
 
-    from tapt.api.training import pretrain
     from tapt.trainer.outdir import finished_manifest
     from tapt.trainer.pretrain import PretrainConfig
     from tapt.util.cache import warn_once, writable_cache
@@ -215,50 +223,34 @@ def general_model(ix: Any, preset: str, *, device: str = "cpu", fallback: Path,
                        "shape": done.get("pretrain", {}).get("shape")}
 
 
-def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
-                     progress: bool = True, encoder: Any = None,
-                     **settings: Any) -> dict[str, Any]:
-    """Cross-validated accuracy on a labelled task after equal-compute continued pretraining on
-    each condition's data (`tapt bench downstream`); resumable, one folder per configuration.
+def run_downstream(index: str, labelled_path: str, out_path: Path, config: DownstreamConfig,
+                   calls: ApiCalls, *, progress: bool = True) -> dict[str, Any]:
+    """Run the benchmark of `config` (`tapt.bench_downstream`, which checks the arguments)
+    into the report folder `out_path`: the runs not finished before, then the report.
 
     Args:
-        index: The index to select from.
-        labelled: JSON Lines (optionally gzipped) of labelled examples.
-        out: The report folder (new, empty, or an earlier report of the same settings).
+        index: The index's path.
+        labelled_path: The labelled examples' file.
+        out_path: The report folder.
+        config: The settings.
+        calls: The API's calls the runs make.
         progress: Show progress bars.
-        encoder: An encoder object for embedding the task (for tests).
-        **settings: `DownstreamConfig`'s fields by name (each with its default there): task,
-            task_name, text_field, label_field, group_field, oracle_field, oracle_value,
-            conditions (none, random, task, oracle, or selection methods), seeds, folds,
-            budget, model (a masked LM to start from instead of a general model), preset
-            (the general model's size), steps, batch_size, max_length, lr (continued
-            pretraining), ft_mode (full or probe), ft_epochs, ft_steps, ft_batch_size, ft_lr,
-            device, keep_models.
 
     Returns:
         The report (also in OUT/report.json, OUT/report.md and OUT/gains.png).
-
-    Raises:
-        InputError: a bad setting (named) or labelled file, a folder of another configuration.
-        OutputError: `out` holds something that is not such a report.
     """
     from tqdm.auto import tqdm
 
-    from tapt.api.index import Index
-    from tapt.api.options import config_settings
+    from tapt.bench.downstream_data import describe_folds, group_folds, read_labelled
+    from tapt.bench.downstream_report import build_report, write_report
     from tapt.retriever.tasks.forms import task_paths
-    from tapt.trainer.downstream_data import describe_folds, group_folds, read_labelled
-    from tapt.trainer.downstream_report import build_report, write_report
     from tapt.util.files import sha256_file
 
-    out_path = Path(path_text(out, "out"))
-    labelled_path = path_text(labelled, "labelled")
-    config = DownstreamConfig(**config_settings("downstream", DownstreamConfig, settings, ()))
     ft = config.finetune()
     data = read_labelled(labelled_path, config.text_field, config.label_field,
                          config.group_field)
     fold_of = [group_folds(data, config.folds, seed) for seed in config.seeds]  # refused first
-    ix = Index.open(index)
+    ix = calls.open_index(index)
     task = config.task
     task_value: Any = list(data.texts) if task is None else task
     task_files = [str(p) for p in task_paths(task)] if task is not None else []
@@ -279,8 +271,9 @@ def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
     }
     _prepare_out(out_path, settings, [str(ix.path), labelled_path, *task_files])
     if config.model is None:
-        start, general = general_model(ix, config.preset, device=config.device,
-                                       fallback=out_path / "general", progress=progress)
+        start, general = general_model(ix, config.preset, pretrain=calls.pretrain,
+                                       device=config.device, fallback=out_path / "general",
+                                       progress=progress)
         general["description"] = (f"a general model pretrained from scratch ({config.preset} "
                                   f"preset: {general['steps']:,} steps on "
                                   f"{(general.get('sample') or {}).get('sentences', 0):,} "
@@ -292,7 +285,7 @@ def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
     for i, g in enumerate(group_of):
         documents[g].append(data.texts[i])
     context = {"ix": ix, "data": data, "settings": settings, "ft": ft, "task": task_value,
-               "documents": documents, "start": start, "encoder": encoder,
+               "documents": documents, "start": start, "train": calls.train,
                "device": config.device, "keep_models": config.keep_models,
                "progress": progress}
     runs = [(c, s, f) for s, f in zip(config.seeds, fold_of) for c in config.conditions]
@@ -315,10 +308,9 @@ def bench_downstream(index: PathLike, labelled: PathLike, out: PathLike, *,
 def _run(context: dict[str, Any], run_dir: Path, condition: str, seed: int,
          fold_of: np.ndarray) -> dict[str, Any]:
     """One (condition, seed): its completion record, read back when it was run before."""
-    from tapt.api.training import train
+    from tapt.bench.downstream_finetune import cross_validate
     from tapt.retriever.selections.file_format import is_unchanged_selection
     from tapt.retriever.selections.selection import Selection
-    from tapt.trainer.downstream import cross_validate
     from tapt.trainer.evaluate import document_losses
     from tapt.util.files import write_json_atomic
 
@@ -354,7 +346,7 @@ def _run(context: dict[str, Any], run_dir: Path, condition: str, seed: int,
                 selection = ix.select(condition, task=context["task"],
                                       budget=settings["budget"], seed=seed,
                                       text_field=settings["text_field"],
-                                      encoder=context["encoder"], progress=context["progress"])
+                                      progress=context["progress"])
             if selection.path is None:
                 selection.write(sel_path, overwrite=True)
             selection_info = {**selection.counts,
@@ -363,7 +355,7 @@ def _run(context: dict[str, Any], run_dir: Path, condition: str, seed: int,
             train_args["selections"] = str(sel_path)
         seconds["select"] = round(time.perf_counter() - t0, 2)
         t0 = time.perf_counter()
-        manifest = train(train_args.pop("selections", []), run_dir / "model", model=model,
+        manifest = context["train"](train_args.pop("selections", []), run_dir / "model", model=model,
                          steps=p["steps"], batch_size=p["batch_size"],
                          max_length=p["max_length"], lr=p["lr"], seed=seed,
                          device=context["device"], resume=True, delete_checkpoints=True,

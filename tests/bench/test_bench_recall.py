@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from conftest import HashingEncoder, make_sentence
+from tapt.bench import recall, recall_report
+from tapt.bench.clusters import cluster_purity, purity
+from tapt.bench.labelled_pool import seed_subset
+from tapt.bench.recall_run import bench_recall
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever.bench import recall, recall_report
-from tapt.retriever.bench.clusters import cluster_purity, purity
-from tapt.retriever.bench.labelled_pool import seed_subset
-from tapt.retriever.bench.run import bench_recall
 from tapt.retriever.evaluation.metrics import selection_scores
 
 
@@ -198,3 +198,18 @@ def test_bench_recall_default_context_rows(fake_index, labelled_corpus, seeds_di
         return [(r["domain"], r["precision"]) for r in rep["results"]
                 if r["method"] == "centroid+document"]
     assert pooled(both) == pooled(report)
+
+
+def test_recall_settings_take_lists_or_comma_separated_text():
+    from tapt.bench.recall_config import RecallConfig
+
+    given = RecallConfig(methods="centroid, knn", seed_sizes="30,100", segment_sizes=[1, 4],
+                         domains="a,b", context="both")
+    assert (given.methods, given.seed_sizes, given.segment_sizes, given.domains, given.context) \
+        == (("centroid", "knn"), (30, 100), (1, 4), ("a", "b"), ("sentence", "document"))
+    assert RecallConfig().methods == ("all",) and RecallConfig().context == ("auto",)
+    assert RecallConfig(context=["auto", "document"]).context == ("auto", "document")
+    for bad in ({"seed_sizes": "30,x"}, {"repeats": 0}, {"methods": 3}, {"budgets": 2}):
+        with pytest.raises(InputError) as err:
+            RecallConfig(**bad)
+        assert err.value.param == next(iter(bad))

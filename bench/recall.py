@@ -25,9 +25,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from tapt.bench.labelled_pool import SeedSet, seed_subset
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever.bench.labelled_pool import SeedSet, seed_subset
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.methods import CorpusCache, Memo, RankingInputs, get_method
 from tapt.retriever.methods import methods as registered

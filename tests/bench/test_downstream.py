@@ -1,4 +1,4 @@
-"""Downstream classification fine-tuning (`trainer.downstream`), the linear probe, its labelled
+"""Downstream classification fine-tuning (`bench.downstream_finetune`), the linear probe, its labelled
 data and cross-validation folds."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from conftest import COMMON, TOPICS, make_sentence
-from tapt.errors import InputError
-from tapt.trainer.downstream import (
+from tapt.bench.downstream_data import group_folds, read_labelled
+from tapt.bench.downstream_finetune import (
     FinetuneSettings,
     classification_scores,
     cross_validate,
     finetune_classifier,
 )
-from tapt.trainer.downstream_data import group_folds, read_labelled
+from tapt.errors import InputError
 from tiny_model import write_tiny_bert
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

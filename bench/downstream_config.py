@@ -6,13 +6,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
+from tapt.bench.downstream_finetune import FINETUNE_MODES, FinetuneSettings
 from tapt.errors import InputError
 from tapt.modeling.scratch import PRESETS
 from tapt.trainer.config import DEVICES, MAX_COUNT
-from tapt.trainer.downstream import FINETUNE_MODES, FinetuneSettings
-from tapt.util.checks import choice, path_text, real_number, shown, whole_number
+from tapt.util.checks import (
+    choice,
+    path_text,
+    real_number,
+    shown,
+    whole_number,
+    whole_numbers,
+)
 
 CONDITIONS = ("none", "random", "task", "centroid", "knn", "fused", "oracle")
 NOT_METHODS = ("none", "task", "oracle")
@@ -40,18 +45,7 @@ def _conditions(value: Any) -> tuple[str, ...]:
 
 
 def _seeds(value: Any) -> tuple[int, ...]:
-    if isinstance(value, str):
-        try:
-            value = [int(s) for s in value.split(",") if s.strip()]
-        except ValueError as exc:
-            raise InputError(f"must be whole numbers such as 0,1,2, got {value!r}",
-                             param="seeds") from exc
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        value = [int(value)]
-    if not isinstance(value, (list, tuple)):
-        raise InputError(f"must be whole numbers such as 0,1,2, got {shown(value)}",
-                         param="seeds")
-    out = tuple(dict.fromkeys(whole_number(s, "seeds", minimum=0) for s in value))
+    out = tuple(dict.fromkeys(whole_numbers(value, "seeds", minimum=0)))
     if not out:
         raise InputError("give at least one seed", param="seeds")
     return out

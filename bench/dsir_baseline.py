@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from tapt.retriever.bench import optional
+from tapt.bench import optional
 
 NUM_BUCKETS = 10_000
 NGRAMS = 2

@@ -12,10 +12,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tapt.bench import recall, recall_report
+from tapt.bench.labelled_pool import read_seed_sets
 from tapt.errors import InputError
 from tapt.indexer.index import Index
-from tapt.retriever.bench import recall, recall_report
-from tapt.retriever.bench.labelled_pool import read_seed_sets
 from tapt.retriever.evaluation.oracle import sentence_labels
 from tapt.util.files import (
     IrregularFileError,
@@ -98,7 +98,7 @@ def seed_embeddings(index: Index, seed_sets, cache: Path, encoder=None) -> dict[
 
 
 def dsir_features(index: Index, texts: list[str], cache: Path, progress: bool):
-    from tapt.retriever.bench.dsir_baseline import PoolFeatures
+    from tapt.bench.dsir_baseline import PoolFeatures
 
     path = cache / f"dsir-{index.uuid}.npz"
     regular = not path.is_symlink()
@@ -120,7 +120,7 @@ def dsir_features(index: Index, texts: list[str], cache: Path, progress: bool):
 def dsir_library_check(shared: recall.Shared, seed_set, progress: bool = True
                        ) -> dict[str, Any]:
     """Run the package end to end once; compare its weights with the cached path's."""
-    from tapt.retriever.bench.dsir_baseline import run_library
+    from tapt.bench.dsir_baseline import run_library
 
     weights, seconds = run_library(shared.texts, seed_set.texts, progress=progress)
     mine = shared.dsir.weights(seed_set.texts)
