@@ -22,7 +22,7 @@ class IndexBuilding:
               hf_datasets: Sequence[str] = (), executor: Any = "local",
               ray_address: str | None = None, ray_workers: int | None = None,
               gpus_per_worker: float | None = None, ray_timeout: float | None = None,
-              ray_retries: int | None = None, encoder: Any = None, **settings: Any) -> Self:
+              ray_retries: int | None = None, **settings: Any) -> Self:
         """Embed a corpus into a new index (the options of `tapt index build`).
 
         An interrupted build is resumed by the same call.
@@ -32,7 +32,8 @@ class IndexBuilding:
                 CSV/TSV, Parquet, Arrow, Hugging Face save_to_disk folders; compressed too).
             out: The index directory to create.
             model: Sentence-transformers model directory or hub name (default: the packaged
-                all-MiniLM-L6-v2).
+                all-MiniLM-L6-v2), or the name of an encoder registered with
+                `tapt.extend.register_encoder`.
             device: auto, cpu or cuda.
             backend: auto, torch, onnx or onnx-int8.
             hf_datasets: Hugging Face Hub datasets to stream too ("NAME" or "NAME:CONFIG").
@@ -44,7 +45,6 @@ class IndexBuilding:
             gpus_per_worker: executor "ray": GPUs per embedding actor.
             ray_timeout: executor "ray": seconds without a finished task before a stage fails.
             ray_retries: executor "ray": restarts of a dead actor and retries of a task.
-            encoder: An encoder object to use instead of loading `model`.
             **settings: The build's settings, `BuildConfig`'s fields by name, each defaulting
                 to the field's default (the options of `tapt index build`, `-` for `_`):
                 segment_size, batch_size, part_size, split, text_field, doc_field, text_docs,
@@ -74,9 +74,9 @@ class IndexBuilding:
         with _runner(executor, config.progress, ray_address=ray_address, ray_workers=ray_workers,
                      gpus_per_worker=gpus_per_worker, ray_timeout=ray_timeout,
                      ray_retries=ray_retries) as runner:
-            spec = None if encoder is not None else EncoderSpec(model, device, backend)
+            spec = EncoderSpec(model, device, backend)
             # the model loads once the corpus is scanned: its mistakes are refused first
-            build_index(inputs, out, encoder, config,
+            build_index(inputs, out, None, config,
                         executor=None if isinstance(runner, str) else runner, encoder_spec=spec)
         return cls(out)
 
@@ -85,7 +85,7 @@ class IndexBuilding:
             executor: Any = "local", ray_address: str | None = None,
             ray_workers: int | None = None, gpus_per_worker: float | None = None,
             ray_timeout: float | None = None, ray_retries: int | None = None,
-            encoder: Any = None, **settings: Any) -> dict[str, Any]:
+            **settings: Any) -> dict[str, Any]:
         """Append the documents of `inputs` the index does not hold yet, as new shards
         (`tapt index add`); existing ids never change.
 
@@ -102,7 +102,6 @@ class IndexBuilding:
             gpus_per_worker: executor "ray": GPUs per embedding actor.
             ray_timeout: executor "ray": seconds without a finished task before a stage fails.
             ray_retries: executor "ray": restarts of a dead actor and retries of a task.
-            encoder: An encoder object to use instead of loading the model.
             **settings: The options of `tapt index add` that are `BuildConfig` fields, by the
                 field's name: batch_size, text_field, doc_field, text_docs and invalid_utf8
                 (each defaulting to the build's), input_format, hf_split, strict, shards,
@@ -123,7 +122,7 @@ class IndexBuilding:
         inputs = _inputs(inputs, hf_datasets, settings.get("hf_split"))
         check_add_inputs(self.path, inputs)  # before the model is loaded
         # loaded (and checked) once the new inputs are scanned: their mistakes are refused first
-        encoder = self._checked_encoder(encoder, model, device, backend)
+        encoder = self._lazy_encoder(model, device, backend)
         with _runner(executor, settings.get("progress", True), ray_address=ray_address,
                      ray_workers=ray_workers, gpus_per_worker=gpus_per_worker,
                      ray_timeout=ray_timeout, ray_retries=ray_retries) as runner:

@@ -330,7 +330,7 @@ class Index(IndexBuilding, _IndexBase):
                segment_size: int | None = None, seed: int = 0, context: str = "auto",
                text_field: str = "text", model: str | None = None, device: str = "auto",
                backend: str = "auto", batch_size: int = 64, progress: bool = False,
-               encoder: Any = None, out: PathLike | None = None, overwrite: bool = False,
+               out: PathLike | None = None, overwrite: bool = False,
                explicit: Iterable[str] | None = None, explain: bool = False,
                **params: Any) -> Selection:
         """Select the segments most like a task (`tapt select METHOD`).
@@ -359,10 +359,9 @@ class Index(IndexBuilding, _IndexBase):
             device: auto, cpu or cuda (for embedding the task).
             backend: auto (the index's), torch, onnx or onnx-int8.
             batch_size: Task sentences per encoder batch.
-            progress: Show a progress bar while the task is embedded.
-            encoder: An encoder object to use instead of loading the model (for tests).
-                Without one, the index's model is loaded on the first task that is not in
-                the task cache, and kept for later calls.
+            progress: Show a progress bar while the task is embedded (the index's model
+                is loaded on the first task that is not in the task cache, and kept for later
+                calls).
             out: Also write the selection file there (`Selection.write`); the path is
                 checked before any slow work.
             overwrite: Replace a selection tapt wrote at `out` that was edited since.
@@ -408,8 +407,9 @@ class Index(IndexBuilding, _IndexBase):
             raise InputError(f"{config.method} needs a task", param="task")
         if task is not None:
             task_input = self._task(task, text_field)
+        encoder = None
         if config.uses_embeddings and task_input is not None and task_input.embeddings is None:
-            encoder = self._checked_encoder(encoder, model, device, backend)
+            encoder = self._lazy_encoder(model, device, backend)
         if self._corpus is None:
             self._corpus = CorpusCache(self)
         selection = make_selection(self, config, task_input, encoder=encoder,
@@ -420,8 +420,8 @@ class Index(IndexBuilding, _IndexBase):
         return selection
 
     def embed(self, texts: Sequence[str], *, model: str | None = None, device: str = "auto",
-              backend: str = "auto", batch_size: int = 64, progress: bool = False,
-              encoder: Any = None) -> np.ndarray:
+              backend: str = "auto", batch_size: int = 64,
+              progress: bool = False) -> np.ndarray:
         """Embeddings of `texts` by the index's model, as a selection embeds a task: an array
         `select(..., task=array)` takes (one row per string; no sentence splitting).
 
@@ -432,7 +432,6 @@ class Index(IndexBuilding, _IndexBase):
             backend: auto (the index's), torch, onnx or onnx-int8.
             batch_size: Strings per encoder batch.
             progress: Show a progress bar.
-            encoder: An encoder object to use instead of loading the model (for tests).
 
         Returns:
             (len(texts), dim) float32 L2-normalised rows.
@@ -452,21 +451,13 @@ class Index(IndexBuilding, _IndexBase):
         texts = list(texts)
         if not all(isinstance(t, str) for t in texts):
             raise InputError("every item must be a string", param="texts")
-        checked = self._checked_encoder(encoder, model, device, backend)
-        embeddings, _ = encode_cached(checked.get(), texts, batch_size=batch_size,
-                                      progress=progress)
+        encoder = self._lazy_encoder(model, device, backend).get()
+        embeddings, _ = encode_cached(encoder, texts, batch_size=batch_size, progress=progress)
         return embeddings
 
-    def _checked_encoder(self, encoder: Any, model: str | None, device: str, backend: str):
-        """The encoder to use, checked, as a `LazyEncoder` (the index's own model loads on
-        first use and is kept for later calls)."""
-        if encoder is not None:
-            missing = [a for a in ("encode", "dim", "name") if not hasattr(encoder, a)]
-            if missing:
-                raise InputError(f"{type(encoder).__name__} is not an encoder: it has no "
-                                 f"{', '.join(missing)} (see tapt.indexer.encoding.encoder.Encoder)",
-                                 param="encoder")
-            return self.lazy_encoder(encoder=encoder)
+    def _lazy_encoder(self, model: str | None, device: str, backend: str):
+        """The index's model (or `model`) as a `LazyEncoder`: loaded and checked on first
+        use, and kept for later calls."""
         key = (model, device, backend)
         if key not in self._encoders:
             self._encoders[key] = self.lazy_encoder(model, device, backend)

@@ -29,7 +29,8 @@ class Registry(Generic[T]):
 
     Args:
         kind: What they are, for messages ("method", "format", "executor").
-        package: The package whose modules are the built-in extensions.
+        package: The package whose modules are the built-in extensions (None: there are
+            none; every one is registered from a module of its own).
         infrastructure: Modules of that package that hold no extension (not imported by
             `load`; modules whose names start with `_` never are).
         origin: Where an extension was defined (default: its class's module and name), so
@@ -37,7 +38,7 @@ class Registry(Generic[T]):
             is refused.
     """
 
-    def __init__(self, kind: str, package: str, infrastructure: Collection[str] = (),
+    def __init__(self, kind: str, package: str | None, infrastructure: Collection[str] = (),
                  origin: Callable[[T], str] = _origin) -> None:
         self.kind, self.package, self.origin = kind, package, origin
         self.infrastructure = frozenset(infrastructure)
@@ -58,8 +59,8 @@ class Registry(Generic[T]):
         """Import every extension module of the package (once)."""
         if self.loaded:
             return
-        package = importlib.import_module(self.package)
-        for module in pkgutil.iter_modules(package.__path__):
+        package = importlib.import_module(self.package) if self.package else None
+        for module in pkgutil.iter_modules(package.__path__ if package else []):
             if module.name not in self.infrastructure and not module.name.startswith("_"):
                 importlib.import_module(f"{self.package}.{module.name}")
         self.loaded = True

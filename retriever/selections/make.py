@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 # The keywords of `tapt.Index.select` besides the method's own parameters: a misspelt one
 # (`budjet=`) is named with the closest of these or of the method's parameters.
 SELECT_KEYWORDS = ("task", "budget", "segment_size", "seed", "context", "text_field", "model",
-                   "device", "backend", "batch_size", "progress", "encoder", "out", "overwrite",
+                   "device", "backend", "batch_size", "progress", "out", "overwrite",
                    "explicit", "explain")
 
 

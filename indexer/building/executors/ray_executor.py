@@ -83,14 +83,17 @@ log = logging.getLogger(__name__)
 
 def worker_source(encoder: EncoderSource) -> EncoderSource:
     """What an actor loads its model from: the build's spec; else, for tapt's own encoders,
-    their model and backend; else a copy of the encoder object (small test encoders).
+    their model and backend; else a copy of the encoder object (an encoder registered in this
+    process, which a worker's registry may not hold; small test encoders).
 
     Raises:
         InputError: none of these can reach another process.
     """
     from ray import cloudpickle
 
-    if encoder.spec is not None:
+    from tapt.indexer.encoding.registered import registered
+
+    if encoder.spec is not None and not registered(encoder.spec.model):
         return EncoderSource(None, encoder.spec)
     loaded = encoder.get()
     if type(loaded).__module__.startswith("tapt.indexer."):  # tapt's own: loaded by its spec
