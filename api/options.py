@@ -137,13 +137,14 @@ def method_params(method: Any) -> list[dict[str, Any]]:
     return out
 
 
-CONFIG_KINDS = ("build", "add", "train", "pretrain", "downstream")
+CONFIG_KINDS = ("build", "add", "train", "pretrain", "downstream", "select", "serve")
 
 
 def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]:
-    """The options of `index build`, `index add`, `train` or `pretrain` that are fields of
-    their config dataclass (`BuildConfig`, `TrainConfig`, `PretrainConfig`), as the command line
-    makes its options from them:
+    """The options of `index build`, `index add`, `train`, `pretrain`, `bench downstream`,
+    `select METHOD` or `index serve` that are fields of their settings dataclass
+    (`BuildConfig`, `TrainConfig`, `PretrainConfig`, `DownstreamConfig`, `SelectSettings`,
+    `ServeSettings`), as the command line makes its options from them:
     each field whose metadata has a `help` (for "add": an `add` entry too, whose keys override
     the build's; `from_index`: defaults to what the index was built with).
 
@@ -154,7 +155,9 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
     Returns:
         One dict per option, in field order: name (the field's), flag ("--segment-size", or
             "--split/--no-split"), kind (int, float, str or bool), default, choices (None when
-            free), minimum, maximum, metavar, show_default and help.
+            free), minimum, maximum, min_open (the minimum excluded), metavar, short (a
+            one-letter flag or None), required (on the command line), path (None, or the
+            keywords of a `click.Path` the value is), show_default and help.
 
     Raises:
         InputError: an unknown kind.
@@ -185,7 +188,9 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
                     "kind": str if meta.get("type") == "str" else kinds.get(hint[0], str),
                     "default": default, "choices": tuple(choices) if choices else None,
                     "minimum": meta.get("minimum"), "maximum": meta.get("maximum"),
-                    "metavar": meta.get("metavar"),
+                    "min_open": meta.get("min_open", False), "metavar": meta.get("metavar"),
+                    "short": meta.get("short"), "required": meta.get("required", False),
+                    "path": meta.get("path"),
                     "show_default": meta.get("show_default", False), "help": meta["help"]})
     return out
 
@@ -282,6 +287,10 @@ def _settings_class(kind: str) -> type:
         from tapt.trainer.pretrain import PretrainConfig as config
     elif kind == "downstream":
         from tapt.trainer.downstream_config import DownstreamConfig as config
+    elif kind == "select":
+        from tapt.retriever.selections.settings import SelectSettings as config
+    elif kind == "serve":
+        from tapt.api.serve_settings import ServeSettings as config
     else:
         from tapt.indexer.building.build_config import BuildConfig as config
     return config

@@ -150,21 +150,26 @@ def _config_option(desc: dict) -> click.Option:
     `tapt.api.options.config_fields`)."""
     kind, choices = desc["kind"], desc["choices"]
     minimum, maximum = desc["minimum"], desc["maximum"]
-    decls = [desc["flag"], desc["name"]]
+    bounded = minimum is not None or maximum is not None
+    decls = [desc["flag"], *([desc["short"]] if desc.get("short") else []), desc["name"]]
     if kind is bool:
         return click.Option(decls, is_flag=True, default=desc["default"],
                             show_default=desc["show_default"], help=desc["help"])
     if choices is not None:
         type_ = click.Choice([str(c) for c in choices])
+    elif desc.get("path") is not None:
+        type_ = click.Path(**desc["path"])
     elif kind is int:
-        type_ = (click.IntRange(min=minimum, max=maximum)
-                 if minimum is not None or maximum is not None else click.INT)
+        type_ = (click.IntRange(min=minimum, max=maximum, min_open=desc.get("min_open", False))
+                 if bounded else click.INT)
     elif kind is float:
-        type_ = (click.FloatRange(min=minimum, max=maximum)
-                 if minimum is not None or maximum is not None else click.FLOAT)
+        type_ = (click.FloatRange(min=minimum, max=maximum,
+                                  min_open=desc.get("min_open", False))
+                 if bounded else click.FLOAT)
     else:
         type_ = click.STRING
     return click.Option(decls, type=type_, default=desc["default"], metavar=desc["metavar"],
+                        required=desc.get("required", False),
                         show_default=desc["show_default"], help=desc["help"])
 
 

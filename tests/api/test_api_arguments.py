@@ -73,11 +73,12 @@ def test_a_misspelt_build_or_train_keyword_is_named_with_the_closest(tmp_path, s
 def test_select_keywords_are_those_of_index_select():
     import inspect
 
+    from tapt.api.options import settings_keywords
     from tapt.retriever.selections.make import SELECT_KEYWORDS
 
     names = [n for n, p in inspect.signature(tapt.Index.select).parameters.items()
              if p.kind is p.KEYWORD_ONLY or n in ("task", "budget")]
-    assert sorted(SELECT_KEYWORDS) == sorted(names)
+    assert sorted(SELECT_KEYWORDS) == sorted({*names, *settings_keywords("select")})
 
 
 def test_info_of_an_index_deleted_after_it_was_opened(fake_index, tmp_path):

@@ -22,7 +22,13 @@ KINDS = {
     "train": (api.train, ("train",), ("selections", "out", "task_texts", "eval_texts")),
     "pretrain": (api.pretrain, ("pretrain",), ("out",)),
     "downstream": (api.bench_downstream, ("bench", "downstream"), ()),
+    # centroid's command has every option a method can have beside its own parameters
+    "select": (api.Index.select, ("select", "centroid"), ("self", "method", "task", "explicit")),
+    "serve": (api.serve, ("index", "serve"), ("path",)),
 }
+# options of a command that are another kind's settings: `select --executor ray` serves the
+# index for the one selection, with `index serve`'s settings under their names
+ELSEWHERE = {"select": "serve"}
 
 
 def _command(path: tuple[str, ...]) -> click.Command:
@@ -75,8 +81,17 @@ def test_the_command_has_each_option_under_the_fields_name_and_default(kind):
             flag = "--" + name.replace("_", "-")
             assert flag in option.opts, (kind, name, option.opts)
         else:   # an option of the call's own (a keyword of the same name), or of the CLI only
-            assert name in keywords or name in {"as_json", "help", "quiet", "verbose"}, \
-                (kind, name)
+            assert name in keywords or name in _elsewhere(kind, path) or name in {
+                "as_json", "help", "quiet", "verbose", "executor", "requests_file"}, (kind, name)
+
+
+def _elsewhere(kind: str, path: tuple[str, ...]) -> set[str]:
+    """The options of the command that are the parameters of a selection method, or the
+    settings of another kind (`ELSEWHERE`), under their names there."""
+    names = set(settings_keywords(ELSEWHERE[kind])) if kind in ELSEWHERE else set()
+    if kind == "select":
+        names |= {param["name"] for param in api.options.method_params(path[-1])}
+    return names
 
 
 def test_build_options_have_the_command_lines_names_and_defaults():
@@ -101,3 +116,33 @@ def test_an_old_name_is_taken_for_one_release_with_a_warning(caplog):
     with pytest.raises(InputError) as err:
         config_settings("build", BuildConfig, {"index_type": "hnsw", "index": "flat"}, ())
     assert err.value.param == "index_type"
+
+
+def test_serve_takes_the_old_address_for_one_release_with_a_warning(caplog, fake_index):
+    from tapt.api.serve_settings import ServeSettings
+
+    assert renamed_settings(ServeSettings) == {"address": "ray_address"}
+    with caplog.at_level(logging.WARNING, logger="tapt"):
+        got = config_settings("serve", ServeSettings, {"address": "auto"}, ())
+    assert got == {"ray_address": "auto"}
+    assert ["`address` is now `ray_address`; the old name goes in the next release"] == \
+        [r.getMessage() for r in caplog.records]
+    with pytest.raises(InputError) as err:       # refused before Ray is imported
+        api.serve(fake_index, address="auto", token_file="t")
+    assert err.value.param == "token_file"
+
+
+def test_the_select_command_forwards_its_settings_by_name(fake_index, medical_task, tmp_path):
+    from click.testing import CliRunner
+
+    out = tmp_path / "sel.jsonl"
+    args = ["select", "centroid", str(fake_index), "-t", str(medical_task), "-b", "7",
+            "--seed", "3", "--segment-size", "2", "--context", "sentence", "-o", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    want = api.Index.open(fake_index).select("centroid", medical_task, "7", seed=3,
+                                             segment_size=2, context="sentence")
+    got = api.Selection.read(out)
+    assert got.ids.tolist() == want.ids.tolist() and got.manifest["segment_size"] == 2
+    result = CliRunner().invoke(cli, [*args[:-2], "--actors", "2", "-o", str(out)])
+    assert result.exit_code != 0 and "only applies with" in result.output
