@@ -18,7 +18,10 @@ counts from the moment that module is imported. The names here are the public on
   `Encoder`, decorated with `register_encoder`; `model="NAME"` (`--model NAME`) builds an
   index with it, and the index loads it by that name for every later add and selection.
 
-A worked example of each is in the development guide (docs/development.md).
+A module of your own reaches the `tapt` command as a plugin: an entry point of the group
+`tapt.plugins` of an installed distribution, or a module named in the environment variable
+TAPT_PLUGINS (`tapt.util.registry.load_plugins`). A worked example of each kind is in the
+development guide (docs/development.md).
 """
 
 from __future__ import annotations
