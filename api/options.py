@@ -97,6 +97,24 @@ def executor_names() -> list[str]:
     return list(names())
 
 
+def executor_fields() -> list[dict[str, Any]]:
+    """The options of every registered executor (`Executor.Options`), as the command line
+    makes `tapt index build`'s and `index add`'s options from them.
+
+    Returns:
+        One dict per option, as `config_fields` describes a field, plus `executor`: the name
+            of the executor it applies with.
+    """
+    from tapt.indexer.building.executors import EXECUTORS, executor_names
+
+    out = []
+    for name in executor_names():
+        options = EXECUTORS[name].Options
+        if options is not None:
+            out += [{**desc, "executor": name} for desc in config_fields("executor", options)]
+    return out
+
+
 def input_formats() -> list[str]:
     """The corpus formats files can be forced to (`input_format`).
 

@@ -25,9 +25,9 @@ from tapt.commands.options import (
     SEED,
     _backend_option,
     _config_options,
+    _executor_options,
     _faiss_options,
     _inputs,
-    _ray_options,
 )
 from tapt.errors import InputError, Interrupted
 
@@ -52,7 +52,7 @@ def index() -> None:
 @_config_options("build", "segment_size", "batch_size", _DEVICE, _backend_option(), "split",
                   "text_field", "doc_field", "text_docs", "input_format", _HF_DATASET,
                   "hf_split", "strict", "invalid_utf8", "overwrite", "restart",
-                  "embedding_dtype", "shards", "shard_size", "executor", _ray_options, "part_size",
+                  "embedding_dtype", "shards", "shard_size", "executor", _executor_options, "part_size",
                   "codes", _JSON, _faiss_options)
 @click.pass_context
 @_domain_errors
@@ -130,7 +130,7 @@ def _faiss_summary(info: dict) -> str:
                                   "the device allows]."),
                   "text_field", "doc_field", "text_docs", "input_format", _HF_DATASET,
                   "hf_split", "strict", "invalid_utf8", "shards", "shard_size", "executor",
-                  _ray_options, "restart", _JSON)
+                  _executor_options, "restart", _JSON)
 @click.pass_context
 @_domain_errors
 def index_add(ctx, idx, corpus, model, device, backend, hf_datasets, as_json,

@@ -27,7 +27,8 @@ KINDS = {
     "serve": (api.serve, ("index", "serve"), ("path",)),
 }
 # options of a command that are another kind's settings: `select --executor ray` serves the
-# index for the one selection, with `index serve`'s settings under their names
+# index for the one selection, with `index serve`'s settings under their names (and build's
+# and add's executor options are the executors' own, `_elsewhere`)
 ELSEWHERE = {"select": "serve"}
 
 
@@ -88,18 +89,27 @@ def test_the_command_has_each_option_under_the_fields_name_and_default(kind):
 def _elsewhere(kind: str, path: tuple[str, ...]) -> set[str]:
     """The options of the command that are the parameters of a selection method, or the
     settings of another kind (`ELSEWHERE`), under their names there."""
+    from tapt.api.options import executor_fields
+
     names = set(settings_keywords(ELSEWHERE[kind])) if kind in ELSEWHERE else set()
+    if kind in ("build", "add"):    # the executors' options (`Executor.Options`)
+        names |= {desc["name"] for desc in executor_fields()}
     if kind == "select":
         names |= {param["name"] for param in api.options.method_params(path[-1])}
     return names
 
 
 def test_build_options_have_the_command_lines_names_and_defaults():
-    params = inspect.signature(api.Index.build).parameters
-    for name in ("ray_address", "ray_workers", "gpus_per_worker", "ray_timeout", "ray_retries"):
-        assert params[name].default is None
-        option = {p.name: p for p in _command(("index", "build")).params}[name]
-        assert _default(option) is None
+    from tapt.api.options import executor_fields
+
+    described = {desc["name"]: desc["executor"] for desc in executor_fields()}
+    assert described == {"ray_address": "ray", "ray_workers": "ray", "gpus_per_worker": "ray",
+                         "ray_timeout": "ray", "ray_retries": "ray"}
+    for path in (("index", "build"), ("index", "add")):
+        options = {p.name: p for p in _command(path).params}
+        for name in described:       # an executor's option: a flag of its name, default None
+            assert _default(options[name]) is None and options[name].opts[0] == \
+                "--" + name.replace("_", "-")
     assert settings_keywords("train")["eval_batch_size"] == \
         inspect.signature(api.evaluate_mlm).parameters["batch_size"].default
 

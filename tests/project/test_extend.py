@@ -5,6 +5,7 @@ here), and the registries every kind shares."""
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -178,18 +179,53 @@ def test_the_commands_are_the_registered_ones():
     assert "downstream" in cli.commands["bench"].commands
 
 
-def test_the_formats_page_lists_the_registered_formats_in_order():
-    """docs/formats.md's table is written by hand: one row per registered format, in the
-    registry's order, with each format's suffixes and whether compressed files are read."""
-    page = (PAGE.parent / "formats.md").read_text(encoding="utf-8")
-    table = page.split("| Format | Extensions |", 1)[1].split("\n\n", 1)[0]
+def test_the_docs_tables_are_the_registries(user_module):
+    """docs/formats.md's table of formats and docs/ray.md's of executor options are generated
+    (docs/hooks/extensions.py): one row per registered format in the registry's order, with its
+    suffixes and whether compressed files are read, and one per executor option, a new
+    format's or executor's included."""
+    sys.path.insert(0, str(PAGE.parent / "hooks"))
+    try:
+        hook = importlib.import_module("extensions")
+    finally:
+        sys.path.remove(str(PAGE.parent / "hooks"))
+    assert "\n<!-- tapt-formats -->\n" in (PAGE.parent / "formats.md").read_text()
+    assert "\n<!-- tapt-executor-options -->\n" in (PAGE.parent / "ray.md").read_text()
+    user_module("format")
+    user_module("executor")
     rows = [[cell.strip() for cell in line.strip("|").split("|")]
-            for line in table.splitlines()[2:]]
+            for line in hook.formats_table().splitlines()[2:]]
     registered = list(formats.FORMATS)
-    assert len(rows) == len(registered)
+    assert [row[0] for row in rows][-1] == "markdown" and len(rows) == len(registered)
     for (_, extensions, compressed, *_), fmt in zip(rows, registered):
         if fmt.suffixes:
             assert extensions == ", ".join(f"`{s}`" for s in fmt.suffixes), fmt.name
             assert (compressed == "yes") == fmt.compressible, fmt.name
         else:
             assert "folder" in extensions if fmt.folder else "--hf-dataset" in extensions
+    options = hook.executor_options_table().splitlines()[2:]
+    cells = [re.split(r"(?<!\\)\|", line)[2].strip() for line in options]   # `\|`: in a cell
+    assert cells == ["ray"] * 5 + ["processes"]
+    assert options[-1] == "| `--processes N` | processes | worker processes [default: 2]. |"
+
+
+def test_an_executors_options_are_keywords_and_refused_with_another(user_module, tmp_path):
+    module = user_module("executor")
+    made = []
+    monkey = module.ProcessesExecutor.__init__
+
+    def init(self, workers=2):
+        made.append(workers)
+        monkey(self, workers)
+
+    module.ProcessesExecutor.__init__ = init
+    corpus = tmp_path / "pool.jsonl"
+    write_labelled_corpus(corpus, docs_per_topic=2)
+    ix = tapt.Index.build([corpus], tmp_path / "idx", model="hashing-test",
+                          executor="processes", processes=1, **SETTINGS)
+    assert made == [1] and ix.n_sentences > 0
+    for executor, option in (("local", {"processes": 2}), ("processes", {"ray_workers": 2})):
+        with pytest.raises(InputError, match="only applies with `executor`") as err:
+            tapt.Index.build([corpus], tmp_path / "no", model="hashing-test",
+                             executor=executor, **option, **SETTINGS)
+        assert err.value.param == next(iter(option)) and not (tmp_path / "no").exists()

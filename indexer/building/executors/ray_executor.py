@@ -66,6 +66,7 @@ from tapt.indexer.building.ray_cluster import (  # noqa: F401
     MAX_TIMEOUT,
     POLL_SECONDS,
     ExecutorError,
+    RayOptions,
     Watch,
     _first_line,
     _no_auto_start,
@@ -150,6 +151,7 @@ class RayExecutor(Executor):
 
     name = "ray"
     order = 10
+    Options = RayOptions
 
     def __init__(self, address: str | None = None, workers: int | None = None,
                  gpus_per_worker: float = 0.0, progress: bool = True,
