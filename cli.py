@@ -47,6 +47,7 @@ from tapt.commands.common import (
     _Interrupted,
     _one_line,
 )
+from tapt.errors import PluginError, TaptError  # noqa: E402
 
 
 class _Terminated(KeyboardInterrupt):
@@ -134,6 +135,8 @@ class TaptGroup(CommandGroup):
         if sys.stdout is None:               # started with stdout closed (>&-): nothing to show
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
         try:
+            if _BROKEN_PLUGIN:
+                raise click.ClickException(str(_BROKEN_PLUGIN[0]))
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             sys.stdout.flush()               # a closed pipe shows here, not at interpreter exit
         except click.exceptions.NoArgsIsHelpError as exc:
@@ -235,8 +238,12 @@ def cli(ctx: click.Context, verbose: int, quiet: bool, as_json: bool) -> None:
     ctx.obj = {"progress": not quiet, "json": as_json}
 
 
-for _command in COMMANDS:     # every command module of tapt.commands, imported here
-    cli.add_command(_command)
+_BROKEN_PLUGIN: list[TaptError] = []
+try:
+    for _command in COMMANDS:     # every command module of tapt.commands, and the plugins
+        cli.add_command(_command)
+except PluginError as _exc:       # reported by `main` as its one Error line
+    _BROKEN_PLUGIN.append(_exc)
 
 
 def main() -> None:

@@ -75,6 +75,11 @@ class StorageError(TaptError):
     """The disk filled up or refused a write; committed work is kept for resuming."""
 
 
+class PluginError(TaptError):
+    """A plugin (an entry point of the group `tapt.plugins`, or a module named in
+    TAPT_PLUGINS) that failed to import."""
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM, as the CLI maps it) during a build or an add: the embedded part is
     kept for resuming. A `KeyboardInterrupt`, so code that stops on Ctrl-C still stops.

@@ -327,12 +327,7 @@ class Index(IndexBuilding, _IndexBase):
                             text_field)
 
     def select(self, method: str, task: Task | None = None, budget: str | float | None = None, *,
-               segment_size: int | None = None, seed: int = 0, context: str = "auto",
-               text_field: str = "text", model: str | None = None, device: str = "auto",
-               backend: str = "auto", batch_size: int = 64, progress: bool = False,
-               encoder: Any = None, out: PathLike | None = None, overwrite: bool = False,
-               explicit: Iterable[str] | None = None, explain: bool = False,
-               **params: Any) -> Selection:
+               explicit: Iterable[str] | None = None, **settings: Any) -> Selection:
         """Select the segments most like a task (`tapt select METHOD`).
 
         Args:
@@ -345,38 +340,15 @@ class Index(IndexBuilding, _IndexBase):
             budget: "0.2" (a fraction of segments), "5000" (segments), "20000sent",
                 "2Mtok"; None where the method allows it (knn: the whole union). A number
                 with a decimal point is a fraction (1.0: every segment), an int a count.
-            segment_size: Re-cut segments at this many sentences (default: the index's).
-            seed: Seed of every random choice.
-            context: "auto" (the default) is "document" where at least half of the index's
-                sentences sit in documents of two or more sentences and the method ranks by
-                sentence scores, "sentence" otherwise (knn, random); the selection's manifest
-                (`context`) says which was used and why. "sentence" ranks by each sentence's
-                own score; "document" by its document's shrunk mean score (usually more
-                precise where corpus documents are about one thing each: web pages, articles,
-                books; see the selecting guide for where it can hurt).
-            text_field: The field with the text in JSONL task files.
-            model: The index's model directory, if it moved.
-            device: auto, cpu or cuda (for embedding the task).
-            backend: auto (the index's), torch, onnx or onnx-int8.
-            batch_size: Task sentences per encoder batch.
-            progress: Show a progress bar while the task is embedded.
-            encoder: An encoder object to use instead of loading the model (for tests).
-                Without one, the index's model is loaded on the first task that is not in
-                the task cache, and kept for later calls.
-            out: Also write the selection file there (`Selection.write`); the path is
-                checked before any slow work.
-            overwrite: Replace a selection tapt wrote at `out` that was edited since.
             explicit: The names in `params` the user chose, as recorded in the manifest
                 (default: all of them; the command line passes every parameter and these).
-            explain: Keep why each segment was picked in its line (`explain`: each scorer's
-                part of its score, its sentences' own score beside its document's pooled
-                one, its nearest task sentences) and a seeded sample of the corpus's segment
-                scores in the manifest (`explain.sample`, against the budget's `cut`), for
-                `tapt show` and `tapt plot scores`. Costs a rescoring of the chosen rows.
-            **params: The method's parameters, e.g. k=50 (knn), rounds=2 (classifier,
-                fused), candidates="10x", prerank="fused", detector="knn-dist" (iforest),
-                scan="codes" (centroid, distance, density, classifier, fused on an index with
-                int8 codes).
+            **settings: The selection's settings, `SelectSettings`' fields by name, each
+                defaulting to the field's default (the options of `tapt select METHOD`, `-`
+                for `_`): segment_size, seed, context, text_field, model, device, backend,
+                batch_size, progress, out, overwrite, explain; and the method's parameters,
+                e.g. k=50 (knn), rounds=2 (classifier, fused), candidates="10x",
+                prerank="fused", detector="knn-dist" (iforest), scan="codes" (centroid,
+                distance, density, classifier, fused on an index with int8 codes).
 
         Returns:
             The selection, in memory (`.write(path)` saves it).
@@ -394,34 +366,40 @@ class Index(IndexBuilding, _IndexBase):
             >>> sel.counts["sentences"] >= 50, sel[0].source.endswith("pool.jsonl")
             (True, True)
         """
+        from tapt.api.options import settings_keywords
         from tapt.retriever.methods import CorpusCache
         from tapt.retriever.selections.make import SelectConfig, make_selection
         from tapt.retriever.selections.selection import check_selection_output
+        from tapt.retriever.selections.settings import SelectSettings
         from tapt.retriever.tasks.forms import task_paths
 
-        config = SelectConfig(method, budget, segment_size=segment_size, seed=seed,
-                              context=context, explicit=explicit, **params)
-        if out is not None:
-            check_selection_output(out, [*task_paths(task), self.path], overwrite)
+        fields = settings_keywords("select")
+        s = SelectSettings(budget=budget, **{name: settings.pop(name) for name in list(settings)
+                                             if name in fields})
+        config = SelectConfig(method, s.budget, segment_size=s.segment_size, seed=s.seed,
+                              context=s.context, explicit=explicit, **settings)
+        if s.out is not None:
+            check_selection_output(s.out, [*task_paths(task), self.path], s.overwrite)
         task_input = None
         if config.needs_task and task is None:
             raise InputError(f"{config.method} needs a task", param="task")
         if task is not None:
-            task_input = self._task(task, text_field)
+            task_input = self._task(task, s.text_field)
+        encoder = None
         if config.uses_embeddings and task_input is not None and task_input.embeddings is None:
-            encoder = self._checked_encoder(encoder, model, device, backend)
+            encoder = self._lazy_encoder(s.model, s.device, s.backend)
         if self._corpus is None:
             self._corpus = CorpusCache(self)
         selection = make_selection(self, config, task_input, encoder=encoder,
-                                   batch_size=batch_size, progress=progress, corpus=self._corpus,
-                                   explain=explain)
-        if out is not None:
-            selection.write(out, overwrite=overwrite)
+                                   batch_size=s.batch_size, progress=s.progress,
+                                   corpus=self._corpus, explain=s.explain)
+        if s.out is not None:
+            selection.write(s.out, overwrite=s.overwrite)
         return selection
 
     def embed(self, texts: Sequence[str], *, model: str | None = None, device: str = "auto",
-              backend: str = "auto", batch_size: int = 64, progress: bool = False,
-              encoder: Any = None) -> np.ndarray:
+              backend: str = "auto", batch_size: int = 64,
+              progress: bool = False) -> np.ndarray:
         """Embeddings of `texts` by the index's model, as a selection embeds a task: an array
         `select(..., task=array)` takes (one row per string; no sentence splitting).
 
@@ -432,7 +410,6 @@ class Index(IndexBuilding, _IndexBase):
             backend: auto (the index's), torch, onnx or onnx-int8.
             batch_size: Strings per encoder batch.
             progress: Show a progress bar.
-            encoder: An encoder object to use instead of loading the model (for tests).
 
         Returns:
             (len(texts), dim) float32 L2-normalised rows.
@@ -452,21 +429,13 @@ class Index(IndexBuilding, _IndexBase):
         texts = list(texts)
         if not all(isinstance(t, str) for t in texts):
             raise InputError("every item must be a string", param="texts")
-        checked = self._checked_encoder(encoder, model, device, backend)
-        embeddings, _ = encode_cached(checked.get(), texts, batch_size=batch_size,
-                                      progress=progress)
+        encoder = self._lazy_encoder(model, device, backend).get()
+        embeddings, _ = encode_cached(encoder, texts, batch_size=batch_size, progress=progress)
         return embeddings
 
-    def _checked_encoder(self, encoder: Any, model: str | None, device: str, backend: str):
-        """The encoder to use, checked, as a `LazyEncoder` (the index's own model loads on
-        first use and is kept for later calls)."""
-        if encoder is not None:
-            missing = [a for a in ("encode", "dim", "name") if not hasattr(encoder, a)]
-            if missing:
-                raise InputError(f"{type(encoder).__name__} is not an encoder: it has no "
-                                 f"{', '.join(missing)} (see tapt.indexer.encoding.encoder.Encoder)",
-                                 param="encoder")
-            return self.lazy_encoder(encoder=encoder)
+    def _lazy_encoder(self, model: str | None, device: str, backend: str):
+        """The index's model (or `model`) as a `LazyEncoder`: loaded and checked on first
+        use, and kept for later calls."""
         key = (model, device, backend)
         if key not in self._encoders:
             self._encoders[key] = self.lazy_encoder(model, device, backend)

@@ -97,6 +97,24 @@ def executor_names() -> list[str]:
     return list(names())
 
 
+def executor_fields() -> list[dict[str, Any]]:
+    """The options of every registered executor (`Executor.Options`), as the command line
+    makes `tapt index build`'s and `index add`'s options from them.
+
+    Returns:
+        One dict per option, as `config_fields` describes a field, plus `executor`: the name
+            of the executor it applies with.
+    """
+    from tapt.indexer.building.executors import EXECUTORS, executor_names
+
+    out = []
+    for name in executor_names():
+        options = EXECUTORS[name].Options
+        if options is not None:
+            out += [{**desc, "executor": name} for desc in config_fields("executor", options)]
+    return out
+
+
 def input_formats() -> list[str]:
     """The corpus formats files can be forced to (`input_format`).
 
@@ -137,14 +155,14 @@ def method_params(method: Any) -> list[dict[str, Any]]:
     return out
 
 
-CONFIG_KINDS = ("build", "add", "train", "pretrain", "recall", "downstream")
+CONFIG_KINDS = ("build", "add", "train", "pretrain", "recall", "downstream", "select", "serve")
 
 
 def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]:
-    """The options of `index build`, `index add`, `train`, `pretrain`, `bench recall` or `bench
-    downstream` that are fields of their config dataclass (`BuildConfig`, `TrainConfig`,
-    `PretrainConfig`, `RecallConfig`, `DownstreamConfig`), as the command line makes its options
-    from them:
+    """The options of `index build`, `index add`, `train`, `pretrain`, `bench recall`, `bench
+    downstream`, `select METHOD` or `index serve` that are fields of their settings dataclass
+    (`BuildConfig`, `TrainConfig`, `PretrainConfig`, `RecallConfig`, `DownstreamConfig`,
+    `SelectSettings`, `ServeSettings`), as the command line makes its options from them:
     each field whose metadata has a `help` (for "add": an `add` entry too, whose keys override
     the build's; `from_index`: defaults to what the index was built with).
 
@@ -155,8 +173,10 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
     Returns:
         One dict per option, in field order: name (the field's), flag ("--segment-size", or
             "--split/--no-split"), kind (int, float, str or bool), default, choices (None when
-            free), minimum, maximum, metavar, path (what a path must be: exists, file_okay,
-            dir_okay; None when the option is no path), show_default and help.
+            free), minimum, maximum, min_open (the minimum excluded), metavar, short (a
+            one-letter flag or None), required (on the command line), path (None, or the
+            keywords of a `click.Path` the value is: exists, file_okay, dir_okay),
+            show_default and help.
 
     Raises:
         InputError: an unknown kind.
@@ -187,7 +207,9 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
                     "kind": str if meta.get("type") == "str" else kinds.get(hint[0], str),
                     "default": default, "choices": tuple(choices) if choices else None,
                     "minimum": meta.get("minimum"), "maximum": meta.get("maximum"),
-                    "metavar": meta.get("metavar"), "path": meta.get("path"),
+                    "min_open": meta.get("min_open", False), "metavar": meta.get("metavar"),
+                    "short": meta.get("short"), "required": meta.get("required", False),
+                    "path": meta.get("path"),
                     "show_default": meta.get("show_default", False), "help": meta["help"]})
     return out
 
@@ -286,6 +308,10 @@ def _settings_class(kind: str) -> type:
         from tapt.bench.recall_config import RecallConfig as config
     elif kind == "downstream":
         from tapt.bench.downstream_config import DownstreamConfig as config
+    elif kind == "select":
+        from tapt.retriever.selections.settings import SelectSettings as config
+    elif kind == "serve":
+        from tapt.api.serve_settings import ServeSettings as config
     else:
         from tapt.indexer.building.build_config import BuildConfig as config
     return config

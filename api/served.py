@@ -342,12 +342,11 @@ def _literal_path(value: str, param: str) -> str:
 def _request_params(params: Any) -> dict[str, Any]:
     """The request's `params`: the method's parameters (and PARAMS_OF_SELECT), never a key
     of the request itself nor another keyword of `Index.select`."""
-    import inspect
+    from tapt.retriever.selections.make import SELECT_KEYWORDS
 
     if not isinstance(params, dict):
         raise InputError("must be a JSON object of the method's parameters", param="params")
-    keywords = [name for name, p in inspect.signature(Index.select).parameters.items()
-                if p.kind is not p.VAR_KEYWORD and name != "self"]
+    keywords = {"method", *SELECT_KEYWORDS}     # every keyword of `Index.select` but params
     for key in params:
         if key in REQUEST_KEYS:
             raise InputError(f"{key} is a key of the request, not a method parameter: give it "

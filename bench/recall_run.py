@@ -83,7 +83,7 @@ def _atomic_write(path: Path, text: str) -> None:
         fh.write(text)
 
 
-def seed_embeddings(index: Index, seed_sets, cache: Path, encoder=None) -> dict[str, np.ndarray]:
+def seed_embeddings(index: Index, seed_sets, cache: Path) -> dict[str, np.ndarray]:
     """Embeddings of every seed sentence with the index's model (checked against the index).
 
     They go through the task-embedding cache (`retriever.tasks.embedding`), keyed by the model's
@@ -92,7 +92,7 @@ def seed_embeddings(index: Index, seed_sets, cache: Path, encoder=None) -> dict[
     """
     from tapt.retriever.tasks.embedding import encode_cached
 
-    encoder = encoder or index.load_encoder()
+    encoder = index.load_encoder()
     index.check_encoder(encoder)
     return {s.domain: encode_cached(encoder, s.texts)[0] for s in seed_sets}
 
@@ -137,7 +137,7 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
                  seed_sizes: list[int], budgets: str, repeats: int, segment_sizes: list[int],
                  out_dir: Path, cache: Path, label_field: str = "domain",
                  domains: list[str] | None = None, progress: bool = True,
-                 encoder=None, contexts: Sequence[str] = ("auto",)) -> dict[str, Any]:
+                 contexts: Sequence[str] = ("auto",)) -> dict[str, Any]:
     """Run the grid and write recall.json, recall.md and pr-<domain>.png into `out_dir`
     (`contexts`: how methods that pool sentence scores are cut; "auto", the default, is what
     `tapt select` uses on this index: rows `METHOD+document` where that is document context,
@@ -161,7 +161,7 @@ def bench_recall(pool: Path | None, seeds_dir: Path, index_path: Path | None, me
         shared.dsir = dsir_features(index, shared.texts, cache, progress)
         extra["dsir_library_check"] = dsir_library_check(shared, seed_sets[0], progress)
     _, auto = recall.resolve_contexts(shared, contexts)
-    embeddings = seed_embeddings(index, seed_sets, cache, encoder)
+    embeddings = seed_embeddings(index, seed_sets, cache)
     results, curves = recall.run(shared, seed_sets, embeddings, methods, seed_sizes, budget_list,
                                  repeats, segment_sizes, progress, contexts=contexts)
     agg = recall_report.aggregate(results)

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.driver_memory import MB, AnonPeak, _anon_bytes
+from tapt.extend import register_encoder
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_ROWS = 2_000_000
@@ -51,6 +52,7 @@ DIM = 384
 CLUSTERS = 200
 
 
+@register_encoder
 class SyntheticEncoder:
     """384-dim unit rows of synthetic sentences: the centre of the sentence's cluster (from
     its first word) plus noise seeded by its hash. No model: the build's own work is what a
@@ -126,7 +128,7 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str) -> dict
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     work_dir = Path(work)
     out = work_dir / f"index-{rows}"
-    options = dict(encoder=SyntheticEncoder(), progress=False, shard_size=max(1, rows // 20),
+    options = dict(model=SyntheticEncoder.name, progress=False, shard_size=max(1, rows // 20),
                    piece_size=piece_size,
                    executor=RayExecutor(workers=max(1, cpus - 1), progress=False))
     if command == "build":

@@ -12,7 +12,6 @@ import sys
 import click
 
 from tapt import api
-from tapt.api import options
 from tapt.commands.common import (
     CLICK_SETTINGS,
     CommandGroup,
@@ -26,9 +25,9 @@ from tapt.commands.options import (
     SEED,
     _backend_option,
     _config_options,
+    _executor_options,
     _faiss_options,
     _inputs,
-    _ray_options,
 )
 from tapt.errors import InputError, Interrupted
 
@@ -53,7 +52,7 @@ def index() -> None:
 @_config_options("build", "segment_size", "batch_size", _DEVICE, _backend_option(), "split",
                   "text_field", "doc_field", "text_docs", "input_format", _HF_DATASET,
                   "hf_split", "strict", "invalid_utf8", "overwrite", "restart",
-                  "embedding_dtype", "shards", "shard_size", "executor", _ray_options, "part_size",
+                  "embedding_dtype", "shards", "shard_size", "executor", _executor_options, "part_size",
                   "codes", _JSON, _faiss_options)
 @click.pass_context
 @_domain_errors
@@ -131,7 +130,7 @@ def _faiss_summary(info: dict) -> str:
                                   "the device allows]."),
                   "text_field", "doc_field", "text_docs", "input_format", _HF_DATASET,
                   "hf_split", "strict", "invalid_utf8", "shards", "shard_size", "executor",
-                  _ray_options, "restart", _JSON)
+                  _executor_options, "restart", _JSON)
 @click.pass_context
 @_domain_errors
 def index_add(ctx, idx, corpus, model, device, backend, hf_datasets, as_json,
@@ -223,50 +222,12 @@ def index_info(idx, as_json) -> None:
 
 @index.command("serve", context_settings=CLICK_SETTINGS)
 @click.argument("idx", type=click.Path(exists=True, file_okay=False))
-@click.option("--ray-address", "address", default=None, metavar="auto|HOST:PORT",
-              help="The Ray cluster [default: RAY_ADDRESS, else a local cluster on this "
-                   "machine].")
-@click.option("--actors", type=click.IntRange(min=1), default=None,
-              help="Ray actors holding the shards (consecutive groups) [default: one per "
-                   "shard].")
-@click.option("--cpus-per-actor", type=click.FloatRange(min=0, min_open=True), default=1.0,
-              show_default=True, help="CPUs Ray reserves for each actor.")
-@click.option("--hold", type=click.Choice(["rows", "codes"]), default="rows", show_default=True,
-              help="What the actors keep in RAM: the float16 embeddings, or the int8 codes "
-                   "(half the RAM; for --scan codes of the methods that have it: "
-                   "other scans then read the embeddings from disk).")
-@click.option("--requests", "requests_file", type=click.File("rb"), default="-",
-              show_default=True,
-              help="File of requests, one UTF-8 JSON object per line ('-': standard input).")
-@click.option("--http", default=None, metavar="HOST:PORT",
-              help="Answer HTTP on Ray Serve instead: POST /select, GET /health, GET /index, "
-                   "GET /openapi.json and the page at / (no standard input read).")
-@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
-              help="--http: file holding the bearer token every request must carry.")
-@click.option("--no-auth", is_flag=True,
-              help="--http on a loopback address only: no token (refused elsewhere).")
-@click.option("--task-root", type=click.Path(file_okay=False), default=None,
-              help="--http: the folder requests may name task files in [default: none, tasks "
-                   "only as sentences].")
-@click.option("--out-root", type=click.Path(file_okay=False), default=None,
-              help="--http: the folder requests may write selections to [default: none].")
-@click.option("--max-body", type=click.IntRange(min=1), default=None,
-              help=f"--http: bytes of a request body [default: {options.LIMITS['max_body']:,}].")
-@click.option("--max-task", type=click.IntRange(min=1), default=None,
-              help=f"--http: task sentences of a request [default: {options.LIMITS['max_task']:,}].")
-@click.option("--max-budget", type=click.IntRange(min=1), default=None,
-              help="--http: sentences a request's budget may reach [default: "
-                   f"{options.LIMITS['max_budget']:,}].")
-@click.option("--max-concurrent", type=click.IntRange(min=1), default=None,
-              help="--http: requests in flight, more are answered 429 [default: "
-                   f"{options.LIMITS['max_concurrent']}].")
-@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds a request may take, answered 503 past it (--http: waiting "
-                   f"included) [default: --http {options.LIMITS['request_timeout']:g}, else none].")
+@_config_options("serve", "ray_address", "actors", "cpus_per_actor", "hold", click.option(
+    "--requests", "requests_file", type=click.File("rb"), default="-", show_default=True,
+    help="File of requests, one UTF-8 JSON object per line ('-': standard input)."))
 @click.pass_context
 @_domain_errors
-def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, http,
-                **settings) -> None:
+def index_serve(ctx, idx, requests_file, **settings) -> None:
     """Hold IDX's shards in Ray actors and answer selection requests, one JSON per line.
 
     A request: {"method": "centroid", "task": "task.jsonl" | {"files": [...]} | ["a task
@@ -298,14 +259,13 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, 
     from tapt.api import serve
     from tapt.api.served import answer_line, answer_stream
 
-    if http is not None:
+    if settings["http"] is not None:
         if ctx.get_parameter_source("requests_file") == click.core.ParameterSource.COMMANDLINE:
             raise InputError("answers HTTP, not the requests of `requests_file`: give one "
                              "of them", param="http")
         handlers = _signal_handlers()
         with _stdout_for_answers(), serve(      # Ray's own lines go to standard error
-                idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
-                hold=hold, http=http, **settings) as server:
+                idx, **settings) as server:
             _restore(handlers)
             click.echo(f"serving {idx} at {server.url} (the page at {server.url}/, the API at "
                        f"{server.url}/openapi.json); Ctrl-C stops", err=True)
@@ -313,9 +273,7 @@ def index_serve(ctx, idx, address, actors, cpus_per_actor, hold, requests_file, 
         return
     failed = answered = 0
     handlers = _signal_handlers()
-    with _stdout_for_answers() as answers, serve(
-            idx, address=address, actors=actors, cpus_per_actor=cpus_per_actor,
-            hold=hold, **settings) as served:
+    with _stdout_for_answers() as answers, serve(idx, **settings) as served:
         _restore(handlers)
         if ctx.obj["progress"]:
             click.echo(f"serving {idx}: {served.n_sentences:,} sentences in "

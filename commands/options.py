@@ -67,29 +67,11 @@ def _faiss_options(func=None, *, keep: bool = False):
     return func
 
 
-def _ray_options(func):
-    """--ray-*: the Ray executor's options (a build's or add's, not config fields)."""
-    options = [
-        click.option("--ray-address", "ray_address", default=None, metavar="auto|HOST:PORT",
-                     help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
-                          "local cluster on this machine]."),
-        click.option("--ray-workers", "ray_workers", type=click.IntRange(min=1), default=None,
-                     help="--executor ray: embedding actors [default: GPUs / "
-                          "--gpus-per-worker, or the cluster's CPUs - 1]."),
-        click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
-                     help="--executor ray: GPUs per embedding actor (0.5: two per GPU) "
-                          "[default: 0, CPU actors]."),
-        click.option("--ray-timeout", "ray_timeout", type=click.FloatRange(min=0, min_open=True),
-                     default=None, metavar="SECONDS",
-                     help="--executor ray: fail a stage when no task of it finishes for this "
-                          "long (the cluster lost its workers, or cannot place them) "
-                          "[default: 3600]."),
-        click.option("--ray-retries", "ray_retries", type=click.IntRange(min=0), default=None,
-                     help="--executor ray: restarts of a dead embedding actor and retries of "
-                          "a task whose worker died [default: 3]."),
-    ]
-    for option in reversed(options):
-        func = option(func)
+def _executor_options(func):
+    """The options of every registered executor (`Executor.Options`, described by
+    `tapt.api.options.executor_fields`): a build's or add's, not config fields."""
+    for desc in reversed(api_options.executor_fields()):
+        func.__dict__.setdefault("__click_params__", []).append(_config_option(desc))
     return func
 
 
@@ -150,23 +132,26 @@ def _config_option(desc: dict) -> click.Option:
     `tapt.api.options.config_fields`)."""
     kind, choices = desc["kind"], desc["choices"]
     minimum, maximum = desc["minimum"], desc["maximum"]
-    decls = [desc["flag"], desc["name"]]
+    bounded = minimum is not None or maximum is not None
+    decls = [desc["flag"], *([desc["short"]] if desc.get("short") else []), desc["name"]]
     if kind is bool:
         return click.Option(decls, is_flag=True, default=desc["default"],
                             show_default=desc["show_default"], help=desc["help"])
     if choices is not None:
         type_ = click.Choice([str(c) for c in choices])
-    elif desc["path"] is not None:
+    elif desc.get("path") is not None:
         type_ = click.Path(**desc["path"])
     elif kind is int:
-        type_ = (click.IntRange(min=minimum, max=maximum)
-                 if minimum is not None or maximum is not None else click.INT)
+        type_ = (click.IntRange(min=minimum, max=maximum, min_open=desc.get("min_open", False))
+                 if bounded else click.INT)
     elif kind is float:
-        type_ = (click.FloatRange(min=minimum, max=maximum)
-                 if minimum is not None or maximum is not None else click.FLOAT)
+        type_ = (click.FloatRange(min=minimum, max=maximum,
+                                  min_open=desc.get("min_open", False))
+                 if bounded else click.FLOAT)
     else:
         type_ = click.STRING
     return click.Option(decls, type=type_, default=desc["default"], metavar=desc["metavar"],
+                        required=desc.get("required", False),
                         show_default=desc["show_default"], help=desc["help"])
 
 

@@ -11,21 +11,26 @@ import click
 
 from tapt import api
 from tapt.api import options
-from tapt.api.options import CONTEXTS
 from tapt.commands.common import CLICK_SETTINGS, CommandGroup, TaptCommand, _domain_errors, register
 from tapt.commands.options import (
-    _BUDGET_HELP,
     _TASK,
     SEED,
     _backend_option,
+    _config_option,
     _flags_in_text,
     _param_option,
 )
 
 
 def _select_command(method) -> click.Command:
-    """`tapt select NAME`: arguments from what the method needs, options from its Params."""
+    """`tapt select NAME`: arguments from what the method needs, options from its Params and
+    from the fields of `SelectSettings` (`tapt.api.options.config_fields("select")`)."""
     fields = options.method_params(method)
+    settings = {desc["name"]: desc for desc in options.config_fields("select")}
+
+    def setting(name: str) -> click.Option:
+        return _config_option(settings[name])
+
     params: list[click.Parameter] = [click.Argument(["idx"], type=click.Path(exists=True,
                                                                            file_okay=False))]
     if method.needs_embeddings or method.needs_text:
@@ -33,40 +38,30 @@ def _select_command(method) -> click.Command:
             click.Option(["--task", "-t"], required=True, multiple=True, metavar="PATH",
                          help="Task text: files or folders in any corpus format, URLs, or - for "
                               "standard input (repeatable)."),
-            click.Option(["--text-field"], default="text", show_default=True,
-                         help="Field/column with the task's text (JSONL, Parquet, CSV/TSV, ...)."),
+            setting("text_field"),
         ]
+    budget_help = settings["budget"]["help"]
     if method.budget == "required":
-        params.append(click.Option(["--budget", "-b"], required=True, help=_BUDGET_HELP))
+        params.append(click.Option(["--budget", "-b"], required=True, help=budget_help))
     elif method.budget == "optional":
         params.append(click.Option(["--budget", "-b"], default=None,
-                                   help=f"{_BUDGET_HELP} [default: {method.budget_help}]"))
+                                   help=f"{budget_help} [default: {method.budget_help}]"))
     params += [_param_option(f) for f in fields]
     params += [
-        click.Option(["--out", "-o"], required=True, type=click.Path(dir_okay=False, allow_dash=True),
-                     help="Selection JSONL to write (its manifest goes beside it); - writes the "
-                          "JSONL lines to stdout (no manifest then; the summary goes to stderr)."),
-        click.Option(["--overwrite"], is_flag=True,
-                     help="Replace a selection tapt wrote at --out that was edited since (an "
-                          "unchanged one is always replaced; a file tapt did not write, or an "
-                          "input, never is)."),
+        setting("out"),
+        setting("overwrite"),
         click.Option(["--json", "as_json"], is_flag=True,
                      help="Print one JSON object: method, counts, timings, output, info."),
-        click.Option(["--explain"], is_flag=True,
-                     help="Keep why each segment was picked in its line (each scorer's part "
-                          "of its score, its own score beside its document's, its nearest task "
-                          "sentences) and a sample of the corpus's scores in the manifest: "
-                          "see tapt show and tapt plot scores."),
-        click.Option(["--segment-size"], type=click.IntRange(min=1), default=None,
-                     help="Re-cut segments at this size [default: the index's]."),
-        click.Option(["--seed"], type=SEED, default=0, show_default=True,
-                     help="Seed of every random choice (the same seed gives the same selection)."),
+        setting("explain"),
+        setting("segment_size"),
+        setting("seed"),
         click.Option(["--executor"], type=click.Choice(["local", "ray"]), default="local",
                      show_default=True,
                      help="local: this process; ray: the index's shards loaded into Ray actors "
                           "for this selection, which score and search them (as `tapt index "
                           "serve`; the same selection; needs pip install 'tapt[ray]')."),
-        click.Option(["--ray-address", "address"], default=None, metavar="auto|HOST:PORT",
+        # `tapt index serve`'s settings (`ServeSettings`), applying with --executor ray only
+        click.Option(["--ray-address", "ray_address"], default=None, metavar="auto|HOST:PORT",
                      help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
                           "local cluster on this machine]."),
         click.Option(["--actors"], type=click.IntRange(min=1), default=None,
@@ -77,29 +72,9 @@ def _select_command(method) -> click.Command:
                                         "[default: 1]."),
     ]
     if method.pools_documents(method.make_params()):
-        params.append(click.Option(
-            ["--context"], type=click.Choice(["auto", *CONTEXTS]), default="auto",
-            show_default=True,
-            help="document: score each sentence by its whole document's (shrunk) mean score, "
-                 "so documents are kept or dropped together; usually more precise when corpus "
-                 "documents are about one thing each (web pages, articles, books), less where "
-                 "they mix topics. sentence: each sentence's own score. auto: document where "
-                 "at least half of the index's sentences are in documents of two or more "
-                 "sentences, else sentence (the manifest's `context` says which and why)."))
+        params.append(setting("context"))
     if method.needs_embeddings:
-        params += [
-            click.Option(["--model"], default=None,
-                         help="Model directory if the index's recorded one cannot be found."),
-            click.Option(["--device"], default="auto", show_default=True,
-                         type=click.Choice(["auto", "cpu", "cuda"]),
-                         help="Device that embeds the task."),
-            click.Option(["--backend"], default="auto", show_default=True,
-                         type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]),
-                         help="Backend that embeds the task [auto: the one the index was built "
-                              "with, where the device allows]."),
-            click.Option(["--batch-size"], type=click.IntRange(min=1), default=64,
-                         show_default=True, help="Task sentences per encoder batch."),
-        ]
+        params += [setting(name) for name in ("model", "device", "backend", "batch_size")]
 
     def callback(**kw) -> None:
         ctx = click.get_current_context()
@@ -113,30 +88,24 @@ def _select_command(method) -> click.Command:
                        short_help=method.summary)
 
 
-def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, out, overwrite,
-                as_json, segment_size, seed, explain=False, executor="local", address=None, actors=None,
-                cpus_per_actor=None, task=(), text_field="text", budget=None, model=None,
-                device="auto", backend="auto", batch_size=64, context="auto") -> None:
+def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, as_json,
+                executor="local", task=(), **settings) -> None:
+    """One selection: the `SelectSettings` fields among `settings` forwarded by name to
+    `Index.select`; the others are `ServeSettings` fields, for --executor ray."""
     from contextlib import nullcontext
 
     from tapt.errors import InputError
 
-    if executor != "ray":
-        for name, value in (("address", address), ("actors", actors),
-                            ("cpus_per_actor", cpus_per_actor)):
-            if value is not None:
-                raise InputError("only applies with `executor` ray", param=name)
-    ix = (api.serve(idx, address=address, actors=actors,
-                    cpus_per_actor=1.0 if cpus_per_actor is None else cpus_per_actor)
-          if executor == "ray" else api.Index.open(idx))
+    out = settings["out"]
+    serving = {name: settings.pop(name) for name in ("ray_address", "actors", "cpus_per_actor")}
+    serving = {name: value for name, value in serving.items() if value is not None}
+    if executor != "ray" and serving:
+        raise InputError("only applies with `executor` ray", param=next(iter(serving)))
+    ix = api.serve(idx, **serving) if executor == "ray" else api.Index.open(idx)
     with ix if executor == "ray" else nullcontext(ix):
-        selection = ix.select(method.name, {"files": list(task)} if task else None, budget,
-                              segment_size=segment_size, seed=seed, context=context,
-                              text_field=text_field, model=model, device=device,
-                              backend=backend, batch_size=batch_size,
-                              progress=ctx.obj["progress"], out=None if out == "-" else out,
-                              overwrite=overwrite, explicit=given, explain=explain,
-                              **values)
+        selection = ix.select(method.name, {"files": list(task)} if task else None,
+                              **{**settings, "out": None if out == "-" else out},
+                              progress=ctx.obj["progress"], explicit=given, **values)
     if out == "-":
         selection.write_lines(click.get_text_stream("stdout"))
     manifest, to_stderr = selection.manifest, out == "-"

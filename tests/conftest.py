@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tapt.extend import register_encoder
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -30,10 +32,12 @@ TOPICS = {
 COMMON = "the a of and to in is that with for on as by this it be".split()
 
 
+@register_encoder
 class HashingEncoder:
     """Mean of per-word dense random vectors (seeded by the word's hash), L2-normalised.
 
     Deterministic and model-free; dense like a real encoder's output, so topics form blobs.
+    Registered as the model "hashing-test": an index built with it loads it by that name.
     """
 
     name = "hashing-test"
@@ -41,7 +45,7 @@ class HashingEncoder:
     max_length = 12
     device = "cpu"
 
-    def __init__(self, dim: int = 64) -> None:
+    def __init__(self, dim: int = 64, device: str = "cpu", backend: str = "auto") -> None:
         self.dim = dim
         self.calls = 0
 
@@ -66,6 +70,14 @@ class HashingEncoder:
 
     def token_counts(self, texts) -> np.ndarray:
         return np.asarray([len(t.split()) + 2 for t in texts], dtype=np.int32)
+
+
+def loading(monkeypatch, encoder, name: str = HashingEncoder.name) -> None:
+    """Loading the model `name` gives this very `encoder` (a test counting its calls)."""
+    from tapt.indexer.encoding.registered import ENCODERS
+
+    ENCODERS.load()
+    monkeypatch.setitem(ENCODERS.by_name, name, lambda **_: encoder)
 
 
 def shard_file(index: Path, name: str, shard: int | str = 0) -> Path:

@@ -94,10 +94,17 @@ class Executor(ABC):
     Attributes:
         name: `--executor` value and the name in messages.
         order: Position in listings and messages (then by name).
+        Options: None, or a dataclass of the options a build or add takes for this executor:
+            each field (default None: the executor's own default) is a keyword of
+            `Index.build` and `Index.add` and, with a `help` in its metadata, a flag of `tapt
+            index build` and `index add` (its name, `-` for `_`; `minimum`, `maximum`,
+            `choices`, `metavar` as for settings), reaching the constructor under its
+            `keyword` metadata (default: its name). Names are unique across executors.
     """
 
     name: ClassVar[str]
     order: ClassVar[int] = 100
+    Options: ClassVar[type | None] = None
 
     @abstractmethod
     def map(self, stage: Stage, tasks: Sequence[Any], encoder: EncoderSource | None = None

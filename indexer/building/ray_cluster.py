@@ -11,6 +11,7 @@ import os
 import re
 import socket
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from tapt.errors import InputError, TaptError
@@ -25,6 +26,32 @@ POLL_SECONDS = 2.0      # how often a waiting stage checks that its work can sti
 LOST_AFTER = 10.0       # seconds no alive node can run a step before its stage ends
 ENV_PREFIXES = ("TAPT_", "HF_")
 ENV_KEPT_BACK = ("HF_TOKEN",)   # a secret: never into Ray's records of a task (its dashboard)
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """The Ray executor's options (`RayExecutor.Options`): keywords of `Index.build` and
+    `Index.add`, and flags of `tapt index build` and `index add` (`-` for `_`), applying with
+    `executor` ray only; None keeps `RayExecutor`'s own default."""
+
+    ray_address: str | None = field(default=None, metadata={
+        "help": "--executor ray: the cluster to join [default: RAY_ADDRESS, else a local "
+                "cluster on this machine].", "metavar": "auto|HOST:PORT", "keyword": "address"})
+    ray_workers: int | None = field(default=None, metadata={
+        "help": "--executor ray: embedding actors [default: GPUs / --gpus-per-worker, or the "
+                "cluster's CPUs - 1].", "minimum": 1, "keyword": "workers"})
+    gpus_per_worker: float | None = field(default=None, metadata={
+        "help": "--executor ray: GPUs per embedding actor (0.5: two per GPU) [default: 0, CPU "
+                "actors].", "minimum": 0})
+    ray_timeout: float | None = field(default=None, metadata={
+        "help": "--executor ray: fail a stage when no task of it finishes for this long (the "
+                "cluster lost its workers, or cannot place them) "
+                f"[default: {DEFAULT_TIMEOUT:g}].", "minimum": 0, "min_open": True,
+        "metavar": "SECONDS", "keyword": "timeout"})
+    ray_retries: int | None = field(default=None, metadata={
+        "help": "--executor ray: restarts of a dead embedding actor and retries of a task "
+                f"whose worker died [default: {DEFAULT_RETRIES}].", "minimum": 0,
+        "keyword": "retries"})
 
 
 class ExecutorError(TaptError):

@@ -19,6 +19,7 @@ from tapt.indexer.encoding.models import (
     missing_model,
     resolve_model,
 )
+from tapt.indexer.encoding.registered import load_registered, registered
 
 log = logging.getLogger(__name__)
 
@@ -351,8 +352,13 @@ def load_encoder(spec: str | None = None, device: str = "auto", backend: str = "
     `check` is called with the model as soon as its identity is known (its facts cached, or its
     weights loaded), before anything slow is made of it (an ONNX export): a wrong model is
     refused first. A model argument that names a local folder which is not there is refused
-    before anything is imported (`models.missing_model`).
+    before anything is imported (`models.missing_model`). A model name registered with
+    `tapt.extend.register_encoder` makes that encoder.
     """
+    if registered(spec):
+        encoder = load_registered(spec, device, backend)
+        (check or (lambda encoder: None))(encoder)
+        return encoder
     missing = missing_model(spec)
     if missing:
         raise InputError(missing, param="model")

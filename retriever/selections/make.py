@@ -8,6 +8,7 @@ their text and corpus metadata into a `Selection`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any, Iterable
@@ -32,6 +33,7 @@ from tapt.retriever.ranking.budget import parse_budget
 from tapt.retriever.ranking.document_pooling import CONTEXT_CHOICES, ContextChoice, choose_context
 from tapt.retriever.selections.file_format import SelectedSegment
 from tapt.retriever.selections.selection import Selection
+from tapt.retriever.selections.settings import SelectSettings
 from tapt.retriever.tasks.embedding import embed_task
 from tapt.retriever.tasks.forms import TaskInput
 from tapt.util.checks import whole_number
@@ -43,9 +45,7 @@ log = logging.getLogger(__name__)
 
 # The keywords of `tapt.Index.select` besides the method's own parameters: a misspelt one
 # (`budjet=`) is named with the closest of these or of the method's parameters.
-SELECT_KEYWORDS = ("task", "budget", "segment_size", "seed", "context", "text_field", "model",
-                   "device", "backend", "batch_size", "progress", "encoder", "out", "overwrite",
-                   "explicit", "explain")
+SELECT_KEYWORDS = ("task", "explicit", *(f.name for f in dataclasses.fields(SelectSettings)))
 
 
 class SelectConfig:

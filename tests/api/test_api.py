@@ -59,19 +59,19 @@ def task_lines(medical_task):
 
 @pytest.fixture(scope="module")
 def fused(ix, task_lines):
-    return ix.select("fused", task=task_lines, budget="60sent", encoder=HashingEncoder())
+    return ix.select("fused", task=task_lines, budget="60sent")
 
 
 def test_select_with_every_kind_of_task(ix, medical_task, task_lines):
     enc = HashingEncoder()
-    by_file = ix.select("centroid", task=medical_task, budget="0.2", encoder=enc)
-    by_paths = ix.select("centroid", task=[Path(medical_task)], budget="0.2", encoder=enc)
-    by_str_paths = ix.select("centroid", task=[str(medical_task)], budget="0.2", encoder=enc)
-    by_texts = ix.select("centroid", task=task_lines, budget="0.2", encoder=enc)
+    by_file = ix.select("centroid", task=medical_task, budget="0.2")
+    by_paths = ix.select("centroid", task=[Path(medical_task)], budget="0.2")
+    by_str_paths = ix.select("centroid", task=[str(medical_task)], budget="0.2")
+    by_texts = ix.select("centroid", task=task_lines, budget="0.2")
     by_emb = ix.select("centroid", task=enc.encode(task_lines), budget="0.2")
-    by_array = ix.select("centroid", task=np.array(task_lines), budget="0.2", encoder=enc)
+    by_array = ix.select("centroid", task=np.array(task_lines), budget="0.2")
     pd = pytest.importorskip("pandas")
-    by_series = ix.select("centroid", task=pd.Series(task_lines), budget="0.2", encoder=enc)
+    by_series = ix.select("centroid", task=pd.Series(task_lines), budget="0.2")
     ids = by_file.ids.tolist()
     for other in (by_paths, by_str_paths, by_texts, by_emb, by_array, by_series):
         assert other.ids.tolist() == ids
@@ -81,17 +81,17 @@ def test_select_with_every_kind_of_task(ix, medical_task, task_lines):
         ix.select("fused", task=enc.encode(task_lines), budget="50sent")
     assert err.value.param == "task"
     with pytest.raises(InputError, match="no such file"):
-        ix.select("centroid", task=["missing.txt", "other.jsonl"], budget="5", encoder=enc)
+        ix.select("centroid", task=["missing.txt", "other.jsonl"], budget="5")
     with pytest.raises(InputError, match="not a file, folder or URL: pass the task's text as a "
                                          "list of strings") as err:
-        ix.select("centroid", task="Fever and a cough.", budget="5", encoder=enc)
+        ix.select("centroid", task="Fever and a cough.", budget="5")
     assert err.value.param == "task"
     with pytest.raises(InputError, match="L2-normalised"):
         ix.select("centroid", task=2 * enc.encode(task_lines), budget="5")
     with pytest.raises(InputError, match=r"\(n, 64\)"):
         ix.select("centroid", task=np.ones((3, 5), np.float32), budget="5")
     with pytest.raises(InputError, match="has no parameter `k`"):
-        ix.select("centroid", task=task_lines, budget="5", k=3, encoder=enc)
+        ix.select("centroid", task=task_lines, budget="5", k=3)
     with pytest.raises(InputError, match="unknown method 'magic'"):
         ix.select("magic", task=task_lines, budget="5")
     random_sel = ix.select("random", budget="5", seed=2)
@@ -118,15 +118,11 @@ def test_arguments_of_the_wrong_type_are_tapt_errors(ix, fused, fake_index, tmp_
         (lambda: tapt.Index.open(None), InputError, "path"),
         (lambda: fused.write(None), OutputError, "out"),
         (lambda: fused.export(5), OutputError, "out"),
-        (lambda: ix.select("centroid", task=["Fever."], budget="3", encoder=object()),
-         InputError, "encoder"),
         (lambda: ix.select("centroid", task=["Fever."], budget="3", device="tpu"),
          InputError, "device"),
-        (lambda: ix.select("centroid", task=["Fever."], budget="3", batch_size=0,
-                           encoder=HashingEncoder()), InputError, "batch_size"),
+        (lambda: ix.select("centroid", task=["Fever."], budget="3", batch_size=0), InputError, "batch_size"),
         (lambda: ix.verify(sample=-1), InputError, "sample"),
-        (lambda: tapt.Index.build([fake_index], tmp_path / "x", segment_size="5",
-                                  encoder=HashingEncoder()), InputError, "segment_size"),
+        (lambda: tapt.Index.build([fake_index], tmp_path / "x", segment_size="5"), InputError, "segment_size"),
     ]
     for call, kind, param in cases:
         with pytest.raises(kind) as err:
@@ -137,7 +133,7 @@ def test_arguments_of_the_wrong_type_are_tapt_errors(ix, fused, fake_index, tmp_
 def test_an_empty_selection_says_so(ix, caplog):
     task = ["zyxq wvut " * 3 + str(i) for i in range(20)]     # words no corpus sentence has
     with caplog.at_level("WARNING", logger="tapt.retriever.selections.make"):
-        sel = ix.select("classifier", task=task, encoder=HashingEncoder())
+        sel = ix.select("classifier", task=task)
     assert len(sel) == 0 and sel.warnings and "selected nothing" in sel.warnings[0]
     assert "give a budget" in caplog.text
 
@@ -185,7 +181,7 @@ def test_write_read_round_trip_and_version_1(fused, tmp_path):
 
 def test_write_never_destroys_inputs_or_foreign_files(ix, fused, medical_task, tmp_path):
     before = medical_task.read_bytes()
-    sel = ix.select("centroid", task=medical_task, budget="3", encoder=HashingEncoder())
+    sel = ix.select("centroid", task=medical_task, budget="3")
     with pytest.raises(OutputError, match="also an input"):
         sel.write(medical_task)
     assert medical_task.read_bytes() == before
@@ -256,13 +252,12 @@ def test_exports_load_with_pandas_and_datasets(fused, tmp_path):
 def test_index_build_add_verify_repair_reindex_info(tmp_path, medical_task):
     corpus = tmp_path / "pool.jsonl"
     records = write_labelled_corpus(corpus, docs_per_topic=4, seed=3)
-    enc = HashingEncoder()
-    ix = tapt.Index.build(corpus, tmp_path / "idx", encoder=enc, segment_size=4, split=False,
-                          progress=False)
+    ix = tapt.Index.build(corpus, tmp_path / "idx", model="hashing-test", segment_size=4,
+                          split=False, progress=False)
     assert ix.n_sentences == len(records) and ix.info()["counts"]["sentences"] == len(records)
     more = tmp_path / "more.jsonl"
     added = write_labelled_corpus(more, docs_per_topic=2, seed=11)
-    record = ix.add(more, encoder=enc, progress=False)
+    record = ix.add(more, progress=False)
     assert record["sentences"] == len(added) and ix.n_sentences == len(records) + len(added)
     assert ix.verify(progress=False).ok
     (ix.path / "shards" / "000000" / "index.faiss").unlink()
@@ -275,39 +270,36 @@ def test_index_build_add_verify_repair_reindex_info(tmp_path, medical_task):
     (ix.path / "shards" / "000000" / "index.faiss").unlink()
     assert ix.repair(progress=False) and ix.verify(progress=False).ok
     assert ix.reindex("hnsw", progress=False)["kind"] == "hnsw"
-    assert ix.select("knn", task=medical_task, encoder=enc, k=3).counts["segments"] > 0
+    assert ix.select("knn", task=medical_task, k=3).counts["segments"] > 0
     with pytest.raises(IndexFormatError):
         tapt.Index.open(tmp_path)
 
 
 def test_degenerate_tasks_are_refused_or_warned(ix, task_lines):
-    enc = HashingEncoder()
     for empty in ([], ()):
         with pytest.raises(InputError, match="the task is empty"):
-            ix.select("centroid", task=empty, budget="0.2", encoder=enc)
+            ix.select("centroid", task=empty, budget="0.2")
     with pytest.raises(InputError, match="iforest needs at least 2 task sentences") as err:
-        ix.select("iforest", task=task_lines[:1], budget="0.2", encoder=enc)
+        ix.select("iforest", task=task_lines[:1], budget="0.2")
     assert err.value.param == "task"
     with pytest.raises(InputError, match="auto needs at least 4"):
-        ix.select("auto", task=task_lines[:3], budget="0.2", encoder=enc)
+        ix.select("auto", task=task_lines[:3], budget="0.2")
     with pytest.raises(InputError, match="at least 4"):
-        ix.select("iforest", task=task_lines[:3], budget="0.2", encoder=enc, detector="auto")
+        ix.select("iforest", task=task_lines[:3], budget="0.2", detector="auto")
     with pytest.raises(InputError, match="classifier needs at least 2"):
-        ix.select("classifier", task=task_lines[:1], encoder=enc)
-    few = ix.select("classifier", task=task_lines[:2], budget="0.2", encoder=enc)
+        ix.select("classifier", task=task_lines[:1])
+    few = ix.select("classifier", task=task_lines[:2], budget="0.2")
     assert any("only 2 task sentence" in w for w in few.warnings)
-    one = ix.select("centroid", task=task_lines[:1], budget="0.2", encoder=enc)
+    one = ix.select("centroid", task=task_lines[:1], budget="0.2")
     assert len(one) > 0 and not one.warnings
     for budget in ("0.0000001", "0.5sent", "0.4tok"):
         with pytest.raises(BudgetError) as err:
-            ix.select("centroid", task=task_lines, budget=budget, encoder=enc)
+            ix.select("centroid", task=task_lines, budget=budget)
         assert err.value.param == "budget"
 
 
 def test_the_same_task_file_twice_counts_once(ix, medical_task):
-    enc = HashingEncoder()
-    twice = ix.select("centroid", task=[Path(medical_task), Path(medical_task)], budget="5",
-                      encoder=enc)
+    twice = ix.select("centroid", task=[Path(medical_task), Path(medical_task)], budget="5")
     assert twice.manifest["task"]["sentences"] == 40
 
 

@@ -9,7 +9,6 @@ import shutil
 import pytest
 
 import tapt
-from conftest import HashingEncoder
 from tapt.errors import IndexFormatError, InputError, TaptError
 
 TASK = ["Patient fever therapy dose.", "Kidney biopsy lesion."]
@@ -22,7 +21,7 @@ def ix(fake_index):
 
 @pytest.fixture()
 def selection(ix, tmp_path):
-    return ix.select("centroid", task=TASK, budget="3", encoder=HashingEncoder(),
+    return ix.select("centroid", task=TASK, budget="3",
                      out=tmp_path / "sel.jsonl")
 
 
@@ -34,7 +33,7 @@ def selection(ix, tmp_path):
     (lambda sel, ix, d: tapt.evaluate(3, ix, label="medical"), "selections"),
     (lambda sel, ix, d: tapt.evaluate(sel.path, ix, label=3), "label"),
     (lambda sel, ix, d: tapt.Selection.read(3), "path"),
-    (lambda sel, ix, d: ix.embed(3, encoder=HashingEncoder()), "texts"),
+    (lambda sel, ix, d: ix.embed(3), "texts"),
     (lambda sel, ix, d: ix.recall(queries="x"), "queries"),
     (lambda sel, ix, d: tapt.Index.build(3, d / "o"), "corpus"),
     (lambda sel, ix, d: tapt.Index.build([sel.path], 3), "out"),
@@ -58,7 +57,7 @@ def test_a_wrong_argument_is_a_tapt_error_naming_it(call, param, selection, ix, 
 ])
 def test_a_misspelt_keyword_is_named_with_the_closest(ix, keywords, message):
     with pytest.raises(InputError) as caught:
-        ix.select("centroid", task=TASK, encoder=HashingEncoder(), **keywords)
+        ix.select("centroid", task=TASK, **keywords)
     assert message in str(caught.value)
     assert "needs a budget" not in str(caught.value)
 
@@ -66,8 +65,7 @@ def test_a_misspelt_keyword_is_named_with_the_closest(ix, keywords, message):
 def test_a_misspelt_build_or_train_keyword_is_named_with_the_closest(tmp_path, selection):
     with pytest.raises(InputError, match="unknown keyword `segmnt_size`: did you mean "
                                          "`segment_size`"):
-        tapt.Index.build([selection.path], tmp_path / "o", segmnt_size=3,
-                         encoder=HashingEncoder())
+        tapt.Index.build([selection.path], tmp_path / "o", segmnt_size=3)
     with pytest.raises(InputError, match="unknown keyword `stps`: did you mean `steps`"):
         tapt.train(selection.path, tmp_path / "m", stps=3)
 
@@ -75,11 +73,12 @@ def test_a_misspelt_build_or_train_keyword_is_named_with_the_closest(tmp_path, s
 def test_select_keywords_are_those_of_index_select():
     import inspect
 
+    from tapt.api.options import settings_keywords
     from tapt.retriever.selections.make import SELECT_KEYWORDS
 
     names = [n for n, p in inspect.signature(tapt.Index.select).parameters.items()
              if p.kind is p.KEYWORD_ONLY or n in ("task", "budget")]
-    assert sorted(SELECT_KEYWORDS) == sorted(names)
+    assert sorted(SELECT_KEYWORDS) == sorted({*names, *settings_keywords("select")})
 
 
 def test_info_of_an_index_deleted_after_it_was_opened(fake_index, tmp_path):

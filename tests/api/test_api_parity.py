@@ -108,7 +108,7 @@ def test_select_takes_every_task_form_alike(fake_index, medical_task, task, monk
     ix = tapt.Index.open(fake_index)
 
     def ids(form):
-        return ix.select("centroid", task=form, budget="20sent", encoder=HashingEncoder()).ids
+        return ix.select("centroid", task=form, budget="20sent").ids
 
     as_text = ids(task)
     for form in (np.array(task), pd.Series(task), tuple(task)):
@@ -128,7 +128,7 @@ def tiny(tmp_path_factory, fake_index, task):
     base = tmp_path_factory.mktemp("parity")
     model = write_tiny_bert(base / "tiny", task, hidden_size=32, layers=1, max_positions=64)
     ix = tapt.Index.open(fake_index)
-    sel = ix.select("centroid", task=task, budget="20sent", encoder=HashingEncoder(),
+    sel = ix.select("centroid", task=task, budget="20sent",
                     out=base / "sel.jsonl")
     return {"model": str(model), "sel": sel, "base": base}
 

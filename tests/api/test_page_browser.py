@@ -109,7 +109,7 @@ def test_the_page_shows_why_each_row_was_picked(page_server, browser, fake_index
     assert not problems, problems
 
     # a selection file opened from disk, with its manifest
-    sel = tapt.Index.open(fake_index).select("fused", TASK, "5", encoder=HashingEncoder(),
+    sel = tapt.Index.open(fake_index).select("fused", TASK, "5",
                                              context="sentence", explain=True)
     path = sel.write(tmp_path / "fused.jsonl")
     page.set_input_files("#file", [str(path), str(path) + ".manifest.json"])

@@ -23,7 +23,14 @@ KINDS = {
     "pretrain": (api.pretrain, ("pretrain",), ("out",)),
     "recall": (api.bench_recall, ("bench", "recall"), ()),
     "downstream": (api.bench_downstream, ("bench", "downstream"), ()),
+    # centroid's command has every option a method can have beside its own parameters
+    "select": (api.Index.select, ("select", "centroid"), ("self", "method", "task", "explicit")),
+    "serve": (api.serve, ("index", "serve"), ("path",)),
 }
+# options of a command that are another kind's settings: `select --executor ray` serves the
+# index for the one selection, with `index serve`'s settings under their names (and build's
+# and add's executor options are the executors' own, `_elsewhere`)
+ELSEWHERE = {"select": "serve"}
 
 
 def _command(path: tuple[str, ...]) -> click.Command:
@@ -76,16 +83,34 @@ def test_the_command_has_each_option_under_the_fields_name_and_default(kind):
             flag = "--" + name.replace("_", "-")
             assert flag in option.opts, (kind, name, option.opts)
         else:   # an option of the call's own (a keyword of the same name), or of the CLI only
-            assert name in keywords or name in {"as_json", "help", "quiet", "verbose"}, \
-                (kind, name)
+            assert name in keywords or name in _elsewhere(kind, path) or name in {
+                "as_json", "help", "quiet", "verbose", "executor", "requests_file"}, (kind, name)
+
+
+def _elsewhere(kind: str, path: tuple[str, ...]) -> set[str]:
+    """The options of the command that are the parameters of a selection method, or the
+    settings of another kind (`ELSEWHERE`), under their names there."""
+    from tapt.api.options import executor_fields
+
+    names = set(settings_keywords(ELSEWHERE[kind])) if kind in ELSEWHERE else set()
+    if kind in ("build", "add"):    # the executors' options (`Executor.Options`)
+        names |= {desc["name"] for desc in executor_fields()}
+    if kind == "select":
+        names |= {param["name"] for param in api.options.method_params(path[-1])}
+    return names
 
 
 def test_build_options_have_the_command_lines_names_and_defaults():
-    params = inspect.signature(api.Index.build).parameters
-    for name in ("ray_address", "ray_workers", "gpus_per_worker", "ray_timeout", "ray_retries"):
-        assert params[name].default is None
-        option = {p.name: p for p in _command(("index", "build")).params}[name]
-        assert _default(option) is None
+    from tapt.api.options import executor_fields
+
+    described = {desc["name"]: desc["executor"] for desc in executor_fields()}
+    assert described == {"ray_address": "ray", "ray_workers": "ray", "gpus_per_worker": "ray",
+                         "ray_timeout": "ray", "ray_retries": "ray"}
+    for path in (("index", "build"), ("index", "add")):
+        options = {p.name: p for p in _command(path).params}
+        for name in described:       # an executor's option: a flag of its name, default None
+            assert _default(options[name]) is None and options[name].opts[0] == \
+                "--" + name.replace("_", "-")
     assert settings_keywords("train")["eval_batch_size"] == \
         inspect.signature(api.evaluate_mlm).parameters["batch_size"].default
 
@@ -104,3 +129,33 @@ def test_an_old_name_is_taken_for_one_release_with_a_warning(caplog):
     with pytest.raises(InputError) as err:
         config_settings("build", BuildConfig, {"index_type": "hnsw", "index": "flat"}, ())
     assert err.value.param == "index_type"
+
+
+def test_serve_takes_the_old_address_for_one_release_with_a_warning(caplog, fake_index):
+    from tapt.api.serve_settings import ServeSettings
+
+    assert renamed_settings(ServeSettings) == {"address": "ray_address"}
+    with caplog.at_level(logging.WARNING, logger="tapt"):
+        got = config_settings("serve", ServeSettings, {"address": "auto"}, ())
+    assert got == {"ray_address": "auto"}
+    assert ["`address` is now `ray_address`; the old name goes in the next release"] == \
+        [r.getMessage() for r in caplog.records]
+    with pytest.raises(InputError) as err:       # refused before Ray is imported
+        api.serve(fake_index, address="auto", token_file="t")
+    assert err.value.param == "token_file"
+
+
+def test_the_select_command_forwards_its_settings_by_name(fake_index, medical_task, tmp_path):
+    from click.testing import CliRunner
+
+    out = tmp_path / "sel.jsonl"
+    args = ["select", "centroid", str(fake_index), "-t", str(medical_task), "-b", "7",
+            "--seed", "3", "--segment-size", "2", "--context", "sentence", "-o", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    want = api.Index.open(fake_index).select("centroid", medical_task, "7", seed=3,
+                                             segment_size=2, context="sentence")
+    got = api.Selection.read(out)
+    assert got.ids.tolist() == want.ids.tolist() and got.manifest["segment_size"] == 2
+    result = CliRunner().invoke(cli, [*args[:-2], "--actors", "2", "-o", str(out)])
+    assert result.exit_code != 0 and "only applies with" in result.output

@@ -10,7 +10,7 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from conftest import COMMON, TOPICS, HashingEncoder, make_sentence
+from conftest import COMMON, TOPICS, make_sentence
 from tapt import api
 from tapt.errors import InputError
 from tiny_model import write_tiny_bert
@@ -28,7 +28,7 @@ def env(tmp_path_factory, fake_index):
     task = [make_sentence(rng, "medical") for _ in range(12)]
     heldout = [make_sentence(rng, "medical") for _ in range(10)]
     sel = api.Index.open(fake_index).select("centroid", task=task, budget="40sent",
-                                            encoder=HashingEncoder(), progress=False)
+                                            progress=False)
     sel.write(base / "sel.jsonl")
     return {"base": base, "model": str(model), "task": task, "heldout": heldout,
             "sel": str(base / "sel.jsonl")}

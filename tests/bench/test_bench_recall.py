@@ -95,7 +95,7 @@ def _run_e2e(index, corpus, seeds, tmp_path):
     # corpus's sentence-scoring methods by document (test_bench_recall_default_context_rows)
     return bench_recall(corpus, seeds, index, E2E_METHODS, [10, 30], "oracle,2x", 2, [1, 4],
                         tmp_path / "out", tmp_path / "cache", progress=False,
-                        encoder=HashingEncoder(), contexts=("sentence",))
+                        contexts=("sentence",))
 
 
 def test_bench_recall_end_to_end(fake_index, labelled_corpus, seeds_dir, tmp_path):
@@ -124,8 +124,7 @@ def test_bench_recall_end_to_end(fake_index, labelled_corpus, seeds_dir, tmp_pat
 def test_bench_recall_with_dsir(fake_index, labelled_corpus, seeds_dir, tmp_path):
     pytest.importorskip("data_selection")
     report = bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["dsir"], [30], "oracle", 1,
-                          [1], tmp_path / "out", tmp_path / "cache", progress=False,
-                          encoder=HashingEncoder())
+                          [1], tmp_path / "out", tmp_path / "cache", progress=False)
     check = report["dsir_library_check"]
     assert check["max_abs_weight_difference"] < 1e-6 and check["top_k_overlap"] == 1.0
     rows = [r for r in report["aggregate"] if r["domain"] == "all"]
@@ -161,7 +160,7 @@ if __name__ == "__main__":
 def test_bench_recall_document_context_rows(fake_index, labelled_corpus, seeds_dir, tmp_path):
     report = bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["centroid", "knn"], [30],
                           "oracle", 1, [1], tmp_path / "out", tmp_path / "cache", progress=False,
-                          encoder=HashingEncoder(), contexts=("sentence", "document"))
+                          contexts=("sentence", "document"))
     names = {r["method"] for r in report["results"]}
     assert names == {"centroid", "centroid+document", "knn"}   # knn ranks no sentence scores
     assert report["config"]["contexts"] == ["sentence", "document"]
@@ -173,7 +172,7 @@ def test_bench_recall_document_context_rows(fake_index, labelled_corpus, seeds_d
     with pytest.raises(InputError):
         bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["centroid"], [30], "oracle", 1,
                      [1], tmp_path / "out2", tmp_path / "cache", progress=False,
-                     encoder=HashingEncoder(), contexts=("paragraph",))
+                     contexts=("paragraph",))
 
 
 def test_bench_recall_default_context_rows(fake_index, labelled_corpus, seeds_dir, tmp_path):
@@ -181,15 +180,14 @@ def test_bench_recall_default_context_rows(fake_index, labelled_corpus, seeds_di
     hold several sentences, so centroid's rows are its document-context cut (iforest's too:
     its pre-ranking pools), knn's its own."""
     report = bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["centroid", "knn"], [30],
-                          "oracle", 1, [1], tmp_path / "out", tmp_path / "cache", progress=False,
-                          encoder=HashingEncoder())
+                          "oracle", 1, [1], tmp_path / "out", tmp_path / "cache", progress=False)
     assert {r["method"] for r in report["results"]} == {"centroid+document", "knn"}
     auto = report["config"]["auto_context"]
     assert report["config"]["contexts"] == ["auto"] and auto["name"] == "document"
     assert auto["reason"].startswith("auto: ") and auto["sentences_per_document"] > 1
     both = bench_recall(labelled_corpus[0], seeds_dir, fake_index, ["centroid"], [30], "oracle",
                         1, [1], tmp_path / "out2", tmp_path / "cache", progress=False,
-                        encoder=HashingEncoder(), contexts=("auto", "document", "sentence"))
+                        contexts=("auto", "document", "sentence"))
     names = [r["method"] for r in both["results"]]
     assert sorted(set(names)) == ["centroid", "centroid+document"]
     assert names.count("centroid+document") == names.count("centroid")    # auto = document, once

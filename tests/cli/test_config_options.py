@@ -152,15 +152,15 @@ def test_a_new_field_reaches_the_config_from_the_command_line(new_field, tmp_pat
 def test_a_new_field_is_a_keyword_of_the_api(new_field, tmp_path):
     made, corpus = new_field
     ix = api.Index.build(corpus, tmp_path / "idx", split=False, progress=False,
-                         encoder=HashingEncoder(), beam_width=7)
+                         model="hashing-test", beam_width=7)
     assert [c.beam_width for c in made] == [7]
     more = tmp_path / "more.jsonl"
     write_labelled_corpus(more, docs_per_topic=2, seed=7)
-    ix.add(more, progress=False, encoder=HashingEncoder(), beam_width=8)
+    ix.add(more, progress=False, beam_width=8)
     assert made[-1].beam_width == 8
     for keyword in ("window", "codes", "no_such_field"):     # not options of `index add`
         with pytest.raises(InputError) as err:
-            ix.add(more, encoder=HashingEncoder(), **{keyword: "int8"})
+            ix.add(more, **{keyword: "int8"})
         assert err.value.param == keyword
 
 

@@ -443,9 +443,8 @@ def test_a_budget_too_large_on_the_command_line_and_in_the_api(run, fake_index, 
     result = run("select", "centroid", fake_index, "--task", medical_task, "--budget", "3",
                  "--segment-size", "1" + "0" * 400, "--out", tmp_path / "s.jsonl")
     one_error(result, "--segment-size", "too large")
-    from conftest import HashingEncoder
 
     with pytest.raises(BudgetError, match="too large"):
         tapt.Index.open(fake_index).select("centroid", task=["a task sentence"],
-                                           budget=10**400, encoder=HashingEncoder())
+                                           budget=10**400)
     assert "too small" in str(pytest.raises(BudgetError, parse_budget, "1e-400").value)

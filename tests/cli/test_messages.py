@@ -35,8 +35,7 @@ def error_of(*argv) -> str:
 
 @pytest.fixture()
 def selection(fake_index, tmp_path):
-    sel = tapt.Index.open(fake_index).select("centroid", task=TASK, budget="4",
-                                             encoder=HashingEncoder())
+    sel = tapt.Index.open(fake_index).select("centroid", task=TASK, budget="4")
     return sel.write(tmp_path / "sel.jsonl")
 
 
@@ -89,8 +88,7 @@ def test_export_reads_the_bytes_it_checked(fake_index, selection, tmp_path, monk
     from tapt.retriever.selections import file_format
 
     other = tapt.Index.open(fake_index).select(
-        "centroid", task=["Captain anchor harbour tide storm."], budget="4",
-        encoder=HashingEncoder()).write(tmp_path / "other.jsonl")
+        "centroid", task=["Captain anchor harbour tide storm."], budget="4").write(tmp_path / "other.jsonl")
     first_ids = [s.id for s in tapt.Selection.read(selection)]
     assert first_ids != [s.id for s in tapt.Selection.read(other)]
     swapped = []

@@ -15,7 +15,6 @@ import pytest
 
 import tapt
 import tapt.indexer.encoding.encoder as encoder_module
-from conftest import HashingEncoder
 from tapt.errors import InputError, ModelMismatchError
 from tapt.indexer.encoding.encoder import file_differences
 from tapt.indexer.encoding.models import (
@@ -154,12 +153,12 @@ def test_selections_that_cannot_go_together_are_refused_before_training(tmp_path
     monkeypatch.setattr(tapt.trainer.loop, "train", _no_load)
     task = ["Patient fever therapy dose."]
     first = tapt.Index.open(fake_index).select("centroid", task=task, budget="3",
-                                               encoder=HashingEncoder(),
+                                               
                                                out=tmp_path / "a.jsonl")
     shutil.copytree(fake_index, tmp_path / "other")
     manifest = json.loads((tmp_path / "other" / "manifest.json").read_text())
     other = tapt.Index.open(tmp_path / "other")
-    second = other.select("centroid", task=task, budget="3", encoder=HashingEncoder(),
+    second = other.select("centroid", task=task, budget="3",
                           out=tmp_path / "b.jsonl")
     data = json.loads((tmp_path / "b.jsonl.manifest.json").read_text())
     data["index"]["uuid"] = "another-" + manifest["uuid"]

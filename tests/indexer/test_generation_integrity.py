@@ -242,14 +242,13 @@ def test_a_select_that_opened_a_generation_answers_from_it_after_an_add(corpora,
     task = [t for t in _corpus_texts(corpora[0])][:60]
     opened = tapt.Index.open(idx)             # nothing read yet but what opening reads
     reference = tapt.Index.open(idx)
-    before = {m: reference.select(m, task=task, budget="10sent",
-                                  encoder=HashingEncoder()).rows.tolist()
+    before = {m: reference.select(m, task=task, budget="10sent").rows.tolist()
               for m in ("centroid", "moore-lewis", "fused")}
     add_to_index(idx, [corpora[1]], HashingEncoder(), progress=False)
     for method in method_names():
         if method in ("finetune", "perplexity", "task-model"):     # task-model: needs a model
             continue
-        sel = opened.select(method, task=task, budget="10sent", encoder=HashingEncoder())
+        sel = opened.select(method, task=task, budget="10sent")
         assert len(sel) > 0, method
         if method in before:
             assert sel.rows.tolist() == before[method], method

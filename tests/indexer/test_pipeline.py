@@ -126,7 +126,7 @@ def test_reading_an_index_writes_nothing_into_it(fake_index, medical_task, tmp_p
     before = snapshot()
     ix = tapt.Index.open(fake_index)
     ix.store.texts(range(5))
-    ix.select("knn", medical_task, k=3, encoder=HashingEncoder(), out=tmp_path / "s.jsonl")
+    ix.select("knn", medical_task, k=3, out=tmp_path / "s.jsonl")
     assert snapshot() == before
 
 

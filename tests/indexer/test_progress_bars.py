@@ -78,7 +78,7 @@ def test_fused_scoring_reports_its_steps(fake_index):
     try:
         tapt.Index.open(fake_index).select(
             "fused", task=["Patient fever therapy dose.", "Kidney biopsy lesion.",
-                           "Dose of the therapy."], budget="5", encoder=HashingEncoder())
+                           "Dose of the therapy."], budget="5")
     finally:
         progress._STEP.reset(token)
     for what in ("fit the classifier", "score rows 0-", "fit the task's and the corpus's word "
@@ -105,7 +105,7 @@ def test_the_preparation_of_training_shows_bars(fake_index, tmp_path, capsys):
     from tiny_model import write_tiny_bert
 
     sel = tapt.Index.open(fake_index).select(
-        "centroid", task=["Patient fever therapy dose."], budget="20", encoder=HashingEncoder(),
+        "centroid", task=["Patient fever therapy dose."], budget="20",
         out=tmp_path / "s.jsonl")
     segments, _ = load_selections([str(sel.path)], progress=True)
     model = write_tiny_bert(tmp_path / "tiny", [s.text for s in segments], hidden_size=32,

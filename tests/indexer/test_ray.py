@@ -65,8 +65,8 @@ def test_ray_build_equals_local(cluster, corpus, local_index, tmp_path):
     task = write_task(tmp_path / "task.txt", "medical", n=20)
     local, built = tapt.Index.open(local_index), tapt.Index.open(tmp_path / "idx")
     for method in ("centroid", "knn"):
-        a = local.select(method, task, budget="10", encoder=HashingEncoder())
-        b = built.select(method, task, budget="10", encoder=HashingEncoder())
+        a = local.select(method, task, budget="10")
+        b = built.select(method, task, budget="10")
         assert _ids(a) == _ids(b) and len(a) == 10
 
 
@@ -326,7 +326,7 @@ def test_served_selection_equals_unsharded_select(cluster, local_index, one_shar
     monkeypatch.setattr(segments, "STREAM_SHARE", 1.0)   # every budget of this small corpus streams
     one = tapt.Index.open(one_shard_index)
     task = write_task(tmp_path / "task.txt", "legal", n=30)
-    want = [one.select(m, task, b, encoder=HashingEncoder(), **_sentence(p))
+    want = [one.select(m, task, b, **_sentence(p))
             for m, b, p in METHODS]
     # The default scoring grid: this small index's rows all score on the first actor, every
     # FAISS search fans out to the 3; the same selection, score for score
@@ -335,7 +335,7 @@ def test_served_selection_equals_unsharded_select(cluster, local_index, one_shar
         remote = _served_calls(served)
         for i, (method, budget, params) in enumerate(METHODS):
             before = dict(remote)
-            got = served.select(method, task, budget, encoder=HashingEncoder(),
+            got = served.select(method, task, budget,
                                 **_sentence(params))
             assert _ids(got) == _ids(want[i]) and len(got) > 0, method
             assert [s.score for s in got] == [s.score for s in want[i]], method
@@ -354,7 +354,7 @@ def test_served_selection_equals_unsharded_select(cluster, local_index, one_shar
         remote = _served_calls(served)
         for i, (method, budget, params) in enumerate(METHODS):
             before = dict(remote)
-            got = served.select(method, task, budget, encoder=HashingEncoder(),
+            got = served.select(method, task, budget,
                                 **_sentence(params))
             assert _ids(got) == _ids(want[i]), method
             np.testing.assert_allclose([s.score for s in got],
@@ -379,7 +379,7 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
     runs = [("centroid", "30sent", {"scan": "codes"}), ("centroid", "30sent", {}),
             ("centroid", "0.2", {"scan": "codes"}), ("classifier", "30sent", {"scan": "codes"}),
             ("fused", "30sent", {"scan": "codes"})]
-    want = [index.select(m, task, b, encoder=HashingEncoder(), **_sentence(p))
+    want = [index.select(m, task, b, **_sentence(p))
             for m, b, p in runs]
     held = {}
     for hold in ("codes", "rows"):
@@ -391,7 +391,7 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
             served.servers.hold_scores = lambda scorer, on="rows": (kept.append(on),
                                                                    keep(scorer, on))[1]
             for (method, budget, params), expected in zip(runs, want):
-                got = served.select(method, task, budget, encoder=HashingEncoder(),
+                got = served.select(method, task, budget,
                                     **_sentence(params))
                 assert _ids(got) == _ids(expected) and len(got) > 0, (hold, method, params)
                 assert [s.score for s in got] == [s.score for s in expected], (hold, params)
@@ -404,7 +404,7 @@ def test_actors_holding_codes_select_as_one_process_in_half_the_ram(cluster, cor
                                                                       top(scorer, view, cut, on))[1]
             with monkeypatch.context() as patch:
                 patch.setattr(segments, "STREAM_SHARE", 1.0)     # the candidates' cut streams
-                got = served.select("centroid", task, "30sent", encoder=HashingEncoder(),
+                got = served.select("centroid", task, "30sent",
                                     scan="codes", context="sentence")
             assert tops == ["codes"] and _ids(got) == _ids(want[0])
             assert [s.score for s in got] == [s.score for s in want[0]]
@@ -437,9 +437,9 @@ def test_serve_cli_answers_requests_line_by_line(cluster, local_index, one_shard
     assert out.returncode == 1 and out.stderr.strip().splitlines()[-1] == \
         "Error: 2 of 4 request(s) failed (see their \"error\" in the output)"
     one = tapt.Index.open(one_shard_index)
-    want = one.select("centroid", Path(task), "5", encoder=HashingEncoder())
+    want = one.select("centroid", Path(task), "5")
     assert answers[0]["id"] == 1 and answers[0]["ids"] == _ids(want)
-    knn = one.select("knn", [Path(task)], k=3, encoder=HashingEncoder())
+    knn = one.select("knn", [Path(task)], k=3)
     assert answers[1]["ids"] == _ids(knn) and Path(answers[1]["out"]).is_file()
     assert answers[2]["id"] == 3 and "budget" in answers[2]["error"]
     assert "request: not a JSON object" in answers[3]["error"]

@@ -76,8 +76,7 @@ def test_index_blocks_are_compared_by_content_not_by_path(here):
 
 
 def test_a_selection_records_its_index_absolute(here):
-    selection = tapt.Index.open("idx").select("centroid", Path("task.txt"), "3",
-                                              encoder=HashingEncoder())
+    selection = tapt.Index.open("idx").select("centroid", Path("task.txt"), "3")
     assert selection.manifest["index"]["path"] == str(here / "idx")
     os.chdir(here / "elsewhere")
     tapt.Index.open("../idx").check_selection("sel", selection.manifest["index"])
@@ -137,10 +136,9 @@ def test_serving_a_relative_index_opens_the_same_generation(here, monkeypatch):
 
     monkeypatch.setattr(serve, "import_ray", lambda *a, **k: FakeRay(here / "elsewhere"))
     monkeypatch.setattr(serve, "connect", lambda address=None: False)
-    want = tapt.Index.open("idx").select("centroid", Path("task.txt"), "4",
-                                         encoder=HashingEncoder())
+    want = tapt.Index.open("idx").select("centroid", Path("task.txt"), "4")
     with tapt.serve("idx", actors=2) as served:
-        got = served.select("centroid", Path("task.txt"), "4", encoder=HashingEncoder())
+        got = served.select("centroid", Path("task.txt"), "4")
         assert [s.id for s in got] == [s.id for s in want] and len(got) == 4
         assert got.manifest["index"] == want.manifest["index"]
 

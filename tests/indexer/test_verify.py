@@ -127,7 +127,7 @@ def test_moved_index_loads_selects_and_verifies(idx, tmp_path, medical_task):
     shutil.move(str(idx), moved)
     assert not idx.exists()
     assert verify_index(moved).ok
-    selection = tapt.Index.open(moved).select("knn", medical_task, k=3, encoder=HashingEncoder(),
+    selection = tapt.Index.open(moved).select("knn", medical_task, k=3,
                                               out=tmp_path / "s.jsonl")
     assert selection.manifest["counts"]["segments"] > 0
     assert str(idx) not in json.dumps(Index(moved).manifest["files"])

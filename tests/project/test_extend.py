@@ -5,6 +5,7 @@ here), and the registries every kind shares."""
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -13,11 +14,12 @@ import pytest
 
 import tapt
 import tapt.extend
-from conftest import HashingEncoder, write_labelled_corpus
+from conftest import write_labelled_corpus
 from tapt.commands.common import COMMANDS
 from tapt.errors import InputError
 from tapt.indexer.building.executor_base import EXECUTORS
 from tapt.indexer.building.executors import executor_names, get_executor
+from tapt.indexer.encoding.registered import ENCODERS
 from tapt.indexer.reading import formats
 from tapt.retriever.methods.registry import METHODS
 from tapt.util.registry import Registry
@@ -36,7 +38,7 @@ def example(kind: str) -> str:
 def user_module(tmp_path, monkeypatch):
     """Imports the page's example of a kind as a user's module of its own; what it registered
     is gone afterwards."""
-    for registry in (METHODS, formats.FORMATS, EXECUTORS):
+    for registry in (METHODS, formats.FORMATS, EXECUTORS, ENCODERS):
         registry.load()
         monkeypatch.setattr(registry, "by_name", dict(registry.by_name))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -67,11 +69,11 @@ def test_a_new_method_from_a_module_of_ones_own(user_module, fake_index, medical
     assert type(METHODS["nearest"]) is module.Nearest
     ix = tapt.Index.open(fake_index)
     task = medical_task.read_text().splitlines()
-    got = ix.select("nearest", task=task, budget="50sent", encoder=HashingEncoder(), floor=-1.0)
-    same = ix.select("density", task=task, budget="50sent", encoder=HashingEncoder(), m=1)
+    got = ix.select("nearest", task=task, budget="50sent", floor=-1.0)
+    same = ix.select("density", task=task, budget="50sent", m=1)
     assert len(got.ids) > 0 and got.ids.tolist() == same.ids.tolist()
     with pytest.raises(InputError) as err:
-        ix.select("nearest", task=task, budget="50sent", encoder=HashingEncoder(), floor=-2.0)
+        ix.select("nearest", task=task, budget="50sent", floor=-2.0)
     assert err.value.param == "floor"
 
 
@@ -82,11 +84,11 @@ def test_a_new_format_from_a_module_of_ones_own(user_module, tmp_path):
                      encoding="utf-8")
     assert "markdown" in formats.names() and formats.names()[:2] == ["jsonl", "text"]
     assert formats.known().index("markdown (.md/.markdown") > formats.known().index("hf-disk")
-    ix = tapt.Index.build([notes], tmp_path / "idx", encoder=HashingEncoder(), **SETTINGS)
+    ix = tapt.Index.build([notes], tmp_path / "idx", model="hashing-test", **SETTINGS)
     assert ix.n_sentences == 2
     plain = tmp_path / "notes.txt"
     plain.write_text(notes.read_text(encoding="utf-8"), encoding="utf-8")
-    forced = tapt.Index.build([plain], tmp_path / "forced", encoder=HashingEncoder(),
+    forced = tapt.Index.build([plain], tmp_path / "forced", model="hashing-test",
                               input_format="markdown", **SETTINGS)
     assert forced.n_sentences == 2
 
@@ -103,14 +105,39 @@ def test_a_new_executor_from_a_module_of_ones_own(user_module, tmp_path, medical
     try:
         for executor in ("local", "processes", mine):
             out = tmp_path / f"idx-{len(selections)}"
-            ix = tapt.Index.build([corpus], out, encoder=HashingEncoder(), executor=executor,
+            ix = tapt.Index.build([corpus], out, model="hashing-test", executor=executor,
                                   **SETTINGS)
-            sel = ix.select("centroid", task=task, budget="50sent", encoder=HashingEncoder())
+            sel = ix.select("centroid", task=task, budget="50sent")
             selections.append((sel.ids.tolist(), np.asarray(sel.scores).tobytes()))
         assert mine.pool is not None       # the stages that embed nothing ran on its pool
     finally:
         mine.close()
     assert mine.pool is None and selections[0] == selections[1] == selections[2]
+
+
+def test_a_new_encoder_from_a_module_of_ones_own(user_module, tmp_path, medical_task):
+    module = user_module("encoder")
+    corpus = tmp_path / "pool.jsonl"
+    write_labelled_corpus(corpus)
+    built = tapt.Index.build([corpus], tmp_path / "idx", model="char-trigrams", **SETTINGS)
+    assert built.manifest["model"]["name"] == "char-trigrams" and built.dim == 256
+    ix = tapt.Index.open(built.path)           # loads the encoder by the name it recorded
+    task = medical_task.read_text().splitlines()
+    mine = module.CharTrigrams()
+    assert np.array_equal(ix.embed(task[:3]), mine.encode(task[:3]))
+    by_text = ix.select("centroid", task=task, budget="50sent")
+    by_rows = ix.select("centroid", task=mine.encode(task), budget="50sent")
+    assert len(by_text) > 0 and by_text.ids.tolist() == by_rows.ids.tolist()
+    rows = ix.store.records(by_text.sentence_rows.tolist())
+    assert np.mean([r["meta"]["domain"] == "medical" for r in rows]) > 0.8
+
+    @tapt.extend.register_encoder
+    class NoEncoder:
+        name = "no-encoder"
+
+    with pytest.raises(InputError, match="NoEncoder is not an encoder: it has no encode") as err:
+        tapt.Index.build([corpus], tmp_path / "none", model="no-encoder", **SETTINGS)
+    assert err.value.param == "model" and not (tmp_path / "none").exists()
 
 
 def test_every_kind_registers_the_same_way(tmp_path, monkeypatch):
@@ -152,18 +179,53 @@ def test_the_commands_are_the_registered_ones():
     assert "downstream" in cli.commands["bench"].commands
 
 
-def test_the_formats_page_lists_the_registered_formats_in_order():
-    """docs/formats.md's table is written by hand: one row per registered format, in the
-    registry's order, with each format's suffixes and whether compressed files are read."""
-    page = (PAGE.parent / "formats.md").read_text(encoding="utf-8")
-    table = page.split("| Format | Extensions |", 1)[1].split("\n\n", 1)[0]
+def test_the_docs_tables_are_the_registries(user_module):
+    """docs/formats.md's table of formats and docs/ray.md's of executor options are generated
+    (docs/hooks/extensions.py): one row per registered format in the registry's order, with its
+    suffixes and whether compressed files are read, and one per executor option, a new
+    format's or executor's included."""
+    sys.path.insert(0, str(PAGE.parent / "hooks"))
+    try:
+        hook = importlib.import_module("extensions")
+    finally:
+        sys.path.remove(str(PAGE.parent / "hooks"))
+    assert "\n<!-- tapt-formats -->\n" in (PAGE.parent / "formats.md").read_text()
+    assert "\n<!-- tapt-executor-options -->\n" in (PAGE.parent / "ray.md").read_text()
+    user_module("format")
+    user_module("executor")
     rows = [[cell.strip() for cell in line.strip("|").split("|")]
-            for line in table.splitlines()[2:]]
+            for line in hook.formats_table().splitlines()[2:]]
     registered = list(formats.FORMATS)
-    assert len(rows) == len(registered)
+    assert [row[0] for row in rows][-1] == "markdown" and len(rows) == len(registered)
     for (_, extensions, compressed, *_), fmt in zip(rows, registered):
         if fmt.suffixes:
             assert extensions == ", ".join(f"`{s}`" for s in fmt.suffixes), fmt.name
             assert (compressed == "yes") == fmt.compressible, fmt.name
         else:
             assert "folder" in extensions if fmt.folder else "--hf-dataset" in extensions
+    options = hook.executor_options_table().splitlines()[2:]
+    cells = [re.split(r"(?<!\\)\|", line)[2].strip() for line in options]   # `\|`: in a cell
+    assert cells == ["ray"] * 5 + ["processes"]
+    assert options[-1] == "| `--processes N` | processes | worker processes [default: 2]. |"
+
+
+def test_an_executors_options_are_keywords_and_refused_with_another(user_module, tmp_path):
+    module = user_module("executor")
+    made = []
+    monkey = module.ProcessesExecutor.__init__
+
+    def init(self, workers=2):
+        made.append(workers)
+        monkey(self, workers)
+
+    module.ProcessesExecutor.__init__ = init
+    corpus = tmp_path / "pool.jsonl"
+    write_labelled_corpus(corpus, docs_per_topic=2)
+    ix = tapt.Index.build([corpus], tmp_path / "idx", model="hashing-test",
+                          executor="processes", processes=1, **SETTINGS)
+    assert made == [1] and ix.n_sentences > 0
+    for executor, option in (("local", {"processes": 2}), ("processes", {"ray_workers": 2})):
+        with pytest.raises(InputError, match="only applies with `executor`") as err:
+            tapt.Index.build([corpus], tmp_path / "no", model="hashing-test",
+                             executor=executor, **option, **SETTINGS)
+        assert err.value.param == next(iter(option)) and not (tmp_path / "no").exists()

@@ -23,7 +23,7 @@ def test_bundled_sample_selection_quality(tmp_path):
     for method, floor in floors.items():
         out = tmp_path / f"{method}.jsonl"
         index.select(method, None if method == "random" else seeds, f"{n_medical}sent",
-                     encoder=encoder, out=out)
+                     out=out)
         row = evaluate_selections([str(out)], str(tmp_path / "idx"), "domain", "medical")[0]
         assert row["precision"] >= floor, row
         if method == "random":

@@ -29,8 +29,8 @@ def index(fake_index):
                                           ("classifier", ["classifier"]),
                                           ("fused", ["meaning", "lm", "words"])])
 def test_the_parts_add_up_to_the_score_and_change_nothing(index, method, names):
-    plain = index.select(method, TASK, "8", encoder=HashingEncoder(), context="sentence")
-    sel = index.select(method, TASK, "8", encoder=HashingEncoder(), context="sentence",
+    plain = index.select(method, TASK, "8", context="sentence")
+    sel = index.select(method, TASK, "8", context="sentence",
                        explain=True)
     assert sel.ids.tolist() == plain.ids.tolist()
     assert sel.manifest["explain"]["parts"] == names
@@ -52,7 +52,7 @@ def test_the_parts_add_up_to_the_score_and_change_nothing(index, method, names):
 
 
 def test_document_context_keeps_the_own_score_beside_the_documents(index):
-    sel = index.select("centroid", TASK, "6", encoder=HashingEncoder(), context="document",
+    sel = index.select("centroid", TASK, "6", context="document",
                        explain=True)
     assert sel.manifest["explain"]["context"] == "document"
     assert sel.manifest["explain"]["sample"] is None     # a document's pool needs every row
@@ -63,13 +63,13 @@ def test_document_context_keeps_the_own_score_beside_the_documents(index):
 
 
 def test_a_method_without_parts_says_so_and_the_file_keeps_it(index, tmp_path):
-    sel = index.select("knn", TASK, "5", encoder=HashingEncoder(), explain=True, k=3)
+    sel = index.select("knn", TASK, "5", explain=True, k=3)
     assert sel.manifest["explain"]["parts"] == [] and sel.manifest["explain"]["sample"] is None
     assert all(s.explain["parts"] == {} and len(s.explain["nearest"]) == 3 for s in sel)
     path = sel.write(tmp_path / "knn.jsonl")
     again = tapt.Selection.read(path)
     assert [s.explain for s in again] == [s.explain for s in sel]
-    assert "explain" not in json.loads(index.select("knn", TASK, "5", encoder=HashingEncoder(),
+    assert "explain" not in json.loads(index.select("knn", TASK, "5",
                                                     k=3).segments[0].to_json())
 
 
@@ -114,7 +114,7 @@ def test_show_and_plots(fake_index, tmp_path, monkeypatch):
 
 
 def test_the_sample_is_seeded(index):
-    a, b, c = (index.select("centroid", TASK, "4", encoder=HashingEncoder(), seed=seed,
+    a, b, c = (index.select("centroid", TASK, "4", seed=seed,
                             context="sentence", explain=True, segment_size=1)
                for seed in (1, 1, 2))
     assert a.manifest["explain"]["sample"] == b.manifest["explain"]["sample"]

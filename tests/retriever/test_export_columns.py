@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 import tapt
-from conftest import HashingEncoder
 
 PROVENANCE = {"tapt_rank", "tapt_id", "tapt_doc", "tapt_row_start", "tapt_row_end",
               "tapt_doc_key", "tapt_source", "tapt_sentences", "tapt_sentence_meta",
@@ -29,10 +28,9 @@ def selection(tmp_path_factory):
                                  "source": f"ward-{i % 3}", "doc": f"note-{i}", "year": 2000 + i,
                                  "tags": ["medical", f"t{i}"], "score": i / 10,
                                  "tapt_note": "x"}) + "\n")
-    ix = tapt.Index.build([corpus], tmp / "idx", encoder=HashingEncoder(), segment_size=1,
+    ix = tapt.Index.build([corpus], tmp / "idx", model="hashing-test", segment_size=1,
                           split=False, doc_field=None)
-    return ix.select("centroid", task=["Fever and a cough."], budget="5",
-                     encoder=HashingEncoder())
+    return ix.select("centroid", task=["Fever and a cough."], budget="5")
 
 
 def _check_columns(names):

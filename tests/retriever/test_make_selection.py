@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import tapt
-from conftest import HashingEncoder
 from tapt.errors import BudgetError, InputError
 from tapt.indexer.index import Index
 from tapt.retriever.evaluation.evaluate import evaluate_selections
@@ -18,7 +17,7 @@ from tapt.retriever.tasks.reading import load_task
 
 def select(fake_index, task, tmp_path, name="sel.jsonl", *, method, **params):
     out = tmp_path / name
-    selection = tapt.Index.open(fake_index).select(method, task, encoder=HashingEncoder(),
+    selection = tapt.Index.open(fake_index).select(method, task,
                                                    out=out, **params)
     return out, selection.manifest
 
@@ -109,7 +108,7 @@ def test_bad_requests(fake_index, medical_task, tmp_path):
         SelectConfig(method="iforest", budget="0.1", candidates="lots")
     assert err.value.param == "candidates"
     with pytest.raises(InputError, match="needs a task"):
-        tapt.Index.open(fake_index).select("centroid", None, "3", encoder=HashingEncoder(),
+        tapt.Index.open(fake_index).select("centroid", None, "3",
                                            out=tmp_path / "x.jsonl")
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
@@ -127,7 +126,7 @@ def test_malformed_serve_requests_get_an_error_answer(fake_index, medical_task, 
             self.ix = ix
 
         def select(self, *args, **kwargs):
-            return self.ix.select(*args, encoder=HashingEncoder(), **kwargs)
+            return self.ix.select(*args, **kwargs)
 
     served = Served(tapt.Index.open(fake_index))
     base = {"id": 7, "method": "centroid", "task": str(medical_task), "budget": "3"}

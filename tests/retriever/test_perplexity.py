@@ -113,7 +113,7 @@ def test_perplexity_through_index_select(fake_index, encoder, tiny_lm, monkeypat
 
     def select(**kw):
         return ix.select("perplexity", task=texts, budget=f"{n}sent", segment_size=1,
-                         encoder=encoder, seed=2, context="sentence", lm_model=tiny_lm,
+                         seed=2, context="sentence", lm_model=tiny_lm,
                          adapt_steps=10, **kw)
 
     first, second = select(), select()
@@ -141,7 +141,7 @@ def test_perplexity_refuses_bad_parameters(fake_index, encoder):
     texts = _sentences("medical", 10, 4)
     # the index's own model (the hashing test encoder) is no masked LM: refused, naming lm_model
     with pytest.raises(InputError) as err:
-        ix.select("perplexity", task=texts, budget="20sent", encoder=encoder, prerank="centroid")
+        ix.select("perplexity", task=texts, budget="20sent", prerank="centroid")
     assert err.value.param == "lm_model"
     with pytest.raises(InputError, match="text"):
         ix.select("perplexity", task=encoder.encode(texts), budget="20sent")

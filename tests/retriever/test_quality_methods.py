@@ -313,8 +313,7 @@ def test_quality_methods_through_index_select(fake_index, encoder, tiny_model, m
     labels = sentence_labels(Index(fake_index), "domain")
     n = int((labels == "medical").sum())
     texts = _sentences("medical", 30, 4)
-    select = functools.partial(ix.select, task=texts, budget=f"{n}sent", segment_size=1,
-                               encoder=encoder)
+    select = functools.partial(ix.select, task=texts, budget=f"{n}sent", segment_size=1)
     precision = lambda s: (labels[s.rows[:, 0]] == "medical").mean()  # noqa: E731
     learned = select("fused-learned", folds=3, sample=200)
     assert len(learned) == n and precision(learned) > 0.8
@@ -329,7 +328,7 @@ def test_quality_methods_through_index_select(fake_index, encoder, tiny_model, m
     assert {"finetune", "fused", "fused-learned", "classifier", "centroid"} <= names
     assert chosen.info["chosen"] == chosen.info["heldout"][0]["name"] and len(chosen) == n
     with pytest.raises(InputError, match="budget"):
-        ix.select("auto", task=texts, over="all", encoder=encoder)
+        ix.select("auto", task=texts, over="all")
     with pytest.raises(InputError, match="text"):
         ix.select("fused-learned", task=encoder.encode(texts), budget=f"{n}sent")
 

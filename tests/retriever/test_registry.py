@@ -109,13 +109,13 @@ def development_diff() -> dict[str, str]:
     return files
 
 
-def test_the_documented_diff_adds_a_method(added_method, fake_index, medical_task, encoder):
+def test_the_documented_diff_adds_a_method(added_method, fake_index, medical_task):
     files = development_diff()
     assert set(files) == {"retriever/methods/maxcos.py", "tests/retriever/test_maxcos.py"}
     assert files["retriever/methods/maxcos.py"].strip() == documented_example().strip()
     namespace: dict = {}
     exec(compile(files["tests/retriever/test_maxcos.py"], "test_maxcos.py", "exec"), namespace)
-    namespace["test_maxcos_is_density_with_one_neighbour"](fake_index, medical_task, encoder)
+    namespace["test_maxcos_is_density_with_one_neighbour"](fake_index, medical_task)
 
 
 def test_a_new_method_gets_a_guide_section_without_a_page_edit(added_method):

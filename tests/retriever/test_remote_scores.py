@@ -147,7 +147,7 @@ RUNS = (("classifier", "40sent", {}), ("classifier", "12", {"rounds": 1}),
 
 
 def _select(index, task, method, budget, params):
-    return index.select(method, task, budget, encoder=HashingEncoder(), context="sentence",
+    return index.select(method, task, budget, context="sentence",
                         **params)
 
 
@@ -218,7 +218,7 @@ def test_what_the_driver_receives_does_not_grow_with_the_rows(cluster, small, la
 def test_served_fused_explains_each_part_as_local(served, small, tmp_path):
     """`explain` gathers each scorer's z-score of the chosen rows and of the sample only."""
     task = write_task(tmp_path / "task.txt", "legal", n=30)
-    kwargs = dict(encoder=HashingEncoder(), context="sentence", explain=True)
+    kwargs = dict(context="sentence", explain=True)
     want = tapt.Index.open(small).select("fused", task, "20sent", **kwargs)
     got = served.select("fused", task, "20sent", **kwargs)
     assert got.ids.tolist() == want.ids.tolist() and len(got) > 0

@@ -62,7 +62,7 @@ def test_actors_on_index_nodes_open_only_their_shards_and_select_as_local(
     monkeypatch.setattr(segments, "STREAM_SHARE", 1.0)   # every budget of this small index streams
     local = tapt.Index.open(index_dir)
     task = write_task(tmp_path / "task.txt", "legal", n=30)
-    want = [local.select(m, task, b, encoder=HashingEncoder(), context="sentence", **p)
+    want = [local.select(m, task, b, context="sentence", **p)
             for m, b, p in RUNS]
     index_nodes = {n["NodeID"] for n in ray.nodes() if n["Resources"].get(NODE)}
     assert len(index_nodes) == 2
@@ -88,7 +88,7 @@ def test_actors_on_index_nodes_open_only_their_shards_and_select_as_local(
         served.servers.lexicon_top = lambda *a, **k: (cuts.append("lexicon"),
                                                       lexicon_top(*a, **k))[1]
         for (method, budget, params), expected in zip(RUNS, want):
-            got = served.select(method, task, budget, encoder=HashingEncoder(),
+            got = served.select(method, task, budget,
                                 context="sentence", **params)
             assert [s.id for s in got] == [s.id for s in expected] and len(got), method
             # blocks of 64 rows have other shapes than in one process: the last bit may differ

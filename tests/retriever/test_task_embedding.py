@@ -3,7 +3,7 @@
 import numpy as np
 
 import tapt
-from conftest import HashingEncoder
+from conftest import HashingEncoder, loading
 from tapt.retriever.selections.file_format import read_selection
 from tapt.retriever.tasks.embedding import encode_cached
 
@@ -22,18 +22,18 @@ class OtherModel(CountingEncoder):
         return "another-model"
 
 
-def _select(fake_index, task, out, encoder):
-    return tapt.Index.open(fake_index).select("centroid", task, "5", encoder=encoder,
-                                              out=out).manifest
+def _select(fake_index, task, out, encoder, monkeypatch):
+    loading(monkeypatch, encoder)
+    return tapt.Index.open(fake_index).select("centroid", task, "5", out=out).manifest
 
 
 def test_second_selection_reuses_the_task_embeddings(fake_index, tmp_path, monkeypatch,
                                                      medical_task):
     monkeypatch.setenv("TAPT_CACHE_DIR", str(tmp_path / "cache"))
     enc = CountingEncoder()
-    first = _select(fake_index, medical_task, tmp_path / "a.jsonl", enc)
+    first = _select(fake_index, medical_task, tmp_path / "a.jsonl", enc, monkeypatch)
     embedded = enc.embedded
-    second = _select(fake_index, medical_task, tmp_path / "b.jsonl", enc)
+    second = _select(fake_index, medical_task, tmp_path / "b.jsonl", enc, monkeypatch)
     assert embedded > 0 and enc.embedded == embedded
     assert first["timings"]["task_embeddings_cached"] is False
     assert second["timings"]["task_embeddings_cached"] is True
@@ -48,14 +48,14 @@ def test_cache_off_and_unwritable_cache_are_not_errors(fake_index, tmp_path, mon
                                                        medical_task):
     monkeypatch.setenv("TAPT_CACHE_DIR", "off")
     enc = CountingEncoder()
-    _select(fake_index, medical_task, tmp_path / "a.jsonl", enc)
+    _select(fake_index, medical_task, tmp_path / "a.jsonl", enc, monkeypatch)
     once = enc.embedded
-    _select(fake_index, medical_task, tmp_path / "b.jsonl", enc)
+    _select(fake_index, medical_task, tmp_path / "b.jsonl", enc, monkeypatch)
     assert once > 0 and enc.embedded == 2 * once
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("TAPT_CACHE_DIR", str(blocker / "cache"))
-    manifest = _select(fake_index, medical_task, tmp_path / "c.jsonl", CountingEncoder())
+    manifest = _select(fake_index, medical_task, tmp_path / "c.jsonl", CountingEncoder(), monkeypatch)
     assert manifest["timings"]["task_embeddings_cached"] is False
     assert np.isfinite(manifest["timings"]["embed_task_seconds"])
 

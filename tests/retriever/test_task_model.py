@@ -43,7 +43,7 @@ def test_entity_scores_count_spans_and_density():
 def test_token_classifier_ranks_by_entity_count(fake_index, medical_task, encoder, models):
     ix = tapt.Index.open(fake_index)
     task = medical_task.read_text().splitlines()
-    got = ix.select("task-model", task=task, budget="12", encoder=encoder, context="sentence",
+    got = ix.select("task-model", task=task, budget="12", context="sentence",
                     task_model=str(models / "tagger"), candidates="all")
     index = Index(fake_index)
     texts = index.store.texts(range(index.n_sentences))
@@ -58,8 +58,8 @@ def test_token_classifier_ranks_by_entity_count(fake_index, medical_task, encode
     assert info["label"] == "O" and info["scored_sentences"] == index.n_sentences
 
     # candidates from centroid's ranking: only they are scored, ties keep centroid's order
-    pre = ix.select("centroid", task=task, budget="20", encoder=encoder, context="sentence")
-    dense = ix.select("task-model", task=task, budget="6", encoder=encoder, context="sentence",
+    pre = ix.select("centroid", task=task, budget="20", context="sentence")
+    dense = ix.select("task-model", task=task, budget="6", context="sentence",
                       task_model=str(models / "tagger"), candidates="20", score="density")
     pool = pre.ids
     lengths = np.diff(offsets)[pool]
@@ -86,7 +86,7 @@ def test_sequence_classifier_ranks_by_class_probability(fake_index, medical_task
     ix = tapt.Index.open(fake_index)
     task = medical_task.read_text().splitlines()
     path = models / "classifier"
-    one = {"segment_size": 1, "encoder": encoder, "context": "sentence"}
+    one = {"segment_size": 1, "context": "sentence"}
     got = ix.select("task-model", task=task, budget="50sent", task_model=str(path),
                     candidates="80", task_batch_size=7, **one)
     pool = ix.select("centroid", task=task, budget="80", **one).ids
@@ -114,7 +114,7 @@ def test_task_model_failures_name_the_parameter(fake_index, medical_task, encode
     task = medical_task.read_text().splitlines()
 
     def select(**kw):
-        return ix.select("task-model", task=task, budget="5", encoder=encoder,
+        return ix.select("task-model", task=task, budget="5",
                          context="sentence", **kw)
 
     cases = [({}, "task_model"), ({"task_model": str(tmp_path / "missing")}, "task_model"),

@@ -44,7 +44,7 @@ def tuned(monkeypatch):
 def _select(fake_index, medical_task, encoder, method, budget, **kw):
     ix = tapt.Index.open(fake_index)
     task = medical_task.read_text().splitlines()
-    return ix.select(method, task=task, budget=budget, encoder=encoder, context="sentence",
+    return ix.select(method, task=task, budget=budget, context="sentence",
                      **kw), task
 
 

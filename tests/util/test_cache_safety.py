@@ -72,8 +72,7 @@ def test_keys_cover_backend_and_dtype(tmp_path, monkeypatch):
 
 
 def _select(fake_index, task, out):
-    return tapt.Index.open(fake_index).select("centroid", task, "5", encoder=Counting(),
-                                              out=out).manifest
+    return tapt.Index.open(fake_index).select("centroid", task, "5", out=out).manifest
 
 
 def test_cache_that_is_a_file_gives_one_warning_and_every_command_works(

@@ -26,6 +26,7 @@ index tasks return their existing record at once.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tapt.errors import InputError
@@ -41,12 +42,49 @@ from tapt.indexer.building.executors.local import LocalExecutor
 from tapt.indexer.building.executors.ray_executor import RayExecutor  # Ray is imported on use
 
 __all__ = ["EncoderSource", "EncoderSpec", "Executor", "Stage", "LocalExecutor", "RayExecutor",
-           "register", "executor_names", "get_executor", "make_executor"]
+           "register", "executor_names", "executor_options", "get_executor", "make_executor"]
 
 
 def executor_names() -> tuple[str, ...]:
     """The names of the registered executors, in listing order."""
     return EXECUTORS.names()
+
+
+def executor_options() -> dict[str, tuple[str, dataclasses.Field]]:
+    """Every registered executor's options (`Executor.Options`): (the executor's name, the
+    field) by option name, in listing order.
+
+    Raises:
+        ValueError: two executors declare an option of the same name.
+    """
+    out: dict[str, tuple[str, dataclasses.Field]] = {}
+    for name in executor_names():
+        options = EXECUTORS[name].Options
+        for option in dataclasses.fields(options) if options is not None else ():
+            if option.name in out:
+                raise ValueError(f"executors {out[option.name][0]} and {name} both have the "
+                                 f"option {option.name!r}")
+            out[option.name] = (name, option)
+    return out
+
+
+def make_options(name: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The constructor keywords of the executor `name` from its options given by name (those
+    None left out: the executor's defaults).
+
+    Raises:
+        InputError: an option of another executor (named).
+    """
+    options = executor_options()
+    out = {}
+    for option, value in given.items():
+        if value is None:
+            continue
+        owner, spec = options[option]
+        if owner != name:
+            raise InputError(f"only applies with `executor` {owner}", param=option)
+        out[spec.metadata.get("keyword", option)] = value
+    return out
 
 
 def get_executor(name: str | Executor | None = "local", **options: Any) -> Executor:

@@ -66,6 +66,7 @@ from tapt.indexer.building.ray_cluster import (  # noqa: F401
     MAX_TIMEOUT,
     POLL_SECONDS,
     ExecutorError,
+    RayOptions,
     Watch,
     _first_line,
     _no_auto_start,
@@ -83,14 +84,17 @@ log = logging.getLogger(__name__)
 
 def worker_source(encoder: EncoderSource) -> EncoderSource:
     """What an actor loads its model from: the build's spec; else, for tapt's own encoders,
-    their model and backend; else a copy of the encoder object (small test encoders).
+    their model and backend; else a copy of the encoder object (an encoder registered in this
+    process, which a worker's registry may not hold; small test encoders).
 
     Raises:
         InputError: none of these can reach another process.
     """
     from ray import cloudpickle
 
-    if encoder.spec is not None:
+    from tapt.indexer.encoding.registered import registered
+
+    if encoder.spec is not None and not registered(encoder.spec.model):
         return EncoderSource(None, encoder.spec)
     loaded = encoder.get()
     if type(loaded).__module__.startswith("tapt.indexer."):  # tapt's own: loaded by its spec
@@ -147,6 +151,7 @@ class RayExecutor(Executor):
 
     name = "ray"
     order = 10
+    Options = RayOptions
 
     def __init__(self, address: str | None = None, workers: int | None = None,
                  gpus_per_worker: float = 0.0, progress: bool = True,

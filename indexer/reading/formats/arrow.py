@@ -98,6 +98,10 @@ class ArrowFormat(Format):
     order = 50
     suffixes = (".arrow", ".feather", ".ipc")
     summary = "Arrow IPC (stream or file form, as datasets writes it); like Parquet"
+    title = "Arrow IPC"
+    packed = "inside the file"
+    text = "the `--text-field` column"
+    fields = "metadata"
 
     def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
         return _scan_files(file.name, [file.source], options)
@@ -112,6 +116,11 @@ class HfDiskFormat(Format):
     order = 51
     folder = True
     summary = "a Hugging Face datasets save_to_disk folder (Dataset, or a DatasetDict split)"
+    title = "Hugging Face saved dataset"
+    source = "a `save_to_disk` folder"
+    packed = "inside the files"
+    text = "the `--text-field` column"
+    fields = "metadata"
 
     def detect(self, source: Source) -> bool:
         if not source.is_dir():

@@ -129,6 +129,12 @@ class Format(ABC):
         folder: Whether it reads a directory (recognised by `detect`) rather than a file.
         summary: One line for `--help` and the docs.
         order: Position in listings and messages (then by name).
+        title: Its name in the docs' table of formats (default: `name`).
+        source: That table's Extensions cell where `suffixes` do not say it (a folder).
+        packed: Its Compressed cell where the format is not `compressible` ("inside the
+            file": compressed by its own layout; default "no").
+        text: Its Text cell: where a record's text is (default: `summary`).
+        fields: Its Other fields cell: what the other fields become (default "none").
     """
 
     name: ClassVar[str]
@@ -137,6 +143,11 @@ class Format(ABC):
     folder: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     order: ClassVar[int] = 100
+    title: ClassVar[str] = ""
+    source: ClassVar[str] = ""
+    packed: ClassVar[str] = "no"
+    text: ClassVar[str] = ""
+    fields: ClassVar[str] = "none"
 
     def detect(self, source: Source) -> bool:
         """Folder formats: whether this directory is one of theirs."""

@@ -54,6 +54,11 @@ class HubFormat(Format):
     name = "hf-hub"
     order = 60
     summary = "a Hugging Face Hub dataset, streamed (--hf-dataset NAME[:CONFIG] --hf-split S)"
+    title = "Hugging Face Hub dataset"
+    source = "`--hf-dataset NAME[:CONFIG]`"
+    packed = "-"
+    text = "the `--text-field` column"
+    fields = "metadata"
 
     def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
         if not isinstance(file.source, HubSource):

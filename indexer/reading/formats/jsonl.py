@@ -26,6 +26,9 @@ class JsonlFormat(Format):
     suffixes = (".jsonl", ".ndjson", ".jl", ".json")
     compressible = True
     summary = "JSON Lines: one object per line; the text field is the text, other fields metadata"
+    title = "JSON Lines"
+    text = "the `--text-field` field (a string)"
+    fields = "metadata"
 
     def _objects(self, file: InputFile, options: ReadOptions) -> Iterator[tuple[int, dict[str, Any]]]:
         """(line number, object) of every record; a null text field is kept (a blank record,

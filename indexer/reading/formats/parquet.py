@@ -45,6 +45,10 @@ class ParquetFormat(Format):
     order = 40
     suffixes = (".parquet", ".pq")
     summary = "Parquet, streamed by row group; the text column is the text, other columns metadata"
+    title = "Parquet"
+    packed = "inside the file"
+    text = "the `--text-field` column (a string column)"
+    fields = "metadata"
 
     def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
         with _parquet(file) as pf:

@@ -22,6 +22,9 @@ class CsvFormat(Format):
     compressible = True
     delimiter = ","
     summary = "comma-separated values with a header row; the text column is the text"
+    title = "CSV"
+    text = "the `--text-field` column"
+    fields = "metadata (strings)"
 
     def _rows(self, file: InputFile, options: ReadOptions) -> Iterator[tuple[int, list[str], list[str]]]:
         """(line, header, row) of every non-empty data row, checked against the header."""
@@ -76,3 +79,4 @@ class TsvFormat(CsvFormat):
     suffixes = (".tsv", ".tab")
     delimiter = "\t"
     summary = "tab-separated values with a header row; the text column is the text"
+    title = "TSV"

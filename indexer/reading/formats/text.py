@@ -17,6 +17,9 @@ class TextFormat(Format):
     suffixes = (".txt", ".text")
     compressible = True
     summary = "plain text: one document per line, or per blank-line block"
+    title = "Plain text"
+    text = "a line, or a blank-line block (`--text-docs`)"
+    fields = "none"
 
     def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
         records = 0
