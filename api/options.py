@@ -115,6 +115,24 @@ def executor_fields() -> list[dict[str, Any]]:
     return out
 
 
+def format_fields() -> list[dict[str, Any]]:
+    """The reading settings that only some corpus formats read (`Format.options`), as
+    `config_fields` describes the build's fields.
+
+    Returns:
+        One dict per setting, in the build's field order, as `config_fields` describes a field,
+            plus `formats`: the names of the registered formats that read it, in listing order.
+    """
+    from tapt.indexer.reading import formats
+
+    readers: dict[str, list[str]] = {}
+    for fmt in formats.FORMATS:
+        for name in fmt.options:
+            readers.setdefault(name, []).append(fmt.name)
+    return [{**desc, "formats": readers[desc["name"]]} for desc in config_fields("build")
+            if desc["name"] in readers]
+
+
 def input_formats() -> list[str]:
     """The corpus formats files can be forced to (`input_format`).
 
