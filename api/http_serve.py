@@ -15,6 +15,7 @@ from typing import Any
 from tapt.api.arguments import PathLike
 from tapt.api.rooms import Rooms
 from tapt.errors import InputError
+from tapt.util.checks import renamed_keywords
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +47,18 @@ class HTTPServer:
         host: The address Serve's proxy listens on.
         port: Its port.
         rooms: What requests may read, write and ask (`rooms.rooms`).
-        serve_options: `ServedIndex`'s keywords but `path`.
-        address: The Ray cluster (as for `serve`).
+        serve_options: `ServedIndex`'s keywords but `path` and `ray_address`.
+        ray_address: The Ray cluster (as for `serve`; `address`, its old name, is taken for
+            one release with a warning).
 
     Raises:
         ExecutorError: Ray Serve could not start the application (the port taken, the index
             not loadable by the replica: the replica's own error in the message).
     """
 
+    @renamed_keywords(address="ray_address")
     def __init__(self, path: PathLike, host: str, port: int, rooms: Rooms,
-                 serve_options: dict[str, Any], address: str | None = None) -> None:
+                 serve_options: dict[str, Any], ray_address: str | None = None) -> None:
         from tapt.indexer.building.executors.ray_executor import ExecutorError, connect, import_ray
 
         ray = import_ray("serving an index over HTTP", param="http")
@@ -64,7 +67,7 @@ class HTTPServer:
         except ImportError as exc:
             raise InputError("needs Ray Serve: pip install 'tapt[ray]'", param="http") from exc
         self.url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-        self._owned = connect(address)
+        self._owned = connect(ray_address)
         self._serve, self._ray = serve, ray
         env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
         began = time.perf_counter()

@@ -115,6 +115,24 @@ def executor_fields() -> list[dict[str, Any]]:
     return out
 
 
+def format_fields() -> list[dict[str, Any]]:
+    """The reading settings that only some corpus formats read (`Format.options`), as
+    `config_fields` describes the build's fields.
+
+    Returns:
+        One dict per setting, in the build's field order, as `config_fields` describes a field,
+            plus `formats`: the names of the registered formats that read it, in listing order.
+    """
+    from tapt.indexer.reading import formats
+
+    readers: dict[str, list[str]] = {}
+    for fmt in formats.FORMATS:
+        for name in fmt.options:
+            readers.setdefault(name, []).append(fmt.name)
+    return [{**desc, "formats": readers[desc["name"]]} for desc in config_fields("build")
+            if desc["name"] in readers]
+
+
 def input_formats() -> list[str]:
     """The corpus formats files can be forced to (`input_format`).
 
@@ -158,7 +176,8 @@ def method_params(method: Any) -> list[dict[str, Any]]:
 CONFIG_KINDS = ("build", "add", "train", "pretrain", "recall", "downstream", "select", "serve")
 
 
-def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]:
+def config_fields(kind: str, config: type | None = None,
+                  command: str | None = None) -> list[dict[str, Any]]:
     """The options of `index build`, `index add`, `train`, `pretrain`, `bench recall`, `bench
     downstream`, `select METHOD` or `index serve` that are fields of their settings dataclass
     (`BuildConfig`, `TrainConfig`, `PretrainConfig`, `RecallConfig`, `DownstreamConfig`,
@@ -167,8 +186,13 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
     the build's; `from_index`: defaults to what the index was built with).
 
     Args:
-        kind: "build", "add", "train", "pretrain", "recall" or "downstream".
+        kind: "build", "add", "train", "pretrain", "recall", "downstream", "select" or "serve".
         config: The dataclass to describe instead of the kind's own (a variant of it).
+        command: Another command that offers some of the kind's fields ("select" for the
+            serve settings `select --executor ray` takes): only the fields with an entry of
+            that name in their metadata, whose keys override the field's own (as "add" does
+            for the build's; a `default` there is the option's, None: the field's own
+            default applies unless the option is given).
 
     Returns:
         One dict per option, in field order: name (the field's), flag ("--segment-size", or
@@ -188,13 +212,14 @@ def config_fields(kind: str, config: type | None = None) -> list[dict[str, Any]]
     hints = typing.get_type_hints(config)
     kinds = {bool: bool, int: int, float: float}
     out = []
+    entry = command or ("add" if kind == "add" else None)
     for field in dataclasses.fields(config):
         meta = dict(field.metadata)
-        if "help" not in meta or (kind == "add" and "add" not in meta):
+        if "help" not in meta or (entry is not None and entry not in meta):
             continue
-        if kind == "add":
-            meta.update(meta["add"])
-        default = field.default
+        if entry is not None:
+            meta.update(meta[entry])
+        default = meta.get("default", field.default)
         if meta.get("from_index"):
             default, meta["show_default"] = None, False
             meta["help"] += " [default: the index's]"
@@ -273,20 +298,11 @@ def config_settings(kind: str, config: type, settings: dict[str, Any],
         InputError: a keyword that is no such field (named), or a setting given under both its
             old and its new name.
     """
-    import logging
-
     from tapt.errors import InputError
-    from tapt.util.checks import did_you_mean
+    from tapt.util.checks import did_you_mean, renamed
 
     allowed = set(settings_keywords(kind, config)) - set(explicit)
-    out = dict(settings)
-    for old, new in renamed_settings(config).items():
-        if old in out:
-            if new in out:
-                raise InputError(f"give `{new}` only (`{old}` is its old name)", param=old)
-            logging.getLogger("tapt").warning("`%s` is now `%s`; the old name goes in the next "
-                                              "release", old, new)
-            out[new] = out.pop(old)
+    out = renamed(settings, renamed_settings(config))
     for name in out:
         if name not in allowed:
             raise InputError(f"unknown keyword `{name}`"

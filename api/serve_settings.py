@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from tapt.api.rooms import LIMITS
 
 _PATH_IN = {"file_okay": False}
+_CPUS_PER_ACTOR = 1.0
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,22 @@ class ServeSettings:
             503 past it); also each call to the actors (without `http`: None, no bound).
     """
 
+    # `select`: how `tapt select METHOD --executor ray` offers the field (`config_fields`)
     ray_address: str | None = field(default=None, metadata={
         "help": "The Ray cluster [default: RAY_ADDRESS, else a local cluster on this machine].",
-        "metavar": "auto|HOST:PORT", "was": "address"})
+        "metavar": "auto|HOST:PORT", "was": "address",
+        "select": {"help": "--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
+                           "local cluster on this machine]."}})
     actors: int | None = field(default=None, metadata={
         "help": "Ray actors holding the shards (consecutive groups) [default: one per shard].",
-        "minimum": 1})
-    cpus_per_actor: float = field(default=1.0, metadata={
+        "minimum": 1,
+        "select": {"help": "--executor ray: actors holding the shards [default: one per "
+                           "shard]."}})
+    cpus_per_actor: float = field(default=_CPUS_PER_ACTOR, metadata={
         "help": "CPUs Ray reserves for each actor.", "minimum": 0, "min_open": True,
-        "show_default": True})
+        "show_default": True,
+        "select": {"help": "--executor ray: CPUs Ray reserves for each actor [default: "
+                           f"{_CPUS_PER_ACTOR:g}].", "default": None, "show_default": False}})
     hold: str = field(default="rows", metadata={
         "help": "What the actors keep in RAM: the float16 embeddings, or the int8 codes (half "
                 "the RAM; for --scan codes of the methods that have it: other scans then read "
@@ -86,3 +94,10 @@ class ServeSettings:
         "help": "Seconds a request may take, answered 503 past it (--http: waiting included) "
                 f"[default: --http {LIMITS['request_timeout']:g}, else none].",
         "minimum": 0, "min_open": True})
+
+
+# the fields `ServedIndex` takes (the actors' settings); the others apply with `http` only
+ACTOR_SETTINGS = ("ray_address", "actors", "cpus_per_actor", "hold", "resources",
+                  "request_timeout")
+HTTP_SETTINGS = tuple(name for name in ServeSettings.__dataclass_fields__
+                      if name not in ACTOR_SETTINGS)

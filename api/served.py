@@ -10,6 +10,7 @@ import numpy as np
 
 from tapt.api.arguments import PathLike
 from tapt.api.index import Index
+from tapt.api.serve_settings import ACTOR_SETTINGS, HTTP_SETTINGS, ServeSettings
 from tapt.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -33,42 +34,47 @@ class ServedIndex(Index):
 
     Args:
         path: The index directory (on a file system every node of the cluster sees).
-        address: The Ray cluster, as for `serve`.
-        actors: How many actors (default: one per shard).
-        cpus_per_actor: CPUs Ray reserves for each actor.
         grid: Rows per block of the scoring grid (default 65,536; smaller values spread a
             small index over the actors, with scores equal only to the last bit or so).
-        hold: What the actors hold in RAM: "rows" (the float16 embeddings) or "codes" (the
-            int8 codes, half the bytes: for `scan` codes (centroid, distance, density,
-            classifier, fused); other scans read the embeddings from disk or the page cache).
-        resources: Ray custom resources each actor needs (e.g. {"index-node": 1} to place
-            them only on the nodes that offer it).
-        request_timeout: Seconds one call to the actors may take (None: as long as it
-            takes); past it the selection fails (`serving.actors.Unavailable`) and `heal`
-            replaces the actors that do not answer.
+        **settings: The actors' settings of `ServeSettings` by name, each defaulting to the
+            field's default (as `serve` takes them):
+            ray_address: The Ray cluster (`address`, its old name, is taken for one release
+                with a warning).
+            actors: How many actors (default: one per shard).
+            cpus_per_actor: CPUs Ray reserves for each actor.
+            hold: What the actors hold in RAM: "rows" (the float16 embeddings) or "codes"
+                (the int8 codes, half the bytes: for `scan` codes (centroid, distance,
+                density, classifier, fused); other scans read the embeddings from disk or
+                the page cache).
+            resources: Ray custom resources each actor needs (e.g. {"index-node": 1} to place
+                them only on the nodes that offer it).
+            request_timeout: Seconds one call to the actors may take (None: as long as it
+                takes); past it the selection fails (`serving.actors.Unavailable`) and
+                `heal` replaces the actors that do not answer.
+
+    Raises:
+        InputError: a keyword that is none of these settings.
     """
 
-    def __init__(self, path: PathLike, *, address: str | None = None,
-                 actors: int | None = None, cpus_per_actor: float = 1.0,
-                 grid: int | None = None, hold: str = "rows",
-                 resources: dict[str, float] | None = None,
-                 request_timeout: float | None = None) -> None:
+    def __init__(self, path: PathLike, *, grid: int | None = None, **settings: Any) -> None:
+        from tapt.api.options import config_settings
         from tapt.indexer.store import integrity
 
+        given = ServeSettings(**config_settings("serve", ServeSettings, settings, HTTP_SETTINGS))
         # this process checks every header and length and hashes the offsets and token
         # counts; the content of every shard is verified by the actor that serves it, before
         # this returns (`ShardServers`)
         with integrity.hashing(0, False):
             super().__init__(path)
-        self._serve_options = {"address": address, "actors": actors,
-                               "cpus_per_actor": cpus_per_actor, "grid": grid, "hold": hold,
-                               "resources": resources, "request_timeout": request_timeout}
+        self._serve_options = {**{name: getattr(given, name) for name in ACTOR_SETTINGS},
+                               "grid": grid}
         self.servers = self._start(**self._serve_options)
 
-    def _start(self, address, actors, cpus_per_actor, grid, hold, resources, request_timeout):
+    def _start(self, ray_address, actors, cpus_per_actor, grid, hold, resources,
+               request_timeout):
         from tapt.retriever.serving.actors import GRID, ShardServers
 
-        servers = ShardServers(self, address, actors, cpus_per_actor, grid or GRID,
+        servers = ShardServers(self, ray_address, actors, cpus_per_actor, grid or GRID,
                                hold=hold, resources=resources, request_timeout=request_timeout)
         self.__dict__["faiss"] = servers.faiss(self)
         return servers

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tapt.api.arguments import PathLike
 from tapt.api.index import Index
-from tapt.api.serve_settings import ServeSettings
+from tapt.api.serve_settings import ACTOR_SETTINGS, HTTP_SETTINGS, ServeSettings
 from tapt.api.served import ServedIndex
 from tapt.errors import InputError
 
@@ -44,21 +44,17 @@ def serve(path: PathLike, **settings: Any) -> "ServedIndex | HTTPServer":
     from tapt.api.options import config_settings
 
     s = ServeSettings(**config_settings("serve", ServeSettings, settings, ()))
-    limits = {"max_body": s.max_body, "max_task": s.max_task, "max_budget": s.max_budget,
-              "max_concurrent": s.max_concurrent, "request_timeout": s.request_timeout}
-    http_only = {"token_file": s.token_file, "no_auth": s.no_auth or None,
-                 "task_root": s.task_root, "out_root": s.out_root,
-                 **{k: v for k, v in limits.items() if k != "request_timeout"}}
     if s.http is None:
-        given = [name for name, value in http_only.items() if value is not None]
+        given = [name for name in HTTP_SETTINGS
+                 if getattr(s, name) is not None and getattr(s, name) is not False]
         if given:
             raise InputError("only applies with `http`", param=given[0])
-        return ServedIndex(path, address=s.ray_address, actors=s.actors,
-                           cpus_per_actor=s.cpus_per_actor, hold=s.hold, resources=s.resources,
-                           request_timeout=s.request_timeout)
+        return ServedIndex(path, **{name: getattr(s, name) for name in ACTOR_SETTINGS})
     from tapt.api.http_serve import HTTPServer, parse_address
     from tapt.api.rooms import rooms
 
+    limits = {"max_body": s.max_body, "max_task": s.max_task, "max_budget": s.max_budget,
+              "max_concurrent": s.max_concurrent, "request_timeout": s.request_timeout}
     host, port = parse_address(s.http)
     bounds = rooms(host, token_file=s.token_file, no_auth=s.no_auth, task_root=s.task_root,
                    out_root=s.out_root, **limits)
@@ -66,8 +62,8 @@ def serve(path: PathLike, **settings: Any) -> "ServedIndex | HTTPServer":
 
     with integrity.hashing(0, False):      # a damaged index stops here, before Ray starts
         Index(path)
-    options = {"actors": s.actors, "cpus_per_actor": s.cpus_per_actor, "hold": s.hold,
-               # a call to the actors gets half the request's time: a hung actor fails the
-               # request with the actors' own error, and is replaced, within the request's time
-               "resources": s.resources, "request_timeout": bounds.request_timeout / 2}
-    return HTTPServer(path, host, port, bounds, options, address=s.ray_address)
+    options = {name: getattr(s, name) for name in ACTOR_SETTINGS if name != "ray_address"}
+    # a call to the actors gets half the request's time: a hung actor fails the request with
+    # the actors' own error, and is replaced, within the request's time
+    options["request_timeout"] = bounds.request_timeout / 2
+    return HTTPServer(path, host, port, bounds, options, ray_address=s.ray_address)

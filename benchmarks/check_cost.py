@@ -30,11 +30,14 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from benchmarks.measure import module_at  # noqa: E402
 
-# internal: the index's stores read or written directly; no public call exposes them; score arrays
-#   computed directly, below Index.select; the results' version stamps and times, as tapt's own files
-#   carry them
+# internal: the damage checks themselves are what is timed, alone (no public call runs one)
 from tapt.indexer.store.integrity import check_cosines, check_unit_rows  # noqa: E402
+
+# internal: centroid scoring over stored rows timed with its check against the same module
+#   before the checks (loaded from git), below Index.select's own work
 from tapt.retriever.scoring import arrays  # noqa: E402
+
+# internal: the results' version stamps and creation time, as tapt's own result files carry them
 from tapt.util.versions import library_versions, utc_now  # noqa: E402
 
 
@@ -90,7 +93,8 @@ def centroid(n: int, dim: int, repeats: int, tmp: Path) -> dict:
 def records(n: int, repeats: int, tmp: Path) -> dict:
     """All texts of a store: the reader before the checks on a format-1 store, this one (CRC per
     record)."""
-    # internal: the index's stores read or written directly; no public call exposes them
+    # internal: the text store's reader with its CRC check is what is timed, against the reader
+    #   of a format-1 store; no public call writes or reads a store alone
     from tapt.indexer.store.text_store import TextStore, TextStoreWriter
 
     rng = np.random.default_rng(2)
@@ -116,7 +120,7 @@ def records(n: int, repeats: int, tmp: Path) -> dict:
 
 
 def sha256_speed(tmp: Path) -> dict:
-    # internal: tapt's atomic writes and hashes for the results, reused, not copied
+    # internal: tapt's own file hash is what is timed (the SHA-256 an index's open pays)
     from tapt.util.files import sha256_file
 
     path = tmp / "blob"
@@ -133,8 +137,8 @@ def small_open(repeats: int, tmp: Path) -> dict:
     from conftest import HashingEncoder, write_labelled_corpus
     from tapt import Index
 
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole; the index's stores read or written directly; no public call exposes them
+    # internal: built with the tests' hashing encoder object, which Index.build (models by name)
+    #   does not take; the open is timed with the record of verified files cleared each time
     from tapt.indexer.building.pipeline import BuildConfig, build_index
     from tapt.indexer.store import integrity
 

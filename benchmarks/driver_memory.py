@@ -67,8 +67,8 @@ import numpy as np
 from benchmarks.speed_encode import machine
 from benchmarks.synthetic_index import Spec, blob_rows, centres, make_index
 
-# internal: tapt's atomic writes and hashes for the results, reused, not copied; the results'
-#   version stamps and times, as tapt's own files carry them
+# internal: tapt's atomic writes (a temporary name, then a rename) of the results, reused; the
+#   results' version stamps and times, as tapt's own files carry them
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import library_versions, utc_now
 
@@ -109,7 +109,8 @@ class AnonPeak:
 
 def segment_view(n: int, size: int):
     """Segments of `size` consecutive sentences (20 tokens a sentence)."""
-    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus cache)
+    # internal: the segment view over the synthetic rows, made here for `Method.rank` (Index.select
+    #   makes its own from the index's documents)
     from tapt.retriever.methods import SegmentView
 
     offsets = np.append(np.arange(0, n, size, dtype=np.int64), n)
@@ -161,8 +162,8 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
                                             np.zeros(100, dtype=np.int64))
         ctx = RankingInputs(part, view, parse_budget(args.budget), 0, task, texts, CorpusCache(part))
         if args.path == "streamed":   # also above the share where `rank` would not stream
-            # internal: methods run on prepared inputs below Index.select (many tasks over one
-            #   corpus cache)
+            # internal: the streamed cut forced through the methods' STREAM_SHARE, a threshold
+            #   with no public setting
             from tapt.retriever.methods import segments
 
             segments.STREAM_SHARE = 1.0
@@ -250,7 +251,8 @@ def _spilled() -> int:
     """Bytes the selection put on scratch files (`tapt.util.spill`; 0 with a revision's code
     from before it)."""
     try:
-        # internal: a tapt helper, reused, not copied
+        # internal: tapt's own count of the bytes spilled to scratch files; no public call
+        #   reports it
         from tapt.util.spill import spilled_total
     except ImportError:
         return 0

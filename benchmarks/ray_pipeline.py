@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-# internal: tapt's atomic writes and hashes for the results, reused, not copied
+# internal: tapt's atomic writes (a temporary name, then a rename) of the results, reused
 from tapt.util.files import atomic_write, write_json_atomic  # noqa: E402
 
 SAMPLE = REPO / "data" / "sample" / "pool.jsonl.gz"

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-# internal: tapt's atomic writes and hashes for the results, reused, not copied
+# internal: tapt's atomic writes (a temporary name, then a rename) of the results, reused
 from tapt.util.files import atomic_write, write_json_atomic
 
 REPO = Path(__file__).resolve().parent.parent

@@ -28,8 +28,8 @@ import numpy as np
 
 from benchmarks.speed_encode import machine
 
-# internal: tapt's atomic writes and hashes for the results, reused, not copied; the results'
-#   version stamps and times, as tapt's own files carry them
+# internal: tapt's atomic writes (a temporary name, then a rename) of the results, reused; the
+#   results' version stamps and times, as tapt's own files carry them
 from tapt.util.files import atomic_write, write_json_atomic
 from tapt.util.versions import utc_now
 

@@ -61,15 +61,7 @@ def _select_command(method) -> click.Command:
                           "for this selection, which score and search them (as `tapt index "
                           "serve`; the same selection; needs pip install 'tapt[ray]')."),
         # `tapt index serve`'s settings (`ServeSettings`), applying with --executor ray only
-        click.Option(["--ray-address", "ray_address"], default=None, metavar="auto|HOST:PORT",
-                     help="--executor ray: the cluster to join [default: RAY_ADDRESS, else a "
-                          "local cluster on this machine]."),
-        click.Option(["--actors"], type=click.IntRange(min=1), default=None,
-                     help="--executor ray: actors holding the shards [default: one per "
-                          "shard]."),
-        click.Option(["--cpus-per-actor"], type=click.FloatRange(min=0, min_open=True),
-                     default=None, help="--executor ray: CPUs Ray reserves for each actor "
-                                        "[default: 1]."),
+        *map(_config_option, options.config_fields("serve", command="select")),
     ]
     if method.pools_documents(method.make_params()):
         params.append(setting("context"))
@@ -97,7 +89,8 @@ def _run_select(ctx: click.Context, method, values: dict, given: set, *, idx, as
     from tapt.errors import InputError
 
     out = settings["out"]
-    serving = {name: settings.pop(name) for name in ("ray_address", "actors", "cpus_per_actor")}
+    serving = {desc["name"]: settings.pop(desc["name"])
+               for desc in options.config_fields("serve", command="select")}
     serving = {name: value for name, value in serving.items() if value is not None}
     if executor != "ray" and serving:
         raise InputError("only applies with `executor` ray", param=next(iter(serving)))

@@ -3,13 +3,17 @@ the type tapt uses, or raises an InputError naming the parameter."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import os
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
 
 from tapt.errors import InputError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def whole_number(value: Any, param: str, minimum: int = 1, maximum: int | None = None) -> int:
@@ -139,6 +143,42 @@ def did_you_mean(name: str, known: Iterable[str], value: bool = False) -> str:
     if not close:
         return ""
     return f": did you mean {close[0]!r}?" if value else f": did you mean `{close[0]}`?"
+
+
+def renamed(given: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """Keywords with the old spelling of each renamed setting taken under its new name, for one
+    release, with a warning.
+
+    Args:
+        given: The keywords given.
+        names: The new name by the old.
+
+    Returns:
+        A copy of `given` under the new names.
+
+    Raises:
+        InputError: a setting given under both its old and its new name.
+    """
+    out = dict(given)
+    for old, new in names.items():
+        if old in out:
+            if new in out:
+                raise InputError(f"give `{new}` only (`{old}` is its old name)", param=old)
+            logging.getLogger("tapt").warning("`%s` is now `%s`; the old name goes in the next "
+                                              "release", old, new)
+            out[new] = out.pop(old)
+    return out
+
+
+def renamed_keywords(**names: str) -> Callable[[F], F]:
+    """Decorator: the function takes the old keyword of each renamed setting (`address=
+    "ray_address"`) under its new name, for one release, with a warning (`renamed`)."""
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def taking_old_names(*args: Any, **kwargs: Any) -> Any:
+            return func(*args, **renamed(kwargs, names))
+        return taking_old_names  # type: ignore[return-value]
+    return decorate
 
 
 def path_text(value: Any, param: str | None) -> str:

@@ -2,7 +2,8 @@
 
 `<!-- tapt-formats -->` on a line of its own becomes the table of corpus formats (one row per
 registered format, in listing order: its `title`, suffixes or `source`, whether compressed files
-are read, where the text is and what other fields become), and `<!-- tapt-executor-options -->`
+are read, where the text is, what other fields become and the options only it reads,
+`Format.options`), and `<!-- tapt-executor-options -->`
 the table of the executors' options (`Executor.Options`: flag, executor, help), so that a new
 format or executor needs no page edit.
 """
@@ -23,16 +24,27 @@ def _cell(text: str) -> str:
     return text.replace("|", r"\|")
 
 
+def _flag(desc: dict) -> str:
+    """An option as `--flag VALUE` (`config_fields`' description of it)."""
+    metavar = desc["metavar"] or {int: "N", float: "F"}.get(desc["kind"], "")
+    if desc["choices"]:
+        metavar = "|".join(desc["choices"])
+    return desc["flag"] + (f" {metavar}" if metavar else "")
+
+
 def formats_table() -> str:
     """Markdown: one row per registered corpus format."""
+    from tapt.api.options import format_fields
     from tapt.indexer.reading import formats
 
-    rows = ["| Format | Extensions | Compressed | Text | Other fields |",
-            "| --- | --- | --- | --- | --- |"]
+    options = {desc["name"]: _flag(desc) for desc in format_fields()}
+    rows = ["| Format | Extensions | Compressed | Text | Other fields | Options |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for fmt in formats.FORMATS:
         where = ", ".join(f"`{suffix}`" for suffix in fmt.suffixes) or fmt.source or "-"
         cells = [fmt.title or fmt.name, where, "yes" if fmt.compressible else fmt.packed,
-                 fmt.text or fmt.summary, fmt.fields]
+                 fmt.text or fmt.summary, fmt.fields,
+                 ", ".join(f"`{options[name]}`" for name in fmt.options) or "-"]
         rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(rows)
 
@@ -43,10 +55,8 @@ def executor_options_table() -> str:
 
     rows = ["| option | with `--executor` | meaning |", "|---|---|---|"]
     for desc in executor_fields():
-        metavar = desc["metavar"] or {int: "N", float: "F"}.get(desc["kind"], "")
-        flag = desc["flag"] + (f" {metavar}" if metavar else "")
         meaning = desc["help"].removeprefix(f"--executor {desc['executor']}: ")
-        rows.append(f"| `{_cell(flag)}` | {desc['executor']} | {_cell(meaning)} |")
+        rows.append(f"| `{_cell(_flag(desc))}` | {desc['executor']} | {_cell(meaning)} |")
     return "\n".join(rows)
 
 

@@ -36,7 +36,7 @@ class RayOptions:
 
     ray_address: str | None = field(default=None, metadata={
         "help": "--executor ray: the cluster to join [default: RAY_ADDRESS, else a local "
-                "cluster on this machine].", "metavar": "auto|HOST:PORT", "keyword": "address"})
+                "cluster on this machine].", "metavar": "auto|HOST:PORT"})
     ray_workers: int | None = field(default=None, metadata={
         "help": "--executor ray: embedding actors [default: GPUs / --gpus-per-worker, or the "
                 "cluster's CPUs - 1].", "minimum": 1, "keyword": "workers"})
@@ -121,7 +121,7 @@ def _probe(address: str) -> None:
         raise ExecutorError(f"cannot connect to the Ray cluster at {address} (nothing answers "
                             f"there within {_PROBE_SECONDS:g} s: {exc.strerror or exc}); start "
                             "one with `ray start --head` or check the address",
-                            param="address") from None
+                            param="ray_address") from None
 
 
 def connect(address: str | None = None, quiet: bool = True) -> bool:
@@ -145,7 +145,7 @@ def connect(address: str | None = None, quiet: bool = True) -> bool:
         where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
         raise ExecutorError(f"cannot connect to the Ray cluster at {where} ({_first_line(exc)});"
                             " start one with `ray start --head` or check the address",
-                            param="address") from exc
+                            param="ray_address") from exc
     return True
 
 
@@ -193,8 +193,8 @@ def _refuse_another_cluster(ray, address: str | None) -> None:
     if not _same_address(address, connected):
         raise ExecutorError(f"this process is connected to the Ray cluster at {connected} "
                             f"already; {address} names another: disconnect first "
-                            "(ray.shutdown()), or leave `address` out to use the connected one",
-                            param="address")
+                            "(ray.shutdown()), or leave `ray_address` out to use the connected "
+                            "one", param="ray_address")
 
 
 def _same_address(address: str, connected: str) -> bool:

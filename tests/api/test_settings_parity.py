@@ -4,6 +4,7 @@ default, the class's; the call forwards the fields it does not take itself mecha
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 
@@ -159,3 +160,44 @@ def test_the_select_command_forwards_its_settings_by_name(fake_index, medical_ta
     assert got.ids.tolist() == want.ids.tolist() and got.manifest["segment_size"] == 2
     result = CliRunner().invoke(cli, [*args[:-2], "--actors", "2", "-o", str(out)])
     assert result.exit_code != 0 and "only applies with" in result.output
+
+
+def test_served_index_takes_the_actors_settings_with_serves_defaults(caplog, fake_index):
+    from tapt.api.serve_settings import ACTOR_SETTINGS, HTTP_SETTINGS, ServeSettings
+
+    params = inspect.signature(api.ServedIndex).parameters
+    assert set(params) == {"path", "grid", "settings"}     # no default restated
+    assert set(ACTOR_SETTINGS) | set(HTTP_SETTINGS) == set(settings_keywords("serve"))
+    assert not set(ACTOR_SETTINGS) & set(HTTP_SETTINGS)
+    assert config_settings("serve", ServeSettings, dict.fromkeys(ACTOR_SETTINGS),
+                           HTTP_SETTINGS) == dict.fromkeys(ACTOR_SETTINGS)
+    with caplog.at_level(logging.WARNING, logger="tapt"), pytest.raises(InputError) as err:
+        api.ServedIndex(fake_index, address="auto", http="127.0.0.1:8000")   # before Ray
+    assert err.value.param == "http" and "unknown keyword" in err.value.message
+    assert ["`address` is now `ray_address`; the old name goes in the next release"] == \
+        [r.getMessage() for r in caplog.records]
+
+
+def test_the_ray_executor_takes_its_options_under_their_names_and_the_old_address():
+    from tapt.indexer.building.executors.ray_executor import RayExecutor
+
+    params = inspect.signature(RayExecutor).parameters
+    for field in dataclasses.fields(RayExecutor.Options):
+        assert field.metadata.get("keyword", field.name) in params, field.name
+    assert "ray_address" in params and "address" not in params
+    with pytest.raises(InputError) as err:      # refused before Ray is imported
+        RayExecutor(address="auto", ray_address="auto")
+    assert err.value.param == "address" and "give `ray_address` only" in err.value.message
+
+
+def test_select_offers_serves_settings_from_their_fields():
+    described = config_fields("serve", command="select")
+    assert [desc["name"] for desc in described] == ["ray_address", "actors", "cpus_per_actor"]
+    serve_defaults = settings_keywords("serve")
+    for path in (("select", "centroid"), ("select", "knn")):
+        options = {p.name: p for p in _command(path).params}
+        for desc in described:      # not given: serve's own default applies
+            option = options[desc["name"]]
+            assert option.opts == [desc["flag"]] and option.help == desc["help"]
+            assert option.default is None
+    assert serve_defaults["cpus_per_actor"] == 1.0 and "[default: 1]" in described[2]["help"]

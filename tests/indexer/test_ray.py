@@ -507,7 +507,7 @@ def test_an_address_nothing_answers_at_fails_in_seconds():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)       # a fresh process: this one may hold a cluster
     assert time.monotonic() - start < 60, "Ray's own retries took over"
-    assert run.stdout.startswith("address ") and "nothing answers there" in run.stdout, \
+    assert run.stdout.startswith("ray_address ") and "nothing answers there" in run.stdout, \
         run.stdout + run.stderr
 
 

@@ -191,7 +191,7 @@ from tapt.errors import TaptError
 from tapt.indexer.building.pipeline import BuildConfig, build_index
 from tapt.indexer.building.executors.ray_executor import RayExecutor
 
-runner = RayExecutor(address={address!r}, progress=False, workers=1,
+runner = RayExecutor(ray_address={address!r}, progress=False, workers=1,
                      resources={{"embed": {{"victim": 0.01}}}})
 ship_by_value()
 try:

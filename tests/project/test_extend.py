@@ -193,11 +193,14 @@ def test_the_docs_tables_are_the_registries(user_module):
     assert "\n<!-- tapt-executor-options -->\n" in (PAGE.parent / "ray.md").read_text()
     user_module("format")
     user_module("executor")
-    rows = [[cell.strip() for cell in line.strip("|").split("|")]
-            for line in hook.formats_table().splitlines()[2:]]
+    rows = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip("|"))]
+            for line in hook.formats_table().splitlines()[2:]]     # `\|`: in a cell
     registered = list(formats.FORMATS)
     assert [row[0] for row in rows][-1] == "markdown" and len(rows) == len(registered)
-    for (_, extensions, compressed, *_), fmt in zip(rows, registered):
+    for (_, extensions, compressed, *_, options), fmt in zip(rows, registered):
+        flags = [] if options == "-" else [cell.strip("`").split()[0]
+                                           for cell in options.split(", ")]
+        assert flags == ["--" + name.replace("_", "-") for name in fmt.options], fmt.name
         if fmt.suffixes:
             assert extensions == ", ".join(f"`{s}`" for s in fmt.suffixes), fmt.name
             assert (compressed == "yes") == fmt.compressible, fmt.name
@@ -207,6 +210,34 @@ def test_the_docs_tables_are_the_registries(user_module):
     cells = [re.split(r"(?<!\\)\|", line)[2].strip() for line in options]   # `\|`: in a cell
     assert cells == ["ray"] * 5 + ["processes"]
     assert options[-1] == "| `--processes N` | processes | worker processes [default: 2]. |"
+
+
+# the reading settings every format applies: the reader's own (input_format, strict, doc_field
+# joining), or read alike by every format of records (text_field, invalid_utf8)
+EVERY_FORMAT = {"text_field", "doc_field", "input_format", "strict", "invalid_utf8"}
+
+
+def test_a_formats_own_settings_are_declared_by_the_formats_that_read_them():
+    """Each other reading setting is declared (`Format.options`) by exactly the formats whose
+    module reads it, and is a documented option of `index build`; the docs' table lists it."""
+    import dataclasses
+    import inspect
+
+    from tapt.api.options import config_fields, format_fields
+
+    own = {f.name for f in dataclasses.fields(formats.ReadOptions)} - EVERY_FORMAT
+    assert own == {"text_docs", "hf_split"}
+    assert own <= {desc["name"] for desc in config_fields("build")}
+    by_module: dict[str, set[str]] = {}
+    for fmt in formats.FORMATS:
+        assert set(fmt.options) <= own, fmt.name
+        by_module.setdefault(type(fmt).__module__, set()).update(fmt.options)
+    for module, declared in by_module.items():
+        source = inspect.getsource(sys.modules[module])
+        read = set(re.findall(r"\boptions\.(\w+)", source)) & own
+        assert read == declared, module
+    readers = {desc["name"]: desc["formats"] for desc in format_fields()}
+    assert readers == {"text_docs": ["text"], "hf_split": ["hf-disk", "hf-hub"]}
 
 
 def test_an_executors_options_are_keywords_and_refused_with_another(user_module, tmp_path):

@@ -74,7 +74,7 @@ def main(address: str, corpus: str, out: str, log: str) -> None:
     from tapt.indexer.building.executors.ray_executor import RayExecutor
     from tapt.indexer.building.pipeline import BuildConfig, build_index
 
-    runner = RayExecutor(address=address, progress=False)
+    runner = RayExecutor(ray_address=address, progress=False)
     ship_by_value()
     try:
         build_index(corpus.split(","), out, LoggingEncoder(log, delay=0.3),

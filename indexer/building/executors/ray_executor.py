@@ -78,7 +78,7 @@ from tapt.indexer.building.ray_cluster import (  # noqa: F401
 )
 from tapt.indexer.building.ray_embed import ModelActor, granted_cpus, save_parts, tokenize_parts
 from tapt.indexer.building.readahead import read_ahead
-from tapt.util.checks import whole_number
+from tapt.util.checks import renamed_keywords, whole_number
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +128,10 @@ class RayExecutor(Executor):
     """Runs a build's stages on a Ray cluster (see the module docstring).
 
     Args:
-        address: The cluster: "auto", "HOST:PORT" or "ray://HOST:PORT" (default: RAY_ADDRESS,
-            else a local cluster started here and stopped by `close`). A process already
-            connected to Ray uses its connection.
+        ray_address: The cluster: "auto", "HOST:PORT" or "ray://HOST:PORT" (default:
+            RAY_ADDRESS, else a local cluster started here and stopped by `close`). A process
+            already connected to Ray uses its connection. (`address`, its old name, is taken
+            for one release with a warning.)
         workers: Most actors in the embedding pool (default: GPUs / `gpus_per_worker` with
             GPUs, else the cluster's CPUs - 1; never more than CPUs - 1).
         gpus_per_worker: GPUs per embedding actor (0: CPU actors; 0.5: two actors per GPU).
@@ -153,7 +154,8 @@ class RayExecutor(Executor):
     order = 10
     Options = RayOptions
 
-    def __init__(self, address: str | None = None, workers: int | None = None,
+    @renamed_keywords(address="ray_address")
+    def __init__(self, ray_address: str | None = None, workers: int | None = None,
                  gpus_per_worker: float = 0.0, progress: bool = True,
                  timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
                  min_workers: int = 1,
@@ -175,11 +177,12 @@ class RayExecutor(Executor):
         if not 0 <= retries <= MAX_RETRIES:
             raise InputError(f"must be 0 to {MAX_RETRIES}", param="retries")
         self.ray = import_ray()
-        self.address, self.workers, self.gpus_per_worker = address, workers, float(gpus_per_worker)
+        self.ray_address, self.workers = ray_address, workers
+        self.gpus_per_worker = float(gpus_per_worker)
         self.min_workers = int(min_workers)
         self.progress, self.timeout, self.retries = progress, float(timeout), int(retries)
         self._facts: dict[str, dict[str, Any]] = {}
-        self._owned = connect(address, quiet=not progress)
+        self._owned = connect(ray_address, quiet=not progress)
         if self.gpus_per_worker > 0:       # refused now, not after the prepare stage
             try:
                 self.pool_size()
@@ -207,7 +210,7 @@ class RayExecutor(Executor):
         if cpus < 2:
             raise InputError(f"the Ray cluster has {cpus} CPU(s): the embedding pool needs one "
                              "per worker plus one left free for Ray Data's other tasks "
-                             "(ray issue 44687)", param="address")
+                             "(ray issue 44687)", param="ray_address")
         if self.gpus_per_worker > 0:
             if gpus < self.gpus_per_worker:
                 raise InputError(f"the Ray cluster has {gpus:g} GPU(s), a worker needs "

@@ -121,6 +121,7 @@ class HfDiskFormat(Format):
     packed = "inside the files"
     text = "the `--text-field` column"
     fields = "metadata"
+    options = ("hf_split",)
 
     def detect(self, source: Source) -> bool:
         if not source.is_dir():

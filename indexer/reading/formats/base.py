@@ -135,6 +135,11 @@ class Format(ABC):
             file": compressed by its own layout; default "no").
         text: Its Text cell: where a record's text is (default: `summary`).
         fields: Its Other fields cell: what the other fields become (default "none").
+        options: The reading settings that only this format reads (the two Hugging Face
+            formats share `hf_split`): fields of `ReadOptions`, typed and documented as
+            fields of `BuildConfig` (keywords of `Index.build`, flags of `tapt index build`,
+            `-` for `_`); the docs' table of formats lists them. The other fields of
+            `ReadOptions` apply to every format.
     """
 
     name: ClassVar[str]
@@ -148,6 +153,7 @@ class Format(ABC):
     packed: ClassVar[str] = "no"
     text: ClassVar[str] = ""
     fields: ClassVar[str] = "none"
+    options: ClassVar[tuple[str, ...]] = ()
 
     def detect(self, source: Source) -> bool:
         """Folder formats: whether this directory is one of theirs."""

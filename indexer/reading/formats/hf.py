@@ -59,6 +59,7 @@ class HubFormat(Format):
     packed = "-"
     text = "the `--text-field` column"
     fields = "metadata"
+    options = ("hf_split",)
 
     def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
         if not isinstance(file.source, HubSource):

@@ -20,6 +20,7 @@ class TextFormat(Format):
     title = "Plain text"
     text = "a line, or a blank-line block (`--text-docs`)"
     fields = "none"
+    options = ("text_docs",)
 
     def scan(self, file: InputFile, options: ReadOptions) -> Scanned:
         records = 0
