@@ -29,10 +29,12 @@ about half a shard), and records:
 from __future__ import annotations
 
 import argparse
+import cProfile
 import hashlib
 import json
 import logging
 import os
+import pstats
 import resource
 import shutil
 import subprocess
@@ -111,8 +113,10 @@ def write_corpus(folder: Path, rows: int, seed: int) -> list[str]:
     return files
 
 
-def cell(command: str, rows: int, work: str, cpus: int, piece_size: str) -> dict[str, Any]:
-    """One command in this process (the child): build `rows` rows, or add `rows` / 10."""
+def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
+         profile: int = 0) -> dict[str, Any]:
+    """One command in this process (the child): build `rows` rows, or add `rows` / 10; with
+    `profile`, the driver's `profile` functions of most CPU seconds (`driver_profile`)."""
     import ray
     from ray import cloudpickle
 
@@ -140,8 +144,11 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str) -> dict
         options["piece_size"] = max(1 << 20, sum(os.path.getsize(p) for p in inputs) // 40)
     load = os.getloadavg()[0]
     base = _anon_bytes() / MB
+    profiler = cProfile.Profile(time.process_time) if profile else None
     with AnonPeak(interval=0.01) as peak:
         before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         if command == "build":
             manifest = tapt.Index.build(inputs, out, embedding_dtype="float16", codes="int8",
                                         split=False, doc_field=None, **options).manifest
@@ -149,6 +156,8 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str) -> dict
             index = tapt.Index.open(out)
             index.add(inputs, **options)
             manifest = index.manifest
+        if profiler is not None:
+            profiler.disable()
         seconds, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
     peak_mb = peak.peak / MB
     options["executor"].close()
@@ -163,7 +172,21 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str) -> dict
             "calibrate_seconds": build.get("calibrate_seconds"),
             "calibration": calibration(manifest),
             "load_start": round(load, 2), "load_end": round(os.getloadavg()[0], 2),
-            "cpus": cpus, "piece_size": piece_size, "tapt": str(Path(tapt.__file__).parent)}
+            "cpus": cpus, "piece_size": piece_size, "tapt": str(Path(tapt.__file__).parent),
+            **({"driver_profile": top_functions(profiler, profile)} if profiler else {})}
+
+
+def top_functions(profiler: cProfile.Profile, n: int) -> dict[str, list[dict[str, Any]]]:
+    """The `n` functions of most CPU seconds in the main thread of the driver, by their own
+    time and with what they call (cProfile on `time.process_time`: every thread's CPU, Ray's
+    included, counted against the profiled thread's calls)."""
+    stats = pstats.Stats(profiler).stats
+    rows = [{"function": f"{Path(file).name}:{line}({name})", "calls": calls,
+             "own_s": round(own, 2), "cumulative_s": round(cum, 2)}
+            for (file, line, name), (_, calls, own, cum, _) in stats.items()]
+    by_own = sorted(rows, key=lambda r: -r["own_s"])[:n]
+    by_cum = sorted(rows, key=lambda r: -r["cumulative_s"])[:n]
+    return {"by_own": by_own, "by_cumulative": by_cum}
 
 
 def calibration(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -188,12 +211,15 @@ def main() -> None:
                         help="logical CPUs of the local Ray cluster")
     parser.add_argument("--piece-size", default="auto",
                         help="byte ranges of the corpus files (auto: about two a shard)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="Record the driver's N functions of most CPU seconds.")
     parser.add_argument("--cell", nargs=3, metavar=("COMMAND", "ROWS", "WORK"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cell:
         command, rows, work = args.cell
-        print(json.dumps(cell(command, int(rows), work, args.cpus, args.piece_size)))
+        print(json.dumps(cell(command, int(rows), work, args.cpus, args.piece_size,
+                              args.profile)))
         return
     args.work.mkdir(parents=True, exist_ok=True)
     path = args.out / "driver_build.json"
@@ -202,7 +228,8 @@ def main() -> None:
         for command in args.commands.split(","):
             found = subprocess.run([sys.executable, "-m", "benchmarks.driver_build", "--cell",
                                     command, str(rows), str(args.work), "--cpus",
-                                    str(args.cpus), "--piece-size", args.piece_size],
+                                    str(args.cpus), "--piece-size", args.piece_size,
+                                    "--profile", str(args.profile)],
                                    cwd=str(ROOT), capture_output=True, text=True)
             if found.returncode != 0:
                 sys.exit(f"Error: {command} of {rows} rows failed:\n{found.stderr[-3000:]}")
@@ -214,6 +241,26 @@ def main() -> None:
             records.sort(key=lambda r: (r["command"], r["rows"]))
             path.write_text(json.dumps(records, indent=1) + "\n")
             (args.out / "driver_build.md").write_text(table(records))
+            if any("driver_profile" in r for r in records):
+                (args.out / "driver_build_profile.md").write_text(profile_table(records))
+
+
+def profile_table(records: list[dict[str, Any]], top: int = 8) -> str:
+    """The profiled records' functions of most CPU seconds, cumulative (what a step costs with
+    everything it calls) and own, as a markdown table."""
+    lines = ["| command | rows | driver CPU s | wall s | load | function | calls | cumulative "
+             "CPU s | own CPU s |", "|---|---:|---:|---:|---|---|---:|---:|---:|"]
+    for r in records:
+        if "driver_profile" not in r:
+            continue
+        shown = {f["function"]: f for f in r["driver_profile"]["by_cumulative"][:top]}
+        shown.update({f["function"]: f for f in r["driver_profile"]["by_own"][:top]})
+        for f in sorted(shown.values(), key=lambda f: -f["cumulative_s"]):
+            lines.append(f"| {r['command']} | {r['rows']:,} | {r['driver_cpu_s']:.1f} | "
+                         f"{r['seconds']:.0f} | {r['load_start']:.1f}-{r['load_end']:.1f} | "
+                         f"`{f['function']}` | {f['calls']:,} | {f['cumulative_s']:.2f} | "
+                         f"{f['own_s']:.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def table(records: list[dict[str, Any]]) -> str:

@@ -30,6 +30,7 @@ import numpy as np
 
 from tapt.errors import InputError
 from tapt.retriever.scoring import arrays
+from tapt.retriever.scoring.logistic import LogisticFit, fit_logistic
 from tapt.util import ordering
 from tapt.util.progress import report_step
 
@@ -61,21 +62,19 @@ class PUConfig:
             raise InputError("PU classifier: negatives and C must be positive, max_train >= 10")
 
 
-def _fit(pos: np.ndarray, neg: np.ndarray, C: float, seed: int):
+def _fit(pos: np.ndarray, neg: np.ndarray, C: float) -> LogisticFit:
+    """A class-balanced logistic regression of `pos` against `neg` (`scoring.logistic`: the
+    objective of scikit-learn's lbfgs solver, on float32 rows)."""
     report_step(f"fit the classifier ({len(pos):,} positives, {len(neg):,} negatives)")
-    from sklearn.linear_model import LogisticRegression
-
     x = np.vstack([pos, neg]).astype(np.float32)
     y = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
-    return LogisticRegression(C=C, class_weight="balanced", max_iter=500,
-                              random_state=seed).fit(x, y)
+    return fit_logistic(x, y, C)
 
 
-def _log_odds(model) -> arrays.Linear:
+def _log_odds(model: LogisticFit) -> arrays.Linear:
     """The fitted logistic regression's log-odds as a row scorer (its decision function, a
     linear score: one float32 pass over the rows, float16 ones cast block by block)."""
-    return arrays.Linear(np.asarray(model.coef_[0], dtype=np.float32),
-                          float(model.intercept_[0]))
+    return arrays.Linear(model.coef, model.intercept)
 
 
 def _sample_ranks(rng: np.random.Generator, scores: np.ndarray | arrays.HeldScores,
@@ -121,7 +120,7 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray,
     info: dict = {"rounds": []}
     for round_ in range(config.rounds + 1):
         pos = task if not len(pos_rows) else np.vstack([task, np.asarray(corpus[pos_rows])])
-        model = _fit(pos, np.asarray(corpus[neg_rows]), config.C, config.seed)
+        model = _fit(pos, np.asarray(corpus[neg_rows]), config.C)
         scores = score_rows(_log_odds(model))
         info["rounds"].append({"positives": int(len(pos)), "negatives": int(len(neg_rows))})
         if round_ == config.rounds:

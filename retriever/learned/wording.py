@@ -40,7 +40,7 @@ def wording_scores(lexicon, task_texts: Sequence[str], ranking: np.ndarray, k: i
     """
     positives, negatives = pseudo_labels(ranking, k, len(task_texts), config)
     report_step("fit the wording classifier")
-    model = NgramClassifier.fit(lexicon, task_texts, positives, negatives, config.C, config.seed)
+    model = NgramClassifier.fit(lexicon, task_texts, positives, negatives, config.C)
     info = {"pseudo_positives": int(len(positives)), "negatives": int(len(negatives)),
             "features": FEATURES}
     return model.score_all(apply), info

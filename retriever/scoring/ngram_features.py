@@ -16,11 +16,11 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from tapt.retriever.scoring.ngram_lm import HashedLMs, ShardScorer
+from tapt.retriever.scoring.logistic import fit_logistic
+from tapt.retriever.scoring.ngram_lm import HashedLMs, ShardScorer, sentence_sums
 
 FEATURES = 1 << 20
 _MIX = np.uint64(0x9E3779B97F4A7C15)       # odd 64-bit constant (golden ratio): mixes the history
-_CHUNK_SENTENCES = 1 << 16
 
 
 def feature_ids(hist: np.ndarray, word: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -77,7 +77,7 @@ class NgramClassifier(ShardScorer):
 
     @classmethod
     def fit(cls, lexicon, positive_texts: Sequence[str], positive_rows: np.ndarray,
-            negative_rows: np.ndarray, C: float = 1.0, seed: int = 0) -> "NgramClassifier":
+            negative_rows: np.ndarray, C: float = 1.0) -> "NgramClassifier":
         """A class-balanced logistic regression: `positive_texts` and the corpus rows
         `positive_rows` against the corpus rows `negative_rows`.
 
@@ -87,13 +87,11 @@ class NgramClassifier(ShardScorer):
             positive_rows: Positive corpus rows (sorted).
             negative_rows: Negative corpus rows (sorted).
             C: Inverse regularisation strength.
-            seed: The solver's seed.
 
         Returns:
             The fitted classifier.
         """
         import scipy.sparse as sp
-        from sklearn.linear_model import LogisticRegression
 
         parts = [sentence_matrix(*HashedLMs.text_pairs(list(positive_texts)))]
         for rows in (positive_rows, negative_rows):
@@ -101,21 +99,16 @@ class NgramClassifier(ShardScorer):
         x = sp.vstack(parts).tocsr()
         n_pos = len(positive_texts) + len(positive_rows)
         y = np.concatenate([np.ones(n_pos), np.zeros(len(negative_rows))])
-        model = LogisticRegression(C=C, class_weight="balanced", solver="liblinear",
-                                   max_iter=1000, random_state=seed).fit(x, y)
-        return cls(lexicon, model.coef_[0], model.intercept_[0])
+        # liblinear's objective (the intercept in the penalty), which this classifier was
+        # first fitted by, solved by L-BFGS-B on the float32 features without scikit-learn
+        model = fit_logistic(x, y, C, penalize_intercept=True)
+        return cls(lexicon, model.coef, model.intercept)
 
     def shard_parts(self, shard) -> Iterator[tuple[int, np.ndarray]]:
         """(first local row, float32 log-odds) of runs of up to 2^16 of a shard's sentences."""
         vocab, pairs = np.asarray(shard.vocab), np.asarray(shard.bigrams)
         uni, bi = feature_ids(vocab[pairs[:, 0]], vocab[pairs[:, 1]])
         per_type = self.weights[uni].astype(np.float64) + self.weights[bi]
-        offsets = np.asarray(shard.offsets)
-        for lo in range(0, len(shard), _CHUNK_SENTENCES):
-            hi = min(len(shard), lo + _CHUNK_SENTENCES)
-            types = np.asarray(shard.lexical[offsets[lo]:offsets[hi]], dtype=np.intp)
-            lengths = np.diff(offsets[lo:hi + 1])
-            sums = np.bincount(np.repeat(np.arange(hi - lo), lengths), weights=per_type[types],
-                               minlength=hi - lo)
+        for lo, sums, lengths in sentence_sums(shard, per_type):
             yield lo, (sums / np.sqrt(2.0 * np.maximum(lengths, 1))
                        + self.intercept).astype(np.float32)

@@ -280,8 +280,8 @@ def test_pu_classifier_above_the_exact_draw_size_draws_from_the_same_rows(monkey
     prerank = arrays.centroid_scores(x, arrays.centroid(task)).astype(np.float32)
     drawn = []
     real_fit = pu._fit
-    monkeypatch.setattr(pu, "_fit", lambda pos, neg, C, seed: (
-        drawn.append((pos, neg)), real_fit(pos, neg, C, seed))[1])
+    monkeypatch.setattr(pu, "_fit", lambda pos, neg, C: (
+        drawn.append((pos, neg)), real_fit(pos, neg, C))[1])
     exact, _, exact_info = pu_classifier(x, task, prerank, 1000, PUConfig(rounds=2, seed=0))
     exact_draws, drawn[:] = list(drawn), []
     monkeypatch.setattr(pu, "EXACT_DRAW_ROWS", 0)
