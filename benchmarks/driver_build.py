@@ -130,7 +130,7 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str) -> dict
     out = work_dir / f"index-{rows}"
     options = dict(model=SyntheticEncoder.name, progress=False, shard_size=max(1, rows // 20),
                    piece_size=piece_size,
-                   executor=RayExecutor(workers=max(1, cpus - 1), progress=False))
+                   executor=RayExecutor(ray_workers=max(1, cpus - 1), progress=False))
     if command == "build":
         inputs = write_corpus(work_dir / f"corpus-{rows}", rows, seed=0)
         shutil.rmtree(out, ignore_errors=True)

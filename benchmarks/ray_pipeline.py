@@ -133,7 +133,7 @@ def timed_build(name: str, corpus: Path, out: Path, encoder, rows: int, workers:
 
     Path(encoder.log).unlink(missing_ok=True)
     load = os.getloadavg()[0]
-    runner = Probe(progress=False, workers=workers, timeout=1800)
+    runner = Probe(progress=False, ray_workers=workers, ray_timeout=1800)
     try:
         manifest = build_index([str(corpus)], out, encoder,
                                BuildConfig(split=False, progress=False, part_size=rows, shards=1,

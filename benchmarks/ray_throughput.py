@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             (f"local, {threads} torch threads", LocalExecutor(progress=False), threads),
             ("local, 1 torch thread", LocalExecutor(progress=False), 1)]
         configs += [(f"ray, {k} worker{'s' if k > 1 else ''} (1 torch thread each)",
-                     RayExecutor(workers=k, progress=False), threads) for k in args.workers]
+                     RayExecutor(ray_workers=k, progress=False), threads) for k in args.workers]
         run("warm-up", inputs, work / "warm", configs[0][1], args.window, args.files, spec,
             encoder)
         worst = 0.0
