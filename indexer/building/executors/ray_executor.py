@@ -126,7 +126,9 @@ def _run_whole_node(fn: Callable[[Any], Any], task: Any) -> Any:
 
 @register
 class RayExecutor(Executor):
-    """Runs a build's stages on a Ray cluster (see the module docstring).
+    """Runs a build's stages on a Ray cluster (see the module docstring). Its options are
+    named as the build's (`RayOptions`); `workers`, `timeout` and `retries`, the old names of
+    `ray_workers`, `ray_timeout` and `ray_retries`, are taken for one release with a warning.
 
     Args:
         ray_address: The cluster: "auto", "HOST:PORT" or "ray://HOST:PORT" (default:
@@ -141,9 +143,6 @@ class RayExecutor(Executor):
         ray_retries: Restarts of a dead actor, retries of a task whose worker died.
         min_workers: Fewest actors in the pool: it starts with these and Ray Data adds actors
             up to `ray_workers` while parts wait for one (autoscaling).
-
-    `workers`, `timeout` and `retries`, the old names of `ray_workers`, `ray_timeout` and
-    `ray_retries`, are taken for one release with a warning.
         resources: Custom Ray resources a step's tasks or actors ask for, by step ("prepare",
             "tokenize", "embed" (the model actors), "save", "assemble", "train", "index",
             "calibrate", "scan", "publish"), to
