@@ -21,17 +21,31 @@ from typing import Any
 
 import numpy as np
 
-# internal: FAISS index choice and ANN recall measured apart; no public call exposes them; the
-#   build's stages, executors or pipeline run apart; Index.build runs them only whole; the index's
-#   stores read or written directly; no public call exposes them
+# internal: the calibration's own query sample, timed apart for its exact top-k
 from tapt.indexer.ann.ann_recall import CALIBRATION_K, calibration_queries
+
+# internal: the built shards' FAISS files reopened for the old calibration to sweep
 from tapt.indexer.ann.faiss_index import ShardedFaiss, ids_are_global, read_faiss_index
+
+# internal: the index type the build chose, read back from its manifest
 from tapt.indexer.ann.index_choice import choice_from_manifest
+
+# internal: each shard's folder, to read its embeddings and FAISS file
 from tapt.indexer.building import stages
+
+# internal: the build's calibration step and its exact top-k are what is timed
 from tapt.indexer.building.ann_build import calibrated_faiss, exact_truth
+
+# internal: the executor the calibration's top-k runs through, as in a build
 from tapt.indexer.building.executors import LocalExecutor
+
+# internal: the embeddings' file name in a shard
 from tapt.indexer.store.manifest import EMBEDDINGS
+
+# internal: the float16 cast loaded before timing (a build loaded it already)
 from tapt.indexer.store.npy import as_float32
+
+# internal: the shards' embeddings as one row view, as the old calibration took them
 from tapt.indexer.store.shards import RowView
 
 

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-# internal: score arrays computed directly, below Index.select; the results' version stamps and
-#   times, as tapt's own files carry them
+# internal: centroid_scores itself is timed over memory-mapped float32 and float16 rows
 from tapt.retriever.scoring import arrays
+
+# internal: the results' version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 

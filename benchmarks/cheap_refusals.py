@@ -63,9 +63,6 @@ def _load() -> float:
 def setup(work: Path) -> None:
     """The inputs every case reads (not timed)."""
     import tapt
-
-    # internal: the encoders and their backends timed apart from a build
-    from tapt.indexer.encoding.models import packaged_default_path
     from tiny_model import write_tiny_bert
 
     with gzip.open(SAMPLE / "pool.jsonl.gz", "rt", encoding="utf-8") as src:
@@ -78,7 +75,7 @@ def setup(work: Path) -> None:
     (work / "task.md").write_text("Patient fever therapy dose.\n")
     common = ["--no-split", "--backend", "torch"]
     _check(_run(["-q", "index", "build", "pool.jsonl", "--out", "idx", *common], work))
-    shutil.copytree(packaged_default_path(), work / "model-copy")
+    shutil.copytree(tapt.model_path(), work / "model-copy")
     _check(_run(["-q", "index", "build", "pool.jsonl", "--out", "idx-moved", "--model",
                  str(work / "model-copy"), *common], work))
     _check(_run(["-q", "select", "centroid", "idx-moved", "--task", "task.jsonl", "--budget",

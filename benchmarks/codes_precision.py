@@ -33,18 +33,25 @@ from benchmarks.scale_select import overlap
 from benchmarks.speed_encode import machine
 from tapt import Index
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole; oracle labels and metrics per sentence; tapt.evaluate
-#   reports only whole selections; methods run on prepared inputs below Index.select (many tasks over
-#   one corpus cache); rankings made and written below Index.select; tapt's atomic writes and hashes
-#   for the results, reused, not copied; the results' version stamps and times, as tapt's own files
-#   carry them
+# internal: tasks drawn from the seed sets as bench recall draws its first subset
 from tapt.bench.labelled_pool import read_seed_sets, seed_subset
+
+# internal: the seed sets embedded once, as bench recall does, for every method
 from tapt.bench.recall_run import seed_embeddings
+
+# internal: each row's domain, the oracle precision is counted against
 from tapt.retriever.evaluation.oracle import sentence_labels
+
+# internal: one corpus cache shared by every method, task and scan
 from tapt.retriever.methods import CorpusCache
+
+# internal: the ranked rows of exact and codes scans compared (Index.select writes files)
 from tapt.retriever.selections.make import SelectConfig, rank
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 METHODS = ("centroid", "distance", "density", "classifier", "fused")

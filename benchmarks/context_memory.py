@@ -31,13 +31,17 @@ import numpy as np
 
 from benchmarks.measure import module_at, traced, write_report
 
-# internal: methods run on prepared inputs below Index.select (many tasks over one corpus cache);
-#   budgets and document pooling applied to scores made here, below Index.select; score arrays
-#   computed directly, below Index.select; the results' version stamps and times, as tapt's own files
-#   carry them
+# internal: by_sentence_scores' peak is what is traced, on a segment view of synthetic documents,
+#   with its streaming threshold forced
 from tapt.retriever.methods import SegmentView, base, segments
+
+# internal: the old path's budget cut, redone here as by_sentence_scores did it
 from tapt.retriever.ranking.budget import budget_target, cut, parse_budget
+
+# internal: the old path's segment means, redone here
 from tapt.retriever.scoring import arrays
+
+# internal: the report's time, as tapt's own files carry it
 from tapt.util.versions import utc_now
 
 

@@ -34,10 +34,13 @@ RESULTS: dict = {}
 
 import torch  # noqa: E402
 
-# internal: the encoders and their backends timed apart from a build; tapt's atomic writes and
-#   hashes for the results, reused, not copied
+# internal: the encoder's length-sorted tokenising and padding, timed as one stage
 from tapt.indexer.encoding.batching import SortedBatches  # noqa: E402
+
+# internal: the encoder's whole CUDA path per dtype, and the padding length it uses
 from tapt.indexer.encoding.encoder import CUDA_PAD_TO, SentenceTransformerEncoder  # noqa: E402
+
+# internal: the profile and probe results written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic  # noqa: E402
 
 

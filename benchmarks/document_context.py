@@ -30,15 +30,19 @@ from tqdm.auto import tqdm
 
 from tapt import Index
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole; oracle labels and metrics per sentence; tapt.evaluate
-#   reports only whole selections; budgets and document pooling applied to scores made here, below
-#   Index.select; tapt's atomic writes and hashes for the results, reused, not copied; the results'
-#   version stamps and times, as tapt's own files carry them
+# internal: the stored scores cut with the quality benchmark's own evaluation
 from tapt.bench.recall import Shared, evaluate_fixed
+
+# internal: each row's label, for the relevant rows of a task
 from tapt.retriever.evaluation.oracle import sentence_labels
+
+# internal: the document pooling itself, applied to the stored per-sentence scores
 from tapt.retriever.ranking.document_pooling import document_scores
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 BUDGETS = (("oracle", 1.0), ("0.5x", 0.5), ("2x", 2.0))

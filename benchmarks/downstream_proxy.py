@@ -33,8 +33,7 @@ from pathlib import Path
 import tapt
 from benchmarks.downstream_tasks import CLASSES, DEFAULT_SEEDS, TASKS, make_task
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole
+# internal: bench downstream's conditions, the default of --conditions
 from tapt.bench.downstream_config import CONDITIONS
 
 DOMAIN = {"quotes": "quotes", "it": "it", "religion": "religion"}
@@ -191,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp = args.out / f".{args.name}.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     tmp.rename(args.out / f"{args.name}.json")
-    # internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-    #   tapt.bench_downstream run them only whole
+    # internal: the tasks' reports joined into one page and one plot; bench_downstream reports one
+    #   task
     from tapt.bench.downstream_report import markdown, plot_gains  # the report's own pieces
 
     text = [f"# Downstream benchmark ({args.name})", ""]

@@ -12,8 +12,8 @@ index.
 
 Each command runs in a fresh process (`--cell`) that starts a local Ray cluster of `--cpus`
 logical CPUs, runs `tapt.Index.build` / `Index.add` through the public API with
-`executor=RayExecutor(...)`, shards of `rows` / 20 records (the files read in byte ranges of
-about half a shard), and records:
+`executor="ray", ray_workers=CPUS - 1`, shards of `rows` / 20 records (the files read in byte
+ranges of about half a shard), and records:
 
 - `driver_cpu_s`: the process's own user + system CPU seconds over the command
   (`resource.getrusage(RUSAGE_SELF)`: Ray's workers and daemons are other processes);
@@ -122,10 +122,6 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
 
     import tapt
 
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole
-    from tapt.indexer.building.executors.ray_executor import RayExecutor
-
     logging.basicConfig(level=logging.WARNING)
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING)
@@ -133,8 +129,7 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
     work_dir = Path(work)
     out = work_dir / f"index-{rows}"
     options = dict(model=SyntheticEncoder.name, progress=False, shard_size=max(1, rows // 20),
-                   piece_size=piece_size,
-                   executor=RayExecutor(workers=max(1, cpus - 1), progress=False))
+                   piece_size=piece_size, executor="ray", ray_workers=max(1, cpus - 1))
     if command == "build":
         inputs = write_corpus(work_dir / f"corpus-{rows}", rows, seed=0)
         shutil.rmtree(out, ignore_errors=True)
@@ -160,7 +155,6 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
             profiler.disable()
         seconds, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
     peak_mb = peak.peak / MB
-    options["executor"].close()
     build = manifest.get("build", {}) if command == "build" else manifest["history"][-1]
     return {"command": command, "rows": rows,
             "driver_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime

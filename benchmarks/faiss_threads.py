@@ -25,7 +25,7 @@ import numpy as np
 from benchmarks.measure import write_report
 from benchmarks.speed_encode import machine
 
-# internal: the results' version stamps and times, as tapt's own files carry them
+# internal: the results' version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 
@@ -40,8 +40,10 @@ def time_build(x: np.ndarray, requested: str, threads: int, seed: int) -> dict[s
     """Train (where the type needs it) and add every row with `threads` FAISS threads."""
     import faiss
 
-    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them
+    # internal: the build's FAISS train and add steps timed per thread count
     from tapt.indexer.ann.faiss_index import build_part, faiss_threads, train_template
+
+    # internal: the index type a build would choose for these rows
     from tapt.indexer.ann.index_choice import choose_index
 
     choice = choose_index(len(x), x.shape[1], requested=requested, seed=seed)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from build_worker import assert_same_index, kill_and_resume  # noqa: E402
 from tapt import Index  # noqa: E402
 
-# internal: the results' version stamps and times, as tapt's own files carry them
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now  # noqa: E402
 
 

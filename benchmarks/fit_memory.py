@@ -22,13 +22,18 @@ import numpy as np
 
 from benchmarks.measure import traced
 
-# internal: learned scorers fitted apart, below Index.select; score arrays computed directly, below
-#   Index.select; tapt's atomic writes and hashes for the results, reused, not copied; the results'
-#   version stamps and times, as tapt's own files carry them
+# internal: the PU classifier's fit is what is traced, on synthetic rows, with its draw threshold
+#   set per run
 from tapt.retriever.learned import pu
 from tapt.retriever.learned.pu import PUConfig, pu_classifier
+
+# internal: the pre-ranking, the ranking of every row and the fusion traced apart
 from tapt.retriever.scoring import arrays
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
+
+# internal: the report's time, as tapt's own files carry it
 from tapt.util.versions import utc_now
 
 
@@ -61,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     # counted, and handed over to the fit
     from types import SimpleNamespace
 
-    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus cache)
+    # internal: the classifier method's own fit traced on the synthetic rows, with no index
     from tapt.retriever.methods import get_method
 
     classifier = get_method("classifier")

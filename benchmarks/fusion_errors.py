@@ -20,20 +20,27 @@ from tqdm.auto import tqdm
 
 from tapt import Index
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole
+# internal: each domain's seed set is the task, as in bench recall
 from tapt.bench.labelled_pool import read_seed_sets
+
+# internal: the seed sets embedded once and cached, as bench recall does
 from tapt.bench.recall_run import seed_embeddings
 from tapt.extend import RankingInputs
 
-# internal: oracle labels and metrics per sentence; tapt.evaluate reports only whole selections;
-#   methods run on prepared inputs below Index.select (many tasks over one corpus cache); budgets and
-#   document pooling applied to scores made here, below Index.select; score arrays computed directly,
-#   below Index.select; the results' version stamps and times, as tapt's own files carry them
+# internal: each row's domain, to tell a method's false positives
 from tapt.retriever.evaluation.oracle import sentence_labels
+
+# internal: both methods' scores of every row, compared row by row (Index.select returns only the
+#   cut)
 from tapt.retriever.methods import SegmentView, get_method
+
+# internal: the oracle budget as the methods take it
 from tapt.retriever.ranking.budget import parse_budget
+
+# internal: Moore-Lewis scores over the pool's encoding made once for every domain
 from tapt.retriever.scoring.ngram_lm import Vocabulary, moore_lewis_scores
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 log = logging.getLogger("fusion_errors")

@@ -72,7 +72,7 @@ def texts_of(n: int) -> list[str]:
 
 
 def run_local(encoder, parts: list[list[str]], batch_size: int):
-    # internal: the encoders and their backends timed apart from a build
+    # internal: the embed stage's own per-part encoding, timed without a build
     from tapt.indexer.encoding.encoder import encode_counted
 
     return [encode_counted(encoder, part, batch_size=batch_size) for part in parts]
@@ -112,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     import pickle
 
-    # internal: the encoders and their backends timed apart from a build
+    # internal: the encoder, its batch size and its tokenising, split as the Ray pipeline splits
+    #   them
     from tapt.indexer.encoding.encoder import load_encoder, preferred_batch_size, tokenizing_of
 
     texts = texts_of(args.sentences)

@@ -63,7 +63,8 @@ def blobs(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def faiss_build(rows: np.ndarray, queries: np.ndarray, choice, device: str | None,
                 truth: np.ndarray | None) -> dict[str, Any]:
     """Train + add `rows` as `choice` through torch on `device` (None: FAISS on the CPU)."""
-    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them
+    # internal: torch k-means and assignment forced onto the device, against tapt's FAISS train and
+    #   add, with their recall
     from tapt.indexer.ann import coarse
     from tapt.indexer.ann import faiss_index as fi
     from tapt.indexer.ann.ann_recall import recall_at_k
@@ -87,7 +88,7 @@ def faiss_build(rows: np.ndarray, queries: np.ndarray, choice, device: str | Non
 
 
 def faiss_section(args) -> dict[str, Any]:
-    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them
+    # internal: the exact neighbours, and the index type a build of INDEX_ROWS rows would choose
     from tapt.indexer.ann.ann_recall import ground_truth
     from tapt.indexer.ann.index_choice import choose_index
 
@@ -110,8 +111,7 @@ def faiss_section(args) -> dict[str, Any]:
 
 def _read_and_tokenize(task):
     """A pool worker's step: the part's texts from the shard's text store, tokenised."""
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole
+    # internal: a worker reads a part's texts as the embed stage does
     from tapt.indexer.building import stages
 
     return pipeline._tokenize(stages.part_texts(task))
@@ -119,8 +119,7 @@ def _read_and_tokenize(task):
 
 def prepared_shard(work: Path, texts: list[str]) -> None:
     """`texts` as a prepared shard's text store (one document a sentence)."""
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole; the index's stores read or written directly; no public call exposes them
+    # internal: the sample written as a prepared shard's text store, what the embed stage reads
     from tapt.indexer.building.stages import shard_path
     from tapt.indexer.store.manifest import STORE
     from tapt.indexer.store.text_store import TextStoreWriter
@@ -138,8 +137,7 @@ def prepared_shard(work: Path, texts: list[str]) -> None:
 def embed_section(args) -> dict[str, Any]:
     import pickle
 
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole; the encoders and their backends timed apart from a build
+    # internal: the embed stage's own steps and the encoder it loads, timed without a build
     from tapt.indexer.building import stages
     from tapt.indexer.encoding.encoder import load_encoder, preferred_batch_size, tokenizing_of
 

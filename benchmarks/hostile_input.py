@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(REPO))
 
-# internal: the encoders and their backends timed apart from a build
+# internal: its load_encoder swapped for the hashing encoder in the process that runs each case
 import tapt.indexer.encoding.encoder  # noqa: E402
 from hostile_cases import CASES, run_case, verdict  # noqa: E402
 from index_fuzz import FILES, SHARDS, fuzz  # noqa: E402

@@ -17,13 +17,16 @@ import numpy as np
 
 from tapt import Index
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole; oracle labels and metrics per sentence; tapt.evaluate
-#   reports only whole selections; the results' version stamps and times, as tapt's own files carry
-#   them
+# internal: the labelled pool's seed sets, the tasks of every script sharing this
 from tapt.bench.labelled_pool import SeedSet, read_seed_sets
+
+# internal: bench recall's evaluation state (index, labels, views) the scripts cut with
 from tapt.bench.recall import Shared
+
+# internal: each row's label, the oracle of every task
 from tapt.retriever.evaluation.oracle import sentence_labels
+
+# internal: the results' version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 

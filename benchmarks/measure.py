@@ -52,7 +52,7 @@ def module_at(rev: str, rel: str, name: str):
 def write_report(out: Path | None, stem: str, report: dict[str, Any], text: str) -> None:
     """Print a benchmark's markdown and, with `out`, write `out/STEM.json` (the report) and
     `out/STEM.md` (the markdown), each under a temporary name then renamed."""
-    # internal: tapt's atomic writes (a temporary name, then a rename) of the results, reused
+    # internal: the benchmarks' reports written as tapt writes its files (temporary name, rename)
     from tapt.util.files import atomic_write, write_json_atomic
 
     print(text)

@@ -35,20 +35,29 @@ from tqdm.auto import tqdm
 
 from benchmarks.labelled_tasks import LabelledPool, add_arguments, result_header
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole
+# internal: tasks drawn from the seed sets as bench recall draws them
 from tapt.bench.labelled_pool import seed_subset
+
+# internal: the scores cut at the oracle budget with bench recall's own evaluation
 from tapt.bench.recall import Shared, evaluate_fixed
+
+# internal: the seed sets embedded once and cached, as bench recall does
 from tapt.bench.recall_run import seed_embeddings
 from tapt.extend import RankingInputs
 
-# internal: methods run on prepared inputs below Index.select (many tasks over one corpus cache);
-#   budgets and document pooling applied to scores made here, below Index.select; tapt's atomic writes
-#   and hashes for the results, reused, not copied
+# internal: each method's per-sentence scores, before any pooling, shared by the variants
 from tapt.retriever.methods import Memo, get_method
+
+# internal: document pooling's F test (ALPHA) switched off for the mixed-no-test variant
 from tapt.retriever.ranking import document_pooling
+
+# internal: the oracle budget as the methods take it
 from tapt.retriever.ranking.budget import parse_budget
+
+# internal: the pooling itself on real and shuffled documents, and their shape for the report
 from tapt.retriever.ranking.document_pooling import DocumentShape, document_scores
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
 
 CONTEXTS = ("sentence", "document", "mixed", "mixed-no-test")

@@ -38,17 +38,25 @@ from benchmarks.labelled_tasks import LabelledPool, add_arguments, result_header
 from benchmarks.mixed_documents import task_scores
 from tapt import Index
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole; methods run on prepared inputs below Index.select (many
-#   tasks over one corpus cache); budgets and document pooling applied to scores made here, below
-#   Index.select; tapt's atomic writes and hashes for the results, reused, not copied; the results'
-#   version stamps and times, as tapt's own files carry them
+# internal: tasks drawn from the seed sets as bench recall draws them
 from tapt.bench.labelled_pool import seed_subset
+
+# internal: the pooled scores cut at the oracle budget with bench recall's own evaluation
 from tapt.bench.recall import evaluate_fixed
+
+# internal: the seed sets embedded once and cached, as bench recall does
 from tapt.bench.recall_run import seed_embeddings
+
+# internal: one memo per task shared by the methods' per-sentence scores
 from tapt.retriever.methods import Memo
+
+# internal: document pooling of the same scores, the baseline neighbour pooling is compared with
 from tapt.retriever.ranking.document_pooling import document_scores
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
+
+# internal: the report's time, as tapt's own files carry it
 from tapt.util.versions import utc_now
 
 K = 10

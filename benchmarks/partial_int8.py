@@ -26,12 +26,14 @@ import numpy as np
 
 from benchmarks.speed_encode import machine, read_jsonl
 
-# internal: the encoders and their backends timed apart from a build; score arrays computed
-#   directly, below Index.select; the results' version stamps and times, as tapt's own files carry
-#   them
+# internal: the ONNX encoder made over the cached fp32 export, its MatMuls quantised in part
 from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
 from tapt.indexer.encoding.onnx_encoder import OnnxEncoder, default_threads
+
+# internal: each variant's centroid selection of every domain, compared set by set with fp32's
 from tapt.retriever.scoring import arrays
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 log = logging.getLogger("partial_int8")

@@ -20,15 +20,19 @@ import numpy as np
 
 from tapt import Index
 
-# internal: oracle labels and metrics per sentence; tapt.evaluate reports only whole selections;
-#   score arrays computed directly, below Index.select; rankings made and written below Index.select;
-#   a task's reading and embedding cache, below Index.select; the results' version stamps and times,
-#   as tapt's own files carry them
+# internal: precision counted against each row's domain label, the oracle
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
+
+# internal: every method ranked with the task embedded once per domain, its rows counted
+#   (Index.select writes files)
 from tapt.retriever.scoring.arrays import rows_of_segments
 from tapt.retriever.selections.make import SelectConfig, rank
+
+# internal: the seed file read as a task is read, split as the index was
 from tapt.retriever.tasks.reading import load_task
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 METHODS: dict[str, dict] = {

@@ -56,8 +56,8 @@ def cell(corpus: str, out: str) -> dict:
     import tapt
     from benchmarks.driver_memory import MB, _anon_bytes
 
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole
+    # internal: one prepare task's function is what is traced, on a corpus scanned as a build scans
+    #   it
     from tapt.indexer.building import stages
     from tapt.indexer.building.pipeline import BuildConfig, scan_corpus
 

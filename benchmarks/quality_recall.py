@@ -42,32 +42,42 @@ from tqdm.auto import tqdm
 
 from tapt import Index
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole
+# internal: bench recall's seed subsets, evaluation and report, for variants bench recall does not
+#   run
 from tapt.bench import recall_report
 from tapt.bench.labelled_pool import read_seed_sets, seed_subset
 from tapt.bench.recall import Shared, evaluate_fixed
 from tapt.bench.recall_run import seed_embeddings
 from tapt.extend import RankingInputs
 
-# internal: oracle labels and metrics per sentence; tapt.evaluate reports only whole selections;
-#   learned scorers fitted apart, below Index.select; methods run on prepared inputs below
-#   Index.select (many tasks over one corpus cache); budgets and document pooling applied to scores
-#   made here, below Index.select; score arrays computed directly, below Index.select; tapt's atomic
-#   writes and hashes for the results, reused, not copied; the results' version stamps and times, as
-#   tapt's own files carry them
+# internal: each variant scored per sentence against the domain labels
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
+
+# internal: the learned scorers' pieces (auto choice, expansion, fine-tuning, fusion weights, AUC)
+#   run apart as variants
 from tapt.retriever.learned import auto_choice
 from tapt.retriever.learned.few_seeds import LexicalConfig, LexicalModel, PoolText, expansion_rows
 from tapt.retriever.learned.finetune_classifier import FinetuneConfig, finetune_scores, transplant
 from tapt.retriever.learned.fusion import fuse, weights_from
 from tapt.retriever.learned.heldout import auc
+
+# internal: iforest on prepared inputs, and a variant's score array ranked as a method ranks
 from tapt.retriever.methods import by_sentence_scores, get_method
+
+# internal: the learned fusion fitted on one task's data, a variant
 from tapt.retriever.methods.learned_scorers import TaskData, learned_fusion
+
+# internal: the oracle budget as the methods take it
 from tapt.retriever.ranking.budget import parse_budget
+
+# internal: the variants' score arrays fused and z-scored directly
 from tapt.retriever.scoring import arrays
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 log = logging.getLogger("quality_recall")

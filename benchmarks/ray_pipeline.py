@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-# internal: tapt's atomic writes (a temporary name, then a rename) of the results, reused
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic  # noqa: E402
 
 SAMPLE = REPO / "data" / "sample" / "pool.jsonl.gz"
@@ -72,7 +72,8 @@ class LoggedEncoder:
         return "0" * 64
 
     def tokenizing(self):
-        # internal: the encoders and their backends timed apart from a build
+        # internal: the test encoder tokenises as tapt's encoders do, for the pipeline's tokenise
+        #   step
         from tapt.indexer.encoding.batching import Tokenizing
 
         return Tokenizing(self.tokenizer, self.max_length)
@@ -115,8 +116,8 @@ def write_input(path: Path, rows: int) -> list[str]:
 def timed_build(name: str, corpus: Path, out: Path, encoder, rows: int, workers: int
                 ) -> dict[str, Any]:
     """One Ray build; per part, the forward pass and the model actor's idle time before it."""
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole
+    # internal: the Ray executor subclassed to time its embed stage, on a test encoder object
+    #   Index.build does not take
     from tapt.indexer.building.executors.ray_executor import RayExecutor
     from tapt.indexer.building.pipeline import BuildConfig, build_index
 
@@ -133,7 +134,7 @@ def timed_build(name: str, corpus: Path, out: Path, encoder, rows: int, workers:
 
     Path(encoder.log).unlink(missing_ok=True)
     load = os.getloadavg()[0]
-    runner = Probe(progress=False, workers=workers, timeout=1800)
+    runner = Probe(progress=False, ray_workers=workers, ray_timeout=1800)
     try:
         manifest = build_index([str(corpus)], out, encoder,
                                BuildConfig(split=False, progress=False, part_size=rows, shards=1,
@@ -179,8 +180,7 @@ def cpu_steps(index: Path, rows: int, dim: int, tokenizing, repeats: int = 3
 
     from tapt import Index
 
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole
+    # internal: the save step's own function timed alone
     from tapt.indexer.building import stages
 
     work = index.parent / "steps-work"
@@ -343,8 +343,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     from benchmarks.speed_encode import machine
 
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole; the encoders and their backends timed apart from a build
+    # internal: the ONNX encoder by spec, as the actors load it, and its tokenising timed alone
     from tapt.indexer.building.executors import EncoderSpec
     from tapt.indexer.encoding.encoder import tokenizing_of
 

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-# internal: tapt's atomic writes (a temporary name, then a rename) of the results, reused
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,8 +88,8 @@ def write_input(out: Path, sentences: int, files: int) -> list[Path]:
 def run(name: str, inputs: list[Path], out: Path, executor, window: int, shards: int,
         spec, encoder) -> dict[str, Any]:
     """One build into `out` (replaced); its wall and per-stage seconds."""
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole
+    # internal: each build run through a stage-timing wrapper of the executor, on one loaded
+    #   encoder
     from tapt.indexer.building.pipeline import BuildConfig, build_index
 
     timed = TimedExecutor(executor)
@@ -194,8 +194,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import ray
     import torch
 
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole
+    # internal: the executors compared, as objects, with the encoder spec the Ray actors load
     from tapt.indexer.building.executors import EncoderSpec, LocalExecutor
     from tapt.indexer.building.executors.ray_executor import RayExecutor
 
@@ -214,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             (f"local, {threads} torch threads", LocalExecutor(progress=False), threads),
             ("local, 1 torch thread", LocalExecutor(progress=False), 1)]
         configs += [(f"ray, {k} worker{'s' if k > 1 else ''} (1 torch thread each)",
-                     RayExecutor(workers=k, progress=False), threads) for k in args.workers]
+                     RayExecutor(ray_workers=k, progress=False), threads) for k in args.workers]
         run("warm-up", inputs, work / "warm", configs[0][1], args.window, args.files, spec,
             encoder)
         worst = 0.0

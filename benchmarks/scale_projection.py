@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 from tapt import InputError
 
-# internal: FAISS index choice and ANN recall measured apart; no public call exposes them
+# internal: a build's own index-type rules (nlist, training rows, rescore factors) projected to
+#   10^10 rows
 from tapt.indexer.ann.index_choice import RESCORE_FACTORS, choose_index, ivf_nlist, ivf_train_size
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -54,20 +54,31 @@ from benchmarks.synthetic_index import Sentences, Spec, blob_rows, centres, make
 from tapt import Index
 from tapt.extend import RankingInputs
 
-# internal: FAISS index choice and ANN recall measured apart; no public call exposes them; the
-#   index's stores read or written directly; no public call exposes them; methods run on prepared
-#   inputs below Index.select (many tasks over one corpus cache); budgets and document pooling applied
-#   to scores made here, below Index.select; score arrays computed directly, below Index.select;
-#   tapt's atomic writes and hashes for the results, reused, not copied; the results' version stamps
-#   and times, as tapt's own files carry them
+# internal: knn's recall against an exact brute-force search of the same rows
 from tapt.indexer.ann.ann_recall import ground_truth, recall_at_k
+
+# internal: the search setting the index's calibration chose, reported with the latency
 from tapt.indexer.ann.faiss_index import search_setting
+
+# internal: the index's first shards as a smaller index, each size timed on the same files
 from tapt.indexer.store.shards import RowView
+
+# internal: each registered method timed itself, on a sentence view, the task given as rows
 from tapt.retriever.methods import SegmentView, get_method
+
+# internal: a task's memo that also times each intermediate result, to split a method's time
 from tapt.retriever.methods.base import Memo
+
+# internal: the budget as the methods take it
 from tapt.retriever.ranking.budget import parse_budget
+
+# internal: the selected rows, for the overlap of the exact and codes scans
 from tapt.retriever.scoring.arrays import rows_of_segments
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 log = logging.getLogger("scale_select")
@@ -90,7 +101,7 @@ class ShardPrefix:
     @cached_property
     def lexicon(self):
         """The first shards' stored lexical ids (the corpus vocabulary of the whole index)."""
-        # internal: corpus reading and splitting timed apart from a build
+        # internal: the first shards' lexical ids, for fused on the smaller index
         from tapt.indexer.reading.lexical import Lexicon
 
         whole = self._index.lexicon
@@ -131,8 +142,7 @@ def parts_of_a_selection(index: Index | ShardPrefix, view: SegmentView, task: np
                          budget: str, repeats: int) -> dict[str, Any]:
     """Best seconds of each step of a selection at the largest size: the scan of every row
     (float16 embeddings, int8 codes) and the global ranking and cut of the sentence scores."""
-    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus
-    #   cache); score arrays computed directly, below Index.select
+    # internal: a selection's steps timed apart: each scan, then the ranking and cut
     from tapt.retriever.methods.base import by_sentence_scores
     from tapt.retriever.scoring import arrays
 

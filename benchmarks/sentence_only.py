@@ -32,22 +32,32 @@ from tqdm.auto import tqdm
 from benchmarks.labelled_tasks import LabelledPool, add_arguments, result_header
 from tapt import Index
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole
+# internal: tasks drawn from the seed sets as bench recall draws them
 from tapt.bench.labelled_pool import seed_subset
+
+# internal: the scores cut at the oracle budget with bench recall's own evaluation
 from tapt.bench.recall import Shared, evaluate_fixed
+
+# internal: the seed sets embedded once and cached, as bench recall does
 from tapt.bench.recall_run import seed_embeddings
 from tapt.extend import RankingInputs
 
-# internal: methods run on prepared inputs below Index.select (many tasks over one corpus cache);
-#   budgets and document pooling applied to scores made here, below Index.select; score arrays
-#   computed directly, below Index.select; tapt's atomic writes and hashes for the results, reused,
-#   not copied
+# internal: each method's per-sentence scores with documents ignored
 from tapt.retriever.methods import Memo, get_method
+
+# internal: the oracle budget as the methods take it
 from tapt.retriever.ranking.budget import parse_budget
+
+# internal: the same scores pooled over documents, for comparison
 from tapt.retriever.ranking.document_pooling import document_scores
+
+# internal: scores ranked and fused directly for the variants
 from tapt.retriever.scoring import arrays
+
+# internal: the stored lexical ids as a sentence-by-word matrix, the wording features
 from tapt.retriever.scoring.ngram_features import sentence_matrix
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
 
 # (row name, method, parameters)

@@ -65,8 +65,8 @@ def _task(index_dir: Path) -> np.ndarray:
 def _select(index, task: np.ndarray, budget: str):
     from tapt.extend import RankingInputs
 
-    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus
-    #   cache); budgets and document pooling applied to scores made here, below Index.select
+    # internal: centroid ranked on the served index's actors and in one process with the same task
+    #   rows
     from tapt.retriever.methods import SegmentView, get_method
     from tapt.retriever.ranking.budget import parse_budget
 
@@ -90,7 +90,7 @@ def _start(path: Path, args, cold: bool, module=None, driver_hashes: bool = True
     import tapt
     from tapt import Index
 
-    # internal: the index's stores read or written directly; no public call exposes them
+    # internal: the verified-files record cleared, so a start pays the hashing a new driver pays
     from tapt.indexer.store import integrity
 
     stamps = Path(os.environ["TAPT_CACHE_DIR"]) / integrity.STAMPS

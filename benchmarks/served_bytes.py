@@ -28,9 +28,10 @@ import numpy as np
 
 from benchmarks.speed_encode import machine
 
-# internal: tapt's atomic writes (a temporary name, then a rename) of the results, reused; the
-#   results' version stamps and times, as tapt's own files carry them
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
+
+# internal: the report's time, as tapt's own files carry it
 from tapt.util.versions import utc_now
 
 RUNS = (("classifier", {}), ("fused", {"wording": "lm"}), ("fused", {}))
@@ -41,8 +42,7 @@ def _inputs(index, budget: str):
     from benchmarks.synthetic_index import Sentences, Spec
     from tapt.extend import RankingInputs
 
-    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus
-    #   cache); budgets and document pooling applied to scores made here, below Index.select
+    # internal: a method's inputs made over the served index, with its corpus cache
     from tapt.retriever.methods import CorpusCache, SegmentView
     from tapt.retriever.ranking.budget import parse_budget
 
@@ -60,8 +60,7 @@ def measure(path: Path, args) -> list[dict[str, Any]]:
 
     import tapt
 
-    # internal: methods run on prepared inputs below Index.select (many tasks over one corpus
-    #   cache); score arrays computed directly, below Index.select
+    # internal: the score holder swapped to gather every scan's scores, the old path, bytes counted
     from tapt.retriever.methods import get_method
     from tapt.retriever.scoring import arrays
 

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole; the results' version stamps and times, as tapt's own
-#   files carry them
+# internal: the DSIR baseline's features and library run timed, not a recall grid
 from tapt.bench.dsir_baseline import PoolFeatures, read_texts, run_library
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 RESULTS = Path(__file__).resolve().parent / "results"

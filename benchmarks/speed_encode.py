@@ -33,12 +33,16 @@ from typing import Any
 
 import numpy as np
 
-# internal: the encoders and their backends timed apart from a build; tapt's atomic writes and
-#   hashes for the results, reused, not copied; the results' version stamps and times, as tapt's own
-#   files carry them
+# internal: each backend's encoder made and timed alone, on the device picked as tapt picks it
 from tapt.indexer.encoding.encoder import SentenceTransformerEncoder, load_encoder, pick_device
+
+# internal: the thread count the ONNX backend uses, reported and matched
 from tapt.indexer.encoding.onnx_encoder import default_threads
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 log = logging.getLogger("speed_encode")
@@ -160,7 +164,7 @@ def work_of(lengths: np.ndarray, batches: list[np.ndarray], shape: dict[str, int
 def batch_plan(encoder, lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """The batches `encoder.encode` forms (the ONNX path exactly; torch sorts by characters, not
     tokens, so its plan is approximated by the token sort)."""
-    # internal: the encoders and their backends timed apart from a build
+    # internal: the batches the encoders plan, for the padding and FLOPs counted
     from tapt.indexer.encoding.batching import plan_batches
 
     return plan_batches(lengths, batch_size, getattr(encoder, "max_tokens", None))
@@ -233,7 +237,7 @@ def _transformer_config(encoder):
     if model is None:  # ONNX encoder: read the config from the model directory
         from transformers import AutoConfig
 
-        # internal: the encoders and their backends timed apart from a build
+        # internal: the model's folder, for its configuration's shapes (FLOPs)
         from tapt.indexer.encoding.models import resolve_model
 
         return AutoConfig.from_pretrained(resolve_model(encoder.spec))
@@ -264,7 +268,7 @@ def make_encoder(variant: str, spec: str | None, device: str, threads: int | Non
             raise SystemExit(f"{variant} is a CUDA variant; on the CPU use torch (fp32)")
         return SentenceTransformerEncoder(spec, device=device, dtype=dtype)
     if variant == "onnx-plain":  # the fp32 path before fusion: the plain trace, batches of texts
-        # internal: the encoders and their backends timed apart from a build
+        # internal: the ONNX encoder's plain, unfused trace, a variant load_encoder does not make
         from tapt.indexer.encoding.onnx_encoder import OnnxEncoder
 
         return OnnxEncoder(SentenceTransformerEncoder(spec, device="cpu"), "onnx", threads=threads,
@@ -298,12 +302,14 @@ def build_and_agree(pool: Path, encoders: dict[str, Any], batch_size: int, seeds
     and kNN selections at the oracle budget with the reference backend's (the first one)."""
     from tapt import Index
 
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole; oracle labels and metrics per sentence; tapt.evaluate reports only whole selections;
-    #   score arrays computed directly, below Index.select; rankings made and written below
-    #   Index.select
+    # internal: one index built per backend from its encoder object (Index.build takes a model
+    #   name)
     from tapt.indexer.building.pipeline import BuildConfig, build_index
+
+    # internal: each row's domain, the oracle budget of each task
     from tapt.retriever.evaluation.oracle import sentence_labels
+
+    # internal: the selected rows of each backend, compared with the reference backend's
     from tapt.retriever.scoring.arrays import rows_of_segments
     from tapt.retriever.selections.make import SelectConfig, rank
 

@@ -108,12 +108,12 @@ def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[st
     """Write an n-row index (all files but index.faiss) from the source index's rows + noise."""
     from tapt import Index
 
-    # internal: the build's stages, executors or pipeline run apart; Index.build runs them only
-    #   whole; corpus reading and splitting timed apart from a build; the index's stores read or
-    #   written directly; no public call exposes them; tapt's atomic writes and hashes for the
-    #   results, reused, not copied
-    from tapt.indexer.building.pipeline import DOCS, EMBEDDINGS, STORE, TOKENS
+    # internal: the written rows' segment count, as the index's own splitter counts it
     from tapt.indexer.reading.splitter import segment_offsets
+
+    # internal: a test index of N rows written file by file from a real index's rows, as a build
+    #   writes it
+    from tapt.indexer.store.manifest import DOCS, EMBEDDINGS, STORE, TOKENS
     from tapt.indexer.store.text_store import TextStoreWriter
     from tapt.util.files import sha256_file, write_json_atomic
 
@@ -171,15 +171,11 @@ def step_make(source: str, out: str, n: int, noise: float, seed: int) -> dict[st
 
 def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
     """The FAISS index `request` picks within `memory`: first build, or `tapt index reindex`."""
-    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them; the
-    #   build's stages, executors or pipeline run apart; Index.build runs them only whole; the index's
-    #   stores read or written directly; no public call exposes them; tapt's atomic writes and hashes
-    #   for the results, reused, not copied
+    # internal: the FAISS index built alone from the written rows, or the index reindexed, timed
     from tapt.indexer.ann.index_choice import choose_index
     from tapt.indexer.building.ann_build import build_faiss_index
-    from tapt.indexer.building.pipeline import EMBEDDINGS, FAISS
     from tapt.indexer.building.reindex import reindex
-    from tapt.indexer.store.manifest import MANIFEST_NAME
+    from tapt.indexer.store.manifest import EMBEDDINGS, FAISS, MANIFEST_NAME
     from tapt.util.files import sha256_file, write_json_atomic
 
     path = Path(index_dir)
@@ -202,10 +198,9 @@ def step_build(index_dir: str, request: str, memory: str) -> dict[str, Any]:
 
 def step_exact(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict[str, Any]:
     """Exact top-k by brute force over the memory-mapped embeddings (after one warm-up read)."""
-    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them; the
-    #   build's stages, executors or pipeline run apart; Index.build runs them only whole
+    # internal: the exact top-k each index type's recall is counted against
     from tapt.indexer.ann.ann_recall import ground_truth
-    from tapt.indexer.building.pipeline import EMBEDDINGS
+    from tapt.indexer.store.manifest import EMBEDDINGS
 
     emb = np.load(Path(index_dir) / EMBEDDINGS, mmap_mode="r")
     queries = np.load(queries_path)
@@ -223,7 +218,7 @@ def step_centroid(index_dir: str, queries_path: str, repeats: int = 5) -> dict[s
     """Domain-Cosine over every row: one warm-up pass, then `repeats` timed passes."""
     from tapt import Index
 
-    # internal: score arrays computed directly, below Index.select
+    # internal: the centroid scan itself timed over the memory-mapped rows
     from tapt.retriever.scoring import arrays
 
     ix = Index(index_dir)
@@ -245,7 +240,7 @@ def step_knn(index_dir: str, queries_path: str, truth_path: str, k: int) -> dict
     """Task queries through `Index.search` (approximate + exact rescoring) at the default."""
     from tapt import Index
 
-    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them
+    # internal: each search setting applied, rescored and its recall counted, per index type
     from tapt.indexer.ann.ann_recall import recall_at_k
     from tapt.indexer.ann.faiss_index import search_setting, set_search_param
     from tapt.indexer.ann.index_choice import rescore_k
@@ -284,8 +279,7 @@ def step_iforest(index_dir: str, queries_path: str, candidates: int, seed: int) 
     """Isolation Forest (200 trees) on the task + 10% corpus rows; score the top centroid rows."""
     from tapt import Index
 
-    # internal: learned scorers fitted apart, below Index.select; score arrays computed directly,
-    #   below Index.select
+    # internal: the Isolation Forest's fit and scan timed alone on a sample
     from tapt.retriever.learned.detectors import fit_detector
     from tapt.retriever.scoring import arrays
 
@@ -339,7 +333,7 @@ def task_queries(source: Path, task_file: Path, count: int, noise: float, seed: 
     if path.exists():
         return path, json.loads(path.with_suffix(".json").read_text())["how"]
     try:
-        # internal: a task's reading and embedding cache, below Index.select
+        # internal: a task file read and embedded as select does, without selecting
         from tapt.retriever.tasks.embedding import encode_cached
         from tapt.retriever.tasks.reading import load_task
 
@@ -375,7 +369,7 @@ def run_size(n: int, args: argparse.Namespace, source: Path, queries: Path, work
                                     args.seed)
     result["configs"] = []
     result["skipped"] = []
-    # internal: FAISS index choice and ANN recall measured apart; no public call exposes them
+    # internal: the row count above which auto never picks HNSW
     from tapt.indexer.ann.index_choice import MEDIUM_MAX
 
     for i, spec in enumerate(args.configs):
@@ -404,7 +398,7 @@ def run_size(n: int, args: argparse.Namespace, source: Path, queries: Path, work
 
 
 def _versions() -> dict[str, str]:
-    # internal: the results' version stamps and times, as tapt's own files carry them
+    # internal: the results' version stamps, as tapt's own files carry them
     from tapt.util.versions import library_versions
 
     return library_versions()

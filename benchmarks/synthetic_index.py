@@ -42,10 +42,7 @@ import numpy as np
 from tapt import Index
 from tapt.extend import Stage
 
-# internal: FAISS index choice and ANN recall measured apart; no public call exposes them; the
-#   build's stages, executors or pipeline run apart; Index.build runs them only whole; the index's
-#   stores read or written directly; no public call exposes them; tapt's atomic writes and hashes for
-#   the results, reused, not copied
+# internal: the index built by tapt's own build stages from synthetic rows that no encoder embeds
 from tapt.indexer.ann.index_choice import DEFAULT_MEMORY, choose_index
 from tapt.indexer.building import stages
 from tapt.indexer.building.checkpoint import Plan
@@ -58,9 +55,15 @@ from tapt.indexer.building.pipeline import (
     publish,
     scan_corpus,
 )
+
+# internal: the built index recorded as verified, as a build does
 from tapt.indexer.store.integrity import remember_index
+
+# internal: the synthetic rows written into the shards' own files
 from tapt.indexer.store.manifest import EMBEDDINGS, TOKENS, shard_name
 from tapt.indexer.store.npy import NpyAppender, write_npy
+
+# internal: those files written as tapt writes them (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
 
 log = logging.getLogger("synthetic_index")

@@ -33,16 +33,18 @@ import numpy as np
 import tapt
 from tapt import Index
 
-# internal: the benchmarks' pieces (seed sets, the recall grid, reports); tapt.bench_recall and
-#   tapt.bench_downstream run them only whole; the encoders and their backends timed apart from a
-#   build; oracle labels and metrics per sentence; tapt.evaluate reports only whole selections; tapt's
-#   atomic writes and hashes for the results, reused, not copied; the results' version stamps and
-#   times, as tapt's own files carry them
+# internal: tasks drawn from the seed sets as bench recall draws them
 from tapt.bench.labelled_pool import read_seed_sets, seed_subset
-from tapt.indexer.encoding.encoder import load_encoder
+
+# internal: each selection in memory scored against the domain labels (tapt.evaluate reads
+#   selection files)
 from tapt.retriever.evaluation.metrics import selection_scores
 from tapt.retriever.evaluation.oracle import sentence_labels
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 
@@ -76,7 +78,7 @@ def tuned_encoder(work: Path, domain: str, steps: int) -> tuple[Path, float, lis
 
 
 def run_domain(args: argparse.Namespace, ix: tapt.Index, index: Index, labels: np.ndarray,
-               encoder: Any, seed_set: Any) -> list[dict[str, Any]]:
+               seed_set: Any) -> list[dict[str, Any]]:
     """Plain centroid, fused and tuned centroid on one domain's task; one row each."""
     work = Path(args.work) / seed_set.domain
     work.mkdir(parents=True, exist_ok=True)
@@ -87,7 +89,7 @@ def run_domain(args: argparse.Namespace, ix: tapt.Index, index: Index, labels: n
     n = int(relevant.sum()) if args.budget == "oracle" else int(args.budget)
     offsets = index.segments(1)
     common = {"task": task, "budget": f"{n}sent", "segment_size": 1, "context": "sentence",
-              "encoder": encoder}
+              "device": "cpu"}
     rows = []
 
     def timed(name: str, method: str, **params: Any) -> Any:
@@ -162,7 +164,6 @@ def main(argv: list[str] | None = None) -> None:
     index = Index(args.index)
     ix = tapt.Index.open(args.index)
     labels = sentence_labels(index, "domain", progress=False)
-    encoder = load_encoder(index.manifest["model"].get("source"), device="cpu")
     out = Path(args.out)
     rows: list[dict[str, Any]] = []
     meta = {"command": "nice -n 10 .venv/bin/python -m benchmarks.task_tuned "
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
                 if r["domain"] not in args.domains]
     for seed_set in read_seed_sets(Path(args.seeds), args.domains):
         rows += [{**r, "command": meta["command"]}
-                 for r in run_domain(args, ix, index, labels, encoder, seed_set)]
+                 for r in run_domain(args, ix, index, labels, seed_set)]
         write_json_atomic(out / "task_tuned.json", {"meta": meta, "rows": rows})
         write_markdown(out / "task_tuned.md", rows, meta)
 

@@ -35,12 +35,16 @@ import numpy as np
 
 from benchmarks.speed_encode import machine, read_jsonl
 
-# internal: the encoders and their backends timed apart from a build; tapt's atomic writes and
-#   hashes for the results, reused, not copied; a tapt helper, reused, not copied; the results'
-#   version stamps and times, as tapt's own files carry them
+# internal: the encoders' own tokenising and token counts, timed per thread count
 from tapt.indexer.encoding.batching import CHUNK, token_lengths, tokenize
+
+# internal: the report written as tapt writes its files (temporary name, rename)
 from tapt.util.files import atomic_write, write_json_atomic
+
+# internal: the cores tapt would use here, the top of the thread counts
 from tapt.util.machine import usable_cores
+
+# internal: the report's version stamps and time, as tapt's own files carry them
 from tapt.util.versions import library_versions, utc_now
 
 NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -73,7 +77,7 @@ def stubbed_cuda_path(model: str | None, texts: list[str], batch_size: int, repe
     padding one batch ahead, tensors and the loop: the rate no GPU can raise."""
     import torch
 
-    # internal: the encoders and their backends timed apart from a build
+    # internal: the encoder's whole tokenising path, timed beside its pieces
     from tapt.indexer.encoding.encoder import SentenceTransformerEncoder
 
     encoder = SentenceTransformerEncoder(model, device="cpu")
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from transformers import AutoTokenizer
 
-    # internal: the encoders and their backends timed apart from a build
+    # internal: the model's folder, for its tokenizer
     from tapt.indexer.encoding.models import resolve_model
 
     texts = [r["text"] for r in read_jsonl(args.pool, args.n)]

@@ -50,7 +50,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# internal: rankings made and written below Index.select
+# internal: selection files built from the corpus's own chunks, not from an index, for tapt train
 from tapt.retriever.selections.file_format import SelectedSegment, read_manifest, write_selection  # noqa: E402
 
 CONDITIONS = ("random", "tapt", "centroid", "knn", "iforest", "iforest-w", "oracle")

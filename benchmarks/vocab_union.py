@@ -23,10 +23,11 @@ import numpy as np
 
 from benchmarks.measure import traced, write_report
 
-# internal: corpus reading and splitting timed apart from a build; the results' version stamps and
-#   times, as tapt's own files carry them
+# internal: the vocabulary union itself, old and new path, is what is timed and traced
 from tapt.indexer.reading import lexical
 from tapt.indexer.reading.lexical import union_vocabulary, write_union
+
+# internal: the report's time, as tapt's own files carry it
 from tapt.util.versions import utc_now
 
 

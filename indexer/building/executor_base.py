@@ -98,8 +98,8 @@ class Executor(ABC):
             each field (default None: the executor's own default) is a keyword of
             `Index.build` and `Index.add` and, with a `help` in its metadata, a flag of `tapt
             index build` and `index add` (its name, `-` for `_`; `minimum`, `maximum`,
-            `choices`, `metavar` as for settings), reaching the constructor under its
-            `keyword` metadata (default: its name). Names are unique across executors.
+            `choices`, `metavar` as for settings), and a keyword of the constructor under
+            the same name. Names are unique across executors.
     """
 
     name: ClassVar[str]

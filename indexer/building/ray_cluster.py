@@ -39,7 +39,7 @@ class RayOptions:
                 "cluster on this machine].", "metavar": "auto|HOST:PORT"})
     ray_workers: int | None = field(default=None, metadata={
         "help": "--executor ray: embedding actors [default: GPUs / --gpus-per-worker, or the "
-                "cluster's CPUs - 1].", "minimum": 1, "keyword": "workers"})
+                "cluster's CPUs - 1].", "minimum": 1})
     gpus_per_worker: float | None = field(default=None, metadata={
         "help": "--executor ray: GPUs per embedding actor (0.5: two per GPU) [default: 0, CPU "
                 "actors].", "minimum": 0})
@@ -47,11 +47,10 @@ class RayOptions:
         "help": "--executor ray: fail a stage when no task of it finishes for this long (the "
                 "cluster lost its workers, or cannot place them) "
                 f"[default: {DEFAULT_TIMEOUT:g}].", "minimum": 0, "min_open": True,
-        "metavar": "SECONDS", "keyword": "timeout"})
+        "metavar": "SECONDS"})
     ray_retries: int | None = field(default=None, metadata={
         "help": "--executor ray: restarts of a dead embedding actor and retries of a task "
-                f"whose worker died [default: {DEFAULT_RETRIES}].", "minimum": 0,
-        "keyword": "retries"})
+                f"whose worker died [default: {DEFAULT_RETRIES}].", "minimum": 0})
 
 
 class ExecutorError(TaptError):
@@ -279,9 +278,9 @@ class Watch:
 
     def check(self) -> BaseException | None:
         now = time.monotonic()
-        if now - self.since >= self.executor.timeout:
+        if now - self.since >= self.executor.ray_timeout:
             return ExecutorError(f"no {self.stage} {self.what} finished in "
-                                 f"{self.executor.timeout:g} s on the Ray cluster; the finished "
+                                 f"{self.executor.ray_timeout:g} s on the Ray cluster; the finished "
                                  "ones are kept: run the same command again to resume")
         missing = [n for n in self.needs if not self.executor._placeable(n)]
         if not missing:

@@ -178,16 +178,37 @@ def test_served_index_takes_the_actors_settings_with_serves_defaults(caplog, fak
         [r.getMessage() for r in caplog.records]
 
 
-def test_the_ray_executor_takes_its_options_under_their_names_and_the_old_address():
+def test_every_executor_takes_its_options_under_their_names():
+    from tapt.indexer.building.executor_base import EXECUTORS
+    from tapt.indexer.building.executors import executor_names
+
+    for name in executor_names():
+        executor = EXECUTORS[name]
+        params = inspect.signature(executor).parameters
+        for field in dataclasses.fields(executor.Options) if executor.Options else ():
+            assert field.name in params, (name, field.name)
+            assert "keyword" not in field.metadata, (name, field.name)   # no second name
+
+
+@pytest.mark.parametrize("old,new,value", [
+    ("address", "ray_address", "auto"), ("workers", "ray_workers", 0),
+    ("timeout", "ray_timeout", float("inf")), ("retries", "ray_retries", -1)])
+def test_the_ray_executor_takes_the_old_names_of_its_options_for_one_release(caplog, old, new,
+                                                                            value):
     from tapt.indexer.building.executors.ray_executor import RayExecutor
 
     params = inspect.signature(RayExecutor).parameters
-    for field in dataclasses.fields(RayExecutor.Options):
-        assert field.metadata.get("keyword", field.name) in params, field.name
-    assert "ray_address" in params and "address" not in params
+    assert new in params and old not in params
     with pytest.raises(InputError) as err:      # refused before Ray is imported
-        RayExecutor(address="auto", ray_address="auto")
-    assert err.value.param == "address" and "give `ray_address` only" in err.value.message
+        RayExecutor(**{old: value, new: value})
+    assert err.value.param == old and f"give `{new}` only" in err.value.message
+    if new == "ray_address":
+        return
+    with caplog.at_level(logging.WARNING, logger="tapt"), pytest.raises(InputError) as err:
+        RayExecutor(**{old: value})             # out of range: refused under its new name
+    assert err.value.param == new
+    assert [f"`{old}` is now `{new}`; the old name goes in the next release"] == \
+        [r.getMessage() for r in caplog.records]
 
 
 def test_select_offers_serves_settings_from_their_fields():

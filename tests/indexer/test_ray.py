@@ -133,7 +133,7 @@ def test_worker_killed_once_is_retried(cluster, corpus, local_index, tmp_path):
 def test_worker_always_killed_is_one_error_then_resumes(cluster, corpus, local_index, tmp_path):
     with pytest.raises(ExecutorError, match=r"embed stage failed .* run the same command again"):
         _ray_build(corpus, tmp_path / "idx", CrashingEncoder(str(tmp_path / "m"), always=True),
-                   retries=1)
+                   ray_retries=1)
     assert (tmp_path / ".idx.building").is_dir() and not (tmp_path / "idx").exists()
     _ray_build(corpus, tmp_path / "idx", HashingEncoder())
     assert_same_index(local_index, tmp_path / "idx")
@@ -199,8 +199,8 @@ def test_cli_ray_options_reach_the_executor(tmp_path, corpus, monkeypatch):
                                       "--ray-timeout", "42.5", "--ray-retries", "0",
                                       "--ray-workers", "3"])
     assert result.output.strip() == "Error: stopped before the build"
-    assert seen == {"name": "ray", "progress": False, "timeout": 42.5, "retries": 0,
-                    "workers": 3}
+    assert seen == {"name": "ray", "progress": False, "ray_timeout": 42.5, "ray_retries": 0,
+                    "ray_workers": 3}
 
 
 def test_cli_build_with_the_packaged_model(cluster, tmp_path):
@@ -222,7 +222,7 @@ def test_cli_build_with_the_packaged_model(cluster, tmp_path):
 
 
 def test_pool_leaves_a_cpu_for_ray_data(cluster, caplog):
-    runner = RayExecutor(workers=8, progress=False)
+    runner = RayExecutor(ray_workers=8, progress=False)
     assert runner.pool_size() == 1   # 2 CPUs: one actor, one CPU for Ray Data's tasks (#44687)
     assert "ray issue 44687" in caplog.text
     with pytest.raises(TaptError, match="GPU"):
@@ -512,8 +512,9 @@ def test_an_address_nothing_answers_at_fails_in_seconds():
 
 
 @pytest.mark.parametrize("options,param", [
-    ({"gpus_per_worker": 1.5}, "gpus_per_worker"), ({"timeout": float("inf")}, "timeout"),
-    ({"retries": 10 ** 12}, "retries"), ({"workers": 0}, "workers"),
+    ({"gpus_per_worker": 1.5}, "gpus_per_worker"),
+    ({"ray_timeout": float("inf")}, "ray_timeout"), ({"ray_retries": 10 ** 12}, "ray_retries"),
+    ({"ray_workers": 0}, "ray_workers"),
 ])
 def test_ray_options_are_checked_before_connecting(options, param):
     from tapt.errors import InputError

@@ -39,7 +39,7 @@ STEER = {"prepare": {"prep": 0.01}, "assemble": {"prep": 0.01}, "embed": {"model
     ({"resources": {"embedding": {"gpu": 1}}}, "resources"),
     ({"resources": {"embed": {"gpu_box": 0}}}, "resources"),
     ({"resources": {"embed": ["gpu_box"]}}, "resources"),
-    ({"workers": 2, "min_workers": 3}, "min_workers"), ({"min_workers": 0}, "min_workers")])
+    ({"ray_workers": 2, "min_workers": 3}, "min_workers"), ({"min_workers": 0}, "min_workers")])
 def test_pool_and_steering_options_are_checked_before_connecting(options, param):
     from tapt.errors import InputError
 
@@ -147,7 +147,7 @@ def test_steps_on_three_nodes_with_the_drivers_settings_build_the_local_index(
         lambda: [os.environ.get(k) for k in SETTINGS])
     assert ray.get(bare.remote()) == [None, None]        # not in the nodes' own environment
     log = tmp_path / "embedded-on.log"
-    runner = NodeProbe(progress=False, resources=STEER, workers=2)
+    runner = NodeProbe(progress=False, resources=STEER, ray_workers=2)
     build_index(corpus, tmp_path / "idx", NodeEncoder(str(log)),
                 BuildConfig(**CONFIG, executor="ray"), executor=runner)
     want = {name: node.node_id for name, node in nodes.items()}
@@ -191,7 +191,7 @@ from tapt.errors import TaptError
 from tapt.indexer.building.pipeline import BuildConfig, build_index
 from tapt.indexer.building.executors.ray_executor import RayExecutor
 
-runner = RayExecutor(ray_address={address!r}, progress=False, workers=1,
+runner = RayExecutor(ray_address={address!r}, progress=False, ray_workers=1,
                      resources={{"embed": {{"victim": 0.01}}}})
 ship_by_value()
 try:

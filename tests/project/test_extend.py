@@ -96,11 +96,11 @@ def test_a_new_format_from_a_module_of_ones_own(user_module, tmp_path):
 def test_a_new_executor_from_a_module_of_ones_own(user_module, tmp_path, medical_task):
     module = user_module("executor")
     assert executor_names() == ("local", "ray", "processes")
-    assert isinstance(get_executor("processes", workers=1), module.ProcessesExecutor)
+    assert isinstance(get_executor("processes", processes=1), module.ProcessesExecutor)
     corpus = tmp_path / "pool.jsonl"
     write_labelled_corpus(corpus)
     task = medical_task.read_text().splitlines()
-    mine = module.ProcessesExecutor(workers=2)
+    mine = module.ProcessesExecutor(processes=2)
     selections = []
     try:
         for executor in ("local", "processes", mine):
@@ -245,9 +245,9 @@ def test_an_executors_options_are_keywords_and_refused_with_another(user_module,
     made = []
     monkey = module.ProcessesExecutor.__init__
 
-    def init(self, workers=2):
-        made.append(workers)
-        monkey(self, workers)
+    def init(self, processes=2):
+        made.append(processes)
+        monkey(self, processes)
 
     module.ProcessesExecutor.__init__ = init
     corpus = tmp_path / "pool.jsonl"

@@ -80,10 +80,10 @@ def make_options(name: str, given: dict[str, Any]) -> dict[str, Any]:
     for option, value in given.items():
         if value is None:
             continue
-        owner, spec = options[option]
+        owner = options[option][0]
         if owner != name:
             raise InputError(f"only applies with `executor` {owner}", param=option)
-        out[spec.metadata.get("keyword", option)] = value
+        out[option] = value
     return out
 
 

@@ -30,11 +30,12 @@ what to install. Guarded pitfalls:
 - an actor pool that takes every CPU leaves none for Ray Data's other tasks and hangs (ray issue
   44687): the pool is at most the cluster's CPUs - 1 (clamped, with a warning);
 - a dead actor in a pool with unlimited restarts and errored blocks retries forever (62746):
-  actors restart at most `retries` times, each call is retried at most `retries` times, no
-  errored block is tolerated, and `timeout` seconds without a finished task end the stage;
+  actors restart at most `ray_retries` times, each call is retried at most `ray_retries` times,
+  no errored block is tolerated, and `ray_timeout` seconds without a finished task end the
+  stage;
 - work that no alive node can run any more (its node lost, no other offering its resources)
   waits for nothing: once that has lasted `LOST_AFTER` seconds the stage ends with one error,
-  whatever `timeout` says;
+  whatever `ray_timeout` says;
 - a worker that dies, and every error a task raises, reaches the caller as one exception (the
   task's own TaptError or OSError where it raised one, else ExecutorError), never a hang.
 """
@@ -125,21 +126,23 @@ def _run_whole_node(fn: Callable[[Any], Any], task: Any) -> Any:
 
 @register
 class RayExecutor(Executor):
-    """Runs a build's stages on a Ray cluster (see the module docstring).
+    """Runs a build's stages on a Ray cluster (see the module docstring). Its options are
+    named as the build's (`RayOptions`); `workers`, `timeout` and `retries`, the old names of
+    `ray_workers`, `ray_timeout` and `ray_retries`, are taken for one release with a warning.
 
     Args:
         ray_address: The cluster: "auto", "HOST:PORT" or "ray://HOST:PORT" (default:
             RAY_ADDRESS, else a local cluster started here and stopped by `close`). A process
             already connected to Ray uses its connection. (`address`, its old name, is taken
             for one release with a warning.)
-        workers: Most actors in the embedding pool (default: GPUs / `gpus_per_worker` with
-            GPUs, else the cluster's CPUs - 1; never more than CPUs - 1).
+        ray_workers: Most actors in the embedding pool (default: GPUs / `gpus_per_worker`
+            with GPUs, else the cluster's CPUs - 1; never more than CPUs - 1).
         gpus_per_worker: GPUs per embedding actor (0: CPU actors; 0.5: two actors per GPU).
         progress: Show a progress bar per stage.
-        timeout: Seconds without any finished task before a stage fails.
-        retries: Restarts of a dead actor, retries of a task whose worker died.
+        ray_timeout: Seconds without any finished task before a stage fails.
+        ray_retries: Restarts of a dead actor, retries of a task whose worker died.
         min_workers: Fewest actors in the pool: it starts with these and Ray Data adds actors
-            up to `workers` while parts wait for one (autoscaling).
+            up to `ray_workers` while parts wait for one (autoscaling).
         resources: Custom Ray resources a step's tasks or actors ask for, by step ("prepare",
             "tokenize", "embed" (the model actors), "save", "assemble", "train", "index",
             "calibrate", "scan", "publish"), to
@@ -154,33 +157,35 @@ class RayExecutor(Executor):
     order = 10
     Options = RayOptions
 
-    @renamed_keywords(address="ray_address")
-    def __init__(self, ray_address: str | None = None, workers: int | None = None,
+    @renamed_keywords(address="ray_address", workers="ray_workers", timeout="ray_timeout",
+                      retries="ray_retries")
+    def __init__(self, ray_address: str | None = None, ray_workers: int | None = None,
                  gpus_per_worker: float = 0.0, progress: bool = True,
-                 timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
+                 ray_timeout: float = DEFAULT_TIMEOUT, ray_retries: int = DEFAULT_RETRIES,
                  min_workers: int = 1,
                  resources: dict[str, dict[str, float]] | None = None) -> None:
-        if workers is not None:
-            whole_number(workers, "workers")
+        if ray_workers is not None:
+            whole_number(ray_workers, "ray_workers")
         whole_number(min_workers, "min_workers")
-        if workers is not None and min_workers > workers:
-            raise InputError(f"must be at most workers ({workers})", param="min_workers")
+        if ray_workers is not None and min_workers > ray_workers:
+            raise InputError(f"must be at most ray_workers ({ray_workers})", param="min_workers")
         self.resources = _checked_resources(resources)
         if not gpus_per_worker >= 0:
             raise InputError("must be 0 or more", param="gpus_per_worker")
         if gpus_per_worker > 1 and gpus_per_worker != int(gpus_per_worker):
             raise InputError(f"above 1 must be a whole number of GPUs (Ray's rule), got "
                              f"{gpus_per_worker:g}", param="gpus_per_worker")
-        if not 0 < timeout < MAX_TIMEOUT:
+        if not 0 < ray_timeout < MAX_TIMEOUT:
             raise InputError(f"must be more than 0 and less than {MAX_TIMEOUT:g} seconds",
-                             param="timeout")
-        if not 0 <= retries <= MAX_RETRIES:
-            raise InputError(f"must be 0 to {MAX_RETRIES}", param="retries")
+                             param="ray_timeout")
+        if not 0 <= ray_retries <= MAX_RETRIES:
+            raise InputError(f"must be 0 to {MAX_RETRIES}", param="ray_retries")
         self.ray = import_ray()
-        self.ray_address, self.workers = ray_address, workers
+        self.ray_address, self.ray_workers = ray_address, ray_workers
         self.gpus_per_worker = float(gpus_per_worker)
         self.min_workers = int(min_workers)
-        self.progress, self.timeout, self.retries = progress, float(timeout), int(retries)
+        self.progress = progress
+        self.ray_timeout, self.ray_retries = float(ray_timeout), int(ray_retries)
         self._facts: dict[str, dict[str, Any]] = {}
         self._owned = connect(ray_address, quiet=not progress)
         if self.gpus_per_worker > 0:       # refused now, not after the prepare stage
@@ -199,7 +204,7 @@ class RayExecutor(Executor):
     # ------------------------------------------------------------------ sizing
 
     def pool_size(self) -> int:
-        """Actors of the embedding pool on this cluster (see `workers`), at most its CPUs - 1
+        """Actors of the embedding pool on this cluster (see `ray_workers`), at most its CPUs - 1
         so that Ray Data's own tasks always find a CPU (ray issue 44687).
 
         Raises:
@@ -224,7 +229,7 @@ class RayExecutor(Executor):
             default = int(math.floor(gpus / self.gpus_per_worker + 1e-9))
         else:
             default = cpus - 1
-        wanted = self.workers or default
+        wanted = self.ray_workers or default
         if wanted > cpus - 1:
             log.warning("%d embedding workers asked for, but the Ray cluster has %d CPUs: using "
                         "%d, leaving one CPU for Ray Data's other tasks (ray issue 44687)",
@@ -281,12 +286,12 @@ class RayExecutor(Executor):
             return int(n.get("Resources", {}).get("CPU", 0))
 
         def probe(node: dict[str, Any]) -> dict[str, Any]:
-            remote = self.ray.remote(num_cpus=0, max_retries=self.retries, **env_options())(
+            remote = self.ray.remote(num_cpus=0, max_retries=self.ray_retries, **env_options())(
                 node_facts)
             strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
             try:
                 return self.ray.get(remote.options(scheduling_strategy=strategy).remote(),
-                                    timeout=min(self.timeout, 300.0))
+                                    timeout=min(self.ray_timeout, 300.0))
             except Exception as exc:  # noqa: BLE001 - one tapt error
                 raise task_error(exc, step, resumable=False) from exc
 
@@ -351,7 +356,7 @@ class RayExecutor(Executor):
         options, run = self._task_options(stage)
         need = {"CPU": float(options["num_cpus"]), "GPU": float(options.get("num_gpus", 0)),
                 "memory": float(options.get("memory", 0)), **options.get("resources", {})}
-        remote = ray.remote(**options, max_retries=self.retries, retry_exceptions=False)(run)
+        remote = ray.remote(**options, max_retries=self.ray_retries, retry_exceptions=False)(run)
         fn = ray.put(stage.fn)
         refs = [remote.remote(fn, task) for task in tasks]
         where = {ref: i for i, ref in enumerate(refs)}
@@ -362,7 +367,7 @@ class RayExecutor(Executor):
                 watch = self._watch(stage.name, [need], "task")
                 while pending:
                     done, pending = ray.wait(pending, num_returns=1,
-                                             timeout=min(POLL_SECONDS, self.timeout))
+                                             timeout=min(POLL_SECONDS, self.ray_timeout))
                     if not done:
                         stalled = watch.check()
                         if stalled is not None:
@@ -439,19 +444,19 @@ class RayExecutor(Executor):
                 ds = ds.map_batches(tokenize_parts, batch_size=1, batch_format="numpy",
                                     fn_kwargs={"steps": steps, "tokenizing": tokenizing,
                                                "key": uuid.uuid4().hex},
-                                    max_retries=self.retries, **args)
+                                    max_retries=self.ray_retries, **args)
             pool = ActorPoolStrategy(min_size=min(self.min_workers, size), max_size=size,
                                      max_tasks_in_flight_per_actor=ACTOR_PARTS_IN_FLIGHT)
             ds = ds.map_batches(
                 ModelActor, batch_size=1, batch_format="numpy",
                 fn_constructor_kwargs={"fn": stage.fn, "source": source},
-                compute=pool, max_restarts=self.retries, max_task_retries=self.retries,
+                compute=pool, max_restarts=self.ray_retries, max_task_retries=self.ray_retries,
                 **model_args)
             if steps is not None:
                 args = step_args("save")
                 needs.append(need(args))
                 ds = ds.map_batches(save_parts, batch_size=1, batch_format="numpy",
-                                    fn_kwargs={"steps": steps}, max_retries=self.retries,
+                                    fn_kwargs={"steps": steps}, max_retries=self.ray_retries,
                                     **args)
             out: list[Any] = [None] * len(tasks)
             weight = stage.weight or (lambda _: 1)
