@@ -23,8 +23,12 @@ reading the selected text.
   the selection for that subsample compared with the selection from the exact top-k.
 - fused: `--fused-task` fresh rows of one cluster with their sentences as the task texts, a
   budget of half the cluster's corpus rows (`--fused-budget`); Moore-Lewis reads the stored
-  lexical ids. Its time is split into Moore-Lewis, the classifier (with the fusion) and the
-  ranking; the precision of the selection against the task's cluster is a sanity check.
+  lexical ids. Its time is split into Moore-Lewis, the wording classifier (its fit on the first
+  two's ranking and its scores), the meaning classifier (with the fusion) and the ranking; the
+  precision of the selection against the task's cluster is a sanity check. With `--pool-index`
+  (a real-text index of a labelled pool, such as the 187,168-sentence multi-domain pool) and
+  `--pool-seeds`, fused is also timed there per domain at `--pool-seed-sizes` seeds, at the
+  oracle budget (the domain's sentences), with its precision.
 
 Each configuration runs `--repeats` times; the first run finds data partly evicted from the
 page cache by other work on the machine, so both the first and the best time are reported.
@@ -39,6 +43,7 @@ docs/scale.md for the build's time), then measures centroid, knn and fused (`--m
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -294,6 +299,51 @@ class TimedMemo(Memo):
         return super().get(key, timed)
 
 
+class WordingTimer:
+    """Within: the seconds `fused` spends in its wording classifier (fit and scores), summed."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __enter__(self) -> "WordingTimer":
+        from tapt.retriever.methods import fused as fused_module
+
+        self._module, self._original = fused_module, fused_module.wording_scores
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return self._original(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        fused_module.wording_scores = timed
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._module.wording_scores = self._original
+
+
+def timed_fused(index: Index, view: SegmentView, budget: str, seed: int, task: np.ndarray,
+                texts: list[str], params) -> tuple[Any, dict[str, float]]:
+    """One fused ranking and its time split into Moore-Lewis, the wording classifier, the
+    meaning classifier with the fusion, and the ranking and cut; and the CPU seconds of this
+    process's threads over it (`cpu_s`: what the machine's load does not stretch, unlike the
+    wall time)."""
+    memo = TimedMemo()
+    ctx = RankingInputs(index, view, parse_budget(budget), seed, task, texts, memo=memo)
+    with WordingTimer() as wording:
+        t0, c0 = time.perf_counter(), time.process_time()
+        ranking = get_method("fused").rank(ctx, params)
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
+    ml = next(v for k, v in memo.seconds.items() if k[0] == "moore-lewis")
+    fused = next(v for k, v in memo.seconds.items() if k[0] == "fused")
+    return ranking, {"total_s": total, "cpu_s": cpu, "moore_lewis_s": ml,
+                     "wording_s": wording.seconds,
+                     "classifier_and_fusion_s": fused - ml - wording.seconds,
+                     "rank_and_cut_s": total - fused}
+
+
 def measure_fused(index: Index, args: argparse.Namespace, spec: Spec, labels: np.ndarray,
                   scan: str = "exact") -> tuple[dict[str, Any], np.ndarray]:
     """Latency of fused (`scan` exact or codes), split into its parts, and its precision
@@ -310,15 +360,8 @@ def measure_fused(index: Index, args: argparse.Namespace, spec: Spec, labels: np
     view = sentence_view(index.n_sentences)
     runs = []
     for _ in range(args.repeats):
-        memo = TimedMemo()
-        ctx = RankingInputs(index, view, parse_budget(budget), args.seed, task, texts, memo=memo)
-        t0 = time.perf_counter()
-        ranking = method.rank(ctx, params)
-        total = time.perf_counter() - t0
-        ml = next(v for k, v in memo.seconds.items() if k[0] == "moore-lewis")
-        fused = next(v for k, v in memo.seconds.items() if k[0] == "fused")
-        runs.append({"total_s": total, "moore_lewis_s": ml, "classifier_and_fusion_s": fused - ml,
-                     "rank_and_cut_s": total - fused})
+        ranking, parts = timed_fused(index, view, budget, args.seed, task, texts, params)
+        runs.append(parts)
         log.info("fused, %s rows: %s", f"{index.n_sentences:,}",
                  {k: round(v, 3) for k, v in runs[-1].items()})
     rows = rows_of_segments(view.offsets, ranking.segments)
@@ -327,13 +370,55 @@ def measure_fused(index: Index, args: argparse.Namespace, spec: Spec, labels: np
            "task_rows": len(task),
            "cluster": cluster, "cluster_rows": members, "budget": budget,
            "first_s": round(runs[0]["total_s"], 3), "best_s": round(best["total_s"], 3),
-           "best_parts_s": {k: round(v, 3) for k, v in best.items() if k != "total_s"},
+           "best_cpu_s": round(min(r["cpu_s"] for r in runs), 3),
+           "best_parts_s": {k: round(v, 3) for k, v in best.items()
+                            if k not in ("total_s", "cpu_s")},
            "selected_sentences": int(len(rows)),
            "precision": round(float((labels[rows] == cluster).mean()) if len(rows) else 0.0, 4),
            "classifier_rounds": len(ranking.info.get("rounds", [])),
            "load_average": round(os.getloadavg()[0], 1)}
     log.info("fused, scan %s: %s", scan, out)
     return out, rows
+
+
+def measure_fused_pool(args: argparse.Namespace) -> dict[str, Any]:
+    """fused on a real-text labelled pool, per domain and seed count: the task is the domain's
+    seed subset (`labelled_pool.seed_subset`, repeat 0), embedded by the index's model; the
+    budget is the oracle's (the domain's sentences); sentence context."""
+    from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
+    from tapt.retriever.evaluation.oracle import sentence_labels
+
+    index = Index(args.pool_index)
+    index.lexicon  # noqa: B018 - opened (and checked) before timing
+    labels = sentence_labels(index, "domain", progress=False)
+    encoder = index.load_encoder()
+    params = get_method("fused").make_params({})
+    view = sentence_view(index.n_sentences)
+    rows = []
+    for seeds in read_seed_sets(args.pool_seeds):
+        members = int((labels == seeds.domain).sum())
+        for size in [int(s) for s in args.pool_seed_sizes.split(",")]:
+            subset = seed_subset(len(seeds.texts), size, 0)
+            texts = [seeds.texts[i] for i in subset]
+            task = encoder.encode(texts)
+            runs = []
+            for _ in range(args.repeats):
+                ranking, parts = timed_fused(index, view, f"{members}sent", 0, task, texts,
+                                             params)
+                runs.append(parts)
+            chosen = rows_of_segments(view.offsets, ranking.segments)
+            best = min(runs, key=lambda r: r["total_s"])
+            rows.append({"domain": seeds.domain, "seeds": len(subset), "budget": members,
+                         "first_s": round(runs[0]["total_s"], 3),
+                         "best_s": round(best["total_s"], 3),
+                         "best_cpu_s": round(min(r["cpu_s"] for r in runs), 3),
+                         "best_parts_s": {k: round(v, 3) for k, v in best.items()
+                                          if k not in ("total_s", "cpu_s")},
+                         "precision": round(float((labels[chosen] == seeds.domain).mean()), 4),
+                         "load_average": round(os.getloadavg()[0], 1)})
+            log.info("fused, pool: %s", rows[-1])
+    return {"created": utc_now(), "index": str(args.pool_index), "rows": index.n_sentences,
+            "argv": sys.argv[1:], "runs": rows}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -360,6 +445,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fused-budget", default=None,
                         help="Default: half the task cluster's rows, in sentences.")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pool-index", type=Path, default=None,
+                        help="A real-text index of a labelled pool: fused is timed there too.")
+    parser.add_argument("--pool-seeds", type=Path, default=None,
+                        help="The pool's seed folder (<domain>.jsonl.gz).")
+    parser.add_argument("--pool-seed-sizes", default="100,2000")
+    parser.add_argument("--only-pool", action="store_true",
+                        help="Measure fused on --pool-index only, into the existing report "
+                             "(the synthetic index is neither built nor measured).")
     parser.add_argument("--work", type=Path, default=Path(".cache/scale10m"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/scale"))
     parser.add_argument("-q", "--quiet", action="store_true", help="No progress bars.")
@@ -369,6 +462,14 @@ def main(argv: list[str] | None = None) -> None:
     if unknown or not methods:
         parser.error(f"--methods: use some of {', '.join(METHODS)}")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    previous = args.out / "select_latency.json"
+    if args.only_pool:
+        if args.pool_index is None or args.pool_seeds is None:
+            parser.error("--only-pool needs --pool-index and --pool-seeds")
+        report = json.loads(previous.read_text())
+        report["fused_pool"] = measure_fused_pool(args)
+        write_reports(args.out, report)
+        return
     spec = Spec(rows=args.rows, shards=args.shards, dim=args.dim, clusters=args.clusters,
                 noise=args.noise, seed=args.seed, memory=args.memory)
     made = make_index(args.work, spec, progress=not args.quiet)
@@ -383,20 +484,88 @@ def main(argv: list[str] | None = None) -> None:
         "index": {k: made[k] for k in ("factory", "reason", "seconds", "bytes")},
         "embedding_bytes_per_row": int(index.embeddings.dtype.itemsize * args.dim),
         "code_bytes_per_row": args.dim, "methods": methods}
+    keep_measured(report, json.loads(previous.read_text()) if previous.is_file() else {},
+                  methods)
     if "centroid" in methods:
         report["results"], report["breakdown"] = measure_centroid(index, args, spec)
     if "knn" in methods:
         report["knn"] = measure_knn(index, args, spec)
+    if "fused" in methods and args.pool_index is not None:
+        report["fused_pool"] = measure_fused_pool(args)
+    elif previous.is_file() and "fused_pool" in json.loads(previous.read_text()):
+        report["fused_pool"] = json.loads(previous.read_text())["fused_pool"]   # kept
     if "fused" in methods:
         labels = np.load(args.work / "labels.npy")
         report["fused"], exact = measure_fused(index, args, spec, labels)
         report["fused_codes"], coded = measure_fused(index, args, spec, labels, scan="codes")
         report["fused_codes"]["overlap_with_exact"] = round(overlap(exact, coded), 4)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(args.out / "select_latency.json", report)
-    with atomic_write(args.out / "select_latency.md") as fh:
+    write_reports(args.out, report)
+
+
+SECTIONS = {"centroid": ("results", "breakdown"), "knn": ("knn",),
+            "fused": ("fused", "fused_codes")}
+
+
+def keep_measured(report: dict[str, Any], old: dict[str, Any], methods: list[str]) -> None:
+    """Into `report`, the sections of the methods not measured now from `old` (the report in
+    `--out`), where it measured the same synthetic index (the same spec and build record);
+    `report["measured"]` gives each method's measurement time."""
+    same = old.get("synthetic") == report["synthetic"] and old.get("index") == report["index"]
+    report["measured"] = {}
+    for method, keys in SECTIONS.items():
+        if method in methods:
+            report["measured"][method] = report["created"]
+        elif same and all(k in old for k in keys):
+            report.update({k: old[k] for k in keys})
+            report["measured"][method] = old.get("measured", {}).get(method, old["created"])
+    report["methods"] = [m for m in METHODS if m in report["measured"]]
+
+
+def write_reports(out: Path, report: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "select_latency.json", report)
+    with atomic_write(out / "select_latency.md") as fh:
         fh.write(markdown(report))
     print(markdown(report))
+
+
+def pool_table(p: dict[str, Any]) -> list[str]:
+    """The markdown lines of one `measure_fused_pool` record (`revision`: the code measured,
+    where it is not this script's)."""
+    code = f" with tapt at revision {p['revision']}" if p.get("revision") else ""
+    lines = [
+        f"fused on a real-text index (measured {p['created']}{code}): {p['rows']:,} sentences "
+        "of the labelled multi-domain pool (one sentence a record); the task: a domain's seed "
+        "sentences (the seeded subset `tapt bench recall` uses, repeat 0), embedded by the "
+        "index's model (not timed); the budget: the domain's sentences (the oracle's); "
+        "sentence context. Best of the repeats, split as above; CPU: this process's threads.",
+        "",
+        "| domain | seeds | budget | first / best (s) | CPU, best (s) | Moore-Lewis (s) | "
+        "wording classifier (s) | meaning classifier + fusion (s) | rank and cut (s) | "
+        "precision | load average |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in p["runs"]:
+        parts = r["best_parts_s"]
+        lines.append(
+            f"| {r['domain']} | {r['seeds']:,} | {r['budget']:,} | {r['first_s']:.2f} / "
+            f"{r['best_s']:.2f} | {r['best_cpu_s']:.2f} | "
+            f"{parts['moore_lewis_s']:.2f} | {parts['wording_s']:.2f} | "
+            f"{parts['classifier_and_fusion_s']:.2f} | {parts['rank_and_cut_s']:.2f} | "
+            f"{r['precision']:.4f} | {r['load_average']} |")
+    means = {k: sum(r[k] for r in p["runs"]) / len(p["runs"])
+             for k in ("best_s", "best_cpu_s", "precision")}
+    lines += [f"| mean | | | {means['best_s']:.2f} | {means['best_cpu_s']:.2f} | | | | | "
+              f"{means['precision']:.4f} | |", ""]
+    return lines
+
+
+def measured_when(report: dict[str, Any]) -> str:
+    """When the report's sections were measured: one time, or each method's."""
+    times = report.get("measured") or {}
+    if len(set(times.values())) <= 1:
+        return report["created"]
+    return "; ".join(f"{m} {t}" for m, t in times.items())
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -405,7 +574,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         "## Measured: selection latency on a sharded index (synthetic rows)",
         "",
-        f"Measured {report['created']} on {report['machine'].get('cpu', '?')} "
+        f"Measured {measured_when(report)} on {report['machine'].get('cpu', '?')} "
         f"({report['machine'].get('cores')} cores, shared with other developers' test suites: "
         "the load average column is the machine's 1-minute load when each row finished); "
         f"{', '.join(report['methods'])}, "
@@ -477,28 +646,33 @@ def markdown(report: dict[str, Any]) -> str:
     if "fused" in report:
         f = report["fused"]
         lines += [
-            f"fused (classifier + Moore-Lewis); the task: {f['task_rows']:,} fresh rows of blob "
-            f"{f['cluster']} with their synthetic sentences as the task texts "
+            "fused (the PU classifier, Moore-Lewis and the wording classifier); the task: "
+            f"{f['task_rows']:,} fresh rows of blob {f['cluster']} with their synthetic sentences as the task texts "
             f"({f['cluster_rows']:,} corpus rows in that blob); precision = the share of "
             "selected sentences from that blob. `scan` codes: the classifier half fits and "
             "scores on the int8 codes, the best 4 x budget sentences rescored exactly.",
             "",
-            "| rows | shards | scan | budget | first / best (s) | Moore-Lewis (s) | "
-            "classifier + fusion (s) | rank and cut (s) | precision | overlap with exact | "
-            "load average |",
-            "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| rows | shards | scan | budget | first / best (s) | CPU, best (s) | Moore-Lewis (s) | "
+            "wording classifier (s) | meaning classifier + fusion (s) | rank and cut (s) | "
+            "precision | overlap with exact | load average |",
+            "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for f in (report["fused"], report.get("fused_codes")):
             if f is None:
                 continue
             parts = f["best_parts_s"]
+            cpu = f"{f['best_cpu_s']:.2f}" if "best_cpu_s" in f else ""
             lines.append(
                 f"| {f['rows']:,} | {f['shards']} | {f.get('scan', 'exact')} | {f['budget']} | "
-                f"{f['first_s']:.2f} / {f['best_s']:.2f} | {parts['moore_lewis_s']:.2f} | "
-                f"{parts['classifier_and_fusion_s']:.2f} | {parts['rank_and_cut_s']:.2f} | "
-                f"{f['precision']:.4f} | {f.get('overlap_with_exact', 1.0):.4f} | "
-                f"{f['load_average']} |")
+                f"{f['first_s']:.2f} / {f['best_s']:.2f} | {cpu} | "
+                f"{parts['moore_lewis_s']:.2f} | "
+                f"{parts.get('wording_s', 0):.2f} | {parts['classifier_and_fusion_s']:.2f} | "
+                f"{parts['rank_and_cut_s']:.2f} | {f['precision']:.4f} | "
+                f"{f.get('overlap_with_exact', 1.0):.4f} | {f['load_average']} |")
         lines.append("")
+    for key in ("fused_pool", "fused_pool_before"):
+        if key in report:
+            lines += pool_table(report[key])
     seconds = built["seconds"]
     gb = sum(built["bytes"].values()) / 1e9
     lines += [
