@@ -306,6 +306,7 @@ class WordingTimer:
         self.seconds = 0.0
 
     def __enter__(self) -> "WordingTimer":
+        # internal: fused's wording classifier timed apart, by wrapping it in its module
         from tapt.retriever.methods import fused as fused_module
 
         self._module, self._original = fused_module, fused_module.wording_scores
@@ -385,7 +386,9 @@ def measure_fused_pool(args: argparse.Namespace) -> dict[str, Any]:
     """fused on a real-text labelled pool, per domain and seed count: the task is the domain's
     seed subset (`labelled_pool.seed_subset`, repeat 0), embedded by the index's model; the
     budget is the oracle's (the domain's sentences); sentence context."""
-    from tapt.retriever.bench.labelled_pool import read_seed_sets, seed_subset
+    # internal: the benchmark's seed sets and subsets and the pool's labels, as bench recall
+    # reads them (the public bench_recall runs the whole grid, not one timed task)
+    from tapt.bench.labelled_pool import read_seed_sets, seed_subset
     from tapt.retriever.evaluation.oracle import sentence_labels
 
     index = Index(args.pool_index)
