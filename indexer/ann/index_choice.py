@@ -46,7 +46,11 @@ FALLBACK_MEMORY = 8 << 30    # "auto" where the available memory is not known
 IVFPQ_MIN_ROWS = 1_000
 HNSW_M = (32, 16, 8)
 HNSW_EF_CONSTRUCTION = 40
-HNSW_QUANTIZER_LISTS = 4096  # from this many IVF lists on, the coarse quantizer is an HNSW graph
+# from this many IVF lists on, the coarse quantizer is an HNSW graph: assigning a row through it
+# (efSearch QUANTIZER_EF) cost 55 us at 8,192 lists and 203 us at 65,536, against 42 and 333 us
+# comparing it with every centroid (2 cores; benchmarks/results/scale/coarse_quantizer.md), so
+# brute force is faster up to about 16,384 lists and the graph from 32,768 (~2.7e8 rows) on
+HNSW_QUANTIZER_LISTS = 32768
 QUANTIZER_M = 32             # its links per centroid (autofaiss's IVF{n}_HNSW32)
 QUANTIZER_EF = 64            # its efSearch when rows are added (a search uses max(this, 2 nprobe))
 NPROBE_SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

@@ -57,14 +57,14 @@ def _raw_part(idx, shard: str = "000000"):
 
 
 def test_the_plan_takes_an_hnsw_quantizer_where_brute_force_dominates():
-    small = choose_index(2_000_000, 384, "64G")
-    large = choose_index(10_000_000, 384, "64G")
-    assert small.factory == "IVF2048,PQ192x4fs" and small.params["quantizer"] == "flat"
-    assert large.factory == "IVF8192_HNSW32,PQ192x4fs"
+    small = choose_index(10_000_000, 384, "64G")
+    large = choose_index(300_000_000, 384, "64G")
+    assert small.factory == "IVF8192,PQ192x4fs" and small.params["quantizer"] == "flat"
+    assert large.factory == "IVF32768_HNSW32,PQ192x4fs"
     assert large.params["quantizer"] == "hnsw" and large.params["shared_quantizer"]
     # the graph's links are counted in the estimate, once per held part
-    flat_like = index_choice.ivfpq_bytes(10_000_000, 384, 8192, 192)
-    assert large.estimated_bytes == flat_like + 8192 * (32 * 2 * 4 + 8 + 16)
+    flat_like = index_choice.ivfpq_bytes(300_000_000, 384, 32768, 192)
+    assert large.estimated_bytes == flat_like + 32768 * (32 * 2 * 4 + 8 + 16)
 
 
 def test_an_ivf_index_stores_its_quantizer_once(idx, built, monkeypatch):
