@@ -17,11 +17,21 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from tapt import InputError
 
-# internal: a build's own index-type rules (nlist, training rows, rescore factors) projected to
-#   10^10 rows
-from tapt.indexer.ann.index_choice import RESCORE_FACTORS, choose_index, ivf_nlist, ivf_train_size
+# internal: a build's own index-type rules (nlist, training rows, rescore factors, the
+#   quantizer it takes) projected to 10^10 rows
+from tapt.indexer.ann.index_choice import (
+    HNSW_QUANTIZER_LISTS,
+    QUANTIZER_EF,
+    RESCORE_FACTORS,
+    choose_index,
+    ivf_nlist,
+    ivf_quantizer,
+    ivf_train_size,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (10**8, 10**9, 10**10)
@@ -106,6 +116,33 @@ def inputs(results: Path) -> dict[str, dict[str, Any]]:
         "us/word read", "scale/vocab_union.json", "the union in 256 buckets on disk")
     syn = {k: v / n10 for k, v in sel["index"]["bytes"].items()}
     put("faiss_b_row", syn["index.faiss"], "B/row", sl, sel["index"]["factory"])
+    cq = "scale/coarse_quantizer.json"
+    if (results / cq).is_file():      # what a part and a quantizer take written, per size
+        written, lists = load(cq)["written"], {m["lists"]: m for m in load(cq)["at_more_lists"]}
+        for n in SIZES:
+            per_list = ASSUME["shard_rows"] / ivf_nlist(n)
+            part = min(written["parts"], key=lambda p: abs(p["rows_per_list"] - per_list))
+            if abs(part["rows_per_list"] - per_list) <= 0.02 * per_list:
+                put(f"faiss_part_b_row_{n}", part["bytes_per_row"], "B/row", cq,
+                    f"a part written without its quantizer at {part['rows_per_list']} rows per "
+                    f"list (2M-row shards, {ivf_nlist(n):,} lists)")
+            if ivf_nlist(n) in lists:
+                kind = ivf_quantizer(ivf_nlist(n))
+                put(f"quantizer_b_{n}", lists[ivf_nlist(n)]["quantizer_bytes"][kind], "B", cq,
+                    f"the one {kind} quantizer of {ivf_nlist(n):,} lists, written")
+        report = load(cq)
+        hnsw = report["variants"].get("hnsw")
+        own = report["assignment"].get(str(QUANTIZER_EF))
+        if hnsw and own:     # an add with the HNSW quantizer: codes + a graph walk per row
+            put("add_encode_us_row", hnsw["add_us_per_row"] - own["us_per_row"], "us/row", cq,
+                f"the {report['rows']:,}-row index's add with its HNSW quantizer "
+                f"({hnsw['add_us_per_row']} us a row) less its assignment ({own['us_per_row']} "
+                f"us a row at {report['lists']:,} lists)")
+            points = [(report["lists"], own["us_per_row"])] + [
+                (m["lists"], m["hnsw_us_per_row"]) for m in report["at_more_lists"]]
+            for lists, us in points:
+                put(f"hnsw_assign_us_row_{lists}", us, "us/row", cq, f"assignment through the "
+                    f"HNSW graph at {lists:,} lists, efSearch {QUANTIZER_EF}")
     put("embed_b_row", sel["embedding_bytes_per_row"], "B/row", sl, "float16")
     put("codes_b_row", sel["code_bytes_per_row"], "B/row", sl, "int8")
     src, per, what = sl, syn, "the synthetic index"
@@ -184,12 +221,10 @@ def build_rows(v: dict[str, float]) -> list[dict[str, Any]]:
          lambda n, k: [v["train_ns_row_list"] * 1e-9 * ivf_nlist(n)
                        * ivf_train_size(n, ivf_nlist(n)) * a["measured_cores"] / a["node_cores"]],
          f"training rows x lists x {v['train_ns_row_list']:.1f} ns; a cluster: one node"),
-        ("index (FAISS add, brute-force coarse assignment)",
-         lambda n: [v["add_ns_row_list"] * 1e-9 * n * ivf_nlist(n)],
-         lambda n, k: [v["add_ns_row_list"] * 1e-9 * n * ivf_nlist(n) * a["measured_cores"]
+        ("index (FAISS add)", lambda n: [add_seconds(v, n)],
+         lambda n, k: [add_seconds(v, n) * a["measured_cores"]
                        / (min(k, shards(n)) * a["node_cores"])],
-         f"rows x lists x {v['add_ns_row_list']:.1f} ns; a cluster: one whole-node task per "
-         "node at a time"),
+         add_how(v) + "; a cluster: one whole-node task per node at a time"),
         ("calibrate (exact top-100)", lambda n: [n * u / 1e6 / a["measured_cores"] for u in cal],
          lambda n, k: [n * u / 1e6 / min(k * a["node_cores"], shards(n)) for u in cal],
          f"rows x {cal[0]}-{cal[1]} CPU us; a cluster: one task per shard")]
@@ -218,6 +253,35 @@ def build_rows(v: dict[str, float]) -> list[dict[str, Any]]:
             sum(hours(s[2](n, k))[j] for s in stages) for j in (0, 1)), "h", "the sum"))
     return rows + [row("GPU-hours to embed", lambda n: tuple(n / r / 3600 for r in gpu), "GPU-h",
                        f"rows / {gpu[1]:,.0f}-{gpu[0]:,.0f} per s")]
+
+
+def add_seconds(v: dict[str, float], n: int) -> float:
+    """The FAISS add of `n` rows on the measured machine: below HNSW_QUANTIZER_LISTS lists,
+    rows x lists x the brute-force cost; from there, with an HNSW quantizer, rows x (the codes'
+    cost + the graph walk at that many lists, as `coarse_quantizer.json` measured it there, or
+    between the two nearest list counts it measured, linear in log2(lists))."""
+    lists = ivf_nlist(n)
+    walks = sorted((int(k.rsplit("_", 1)[1]), x) for k, x in v.items()
+                   if k.startswith("hnsw_assign_us_row_"))
+    if ivf_quantizer(lists) != "hnsw" or "add_encode_us_row" not in v or not walks:
+        return v["add_ns_row_list"] * 1e-9 * n * lists
+    below = [w for w in walks if w[0] <= lists] or walks[:1]
+    above = [w for w in walks if w[0] >= lists] or walks[-1:]
+    (l0, a0), (l1, a1) = below[-1], above[0]
+    walk = a0 if l1 == l0 else a0 + (a1 - a0) * np.log2(lists / l0) / np.log2(l1 / l0)
+    return n * (v["add_encode_us_row"] + walk) * 1e-6
+
+
+def add_how(v: dict[str, float]) -> str:
+    walks = sorted((int(k.rsplit("_", 1)[1]), x) for k, x in v.items()
+                   if k.startswith("hnsw_assign_us_row_"))
+    brute = f"rows x lists x {v['add_ns_row_list']:.1f} ns (every centroid compared)"
+    if "add_encode_us_row" not in v or not walks:
+        return brute
+    measured = ", ".join(f"{x:.0f} us at {lists:,}" for lists, x in walks)
+    return (f"below {HNSW_QUANTIZER_LISTS:,} lists {brute}; from there (HNSW quantizer) rows x "
+            f"({v['add_encode_us_row']:.1f} us for the codes + the graph walk: {measured} "
+            "lists, measured)")
 
 
 def memory_rows(v: dict[str, float], results: Path) -> list[dict[str, Any]]:
@@ -291,15 +355,32 @@ def memory_rows(v: dict[str, float], results: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def faiss_bytes(v: dict[str, float], n: int) -> float:
+    """The FAISS files of an index of `n` rows: its parts at the bytes a row a part takes at
+    that size's rows per list, and its one quantizer (`coarse_quantizer.json`); else the 10M
+    index's bytes a row, at every size."""
+    if f"faiss_part_b_row_{n}" in v:
+        return n * v[f"faiss_part_b_row_{n}"] + v.get(f"quantizer_b_{n}", 0)
+    return n * v["faiss_b_row"]
+
+
 def disk_rows(i: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     v = {k: x["value"] for k, x in i.items()}
     parts = [("float16 embeddings", "embed_b_row"), ("int8 codes", "codes_b_row"),
              ("text store", "text_b_row"), ("lexical ids", "lexical_b_row"),
-             ("FAISS parts", "faiss_b_row"), ("offsets, hashes, token counts", "small_b_row")]
+             ("offsets, hashes, token counts", "small_b_row")]
     total = sum(v[k] for _, k in parts)
-    sums = [("total with codes", total, ""), ("total without codes", total - v["codes_b_row"], "")]
-    return [row(name, lambda n: n * b / 1e12, "TB", f"{b:.0f} B/row{src}") for name, b, src in
-            [(name, v[k], f" ({i[k]['source']})") for name, k in parts] + sums]
+    per_size = f"faiss_part_b_row_{SIZES[-1]}" in v
+    faiss_how = ("parts: " + ", ".join(f"{v[f'faiss_part_b_row_{n}']:.0f}" for n in SIZES)
+                 + " B/row at the sizes' rows per list, + one quantizer ("
+                 + i[f"faiss_part_b_row_{SIZES[-1]}"]["source"] + ")" if per_size else
+                 f"{v['faiss_b_row']:.0f} B/row ({i['faiss_b_row']['source']})")
+    return [row(name, lambda n, b=b: n * b / 1e12, "TB", f"{b:.0f} B/row{src}")
+            for name, b, src in [(name, v[k], f" ({i[k]['source']})") for name, k in parts]] + [
+        row("FAISS parts and quantizer", lambda n: faiss_bytes(v, n) / 1e12, "TB", faiss_how),
+        row("total with codes", lambda n: (n * total + faiss_bytes(v, n)) / 1e12, "TB", ""),
+        row("total without codes",
+            lambda n: (n * (total - v["codes_b_row"]) + faiss_bytes(v, n)) / 1e12, "TB", "")]
 
 
 def latency_rows(v: dict[str, float], results: Path) -> list[dict[str, Any]]:
@@ -378,10 +459,8 @@ def limits(report: dict[str, Any]) -> list[dict[str, Any]]:
               ("driver, fused served: bytes received a request", "fused, exact, served",
                ram * 1e3, "MB"),
               ("IVF training, one task on one 16-core node", "train (one task), 64", 24, "h"),
-              ("index (FAISS add) on 8 nodes", "index (FAISS add, brute-force coarse "
-               "assignment), 8 nodes", 24, "h"),
-              ("index (FAISS add) on 64 nodes", "index (FAISS add, brute-force coarse "
-               "assignment), 64 nodes", 24, "h"),
+              ("index (FAISS add) on 8 nodes", "index (FAISS add), 8 nodes", 24, "h"),
+              ("index (FAISS add) on 64 nodes", "index (FAISS add), 64 nodes", 24, "h"),
               ("centroid, one process", "centroid 10000sent, exact, one", 1, "s"),
               ("knn, one process", "knn (2,000", 3, "s"),
               ("fused, one process", "fused, exact, one", 30, "s"),
