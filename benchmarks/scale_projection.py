@@ -143,6 +143,13 @@ def inputs(results: Path) -> dict[str, dict[str, Any]]:
             for lists, us in points:
                 put(f"hnsw_assign_us_row_{lists}", us, "us/row", cq, f"assignment through the "
                     f"HNSW graph at {lists:,} lists, efSearch {QUANTIZER_EF}")
+            flat = report["variants"].get("flat")
+            if flat:     # every centroid compared: the add less its codes, per row and list
+                put("add_ns_row_list", (flat["add_us_per_row"] - out["add_encode_us_row"]
+                                        ["value"]) * 1e3 / report["lists"], "ns/(row x list)",
+                    cq, f"the add of {report['rows']:,} rows with a flat quantizer "
+                    f"({flat['add_us_per_row']} us a row at {report['lists']:,} lists) less the "
+                    "codes' cost, over the lists")
     put("embed_b_row", sel["embedding_bytes_per_row"], "B/row", sl, "float16")
     put("codes_b_row", sel["code_bytes_per_row"], "B/row", sl, "int8")
     src, per, what = sl, syn, "the synthetic index"
@@ -371,8 +378,10 @@ def disk_rows(i: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
              ("offsets, hashes, token counts", "small_b_row")]
     total = sum(v[k] for _, k in parts)
     per_size = f"faiss_part_b_row_{SIZES[-1]}" in v
-    faiss_how = ("parts: " + ", ".join(f"{v[f'faiss_part_b_row_{n}']:.0f}" for n in SIZES)
-                 + " B/row at the sizes' rows per list, + one quantizer ("
+    faiss_how = ("parts: " + ", ".join(
+        f"{v.get(f'faiss_part_b_row_{n}', v['faiss_b_row']):.0f}" for n in SIZES)
+                 + " B/row at the sizes' rows per list (measured for 2M-row shards at 10^9 and "
+                 "10^10; the 10M index's at 10^8), + one quantizer ("
                  + i[f"faiss_part_b_row_{SIZES[-1]}"]["source"] + ")" if per_size else
                  f"{v['faiss_b_row']:.0f} B/row ({i['faiss_b_row']['source']})")
     return [row(name, lambda n, b=b: n * b / 1e12, "TB", f"{b:.0f} B/row{src}")
