@@ -74,7 +74,7 @@ def seeds_dir(tmp_path_factory):
 
 # The end-to-end run's result rows (timings aside), recorded before the methods moved into the
 # registry: every recorded row must come out identical. Re-record after a deliberate change with
-# `python tests/retriever/test_bench_recall.py` and say why in the commit.
+# `PYTHONPATH=tests python tests/bench/test_bench_recall.py` and say why in the commit.
 RECORDING = Path(__file__).parents[1] / "data" / "bench_recall_results.json"
 E2E_METHODS = ["random", "centroid", "distance", "knn", "maxsim", "density", "moore-lewis",
                "classifier-0", "classifier", "iforest", "hybrid", "auto", "fused",

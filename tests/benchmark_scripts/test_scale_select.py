@@ -41,14 +41,16 @@ def test_reports_have_every_method(run):
     assert knn["queries"] == 300 and knn["recall_queries"] == 40 and knn["k"] == 100
     assert 0 <= knn["recall_at_k"] <= 1 and 0 <= fused["precision"] <= 1
     assert knn["first_s"] > 0 and knn["best_s"] <= knn["first_s"]
-    assert set(fused["best_parts_s"]) == {"moore_lewis_s", "classifier_and_fusion_s",
-                                          "rank_and_cut_s"}
+    assert set(fused["best_parts_s"]) == {"moore_lewis_s", "wording_s",
+                                          "classifier_and_fusion_s", "rank_and_cut_s"}
+    assert 0 < fused["best_cpu_s"]
     assert fused["selected_sentences"] == int(fused["budget"].removesuffix("sent"))
     codes = report["fused_codes"]
     assert codes["scan"] == "codes" and fused["scan"] == "exact"
     assert codes["budget"] == fused["budget"] and 0 <= codes["overlap_with_exact"] <= 1
     markdown = (run / "out" / "select_latency.md").read_text()
-    for heading in ("Centroid; the task", "knn; the task", "fused (classifier + Moore-Lewis)",
+    for heading in ("Centroid; the task", "knn; the task",
+                    "fused (the PU classifier, Moore-Lewis and the wording classifier)",
                     "The synthetic index's build"):
         assert heading in markdown
 
