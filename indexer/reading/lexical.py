@@ -375,33 +375,33 @@ class Lexicon:
     def map_shards(self, score_shard: Callable[[ShardLexicon], np.ndarray]) -> np.ndarray:
         """One float32 score per sentence: `score_shard` of every shard, in row order, shards
         scored side by side on this process's cores (their gathers and sums release the GIL;
-        each shard's scores are the same as alone).
+        each shard's scores are the same as alone), so up to one shard's scoring memory per
+        core is held at once.
 
         Args:
             score_shard: A thread-safe function of one shard's lexicon to the scores of its
-                sentences.
+                sentences; it runs in the caller's context (its progress steps, settings).
 
         Returns:
             (sentences,) float32 scores.
         """
+        import contextvars
         from concurrent.futures import ThreadPoolExecutor
 
         out = spill.empty(len(self), np.float32)
         spans = list(zip(self.shards, self.row_offsets[:-1].tolist(),
                          self.row_offsets[1:].tolist()))
 
-        def one(span: tuple[ShardLexicon, int, int]) -> None:
-            shard, start, stop = span
+        def one(shard: ShardLexicon, start: int, stop: int) -> None:
             report_step(f"score the words of rows {start:,}-{stop:,}")
             out[start:stop] = score_shard(shard)
 
         workers = min(usable_cores(), len(spans))
-        if workers <= 1:
-            for span in spans:
-                one(span)
-        else:
-            with ThreadPoolExecutor(workers, thread_name_prefix="tapt-lexicon") as pool:
-                list(pool.map(one, spans))
+        with ThreadPoolExecutor(max(1, workers), thread_name_prefix="tapt-lexicon") as pool:
+            # a worker thread starts in an empty context: each shard runs in a copy of this one
+            done = [pool.submit(contextvars.copy_context().run, one, *span) for span in spans]
+            for future in done:
+                future.result()
         return out
 
     def pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

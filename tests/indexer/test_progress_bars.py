@@ -136,3 +136,23 @@ def test_tokenising_in_chunks_gives_the_same_examples(fake_index, tmp_path, monk
     whole = data.pack_sentences(units, tokenizer, 16)
     monkeypatch.setattr(data, "TOKENIZE_CHUNK", chunk)
     assert data.pack_sentences(units, tokenizer, 16, progress=True) == whole
+
+
+def test_shards_scored_side_by_side_still_report_their_steps(monkeypatch):
+    import numpy as np
+
+    from tapt.indexer.reading import lexical
+    from tapt.util import progress
+
+    monkeypatch.setattr(lexical, "usable_cores", lambda: 2)
+    lexicon = lexical.Lexicon(["a", "b", "c"], np.array([0, 2, 5, 6]), None)
+    steps: list[str] = []
+    token = progress._STEP.set(steps.append)
+    try:
+        scores = lexicon.map_shards(lambda shard: np.full(
+            {"a": 2, "b": 3, "c": 1}[shard], ord(shard), np.float32))
+    finally:
+        progress._STEP.reset(token)
+    assert scores.tolist() == [97, 97, 98, 98, 98, 99]
+    assert sorted(steps) == ["score the words of rows 0-2", "score the words of rows 2-5",
+                             "score the words of rows 5-6"]
