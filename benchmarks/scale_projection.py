@@ -262,14 +262,19 @@ def build_rows(v: dict[str, float]) -> list[dict[str, Any]]:
                        f"rows / {gpu[1]:,.0f}-{gpu[0]:,.0f} per s")]
 
 
+def hnsw_walks(v: dict[str, float]) -> list[tuple[int, float]]:
+    """(lists, us a row) of the HNSW assignments `coarse_quantizer.json` measured, by lists."""
+    return sorted((int(k.rsplit("_", 1)[1]), x) for k, x in v.items()
+                  if k.startswith("hnsw_assign_us_row_"))
+
+
 def add_seconds(v: dict[str, float], n: int) -> float:
     """The FAISS add of `n` rows on the measured machine: below HNSW_QUANTIZER_LISTS lists,
     rows x lists x the brute-force cost; from there, with an HNSW quantizer, rows x (the codes'
     cost + the graph walk at that many lists, as `coarse_quantizer.json` measured it there, or
     between the two nearest list counts it measured, linear in log2(lists))."""
     lists = ivf_nlist(n)
-    walks = sorted((int(k.rsplit("_", 1)[1]), x) for k, x in v.items()
-                   if k.startswith("hnsw_assign_us_row_"))
+    walks = hnsw_walks(v)
     if ivf_quantizer(lists) != "hnsw" or "add_encode_us_row" not in v or not walks:
         return v["add_ns_row_list"] * 1e-9 * n * lists
     below = [w for w in walks if w[0] <= lists] or walks[:1]
@@ -280,8 +285,7 @@ def add_seconds(v: dict[str, float], n: int) -> float:
 
 
 def add_how(v: dict[str, float]) -> str:
-    walks = sorted((int(k.rsplit("_", 1)[1]), x) for k, x in v.items()
-                   if k.startswith("hnsw_assign_us_row_"))
+    walks = hnsw_walks(v)
     brute = f"rows x lists x {v['add_ns_row_list']:.1f} ns (every centroid compared)"
     if "add_encode_us_row" not in v or not walks:
         return brute
