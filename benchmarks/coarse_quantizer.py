@@ -137,9 +137,10 @@ def assignment_agreement(rows: np.ndarray, quantizer: dict[str, Any],
 
 
 def assignment_at(lists: int, sample: np.ndarray, rows: np.ndarray,
-                  seed: int) -> dict[str, Any]:
+                  seed: int, efs: list[int]) -> dict[str, Any]:
     """Per-row assignment time at `lists` centroids (a seeded sample of rows standing in for
-    trained centroids): brute force, and the HNSW graph at QUANTIZER_EF; and the bytes each
+    trained centroids): brute force, and the HNSW graph at QUANTIZER_EF and at each of `efs`
+    (with the share of rows it assigns to their brute-force list); and the bytes each
     quantizer is written in."""
     rng = np.random.default_rng(seed)
     centroids = np.ascontiguousarray(sample[rng.choice(len(sample), lists, replace=False)])
@@ -155,7 +156,7 @@ def assignment_at(lists: int, sample: np.ndarray, rows: np.ndarray,
     return {"lists": lists, "flat_us_per_row": timed["flat"], "hnsw_us_per_row": timed["hnsw"],
             "hnsw_agreement": round(float(np.mean(exact[:, 0] == approx[:, 0])), 4),
             "graph_seconds": round(made["graph_seconds"], 1), "rows_timed": len(rows),
-            "quantizer_bytes": written}
+            "quantizer_bytes": written, "efs": assignment_agreement(rows, made, efs)}
 
 
 def written_bytes(index, without_quantizer: bool = False) -> int:
@@ -198,7 +199,12 @@ def main(argv: list[str] | None = None) -> None:
                              "only (0: all): brute force at 8,192 lists takes ~25 min a 10M add "
                              "on 2 cores.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lists-only", action="store_true",
+                        help="Measure the assignment at --lists only, into the report in --out "
+                             "(the same index, shards and sample; nothing is added).")
     args = parser.parse_args(argv)
+    if args.lists_only and args.out is None:
+        parser.error("--lists-only needs --out (the report it updates)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     import faiss
 
@@ -207,6 +213,10 @@ def main(argv: list[str] | None = None) -> None:
     choice = choice_from_manifest(recorded, index.n_sentences, index.dim)
     if choice.kind != "ivfpq":
         raise SystemExit(f"{args.index} is not an IVF index ({choice.factory})")
+    efs = [int(e) for e in args.efs.split(",")]
+    if args.lists_only:
+        lists_only(index, args, efs)
+        return
     part = index.faiss_part(0)
     ivf = coarse.ivf_of(part)
     centroids, lists = coarse.centroids(ivf.quantizer), int(ivf.nlist)
@@ -224,9 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     _, truth = ground_truth(rows, queries, CALIBRATION_K)
     truth_seconds = time.perf_counter() - t0
-    rng = np.random.default_rng(args.seed)
-    sample_rows = np.sort(rng.choice(n_rows, min(args.sample, n_rows), replace=False))
-    sample = np.ascontiguousarray(rows[sample_rows], dtype=np.float32)
+    sample = sampled_rows(rows, n_rows, args)
     report: dict[str, Any] = {
         "created": utc_now(), "machine": f"{platform.processor() or platform.machine()}, "
                                          f"{os.cpu_count()} CPUs",
@@ -237,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         "factory": recorded["factory"], "nprobe": nprobes, "rescore_factor": factor,
         "queries": len(queries), "k": CALIBRATION_K, "threads": faiss.omp_get_max_threads(),
         "graph_seconds": round(made["graph_seconds"], 2), "truth_seconds": round(truth_seconds, 1),
-        "assignment": assignment_agreement(sample, made, [int(e) for e in args.efs.split(",")]),
+        "assignment": assignment_agreement(sample, made, efs),
         "variants": {}}
     for name in args.variants.split(","):
         result = add_and_search(index, shards, rows, with_quantizer(template, made[name]),
@@ -258,10 +266,36 @@ def main(argv: list[str] | None = None) -> None:
         "index_parts_bytes": int(sum((s.directory / "index.faiss").stat().st_size
                                      for s in index.shards)),
         "index_quantizer_bytes": int((recorded.get("quantizer") or {}).get("bytes") or 0)}
-    timed = sample[:args.timed_rows]
-    report["at_more_lists"] = [assignment_at(int(n), sample, timed, args.seed)
-                               for n in args.lists.split(",") if n and int(n) <= len(sample)]
+    report["at_more_lists"] = at_more_lists(sample, args, efs)
     report["load_end"] = round(os.getloadavg()[0], 1)
+    write_report(args.out, "coarse_quantizer", report, markdown(report))
+
+
+def sampled_rows(rows, n_rows: int, args: argparse.Namespace) -> np.ndarray:
+    """The seeded sample of `--sample` rows whose assignment is compared, as float32."""
+    rng = np.random.default_rng(args.seed)
+    picked = np.sort(rng.choice(n_rows, min(args.sample, n_rows), replace=False))
+    return np.ascontiguousarray(rows[picked], dtype=np.float32)
+
+
+def at_more_lists(sample: np.ndarray, args: argparse.Namespace,
+                  efs: list[int]) -> list[dict[str, Any]]:
+    """`assignment_at` each of `--lists` (at most the sample's rows)."""
+    timed = sample[:args.timed_rows]
+    return [assignment_at(int(n), sample, timed, args.seed, efs)
+            for n in args.lists.split(",") if n and int(n) <= len(sample)]
+
+
+def lists_only(index: Index, args: argparse.Namespace, efs: list[int]) -> None:
+    """`--lists-only`: the report in `--out` with its assignment at more lists measured again,
+    on the same shards' rows and seeded sample."""
+    report = json.loads((args.out / "coarse_quantizer.json").read_text())
+    shards = index.shards[:report["shards"]]
+    rows = RowView([s.embeddings for s in shards])
+    sample = sampled_rows(rows, report["rows"], args)
+    report["at_more_lists"] = at_more_lists(sample, args, efs)
+    report["lists_measured"] = {"created": utc_now(), "argv": sys.argv[1:],
+                                "load_end": round(os.getloadavg()[0], 1)}
     write_report(args.out, "coarse_quantizer", report, markdown(report))
 
 
@@ -300,6 +334,16 @@ def markdown(r: dict[str, Any]) -> str:
              f"{m['hnsw_agreement']:.4f} | {m['graph_seconds']} | "
              f"{m['quantizer_bytes']['flat'] / 2**20:,.1f} MB | "
              f"{m['quantizer_bytes']['hnsw'] / 2**20:,.1f} MB |" for m in r["at_more_lists"]]
+    tuned = [m for m in r["at_more_lists"] if "efs" in m]
+    if tuned:
+        when = r.get("lists_measured", {}).get("created", r["created"])
+        more += ["", f"The HNSW graph's efSearch at those list counts (measured {when}; "
+                     "the build's is "
+                     f"{QUANTIZER_EF}): the share of rows it assigns to their brute-force list, "
+                     "and its time:", "",
+                 "| lists | efSearch | same list | us per row |", "|---:|---:|---:|---:|"]
+        more += [f"| {m['lists']:,} | {ef} | {v['agreement']:.4f} | {v['us_per_row']} |"
+                 for m in tuned for ef, v in m["efs"].items()]
     w = r["written"]
     whole = r.get("index_rows", r["rows"])
     written = ["", f"Written: this index's {r.get('index_shards', r['shards'])} parts "

@@ -30,6 +30,10 @@ reading the selected text.
   `--pool-seeds`, fused is also timed there per domain at `--pool-seed-sizes` seeds, at the
   oracle budget (the domain's sentences), with its precision.
 
+`--before` takes the report of the same command run with an earlier revision of tapt
+(`--before-revision`), minutes apart on the same machine: its fused records are kept beside
+the new ones, labelled with that revision.
+
 Each configuration runs `--repeats` times; the first run finds data partly evicted from the
 page cache by other work on the machine, so both the first and the best time are reported.
 
@@ -456,10 +460,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only-pool", action="store_true",
                         help="Measure fused on --pool-index only, into the existing report "
                              "(the synthetic index is neither built nor measured).")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="select_latency.json of the same command with an earlier tapt: "
+                             "its fused records are kept beside the new ones.")
+    parser.add_argument("--before-revision", default=None,
+                        help="The revision --before was measured with (shown with its rows).")
     parser.add_argument("--work", type=Path, default=Path(".cache/scale10m"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/scale"))
     parser.add_argument("-q", "--quiet", action="store_true", help="No progress bars.")
     args = parser.parse_args(argv)
+    if (args.before is None) != (args.before_revision is None):
+        parser.error("--before and --before-revision go together")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = sorted(set(methods) - set(METHODS))
     if unknown or not methods:
@@ -471,7 +482,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error("--only-pool needs --pool-index and --pool-seeds")
         report = json.loads(previous.read_text())
         report["fused_pool"] = measure_fused_pool(args)
-        write_reports(args.out, report)
+        write_reports(args.out, with_before(report, args))
         return
     spec = Spec(rows=args.rows, shards=args.shards, dim=args.dim, clusters=args.clusters,
                 noise=args.noise, seed=args.seed, memory=args.memory)
@@ -502,11 +513,23 @@ def main(argv: list[str] | None = None) -> None:
         report["fused"], exact = measure_fused(index, args, spec, labels)
         report["fused_codes"], coded = measure_fused(index, args, spec, labels, scan="codes")
         report["fused_codes"]["overlap_with_exact"] = round(overlap(exact, coded), 4)
-    write_reports(args.out, report)
+    write_reports(args.out, with_before(report, args))
 
 
 SECTIONS = {"centroid": ("results", "breakdown"), "knn": ("knn",),
             "fused": ("fused", "fused_codes")}
+
+
+def with_before(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """`report` with the fused records of `--before` as `<key>_before`, each labelled with
+    `--before-revision`."""
+    if args.before is None:
+        return report
+    old = json.loads(args.before.read_text())
+    for key in ("fused", "fused_codes", "fused_pool"):
+        if key in old:
+            report[f"{key}_before"] = {**old[key], "revision": args.before_revision}
+    return report
 
 
 def keep_measured(report: dict[str, Any], old: dict[str, Any], methods: list[str]) -> None:
@@ -660,13 +683,17 @@ def markdown(report: dict[str, Any]) -> str:
             "precision | overlap with exact | load average |",
             "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        for f in (report["fused"], report.get("fused_codes")):
+        for key in ("fused", "fused_codes", "fused_before", "fused_codes_before"):
+            f = report.get(key)
             if f is None:
                 continue
             parts = f["best_parts_s"]
             cpu = f"{f['best_cpu_s']:.2f}" if "best_cpu_s" in f else ""
+            # a record of other code (`revision`, measured the same way minutes apart) says so
+            scan = f.get("scan", "exact") + (f", tapt at {f['revision']}" if "revision" in f
+                                            else "")
             lines.append(
-                f"| {f['rows']:,} | {f['shards']} | {f.get('scan', 'exact')} | {f['budget']} | "
+                f"| {f['rows']:,} | {f['shards']} | {scan} | {f['budget']} | "
                 f"{f['first_s']:.2f} / {f['best_s']:.2f} | {cpu} | "
                 f"{parts['moore_lewis_s']:.2f} | "
                 f"{parts.get('wording_s', 0):.2f} | {parts['classifier_and_fusion_s']:.2f} | "

@@ -9,8 +9,16 @@ with the intercept b left out of the penalty, as its lbfgs solver does, or in it
 (`penalize_intercept`), as its liblinear solver does. The objective is strictly convex, so any
 solver's answer is this one's within the tolerance.
 
-It is solved by scipy's L-BFGS-B with the settings scikit-learn's lbfgs solver uses (gtol
-`tol`, ftol 64 eps, 50 line-search steps) from zero. Three things make it several times faster
+Dense rows (a few hundred columns) are fitted by scipy's L-BFGS-B with the settings
+scikit-learn's lbfgs solver uses (gtol `tol`, ftol 64 eps, 50 line-search steps) from zero.
+Sparse rows (hashed n-grams: hundreds of thousands of used columns) are fitted by scipy's
+Newton-CG, a Newton method whose steps are solved by conjugate gradients over Hessian-vector
+products (two sparse products each), as liblinear's trust-region Newton solver does: L-BFGS-B's
+own work per step grows with the columns times its 10 remembered steps, which cost more than the
+products with the rows, and it stopped short of the optimum (measured on the wording
+classifier's fits of 43,000-71,000 rows and 300,000-380,000 used columns: 28-39 steps, 1.2-1.6 s,
+an objective 0.05-0.3% above the optimum, against 8-10 Newton steps, 0.6-0.8 s, at the optimum
+within 1e-6 in every gradient component). Three more things make the fits several times faster
 than scikit-learn on tapt's fits:
 
 - each step reads the rows once each way in float32 (scikit-learn multiplies float32 rows by
@@ -28,11 +36,13 @@ Nothing imports scikit-learn (1-2 s, more than the fits of a task).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 TOL = 1e-4
+NEWTON_XTOL = 1e-5      # Newton-CG stops once its step's mean absolute component is below this
 
 
 @dataclass(frozen=True)
@@ -58,8 +68,9 @@ def fit_logistic(x, y: np.ndarray, C: float = 1.0, penalize_intercept: bool = Fa
         y: (n,) labels, 0 or 1; both classes present.
         C: Inverse regularisation strength.
         penalize_intercept: Put the intercept in the penalty (liblinear's objective).
-        tol: The gradient's largest component at which the fit stops.
-        max_iter: Most L-BFGS iterations.
+        tol: The gradient's largest component at which a fit of dense rows stops (a fit
+            of sparse rows stops by its Newton step, `NEWTON_XTOL`).
+        max_iter: Most iterations of the solver.
 
     Returns:
         The fit.
@@ -68,7 +79,7 @@ def fit_logistic(x, y: np.ndarray, C: float = 1.0, penalize_intercept: bool = Fa
         ValueError: Rows of one class only, or a C that is not positive.
     """
     import scipy.sparse as sp
-    from scipy.optimize import minimize
+    from scipy.optimize import OptimizeWarning, minimize
     from threadpoolctl import threadpool_limits
 
     y = np.asarray(y, dtype=np.float32)
@@ -89,33 +100,73 @@ def fit_logistic(x, y: np.ndarray, C: float = 1.0, penalize_intercept: bool = Fa
     d = x.shape[1]
     share = np.where(y > 0, 1.0 / (2 * positives), 1.0 / (2 * (n - positives))).astype(
         np.float32)                                   # s_i / n
-    penalty = 1.0 / (C * n)
-    xt = x.T.tocsr() if sp.issparse(x) else x.T
-
-    def loss_and_gradient(wb: np.ndarray) -> tuple[float, np.ndarray]:
-        w, b = wb[:d], wb[d]
-        z = np.asarray(x @ w.astype(np.float32), dtype=np.float32) + np.float32(b)
-        # log(1 + exp(z)) - y z: the loss of label y at log-odds z, without overflow
-        loss = np.logaddexp(np.float32(0), z) - y * z
-        residual = share * (_sigmoid(z) - y)
-        grad = np.empty(d + 1)
-        grad[:d] = np.asarray(xt @ residual, dtype=np.float64) + penalty * w
-        grad[d] = float(residual.sum(dtype=np.float64)) + (penalty * b if penalize_intercept
-                                                            else 0.0)
-        value = float(np.dot(share.astype(np.float64), loss.astype(np.float64)))
-        value += 0.5 * penalty * (float(w @ w) + (b * b if penalize_intercept else 0.0))
-        return value, grad
-
-    with threadpool_limits(1, user_api="blas"):
-        found = minimize(loss_and_gradient, np.zeros(d + 1), jac=True, method="L-BFGS-B",
-                         options={"maxiter": max_iter, "maxls": 50, "gtol": tol,
-                                  "ftol": 64 * np.finfo(float).eps})
+    objective = _Objective(x, y, share, 1.0 / (C * n), penalize_intercept)
+    with threadpool_limits(1, user_api="blas"), warnings.catch_warnings():
+        if sp.issparse(x):
+            # a line search that cannot improve in float32 ends the fit where it is: at the
+            # optimum to float32's precision, which scipy reports as a warning
+            warnings.simplefilter("ignore", OptimizeWarning)
+            found = minimize(objective.value_and_gradient, np.zeros(d + 1), jac=True,
+                             hessp=objective.hessian_product, method="Newton-CG",
+                             options={"maxiter": max_iter, "xtol": NEWTON_XTOL})
+        else:
+            found = minimize(objective.value_and_gradient, np.zeros(d + 1), jac=True,
+                             method="L-BFGS-B",
+                             options={"maxiter": max_iter, "maxls": 50, "gtol": tol,
+                                      "ftol": 64 * np.finfo(float).eps})
     wb, iterations, evaluations = found.x, int(found.nit), int(found.nfev)
     coef = wb[:d].astype(np.float32)
     if used is not None and len(used) < width:
         coef = np.zeros(width, np.float32)
         coef[used] = wb[:d]
     return LogisticFit(coef, float(wb[d]), iterations, evaluations)
+
+
+class _Objective:
+    """The objective (module docstring) of float32 rows `x`, its gradient, and products with
+    its Hessian at the last point whose gradient was asked (`hessian_product`, Newton-CG's)."""
+
+    def __init__(self, x, y: np.ndarray, share: np.ndarray, penalty: float,
+                 penalize_intercept: bool) -> None:
+        import scipy.sparse as sp
+
+        self.x, self.y, self.share, self.penalty = x, y, share, penalty
+        self.penalize_intercept = penalize_intercept
+        self.xt = x.T.tocsr() if sp.issparse(x) else x.T
+        self.d = x.shape[1]
+        self._at: np.ndarray | None = None
+        self._curvature: np.ndarray | None = None
+
+    def _log_odds(self, wb: np.ndarray) -> np.ndarray:
+        return (np.asarray(self.x @ wb[:self.d].astype(np.float32), dtype=np.float32)
+                + np.float32(wb[self.d]))
+
+    def _gradient(self, wb: np.ndarray, per_row: np.ndarray, intercept_penalty: bool
+                  ) -> np.ndarray:
+        """X' per_row + penalty w, and the intercept's component: the form of both the
+        gradient and a Hessian-vector product."""
+        out = np.empty(self.d + 1)
+        out[:self.d] = np.asarray(self.xt @ per_row, dtype=np.float64) + self.penalty * wb[:self.d]
+        out[self.d] = float(per_row.sum(dtype=np.float64)) + (
+            self.penalty * wb[self.d] if intercept_penalty else 0.0)
+        return out
+
+    def value_and_gradient(self, wb: np.ndarray) -> tuple[float, np.ndarray]:
+        w, b = wb[:self.d], wb[self.d]
+        z = self._log_odds(wb)
+        # log(1 + exp(z)) - y z: the loss of label y at log-odds z, without overflow
+        loss = np.logaddexp(np.float32(0), z) - self.y * z
+        p = _sigmoid(z)
+        self._at, self._curvature = wb.copy(), self.share * p * (np.float32(1) - p)
+        value = float(np.dot(self.share.astype(np.float64), loss.astype(np.float64)))
+        value += 0.5 * self.penalty * (float(w @ w) + (b * b if self.penalize_intercept
+                                                       else 0.0))
+        return value, self._gradient(wb, self.share * (p - self.y), self.penalize_intercept)
+
+    def hessian_product(self, wb: np.ndarray, v: np.ndarray) -> np.ndarray:
+        if self._at is None or not np.array_equal(wb, self._at):
+            self.value_and_gradient(wb)
+        return self._gradient(v, self._curvature * self._log_odds(v), self.penalize_intercept)
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:

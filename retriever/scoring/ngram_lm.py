@@ -133,6 +133,19 @@ class BigramLM:
         p = np.where(seen, (c_hw + t_h * p1) / np.where(seen, c_h + t_h, 1.0), p1)
         return np.log2(p)
 
+    def split_log2(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(log2 P1(w), log2 T(w) / (c(w) + T(w)), 0 for a history never seen) of each of `ids`:
+        `log2_probs(v, w)` is their sum, the second of v and the first of w, for every pair
+        the model never counted (c(v, w) = 0, which is most pairs of a corpus)."""
+        word = self.unigram_log2(ids)
+        known = ids < self.size
+        at = np.where(known, ids, 0)
+        c_h = np.where(known, self.history_counts[at], 0.0)
+        t_h = np.where(known, self.history_types[at], 0.0)
+        seen = c_h > 0
+        return word, np.where(seen, np.log2(np.where(seen, t_h, 1.0) / np.where(seen, c_h + t_h,
+                                                                              1.0)), 0.0)
+
     @cached_property
     def _unigram_p1(self) -> np.ndarray:
         """The add-one unigram probability of every model id."""
@@ -358,15 +371,55 @@ class HashedLMs(ShardScorer):
         ids, pairs = self.dense(np.asarray(shard.vocab)), shard.bigrams
         # log2 P_in - log2 P_general of every bigram type, whose mean over a sentence's tokens
         # is its score: one gather of 8 bytes per token (the two models' log-probabilities side
-        # by side took 16, and two sums); computed a run of types at a time, as the models'
-        # temporaries take ~100 bytes a type
-        gain = np.empty(len(pairs), dtype=np.float64)
-        for lo in range(0, len(pairs), _CHUNK_TYPES):
-            run = np.asarray(pairs[lo:lo + _CHUNK_TYPES])
-            lp_in, lp_gen = self.model_log2(ids[run[:, 0]], ids[run[:, 1]])
-            gain[lo:lo + len(run)] = lp_in - lp_gen
+        # by side took 16, and two sums)
+        gain = self._split_gains(ids, pairs)
+        if gain is None:    # computed a run of types at a time: ~100 bytes a type of temporaries
+            gain = np.empty(len(pairs), dtype=np.float64)
+            for lo in range(0, len(pairs), _CHUNK_TYPES):
+                run = np.asarray(pairs[lo:lo + _CHUNK_TYPES])
+                lp_in, lp_gen = self.model_log2(ids[run[:, 0]], ids[run[:, 1]])
+                gain[lo:lo + len(run)] = lp_in - lp_gen
         for lo, sums, lengths in sentence_sums(shard, gain):
             yield lo, (sums / lengths).astype(np.float32)
+
+    def _split_gains(self, ids: np.ndarray, pairs) -> np.ndarray | None:
+        """Every bigram type's log2 P_in - log2 P_general from per-word terms
+        (`BigramLM.split_log2`, two gathers a type), the pairs either model counted computed
+        in full; None when the shard's types are not sorted by (history, word), which finding
+        those pairs needs (a shard written by `pairs_to_arrays` always is). Beside the gains,
+        a run of types at a time is held."""
+        if self.order == 1:
+            gain = self.in_lm.unigram_log2(ids) - self.general.unigram_log2(ids)
+            return gain[np.asarray(pairs[:, 1])]
+        width = np.int64(len(ids))
+        wanted = [_counted_keys(lm, ids, width) for lm in (self.in_lm, self.general)]
+        if any(w is None for w in wanted):
+            return None
+        counted_keys = np.union1d(*wanted)
+        (w_in, h_in), (w_gen, h_gen) = self.in_lm.split_log2(ids), self.general.split_log2(ids)
+        word_gain, history_gain = w_in - w_gen, h_in - h_gen
+        gain = np.empty(len(pairs), dtype=np.float64)
+        counted, last = [], -1
+        for lo in range(0, len(pairs), _CHUNK_TYPES):
+            run = np.asarray(pairs[lo:lo + _CHUNK_TYPES])
+            keys = run[:, 0].astype(np.int64)
+            keys *= width
+            keys += run[:, 1]
+            if keys[0] <= last or not bool((keys[1:] > keys[:-1]).all()):
+                return None
+            last = int(keys[-1])
+            gain[lo:lo + len(run)] = word_gain[run[:, 1]]
+            gain[lo:lo + len(run)] += history_gain[run[:, 0]]
+            inside = counted_keys[np.searchsorted(counted_keys, keys[0]):
+                                  np.searchsorted(counted_keys, last, side="right")]
+            at = np.searchsorted(keys, inside)
+            counted.append(at[keys[np.minimum(at, len(keys) - 1)] == inside] + lo)
+        if counted:
+            rows = np.concatenate(counted)
+            run = np.asarray(pairs[rows]) if len(rows) else np.empty((0, 2), dtype=np.int64)
+            lp_in, lp_gen = self.model_log2(ids[run[:, 0]], ids[run[:, 1]])
+            gain[rows] = lp_in - lp_gen
+        return gain
 
     def parts(self) -> Iterator[tuple[int, np.ndarray]]:
         """(first row, float32 scores) of consecutive runs of corpus sentences, shard by
@@ -392,6 +445,20 @@ class HashedLMs(ShardScorer):
     def score_texts(self, texts: list[str]) -> np.ndarray:
         """The scores of texts outside the corpus."""
         return self._score(*self.text_pairs(texts))
+
+
+def _counted_keys(lm: BigramLM, ids: np.ndarray, width: np.int64) -> np.ndarray | None:
+    """The pairs `lm` counted as a shard's type keys (local history x `width` + local word),
+    sorted; `ids`: the model id of each local word (the words no model saw share one id,
+    which counts nothing). None if two counted words share an id."""
+    at = np.minimum(ids, lm.size - 1)
+    words = np.flatnonzero((ids < lm.size) & (lm.unigram_counts[at] + lm.history_counts[at] > 0))
+    if len(np.unique(ids[words])) != len(words):
+        return None
+    local = np.full(lm.size, -1, dtype=np.int64)
+    local[ids[words]] = words
+    hist, word = local[lm.bigram_keys // lm.size], local[lm.bigram_keys % lm.size]
+    return np.unique((hist * width + word)[(hist >= 0) & (word >= 0)])
 
 
 def moore_lewis_lexicon(lexicon, task_texts: list[str], seed: int = 0,

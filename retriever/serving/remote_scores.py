@@ -20,7 +20,7 @@ the driver asks for:
   range settled from the actors' distinct keys in it, ties split by row across the actors in
   row order. This gives `rows_at_ranks` (the PU negatives drawn at ranking positions),
   `top_rows` (the pseudo-positives, in rank order), `rows_below_cut` (the negatives drawn in
-  row order past 2^27 rows) and `rescore_best`'s rows (`top_rows`);
+  row order past 2^20 rows) and `rescore_best`'s rows (`top_rows`);
 - the budget's cut of the segments ranked by the mean of the held scores (`cut`): each actor
   cuts its own segments and the driver merges the cuts (`ShardServers._merged_cuts`).
 

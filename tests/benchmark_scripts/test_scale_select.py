@@ -77,3 +77,23 @@ def test_the_synthetic_index_is_a_real_index_with_lexical_ids(run):
     same = labels[:4000, None] == labels[None, :4000]
     sims = emb @ emb.T
     assert sims[same & ~np.eye(4000, dtype=bool)].mean() > sims[~same].mean() + 0.2
+
+
+def test_an_earlier_report_is_kept_beside_the_new_fused_rows(run, tmp_path):
+    """`--before` keeps an earlier revision's fused records, labelled, beside the new ones;
+    `--before` without its revision is refused."""
+    first = run / "out" / "select_latency.json"
+    args = [sys.executable, "-m", "benchmarks.scale_select", "--rows", "20000", "--shards", "2",
+            "--methods", "fused", "--repeats", "1", "--fused-task", "100",
+            "--work", str(run / "work"), "--out", str(tmp_path), "-q", "--before", str(first)]
+    refused = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--before-revision" in refused.stderr
+    done = subprocess.run(args + ["--before-revision", "abc1234"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "select_latency.json").read_text())
+    earlier = json.loads(first.read_text())
+    for key in ("fused", "fused_codes"):
+        assert report[f"{key}_before"] == {**earlier[key], "revision": "abc1234"}
+    markdown = (tmp_path / "select_latency.md").read_text()
+    assert "| exact, tapt at abc1234 |" in markdown and "| codes, tapt at abc1234 |" in markdown

@@ -243,6 +243,58 @@ def test_stored_lexicon_scores_every_row_as_it_scores_rows_one_by_one(fake_index
     np.testing.assert_array_equal(every[rows], models.score_rows(rows))
 
 
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("sorted_types", [True, False])
+def test_stored_lexicon_scores_from_per_word_terms_as_from_every_pair(fake_index, order,
+                                                                       sorted_types):
+    """A shard's scores from the models' per-word terms, with the pairs either model counted
+    computed in full, equal the models' log-probabilities of every pair (`score_rows`), with
+    extra in-domain rows and either order; a shard whose types are not sorted by (history,
+    word) is scored pair by pair, with the same scores."""
+    from tapt.indexer.index import Index
+    from tapt.indexer.reading.lexical import Lexicon, ShardLexicon
+    from tapt.retriever.scoring.ngram_lm import HashedLMs
+
+    lexicon = Index(fake_index).lexicon
+    if not sorted_types:
+        shard = lexicon.shards[0]
+        order_ = np.random.default_rng(3).permutation(len(shard.bigrams))
+        where = np.empty_like(order_)
+        where[order_] = np.arange(len(order_))
+        shuffled = ShardLexicon(None, shard.vocab, np.asarray(shard.bigrams)[order_],
+                                where[np.asarray(shard.lexical)].astype(np.int32),
+                                shard.offsets)
+        lexicon = Lexicon([shuffled, *lexicon.shards[1:]], lexicon.row_offsets,
+                          lexicon.vocabulary)
+    task = ["the patient had a fever and a cough", "blood flow to the kidneys was reduced"]
+    models = HashedLMs(lexicon, task, extra_rows=np.arange(0, len(lexicon), 7), seed=2,
+                       order=order)
+    every = models.score_all()
+    rows = np.arange(len(every))
+    np.testing.assert_allclose(every, models.score_rows(rows), rtol=1e-6, atol=1e-6)
+    ids = models.dense(np.asarray(lexicon.shards[0].vocab))
+    split = models._split_gains(ids, lexicon.shards[0].bigrams)
+    assert (split is None) == (not sorted_types and order == 2)
+
+
+def test_bigram_log2_probs_split_into_word_terms_for_uncounted_pairs():
+    """For a pair the model never counted, log2 P(w | h) is the word's term plus the history's
+    (`split_log2`), unknown words and histories included."""
+    from tapt.retriever.scoring.ngram_lm import BigramLM
+
+    rng = np.random.default_rng(7)
+    S, V = 40, 100
+    lm = BigramLM.fit_pairs(rng.integers(0, S, 500), rng.integers(2, S, 500), V, S)
+    qh, qw = rng.integers(0, S + 5, 3000), rng.integers(0, S + 5, 3000)
+    counted = np.isin(qh * S + qw, lm.bigram_keys) & (qh < S) & (qw < S)
+    ids = np.arange(S + 5)
+    word, history = lm.split_log2(ids)
+    np.testing.assert_allclose((word[qw] + history[qh])[~counted],
+                               lm.log2_probs(qh, qw)[~counted], rtol=1e-12, atol=1e-12)
+    assert counted.any() and not np.allclose((word[qw] + history[qh])[counted],
+                                             lm.log2_probs(qh, qw)[counted])
+
+
 def test_bigram_log2_probs_follow_the_interpolated_formula():
     """log2 P(w | h) of `BigramLM` (per-id terms gathered, the bigram table searched only where
     a pair can be in it) equals Witten-Bell-style interpolation computed pair by pair, for

@@ -42,6 +42,22 @@ def test_features_are_word_and_pair_counts_over_the_l2_length():
     assert np.isclose(m[1].sum(), 4 / np.sqrt(4))     # "c </s>": 2 tokens, 4 features once each
 
 
+def test_feature_buckets_are_the_hashes_modulo_the_feature_count():
+    """A word's bucket is its hash modulo `FEATURES`, a pair's the 64-bit wrapped
+    (history + 1) x mix + word modulo `FEATURES` (taken as low bits of per-word parts)."""
+    from tapt.retriever.scoring.ngram_features import _MIX
+
+    rng = np.random.default_rng(4)
+    hist = rng.integers(0, 2**64, 5000, dtype=np.uint64)
+    word = rng.integers(0, 2**64, 5000, dtype=np.uint64)
+    hist[:3], word[:3] = 0, [1, 2**64 - 1, 0]
+    with np.errstate(over="ignore"):
+        pair = (hist + np.uint64(1)) * _MIX + word
+    uni, bi = feature_ids(hist, word)
+    np.testing.assert_array_equal(uni, (word % np.uint64(FEATURES)).astype(np.int64))
+    np.testing.assert_array_equal(bi, (pair % np.uint64(FEATURES)).astype(np.int64))
+
+
 def test_shard_scores_equal_the_sparse_product():
     texts, _ = corpus(40, 0)
     lexicon = Lexicon.of_texts(texts)
