@@ -13,7 +13,7 @@ template (the same product quantizer), so only the coarse assignment differs:
               rescoring, at the index's calibrated nprobe and rescore factor, and at twice that
               nprobe
     assigned  for a seeded sample of rows: the share the HNSW quantizer assigns to the list
-              brute force assigns them to, at several efSearch (the add uses QUANTIZER_EF)
+              brute force assigns them to, at several efSearch (the add uses `quantizer_ef`)
     lists     the time to assign rows at more lists than the index has (65,536 and 262,144:
               the lists `ivf_nlist` takes at 10^9 and 10^10 rows), centroids being a seeded
               sample of rows, and the bytes each quantizer takes written (`quantizer.faiss`)
@@ -57,8 +57,11 @@ from tapt.indexer.ann.faiss_index import build_part, search_part, set_search_par
 from tapt.indexer.ann.index_choice import (
     HNSW_EF_CONSTRUCTION,
     QUANTIZER_EF,
+    QUANTIZER_EF_LARGE,
+    QUANTIZER_EF_LARGE_LISTS,
     QUANTIZER_M,
     choice_from_manifest,
+    quantizer_ef,
     rescore_k,
 )
 from tapt.indexer.ann.rescore import exact_topk
@@ -81,7 +84,7 @@ def quantizers(centroids: np.ndarray) -> dict[str, Any]:
     graph.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     t0 = time.perf_counter()
     graph.add(centroids)
-    graph.hnsw.efSearch = QUANTIZER_EF
+    graph.hnsw.efSearch = quantizer_ef(len(centroids))
     return {"flat": flat, "hnsw": graph, "graph_seconds": time.perf_counter() - t0}
 
 
@@ -132,16 +135,16 @@ def assignment_agreement(rows: np.ndarray, quantizer: dict[str, Any],
         _, approx = quantizer["hnsw"].search(rows, 1)
         out[str(ef)] = {"agreement": round(float(np.mean(approx[:, 0] == exact[:, 0])), 4),
                         "us_per_row": round((time.perf_counter() - t0) / len(rows) * 1e6, 2)}
-    quantizer["hnsw"].hnsw.efSearch = QUANTIZER_EF
+    quantizer["hnsw"].hnsw.efSearch = quantizer_ef(quantizer["flat"].ntotal)
     return out
 
 
 def assignment_at(lists: int, sample: np.ndarray, rows: np.ndarray,
                   seed: int, efs: list[int]) -> dict[str, Any]:
     """Per-row assignment time at `lists` centroids (a seeded sample of rows standing in for
-    trained centroids): brute force, and the HNSW graph at QUANTIZER_EF and at each of `efs`
-    (with the share of rows it assigns to their brute-force list); and the bytes each
-    quantizer is written in."""
+    trained centroids): brute force, and the HNSW graph at the build's efSearch
+    (`quantizer_ef`) and at each of `efs` (with the share of rows it assigns to their
+    brute-force list); and the bytes each quantizer is written in."""
     rng = np.random.default_rng(seed)
     centroids = np.ascontiguousarray(sample[rng.choice(len(sample), lists, replace=False)])
     made = quantizers(centroids)
@@ -154,6 +157,7 @@ def assignment_at(lists: int, sample: np.ndarray, rows: np.ndarray,
     _, exact = made["flat"].search(rows, 1)
     _, approx = made["hnsw"].search(rows, 1)
     return {"lists": lists, "flat_us_per_row": timed["flat"], "hnsw_us_per_row": timed["hnsw"],
+            "hnsw_ef": made["hnsw"].hnsw.efSearch,
             "hnsw_agreement": round(float(np.mean(exact[:, 0] == approx[:, 0])), 4),
             "graph_seconds": round(made["graph_seconds"], 1), "rows_timed": len(rows),
             "quantizer_bytes": written, "efs": assignment_agreement(rows, made, efs)}
@@ -317,7 +321,7 @@ def markdown(r: dict[str, Any]) -> str:
             "|---|---:|---:|---:|---:|---:|"]
     for name, v in r["variants"].items():
         label = "Flat (every centroid)" if name == "flat" else \
-            f"HNSW{QUANTIZER_M} (efSearch {QUANTIZER_EF})"
+            f"HNSW{QUANTIZER_M} (efSearch {quantizer_ef(r['lists'])})"
         rows.append(f"| {label} | {v['add_seconds']:,.0f} | {v['add_us_per_row']} | "
                     f"{v[f'recall@{k}_nprobe_{p0}']:.4f} | "
                     f"{v[f'recall@{k}_nprobe_{p1}']:.4f} | {v['load_after']} |")
@@ -328,9 +332,12 @@ def markdown(r: dict[str, Any]) -> str:
               for ef, v in r["assignment"].items()]
     more = ["", "Assignment alone at other list counts (centroids: a seeded sample of rows), and "
                 "each quantizer written (`quantizer.faiss`):", "",
-            "| lists | brute force (us per row) | HNSW (us per row) | same list | graph built (s) "
-            "| Flat written | HNSW written |", "|---:|---:|---:|---:|---:|---:|---:|"]
-    more += [f"| {m['lists']:,} | {m['flat_us_per_row']} | {m['hnsw_us_per_row']} | "
+            "| lists | brute force (us per row) | HNSW (us per row, at efSearch) | same list | "
+            "graph built (s) | Flat written | HNSW written |",
+            "|---:|---:|---:|---:|---:|---:|---:|"]
+    # a report from before the efSearch grew with the lists measured the graph at QUANTIZER_EF
+    more += [f"| {m['lists']:,} | {m['flat_us_per_row']} | {m['hnsw_us_per_row']} "
+             f"({m.get('hnsw_ef', QUANTIZER_EF)}) | "
              f"{m['hnsw_agreement']:.4f} | {m['graph_seconds']} | "
              f"{m['quantizer_bytes']['flat'] / 2**20:,.1f} MB | "
              f"{m['quantizer_bytes']['hnsw'] / 2**20:,.1f} MB |" for m in r["at_more_lists"]]
@@ -338,9 +345,9 @@ def markdown(r: dict[str, Any]) -> str:
     if tuned:
         when = r.get("lists_measured", {}).get("created", r["created"])
         more += ["", f"The HNSW graph's efSearch at those list counts (measured {when}; "
-                     "the build's is "
-                     f"{QUANTIZER_EF}): the share of rows it assigns to their brute-force list, "
-                     "and its time:", "",
+                     f"a build's is {QUANTIZER_EF} below {QUANTIZER_EF_LARGE_LISTS:,} lists, "
+                     f"{QUANTIZER_EF_LARGE} from there): the share of rows it assigns to their "
+                     "brute-force list, and its time:", "",
                  "| lists | efSearch | same list | us per row |", "|---:|---:|---:|---:|"]
         more += [f"| {m['lists']:,} | {ef} | {v['agreement']:.4f} | {v['us_per_row']} |"
                  for m in tuned for ef, v in m["efs"].items()]

@@ -31,6 +31,7 @@ from tapt.indexer.ann.index_choice import (
     ivf_nlist,
     ivf_quantizer,
     ivf_train_size,
+    quantizer_ef,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -132,17 +133,17 @@ def inputs(results: Path) -> dict[str, dict[str, Any]]:
                     f"the one {kind} quantizer of {ivf_nlist(n):,} lists, written")
         report = load(cq)
         hnsw = report["variants"].get("hnsw")
-        own = report["assignment"].get(str(QUANTIZER_EF))
+        own = report["assignment"].get(str(quantizer_ef(report["lists"])))
         if hnsw and own:     # an add with the HNSW quantizer: codes + a graph walk per row
             put("add_encode_us_row", hnsw["add_us_per_row"] - own["us_per_row"], "us/row", cq,
                 f"the {report['rows']:,}-row index's add with its HNSW quantizer "
                 f"({hnsw['add_us_per_row']} us a row) less its assignment ({own['us_per_row']} "
                 f"us a row at {report['lists']:,} lists)")
             points = [(report["lists"], own["us_per_row"])] + [
-                (m["lists"], m["hnsw_us_per_row"]) for m in report["at_more_lists"]]
+                (m["lists"], graph_walk(m)) for m in report["at_more_lists"]]
             for lists, us in points:
                 put(f"hnsw_assign_us_row_{lists}", us, "us/row", cq, f"assignment through the "
-                    f"HNSW graph at {lists:,} lists, efSearch {QUANTIZER_EF}")
+                    f"HNSW graph at {lists:,} lists, efSearch {quantizer_ef(lists)}")
             flat = report["variants"].get("flat")
             if flat:     # every centroid compared: the add less its codes, per row and list
                 put("add_ns_row_list", (flat["add_us_per_row"] - out["add_encode_us_row"]
@@ -260,6 +261,19 @@ def build_rows(v: dict[str, float]) -> list[dict[str, Any]]:
             sum(hours(s[2](n, k))[j] for s in stages) for j in (0, 1)), "h", "the sum"))
     return rows + [row("GPU-hours to embed", lambda n: tuple(n / r / 3600 for r in gpu), "GPU-h",
                        f"rows / {gpu[1]:,.0f}-{gpu[0]:,.0f} per s")]
+
+
+def graph_walk(measured: dict[str, Any]) -> float:
+    """us a row of the HNSW assignment `coarse_quantizer.json` measured at a list count, at the
+    efSearch a build takes there (`quantizer_ef`)."""
+    ef = str(quantizer_ef(measured["lists"]))
+    if ef in measured.get("efs", {}):
+        return measured["efs"][ef]["us_per_row"]
+    # a report from before the efSearch grew with the lists measured the graph at QUANTIZER_EF
+    if measured.get("hnsw_ef", QUANTIZER_EF) != int(ef):
+        raise InputError(f"coarse_quantizer.json has no assignment at {measured['lists']:,} "
+                         f"lists and efSearch {ef}: run it again with --lists-only")
+    return measured["hnsw_us_per_row"]
 
 
 def hnsw_walks(v: dict[str, float]) -> list[tuple[int, float]]:

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from tapt.indexer.ann.index_choice import QUANTIZER_EF
+from tapt.indexer.ann.index_choice import QUANTIZER_EF, quantizer_ef
 
 ASSIGN_BLOCK = 1 << 28     # float32 similarities per block of a torch assignment (1 GiB)
 TORCH_ENV = "TAPT_FAISS_GPU"
@@ -58,10 +58,10 @@ def configure(index, params: dict[str, Any]) -> None:
     graph.hnsw.efSearch = int(params.get("quantizer_efSearch", QUANTIZER_EF))
 
 
-def search_ef(nprobe: int) -> int:
-    """The efSearch of an HNSW quantizer for a search of `nprobe` lists (as autofaiss sets it:
-    twice the lists, and at least the add's)."""
-    return max(QUANTIZER_EF, 2 * int(nprobe))
+def search_ef(nprobe: int, nlist: int) -> int:
+    """The efSearch of an HNSW quantizer over `nlist` lists for a search of `nprobe` lists (as
+    autofaiss sets it: twice the lists, and at least the add's)."""
+    return max(quantizer_ef(nlist), 2 * int(nprobe))
 
 
 def set_nprobe_ef(index, nprobe: int) -> None:
@@ -69,7 +69,7 @@ def set_nprobe_ef(index, nprobe: int) -> None:
     ivf = ivf_of(index)
     graph = hnsw_of(ivf.quantizer) if ivf is not None else None
     if graph is not None:
-        graph.hnsw.efSearch = search_ef(nprobe)
+        graph.hnsw.efSearch = search_ef(nprobe, int(ivf.nlist))
 
 
 def quantizer_of(template) -> Any:

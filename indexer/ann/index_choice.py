@@ -52,7 +52,13 @@ HNSW_EF_CONSTRUCTION = 40
 # brute force is faster up to about 16,384 lists and the graph from 32,768 (~2.7e8 rows) on
 HNSW_QUANTIZER_LISTS = 32768
 QUANTIZER_M = 32             # its links per centroid (autofaiss's IVF{n}_HNSW32)
-QUANTIZER_EF = 64            # its efSearch when rows are added (a search uses max(this, 2 nprobe))
+# its efSearch when rows are added (a search uses max(this, 2 nprobe)): at 65,536 lists 64 sends
+# 99.9% of rows to their nearest list, at 262,144 lists 96.8%, where 128 sends 99.3% at 274 us a
+# row against brute force's 1,138 (benchmarks/results/scale/coarse_quantizer.md), so from
+# QUANTIZER_EF_LARGE_LISTS lists on the graph searches QUANTIZER_EF_LARGE (`quantizer_ef`)
+QUANTIZER_EF = 64
+QUANTIZER_EF_LARGE = 128
+QUANTIZER_EF_LARGE_LISTS = 131072
 NPROBE_SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 EF_SEARCH_SWEEP = (16, 32, 64, 128, 256, 512, 1024)
 TRAIN_PER_LIST = 40          # faiss warns below 39 training points per centroid
@@ -180,6 +186,11 @@ def ivf_nlist(n: int) -> int:
     return int(max(1, min(target, n // TRAIN_PER_LIST)))
 
 
+def quantizer_ef(nlist: int) -> int:
+    """The efSearch of an HNSW coarse quantizer over `nlist` lists (see QUANTIZER_EF)."""
+    return QUANTIZER_EF_LARGE if nlist >= QUANTIZER_EF_LARGE_LISTS else QUANTIZER_EF
+
+
 def ivf_train_size(n: int, nlist: int) -> int:
     """Training rows of an IVF index: `TRAIN_PER_LIST` per inverted list, at least
     `TRAIN_MIN` (every row of a smaller corpus); at 10M rows, 327,680 rows for 8,192 lists."""
@@ -243,7 +254,7 @@ def _ivfpq(n: int, dim: int, requested: str, budget: int, why: str, seed: int,
                   "quantizer": quantizer, "shared_quantizer": True}
         if qm:
             params.update(quantizer_M=qm, quantizer_efConstruction=HNSW_EF_CONSTRUCTION,
-                          quantizer_efSearch=QUANTIZER_EF)
+                          quantizer_efSearch=quantizer_ef(nlist))
         return IndexChoice(
             "ivfpq", factory, params,
             est, f"{why}; {factory}, " + _estimate(est, held, part, n, budget), requested,

@@ -67,6 +67,17 @@ def test_the_plan_takes_an_hnsw_quantizer_where_brute_force_dominates():
     assert large.estimated_bytes == flat_like + 32768 * (32 * 2 * 4 + 8 + 16)
 
 
+def test_the_graph_is_searched_wider_from_131072_lists_on():
+    """efSearch 64 when rows are added below 131,072 lists, 128 from there (measured: 96.8%
+    of rows in their nearest of 262,144 lists at 64); a search takes at least twice nprobe."""
+    at_1e9 = choose_index(1_000_000_000, 384, "64G")
+    at_1e10 = choose_index(10_000_000_000, 384, "1T")
+    assert at_1e9.params["nlist"] == 65536 and at_1e9.params["quantizer_efSearch"] == 64
+    assert at_1e10.params["nlist"] == 262144 and at_1e10.params["quantizer_efSearch"] == 128
+    assert coarse.search_ef(8, 65536) == 64 and coarse.search_ef(8, 262144) == 128
+    assert coarse.search_ef(100, 262144) == 200
+
+
 def test_an_ivf_index_stores_its_quantizer_once(idx, built, monkeypatch):
     monkeypatch.setattr(index_choice, "HNSW_QUANTIZER_LISTS", 16)
     exact, _ = rank(Index(idx), SelectConfig(method="knn", k=10), _task(built))
