@@ -294,12 +294,13 @@ def lists_only(index: Index, args: argparse.Namespace, efs: list[int]) -> None:
     """`--lists-only`: the report in `--out` with its assignment at more lists measured again,
     on the same shards' rows and seeded sample."""
     report = json.loads((args.out / "coarse_quantizer.json").read_text())
-    shards = index.shards[:report["shards"]]
+    shards = index.shards[:args.shards or report["shards"]]
     rows = RowView([s.embeddings for s in shards])
-    sample = sampled_rows(rows, report["rows"], args)
+    n_rows = sum(s.rows for s in shards)
+    sample = sampled_rows(rows, n_rows, args)
     report["at_more_lists"] = at_more_lists(sample, args, efs)
-    report["lists_measured"] = {"created": utc_now(), "argv": sys.argv[1:],
-                                "load_end": round(os.getloadavg()[0], 1)}
+    report["lists_measured"] = {"created": utc_now(), "argv": sys.argv[1:], "rows": n_rows,
+                                "shards": len(shards), "load_end": round(os.getloadavg()[0], 1)}
     write_report(args.out, "coarse_quantizer", report, markdown(report))
 
 
@@ -330,8 +331,10 @@ def markdown(r: dict[str, Any]) -> str:
              "| efSearch | same list | us per row |", "|---:|---:|---:|"]
     agree += [f"| {ef} | {v['agreement']:.4f} | {v['us_per_row']} |"
               for ef, v in r["assignment"].items()]
-    more = ["", "Assignment alone at other list counts (centroids: a seeded sample of rows), and "
-                "each quantizer written (`quantizer.faiss`):", "",
+    sampled = r.get("lists_measured", {}).get("shards", r["shards"])
+    more = ["", "Assignment alone at other list counts (centroids: a seeded sample of the rows of "
+                f"the first {sampled} shards), and each quantizer written "
+                "(`quantizer.faiss`):", "",
             "| lists | brute force (us per row) | HNSW (us per row, at efSearch) | same list | "
             "graph built (s) | Flat written | HNSW written |",
             "|---:|---:|---:|---:|---:|---:|---:|"]
@@ -341,6 +344,8 @@ def markdown(r: dict[str, Any]) -> str:
              f"{m['hnsw_agreement']:.4f} | {m['graph_seconds']} | "
              f"{m['quantizer_bytes']['flat'] / 2**20:,.1f} MB | "
              f"{m['quantizer_bytes']['hnsw'] / 2**20:,.1f} MB |" for m in r["at_more_lists"]]
+    if not r["at_more_lists"]:
+        more = []
     tuned = [m for m in r["at_more_lists"] if "efs" in m]
     if tuned:
         when = r.get("lists_measured", {}).get("created", r["created"])

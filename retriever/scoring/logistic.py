@@ -1,4 +1,5 @@
-"""Binary logistic regression on float32 rows (dense, or scipy sparse), fitted by L-BFGS-B.
+"""Binary logistic regression on float32 rows (dense, or scipy sparse), fitted by L-BFGS-B
+(dense rows) or Newton-CG (sparse rows).
 
 The objective is the one scikit-learn's `LogisticRegression(class_weight="balanced")` minimises
 (its sample weights n / (2 x the class's rows), the loss averaged by them):
@@ -13,7 +14,7 @@ Dense rows (a few hundred columns) are fitted by scipy's L-BFGS-B with the setti
 scikit-learn's lbfgs solver uses (gtol `tol`, ftol 64 eps, 50 line-search steps) from zero.
 Sparse rows (hashed n-grams: hundreds of thousands of used columns) are fitted by scipy's
 Newton-CG, a Newton method whose steps are solved by conjugate gradients over Hessian-vector
-products (two sparse products each), as liblinear's trust-region Newton solver does: L-BFGS-B's
+products (two sparse products each), as liblinear's solver is (a trust-region one): L-BFGS-B's
 own work per step grows with the columns times its 10 remembered steps, which cost more than the
 products with the rows, and it stopped short of the optimum (measured on the wording
 classifier's fits of 43,000-71,000 rows and 300,000-380,000 used columns: 28-39 steps, 1.2-1.6 s,
