@@ -135,21 +135,21 @@ class _Objective:
         self.penalize_intercept = penalize_intercept
         self.xt = x.T.tocsr() if sp.issparse(x) else x.T
         self.d = x.shape[1]
-        self._at: np.ndarray | None = None
+        self._at: np.ndarray | None = None      # the last point's copy and its probabilities
+        self._p: np.ndarray | None = None
         self._curvature: np.ndarray | None = None
 
     def _log_odds(self, wb: np.ndarray) -> np.ndarray:
         return (np.asarray(self.x @ wb[:self.d].astype(np.float32), dtype=np.float32)
                 + np.float32(wb[self.d]))
 
-    def _gradient(self, wb: np.ndarray, per_row: np.ndarray, intercept_penalty: bool
-                  ) -> np.ndarray:
+    def _gradient(self, wb: np.ndarray, per_row: np.ndarray) -> np.ndarray:
         """X' per_row + penalty w, and the intercept's component: the form of both the
         gradient and a Hessian-vector product."""
         out = np.empty(self.d + 1)
         out[:self.d] = np.asarray(self.xt @ per_row, dtype=np.float64) + self.penalty * wb[:self.d]
         out[self.d] = float(per_row.sum(dtype=np.float64)) + (
-            self.penalty * wb[self.d] if intercept_penalty else 0.0)
+            self.penalty * wb[self.d] if self.penalize_intercept else 0.0)
         return out
 
     def value_and_gradient(self, wb: np.ndarray) -> tuple[float, np.ndarray]:
@@ -158,16 +158,18 @@ class _Objective:
         # log(1 + exp(z)) - y z: the loss of label y at log-odds z, without overflow
         loss = np.logaddexp(np.float32(0), z) - self.y * z
         p = _sigmoid(z)
-        self._at, self._curvature = wb.copy(), self.share * p * (np.float32(1) - p)
+        self._at, self._p, self._curvature = wb.copy(), p, None
         value = float(np.dot(self.share.astype(np.float64), loss.astype(np.float64)))
         value += 0.5 * self.penalty * (float(w @ w) + (b * b if self.penalize_intercept
                                                        else 0.0))
-        return value, self._gradient(wb, self.share * (p - self.y), self.penalize_intercept)
+        return value, self._gradient(wb, self.share * (p - self.y))
 
     def hessian_product(self, wb: np.ndarray, v: np.ndarray) -> np.ndarray:
         if self._at is None or not np.array_equal(wb, self._at):
             self.value_and_gradient(wb)
-        return self._gradient(v, self._curvature * self._log_odds(v), self.penalize_intercept)
+        if self._curvature is None:     # once per point, only for the solver that asks
+            self._curvature = self.share * self._p * (np.float32(1) - self._p)
+        return self._gradient(v, self._curvature * self._log_odds(v))
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:

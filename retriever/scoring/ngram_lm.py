@@ -414,9 +414,9 @@ class HashedLMs(ShardScorer):
                                   np.searchsorted(counted_keys, last, side="right")]
             at = np.searchsorted(keys, inside)
             counted.append(at[keys[np.minimum(at, len(keys) - 1)] == inside] + lo)
-        if counted:
-            rows = np.concatenate(counted)
-            run = np.asarray(pairs[rows]) if len(rows) else np.empty((0, 2), dtype=np.int64)
+        rows = np.concatenate(counted) if counted else np.empty(0, dtype=np.int64)
+        if len(rows):
+            run = np.asarray(pairs[rows])
             lp_in, lp_gen = self.model_log2(ids[run[:, 0]], ids[run[:, 1]])
             gain[rows] = lp_in - lp_gen
         return gain
