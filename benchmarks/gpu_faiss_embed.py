@@ -3,18 +3,19 @@ CPUs, and a build's whole embed stage against 60,000 sentences/s (a prepared che
 minutes for a lent GPU machine; `--device cpu` runs the same code on the CPU at a small size).
 
     faiss   ROWS synthetic unit rows (Gaussian blobs, 384 dims) built as the plan builds an
-            index of INDEX_ROWS rows (`choose_index`: IVF8192_HNSW32,PQ192x4fs at 10M): the
-            template trained and the rows added through torch on the device (`coarse`: what a
-            build does where a GPU is visible and faiss-gpu is not), then by FAISS on the CPU
-            (every core); recall@10 of both after tapt's exact rescoring, 200 queries. Then
-            the plan of `--device-index-rows` (65,536 lists at 10^9 rows) built from the same
-            rows on the device alone (the CPU would take an hour or more)
+            index of INDEX_ROWS rows (`choose_index`: IVF8192,PQ192x4fs at 10M): the template
+            trained and the rows added through torch on the device (`coarse`: what a build
+            does where a GPU is visible and faiss-gpu is not), then by FAISS on the CPU (every
+            core); recall@10 of both after tapt's exact rescoring, 200 queries. Then the plan
+            of `--device-index-rows` (65,536 lists at 10^9 rows) built from the same rows on
+            the device alone (the CPU would take an hour or more)
     embed   the bundled sample pool repeated to SENTENCES sentences, written into a text store
-            as a prepared shard, embedded in parts of PART_ROWS as a build embeds them: each
-            part read from the text store and tokenised in a pool of WORKERS processes, the
-            model on the device (IN_FLIGHT parts at once), the part written (`stages.save_part`:
-            its embeddings, token counts and completion record); sentences/s end to end, beside
-            the local executor's one-process `stages.embed_part`, against GOAL
+            as a prepared shard, embedded in parts of PART_ROWS as a build embeds them, two
+            ways: `local`, the local executor's embed stage as a build runs it (reading,
+            tokenising and the model in one process); `pipeline`, the split the Ray executor
+            makes, by hand: parts read and tokenised in a pool of WORKERS processes (started
+            before the clock), the model on the device (IN_FLIGHT parts at once), each part
+            written by `stages.save_part`. Sentences/s end to end against GOAL
 
     python benchmarks/gpu_faiss_embed.py $OUT/gpu_faiss_embed.json --device cuda
     python benchmarks/gpu_faiss_embed.py /tmp/gfe.json --device cpu --rows 20000 \\
@@ -87,7 +88,7 @@ def faiss_build(rows: np.ndarray, queries: np.ndarray, choice, device: str | Non
     return out
 
 
-def faiss_section(args) -> dict[str, Any]:
+def faiss_section(args, saved=lambda out: None) -> dict[str, Any]:
     # internal: the exact neighbours, and the index type a build of INDEX_ROWS rows would choose
     from tapt.indexer.ann.ann_recall import ground_truth
     from tapt.indexer.ann.index_choice import choose_index
@@ -100,12 +101,14 @@ def faiss_section(args) -> dict[str, Any]:
     for device in (args.device, None):
         out["runs"].append(faiss_build(rows, queries, choice, device, truth))
         print(json.dumps(out["runs"][-1]), flush=True)
+        saved(out)
     for size in [int(x) for x in args.device_index_rows.split(",") if x]:
         big = choose_index(size, DIM, "64G", "ivfpq")      # its lists; the sample fits ROWS
         big = dataclasses.replace(big, train_size=min(big.train_size, args.rows))
         run = faiss_build(rows, queries, big, args.device, truth)
         out["runs"].append({**run, "factory": big.factory, "train_rows": big.train_size})
         print(json.dumps(out["runs"][-1]), flush=True)
+        saved(out)
     return out
 
 
@@ -134,7 +137,7 @@ def prepared_shard(work: Path, texts: list[str]) -> None:
     writer.close()
 
 
-def embed_section(args) -> dict[str, Any]:
+def embed_section(args, saved=lambda out: None) -> dict[str, Any]:
     import pickle
 
     # internal: the embed stage's own steps and the encoder it loads, timed without a build
@@ -183,7 +186,7 @@ def embed_section(args) -> dict[str, Any]:
                                   ignore_errors=True)
                     todo = tasks(f"{name}-{r}")
                     t0 = time.perf_counter()
-                    if name == "local":
+                    if name == "local":            # what the local executor runs
                         for task in todo:
                             stages.embed_part(task, encoder)
                     else:
@@ -194,10 +197,11 @@ def embed_section(args) -> dict[str, Any]:
                             [d.result() for d in done]
                     pipeline._sync(encoder.device)
                     best[name] = min(best[name], time.perf_counter() - t0)
-        for name, seconds in best.items():
-            out[name] = {"seconds": round(seconds, 2),
-                         "sentences_per_second": round(len(texts) / seconds, 1)}
-        out["meets_goal"] = out["pipeline"]["sentences_per_second"] >= GOAL
+                    out[name] = {"seconds": round(best[name], 2),
+                                 "sentences_per_second": round(len(texts) / best[name], 1)}
+                    out["meets_goal"] = out["pipeline"]["sentences_per_second"] >= GOAL
+                    saved(out)
+                    print(json.dumps({name: out[name]}), flush=True)
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -232,15 +236,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
         result["gpu"] = torch.cuda.get_device_name(0)
     t0 = time.perf_counter()
+
+    def save(section: str | None = None, value: Any = None) -> None:
+        """The results so far, written after every run (a run stopped at its time limit keeps
+        what it measured)."""
+        if section is not None:
+            result[section] = value
+        result["seconds"] = round(time.perf_counter() - t0, 1)
+        result["load_end"] = os.getloadavg()[0]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, args.out)
+
     if "faiss" not in args.skip:
-        result["faiss"] = faiss_section(args)
+        save("faiss", faiss_section(args, lambda out: save("faiss", out)))
     if "embed" not in args.skip:
-        result["embed"] = embed_section(args)
+        save("embed", embed_section(args, lambda out: save("embed", out)))
         print(json.dumps(result["embed"]), flush=True)
-    result["seconds"] = round(time.perf_counter() - t0, 1)
-    result["load_end"] = os.getloadavg()[0]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    save()
     return result
 
 

@@ -70,11 +70,33 @@ def inputs(results: Path) -> dict[str, dict[str, Any]]:
         "CPU stages (read, split, text store, assemble, checksums; one process, a Xeon)")
     put("embed_cpu_rows_s", load("speed_encode.json")["builds"]["onnx"]["embed_sentences_per_s"],
         "sentences/s", "speed_encode.json", "a build's embed stage, ONNX fp32, 2 cores")
-    put("embed_gpu_rows_s_low", b["sentences_per_second"], "sentences/s", "gpu_build.json",
-        "a whole build's embed stage, one H200")
-    put("embed_gpu_rows_s_high", load("ray/gpu_embed_pipeline_h100.json")["pipeline"][
-        "sentences_per_second"], "sentences/s", "ray/gpu_embed_pipeline_h100.json",
-        "the embed stage's split (12 tokenising processes), one H100, without Ray")
+    gf = "gpu_faiss_embed.json"
+    if (results / gf).is_file():     # one H200: the embed stage end to end, IVF train + add
+        g = load(gf)
+        e, f = g["runs"]["embed"], g["runs"]["faiss"]
+        put("embed_gpu_rows_s_low", e["local"]["sentences_per_second"], "sentences/s", gf,
+            f"a build's embed stage in one process (the local executor), one H200, "
+            f"{e['sentences']:,} sentences read from a text store to parts written")
+        put("embed_gpu_rows_s_high", e["pipeline"]["sentences_per_second"], "sentences/s", gf,
+            f"the embed stage split as the Ray executor splits it ({e['workers']} tokenising "
+            f"processes, the model apart), one H200, without Ray, the same sentences")
+        for r in f["runs"]:
+            if not r["path"].startswith("torch on cuda"):
+                continue
+            lists = int(re.search(r"IVF(\d+)", r.get("factory", f["factory"])).group(1))
+            trained = r.get("train_rows", f["train_rows"])
+            put(f"gpu_add_us_row_{lists}", r["add_us_per_row"], "us/row", gf,
+                f"the add of {f['rows']:,} rows at {lists:,} lists through torch on one H200 "
+                "(the assignment on the GPU, the codes on the host's 16 cores)")
+            put(f"gpu_train_ns_row_list_{lists}", r["train_s"] / (trained * lists) * 1e9,
+                "ns/(training row x list)", gf, f"k-means of {trained:,} rows into {lists:,} "
+                "lists through torch on one H200, and the codebooks on the host")
+    else:
+        put("embed_gpu_rows_s_low", b["sentences_per_second"], "sentences/s", "gpu_build.json",
+            "a whole build's embed stage, one H200")
+        put("embed_gpu_rows_s_high", load("ray/gpu_embed_pipeline_h100.json")["pipeline"][
+            "sentences_per_second"], "sentences/s", "ray/gpu_embed_pipeline_h100.json",
+            "the embed stage's split (12 tokenising processes), one H100, without Ray")
     fts = load("scale/faiss_threads.json")
     ft = next(r for r in fts["runs"] if r["index"] == "ivfpq" and r["threads"] == 2)
     lists = int(re.search(r"IVF(\d+)", ft["factory"]).group(1))
@@ -227,12 +249,17 @@ def build_rows(v: dict[str, float]) -> list[dict[str, Any]]:
         ("train (one task)", lambda n: [v["train_ns_row_list"] * 1e-9 * ivf_nlist(n)
                                         * ivf_train_size(n, ivf_nlist(n))],
          lambda n, k: [v["train_ns_row_list"] * 1e-9 * ivf_nlist(n)
-                       * ivf_train_size(n, ivf_nlist(n)) * a["measured_cores"] / a["node_cores"]],
-         f"training rows x lists x {v['train_ns_row_list']:.1f} ns; a cluster: one node"),
+                       * ivf_train_size(n, ivf_nlist(n)) * a["measured_cores"] / a["node_cores"]]
+         + [gpu_train_ns(v, ivf_nlist(n)) * 1e-9 * ivf_nlist(n)
+            * ivf_train_size(n, ivf_nlist(n))][:bool(gpu_points(v, "train"))],
+         f"training rows x lists x {v['train_ns_row_list']:.1f} ns; a cluster: one node"
+         + gpu_how(v, "train")),
         ("index (FAISS add)", lambda n: [add_seconds(v, n)],
          lambda n, k: [add_seconds(v, n) * a["measured_cores"]
-                       / (min(k, shards(n)) * a["node_cores"])],
-         add_how(v) + "; a cluster: one whole-node task per node at a time"),
+                       / (min(k, shards(n)) * a["node_cores"])]
+         + [n * gpu_add_us(v, ivf_nlist(n)) * 1e-6
+            / min(k, shards(n))][:bool(gpu_points(v, "add"))],
+         add_how(v) + "; a cluster: one whole-node task per node at a time" + gpu_how(v, "add")),
         ("calibrate (exact top-100)", lambda n: [n * u / 1e6 / a["measured_cores"] for u in cal],
          lambda n, k: [n * u / 1e6 / min(k * a["node_cores"], shards(n)) for u in cal],
          f"rows x {cal[0]}-{cal[1]} CPU us; a cluster: one task per shard")]
@@ -296,6 +323,43 @@ def add_seconds(v: dict[str, float], n: int) -> float:
     (l0, a0), (l1, a1) = below[-1], above[0]
     walk = a0 if l1 == l0 else a0 + (a1 - a0) * np.log2(lists / l0) / np.log2(l1 / l0)
     return n * (v["add_encode_us_row"] + walk) * 1e-6
+
+
+def gpu_points(v: dict[str, float], kind: str) -> list[tuple[int, float]]:
+    """(lists, cost) of the IVF steps measured through torch on one GPU (`kind`: add or
+    train), by lists."""
+    prefix = {"add": "gpu_add_us_row_", "train": "gpu_train_ns_row_list_"}[kind]
+    return sorted((int(k.rsplit("_", 1)[1]), x) for k, x in v.items() if k.startswith(prefix))
+
+
+def gpu_add_us(v: dict[str, float], lists: int) -> float:
+    """us a row of an add through torch on one GPU at `lists` lists: linear in the lists
+    through the two list counts measured (the assignment compares every centroid; the codes'
+    cost does not change), or the one measured."""
+    points = gpu_points(v, "add")
+    if len(points) == 1:
+        return points[0][1]
+    (l0, a0), (l1, a1) = points[0], points[-1]
+    return a0 + (a1 - a0) * (lists - l0) / (l1 - l0)
+
+
+def gpu_train_ns(v: dict[str, float], lists: int) -> float:
+    """ns per training row and list of k-means through torch on one GPU: the list count
+    measured nearest to `lists` (in log2); fewer lists use the GPU less well."""
+    return min(gpu_points(v, "train"), key=lambda p: abs(np.log2(p[0] / lists)))[1]
+
+
+def gpu_how(v: dict[str, float], kind: str) -> str:
+    """The formula of a cluster's training (`kind` train) or add (add) on its GPUs, with the
+    costs measured; "" where none was."""
+    points = gpu_points(v, kind)
+    unit, what = {"train": ("ns", "that node's GPU through torch (the lower figure): training "
+                            "rows x lists x the cost measured at the nearest list count"),
+                  "add": ("us", "the nodes' GPUs through torch (the lower figure): rows x the "
+                          "cost linear in the lists between and beyond those measured, / the "
+                          "nodes")}[kind]
+    measured = ", ".join(f"{x:.2f} {unit} at {lists:,}" for lists, x in points)
+    return f"; or on {what} ({measured} lists, one H200)" if points else ""
 
 
 def add_how(v: dict[str, float]) -> str:

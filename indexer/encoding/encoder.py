@@ -63,13 +63,17 @@ def encode_counted(encoder: Encoder, texts: Sequence[str], batch_size: int = 64,
         on_rows: Told how many texts were embedded, every whole number of batches of about
             REPORT_ROWS texts (a progress bar that moves by rows, not by calls): the texts are
             then embedded shortest first in such chunks, so each chunk's batches pad as
-            little as one call's would, and returned in their own order.
+            little as one call's would, and returned in their own order. On CUDA, once for
+            all the texts: a GPU embeds thousands a second, and chunks of one batch would make
+            it wait for each chunk's tokenising (a build's parts in 1,024-text chunks ran at
+            9,109 sentences/s on an H200, in one call each at 25,926).
 
     Returns:
         (embeddings, counts): as `encode` and `token_counts` return them.
     """
     chunk = max(batch_size, REPORT_ROWS // max(batch_size, 1) * batch_size)
-    if on_rows is not None and len(texts) > chunk:
+    on_gpu = str(getattr(encoder, "device", "")).startswith("cuda")
+    if on_rows is not None and len(texts) > chunk and not on_gpu:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         parts = []
         for start in range(0, len(order), chunk):

@@ -12,7 +12,7 @@ from benchmarks.scale_projection import RESULTS, SIZES, fmt, markdown, measure_i
 from tapt.indexer.ann.index_choice import ivf_nlist, ivf_train_size
 
 USED = ["scale", "quality/codes_precision.json", "gpu_build.json", "speed_encode.json",
-        "ray/gpu_embed_pipeline_h100.json"]
+        "ray/gpu_embed_pipeline_h100.json", "gpu_faiss_embed.json"]
 
 
 def cells(report, section, name):
@@ -40,6 +40,29 @@ def test_cells_are_per_row_costs_times_rows(report):
     assert one[str(10**9)]["value"] == pytest.approx(best * 10**9 / sel["synthetic"]["rows"])
     assert next(r for r in report["latency"] if r["name"].startswith("centroid 10000sent, "
                                                                       "exact, one"))["measured"]
+
+
+def test_a_cluster_trains_and_adds_on_its_gpus_or_its_cores(report):
+    from benchmarks.scale_projection import ASSUME, gpu_add_us, gpu_train_ns
+
+    i = {k: x["value"] for k, x in report["inputs"].items()}
+    runs = json.loads((RESULTS / "gpu_faiss_embed.json").read_text())["runs"]
+    assert i["embed_gpu_rows_s_high"] == runs["embed"]["pipeline"]["sentences_per_second"]
+    assert i["gpu_add_us_row_8192"] == runs["faiss"]["runs"][0]["add_us_per_row"]
+    # linear in the lists through the two measured counts, and past them
+    assert gpu_add_us(i, 8192) == pytest.approx(i["gpu_add_us_row_8192"])
+    assert gpu_add_us(i, 65536) == pytest.approx(i["gpu_add_us_row_65536"])
+    slope = (i["gpu_add_us_row_65536"] - i["gpu_add_us_row_8192"]) / (65536 - 8192)
+    assert gpu_add_us(i, 262144) == pytest.approx(i["gpu_add_us_row_65536"] + slope * 196608)
+    assert gpu_train_ns(i, 16384) == i["gpu_train_ns_row_list_8192"]       # the nearest count
+    assert gpu_train_ns(i, 262144) == i["gpu_train_ns_row_list_65536"]
+    n, k = 10**10, ASSUME["small_nodes"]
+    low, high = cells(report, "build", f"index (FAISS add), {k} nodes")[str(n)]["value"]
+    assert low == pytest.approx(n * gpu_add_us(i, ivf_nlist(n)) * 1e-6 / k / 3600)
+    assert high > 5 * low
+    low, _ = cells(report, "build", f"train (one task), {k} nodes")[str(n)]["value"]
+    assert low == pytest.approx(gpu_train_ns(i, ivf_nlist(n)) * 1e-9 * ivf_nlist(n)
+                                * ivf_train_size(n, ivf_nlist(n)) / 3600)
 
 
 def test_limits_and_marks(report):

@@ -25,6 +25,24 @@ def test_encode_counted_reports_rows_and_keeps_the_order():
     assert counts.tolist() == want_counts.tolist()
 
 
+def test_encode_counted_on_cuda_embeds_a_part_in_one_call():
+    class OnGpu(HashingEncoder):
+        device = "cuda"
+        calls = 0
+
+        def encode(self, texts, batch_size=64):
+            OnGpu.calls += 1
+            return super().encode(texts, batch_size=batch_size)
+
+    texts = [f"sentence number {i} of the part." for i in range(3000)]
+    reports: list[int] = []
+    got, counts = encode_counted(OnGpu(), texts, batch_size=1024, on_rows=reports.append)
+    assert reports == [3000] and OnGpu.calls == 1
+    want, want_counts = encode_counted(HashingEncoder(), texts, batch_size=1024)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert counts.tolist() == want_counts.tolist()
+
+
 class _Bars:
     """Stands in for tqdm: records every bar's updates by its description."""
 
