@@ -238,7 +238,9 @@ def test_fused_graph_has_fused_operators_and_embeds_like_the_plain_one(minilm):
     plain = OnnxEncoder(minilm, "onnx", fused=False, max_tokens=40)
     assert plain.graph == "onnx" and plain.path.parent.name.endswith("-onnx-v2")
     info = json.loads((fused.path.parent / "export.json").read_text())
-    assert info["fused_operators"]["Attention"] == 6  # one per layer: QKV in one product
+    ort = tuple(int(x) for x in info["onnxruntime"].split(".")[:2])
+    if ort >= (1, 31):      # 1.30's optimizer leaves this trace's attention unfused
+        assert info["fused_operators"]["Attention"] == 6  # one per layer: QKV in one product
     assert {"SkipLayerNormalization", "BiasGelu"} <= set(info["fused_operators"])
     assert info["probe_cosine_to_torch"] >= 0.9999
     texts = PROBES * 5 + ["word " * 300]  # uneven lengths, one truncated to the maximum
