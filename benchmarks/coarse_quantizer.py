@@ -23,8 +23,15 @@ template (the same product quantizer), so only the coarse assignment differs:
               depend on its rows per list): `--part-rows-per-list` x the index's lists rows,
               added to the template and written to a temporary file
 
+    searched  (`--searched-lists`, into an existing report) at other list counts: a template
+              trained with that many lists on the same shards' rows, both quantizers over its
+              centroids, the shards added with each and searched at the report's share of
+              lists probed; recall@100 after rescoring and the add's time
+
     nice -n 10 .venv/bin/python -m benchmarks.coarse_quantizer --index .cache/scale10m/index \
         --out benchmarks/results/scale
+    .venv/bin/python -m benchmarks.coarse_quantizer --index .cache/scale10m/index \
+        --out benchmarks/results/scale --shards 2 --searched-lists 32768
 """
 
 from __future__ import annotations
@@ -53,7 +60,13 @@ from tapt.indexer.ann.ann_recall import (
     ground_truth,
     recall_at_k,
 )
-from tapt.indexer.ann.faiss_index import build_part, search_part, set_search_param, template_of
+from tapt.indexer.ann.faiss_index import (
+    build_part,
+    search_part,
+    set_search_param,
+    template_of,
+    train_template,
+)
 from tapt.indexer.ann.index_choice import (
     HNSW_EF_CONSTRUCTION,
     QUANTIZER_EF,
@@ -203,12 +216,20 @@ def main(argv: list[str] | None = None) -> None:
                              "only (0: all): brute force at 8,192 lists takes ~25 min a 10M add "
                              "on 2 cores.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--searched-lists", default="",
+                        help="List counts at which both quantizers are compared on a searched "
+                             "index: a template with that many lists trained on --train-per-list "
+                             "rows a list of the shards' rows, the shards added with each "
+                             "quantizer, recall at the index's share of lists probed; into the "
+                             "report in --out (nothing else is measured again).")
+    parser.add_argument("--train-per-list", type=int, default=8,
+                        help="training rows a list for --searched-lists")
     parser.add_argument("--lists-only", action="store_true",
                         help="Measure the assignment at --lists only, into the report in --out "
                              "(the same index, shards and sample; nothing is added).")
     args = parser.parse_args(argv)
-    if args.lists_only and args.out is None:
-        parser.error("--lists-only needs --out (the report it updates)")
+    if (args.lists_only or args.searched_lists) and args.out is None:
+        parser.error("--lists-only and --searched-lists need --out (the report they update)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     import faiss
 
@@ -220,6 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     efs = [int(e) for e in args.efs.split(",")]
     if args.lists_only:
         lists_only(index, args, efs)
+        return
+    if args.searched_lists:
+        searched_lists(index, choice, args)
         return
     part = index.faiss_part(0)
     ivf = coarse.ivf_of(part)
@@ -272,6 +296,48 @@ def main(argv: list[str] | None = None) -> None:
         "index_quantizer_bytes": int((recorded.get("quantizer") or {}).get("bytes") or 0)}
     report["at_more_lists"] = at_more_lists(sample, args, efs)
     report["load_end"] = round(os.getloadavg()[0], 1)
+    write_report(args.out, "coarse_quantizer", report, markdown(report))
+
+
+def searched_lists(index: Index, choice, args: argparse.Namespace) -> None:
+    """`--searched-lists`: for each list count, a template trained with that many lists (the
+    index's factory otherwise) on the report's shards, both quantizers over its centroids, the
+    shards added with each and searched at the same share of lists as the index's calibrated
+    nprobe (and twice it); recall@k after exact rescoring, into the report in `--out`."""
+    import dataclasses
+    import re
+
+    report = json.loads((args.out / "coarse_quantizer.json").read_text())
+    shards = index.shards[:args.shards or report["shards"]]
+    rows = RowView([s.embeddings for s in shards])
+    queries, _ = calibration_queries(rows, choice)
+    _, truth = ground_truth(rows, queries, CALIBRATION_K)
+    factor = report["rescore_factor"]
+    found = []
+    for lists in (int(n) for n in args.searched_lists.split(",") if n):
+        own = dataclasses.replace(choice, factory=re.sub(r"IVF\d+", f"IVF{lists}",
+                                                         choice.factory),
+                                  train_size=lists * args.train_per_list)
+        template, train_seconds = train_template(rows, own)
+        made = quantizers(coarse.centroids(coarse.ivf_of(template).quantizer))
+        first = max(1, report["nprobe"][0] * lists // report["lists"])
+        nprobes = [first, 2 * first]
+        entry: dict[str, Any] = {"lists": lists, "factory": own.factory,
+                                 "train_rows": own.train_size,
+                                 "train_seconds": round(train_seconds, 1), "nprobe": nprobes,
+                                 "hnsw_ef": quantizer_ef(lists), "variants": {}}
+        for name in ("flat", "hnsw"):
+            result = add_and_search(index, shards, rows, with_quantizer(template, made[name]),
+                                    own, queries, nprobes, factor)
+            entry["variants"][name] = {
+                "add_us_per_row": round(result["add_seconds"] / len(rows) * 1e6, 2),
+                **{f"recall@{CALIBRATION_K}_nprobe_{p}": round(
+                    recall_at_k(result[f"candidates_nprobe_{p}"], truth), 4) for p in nprobes}}
+            log.info("%s lists, %s: %s", lists, name, entry["variants"][name])
+        found.append(entry)
+    report["searched_at_more_lists"] = {"created": utc_now(), "argv": sys.argv[1:],
+                                        "load_end": round(os.getloadavg()[0], 1),
+                                        "results": found}
     write_report(args.out, "coarse_quantizer", report, markdown(report))
 
 
@@ -366,7 +432,25 @@ def markdown(r: dict[str, Any]) -> str:
                "| rows per list | rows | bytes | bytes per row |", "|---:|---:|---:|---:|"]
     written += [f"| {p['rows_per_list']} | {p['rows']:,} | {p['bytes']:,} | "
                 f"{p['bytes_per_row']} |" for p in w["parts"]]
-    return head + "\n".join(rows + agree + more + written) + "\n"
+    searched = []
+    if r.get("searched_at_more_lists"):
+        m = r["searched_at_more_lists"]
+        searched = ["", f"On a searched index at more lists (measured {m['created']}): a "
+                        "template trained with that many lists on the same shards' rows "
+                        "(`--searched-lists`, its training rows below), both quantizers over "
+                        "its centroids, every shard added with each and searched at the same "
+                        f"share of lists as above; recall@{k} after exact rescoring:", "",
+                    "| lists | training rows | quantizer | add per row (us) | nprobe | "
+                    f"recall@{k} | at twice the nprobe |", "|---:|---:|---|---:|---:|---:|---:|"]
+        for e in m["results"]:
+            q0, q1 = e["nprobe"]
+            for name, v in e["variants"].items():
+                label = "Flat" if name == "flat" else f"HNSW{QUANTIZER_M}, efSearch {e['hnsw_ef']}"
+                searched.append(f"| {e['lists']:,} | {e['train_rows']:,} | {label} | "
+                                f"{v['add_us_per_row']} | {q0} | "
+                                f"{v[f'recall@{k}_nprobe_{q0}']:.4f} | "
+                                f"{v[f'recall@{k}_nprobe_{q1}']:.4f} |")
+    return head + "\n".join(rows + agree + more + written + searched) + "\n"
 
 
 if __name__ == "__main__":

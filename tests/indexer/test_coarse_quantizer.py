@@ -58,13 +58,15 @@ def _raw_part(idx, shard: str = "000000"):
 
 def test_the_plan_takes_an_hnsw_quantizer_where_brute_force_dominates():
     small = choose_index(10_000_000, 384, "64G")
-    large = choose_index(300_000_000, 384, "64G")
+    below = choose_index(300_000_000, 384, "64G")       # 32,768 lists: brute force measured faster
+    large = choose_index(600_000_000, 384, "64G")
     assert small.factory == "IVF8192,PQ192x4fs" and small.params["quantizer"] == "flat"
-    assert large.factory == "IVF32768_HNSW32,PQ192x4fs"
+    assert below.factory == "IVF32768,PQ192x4fs" and below.params["quantizer"] == "flat"
+    assert large.factory == "IVF65536_HNSW32,PQ192x4fs"
     assert large.params["quantizer"] == "hnsw" and large.params["shared_quantizer"]
     # the graph's links are counted in the estimate, once per held part
-    flat_like = index_choice.ivfpq_bytes(300_000_000, 384, 32768, 192)
-    assert large.estimated_bytes == flat_like + 32768 * (32 * 2 * 4 + 8 + 16)
+    flat_like = index_choice.ivfpq_bytes(600_000_000, 384, 65536, 192)
+    assert large.estimated_bytes == flat_like + 65536 * (32 * 2 * 4 + 8 + 16)
 
 
 def test_the_graph_is_searched_wider_from_131072_lists_on():
