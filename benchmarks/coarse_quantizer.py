@@ -322,7 +322,8 @@ def searched_lists(index: Index, choice, args: argparse.Namespace) -> None:
         made = quantizers(coarse.centroids(coarse.ivf_of(template).quantizer))
         first = max(1, report["nprobe"][0] * lists // report["lists"])
         nprobes = [first, 2 * first]
-        entry: dict[str, Any] = {"lists": lists, "factory": own.factory,
+        entry: dict[str, Any] = {"lists": lists, "created": utc_now(),
+                                 "argv": sys.argv[1:], "factory": own.factory,
                                  "train_rows": own.train_size,
                                  "train_seconds": round(train_seconds, 1), "nprobe": nprobes,
                                  "hnsw_ef": quantizer_ef(lists), "variants": {}}
@@ -334,10 +335,12 @@ def searched_lists(index: Index, choice, args: argparse.Namespace) -> None:
                 **{f"recall@{CALIBRATION_K}_nprobe_{p}": round(
                     recall_at_k(result[f"candidates_nprobe_{p}"], truth), 4) for p in nprobes}}
             log.info("%s lists, %s: %s", lists, name, entry["variants"][name])
+        entry["load_end"] = round(os.getloadavg()[0], 1)
         found.append(entry)
-    report["searched_at_more_lists"] = {"created": utc_now(), "argv": sys.argv[1:],
-                                        "load_end": round(os.getloadavg()[0], 1),
-                                        "results": found}
+    # list counts measured before (another run) are kept beside these
+    kept = [e for e in report.get("searched_at_more_lists", [])
+            if e["lists"] not in {f["lists"] for f in found}]
+    report["searched_at_more_lists"] = sorted(kept + found, key=lambda e: e["lists"])
     write_report(args.out, "coarse_quantizer", report, markdown(report))
 
 
@@ -434,19 +437,20 @@ def markdown(r: dict[str, Any]) -> str:
                 f"{p['bytes_per_row']} |" for p in w["parts"]]
     searched = []
     if r.get("searched_at_more_lists"):
-        m = r["searched_at_more_lists"]
-        searched = ["", f"On a searched index at more lists (measured {m['created']}): a "
-                        "template trained with that many lists on the same shards' rows "
-                        "(`--searched-lists`, its training rows below), both quantizers over "
-                        "its centroids, every shard added with each and searched at the same "
-                        f"share of lists as above; recall@{k} after exact rescoring:", "",
-                    "| lists | training rows | quantizer | add per row (us) | nprobe | "
-                    f"recall@{k} | at twice the nprobe |", "|---:|---:|---|---:|---:|---:|---:|"]
-        for e in m["results"]:
+        searched = ["", "On a searched index at more lists: a template trained with that many "
+                        "lists on the same shards' rows (`--searched-lists`, its training rows "
+                        "below), both quantizers over its centroids, every shard added with each "
+                        f"and searched at the same share of lists as above; recall@{k} after "
+                        "exact rescoring:", "",
+                    "| lists | measured | training rows | quantizer | add per row (us) | nprobe | "
+                    f"recall@{k} | at twice the nprobe |",
+                    "|---:|---|---:|---|---:|---:|---:|---:|"]
+        for e in r["searched_at_more_lists"]:
             q0, q1 = e["nprobe"]
             for name, v in e["variants"].items():
                 label = "Flat" if name == "flat" else f"HNSW{QUANTIZER_M}, efSearch {e['hnsw_ef']}"
-                searched.append(f"| {e['lists']:,} | {e['train_rows']:,} | {label} | "
+                searched.append(f"| {e['lists']:,} | {e['created'][:10]} | {e['train_rows']:,} | "
+                                f"{label} | "
                                 f"{v['add_us_per_row']} | {q0} | "
                                 f"{v[f'recall@{k}_nprobe_{q0}']:.4f} | "
                                 f"{v[f'recall@{k}_nprobe_{q1}']:.4f} |")
