@@ -307,9 +307,7 @@ def searched_lists(index: Index, choice, args: argparse.Namespace) -> None:
     import dataclasses
     import re
 
-    report = json.loads((args.out / "coarse_quantizer.json").read_text())
-    shards = index.shards[:args.shards or report["shards"]]
-    rows = RowView([s.embeddings for s in shards])
+    report, shards, rows = reported_rows(index, args)
     queries, _ = calibration_queries(rows, choice)
     _, truth = ground_truth(rows, queries, CALIBRATION_K)
     factor = report["rescore_factor"]
@@ -344,6 +342,13 @@ def searched_lists(index: Index, choice, args: argparse.Namespace) -> None:
     write_report(args.out, "coarse_quantizer", report, markdown(report))
 
 
+def reported_rows(index: Index, args: argparse.Namespace) -> tuple[dict[str, Any], list, Any]:
+    """The report in `--out`, the shards it measured (`--shards` overrides) and their rows."""
+    report = json.loads((args.out / "coarse_quantizer.json").read_text())
+    shards = index.shards[:args.shards or report["shards"]]
+    return report, shards, RowView([s.embeddings for s in shards])
+
+
 def sampled_rows(rows, n_rows: int, args: argparse.Namespace) -> np.ndarray:
     """The seeded sample of `--sample` rows whose assignment is compared, as float32."""
     rng = np.random.default_rng(args.seed)
@@ -362,9 +367,7 @@ def at_more_lists(sample: np.ndarray, args: argparse.Namespace,
 def lists_only(index: Index, args: argparse.Namespace, efs: list[int]) -> None:
     """`--lists-only`: the report in `--out` with its assignment at more lists measured again,
     on the same shards' rows and seeded sample."""
-    report = json.loads((args.out / "coarse_quantizer.json").read_text())
-    shards = index.shards[:args.shards or report["shards"]]
-    rows = RowView([s.embeddings for s in shards])
+    report, shards, rows = reported_rows(index, args)
     n_rows = sum(s.rows for s in shards)
     sample = sampled_rows(rows, n_rows, args)
     report["at_more_lists"] = at_more_lists(sample, args, efs)

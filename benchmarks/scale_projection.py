@@ -229,6 +229,10 @@ def build_rows(v: dict[str, float]) -> list[dict[str, Any]]:
     vocab = v["vocab_words_row"] * v["vocab_us_word"] / 1e6
     shards = lambda n: max(1, n // a["shard_rows"])                            # noqa: E731
     pieces = lambda n: max(1, n * a["corpus_bytes_row"] // a["piece_bytes"])   # noqa: E731
+    pairs = lambda n: ivf_nlist(n) * ivf_train_size(n, ivf_nlist(n))   # noqa: E731 (rows x lists)
+    train_s = lambda n: v["train_ns_row_list"] * 1e-9 * pairs(n)       # noqa: E731
+    # a cluster trains and adds on its GPUs too where they were measured (the lower figure)
+    gpu_train, gpu_add = bool(gpu_points(v, "train")), bool(gpu_points(v, "add"))
     # (stage, seconds on one 2-core node, seconds on a cluster of `nodes`, how)
     stages = [
         ("prepare + assemble", lambda n: [n * u / 1e6 for u in pr],
@@ -246,19 +250,15 @@ def build_rows(v: dict[str, float]) -> list[dict[str, Any]]:
          lambda n, k: [n / r / k for r in gpu],
          f"rows / {v['embed_cpu_rows_s']:.0f} per s (CPU); a cluster: rows / "
          f"({gpu[1]:,.0f}-{gpu[0]:,.0f} per s x its GPUs)"),
-        ("train (one task)", lambda n: [v["train_ns_row_list"] * 1e-9 * ivf_nlist(n)
-                                        * ivf_train_size(n, ivf_nlist(n))],
-         lambda n, k: [v["train_ns_row_list"] * 1e-9 * ivf_nlist(n)
-                       * ivf_train_size(n, ivf_nlist(n)) * a["measured_cores"] / a["node_cores"]]
-         + [gpu_train_ns(v, ivf_nlist(n)) * 1e-9 * ivf_nlist(n)
-            * ivf_train_size(n, ivf_nlist(n))][:bool(gpu_points(v, "train"))],
+        ("train (one task)", lambda n: [train_s(n)],
+         lambda n, k: [train_s(n) * a["measured_cores"] / a["node_cores"]]
+         + ([gpu_train_ns(v, ivf_nlist(n)) * 1e-9 * pairs(n)] if gpu_train else []),
          f"training rows x lists x {v['train_ns_row_list']:.1f} ns; a cluster: one node"
          + gpu_how(v, "train")),
         ("index (FAISS add)", lambda n: [add_seconds(v, n)],
          lambda n, k: [add_seconds(v, n) * a["measured_cores"]
                        / (min(k, shards(n)) * a["node_cores"])]
-         + [n * gpu_add_us(v, ivf_nlist(n)) * 1e-6
-            / min(k, shards(n))][:bool(gpu_points(v, "add"))],
+         + ([n * gpu_add_us(v, ivf_nlist(n)) * 1e-6 / min(k, shards(n))] if gpu_add else []),
          add_how(v) + "; a cluster: one whole-node task per node at a time" + gpu_how(v, "add")),
         ("calibrate (exact top-100)", lambda n: [n * u / 1e6 / a["measured_cores"] for u in cal],
          lambda n, k: [n * u / 1e6 / min(k * a["node_cores"], shards(n)) for u in cal],
