@@ -16,7 +16,12 @@ logical CPUs, runs `tapt.Index.build` / `Index.add` through the public API with
 ranges of about half a shard), and records:
 
 - `driver_cpu_s`: the process's own user + system CPU seconds over the command
-  (`resource.getrusage(RUSAGE_SELF)`: Ray's workers and daemons are other processes);
+  (`resource.getrusage(RUSAGE_SELF)`: Ray's workers and daemons are other processes), less
+  the CPU of this benchmark's own memory sampler (`sampler_cpu_s`: a thread reading
+  /proc/self/status every 10 ms, whose CPU grows with the command's wall time);
+- `driver_main_cpu_s`: the main thread's CPU seconds (tapt's own work on the driver, with the
+  Ray client calls it makes), and `driver_threads_cpu_s`: every live thread's, by name (Ray's
+  core worker threads: `worker.io`, `client.poll0`, ...);
 - `driver_peak_mb`: the peak of its RssAnon (its own memory; mapped index files are not),
   sampled every 10 ms from the start of the command to its end; `base_mb`, before it;
 - `driver_maxrss_mb` (`ru_maxrss`, mapped pages included), the command's wall seconds, its
@@ -45,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.driver_memory import MB, AnonPeak, _anon_bytes
+from benchmarks.driver_memory import MB, SAMPLER, AnonPeak, _anon_bytes
 from tapt.extend import register_encoder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +118,27 @@ def write_corpus(folder: Path, rows: int, seed: int) -> list[str]:
     return files
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of each live thread of this process, summed by thread name
+    (`/proc/self/task/*/stat`; Python threads by their `threading` name, the main thread as
+    `main`): which of Ray's threads the driver's CPU goes to."""
+    import threading
+
+    tick, main, found = os.sysconf("SC_CLK_TCK"), str(os.getpid()), {}
+    python = {str(t.native_id): t.name for t in threading.enumerate()}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            name = "main" if tid == main else python.get(tid) or Path(
+                f"/proc/self/task/{tid}/comm").read_text()
+        except OSError:         # the thread ended between the listing and the read
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        key = name.strip()
+        found[key] = found.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
 def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
          profile: int = 0) -> dict[str, Any]:
     """One command in this process (the child): build `rows` rows, or add `rows` / 10; with
@@ -139,9 +165,10 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
         options["piece_size"] = max(1 << 20, sum(os.path.getsize(p) for p in inputs) // 40)
     load = os.getloadavg()[0]
     base = _anon_bytes() / MB
-    profiler = cProfile.Profile(time.process_time) if profile else None
+    profiler = cProfile.Profile(time.thread_time) if profile else None
     with AnonPeak(interval=0.01) as peak:
         before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        threads_before = thread_cpu()
         if profiler is not None:
             profiler.enable()
         if command == "build":
@@ -154,11 +181,18 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
         if profiler is not None:
             profiler.disable()
         seconds, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+        threads_after = thread_cpu()
     peak_mb = peak.peak / MB
     build = manifest.get("build", {}) if command == "build" else manifest["history"][-1]
+    by_thread = {name: round(cpu - threads_before.get(name, 0.0), 2)
+                 for name, cpu in sorted(threads_after.items(), key=lambda t: -t[1])
+                 if name != SAMPLER}                 # counted apart (`sampler_cpu_s`)
     return {"command": command, "rows": rows,
             "driver_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime
-                                  - before.ru_stime, 1),
+                                  - before.ru_stime - peak.cpu_s, 1),
+            "sampler_cpu_s": round(peak.cpu_s, 2),
+            "driver_main_cpu_s": by_thread.get("main"),
+            "driver_threads_cpu_s": {k: v for k, v in by_thread.items() if v >= 0.05},
             "driver_peak_mb": round(peak_mb, 1), "base_mb": round(base, 1),
             "driver_maxrss_mb": round(after.ru_maxrss / 1024, 1),
             "seconds": round(seconds, 1), "index_rows": manifest["counts"]["sentences"],
@@ -172,8 +206,8 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
 
 def top_functions(profiler: cProfile.Profile, n: int) -> dict[str, list[dict[str, Any]]]:
     """The `n` functions of most CPU seconds in the main thread of the driver, by their own
-    time and with what they call (cProfile on `time.process_time`: every thread's CPU, Ray's
-    included, counted against the profiled thread's calls)."""
+    time and with what they call (cProfile on `time.thread_time`: the main thread's CPU only;
+    Ray's threads are in `driver_threads_cpu_s`)."""
     stats = pstats.Stats(profiler).stats
     rows = [{"function": f"{Path(file).name}:{line}({name})", "calls": calls,
              "own_s": round(own, 2), "cumulative_s": round(cum, 2)}
@@ -220,6 +254,12 @@ def main() -> None:
     records = json.loads(path.read_text()) if path.is_file() else []
     for rows in [int(r) for r in args.rows.split(",")]:
         for command in args.commands.split(","):
+            # the corpus is written here, not in the cell: what generating it leaves in a
+            # process's memory is not counted in the command's base and peak
+            if command == "build":
+                write_corpus(args.work / f"corpus-{rows}", rows, seed=0)
+            else:
+                write_corpus(args.work / f"corpus-{rows}-add", rows // 10, seed=1)
             found = subprocess.run([sys.executable, "-m", "benchmarks.driver_build", "--cell",
                                     command, str(rows), str(args.work), "--cpus",
                                     str(args.cpus), "--piece-size", args.piece_size,
@@ -259,18 +299,25 @@ def profile_table(records: list[dict[str, Any]], top: int = 8) -> str:
 
 def table(records: list[dict[str, Any]]) -> str:
     """The records as a markdown table, each command's growth from its smallest run."""
-    lines = ["| command | rows | driver CPU s | driver peak MB (RssAnon) | x smallest (CPU, peak) "
-             "| ru_maxrss MB | wall s | shards | FAISS | load (start-end) |",
-             "|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
+    lines = ["| command | rows | driver CPU s | main thread CPU s | other threads CPU s "
+             "| driver peak MB (RssAnon) | peak over base MB | x smallest (CPU, main thread, "
+             "peak) | ru_maxrss MB | wall s | shards | FAISS | load (start-end) |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|"]
     for r in records:
         first = min((x for x in records if x["command"] == r["command"]),
                     key=lambda x: x["rows"])
+        # every other live thread: Ray's core worker and gRPC threads, Ray Data's iterator
+        ray = sum(v for k, v in r["driver_threads_cpu_s"].items() if k != "main")
         lines.append(f"| {r['command']} | {r['rows']:,} | {r['driver_cpu_s']:.1f} | "
-                     f"{r['driver_peak_mb']:.0f} | {r['driver_cpu_s'] / first['driver_cpu_s']:.2f}, "
+                     f"{r['driver_main_cpu_s']:.1f} | {ray:.1f} | {r['driver_peak_mb']:.0f} | "
+                     f"{r['driver_peak_mb'] - r['base_mb']:.0f} | "
+                     f"{r['driver_cpu_s'] / first['driver_cpu_s']:.2f}, "
+                     f"{r['driver_main_cpu_s'] / first['driver_main_cpu_s']:.2f}, "
                      f"{r['driver_peak_mb'] / first['driver_peak_mb']:.2f} | "
                      f"{r['driver_maxrss_mb']:.0f} | {r['seconds']:.0f} | {r['shards']} | "
                      f"{r['factory']} | {r['load_start']:.1f}-{r['load_end']:.1f} |")
     return "\n".join(lines) + "\n"
+
 
 
 if __name__ == "__main__":

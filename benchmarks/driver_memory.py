@@ -84,20 +84,27 @@ def _anon_bytes() -> int:
     return 0
 
 
+SAMPLER = "anon-peak-sampler"      # AnonPeak's thread
+
+
 class AnonPeak:
-    """The peak of RssAnon while the block runs (sampled every `interval` seconds)."""
+    """The peak of RssAnon while the block runs (sampled every `interval` seconds), and the
+    CPU seconds the sampling itself took (`cpu_s`, its thread's: part of the process's CPU
+    that is not the measured work)."""
 
     def __init__(self, interval: float = 0.001) -> None:
         self.interval, self.peak, self._stop = interval, 0, threading.Event()
+        self.cpu_s = 0.0
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, _anon_bytes())
             time.sleep(self.interval)
+        self.cpu_s = time.thread_time()
 
     def __enter__(self) -> "AnonPeak":
         self.peak = _anon_bytes()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run, daemon=True, name=SAMPLER)
         self._thread.start()
         return self
 

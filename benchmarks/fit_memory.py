@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     from tapt.retriever.methods import get_method
 
     classifier = get_method("classifier")
-    rows = SimpleNamespace(embeddings=corpus, score_rows=lambda scorer: scorer(corpus))
+    rows = SimpleNamespace(embeddings=corpus, n_sentences=len(corpus),
+                           score_rows=lambda scorer: scorer(corpus))
     ctx = SimpleNamespace(index=rows, n_positive=args.positives, seed=0)
     params = classifier.make_params({"rounds": args.rounds})
     (_, method_scores, _), method_peak, method_s = traced(

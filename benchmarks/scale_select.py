@@ -23,8 +23,8 @@ reading the selected text.
   the selection for that subsample compared with the selection from the exact top-k.
 - fused: `--fused-task` fresh rows of one cluster with their sentences as the task texts, a
   budget of half the cluster's corpus rows (`--fused-budget`); Moore-Lewis reads the stored
-  lexical ids. Its time is split into Moore-Lewis, the wording classifier (its fit on the first
-  two's ranking and its scores), the meaning classifier (with the fusion) and the ranking; the
+  lexical ids. Its time is split into Moore-Lewis, the meaning classifier, the wording
+  classifier (its fit on the first two's ranking and its scores), the fusion and the ranking; the
   precision of the selection against the task's cluster is a sanity check. With `--pool-index`
   (a real-text index of a labelled pool, such as the 187,168-sentence multi-domain pool) and
   `--pool-seeds`, fused is also timed there per domain at `--pool-seed-sizes` seeds, at the
@@ -329,23 +329,64 @@ class WordingTimer:
         self._module.wording_scores = self._original
 
 
+class ClassifierTimer:
+    """Within: the seconds `fused` spends fitting its meaning classifier, summed."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __enter__(self) -> "ClassifierTimer":
+        self._method = get_method("classifier")
+        original = self._method.fit
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        self._method.fit = timed        # on the registered instance: its class is untouched
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self._method.fit
+
+
+def fused_parts(parts: dict[str, float]) -> list[str]:
+    """A fused record's split as table cells: Moore-Lewis, the meaning classifier, the wording
+    classifier, the fusion, the ranking and cut. A record from before the classifier was
+    timed apart has no `classifier_s`: its classifier cell holds the fusion too."""
+    if "classifier_s" in parts:
+        middle = [f"{parts['classifier_s']:.2f}", f"{parts['wording_s']:.2f}",
+                  f"{parts['fusion_s']:.2f}"]
+    else:
+        middle = [f"{parts['classifier_and_fusion_s']:.2f} (with fusion)",
+                  f"{parts.get('wording_s', 0):.2f}", "-"]
+    return [f"{parts['moore_lewis_s']:.2f}", *middle, f"{parts['rank_and_cut_s']:.2f}"]
+
+
+FUSED_PARTS_HEADER = ("Moore-Lewis (s) | meaning classifier (s) | wording classifier (s) | "
+                      "fusion (s) | rank and cut (s)")
+
+
 def timed_fused(index: Index, view: SegmentView, budget: str, seed: int, task: np.ndarray,
                 texts: list[str], params) -> tuple[Any, dict[str, float]]:
-    """One fused ranking and its time split into Moore-Lewis, the wording classifier, the
-    meaning classifier with the fusion, and the ranking and cut; and the CPU seconds of this
-    process's threads over it (`cpu_s`: what the machine's load does not stretch, unlike the
-    wall time)."""
+    """One fused ranking and its time split into Moore-Lewis, the meaning classifier, the
+    wording classifier, the fusion (what is left of the fused scores' time) and the ranking
+    and cut; and the CPU seconds of this process's threads over it (`cpu_s`: what the
+    machine's load does not stretch, unlike the wall time)."""
     memo = TimedMemo()
     ctx = RankingInputs(index, view, parse_budget(budget), seed, task, texts, memo=memo)
-    with WordingTimer() as wording:
+    with WordingTimer() as wording, ClassifierTimer() as classifier:
         t0, c0 = time.perf_counter(), time.process_time()
         ranking = get_method("fused").rank(ctx, params)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
     ml = next(v for k, v in memo.seconds.items() if k[0] == "moore-lewis")
     fused = next(v for k, v in memo.seconds.items() if k[0] == "fused")
     return ranking, {"total_s": total, "cpu_s": cpu, "moore_lewis_s": ml,
-                     "wording_s": wording.seconds,
-                     "classifier_and_fusion_s": fused - ml - wording.seconds,
+                     "classifier_s": classifier.seconds, "wording_s": wording.seconds,
+                     "fusion_s": fused - wording.seconds - ml - classifier.seconds,
                      "rank_and_cut_s": total - fused}
 
 
@@ -566,22 +607,19 @@ def pool_table(p: dict[str, Any]) -> list[str]:
         "index's model (not timed); the budget: the domain's sentences (the oracle's); "
         "sentence context. Best of the repeats, split as above; CPU: this process's threads.",
         "",
-        "| domain | seeds | budget | first / best (s) | CPU, best (s) | Moore-Lewis (s) | "
-        "wording classifier (s) | meaning classifier + fusion (s) | rank and cut (s) | "
+        f"| domain | seeds | budget | first / best (s) | CPU, best (s) | {FUSED_PARTS_HEADER} | "
         "precision | load average |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in p["runs"]:
         parts = r["best_parts_s"]
         lines.append(
             f"| {r['domain']} | {r['seeds']:,} | {r['budget']:,} | {r['first_s']:.2f} / "
-            f"{r['best_s']:.2f} | {r['best_cpu_s']:.2f} | "
-            f"{parts['moore_lewis_s']:.2f} | {parts['wording_s']:.2f} | "
-            f"{parts['classifier_and_fusion_s']:.2f} | {parts['rank_and_cut_s']:.2f} | "
+            f"{r['best_s']:.2f} | {r['best_cpu_s']:.2f} | {' | '.join(fused_parts(parts))} | "
             f"{r['precision']:.4f} | {r['load_average']} |")
     means = {k: sum(r[k] for r in p["runs"]) / len(p["runs"])
              for k in ("best_s", "best_cpu_s", "precision")}
-    lines += [f"| mean | | | {means['best_s']:.2f} | {means['best_cpu_s']:.2f} | | | | | "
+    lines += [f"| mean | | | {means['best_s']:.2f} | {means['best_cpu_s']:.2f} | | | | | | "
               f"{means['precision']:.4f} | |", ""]
     return lines
 
@@ -678,10 +716,9 @@ def markdown(report: dict[str, Any]) -> str:
             "selected sentences from that blob. `scan` codes: the classifier half fits and "
             "scores on the int8 codes, the best 4 x budget sentences rescored exactly.",
             "",
-            "| rows | shards | scan | budget | first / best (s) | CPU, best (s) | Moore-Lewis (s) | "
-            "wording classifier (s) | meaning classifier + fusion (s) | rank and cut (s) | "
-            "precision | overlap with exact | load average |",
-            "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            f"| rows | shards | scan | budget | first / best (s) | CPU, best (s) | "
+            f"{FUSED_PARTS_HEADER} | precision | overlap with exact | load average |",
+            "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for key in ("fused", "fused_codes", "fused_before", "fused_codes_before"):
             f = report.get(key)
@@ -695,9 +732,7 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {f['rows']:,} | {f['shards']} | {scan} | {f['budget']} | "
                 f"{f['first_s']:.2f} / {f['best_s']:.2f} | {cpu} | "
-                f"{parts['moore_lewis_s']:.2f} | "
-                f"{parts.get('wording_s', 0):.2f} | {parts['classifier_and_fusion_s']:.2f} | "
-                f"{parts['rank_and_cut_s']:.2f} | {f['precision']:.4f} | "
+                f"{' | '.join(fused_parts(parts))} | {f['precision']:.4f} | "
                 f"{f.get('overlap_with_exact', 1.0):.4f} | {f['load_average']} |")
         lines.append("")
     for key in ("fused_pool", "fused_pool_before"):

@@ -1,7 +1,8 @@
 """Sort keys for scores: float32 values as unsigned integers that sort in the opposite order, so
 a ranking with its tie-break packs into one 64-bit integer sort instead of a two-key `lexsort`;
-and the first positions of a ranking of any length found from those keys block by block
-(`rank_cut`), without the ranking or one key per row held."""
+and the first positions of a ranking of any length found block by block (`rank_cut`), without
+the ranking or one key per row held: usually by one pass of float comparisons around a
+position bracketed by a sample of the scores, else by a radix select over their keys."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ __all__ = ["RankCut", "descending_bits", "descending_keys", "descending_values",
            "rows_below_cut", "top_rows"]
 
 BLOCK = 1 << 20            # rows whose keys exist at once in the passes below (~4 MB)
+SAMPLE = 1 << 16           # scores a cut's position is bracketed from (a strided sample)
+BAND = 1 << 20             # most scores between the brackets held (else the radix select)
 _NAN_KEY = np.uint32(0xFFFFFFFF)   # above every number's key: NaN ranks last, as `lexsort` puts it
 
 
@@ -82,9 +85,11 @@ def _key_blocks(scores: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
 
 
 def rank_cut(scores: np.ndarray, start: int) -> RankCut:
-    """Where the first `start` positions of the ranking of `scores` end, found by two passes of
-    a radix select over the scores' keys (the high 16 bits, then the low 16 bits of the one
-    bucket holding position `start`): memory for one block and 2^16 counts, whatever the rows.
+    """Where the first `start` positions of the ranking of `scores` end: usually from one pass
+    of float comparisons between brackets a sample of the scores gives (`_bracketed_cut`),
+    else from two passes of a radix select over the scores' keys (the high 16 bits, then the
+    low 16 bits of the one bucket holding position `start`): memory for one block, 2^16 counts
+    and at most `BAND` scores, whatever the rows.
 
     Args:
         scores: float32 scores (or values a float32 holds exactly), any length; not written.
@@ -97,9 +102,52 @@ def rank_cut(scores: np.ndarray, start: int) -> RankCut:
     start = min(max(int(start), 0), n)
     if start == n:
         return RankCut(start, 1 << 32, 0)
+    found = _bracketed_cut(scores, start)
+    if found is not None:
+        return found
     high, before_high = _select_digit(scores, start, shift=16, prefix=None)
     low, before_low = _select_digit(scores, start - before_high, shift=0, prefix=high)
     return RankCut(start, (high << 16) | low, start - before_high - before_low)
+
+
+def _blocks(scores: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, float32 scores) of consecutive blocks of `scores`."""
+    for lo in range(0, len(scores), BLOCK):
+        yield lo, np.asarray(scores[lo:lo + BLOCK]).astype(np.float32, copy=False)
+
+
+def _bracketed_cut(scores: np.ndarray, start: int) -> RankCut | None:
+    """`rank_cut` from one pass of float comparisons: the score at position `start` is
+    bracketed by order statistics of a strided sample of `SAMPLE` scores (four standard
+    deviations of their rank either side), the scores between the brackets are held and
+    sorted. None when the brackets miss the position or hold more than `BAND` scores (NaN at
+    the position, a sample unlike the rest, many ties): the radix select is exact always."""
+    n = len(scores)
+    step = max(1, n // SAMPLE)
+    sample = np.asarray(scores[::step]).astype(np.float32)
+    drawn = len(sample)
+    sample = np.sort(sample[~np.isnan(sample)])[::-1]
+    if not len(sample):
+        return None
+    share = start / n
+    margin = int(4 * np.sqrt(drawn * share * (1 - share))) + 2
+    at = int(share * drawn)
+    high = sample[at - margin] if at - margin >= 0 else np.float32(np.inf)
+    low = sample[at + margin] if at + margin < len(sample) else np.float32(-np.inf)
+    above, band, held = 0, [], 0
+    for _, values in _blocks(scores):
+        above += int(np.count_nonzero(values > high))
+        between = values[(values >= low) & (values <= high)]
+        held += len(between)
+        if held > BAND:
+            return None
+        band.append(between)
+    between = np.concatenate(band) if band else np.empty(0, dtype=np.float32)
+    if not above <= start < above + len(between):
+        return None
+    value = np.sort(between)[::-1][start - above]
+    greater = above + int(np.count_nonzero(between > value))
+    return RankCut(start, int(descending_bits(np.float32([value]))[0]), start - greater)
 
 
 def _select_digit(scores: np.ndarray, position: int, shift: int, prefix: int | None
@@ -119,19 +167,23 @@ def _select_digit(scores: np.ndarray, position: int, shift: int, prefix: int | N
 
 
 def _cut_blocks(scores: np.ndarray, cut: RankCut) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(first row, keys, within the cut) of consecutive blocks of `scores`."""
+    """(first row, float32 scores, within the cut) of consecutive blocks of `scores`: float
+    comparisons with the cut's score (-0.0 and +0.0 compare equal, as their keys are; NaN
+    above nothing), NaN tested apart where the cut ends among the NaN."""
     ties_left = cut.ties
-    for lo, keys in _key_blocks(scores):
+    at_nan = cut.key == int(_NAN_KEY)
+    value = None if at_nan or cut.key >= 1 << 32 else descending_values(np.uint32([cut.key]))[0]
+    for lo, values in _blocks(scores):
         if cut.key >= 1 << 32:                  # the cut holds every row
-            yield lo, keys, np.ones(len(keys), dtype=bool)
+            yield lo, values, np.ones(len(values), dtype=bool)
             continue
-        key = np.uint32(cut.key)
-        inside = keys < key
+        nan = np.isnan(values) if at_nan else None
+        inside = ~nan if at_nan else values > value
         if ties_left:
-            tied = np.flatnonzero(keys == key)[:ties_left]
+            tied = np.flatnonzero(nan if at_nan else values == value)[:ties_left]
             inside[tied] = True
             ties_left -= len(tied)
-        yield lo, keys, inside
+        yield lo, values, inside
 
 
 def rows_below_cut(scores: np.ndarray, cut: RankCut, ordinals: np.ndarray) -> np.ndarray:
@@ -177,10 +229,10 @@ def top_rows(scores: np.ndarray, k: int) -> np.ndarray:
     """
     cut = rank_cut(scores, k)
     rows, keys = [], []
-    for lo, block_keys, inside in _cut_blocks(scores, cut):
+    for lo, values, inside in _cut_blocks(scores, cut):
         at = np.flatnonzero(inside)
         rows.append(at + lo)
-        keys.append(block_keys[at])
+        keys.append(descending_keys(values[at]))
     if not rows:
         return np.empty(0, dtype=np.int64)
     rows_, keys_ = np.concatenate(rows), np.concatenate(keys)

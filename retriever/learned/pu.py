@@ -14,6 +14,10 @@ ranking. Up to `EXACT_DRAW_ROWS` rows they are the ranking's rows at uniformly d
 (one 8-byte key per row while drawing); above it, the same number of rows drawn uniformly from
 the same rows taken in row order (`ordering.rank_cut`: the round's scores and one block, not
 a key per row). Both are uniform samples of one population; they are not the same sample.
+Above `EXACT_DRAW_ROWS` rows the pre-ranking is not scored at all (`DrawnRanking`): round 0's
+negatives are drawn from `2 x wanted + 64` uniformly drawn rows scored alone, those below the
+same share of them (a third) as the cut holds of every row; the position of that cut is then
+known to within a fraction of a percent of the rows, and a scan of every row is saved.
 
 The scores may be held where the rows are (`arrays.HeldScores`: a served index's actors keep
 them): the counts, the top rows and the sampled rows are then asked of their holders, the same
@@ -63,6 +67,19 @@ class PUConfig:
             raise InputError("PU classifier: negatives and C must be positive, max_train >= 10")
 
 
+@dataclass(frozen=True)
+class DrawnRanking:
+    """A pre-ranking scored only at the rows asked of it: `score(rows)` are its scores of
+    those corpus rows (ascending), `rows` how many the corpus holds. Round 0 draws its
+    negatives from one without a score of every row (module docstring)."""
+
+    rows: int
+    score: Callable[[np.ndarray], np.ndarray]
+
+    def __len__(self) -> int:
+        return self.rows
+
+
 def _fit(pos: np.ndarray, neg: np.ndarray, C: float) -> LogisticFit:
     """A class-balanced logistic regression of `pos` against `neg` (`scoring.logistic`: the
     objective of scikit-learn's lbfgs solver, on float32 rows)."""
@@ -87,6 +104,8 @@ def _sample_ranks(rng: np.random.Generator, scores: np.ndarray | arrays.HeldScor
     Scores held where the rows are (`arrays.HeldScores`) give the same rows."""
     population = len(scores) - start
     size = min(population, wanted, most)
+    if isinstance(scores, DrawnRanking):
+        return _drawn_below(rng, scores, start, size)
     positions = rng.choice(population, size=size, replace=False)
     held = isinstance(scores, arrays.HeldScores)
     if len(scores) > EXACT_DRAW_ROWS and scores.dtype == np.float32:
@@ -99,8 +118,24 @@ def _sample_ranks(rng: np.random.Generator, scores: np.ndarray | arrays.HeldScor
     return np.sort(arrays.rows_at_ranks(scores, start + positions))
 
 
+def _drawn_below(rng: np.random.Generator, ranking: DrawnRanking, start: int, size: int
+                 ) -> np.ndarray:
+    """`size` sorted rows drawn without replacement from those below position `start` of a
+    ranking scored only where asked: `2 x size + 64` rows drawn uniformly are scored, ranked
+    (ties by row), and the draw is made from those below the same share of them as `start`
+    is of every row."""
+    n = len(ranking)
+    if size <= 0:
+        return np.empty(0, dtype=np.int64)
+    drawn = np.sort(rng.choice(n, size=min(n, 2 * size + 64), replace=False))
+    values = np.asarray(ranking.score(drawn), dtype=np.float32)
+    order = np.lexsort((drawn, -values))
+    below = drawn[order[int(round(start * len(drawn) / n)):]]
+    return np.sort(rng.choice(below, size=min(size, len(below)), replace=False))
+
+
 def pu_classifier(corpus: np.ndarray, task: np.ndarray,
-                  prerank: np.ndarray | arrays.HeldScores,
+                  prerank: np.ndarray | arrays.HeldScores | DrawnRanking,
                   n_positive: int | None, config: PUConfig,
                   score_rows: Callable[[Callable[[np.ndarray], np.ndarray]], np.ndarray]
                   | None = None
@@ -110,7 +145,9 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray,
     `score_rows` applies a row scorer to every corpus row (default: to `corpus`; an index's
     `score_rows`, which a served index runs in its actors). It may return the scores held
     where the rows are (`arrays.HeldScores`, as may `prerank` be): every step of the fit then
-    asks them for counts and rows only, and the scores returned are held too."""
+    asks them for counts and rows only, and the scores returned are held too. A `prerank`
+    scored only where asked (`DrawnRanking`, as above `EXACT_DRAW_ROWS` rows) is asked for the
+    scores of round 0's drawn rows alone."""
     score_rows = score_rows or (lambda scorer: scorer(corpus))
     rng = np.random.default_rng(config.seed)
     n = len(corpus)

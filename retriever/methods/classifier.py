@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tapt.retriever.learned.pu import PUConfig, pu_classifier
+from tapt.retriever.learned import pu
+from tapt.retriever.learned.pu import DrawnRanking, PUConfig, pu_classifier
 from tapt.retriever.methods.base import (
     ScanParams,
     ScoreParts,
@@ -58,7 +59,9 @@ class Classifier(SentenceScored):
     def fit(self, ctx, task, params, heldout=False, held=False):
         """The fitted scorer, its scores of every corpus row (the last round's, which the
         scorer would give again) and what the fit used. With `scan` codes every scan of the
-        fit (the centroid pre-ranking, each round's scores) runs on the int8 codes. On a
+        fit (the centroid pre-ranking, each round's scores) runs on the int8 codes. Above
+        `pu.EXACT_DRAW_ROWS` rows the pre-ranking is not scanned: the rows round 0 draws from
+        are scored exactly (`pu.DrawnRanking`). On a
         served index every scan's scores stay in its actors (`held_scan`): the fit asks them
         for counts and rows only.
 
@@ -76,10 +79,16 @@ class Classifier(SentenceScored):
         scan = held_scan(ctx, params)
         rounds = 0 if heldout else params.rounds
         n_positive = None if heldout else ctx.n_positive
-        # the pre-ranking is handed over, not kept here: the fit frees it after round 0
+        centroid = arrays.Linear(arrays.centroid(task), cosine=True)
+        n = ctx.index.n_sentences
+        # the pre-ranking is handed over, not kept here: the fit frees it after round 0;
+        # above `EXACT_DRAW_ROWS` rows only round 0's drawn rows are scored (exactly)
+        prerank = (DrawnRanking(n, lambda rows: arrays.exact_scores(ctx.index.embeddings,
+                                                                    centroid, rows))
+                   if n > pu.EXACT_DRAW_ROWS else scan(centroid))
         scores, scorer, info = pu_classifier(
-            ctx.index.embeddings, task, scan(arrays.Linear(arrays.centroid(task), cosine=True)),
-            n_positive, PUConfig(rounds=rounds, seed=ctx.seed), score_rows=scan)
+            ctx.index.embeddings, task, prerank, n_positive,
+            PUConfig(rounds=rounds, seed=ctx.seed), score_rows=scan)
         return scorer, (scores if held else arrays.as_array(scores)), info
 
     def fitted_scores(self, ctx, params):

@@ -83,6 +83,7 @@ class Fused(SentenceScored):
                 return held_fused(self, ctx, params, task, texts, wanted)
             # the fit first, the Moore-Lewis half after it: the fit's peak (every row's score
             # and the ranks its negatives are drawn from) is not held beside 4 more bytes a row
+            # (and side by side on two threads they took longer: both wait on memory)
             scorer, meaning, info = classifier.fit(ctx, task, classifier.shared_params(params))
             lexical = lexical_scores(ctx, self.name)
             if wanted:

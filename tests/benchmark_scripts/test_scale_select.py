@@ -41,8 +41,9 @@ def test_reports_have_every_method(run):
     assert knn["queries"] == 300 and knn["recall_queries"] == 40 and knn["k"] == 100
     assert 0 <= knn["recall_at_k"] <= 1 and 0 <= fused["precision"] <= 1
     assert knn["first_s"] > 0 and knn["best_s"] <= knn["first_s"]
-    assert set(fused["best_parts_s"]) == {"moore_lewis_s", "wording_s",
-                                          "classifier_and_fusion_s", "rank_and_cut_s"}
+    assert set(fused["best_parts_s"]) == {"moore_lewis_s", "classifier_s", "wording_s",
+                                          "fusion_s", "rank_and_cut_s"}
+    assert fused["best_parts_s"]["classifier_s"] > 0 and fused["best_parts_s"]["fusion_s"] >= 0
     assert 0 < fused["best_cpu_s"]
     assert fused["selected_sentences"] == int(fused["budget"].removesuffix("sent"))
     codes = report["fused_codes"]

@@ -353,6 +353,45 @@ def test_pu_classifier_above_the_exact_draw_size_draws_from_the_same_rows(monkey
     assert abs(np.corrcoef(lean, exact)[0, 1]) > 0.99
 
 
+def test_pu_classifier_from_a_ranking_scored_only_where_drawn(monkeypatch):
+    """A pre-ranking scored only at the rows round 0 draws (`pu.DrawnRanking`, the path above
+    `EXACT_DRAW_ROWS`): 2 x wanted + 64 rows are scored, the negatives come from below the
+    estimated position n // 3 (all but a few from below the exact one), and the fit is seeded
+    and separates as well as from every row's score."""
+    from tapt.retriever.learned import pu
+
+    x, labels = blobs(n=3000)
+    task = x[labels == 0][:30]
+    centroid = arrays.Linear(arrays.centroid(task), cosine=True)
+    prerank = centroid(x)
+    asked = []
+
+    def score(rows):
+        asked.append(np.asarray(rows).copy())
+        return centroid(x[rows])
+
+    drawn = []
+    real_fit = pu._fit
+    monkeypatch.setattr(pu, "_fit", lambda pos, neg, C: (
+        drawn.append((pos, neg)), real_fit(pos, neg, C))[1])
+    config = PUConfig(rounds=2, seed=0)
+    lean, _, info = pu_classifier(x, task, pu.DrawnRanking(len(x), score), 1000, config)
+    wanted = int(config.negatives * len(task))
+    assert len(asked) == 1 and len(asked[0]) == 2 * wanted + 64
+    assert np.all(np.diff(asked[0]) > 0)                 # ascending, no row twice
+    rows_of = {tuple(np.round(r, 6)): i for i, r in enumerate(x)}
+    neg0 = [rows_of[tuple(np.round(r, 6))] for r in drawn[0][1]]
+    assert len(neg0) == len(set(neg0)) == wanted == info["rounds"][0]["negatives"]
+    below = set(arrays.rank(prerank)[len(x) // 3:].tolist())
+    assert np.mean([r in below for r in neg0]) > 0.95
+    assert set(neg0) <= set(asked[0].tolist())
+    assert (labels[arrays.rank(lean)[:1000]] == 0).mean() > 0.95
+    again, _, _ = pu_classifier(x, task, pu.DrawnRanking(len(x), score), 1000, config)
+    np.testing.assert_array_equal(again, lean)
+    exact, _, _ = pu_classifier(x, task, prerank, 1000, config)
+    assert np.corrcoef(lean, exact)[0, 1] > 0.99
+
+
 def test_iforest_candidates_hold_n_times_a_sentence_budget():
     """`--candidates Nx` with a budget in sentences or tokens is the pre-ranking's shortest
     prefix holding N x the budget, whatever the length of its top segments (short ones: the

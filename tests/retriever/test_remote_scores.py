@@ -172,6 +172,23 @@ def test_served_classifier_and_fused_select_as_local(served, small, tmp_path, mo
     assert servers.ray.get([a.held.remote("names") for a in servers.actors]) == [[]] * 3
 
 
+def test_served_fits_above_the_exact_draw_size_select_as_local(served, small, tmp_path,
+                                                               monkeypatch):
+    """Above `pu.EXACT_DRAW_ROWS` (forced here) round 0 scores only the rows it draws from
+    (`pu.DrawnRanking`): a served index gathers those rows' embeddings and selects as one
+    process does."""
+    from tapt.retriever.learned import pu
+
+    monkeypatch.setattr(pu, "EXACT_DRAW_ROWS", 0)
+    task = write_task(tmp_path / "task.txt", "legal", n=30)
+    local = tapt.Index.open(small)
+    for method, budget, params in (("classifier", "40sent", {}),
+                                   ("fused", "30sent", {"scan": "codes", "wording": "lm"})):
+        want = _select(local, task, method, budget, params)
+        got = _select(served, task, method, budget, params)
+        assert got.ids.tolist() == want.ids.tolist() and len(got) > 0, (method, params)
+
+
 # budgets in sentences: without one the fit's training rows are a share of the positives,
 # which grow with the rows up to `PUConfig.max_train` (the driver gathers their embeddings)
 BYTES_RUNS = (("classifier", "40sent", {}), ("classifier", "40sent", {"scan": "codes"}),

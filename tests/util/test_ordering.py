@@ -44,7 +44,8 @@ def _ranking(values):
 @pytest.mark.parametrize("kind", ["ties", "normal", "nan", "specials"])
 def test_rank_cut_finds_the_rankings_prefix_and_the_rows_below_it(kind, monkeypatch):
     """`top_rows` = `rank(scores)[:k]` and `rows_below_cut` = the rest of the ranking in row
-    order, for ties across blocks, NaN (last), +-0.0 (one score) and infinities."""
+    order, for ties across blocks, NaN (last), +-0.0 (one score) and infinities; found by
+    the bracketed pass or the radix select."""
     from tapt.util import ordering
 
     rng = np.random.default_rng(["ties", "normal", "nan", "specials"].index(kind))
@@ -58,6 +59,9 @@ def test_rank_cut_finds_the_rankings_prefix_and_the_rows_below_it(kind, monkeypa
             values[rng.integers(0, n, 8)] = rng.choice(
                 np.float32([0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45]), 8)
         monkeypatch.setattr(ordering, "BLOCK", int(rng.integers(1, 64)))
+        # the bracketed pass from a sample of a few scores; or none held (the radix select)
+        monkeypatch.setattr(ordering, "SAMPLE", int(rng.integers(1, 64)))
+        monkeypatch.setattr(ordering, "BAND", int(rng.choice([0, 8, 10**9])))
         before, ranking = values.copy(), _ranking(values)
         for start in sorted({0, n, n // 3, int(rng.integers(0, n + 1))}):
             np.testing.assert_array_equal(ordering.top_rows(values, start), ranking[:start])
@@ -72,3 +76,25 @@ def test_rank_cut_finds_the_rankings_prefix_and_the_rows_below_it(kind, monkeypa
                 with pytest.raises(ValueError):
                     ordering.rows_below_cut(values, cut, [len(below)])
         np.testing.assert_array_equal(values, before)      # not written
+
+
+def test_the_bracketed_pass_finds_the_cut_the_radix_select_finds(monkeypatch):
+    """On a million scores (a sample of `SAMPLE` of them brackets the position), the cut is
+    the radix select's, key and ties, and the bracketed pass answers without it."""
+    from tapt.util import ordering
+
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal(1 << 20).astype(np.float32)
+    values[rng.integers(0, len(values), 5000)] = 0.25          # ties at one score
+    starts = [1, 1269, 5076, len(values) // 3, int(np.count_nonzero(values > 0.25)) + 10]
+    bracketed = [ordering.rank_cut(values, s) for s in starts]
+    monkeypatch.setattr(ordering, "_select_digit", None)     # not reached: no radix select
+    assert [ordering.rank_cut(values, s) for s in starts] == bracketed
+    monkeypatch.undo()
+    monkeypatch.setattr(ordering, "BAND", 0)
+    assert [ordering.rank_cut(values, s) for s in starts] == bracketed
+    ranking = _ranking(values)
+    for start, cut in zip(starts, bracketed):
+        top = ordering.top_rows(values, start)
+        np.testing.assert_array_equal(top, ranking[:start])
+        assert cut.ties == start - int(np.count_nonzero(values > values[ranking[start]]))
