@@ -476,7 +476,7 @@ def disk_rows(i: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 def classifier_seconds(parts: dict[str, float]) -> float:
     """The meaning classifier's fit, scoring and the fusion within a fused record (records
-    from before Moore-Lewis ran beside the classifier hold them as one figure)."""
+    from before the classifier was timed apart hold them as one figure)."""
     if "classifier_s" in parts:
         return round(parts["classifier_s"] + parts["fusion_s"], 3)
     return parts["classifier_and_fusion_s"]

@@ -303,41 +303,16 @@ class TimedMemo(Memo):
         return super().get(key, timed)
 
 
-class WordingTimer:
-    """Within: the seconds `fused` spends in its wording classifier (fit and scores), summed."""
+class SecondsIn:
+    """Within: the seconds spent in `owner.name` (a module's function or an object's method,
+    wrapped in place for the block and restored after it), summed."""
 
-    def __init__(self) -> None:
-        self.seconds = 0.0
+    def __init__(self, owner: Any, name: str) -> None:
+        self.owner, self.name, self.seconds = owner, name, 0.0
 
-    def __enter__(self) -> "WordingTimer":
-        # internal: fused's wording classifier timed apart, by wrapping it in its module
-        from tapt.retriever.methods import fused as fused_module
-
-        self._module, self._original = fused_module, fused_module.wording_scores
-
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return self._original(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - t0
-
-        fused_module.wording_scores = timed
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._module.wording_scores = self._original
-
-
-class ClassifierTimer:
-    """Within: the seconds `fused` spends fitting its meaning classifier, summed."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def __enter__(self) -> "ClassifierTimer":
-        self._method = get_method("classifier")
-        original = self._method.fit
+    def __enter__(self) -> "SecondsIn":
+        self._own = vars(self.owner).get(self.name)     # None: a method of the object's class
+        original = getattr(self.owner, self.name)
 
         def timed(*args, **kwargs):
             t0 = time.perf_counter()
@@ -346,11 +321,14 @@ class ClassifierTimer:
             finally:
                 self.seconds += time.perf_counter() - t0
 
-        self._method.fit = timed        # on the registered instance: its class is untouched
+        setattr(self.owner, self.name, timed)
         return self
 
     def __exit__(self, *exc) -> None:
-        del self._method.fit
+        if self._own is None:
+            delattr(self.owner, self.name)
+        else:
+            setattr(self.owner, self.name, self._own)
 
 
 def fused_parts(parts: dict[str, float]) -> list[str]:
@@ -378,7 +356,11 @@ def timed_fused(index: Index, view: SegmentView, budget: str, seed: int, task: n
     machine's load does not stretch, unlike the wall time)."""
     memo = TimedMemo()
     ctx = RankingInputs(index, view, parse_budget(budget), seed, task, texts, memo=memo)
-    with WordingTimer() as wording, ClassifierTimer() as classifier:
+    # internal: fused's wording classifier timed apart, by wrapping it in its module
+    from tapt.retriever.methods import fused as fused_module
+
+    with SecondsIn(fused_module, "wording_scores") as wording, \
+            SecondsIn(get_method("classifier"), "fit") as classifier:
         t0, c0 = time.perf_counter(), time.process_time()
         ranking = get_method("fused").rank(ctx, params)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0

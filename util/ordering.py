@@ -75,10 +75,15 @@ class RankCut:
     ties: int
 
 
+def _blocks(scores: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, float32 scores) of consecutive blocks of `scores`."""
+    for lo in range(0, len(scores), BLOCK):
+        yield lo, np.asarray(scores[lo:lo + BLOCK]).astype(np.float32, copy=False)
+
+
 def _key_blocks(scores: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(first row, uint32 keys) of consecutive blocks of `scores`, NaN given the last key."""
-    for lo in range(0, len(scores), BLOCK):
-        values = np.asarray(scores[lo:lo + BLOCK]).astype(np.float32, copy=False)
+    for lo, values in _blocks(scores):
         keys = descending_bits(values)
         keys[np.isnan(values)] = _NAN_KEY
         yield lo, keys
@@ -108,12 +113,6 @@ def rank_cut(scores: np.ndarray, start: int) -> RankCut:
     high, before_high = _select_digit(scores, start, shift=16, prefix=None)
     low, before_low = _select_digit(scores, start - before_high, shift=0, prefix=high)
     return RankCut(start, (high << 16) | low, start - before_high - before_low)
-
-
-def _blocks(scores: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """(first row, float32 scores) of consecutive blocks of `scores`."""
-    for lo in range(0, len(scores), BLOCK):
-        yield lo, np.asarray(scores[lo:lo + BLOCK]).astype(np.float32, copy=False)
 
 
 def _bracketed_cut(scores: np.ndarray, start: int) -> RankCut | None:
