@@ -26,12 +26,16 @@ template (the same product quantizer), so only the coarse assignment differs:
     searched  (`--searched-lists`, into an existing report) at other list counts: a template
               trained with that many lists on the same shards' rows, both quantizers over its
               centroids, the shards added with each and searched at the report's share of
-              lists probed; recall@100 after rescoring and the add's time
+              lists probed; recall@100 after rescoring and the add's time; the HNSW one at
+              each of `--searched-efs` (variants measured before on the same centroids kept)
 
     nice -n 10 .venv/bin/python -m benchmarks.coarse_quantizer --index .cache/scale10m/index \
         --out benchmarks/results/scale
     .venv/bin/python -m benchmarks.coarse_quantizer --index .cache/scale10m/index \
         --out benchmarks/results/scale --shards 2 --searched-lists 32768
+    .venv/bin/python -m benchmarks.coarse_quantizer --index .cache/scale10m/index \
+        --out benchmarks/results/scale --shards 2 --searched-lists 65536 --searched-efs 128 \
+        --variants hnsw
 """
 
 from __future__ import annotations
@@ -222,6 +226,11 @@ def main(argv: list[str] | None = None) -> None:
                              "rows a list of the shards' rows, the shards added with each "
                              "quantizer, recall at the index's share of lists probed; into the "
                              "report in --out (nothing else is measured again).")
+    parser.add_argument("--searched-efs", default="",
+                        help="efSearch values of the HNSW quantizer's adds with "
+                             "--searched-lists, one add each (default: the build's own, "
+                             "`quantizer_ef`); variants measured before at that list count "
+                             "on the same template are kept beside them.")
     parser.add_argument("--train-per-list", type=int, default=8,
                         help="training rows a list for --searched-lists")
     parser.add_argument("--lists-only", action="store_true",
@@ -305,6 +314,7 @@ def searched_lists(index: Index, choice, args: argparse.Namespace) -> None:
     shards added with each and searched at the same share of lists as the index's calibrated
     nprobe (and twice it); recall@k after exact rescoring, into the report in `--out`."""
     import dataclasses
+    import hashlib
     import re
 
     report, shards, rows = reported_rows(index, args)
@@ -312,34 +322,76 @@ def searched_lists(index: Index, choice, args: argparse.Namespace) -> None:
     _, truth = ground_truth(rows, queries, CALIBRATION_K)
     factor = report["rescore_factor"]
     found = []
+    before = {e["lists"]: e for e in report.get("searched_at_more_lists", [])}
     for lists in (int(n) for n in args.searched_lists.split(",") if n):
         own = dataclasses.replace(choice, factory=re.sub(r"IVF\d+", f"IVF{lists}",
                                                          choice.factory),
                                   train_size=lists * args.train_per_list)
         template, train_seconds = train_template(rows, own)
-        made = quantizers(coarse.centroids(coarse.ivf_of(template).quantizer))
+        centroids = coarse.centroids(coarse.ivf_of(template).quantizer)
+        made = quantizers(centroids)
         first = max(1, report["nprobe"][0] * lists // report["lists"])
         nprobes = [first, 2 * first]
         entry: dict[str, Any] = {"lists": lists, "created": utc_now(),
                                  "argv": sys.argv[1:], "factory": own.factory,
                                  "train_rows": own.train_size,
                                  "train_seconds": round(train_seconds, 1), "nprobe": nprobes,
-                                 "hnsw_ef": quantizer_ef(lists), "variants": {}}
-        for name in ("flat", "hnsw"):
+                                 "centroids_sha256": hashlib.sha256(
+                                     np.ascontiguousarray(centroids).tobytes()).hexdigest(),
+                                 "variants": {}}
+        for name, ef in searched_variants(args, lists):
+            # the add walks the graph at the choice's efSearch (`coarse.configure`)
+            walked = dataclasses.replace(own, params={**own.params,
+                                                      "quantizer_efSearch": ef}) if ef else own
             result = add_and_search(index, shards, rows, with_quantizer(template, made[name]),
-                                    own, queries, nprobes, factor)
-            entry["variants"][name] = {
+                                    walked, queries, nprobes, factor)
+            entry["variants"][name if not ef else f"hnsw_ef{ef}"] = {
+                **({"ef": ef} if ef else {}), "created": utc_now(),
                 "add_us_per_row": round(result["add_seconds"] / len(rows) * 1e6, 2),
                 **{f"recall@{CALIBRATION_K}_nprobe_{p}": round(
-                    recall_at_k(result[f"candidates_nprobe_{p}"], truth), 4) for p in nprobes}}
-            log.info("%s lists, %s: %s", lists, name, entry["variants"][name])
-        entry["load_end"] = round(os.getloadavg()[0], 1)
-        found.append(entry)
+                    recall_at_k(result[f"candidates_nprobe_{p}"], truth), 4) for p in nprobes},
+                "load_end": round(os.getloadavg()[0], 1)}
+            log.info("%s lists, %s (efSearch %s): %s", lists, name, ef, entry["variants"])
+        found.append(merged_entry(before.get(lists), entry))
     # list counts measured before (another run) are kept beside these
-    kept = [e for e in report.get("searched_at_more_lists", [])
-            if e["lists"] not in {f["lists"] for f in found}]
+    kept = [e for e in before.values() if e["lists"] not in {f["lists"] for f in found}]
     report["searched_at_more_lists"] = sorted(kept + found, key=lambda e: e["lists"])
     write_report(args.out, "coarse_quantizer", report, markdown(report))
+
+
+def searched_variants(args: argparse.Namespace, lists: int) -> list[tuple[str, int]]:
+    """(quantizer, efSearch: 0 for the flat one) of each add `--searched-lists` measures: the
+    `--variants`, the HNSW one at each of `--searched-efs` (default the build's
+    `quantizer_ef`)."""
+    efs = [int(e) for e in args.searched_efs.split(",") if e] or [quantizer_ef(lists)]
+    out: list[tuple[str, int]] = []
+    for name in args.variants.split(","):
+        out += [("flat", 0)] if name == "flat" else [("hnsw", ef) for ef in efs]
+    return out
+
+
+def merged_entry(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """A list count's entry measured again: the variants measured now beside those of the
+    earlier run that this one left out, when both trained the same template (the same
+    centroids; an entry from before they were recorded: the same factory and training rows,
+    the seeded training); otherwise the new entry alone. A variant keeps its own date and
+    load."""
+    same = (old is not None and (old["factory"], old["train_rows"]) == (new["factory"],
+                                                                       new["train_rows"])
+            and old.get("centroids_sha256", new["centroids_sha256"]) == new["centroids_sha256"])
+    if not same:
+        return new
+    stamp = {"created": old["created"], "load_end": old.get("load_end")}
+    variants = {}
+    for name, v in old["variants"].items():
+        if name == "hnsw" and "hnsw_ef" in old:     # an entry from before --searched-efs
+            name, v = f"hnsw_ef{old['hnsw_ef']}", {"ef": old["hnsw_ef"], **v}
+        variants[name] = {**stamp, **v}
+    variants.update(new["variants"])
+    earlier = [*old.get("earlier_runs", []),
+               {k: old[k] for k in ("created", "argv", "train_seconds") if k in old}]
+    return {**{k: v for k, v in new.items() if k != "variants"}, "variants": variants,
+            "earlier_runs": earlier}
 
 
 def reported_rows(index: Index, args: argparse.Namespace) -> tuple[dict[str, Any], list, Any]:
@@ -451,8 +503,10 @@ def markdown(r: dict[str, Any]) -> str:
         for e in r["searched_at_more_lists"]:
             q0, q1 = e["nprobe"]
             for name, v in e["variants"].items():
-                label = "Flat" if name == "flat" else f"HNSW{QUANTIZER_M}, efSearch {e['hnsw_ef']}"
-                searched.append(f"| {e['lists']:,} | {e['created'][:10]} | {e['train_rows']:,} | "
+                ef = v.get("ef", e.get("hnsw_ef"))
+                label = "Flat" if name == "flat" else f"HNSW{QUANTIZER_M}, efSearch {ef}"
+                searched.append(f"| {e['lists']:,} | {v.get('created', e['created'])[:10]} | "
+                                f"{e['train_rows']:,} | "
                                 f"{label} | "
                                 f"{v['add_us_per_row']} | {q0} | "
                                 f"{v[f'recall@{k}_nprobe_{q0}']:.4f} | "

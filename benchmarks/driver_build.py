@@ -17,11 +17,16 @@ ranges of about half a shard), and records:
 
 - `driver_cpu_s`: the process's own user + system CPU seconds over the command
   (`resource.getrusage(RUSAGE_SELF)`: Ray's workers and daemons are other processes), less
-  the CPU of this benchmark's own memory sampler (`sampler_cpu_s`: a thread reading
-  /proc/self/status every 10 ms, whose CPU grows with the command's wall time);
+  the CPU of this benchmark's own samplers (`sampler_cpu_s`: a thread reading
+  /proc/self/status every 10 ms and one reading every thread's CPU every 0.25 s, whose CPU
+  grows with the command's wall time);
 - `driver_main_cpu_s`: the main thread's CPU seconds (tapt's own work on the driver, with the
-  Ray client calls it makes), and `driver_threads_cpu_s`: every live thread's, by name (Ray's
-  core worker threads: `worker.io`, `client.poll0`, ...);
+  Ray client calls it makes), `driver_threads_cpu_s`: every thread's, by name, those that
+  ended during the command included (Ray's core worker threads: `worker.io`, `client.poll0`,
+  ...; Ray Data's executor), and `driver_ended_threads_cpu_s` those that ended;
+- `idle_cpu_ms_per_s`: the CPU milliseconds per wall second of the same process connected to
+  Ray and idle, measured before the command (what Ray's threads in a driver spend whatever
+  the driver does: over a command it grows with the wall time, not with the rows);
 - `driver_peak_mb`: the peak of its RssAnon (its own memory; mapped index files are not),
   sampled every 10 ms from the start of the command to its end; `base_mb`, before it;
 - `driver_maxrss_mb` (`ru_maxrss`, mapped pages included), the command's wall seconds, its
@@ -55,6 +60,8 @@ from tapt.extend import register_encoder
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_ROWS = 2_000_000
+# a connected driver's idle CPU is measured over IDLE_SECONDS, after IDLE_SETTLE_SECONDS
+IDLE_SETTLE_SECONDS, IDLE_SECONDS = 5.0, 20.0
 DIM = 384
 CLUSTERS = 200
 
@@ -118,25 +125,79 @@ def write_corpus(folder: Path, rows: int, seed: int) -> list[str]:
     return files
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds (user + system) of each live thread of this process, summed by thread name
-    (`/proc/self/task/*/stat`; Python threads by their `threading` name, the main thread as
-    `main`): which of Ray's threads the driver's CPU goes to."""
-    import threading
+class ThreadLedger:
+    """Each thread's CPU seconds (user + system) over the block, by thread name, the threads
+    that ended during it included: every thread's CPU is read (`/proc/self/task/*/stat`) every
+    `interval` seconds and at the end, so a thread that ended is counted up to its last reading
+    (at most `interval` of its CPU is missed). Python threads are named by their `threading`
+    name, the main thread `main`; `cpu_s` is the ledger's own thread's CPU."""
 
-    tick, main, found = os.sysconf("SC_CLK_TCK"), str(os.getpid()), {}
-    python = {str(t.native_id): t.name for t in threading.enumerate()}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
-            name = "main" if tid == main else python.get(tid) or Path(
-                f"/proc/self/task/{tid}/comm").read_text()
-        except OSError:         # the thread ended between the listing and the read
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        key = name.strip()
-        found[key] = found.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return found
+    NAME = "thread-ledger"
+
+    def __init__(self, interval: float = 0.25) -> None:
+        import threading
+
+        self.interval, self._stop, self.cpu_s = interval, threading.Event(), 0.0
+        self._start: dict[str, tuple[str, float]] = {}
+        self._seen: dict[str, tuple[str, float]] = {}
+        self._ended: set[str] = set()
+
+    @staticmethod
+    def _read() -> dict[str, tuple[str, float]]:
+        import threading
+
+        tick, main, found = os.sysconf("SC_CLK_TCK"), str(os.getpid()), {}
+        python = {str(t.native_id): t.name for t in threading.enumerate()}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+                name = "main" if tid == main else python.get(tid) or Path(
+                    f"/proc/self/task/{tid}/comm").read_text()
+            except OSError:         # the thread ended between the listing and the read
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            found[tid] = (name.strip(), (int(fields[11]) + int(fields[12])) / tick)
+        return found
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._seen.update(self._read())
+        self.cpu_s = time.thread_time()
+
+    def __enter__(self) -> "ThreadLedger":
+        import threading
+
+        self._start = self._read()
+        self._seen = dict(self._start)
+        self._thread = threading.Thread(target=self._run, daemon=True, name=self.NAME)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        last = self._read()
+        self._seen.update(last)
+        self._ended = set(self._seen) - set(last)
+
+    def by_name(self, ended: bool = False) -> dict[str, float]:
+        """CPU seconds over the block by thread name (`ended`: of the threads that ended
+        during it only), this ledger's and `SAMPLER`'s left out (counted apart)."""
+        out: dict[str, float] = {}
+        for tid, (name, cpu) in self._seen.items():
+            if name in (self.NAME, SAMPLER) or (ended and tid not in self._ended):
+                continue
+            was = self._start.get(tid, (name, 0.0))[1]
+            out[name] = out.get(name, 0.0) + cpu - was
+        return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda t: -t[1])}
+
+
+def idle_driver_cpu(seconds: float) -> float:
+    """CPU milliseconds per second of this process while it waits, connected to Ray and
+    doing nothing (the rate at which Ray's own threads in a driver spend CPU)."""
+    start, t0 = time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    return (time.process_time() - start) / (time.perf_counter() - t0) * 1e3
 
 
 def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
@@ -165,10 +226,11 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
         options["piece_size"] = max(1 << 20, sum(os.path.getsize(p) for p in inputs) // 40)
     load = os.getloadavg()[0]
     base = _anon_bytes() / MB
+    time.sleep(IDLE_SETTLE_SECONDS)       # the cluster's start behind it
+    idle_ms = idle_driver_cpu(IDLE_SECONDS)
     profiler = cProfile.Profile(time.thread_time) if profile else None
-    with AnonPeak(interval=0.01) as peak:
+    with AnonPeak(interval=0.01) as peak, ThreadLedger() as ledger:
         before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        threads_before = thread_cpu()
         if profiler is not None:
             profiler.enable()
         if command == "build":
@@ -181,18 +243,17 @@ def cell(command: str, rows: int, work: str, cpus: int, piece_size: str,
         if profiler is not None:
             profiler.disable()
         seconds, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
-        threads_after = thread_cpu()
     peak_mb = peak.peak / MB
     build = manifest.get("build", {}) if command == "build" else manifest["history"][-1]
-    by_thread = {name: round(cpu - threads_before.get(name, 0.0), 2)
-                 for name, cpu in sorted(threads_after.items(), key=lambda t: -t[1])
-                 if name != SAMPLER}                 # counted apart (`sampler_cpu_s`)
+    by_thread, ended = ledger.by_name(), ledger.by_name(ended=True)
     return {"command": command, "rows": rows,
             "driver_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime
-                                  - before.ru_stime - peak.cpu_s, 1),
-            "sampler_cpu_s": round(peak.cpu_s, 2),
+                                  - before.ru_stime - peak.cpu_s - ledger.cpu_s, 1),
+            "sampler_cpu_s": round(peak.cpu_s + ledger.cpu_s, 2),
             "driver_main_cpu_s": by_thread.get("main"),
             "driver_threads_cpu_s": {k: v for k, v in by_thread.items() if v >= 0.05},
+            "driver_ended_threads_cpu_s": {k: v for k, v in ended.items() if v >= 0.05},
+            "idle_cpu_ms_per_s": round(idle_ms, 2),
             "driver_peak_mb": round(peak_mb, 1), "base_mb": round(base, 1),
             "driver_maxrss_mb": round(after.ru_maxrss / 1024, 1),
             "seconds": round(seconds, 1), "index_rows": manifest["counts"]["sentences"],
@@ -300,16 +361,21 @@ def profile_table(records: list[dict[str, Any]], top: int = 8) -> str:
 def table(records: list[dict[str, Any]]) -> str:
     """The records as a markdown table, each command's growth from its smallest run."""
     lines = ["| command | rows | driver CPU s | main thread CPU s | other threads CPU s "
+             "(ended) | idle connection ms/s (x wall s) "
              "| driver peak MB (RssAnon) | peak over base MB | x smallest (CPU, main thread, "
              "peak) | ru_maxrss MB | wall s | shards | FAISS | load (start-end) |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|"]
     for r in records:
         first = min((x for x in records if x["command"] == r["command"]),
                     key=lambda x: x["rows"])
-        # every other live thread: Ray's core worker and gRPC threads, Ray Data's iterator
+        # every other thread: Ray's core worker and gRPC threads, Ray Data's executor
         ray = sum(v for k, v in r["driver_threads_cpu_s"].items() if k != "main")
+        ended = sum(r.get("driver_ended_threads_cpu_s", {}).values())
+        idle = (f"{r['idle_cpu_ms_per_s']:.2f} ({r['idle_cpu_ms_per_s'] * r['seconds'] / 1e3:.1f}"
+                " s)" if "idle_cpu_ms_per_s" in r else "")
         lines.append(f"| {r['command']} | {r['rows']:,} | {r['driver_cpu_s']:.1f} | "
-                     f"{r['driver_main_cpu_s']:.1f} | {ray:.1f} | {r['driver_peak_mb']:.0f} | "
+                     f"{r['driver_main_cpu_s']:.1f} | {ray:.1f} ({ended:.1f}) | {idle} | "
+                     f"{r['driver_peak_mb']:.0f} | "
                      f"{r['driver_peak_mb'] - r['base_mb']:.0f} | "
                      f"{r['driver_cpu_s'] / first['driver_cpu_s']:.2f}, "
                      f"{r['driver_main_cpu_s'] / first['driver_main_cpu_s']:.2f}, "

@@ -1,69 +1,101 @@
-"""Run a generator on a thread, a bounded number of items ahead of its consumer.
+"""Run an iterator on a thread, a bounded number of items ahead of its consumer, who takes them
+in batches with a wait of its own choosing.
 
-The build reads and splits the next window of documents while the current one is embedded (the
-encoders release the GIL), so reading costs no wall time as long as it is faster than embedding.
-Errors raised by the generator surface in the consumer; closing the consumer stops the thread.
+The embed stage's Ray Data pipeline is iterated so (`ray_pipeline.PipelineRunner`): the
+iteration runs Ray Data's executor, and the driver asks for the rows that are ready, waiting a
+bounded time, so that it can check in between whether the stage still makes progress. Errors
+raised by the iterator surface in the consumer after the items before them; closing stops the
+thread.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable, Iterator, TypeVar
+from typing import Any, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
 _DONE = object()
 
 
-def read_ahead(items: Iterator[T], depth: int = 1, timeout: float | None = None,
-               on_timeout: Callable[[], BaseException | None] | None = None) -> Iterator[T]:
-    """Yield what `items` yields, produced up to `depth` items ahead on a daemon thread.
+class ReadAhead(Generic[T]):
+    """`items` iterated on a daemon thread, up to `depth` items ahead of the consumer, who
+    takes them with `take`; once closed (`close`, or leaving a `with` block) the iterator is
+    never advanced again.
 
     Args:
-        items: The iterator to run on the thread (it is never advanced again once the consumer
-            stops: closed, an error, a timeout).
+        items: The iterator to run on the thread.
         depth: How many items may wait for the consumer.
-        timeout: Seconds to wait for the next item (None: no limit).
-        on_timeout: Asked whenever `timeout` passes without an item: the exception to raise,
-            or None to wait another `timeout` (default: TimeoutError at once).
+        name: The thread's name.
     """
-    buffer: queue.Queue = queue.Queue(maxsize=max(1, depth))
-    stop = threading.Event()
 
-    def put(value) -> bool:
-        while not stop.is_set():
+    def __init__(self, items: Iterator[T], depth: int = 1, name: str = "tapt-read-ahead"
+                 ) -> None:
+        self._buffer: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._ended = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._produce, args=(items,), name=name,
+                                        daemon=True)
+        self._thread.start()
+
+    def _put(self, value: Any) -> bool:
+        while not self._stop.is_set():
             try:
-                buffer.put(value, timeout=0.1)
+                self._buffer.put(value, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def produce() -> None:
+    def _produce(self, items: Iterator[T]) -> None:
         try:
             for item in items:
-                if not put((item, None)):
+                if not self._put((item, None)):
                     return
-            put((_DONE, None))
+            self._put((_DONE, None))
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
-            put((_DONE, exc))
+            self._put((_DONE, exc))
 
-    thread = threading.Thread(target=produce, name="tapt-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            try:
-                item, error = buffer.get(timeout=timeout)
-            except queue.Empty:
-                stalled = on_timeout() if on_timeout else TimeoutError(f"no item in {timeout:g} s")
-                if stalled is None:
-                    continue
-                raise stalled from None
-            if item is _DONE:
-                if error is not None:
-                    raise error
-                return
-            yield item
-    finally:
-        stop.set()
-        thread.join(timeout=5)
+    def take(self, most: int, wait: float | None = None) -> tuple[list[T], bool]:
+        """Up to `most` items, and whether the iterator has ended (every item taken): waits
+        up to `wait` seconds (None: no limit) for the first item, then takes those ready.
+
+        Raises:
+            The iterator's error, once the items before it are taken.
+        """
+        if self._error is not None:
+            error, self._error = self._error, None
+            self._ended = True
+            raise error
+        if self._ended:
+            return [], True
+        got: list[T] = []
+        try:
+            item, error = self._buffer.get(timeout=wait)
+            while True:
+                if item is _DONE:
+                    self._ended = error is None
+                    if error is not None and got:
+                        self._error = error       # raised by the next call
+                    elif error is not None:
+                        self._ended = True
+                        raise error
+                    return got, self._ended
+                got.append(item)
+                if len(got) >= most:
+                    return got, False
+                item, error = self._buffer.get_nowait()
+        except queue.Empty:
+            return got, False
+
+    def close(self) -> None:
+        """Stop the thread (the iterator is not advanced again)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "ReadAhead[T]":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -23,7 +23,14 @@ ray = pytest.importorskip("ray")
 import tapt  # noqa: E402
 from build_worker import assert_same_index  # noqa: E402
 from conftest import HashingEncoder, write_split_corpus, write_task  # noqa: E402
-from ray_worker import CONFIG, WORKER, CrashingEncoder, ship_by_value, with_faiss_threads  # noqa: E402
+from ray_worker import (  # noqa: E402
+    CONFIG,
+    WORKER,
+    CrashingEncoder,
+    pid_source,
+    ship_by_value,
+    with_faiss_threads,
+)
 from tapt.errors import TaptError  # noqa: E402
 from tapt.indexer.building import checkpoint  # noqa: E402
 from tapt.indexer.building.executors.ray_executor import ExecutorError, RayExecutor  # noqa: E402
@@ -219,6 +226,56 @@ def test_cli_build_with_the_packaged_model(cluster, tmp_path):
     manifest = json.loads(out.stdout)["manifest"]
     assert manifest["counts"]["sentences"] == 24 and manifest["model"]["dim"] == 384
     assert manifest["build"]["window"] == 10    # three embed parts of at most 10 rows
+
+
+def test_the_embed_pipeline_is_run_by_an_actor_not_the_driver(cluster, tmp_path):
+    """Ray Data's executor plans and runs the stage's pipeline in a `PipelineRunner` actor
+    (its datasource is read-planned there, not in this process), and the driver gets every
+    row once."""
+    from tapt.indexer.building.ray_pipeline import rows_within
+
+    log = tmp_path / "pids"
+    ds = ray.data.read_datasource(pid_source(str(log), blocks=5, rows=40))
+    planned_here = log.read_text().splitlines() if log.exists() else []   # made lazily
+    watch = RayExecutor(progress=False)._watch("embed", [], "part")
+    rows = [int(r["i"]) for r in rows_within(ray, ds, watch, "embed")]
+    assert sorted(rows) == list(range(200))
+    during = log.read_text().splitlines()[len(planned_here):]
+    assert during and str(os.getpid()) not in during
+
+
+def test_a_failed_pipeline_task_is_its_own_error_from_the_actor(cluster):
+    """A Ray Data task's own TaptError reaches the driver through the pipeline's actor as
+    itself (one error line, not Ray's wrapping)."""
+    from tapt.errors import InputError
+    from tapt.indexer.building.ray_pipeline import rows_within
+
+    def fail_on_seven(batch):
+        if 7 in batch["id"]:
+            raise InputError("row 7 is bad", param="corpus")
+        return batch
+
+    ds = ray.data.range(20, override_num_blocks=4).map_batches(fail_on_seven)
+    watch = RayExecutor(progress=False)._watch("embed", [], "part")
+    with pytest.raises(InputError, match="row 7 is bad"):
+        list(rows_within(ray, ds, watch, "embed"))
+
+
+def test_a_stalled_pipeline_ends_in_the_executors_timeout(cluster):
+    """A pipeline whose task hangs ends with the stall's one error once `ray_timeout` seconds
+    pass without a row (the actor answers empty in time), not when the task would end."""
+    from tapt.indexer.building.ray_pipeline import rows_within
+
+    def hang(batch):
+        time.sleep(120)
+        return batch
+
+    ds = ray.data.range(4, override_num_blocks=1).map_batches(hang)
+    watch = RayExecutor(progress=False, ray_timeout=3)._watch("embed", [], "part")
+    started = time.monotonic()
+    with pytest.raises(ExecutorError, match="no embed part finished in 3 s"):
+        list(rows_within(ray, ds, watch, "embed"))
+    assert time.monotonic() - started < 60
 
 
 def test_pool_leaves_a_cpu_for_ray_data(cluster, caplog):

@@ -85,3 +85,26 @@ def main(address: str, corpus: str, out: str, log: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:5])
+
+
+def pid_source(log: str, blocks: int, rows: int):
+    """A Ray Data datasource of `blocks` blocks of `rows` rows (column `i`: 0, 1, ...) that
+    appends the pid of every process that plans reading it to `log` (Ray Data plans a read
+    where its executor runs)."""
+    import pyarrow as pa
+    from ray.data import Datasource, ReadTask
+    from ray.data.block import BlockMetadata
+
+    class PidSource(Datasource):
+        def estimate_inmemory_data_size(self):
+            return None
+
+        def get_read_tasks(self, parallelism, **_):
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            meta = BlockMetadata(num_rows=rows, size_bytes=None, input_files=None,
+                                 exec_stats=None)
+            return [ReadTask(lambda b=b: [pa.table({"i": list(range(b * rows, (b + 1) * rows))})],
+                             meta) for b in range(blocks)]
+
+    return PidSource()

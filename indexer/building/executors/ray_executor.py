@@ -10,7 +10,10 @@ tokenise each part (the encoder's own length-sorted tokenisation), an autoscalin
 (`ActorPoolStrategy(min_size, max_size)`, two rows in flight per actor) runs the model only,
 each actor loading it once (from the build's `EncoderSpec`, or a copy of the encoder object
 when there is none), and CPU tasks write each part through the same idempotent functions as
-the local executor (temporary names renamed), so a retried step writes the same part.
+the local executor (temporary names renamed), so a retried step writes the same part. The
+pipeline is run by an actor of its own (`PipelineRunner`, no CPU, on the driver's node where it
+can), which hands the driver its rows in batches: Ray Data's executor, which polls its operators
+for as long as the stage lasts, is not the driver's work.
 Resuming is tapt's own: the driver passes only unfinished tasks (each finished part's
 completion record is the state; Ray Data's own checkpointing, `DataContext.checkpoint_config`,
 is for pipelines that end in a Ray Data write, which this one does not). `resources` steers
@@ -78,7 +81,7 @@ from tapt.indexer.building.ray_cluster import (  # noqa: F401
     task_error,
 )
 from tapt.indexer.building.ray_embed import ModelActor, granted_cpus, save_parts, tokenize_parts
-from tapt.indexer.building.readahead import read_ahead
+from tapt.indexer.building.ray_pipeline import PIPELINE_MEMORY, data_context, rows_within
 from tapt.util.checks import renamed_keywords, whole_number
 
 log = logging.getLogger(__name__)
@@ -431,8 +434,9 @@ class RayExecutor(Executor):
         model_args = step_args("embed", gpus=self.gpus_per_worker,
                                amount=stage.memory + ACTOR_PARTS_IN_FLIGHT * (group - 1)
                                * stage.part_memory if stage.memory else 0)
-        needs = [need(model_args)]
-        with _data_context(ray), warnings.catch_warnings():
+        # the pipeline's own actor (`_rows_within`) among what the stage waits for
+        needs = [need(model_args), {"CPU": 0.0, "GPU": 0.0, "memory": float(PIPELINE_MEMORY)}]
+        with data_context(ray), warnings.catch_warnings():
             # Ray 2.60 sets retries, and the pool's restarts, only through `ray_remote_args`
             # (deprecated for 2.64); its defaults, unbounded, are what hangs (ray #62746)
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -461,7 +465,7 @@ class RayExecutor(Executor):
             out: list[Any] = [None] * len(tasks)
             weight = stage.weight or (lambda _: 1)
             with self._bar(stage, tasks) as bar:
-                for row in _rows_within(ds, self._watch(stage.name, needs, "part"),
+                for row in rows_within(ray, ds, self._watch(stage.name, needs, "part"),
                                         stage.name):
                     i = int(row["i"])
                     out[i] = json.loads(str(row["record"]))
@@ -510,60 +514,3 @@ def _checked_resources(resources: dict[str, dict[str, float]] | None
                              param="resources")
         out[step] = {k: float(v) for k, v in wanted.items()}
     return out
-
-
-@contextlib.contextmanager
-def _data_context(ray) -> Iterator[None]:
-    """Ray Data settings of one embed stage, restored afterwards: no errored block tolerated,
-    the task's own exception raised, no bars or INFO lines of its own (tapt's bar counts
-    sentences), and no errors or tracebacks on its console (`_no_errors`)."""
-    ctx = ray.data.DataContext.get_current()
-    wanted = {"max_errored_blocks": 0, "raise_original_map_exception": True,
-              "enable_progress_bars": False, "print_on_execution_start": False}
-    saved = {k: getattr(ctx, k) for k in wanted if hasattr(ctx, k)}
-    logger = logging.getLogger("ray.data")
-    level = logger.level
-    consoles = [h for h in logger.handlers if "File" not in type(h).__name__]
-    for k in saved:
-        setattr(ctx, k, wanted[k])
-    logger.setLevel(max(level, logging.WARNING))
-    for handler in consoles:
-        handler.addFilter(_no_errors)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(ctx, k, v)
-        logger.setLevel(level)
-        for handler in consoles:
-            handler.removeFilter(_no_errors)
-
-
-def _no_errors(record: logging.LogRecord) -> bool:
-    """Ray Data's console, during a stage: its errors and their tracebacks stay in its own log
-    file (ray-data.log); tapt reports a failed stage as one line."""
-    return record.levelno < logging.ERROR and not record.exc_info
-
-
-def _rows_within(ds, watch: Watch, stage: str) -> Iterator[dict[str, Any]]:
-    """The dataset's rows as they come (iterated on a thread); whenever none came for a while
-    the stage ends with the error `watch.check` returns, and with the task's error when one
-    fails. Once the driver stops reading (an error, Ctrl-C, a stall) the iteration is not
-    advanced again."""
-    raised: list[BaseException] = []
-
-    def stalled() -> BaseException | None:
-        error = watch.check()
-        if error is not None:
-            raised.append(error)
-        return error
-
-    try:
-        for row in read_ahead(ds.iter_rows(), depth=64, timeout=POLL_SECONDS,
-                              on_timeout=stalled):
-            watch.progressed()
-            yield row
-    except Exception as exc:  # noqa: BLE001 - a task's failure (Ray wraps it), as one tapt error
-        if raised and exc is raised[-1]:
-            raise
-        raise task_error(exc, stage) from exc
