@@ -385,6 +385,5 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-
 if __name__ == "__main__":
     main()

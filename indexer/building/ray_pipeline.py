@@ -24,13 +24,10 @@ def data_context(ray) -> Iterator[None]:
     the task's own exception raised, no bars or INFO lines of its own (tapt's bar counts
     sentences), and no errors or tracebacks on its console (`_no_errors`)."""
     ctx = ray.data.DataContext.get_current()
-    wanted = _DATA_SETTINGS
-    saved = {k: getattr(ctx, k) for k in wanted if hasattr(ctx, k)}
+    saved = _apply_settings(ctx)
     logger = logging.getLogger("ray.data")
     level = logger.level
     consoles = [h for h in logger.handlers if "File" not in type(h).__name__]
-    for k in saved:
-        setattr(ctx, k, wanted[k])
     logger.setLevel(max(level, logging.WARNING))
     for handler in consoles:
         handler.addFilter(_no_errors)
@@ -44,6 +41,14 @@ def data_context(ray) -> Iterator[None]:
             handler.removeFilter(_no_errors)
 
 
+def _apply_settings(ctx) -> dict[str, Any]:
+    """`_DATA_SETTINGS` set on a Ray Data context (those it has); their values before."""
+    saved = {k: getattr(ctx, k) for k in _DATA_SETTINGS if hasattr(ctx, k)}
+    for k in saved:
+        setattr(ctx, k, _DATA_SETTINGS[k])
+    return saved
+
+
 def _no_errors(record: logging.LogRecord) -> bool:
     """Ray Data's console, during a stage: its errors and their tracebacks stay in its own log
     file (ray-data.log); tapt reports a failed stage as one line."""
@@ -51,7 +56,7 @@ def _no_errors(record: logging.LogRecord) -> bool:
 
 
 # what the actor that runs an embed stage's Ray Data pipeline holds: Ray Data's executor
-# (its operators' state, up to ROWS rows of small records) and tapt's imports; the driver that
+# (its operators' state, up to `ray_executor.ROWS` rows of small records) and tapt's imports; the driver that
 # ran it before peaked at 337 MB in a 10M-row build, its own work included
 PIPELINE_MEMORY = 512 << 20
 PIPELINE_ROWS = 64         # rows one call hands the driver at most
@@ -69,10 +74,8 @@ class PipelineRunner:
 
         self._context = data_context(ray)
         self._context.__enter__()          # for the actor's life: it runs this stage only
-        made = getattr(ds, "context", None)     # the settings it was made with: the stage's
-        for key, value in _DATA_SETTINGS.items():
-            if made is not None and hasattr(made, key):
-                setattr(made, key, value)
+        if getattr(ds, "context", None) is not None:    # what it runs with: the stage's
+            _apply_settings(ds.context)
         self._rows = ReadAhead((dict(row) for row in ds.iter_rows()),
                                depth=4 * PIPELINE_ROWS, name="tapt-pipeline")
 
@@ -96,17 +99,18 @@ def rows_within(ray, ds, watch: Watch, stage: str) -> Iterator[dict[str, Any]]:
     with contextlib.suppress(Exception):      # a client connection has no node of its own
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=True)
+    def unless_stalled() -> None:
+        stalled = watch.check()
+        if stalled is not None:
+            raise stalled
+
     runner = ray.remote(PipelineRunner).options(**options).remote(ds)
     try:
         while True:
             ref = runner.next.remote(PIPELINE_ROWS, POLL_SECONDS)
-            ready: list = []
-            while not ready:
-                ready, _ = ray.wait([ref], timeout=2 * POLL_SECONDS)
-                if not ready:         # the actor itself is slow to answer: a loaded node
-                    stalled = watch.check()
-                    if stalled is not None:
-                        raise stalled
+            # the actor itself slow to answer (a loaded node) is waited for as no row is
+            while not ray.wait([ref], timeout=2 * POLL_SECONDS)[0]:
+                unless_stalled()
             try:
                 rows, ended = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - a task's failure (Ray wraps it), as one tapt error
@@ -114,13 +118,10 @@ def rows_within(ray, ds, watch: Watch, stage: str) -> Iterator[dict[str, Any]]:
             if rows:
                 watch.progressed()
             else:
-                stalled = watch.check()
-                if stalled is not None:
-                    raise stalled
+                unless_stalled()
             yield from rows
             if ended:
                 return
     finally:
         with contextlib.suppress(Exception):
             ray.kill(runner, no_restart=True)
-

@@ -75,13 +75,13 @@ class ReadAhead(Generic[T]):
             item, error = self._buffer.get(timeout=wait)
             while True:
                 if item is _DONE:
-                    self._ended = error is None
-                    if error is not None and got:
-                        self._error = error       # raised by the next call
-                    elif error is not None:
+                    if error is None or not got:
                         self._ended = True
-                        raise error
-                    return got, self._ended
+                        if error is not None:
+                            raise error
+                        return got, True
+                    self._error = error       # raised by the next call, after these items
+                    return got, False
                 got.append(item)
                 if len(got) >= most:
                     return got, False

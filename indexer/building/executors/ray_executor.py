@@ -434,7 +434,7 @@ class RayExecutor(Executor):
         model_args = step_args("embed", gpus=self.gpus_per_worker,
                                amount=stage.memory + ACTOR_PARTS_IN_FLIGHT * (group - 1)
                                * stage.part_memory if stage.memory else 0)
-        # the pipeline's own actor (`_rows_within`) among what the stage waits for
+        # the pipeline's own actor (`rows_within`) among what the stage waits for
         needs = [need(model_args), {"CPU": 0.0, "GPU": 0.0, "memory": float(PIPELINE_MEMORY)}]
         with data_context(ray), warnings.catch_warnings():
             # Ray 2.60 sets retries, and the pool's restarts, only through `ray_remote_args`
