@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Iterator
+import warnings
+from typing import Any, Callable, Iterator
 
 from tapt.indexer.building.ray_cluster import POLL_SECONDS, Watch, env_options, task_error
 from tapt.indexer.building.readahead import ReadAhead
@@ -63,17 +64,24 @@ PIPELINE_ROWS = 64         # rows one call hands the driver at most
 
 
 class PipelineRunner:
-    """A Ray actor that runs a Ray Data pipeline (its streaming executor, which polls its
+    """A Ray actor that makes a Ray Data pipeline (`dataset()`: its input's blocks are put in
+    the object store by this actor), runs it (its streaming executor, which polls its
     operators for as long as the stage lasts) and hands its rows to the driver in batches
-    (`next`): the executor's work is the actor's, not the driver's. The rows are iterated on a
-    thread of the actor (`ReadAhead`), up to `PIPELINE_ROWS` x 4 ahead of the driver; the
-    stage's Ray Data settings are applied in the actor's process (`data_context`)."""
+    (`next`): that work is the actor's, not the driver's. The rows are iterated on a thread of
+    the actor (`ReadAhead`), up to `PIPELINE_ROWS` x 4 ahead of the driver; the stage's Ray
+    Data settings are applied in the actor's process (`data_context`)."""
 
-    def __init__(self, ds) -> None:
+    def __init__(self, dataset: Callable[[], Any]) -> None:
         import ray
 
         self._context = data_context(ray)
         self._context.__enter__()          # for the actor's life: it runs this stage only
+        with warnings.catch_warnings():
+            # Ray 2.60 sets retries, and an actor pool's restarts, only through
+            # `ray_remote_args` (deprecated for 2.64); its defaults, unbounded, are what hangs
+            # (ray #62746)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ds = dataset()
         if getattr(ds, "context", None) is not None:    # what it runs with: the stage's
             _apply_settings(ds.context)
         self._rows = ReadAhead((dict(row) for row in ds.iter_rows()),
@@ -85,10 +93,12 @@ class PipelineRunner:
         return self._rows.take(most, wait)
 
 
-def rows_within(ray, ds, watch: Watch, stage: str) -> Iterator[dict[str, Any]]:
-    """The dataset's rows as they come, its pipeline run by a `PipelineRunner` actor on this
-    process's node (soft affinity: its executor's polling is not the driver's CPU, and it ends
-    with the driver); whenever none came for a while the stage ends with the error
+def rows_within(ray, dataset: Callable[[], Any], watch: Watch, stage: str
+                ) -> Iterator[dict[str, Any]]:
+    """The rows of the Ray dataset `dataset()` makes as they come, the dataset made and its
+    pipeline run by a `PipelineRunner` actor on this process's node (soft affinity: its
+    executor's polling is not the driver's CPU, and it ends with the driver); whenever none
+    came for a while the stage ends with the error
     `watch.check` returns, and with the task's error when one fails. Once the driver stops
     reading (an error, Ctrl-C, a stall) the actor is killed, and the pipeline's tasks and
     actors, which it owns, with it."""
@@ -104,7 +114,7 @@ def rows_within(ray, ds, watch: Watch, stage: str) -> Iterator[dict[str, Any]]:
         if stalled is not None:
             raise stalled
 
-    runner = ray.remote(PipelineRunner).options(**options).remote(ds)
+    runner = ray.remote(PipelineRunner).options(**options).remote(dataset)
     try:
         while True:
             ref = runner.next.remote(PIPELINE_ROWS, POLL_SECONDS)

@@ -33,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 from tapt.errors import InputError
+from tapt.indexer.store.npy import as_float32
 from tapt.retriever.scoring import arrays
 from tapt.retriever.scoring.logistic import LogisticFit, fit_logistic
 from tapt.util import ordering
@@ -80,12 +81,18 @@ class DrawnRanking:
         return self.rows
 
 
-def _fit(pos: np.ndarray, neg: np.ndarray, C: float) -> LogisticFit:
-    """A class-balanced logistic regression of `pos` against `neg` (`scoring.logistic`: the
-    objective of scikit-learn's lbfgs solver, on float32 rows)."""
-    report_step(f"fit the classifier ({len(pos):,} positives, {len(neg):,} negatives)")
-    x = np.vstack([pos, neg]).astype(np.float32)
-    y = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+def _fit(positives: list[np.ndarray], negatives: np.ndarray, C: float) -> LogisticFit:
+    """A class-balanced logistic regression of the rows of `positives` (one or more arrays)
+    against `negatives` (`scoring.logistic`: the objective of scikit-learn's lbfgs solver, on
+    float32 rows, converted once into the array the fit reads)."""
+    n_pos = sum(len(part) for part in positives)
+    report_step(f"fit the classifier ({n_pos:,} positives, {len(negatives):,} negatives)")
+    x = np.empty((n_pos + len(negatives), negatives.shape[1]), dtype=np.float32)
+    at = 0
+    for part in (*positives, negatives):
+        as_float32(part, out=x[at:at + len(part)])
+        at += len(part)
+    y = np.concatenate([np.ones(n_pos), np.zeros(len(negatives))])
     return fit_logistic(x, y, C)
 
 
@@ -157,10 +164,11 @@ def pu_classifier(corpus: np.ndarray, task: np.ndarray,
     del prerank     # freed here when the caller handed it over (4 bytes a row less per round)
     info: dict = {"rounds": []}
     for round_ in range(config.rounds + 1):
-        pos = task if not len(pos_rows) else np.vstack([task, np.asarray(corpus[pos_rows])])
+        pos = [task] if not len(pos_rows) else [task, np.asarray(corpus[pos_rows])]
         model = _fit(pos, np.asarray(corpus[neg_rows]), config.C)
         scores = score_rows(_log_odds(model))
-        info["rounds"].append({"positives": int(len(pos)), "negatives": int(len(neg_rows))})
+        info["rounds"].append({"positives": sum(len(part) for part in pos),
+                               "negatives": int(len(neg_rows))})
         if round_ == config.rounds:
             break
         k = int(n_positive) if n_positive else _count_positive(scores)

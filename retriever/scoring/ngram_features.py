@@ -17,7 +17,13 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from tapt.retriever.scoring.logistic import fit_logistic
-from tapt.retriever.scoring.ngram_lm import HashedLMs, ShardScorer, sentence_sums
+from tapt.retriever.scoring.ngram_lm import (
+    TYPE_RUN,
+    HashedLMs,
+    ShardScorer,
+    sentence_sums,
+    type_runs,
+)
 
 FEATURES = 1 << 20     # a power of two: a hash's bucket is its low bits
 _LOW = np.uint64(FEATURES - 1)
@@ -116,12 +122,18 @@ class NgramClassifier(ShardScorer):
         # the hash arithmetic once per word of the shard, not per bigram type (~3x more): a
         # type's buckets are sums of its two words' parts (`_parts`)
         mixed, low = (part.astype(np.int32) for part in _parts(shard.vocab, shard.vocab))
-        pairs = np.asarray(shard.bigrams)
-        per_type = self.weights[low].astype(np.float64)[pairs[:, 1]]
-        bucket = mixed[pairs[:, 0]]
-        bucket += low[pairs[:, 1]]
-        bucket &= FEATURES - 1
-        per_type += self.weights[bucket]
+        word_weight = self.weights[low].astype(np.float64)
+        per_type = np.empty(len(shard.bigrams), dtype=np.float64)
+        bucket, low_w = np.empty(TYPE_RUN, np.int32), np.empty(TYPE_RUN, np.int32)
+        weight = np.empty(TYPE_RUN, np.float32)
+        for lo, hist, word in type_runs(shard.bigrams, TYPE_RUN):    # ids checked on open
+            n = len(hist)
+            out = per_type[lo:lo + n]
+            np.take(word_weight, word, out=out, mode="clip")
+            b = np.take(mixed, hist, out=bucket[:n], mode="clip")
+            b += np.take(low, word, out=low_w[:n], mode="clip")
+            b &= FEATURES - 1
+            out += np.take(self.weights, b, out=weight[:n], mode="clip")
         for lo, sums, lengths in sentence_sums(shard, per_type):
             yield lo, (sums / np.sqrt(2.0 * np.maximum(lengths, 1))
                        + self.intercept).astype(np.float32)

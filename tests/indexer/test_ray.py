@@ -229,19 +229,26 @@ def test_cli_build_with_the_packaged_model(cluster, tmp_path):
 
 
 def test_the_embed_pipeline_is_run_by_an_actor_not_the_driver(cluster, tmp_path):
-    """Ray Data's executor plans and runs the stage's pipeline in a `PipelineRunner` actor
-    (its datasource is read-planned there, not in this process), and the driver gets every
-    row once."""
+    """The stage's pipeline is made, planned and run in a `PipelineRunner` actor (its
+    datasource is made and read-planned there, not in this process), and the driver gets
+    every row once."""
     from tapt.indexer.building.ray_pipeline import rows_within
 
     log = tmp_path / "pids"
-    ds = ray.data.read_datasource(pid_source(str(log), blocks=5, rows=40))
-    planned_here = log.read_text().splitlines() if log.exists() else []   # made lazily
+    source = pid_source(str(log), blocks=5, rows=40)
+
+    def dataset():
+        with open(log, "a") as f:
+            f.write(f"made {os.getpid()}\n")
+        return ray.data.read_datasource(source)
+
     watch = RayExecutor(progress=False)._watch("embed", [], "part")
-    rows = [int(r["i"]) for r in rows_within(ray, ds, watch, "embed")]
+    rows = [int(r["i"]) for r in rows_within(ray, dataset, watch, "embed")]
     assert sorted(rows) == list(range(200))
-    during = log.read_text().splitlines()[len(planned_here):]
-    assert during and str(os.getpid()) not in during
+    lines = log.read_text().splitlines()
+    made = [line.split()[1] for line in lines if line.startswith("made ")]
+    planned = [line for line in lines if not line.startswith("made ")]
+    assert made and planned and str(os.getpid()) not in made + planned
 
 
 def test_a_failed_pipeline_task_is_its_own_error_from_the_actor(cluster):
@@ -255,10 +262,10 @@ def test_a_failed_pipeline_task_is_its_own_error_from_the_actor(cluster):
             raise InputError("row 7 is bad", param="corpus")
         return batch
 
-    ds = ray.data.range(20, override_num_blocks=4).map_batches(fail_on_seven)
     watch = RayExecutor(progress=False)._watch("embed", [], "part")
     with pytest.raises(InputError, match="row 7 is bad"):
-        list(rows_within(ray, ds, watch, "embed"))
+        list(rows_within(ray, lambda: ray.data.range(20, override_num_blocks=4).map_batches(
+            fail_on_seven), watch, "embed"))
 
 
 def test_a_stalled_pipeline_ends_in_the_executors_timeout(cluster):
@@ -270,11 +277,11 @@ def test_a_stalled_pipeline_ends_in_the_executors_timeout(cluster):
         time.sleep(120)
         return batch
 
-    ds = ray.data.range(4, override_num_blocks=1).map_batches(hang)
     watch = RayExecutor(progress=False, ray_timeout=3)._watch("embed", [], "part")
     started = time.monotonic()
     with pytest.raises(ExecutorError, match="no embed part finished in 3 s"):
-        list(rows_within(ray, ds, watch, "embed"))
+        list(rows_within(ray, lambda: ray.data.range(4, override_num_blocks=1).map_batches(
+            hang), watch, "embed"))
     assert time.monotonic() - started < 60
 
 

@@ -244,18 +244,24 @@ def test_stored_lexicon_scores_every_row_as_it_scores_rows_one_by_one(fake_index
 
 
 @pytest.mark.parametrize("order", [1, 2])
-@pytest.mark.parametrize("sorted_types", [True, False])
-def test_stored_lexicon_scores_from_per_word_terms_as_from_every_pair(fake_index, order,
-                                                                       sorted_types):
+@pytest.mark.parametrize("sorted_types,run", [(True, None), (True, 5), (False, None)])
+def test_stored_lexicon_scores_from_per_word_terms_as_from_every_pair(fake_index, monkeypatch,
+                                                                       order, sorted_types,
+                                                                       run):
     """A shard's scores from the models' per-word terms, with the pairs either model counted
     computed in full, equal the models' log-probabilities of every pair (`score_rows`), with
-    extra in-domain rows and either order; a shard whose types are not sorted by (history,
-    word) is scored pair by pair, with the same scores."""
+    extra in-domain rows and either order, and with the types taken a few at a time (`run`,
+    the counted pairs then found across runs); a shard whose types are not sorted by
+    (history, word) is scored pair by pair, with the same scores."""
     from tapt.indexer.index import Index
     from tapt.indexer.reading.lexical import Lexicon, ShardLexicon
+    from tapt.retriever.scoring import ngram_lm
     from tapt.retriever.scoring.ngram_lm import HashedLMs
 
+    if run:
+        monkeypatch.setattr(ngram_lm, "TYPE_RUN", run)
     lexicon = Index(fake_index).lexicon
+    assert len(lexicon.shards[0].bigrams) > 5 * (run or 0)
     if not sorted_types:
         shard = lexicon.shards[0]
         order_ = np.random.default_rng(3).permutation(len(shard.bigrams))

@@ -58,9 +58,16 @@ def test_feature_buckets_are_the_hashes_modulo_the_feature_count():
     np.testing.assert_array_equal(bi, (pair % np.uint64(FEATURES)).astype(np.int64))
 
 
-def test_shard_scores_equal_the_sparse_product():
+@pytest.mark.parametrize("run", [None, 7])
+def test_shard_scores_equal_the_sparse_product(monkeypatch, run):
+    """Also with the bigram types taken a few at a time (`ngram_lm.type_runs`)."""
+    from tapt.retriever.scoring import ngram_features
+
+    if run:
+        monkeypatch.setattr(ngram_features, "TYPE_RUN", run)
     texts, _ = corpus(40, 0)
     lexicon = Lexicon.of_texts(texts)
+    assert len(lexicon.shards[0].bigrams) > 5 * (run or 0)
     rng = np.random.default_rng(1)
     model = NgramClassifier(lexicon, rng.normal(size=FEATURES).astype(np.float32), 0.25)
     rows = np.arange(len(texts))

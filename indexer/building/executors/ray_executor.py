@@ -50,7 +50,6 @@ import json
 import logging
 import math
 import uuid
-import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 from tqdm.auto import tqdm
@@ -81,7 +80,7 @@ from tapt.indexer.building.ray_cluster import (  # noqa: F401
     task_error,
 )
 from tapt.indexer.building.ray_embed import ModelActor, granted_cpus, save_parts, tokenize_parts
-from tapt.indexer.building.ray_pipeline import PIPELINE_MEMORY, data_context, rows_within
+from tapt.indexer.building.ray_pipeline import PIPELINE_MEMORY, rows_within
 from tapt.util.checks import renamed_keywords, whole_number
 
 log = logging.getLogger(__name__)
@@ -404,7 +403,6 @@ class RayExecutor(Executor):
         `tokenize_parts`. A stage function not split into steps (`fn.steps`, as
         `stages.embed_part` is) runs whole in the actors, one part per row."""
         from ray import cloudpickle
-        from ray.data import ActorPoolStrategy
 
         from tapt.indexer.encoding.encoder import tokenizing_of
 
@@ -436,40 +434,46 @@ class RayExecutor(Executor):
                                * stage.part_memory if stage.memory else 0)
         # the pipeline's own actor (`rows_within`) among what the stage waits for
         needs = [need(model_args), {"CPU": 0.0, "GPU": 0.0, "memory": float(PIPELINE_MEMORY)}]
-        with data_context(ray), warnings.catch_warnings():
-            # Ray 2.60 sets retries, and the pool's restarts, only through `ray_remote_args`
-            # (deprecated for 2.64); its defaults, unbounded, are what hangs (ray #62746)
-            warnings.simplefilter("ignore", DeprecationWarning)
+        tokenize_args, save_args = step_args("tokenize"), step_args("save")
+        if steps is not None:
+            needs += [need(tokenize_args), need(save_args)]
+        tokenizing = (cloudpickle.dumps(tokenizing_of(encoder.get())) if steps is not None
+                      else None)
+        retries, fn = self.ray_retries, stage.fn
+        pool = {"min_size": min(self.min_workers, size), "max_size": size,
+                "max_tasks_in_flight_per_actor": ACTOR_PARTS_IN_FLIGHT}
+
+        def dataset():
+            """The stage's pipeline, made by the actor that runs it (`rows_within`): its
+            rows' blocks are put in the object store there, not by the driver (one put per
+            row: 0.5 ms of the driver's CPU each, measured)."""
+            from ray.data import ActorPoolStrategy
+
             ds = ray.data.from_items(items, override_num_blocks=len(items))
             if steps is not None:
-                tokenizing = cloudpickle.dumps(tokenizing_of(encoder.get()))
-                args = step_args("tokenize")
-                needs.append(need(args))
                 ds = ds.map_batches(tokenize_parts, batch_size=1, batch_format="numpy",
                                     fn_kwargs={"steps": steps, "tokenizing": tokenizing,
                                                "key": uuid.uuid4().hex},
-                                    max_retries=self.ray_retries, **args)
-            pool = ActorPoolStrategy(min_size=min(self.min_workers, size), max_size=size,
-                                     max_tasks_in_flight_per_actor=ACTOR_PARTS_IN_FLIGHT)
+                                    max_retries=retries, **tokenize_args)
             ds = ds.map_batches(
                 ModelActor, batch_size=1, batch_format="numpy",
-                fn_constructor_kwargs={"fn": stage.fn, "source": source},
-                compute=pool, max_restarts=self.ray_retries, max_task_retries=self.ray_retries,
-                **model_args)
+                fn_constructor_kwargs={"fn": fn, "source": source},
+                compute=ActorPoolStrategy(**pool), max_restarts=retries,
+                max_task_retries=retries, **model_args)
             if steps is not None:
-                args = step_args("save")
-                needs.append(need(args))
                 ds = ds.map_batches(save_parts, batch_size=1, batch_format="numpy",
-                                    fn_kwargs={"steps": steps}, max_retries=self.ray_retries,
-                                    **args)
-            out: list[Any] = [None] * len(tasks)
-            weight = stage.weight or (lambda _: 1)
-            with self._bar(stage, tasks) as bar:
-                for row in rows_within(ray, ds, self._watch(stage.name, needs, "part"),
-                                        stage.name):
-                    i = int(row["i"])
-                    out[i] = json.loads(str(row["record"]))
-                    bar.update(weight(tasks[i]))
+                                    fn_kwargs={"steps": steps}, max_retries=retries,
+                                    **save_args)
+            return ds
+
+        out: list[Any] = [None] * len(tasks)
+        weight = stage.weight or (lambda _: 1)
+        with self._bar(stage, tasks) as bar:
+            for row in rows_within(ray, dataset, self._watch(stage.name, needs, "part"),
+                                   stage.name):
+                i = int(row["i"])
+                out[i] = json.loads(str(row["record"]))
+                bar.update(weight(tasks[i]))
         missing = [i for i, r in enumerate(out) if r is None]
         if missing:
             raise ExecutorError(f"the {stage.name} stage returned no result for {len(missing)} "
