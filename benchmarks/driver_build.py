@@ -26,7 +26,8 @@ ranges of about half a shard), and records:
   ...; Ray Data's executor), and `driver_ended_threads_cpu_s` those that ended;
 - `idle_cpu_ms_per_s`: the CPU milliseconds per wall second of the same process connected to
   Ray and idle, measured before the command (what Ray's threads in a driver spend whatever
-  the driver does: over a command it grows with the wall time, not with the rows);
+  the driver does: over a command it grows with the wall time, not with the rows); the table
+  also gives the driver's CPU less that rate times the command's wall seconds;
 - `driver_peak_mb`: the peak of its RssAnon (its own memory; mapped index files are not),
   sampled every 10 ms from the start of the command to its end; `base_mb`, before it;
 - `driver_maxrss_mb` (`ru_maxrss`, mapped pages included), the command's wall seconds, its
@@ -361,10 +362,16 @@ def profile_table(records: list[dict[str, Any]], top: int = 8) -> str:
 def table(records: list[dict[str, Any]]) -> str:
     """The records as a markdown table, each command's growth from its smallest run."""
     lines = ["| command | rows | driver CPU s | main thread CPU s | other threads CPU s "
-             "(ended) | idle connection ms/s (x wall s) "
+             "(ended) | idle connection ms/s (x wall s) | driver CPU less idle connection s "
              "| driver peak MB (RssAnon) | peak over base MB | x smallest (CPU, main thread, "
-             "peak) | ru_maxrss MB | wall s | shards | FAISS | load (start-end) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|"]
+             "CPU less idle, peak) | ru_maxrss MB | wall s | shards | FAISS | load (start-end) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|"]
+
+    def busy(r: dict[str, Any]) -> float:
+        """The driver's CPU less what a connected, idle driver spends over the same wall time
+        (Ray's threads: it grows with the wall time, not with the rows)."""
+        return r["driver_cpu_s"] - r.get("idle_cpu_ms_per_s", 0.0) * r["seconds"] / 1e3
+
     for r in records:
         first = min((x for x in records if x["command"] == r["command"]),
                     key=lambda x: x["rows"])
@@ -375,10 +382,11 @@ def table(records: list[dict[str, Any]]) -> str:
                 " s)" if "idle_cpu_ms_per_s" in r else "")
         lines.append(f"| {r['command']} | {r['rows']:,} | {r['driver_cpu_s']:.1f} | "
                      f"{r['driver_main_cpu_s']:.1f} | {ray:.1f} ({ended:.1f}) | {idle} | "
-                     f"{r['driver_peak_mb']:.0f} | "
+                     f"{busy(r):.1f} | {r['driver_peak_mb']:.0f} | "
                      f"{r['driver_peak_mb'] - r['base_mb']:.0f} | "
                      f"{r['driver_cpu_s'] / first['driver_cpu_s']:.2f}, "
                      f"{r['driver_main_cpu_s'] / first['driver_main_cpu_s']:.2f}, "
+                     f"{busy(r) / busy(first):.2f}, "
                      f"{r['driver_peak_mb'] / first['driver_peak_mb']:.2f} | "
                      f"{r['driver_maxrss_mb']:.0f} | {r['seconds']:.0f} | {r['shards']} | "
                      f"{r['factory']} | {r['load_start']:.1f}-{r['load_end']:.1f} |")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -57,9 +58,11 @@ class ReadAhead(Generic[T]):
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
             self._put((_DONE, exc))
 
-    def take(self, most: int, wait: float | None = None) -> tuple[list[T], bool]:
+    def take(self, most: int, wait: float | None = None, linger: float = 0.0
+             ) -> tuple[list[T], bool]:
         """Up to `most` items, and whether the iterator has ended (every item taken): waits
-        up to `wait` seconds (None: no limit) for the first item, then takes those ready.
+        up to `wait` seconds (None: no limit) for the first item, then up to `linger` seconds
+        more for others (0: takes those ready).
 
         Raises:
             The iterator's error, once the items before it are taken.
@@ -73,6 +76,7 @@ class ReadAhead(Generic[T]):
         got: list[T] = []
         try:
             item, error = self._buffer.get(timeout=wait)
+            until = time.monotonic() + linger
             while True:
                 if item is _DONE:
                     if error is None or not got:
@@ -85,7 +89,9 @@ class ReadAhead(Generic[T]):
                 got.append(item)
                 if len(got) >= most:
                     return got, False
-                item, error = self._buffer.get_nowait()
+                left = until - time.monotonic()
+                item, error = (self._buffer.get(timeout=left) if left > 0
+                               else self._buffer.get_nowait())
         except queue.Empty:
             return got, False
 

@@ -19,11 +19,13 @@ manifest: the vocabulary):
   (`vouched`: without a cache, on every open).
 
 A file tapt itself just wrote (build, add, reindex, repair, upgrade) is remembered without
-hashing again. Without a writable cache, larger files are not hashed on open. A stamp names the
-file's content (the SHA-256 its manifest records, its size and modification time), never its
-inode or device: one node's stamp holds for the same file seen from another node through a
-shared cache (whose inode numbers differ), and a stamp written for one file never vouches for
-another of different content. Within one process a verdict is also keyed by inode and change
+hashing again, with a stamp whatever its size: the first open of a new index in another process
+hashes small files only up to its budget, not every file the build wrote. Without a writable
+cache, larger files are not hashed on open. A stamp names the file's content (the SHA-256
+its manifest records, its size and modification time), never its inode or device: one node's
+stamp holds for the same file seen from another node through a shared cache (whose inode
+numbers differ), and a stamp written for one file never vouches for another of different
+content. Within one process a verdict is also keyed by inode and change
 time (a file replaced under the same name is hashed again).
 
 `TAPT_HASH_ON_OPEN` changes that: `all` hashes every file on every open, a size such as `256M`

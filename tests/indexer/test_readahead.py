@@ -93,3 +93,24 @@ def test_a_stalled_iterator_answers_empty_in_time_and_is_not_advanced_after_clos
     closing.join(timeout=10)
     time.sleep(0.2)
     assert "advanced after the consumer let go" not in calls
+
+
+def test_lingering_gathers_the_items_that_come_soon_after_the_first():
+    """With `linger` a take waits that long after its first item for more (up to `most`),
+    and comes back once the iterator ends; without it, a take returns what is ready."""
+    def slow(n: int, every: float):
+        for i in range(n):
+            time.sleep(every)
+            yield i
+
+    with ReadAhead(slow(6, 0.05), depth=8) as ahead:
+        first, ended = ahead.take(100, wait=5)
+        assert first == [0] and not ended            # nothing else was ready yet
+    with ReadAhead(slow(6, 0.05), depth=8) as ahead:
+        started = time.monotonic()
+        batch, ended = ahead.take(100, wait=5, linger=5)
+        assert batch == list(range(6)) and ended     # the end cut the linger short
+        assert time.monotonic() - started < 3
+    with ReadAhead(slow(40, 0.05), depth=64) as ahead:
+        batch, ended = ahead.take(3, wait=5, linger=5)
+        assert batch == [0, 1, 2] and not ended      # `most` cut it short
