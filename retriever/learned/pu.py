@@ -87,7 +87,7 @@ def _fit(positives: list[np.ndarray], negatives: np.ndarray, C: float) -> Logist
     float32 rows, converted once into the array the fit reads)."""
     n_pos = sum(len(part) for part in positives)
     report_step(f"fit the classifier ({n_pos:,} positives, {len(negatives):,} negatives)")
-    x = np.empty((n_pos + len(negatives), negatives.shape[1]), dtype=np.float32)
+    x = np.empty((n_pos + len(negatives), np.shape(positives[0])[1]), dtype=np.float32)
     at = 0
     for part in (*positives, negatives):
         as_float32(part, out=x[at:at + len(part)])
