@@ -312,11 +312,14 @@ def test_sealed_manifest_written_by_every_writer(idx):
 
 
 def test_large_files_are_hashed_once_per_version_and_remembered(idx, medical_task, run,
-                                                               monkeypatch):
+                                                               monkeypatch, tmp_path):
     """A sign flip keeps every score in range and every row unit length: only a checksum sees
-    it. Files too large to hash on every open are hashed on their first open after a change."""
+    it. Files too large to hash on every open are hashed on their first open after a change
+    (here: a cache without the stamps the build wrote, which vouch for a copy that kept the
+    files' modification times)."""
     import tapt.indexer.store.integrity as integrity
 
+    monkeypatch.setenv("TAPT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(integrity, "SMALL_FILE", 1024)  # every data file counts as large
     calls = []
     real = integrity.sha256_file
