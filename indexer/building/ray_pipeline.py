@@ -56,9 +56,9 @@ def _no_errors(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR and not record.exc_info
 
 
-# what the actor that runs an embed stage's Ray Data pipeline holds: Ray Data's executor
-# (its operators' state, up to `ray_executor.ROWS` rows of small records) and tapt's imports; the driver that
-# ran it before peaked at 337 MB in a 10M-row build, its own work included
+# what the actor that runs an embed stage's Ray Data pipeline holds: Ray Data's executor (its
+# operators' state, up to `ray_executor.ROWS` rows of small records) and tapt's imports; the
+# driver that ran it before peaked at 337 MB in a 10M-row build, its own work included
 PIPELINE_MEMORY = 512 << 20
 PIPELINE_ROWS = 64         # rows one call hands the driver at most
 # How long one call waits for the first row (when none comes: one call a PIPELINE_WAIT), then
@@ -104,10 +104,9 @@ def rows_within(ray, dataset: Callable[[], Any], watch: Watch, stage: str
     """The rows of the Ray dataset `dataset()` makes as they come, the dataset made and its
     pipeline run by a `PipelineRunner` actor on this process's node (soft affinity: its
     executor's polling is not the driver's CPU, and it ends with the driver); whenever none
-    came for a while the stage ends with the error
-    `watch.check` returns, and with the task's error when one fails. Once the driver stops
-    reading (an error, Ctrl-C, a stall) the actor is killed, and the pipeline's tasks and
-    actors, which it owns, with it."""
+    came for a while the stage ends with the error `watch.check` returns, and with the task's
+    error when one fails. Once the driver stops reading (an error, Ctrl-C, a stall) the actor
+    is killed, and the pipeline's tasks and actors, which it owns, with it."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     options: dict[str, Any] = {"num_cpus": 0, "memory": PIPELINE_MEMORY, "max_restarts": 0,
@@ -115,6 +114,7 @@ def rows_within(ray, dataset: Callable[[], Any], watch: Watch, stage: str
     with contextlib.suppress(Exception):      # a client connection has no node of its own
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=True)
+
     def unless_stalled() -> None:
         stalled = watch.check()
         if stalled is not None:

@@ -203,10 +203,9 @@ def moore_lewis_scores(pool_texts: list[str], task_texts: list[str], seed: int =
 
 
 # sentences per run of a shard's scoring (their tokens' gathers take ~40 bytes a token), and
-# bigram types per run of its table
+# bigram types per run of its per-type table (`type_runs`)
 _CHUNK_SENTENCES = 1 << 16
-_CHUNK_TYPES = 1 << 18
-TYPE_RUN = 1 << 15      # bigram types per run of the per-type tables (`type_runs`)
+TYPE_RUN = 1 << 15
 
 
 def general_sample_size(in_sentences: int, corpus_sentences: int) -> int:
@@ -400,10 +399,9 @@ class HashedLMs(ShardScorer):
         gain = self._split_gains(ids, pairs)
         if gain is None:    # computed a run of types at a time: ~100 bytes a type of temporaries
             gain = np.empty(len(pairs), dtype=np.float64)
-            for lo in range(0, len(pairs), _CHUNK_TYPES):
-                run = np.asarray(pairs[lo:lo + _CHUNK_TYPES])
-                lp_in, lp_gen = self.model_log2(ids[run[:, 0]], ids[run[:, 1]])
-                gain[lo:lo + len(run)] = lp_in - lp_gen
+            for lo, hist, word in type_runs(pairs, TYPE_RUN):
+                lp_in, lp_gen = self.model_log2(ids[hist], ids[word])
+                gain[lo:lo + len(hist)] = lp_in - lp_gen
         for lo, sums, lengths in sentence_sums(shard, gain):
             yield lo, (sums / lengths).astype(np.float32)
 
