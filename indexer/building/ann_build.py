@@ -6,17 +6,19 @@ The calibration of a sharded index runs shard by shard in the build's executor, 
 shard on the driver: one task per shard computes the exact top-k of the query sample in it
 (`shard_truth`), and one task per shard and candidate factor loads its FAISS part once and
 searches it at every value of the sweep (`shard_sweep`), rescoring its candidates exactly from
-its own rows. The driver merges each step's candidates across shards as a search of the
-whole index would (the best `rescore_k` by their approximate similarity, ties by id, then the
-best k of those by the exact one), shard after shard as they finish (`ShardSweep`): the same
-recalls, so the same calibration, as one process searching every part, while it holds one
-factor's merged candidates, whatever the rows or the shards."""
+its own rows. Each step's candidates are merged across shards as a search of the whole index
+would merge them (the best `rescore_k` by their approximate similarity, ties by id, then the
+best k of those by the exact one) through the executor's `reduce` (`ShardSweep`): on Ray, by
+merge tasks on the cluster, so the driver receives one factor's merged candidates, whatever
+the rows or the shards; in one process, shard after shard as they finish. The same recalls,
+so the same calibration, as one process searching every part."""
 
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +50,15 @@ from tapt.indexer.ann.index_choice import IndexChoice, choice_from_manifest, res
 from tapt.indexer.ann.rescore import Candidates, best_of, exact_of, exact_top, merge_candidates
 from tapt.indexer.ann.topk_merge import merge_topk
 from tapt.indexer.building import stages
-from tapt.indexer.building.executor_base import Executor, Stage
+from tapt.indexer.building.executor_base import MERGE_FANIN, Executor, Stage
 from tapt.indexer.store.manifest import EMBEDDINGS, FAISS, QUANTIZER
 from tapt.indexer.store.shards import RowView
 from tapt.util.files import sha256_file
 
 log = logging.getLogger(__name__)
+# what a merge task of the calibration holds, in parts' results: the parts it is given, the
+# merged result and the temporaries of one merge
+MERGE_PARTS = MERGE_FANIN + 4
 
 
 def calibrate_section(info: dict[str, Any], index, embeddings: np.ndarray, choice: IndexChoice,
@@ -107,11 +112,11 @@ def exact_truth(work: Path, names: list[str], offsets: list[int], queries: np.nd
     runner = runner or LocalExecutor(progress=False)
     tasks = [TruthTask(str(work), name, int(offset), queries, int(k))
              for name, offset in zip(names, offsets)]
-    merged = None
-    for _, part in runner.imap(Stage("calibrate", shard_truth, unit="shard", memory=memory),
-                               tasks):
-        merged = part if merged is None else merge_topk([merged, part], k)
-    return merged[1]
+    part_bytes = len(queries) * k * 12
+    merge = Stage("calibrate", partial(merge_topk, k=k), unit="merge",
+                  memory=MERGE_PARTS * part_bytes)
+    return runner.reduce(Stage("calibrate", shard_truth, unit="shard", memory=memory), tasks,
+                         merge)[1]
 
 
 @dataclass(frozen=True)
@@ -199,13 +204,21 @@ class ShardSweep:
                            int(self.rows), int(self.k), int(factor), self.quantizer)
                  for name, offset in zip(self.names, self.offsets)]
         t0 = time.perf_counter()
-        merged: list[Candidates] = []
+        # ids, approximate and exact similarities of `width` candidates per query and value
+        part_bytes = len(self.choice.search_sweep) * len(self.queries) * width * 16
+        merge = Stage("calibrate", partial(merge_sweeps, width=width), unit="merge",
+                      memory=MERGE_PARTS * part_bytes)
         stage = Stage("calibrate", shard_sweep, unit="shard", memory=self.memory)
-        for _, steps in self.runner.imap(stage, tasks):
-            merged = steps if not merged else [merge_candidates([held, new], width)
-                                               for held, new in zip(merged, steps)]
-        self._factor, self._merged = factor, merged
+        self._merged = self.runner.reduce(stage, tasks, merge)
+        self._factor = factor
         self.seconds += time.perf_counter() - t0
+
+
+def merge_sweeps(parts: list[list[Candidates]], width: int) -> list[Candidates]:
+    """Several shards' `shard_sweep` candidates merged, value by value: the best `width` of
+    each query by approximate similarity (`merge_candidates`: whatever the order of the parts,
+    the same candidates)."""
+    return [merge_candidates(found, width) for found in zip(*parts)]
 
 
 def build_faiss_index(embeddings: np.ndarray, path: Path, choice: IndexChoice | str = FLAT_FACTORY,

@@ -12,6 +12,10 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
 from tapt.errors import InputError
 from tapt.util.registry import Registry
 
+# Results one merge task of `Executor.reduce` is given at most, on an executor that merges in
+# tasks: the tree is log_8 of the tasks deep; a merge stage's `memory` covers that many results.
+MERGE_FANIN = 8
+
 
 @dataclass(frozen=True)
 class EncoderSpec:
@@ -87,7 +91,8 @@ class Stage:
 
 class Executor(ABC):
     """Runs a stage's tasks (see the docstring of `executors`). Subclass, give it a `name`,
-    implement `map` (and `imap` where results can be folded one at a time), and decorate the
+    implement `map` (and `imap` where results can be folded one at a time, `reduce` where they
+    can be merged where they are made), and decorate the
     class with `register` (`tapt.extend.register_executor`); `--executor NAME` then makes it
     with no arguments, `get_executor(NAME, **options)` with keyword arguments.
 
@@ -115,6 +120,18 @@ class Executor(ABC):
         """(task's place, result) of every task of a stage that embeds nothing, as each
         finishes, so that a caller folding the results holds one at a time."""
         yield from enumerate(self.map(stage, tasks))
+
+    def reduce(self, stage: Stage, tasks: Sequence[Any], merge: Stage) -> Any:
+        """Every task's result of `stage` merged into one by `merge.fn(results)` (a list of
+        two or more results -> one result, associative and commutative: the merged value must
+        not depend on the order or grouping of its parts); None for no tasks. By default the
+        results are folded here one at a time as they finish (`imap`); an executor that places
+        tasks on a cluster merges them there, in a tree of `merge` tasks of at most
+        MERGE_FANIN results each, and this process receives the last result only."""
+        merged = None
+        for _, result in self.imap(stage, tasks):
+            merged = result if merged is None else merge.fn([merged, result])
+        return merged
 
     def available_memory(self) -> int | None:
         """Bytes free where whole-node work runs (what a `memory` of "auto" takes its share

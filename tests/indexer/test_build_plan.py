@@ -251,6 +251,58 @@ def test_the_sweep_shard_by_shard_equals_one_search_of_every_part(kind, request)
         assert tasks[key] == whole[key], key
 
 
+def test_the_sweeps_merged_in_any_tree_are_the_same_candidates(ivfpq_index):
+    """`merge_sweeps` as a reduce uses it (any grouping, any order: the tree of merge tasks on
+    a cluster) keeps the same candidates as folding the shards in row order, ranked alike."""
+    from tapt.indexer.ann.index_choice import choice_from_manifest, rescore_k
+    from tapt.indexer.ann.rescore import best_of
+
+    index = Index(ivfpq_index)
+    choice = choice_from_manifest(index.manifest["faiss"], index.n_sentences, index.dim)
+    queries, _ = ann_build.calibration_queries(index.embeddings, choice)
+    width = rescore_k(100, choice.kind, index.n_sentences, 4)
+    parts = [ann_build.shard_sweep(ann_build.SweepTask(
+        str(ivfpq_index), s.name, s.row_offset, queries, choice, index.n_sentences, 100, 4))
+        for s in index.shards]
+    assert len(parts) == 3 and parts[0][0][0].shape[1] == width
+    folded = ann_build.merge_sweeps([ann_build.merge_sweeps(parts[:2], width), parts[2]], width)
+    tree = ann_build.merge_sweeps([parts[2], ann_build.merge_sweeps([parts[1], parts[0]], width)],
+                                  width)
+    at_once = ann_build.merge_sweeps(parts[::-1], width)
+    for a, b, c in zip(folded, tree, at_once):
+        for x, y, z in zip(best_of(a, width, 1), best_of(b, width, 1), best_of(c, width, 1)):
+            np.testing.assert_array_equal(x, y)
+            np.testing.assert_array_equal(x, z)
+
+
+@pytest.mark.slow
+def test_the_sweep_on_ray_merged_by_tasks_equals_the_local_one(ivfpq_index, monkeypatch):
+    """The calibration on Ray, its candidates merged by merge tasks two at a time (a tree two
+    levels deep over 3 shards), records the sweep and choice of the local calibration."""
+    ray = pytest.importorskip("ray")
+    from ray_worker import ship_by_value
+    from tapt.indexer.ann.index_choice import choice_from_manifest
+    from tapt.indexer.building.executors import ray_executor
+
+    index = Index(ivfpq_index)
+    names, offsets = [s.name for s in index.shards], [s.row_offset for s in index.shards]
+    choice = choice_from_manifest(index.manifest["faiss"], index.n_sentences, index.dim)
+    local = ann_build.calibrated_faiss(ivfpq_index, names, offsets, choice, index.n_sentences,
+                                       0.0, False)["search"]
+    monkeypatch.setattr(ray_executor, "MERGE_FANIN", 2)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    try:
+        ship_by_value()
+        remote = ann_build.calibrated_faiss(ivfpq_index, names, offsets, choice,
+                                            index.n_sentences, 0.0, False,
+                                            runner=ray_executor.RayExecutor(progress=False)
+                                            )["search"]
+    finally:
+        ray.shutdown()
+    for key in ("sweep", "default", "recall", "rescore_factor"):
+        assert remote[key] == local[key], key
+
+
 def test_a_sharded_index_is_sized_by_its_largest_part(hnsw_index, tmp_path):
     """The budget holds one shard's part, not the whole index: a build that fits part by part
     is made, with the calibration of the index held whole."""

@@ -27,8 +27,10 @@ from ray_worker import (  # noqa: E402
     CONFIG,
     WORKER,
     CrashingEncoder,
+    add_where,
     pid_source,
     ship_by_value,
+    square_where,
     with_faiss_threads,
 )
 from tapt.errors import TaptError  # noqa: E402
@@ -283,6 +285,54 @@ def test_a_stalled_pipeline_ends_in_the_executors_timeout(cluster):
         list(rows_within(ray, lambda: ray.data.range(4, override_num_blocks=1).map_batches(
             hang), watch, "embed"))
     assert time.monotonic() - started < 60
+
+
+class _CountingGets:
+    """The `ray` module of an executor, counting the objects it fetches (`get`)."""
+
+    def __init__(self, real) -> None:
+        self.real, self.fetched = real, []
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def get(self, refs, **options):
+        value = self.real.get(refs, **options)
+        self.fetched.append(value)
+        return value
+
+
+def test_reduce_merges_on_the_workers_and_fetches_only_the_last(cluster):
+    """20 results merged by merge tasks of at most MERGE_FANIN (8) parts each, none in the
+    driver: the driver fetches the tasks' flags and one result, the same as the local fold."""
+    from tapt.indexer.building.executor_base import MERGE_FANIN, Stage
+    from tapt.indexer.building.executors import LocalExecutor
+
+    stage, merge = Stage("calibrate", square_where), Stage("calibrate", add_where, memory=1 << 20)
+    tasks = [i for i in range(21) if i != 13]
+    runner = RayExecutor(progress=False)
+    runner.ray = counting = _CountingGets(runner.ray)
+    total, pids, widest = runner.reduce(stage, tasks, merge)
+    assert total == sum(i * i for i in tasks) == LocalExecutor(progress=False).reduce(
+        stage, tasks, merge)[0]
+    assert os.getpid() not in pids and 2 <= widest <= MERGE_FANIN
+    results = [v for v in counting.fetched if v is not True]
+    assert results == [(total, pids, widest)] and len(counting.fetched) > len(tasks)
+    assert runner.reduce(stage, [3], merge)[0] == 9 and runner.reduce(stage, [], merge) is None
+
+
+def test_a_failed_reduce_task_is_its_own_error_at_once(cluster):
+    """A task of a reduce that raises ends it with its own error when it fails, while the
+    slower tasks still run (not when the merges would reach it)."""
+    from tapt.errors import InputError
+    from tapt.indexer.building.executor_base import Stage
+
+    started = time.monotonic()
+    with pytest.raises(InputError, match="task 13 is bad"):
+        RayExecutor(progress=False).reduce(
+            Stage("calibrate", functools.partial(square_where, slow=60)), [1, 13, 2],
+            Stage("calibrate", add_where))
+    assert time.monotonic() - started < 45
 
 
 def test_pool_leaves_a_cpu_for_ray_data(cluster, caplog):

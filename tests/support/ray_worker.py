@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository
 
 import conftest  # noqa: E402
 from conftest import HashingEncoder  # noqa: E402
+from tapt.errors import InputError  # noqa: E402
 
 WORKER = Path(__file__).resolve()
 CONFIG = dict(segment_size=4, split=False, progress=False, part_size=16, batch_size=16, shards=3)
@@ -108,3 +109,20 @@ def pid_source(log: str, blocks: int, rows: int):
                              meta) for b in range(blocks)]
 
     return PidSource()
+
+
+def square_where(i: int, slow: float = 0.0) -> tuple[int, frozenset[int], int]:
+    """A reduce's task: (i squared, {this process's pid}, 0 merges yet); 13 fails at once,
+    the others first sleep `slow` seconds."""
+    if i == 13:
+        raise InputError("task 13 is bad", param="corpus")
+    time.sleep(slow)
+    return i * i, frozenset([os.getpid()]), 0
+
+
+def add_where(parts: list[tuple[int, frozenset[int], int]]) -> tuple[int, frozenset[int], int]:
+    """A reduce's merge: the sum, every pid that made a part or merged it, the most parts one
+    merge was given."""
+    return (sum(p[0] for p in parts), frozenset().union(*(p[1] for p in parts),
+                                                       [os.getpid()]),
+            max([len(parts)] + [p[2] for p in parts]))

@@ -56,6 +56,7 @@ from tqdm.auto import tqdm
 
 from tapt.errors import InputError
 from tapt.indexer.building.executor_base import (
+    MERGE_FANIN,
     EncoderSource,
     EncoderSpec,
     Executor,
@@ -114,6 +115,17 @@ def worker_source(encoder: EncoderSource) -> EncoderSource:
 
 def _run_task(fn, task):
     return fn(task)
+
+
+def _run_merge(fn: Callable[[list[Any]], Any], *parts: Any) -> Any:
+    return fn(list(parts))
+
+
+def _flagged(run: Callable[..., Any], fn: Any, *args: Any) -> tuple[bool, Any]:
+    """(True, `run(fn, *args)`): a task of a reduce returns a tiny flag the driver fetches as
+    the task finishes (a failure is its error at once) beside its result, which it does not
+    fetch (a merge task gets it as an argument, which Ray resolves on that worker)."""
+    return True, run(fn, *args)
 
 
 def _run_whole_node(fn: Callable[[Any], Any], task: Any) -> Any:
@@ -378,16 +390,75 @@ class RayExecutor(Executor):
                     watch.progressed()
                     for ref in done:
                         i = where.pop(ref)
-                        try:
-                            result = ray.get(ref)
-                        except Exception as exc:  # noqa: BLE001 - becomes one tapt error
-                            raise task_error(exc, stage.name) from exc
+                        result = self._fetch(ref, stage)
                         bar.update(weight(tasks[i]))
                         yield i, result
         finally:
             for ref in pending:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
+
+    def reduce(self, stage: Stage, tasks: Sequence[Any], merge: Stage) -> Any:
+        """`Executor.reduce` on the cluster: the tasks' results stay in Ray's object store
+        where they are made; as soon as MERGE_FANIN of them are ready (or every task has
+        finished) a merge task takes them as its arguments, its result joins the ready ones,
+        and so on until one is left, which alone is fetched here. Each task and merge also
+        returns a flag that is fetched as it finishes, so a failed one ends the stage at once
+        (one error), not when the tree reaches it."""
+        if not tasks:
+            return None
+        ray = self.ray
+        options, run = self._task_options(stage)
+        merge_options, _ = self._task_options(merge)
+        needs = [{"CPU": float(o["num_cpus"]), "GPU": float(o.get("num_gpus", 0)),
+                  "memory": float(o.get("memory", 0)), **o.get("resources", {})}
+                 for o in (options, merge_options)]
+        remote = ray.remote(**options, num_returns=2, max_retries=self.ray_retries,
+                            retry_exceptions=False)(_flagged)
+        merge_remote = ray.remote(**merge_options, num_returns=2, max_retries=self.ray_retries,
+                                  retry_exceptions=False)(_flagged)
+        fn, merge_fn = ray.put(stage.fn), ray.put(merge.fn)
+        weight = stage.weight or (lambda _: 1)
+        result_of: dict[Any, Any] = {}
+        place: dict[Any, int] = {}
+        for i, task in enumerate(tasks):
+            flag, result = remote.remote(run, fn, task)
+            result_of[flag], place[flag] = result, i
+        pending, ready = list(result_of), []
+        try:
+            with self._bar(stage, tasks) as bar:
+                watch = self._watch(stage.name, needs, "task")
+                while pending or len(ready) > 1:
+                    if len(ready) >= MERGE_FANIN or (len(ready) > 1 and not place):
+                        group, ready = ready[:MERGE_FANIN], ready[MERGE_FANIN:]
+                        flag, result = merge_remote.remote(_run_merge, merge_fn, *group)
+                        result_of[flag] = result
+                        pending.append(flag)
+                        continue
+                    done, pending = ray.wait(pending, num_returns=1,
+                                             timeout=min(POLL_SECONDS, self.ray_timeout))
+                    if not done:
+                        stalled = watch.check()
+                        if stalled is not None:
+                            raise stalled
+                        continue
+                    watch.progressed()
+                    for flag in done:
+                        self._fetch(flag, stage)  # the task's error, if any; the flag is tiny
+                        if flag in place:
+                            bar.update(weight(tasks[place.pop(flag)]))
+                        ready.append(result_of.pop(flag))
+                return self._fetch(ready[0], stage)
+        finally:
+            for flag in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(flag, force=True)
+
+    def _fetch(self, ref: Any, stage: Stage) -> Any:
+        try:
+            return self.ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - becomes one tapt error
+            raise task_error(exc, stage.name) from exc
 
     def _map_tasks(self, stage: Stage, tasks: Sequence[Any]) -> list[Any]:
         out: list[Any] = [None] * len(tasks)
