@@ -142,17 +142,17 @@ class ThreadLedger:
         self._start: dict[str, tuple[str, float]] = {}
         self._seen: dict[str, tuple[str, float]] = {}
         self._ended: set[str] = set()
+        self._python: dict[str, str] = {}   # a Python thread's name, kept once seen
 
-    @staticmethod
-    def _read() -> dict[str, tuple[str, float]]:
+    def _read(self) -> dict[str, tuple[str, float]]:
         import threading
 
         tick, main, found = os.sysconf("SC_CLK_TCK"), str(os.getpid()), {}
-        python = {str(t.native_id): t.name for t in threading.enumerate()}
+        self._python.update({str(t.native_id): t.name for t in threading.enumerate()})
         for tid in os.listdir("/proc/self/task"):
             try:
                 stat = Path(f"/proc/self/task/{tid}/stat").read_text()
-                name = "main" if tid == main else python.get(tid) or Path(
+                name = "main" if tid == main else self._python.get(tid) or Path(
                     f"/proc/self/task/{tid}/comm").read_text()
             except OSError:         # the thread ended between the listing and the read
                 continue
