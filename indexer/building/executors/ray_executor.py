@@ -117,6 +117,12 @@ def _run_task(fn, task):
     return fn(task)
 
 
+def _need(options: dict[str, Any]) -> dict[str, float]:
+    """What a task of these `ray.remote` options needs of a node (`Watch`'s lost-node check)."""
+    return {"CPU": float(options["num_cpus"]), "GPU": float(options.get("num_gpus", 0)),
+            "memory": float(options.get("memory", 0)), **options.get("resources", {})}
+
+
 def _run_merge(fn: Callable[[list[Any]], Any], *parts: Any) -> Any:
     return fn(list(parts))
 
@@ -368,8 +374,6 @@ class RayExecutor(Executor):
             return
         ray = self.ray
         options, run = self._task_options(stage)
-        need = {"CPU": float(options["num_cpus"]), "GPU": float(options.get("num_gpus", 0)),
-                "memory": float(options.get("memory", 0)), **options.get("resources", {})}
         remote = ray.remote(**options, max_retries=self.ray_retries, retry_exceptions=False)(run)
         fn = ray.put(stage.fn)
         refs = [remote.remote(fn, task) for task in tasks]
@@ -378,16 +382,9 @@ class RayExecutor(Executor):
         pending = list(refs)
         try:
             with self._bar(stage, tasks) as bar:
-                watch = self._watch(stage.name, [need], "task")
+                watch = self._watch(stage.name, [_need(options)], "task")
                 while pending:
-                    done, pending = ray.wait(pending, num_returns=1,
-                                             timeout=min(POLL_SECONDS, self.ray_timeout))
-                    if not done:
-                        stalled = watch.check()
-                        if stalled is not None:
-                            raise stalled
-                        continue
-                    watch.progressed()
+                    done, pending = self._next_done(pending, watch)
                     for ref in done:
                         i = where.pop(ref)
                         result = self._fetch(ref, stage)
@@ -410,9 +407,6 @@ class RayExecutor(Executor):
         ray = self.ray
         options, run = self._task_options(stage)
         merge_options, _ = self._task_options(merge)
-        needs = [{"CPU": float(o["num_cpus"]), "GPU": float(o.get("num_gpus", 0)),
-                  "memory": float(o.get("memory", 0)), **o.get("resources", {})}
-                 for o in (options, merge_options)]
         remote = ray.remote(**options, num_returns=2, max_retries=self.ray_retries,
                             retry_exceptions=False)(_flagged)
         merge_remote = ray.remote(**merge_options, num_returns=2, max_retries=self.ray_retries,
@@ -427,7 +421,7 @@ class RayExecutor(Executor):
         pending, ready = list(result_of), []
         try:
             with self._bar(stage, tasks) as bar:
-                watch = self._watch(stage.name, needs, "task")
+                watch = self._watch(stage.name, [_need(options), _need(merge_options)], "task")
                 while pending or len(ready) > 1:
                     if len(ready) >= MERGE_FANIN or (len(ready) > 1 and not place):
                         group, ready = ready[:MERGE_FANIN], ready[MERGE_FANIN:]
@@ -435,14 +429,7 @@ class RayExecutor(Executor):
                         result_of[flag] = result
                         pending.append(flag)
                         continue
-                    done, pending = ray.wait(pending, num_returns=1,
-                                             timeout=min(POLL_SECONDS, self.ray_timeout))
-                    if not done:
-                        stalled = watch.check()
-                        if stalled is not None:
-                            raise stalled
-                        continue
-                    watch.progressed()
+                    done, pending = self._next_done(pending, watch)
                     for flag in done:
                         self._fetch(flag, stage)  # the task's error, if any; the flag is tiny
                         if flag in place:
@@ -453,6 +440,19 @@ class RayExecutor(Executor):
             for flag in pending:
                 with contextlib.suppress(Exception):
                     ray.cancel(flag, force=True)
+
+    def _next_done(self, pending: list[Any], watch: "Watch") -> tuple[list[Any], list[Any]]:
+        """(finished, still pending) of `pending` after one wait of at most POLL_SECONDS
+        (nothing finished: the stage's stall and lost-node checks, whose error is raised)."""
+        done, pending = self.ray.wait(pending, num_returns=1,
+                                      timeout=min(POLL_SECONDS, self.ray_timeout))
+        if done:
+            watch.progressed()
+        else:
+            stalled = watch.check()
+            if stalled is not None:
+                raise stalled
+        return done, pending
 
     def _fetch(self, ref: Any, stage: Stage) -> Any:
         try:
