@@ -61,6 +61,11 @@ log = logging.getLogger(__name__)
 MERGE_PARTS = MERGE_FANIN + 4
 
 
+def _merge_stage(fn, part_bytes: int) -> Stage:
+    """The calibration's merge stage of `Executor.reduce`: `fn` on results of `part_bytes`."""
+    return Stage("calibrate", fn, unit="merge", memory=MERGE_PARTS * part_bytes)
+
+
 def calibrate_section(info: dict[str, Any], index, embeddings: np.ndarray, choice: IndexChoice,
                       progress: bool = False,
                       truth: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
@@ -112,9 +117,7 @@ def exact_truth(work: Path, names: list[str], offsets: list[int], queries: np.nd
     runner = runner or LocalExecutor(progress=False)
     tasks = [TruthTask(str(work), name, int(offset), queries, int(k))
              for name, offset in zip(names, offsets)]
-    part_bytes = len(queries) * k * 12
-    merge = Stage("calibrate", partial(merge_topk, k=k), unit="merge",
-                  memory=MERGE_PARTS * part_bytes)
+    merge = _merge_stage(partial(merge_topk, k=k), len(queries) * k * 12)  # float32 + int64
     return runner.reduce(Stage("calibrate", shard_truth, unit="shard", memory=memory), tasks,
                          merge)[1]
 
@@ -205,9 +208,8 @@ class ShardSweep:
                  for name, offset in zip(self.names, self.offsets)]
         t0 = time.perf_counter()
         # ids, approximate and exact similarities of `width` candidates per query and value
-        part_bytes = len(self.choice.search_sweep) * len(self.queries) * width * 16
-        merge = Stage("calibrate", partial(merge_sweeps, width=width), unit="merge",
-                      memory=MERGE_PARTS * part_bytes)
+        merge = _merge_stage(partial(merge_sweeps, width=width),
+                             len(self.choice.search_sweep) * len(self.queries) * width * 16)
         stage = Stage("calibrate", shard_sweep, unit="shard", memory=self.memory)
         self._merged = self.runner.reduce(stage, tasks, merge)
         self._factor = factor
