@@ -285,7 +285,7 @@ class Watch:
             return ExecutorError(f"no {self.stage} {self.what} finished in "
                                  f"{self.executor.ray_timeout:g} s on the Ray cluster; the finished "
                                  "ones are kept: run the same command again to resume")
-        missing = [n for n in self.needs if not self.executor._placeable(n)]
+        missing = self.executor._unplaceable(self.needs)
         if not missing:
             self.lost = None
             return None

@@ -345,10 +345,13 @@ class RayExecutor(Executor):
         return max((int(n.get("Resources", {}).get("memory", 0)) for n in self._alive()),
                    default=0) or None
 
-    def _placeable(self, need: dict[str, float]) -> bool:
-        """Whether an alive node offers every resource of `need` (totals, not what is free)."""
-        return any(all(float(n.get("Resources", {}).get(k, 0)) >= v for k, v in need.items()
-                       if v > 0) for n in self._alive())
+    def _unplaceable(self, needs: list[dict[str, float]]) -> list[dict[str, float]]:
+        """Those of `needs` that no alive node offers every resource of (totals, not what is
+        free); the cluster's nodes are asked once, however many needs."""
+        alive = self._alive() if needs else []
+        return [need for need in needs
+                if not any(all(float(n.get("Resources", {}).get(k, 0)) >= v
+                               for k, v in need.items() if v > 0) for n in alive)]
 
     def _watch(self, stage: str, needs: list[dict[str, float]], what: str) -> "Watch":
         return Watch(self, stage, needs, what)
