@@ -21,7 +21,9 @@ import fcntl
 import hashlib
 import json
 import logging
+import os
 import shutil
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 
 PLAN = "plan.json"
 _VERSION = 3     # 3: every completion record names its run (the plan's fingerprint)
+LOCK_MARK = b"tapt build lock\n"
+_LOCK_TRIES = 5
 
 
 class ForeignRecord(InputError):
@@ -68,31 +72,81 @@ def work_dir_for(out: Path, kind: str = "building") -> Path:
 class BuildLock:
     """An exclusive lock beside the target (`.NAME.lock`): two builds of one index cannot interleave.
 
-    Removed when released: builds never wait for it, so a stale inode cannot be shared.
+    The lock file holds `LOCK_MARK`; one left by a killed build (the mark, or empty: killed
+    between its creation and the mark) is taken over. Anything else at that path (a user's file,
+    a link, a folder) is refused, never opened for writing or removed. Removed when released:
+    builds never wait for it, and one that locked a file another build had already removed
+    tries again, so a stale inode cannot be shared.
     """
 
     def __init__(self, out: Path) -> None:
         self.path = out.parent / f".{out.name}.lock"
-        self._fh = None
+        self._fd: int | None = None
 
     def __enter__(self) -> "BuildLock":
+        for _ in range(_LOCK_TRIES):
+            fd = self._open()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                os.close(fd)
+                raise InputError(f"another build of {self.path.name[1:-5]} is running "
+                                 f"(lock {self.path})") from exc
+            if self._still_there(fd):
+                with contextlib.suppress(OSError):   # a full disk: an empty lock is as good
+                    os.ftruncate(fd, 0)
+                    os.write(fd, LOCK_MARK)
+                self._fd = fd
+                return self
+            os.close(fd)             # released and removed by its holder meanwhile: again
+        raise InputError(f"could not take the lock {self.path}: other builds keep taking it")
+
+    def _open(self) -> int:
+        """A descriptor of the lock file: made anew, or a stale one of tapt's (refused: any
+        other file there)."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
-            self._fh = open(self.path, "a+")
+            return os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            pass
         except OSError as exc:
             raise storage_error(exc, self.path) from exc
         try:
-            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            self._fh.close()
-            raise InputError(f"another build of {self.path.name[1:-5]} is running "
-                             f"(lock {self.path})") from exc
-        return self
+            fd = os.open(self.path, flags)
+        except OSError as exc:       # a link or a folder there (ELOOP, EISDIR), or gone
+            if exc.errno == errno.ENOENT:
+                return self._open()
+            raise self._in_the_way() from exc
+        try:
+            info = os.fstat(fd)
+            ours = stat.S_ISREG(info.st_mode) and info.st_size <= len(LOCK_MARK) and (
+                os.pread(fd, len(LOCK_MARK) + 1, 0) in (b"", LOCK_MARK))
+        except OSError as exc:
+            os.close(fd)
+            raise storage_error(exc, self.path) from exc
+        if not ours:
+            os.close(fd)
+            raise self._in_the_way()
+        return fd
+
+    def _in_the_way(self) -> InputError:
+        return InputError(f"{self.path} is in the way and is not tapt's lock file: move it "
+                          "away (tapt never removes a file it did not write)")
+
+    def _still_there(self, fd: int) -> bool:
+        try:
+            here, held = os.stat(self.path, follow_symlinks=False), os.fstat(fd)
+        except FileNotFoundError:
+            return False
+        return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
 
     def __exit__(self, *exc: object) -> None:
-        if self._fh is not None:
-            self.path.unlink(missing_ok=True)
-            fcntl.flock(self._fh, fcntl.LOCK_UN)
-            self._fh.close()
+        if self._fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_plan(work: Path) -> Plan | None:

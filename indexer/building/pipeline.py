@@ -66,7 +66,7 @@ from tapt.indexer.store.manifest import (
     written_version,
 )
 from tapt.util.checks import path_text
-from tapt.util.files import ensure_dir, fsync_path, real_path
+from tapt.util.files import fsync_path, parents_of, real_path
 from tapt.util.safety import check_output, check_usable, enclosing_index, is_tapt_index
 from tapt.util.versions import library_versions, utc_now
 
@@ -250,13 +250,12 @@ def build_index(
     model_dir = [model_spec] if model_spec and Path(model_spec).is_dir() else []
     check_index_output(out, [*inputs, *model_dir], config.overwrite)
     out = Path(os.path.abspath(out))    # the stages may run where the working directory differs
-    parent = out.parent if str(out.parent) else Path(".")
-    ensure_dir(parent)
-    if not os.access(parent, os.W_OK):
-        raise StorageError(f"cannot write into {parent}; choose a writable location")
-    runner, owned = make_executor(executor or config.executor, config.progress)
-    with contextlib.closing(runner) if owned else contextlib.nullcontext():
-        return _build(inputs, out, parent, encoder, config, runner, encoder_spec)
+    with parents_of(out) as parent:    # those it makes are removed again if the build fails
+        if not os.access(parent, os.W_OK):
+            raise StorageError(f"cannot write into {parent}; choose a writable location")
+        runner, owned = make_executor(executor or config.executor, config.progress)
+        with contextlib.closing(runner) if owned else contextlib.nullcontext():
+            return _build(inputs, out, parent, encoder, config, runner, encoder_spec)
 
 
 def _build(inputs: list[InputSpec], out: Path, parent: Path, encoder: Encoder,

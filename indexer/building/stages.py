@@ -23,6 +23,8 @@ and every task is a frozen dataclass, so executors can pickle them.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 import logging
 import os
@@ -34,7 +36,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from tapt.errors import InputError
+from tapt.errors import InputError, StorageError
 from tapt.indexer.ann.faiss_index import (
     build_part,
     ids_are_global,
@@ -351,12 +353,15 @@ def save_part(task: EmbedTask, embeddings, counts, seconds: float, dim: int, max
         raise ValueError(f"the encoder returned {embeddings.shape} embeddings and "
                          f"{counts.shape} token counts for {task.rows} texts")
     parts = shard_path(task.work, task.shard) / PARTS
-    _save(parts / f"emb-{task.part:06d}.npy", embeddings.astype(task.dtype))
-    _save(parts / f"tok-{task.part:06d}.npy", counts)
+    sums = {}
+    for prefix, array in (("emb", embeddings.astype(task.dtype)), ("tok", counts)):
+        path = parts / f"{prefix}-{task.part:06d}.npy"
+        _save(path, array)
+        sums[f"{prefix}_sha256"] = sha256_file(path)     # checked as the shard is assembled
     record = {"run": task.run, "part": task.part, "start": task.start, "stop": task.stop, "rows": task.rows,
               "tokens": int(counts.sum()),
               "truncated": int((counts > max_length).sum()),
-              "embed_seconds": round(seconds, 3)}
+              "embed_seconds": round(seconds, 3), **sums}
     checkpoint.commit_part(part_record_path(task.work, task.shard, task.part), record)
     return record
 
@@ -398,8 +403,8 @@ def assemble_shard(task: AssembleTask) -> dict[str, Any]:
         temp = directory / f".{name}.tmp-{os.getpid()}"
         try:
             with NpyAppender(temp, dtype, shape) as out:
-                for p in range(task.parts):
-                    out.append(np.load(parts / f"{prefix}-{p:06d}.npy"))
+                for p, record in enumerate(records):
+                    out.append(_kept_part(task, p, prefix, record, dtype, shape))
                 out.sync()
             os.replace(temp, directory / name)
         finally:
@@ -411,6 +416,31 @@ def assemble_shard(task: AssembleTask) -> dict[str, Any]:
     fsync_path(directory)
     shutil.rmtree(parts, ignore_errors=True)
     return record
+
+
+def _kept_part(task: AssembleTask, part: int, prefix: str, record: dict[str, Any], dtype: Any,
+               shape: tuple[int, ...]) -> np.ndarray:
+    """One embedded part's array as its record says it was written (its bytes' SHA-256, its
+    rows); a part that differs (changed or cut on the disk since) is removed with its record,
+    so that running the command again embeds it anew, and the stage fails."""
+    path = part_record_path(task.work, task.shard, part).with_name(f"{prefix}-{part:06d}.npy")
+    want = record.get(f"{prefix}_sha256")
+    try:
+        try:
+            data = read_regular(path, limit=None)
+        except FileNotFoundError:
+            raise ValueError("it is missing") from None
+        if want is not None and hashlib.sha256(data).hexdigest() != want:
+            raise ValueError("its bytes differ from those written")
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+        if array.shape != (int(record["rows"]), *shape) or array.dtype != np.dtype(dtype):
+            raise ValueError(f"it holds {array.shape} {array.dtype}, not {record['rows']} rows")
+    except ValueError as exc:
+        for stale in (part_record_path(task.work, task.shard, part), path):
+            stale.unlink(missing_ok=True)
+        raise StorageError(f"{path}: an embedded part kept for resuming is damaged ({exc}); "
+                           "it is removed: run the same command again to embed it anew") from None
+    return array
 
 
 # ----------------------------------------------------------------------------- train

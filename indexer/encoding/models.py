@@ -44,11 +44,15 @@ def resolve_model(spec: str | None) -> str:
     return spec
 
 
+# what a saved model's folder holds at its top (Hugging Face; sentence-transformers)
+MODEL_FILES = ("config.json", "modules.json")
+
+
 def missing_model(spec: str | None) -> str | None:
     """Why a model argument cannot name any model, found from the file system alone (no
     import of sentence-transformers or torch: seconds earlier than a load fails): a local
     folder that is not there (an absolute or ./ path, or one with more parts than a hub name
-    has), or, while the Hugging Face Hub is switched off (HF_HUB_OFFLINE), a hub name that is
+    has), a file, a folder without a model's configuration (`MODEL_FILES`), or, while the Hugging Face Hub is switched off (HF_HUB_OFFLINE), a hub name that is
     neither a local folder nor in the Hugging Face cache. None when it may name a model.
 
     Args:
@@ -62,6 +66,11 @@ def missing_model(spec: str | None) -> str | None:
     path = Path(path_text(spec, "model")).expanduser()
     try:
         if path.exists():
+            if not path.is_dir():
+                return f"model path {spec} is not a directory"
+            if not any((path / name).is_file() for name in MODEL_FILES):
+                return (f"model folder {spec} holds no model (no {' or '.join(MODEL_FILES)} "
+                        "in it): give the folder a model was saved into")
             return None
     except OSError:
         return None                     # a name too long to be a path: a hub name

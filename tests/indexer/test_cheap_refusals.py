@@ -41,8 +41,17 @@ def hub_cache(tmp_path, monkeypatch):
 
 def test_a_model_folder_that_is_not_there_is_named(tmp_path, hub_cache):
     (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "config.json").write_text("{}")
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "modules.json").write_text("[]")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("hi")
     assert missing_model(None) is None and missing_model(DEFAULT_MODEL) is None
     assert missing_model(str(tmp_path / "here")) is None
+    assert missing_model(str(tmp_path / "st")) is None
+    assert "holds no model (no config.json or modules.json" in missing_model(
+        str(tmp_path / "empty"))
+    assert "is not a directory" in missing_model(str(tmp_path / "file"))
     assert missing_model("org/cached") is None
     for gone in (str(tmp_path / "gone"), "./gone", "../gone", "~/gone-model-x", "a/b/c"):
         assert "does not exist (moved or deleted?)" in missing_model(gone), gone
@@ -109,6 +118,7 @@ def test_a_model_is_checked_before_it_is_exported_to_onnx(tmp_path, monkeypatch)
 
     folder = tmp_path / "other-weights"
     folder.mkdir()
+    (folder / "config.json").write_text("{}")
     base = types.SimpleNamespace(name="other", dim=384)
     exported = []
     monkeypatch.setattr(encoder_module, "SentenceTransformerEncoder", lambda *a, **k: base)

@@ -120,6 +120,7 @@ def test_an_index_named_dot_or_dotdot_is_rewritten_in_place(here):
 def test_a_relative_model_directory_is_handed_on_absolute(here, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)     # a hub name is taken as it is
     (here / "models" / "m").mkdir(parents=True)
+    (here / "models" / "m" / "config.json").write_text("{}")
     os.chdir(here / "models")
     assert EncoderSpec("m").model == str(here / "models" / "m")
     assert EncoderSpec("./m/").model == str(here / "models" / "m")

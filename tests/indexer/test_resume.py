@@ -105,6 +105,34 @@ def test_a_part_without_its_record_is_embedded_again(corpus, reference, tmp_path
     assert second.embedded == Index(out).n_sentences - 2 * 32
 
 
+@pytest.mark.parametrize("damage", ["changed", "cut", "gone", "tokens changed"])
+def test_a_kept_part_damaged_on_the_disk_is_refused_then_embedded_anew(corpus, reference,
+                                                                       tmp_path, damage):
+    out = tmp_path / "idx"
+    with pytest.raises(RuntimeError):
+        build_index([corpus], out, FailingEncoder(4, RuntimeError("boom")), _config())
+    parts = next((tmp_path / ".idx.building" / "shards").iterdir()) / "parts"
+    emb, tok = parts / "emb-000001.npy", parts / "tok-000001.npy"
+    if damage == "changed":      # other rows of the right shape: only the checksum tells
+        emb.write_bytes(emb.read_bytes()[:128] + (parts / "emb-000000.npy").read_bytes()[128:])
+    elif damage == "cut":
+        emb.write_bytes(emb.read_bytes()[:-100])
+    elif damage == "gone":
+        emb.unlink()
+    else:
+        data = bytearray(tok.read_bytes())
+        data[-1] ^= 0x01
+        tok.write_bytes(bytes(data))
+    with pytest.raises(StorageError, match="part kept for resuming is damaged.*run the same "
+                                           "command again"):
+        build_index([corpus], out, HashingEncoder(), _config())
+    assert not (parts / "part-000001.json").exists() and (parts / "part-000000.json").exists()
+    again = CountingEncoder()
+    build_index([corpus], out, again, _config())
+    assert_same_index(out, reference)
+    assert again.embedded == 32          # the damaged part, and only it
+
+
 def test_changed_inputs_or_settings_refuse_to_resume(corpus, tmp_path):
     out = tmp_path / "idx"
     with pytest.raises(RuntimeError):
@@ -143,6 +171,54 @@ def test_a_second_concurrent_build_is_refused(corpus, tmp_path):
         with pytest.raises(InputError, match="another build"):
             build_index([corpus], out, HashingEncoder(), _config())
     build_index([corpus], out, HashingEncoder(), _config())
+
+
+def test_a_users_file_where_the_lock_goes_is_refused_and_kept(corpus, tmp_path):
+    out = tmp_path / "idx"
+    lock = tmp_path / ".idx.lock"
+    lock.write_text("my notes\n")
+    with pytest.raises(InputError, match="in the way and is not tapt's lock"):
+        build_index([corpus], out, HashingEncoder(), _config())
+    assert lock.read_text() == "my notes\n" and not out.exists()
+    lock.unlink()
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    lock.symlink_to(target)
+    with pytest.raises(InputError, match="in the way"):
+        build_index([corpus], out, HashingEncoder(), _config())
+    assert lock.is_symlink() and target.read_text() == "" and not out.exists()
+
+
+def test_a_failed_build_removes_the_folders_it_made_for_its_output(corpus, tmp_path,
+                                                                   monkeypatch):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(InputError):
+        build_index([empty], tmp_path / "new1" / "new2" / "idx", HashingEncoder(), _config())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl"]
+
+    def full_disk(*args, **kwargs):                 # a failure that keeps its work to resume
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(stages, "_save", full_disk)
+    out = tmp_path / "new3" / "idx"
+    with pytest.raises(StorageError, match="resume"):
+        build_index([corpus], out, HashingEncoder(), _config())
+    assert not out.exists() and (tmp_path / "new3" / ".idx.building").is_dir()
+
+
+@pytest.mark.parametrize("left", [checkpoint.LOCK_MARK, b""])
+def test_a_lock_a_killed_build_left_is_taken_over_and_removed(corpus, tmp_path, left):
+    out = tmp_path / "idx"
+    lock = tmp_path / ".idx.lock"
+    lock.write_bytes(left)
+    with checkpoint.BuildLock(out):
+        assert lock.read_bytes() == checkpoint.LOCK_MARK
+        with pytest.raises(InputError, match="another build"), checkpoint.BuildLock(out):
+            pass
+    assert not lock.exists()
+    build_index([corpus], out, HashingEncoder(), _config())
+    assert not lock.exists() and out.is_dir()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
