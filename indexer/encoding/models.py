@@ -184,6 +184,7 @@ def load_failure(spec: str | None, what: str, exc: BaseException) -> str:
     """
     name = display_name(spec)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    first = first.replace("`", "'")    # the loader's words: `name` would read as a tapt option
     text = str(exc).lower()
     offline = any(hint in text for hint in ("couldn't connect", "offline", "connection error",
                                             "cannot find the requested files"))

@@ -178,3 +178,14 @@ def test_selections_that_cannot_go_together_are_refused_before_training(tmp_path
     tapt.export(first.path, tmp_path / "x.parquet")
     with pytest.raises(InputError, match="is a Parquet file"):
         tapt.train(tmp_path / "x.parquet", tmp_path / "m", steps=1)
+
+
+def test_a_loaders_own_words_are_quoted_as_they_are():
+    from tapt.indexer.encoding.models import load_failure
+
+    exc = ValueError("Unrecognized model in /m. Should have a `model_type` key in its "
+                     "config.json\nmore")
+    message = load_failure("/m", "cannot load model", exc)
+    assert message.endswith("Should have a 'model_type' key in its config.json")
+    rendered = InputError(message).render(lambda p: "--" + p.replace("_", "-"))
+    assert "--model-type" not in rendered and "'model_type'" in rendered
