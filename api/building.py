@@ -82,7 +82,9 @@ class IndexBuilding:
             inputs: Corpus files, folders or URLs, read as by `build`.
             model: The index's model directory, if it moved.
             device: auto, cpu or cuda.
-            backend: auto (the build's backend where the device allows), torch, onnx, onnx-int8.
+            backend: auto (the build's backend where the device allows), torch, onnx, onnx-int8;
+                one of another precision than the build's (onnx-int8 against torch or onnx)
+                is refused: one index holds rows of one kind.
             hf_datasets: Hugging Face Hub datasets to stream too ("NAME" or "NAME:CONFIG").
             executor: What runs the add's stages: "local", "ray", or an `Executor`.
             **settings: The options of `tapt index add` that are `BuildConfig` fields, by the
@@ -106,6 +108,7 @@ class IndexBuilding:
         settings = config_settings("add", BuildConfig, settings, ("executor",))
         inputs = _inputs(inputs, hf_datasets, settings.get("hf_split"))
         check_add_inputs(self.path, inputs)  # before the model is loaded
+        self.check_add_backend(device, backend)
         # loaded (and checked) once the new inputs are scanned: their mistakes are refused first
         encoder = self._lazy_encoder(model, device, backend)
         with _runner(executor, settings.get("progress", True), options) as runner:

@@ -83,6 +83,26 @@ class IndexModel:
         on_cuda = pick_device(device).startswith("cuda")
         return "auto" if on_cuda and built.startswith("onnx") else built
 
+    def check_add_backend(self, device: str, backend: str) -> None:
+        """Refuse an add whose backend would embed its rows at another precision than the
+        index's (int8 weights against float ones: rows a few percent apart in one index).
+
+        Raises:
+            InputError: one side is onnx-int8 and the other is not.
+        """
+        from tapt.errors import InputError
+
+        built = self.manifest.get("build", {}).get("backend", "torch")
+        wanted = self._task_backend(device if built == "onnx-int8" else "cpu", backend)
+        if wanted == "auto":        # an int8 index's own backend, on CUDA: torch there
+            wanted = "torch"
+        if (wanted == "onnx-int8") != (built == "onnx-int8"):
+            raise InputError(f"this index's sentences were embedded with the {built} backend; "
+                             f"rows embedded with {wanted} differ from them by a few percent, "
+                             "and one index holds rows of one kind: leave `backend` out"
+                             + (" and add on the CPU (`device` cpu)" if built == "onnx-int8"
+                                else ""), param="backend")
+
     def lazy_encoder(self, model: str | None = None, device: str = "auto",
                      backend: str = "auto", encoder: Encoder | None = None) -> LazyEncoder:
         """The encoder `load_encoder` would return, loaded only when it is first used.

@@ -189,3 +189,29 @@ def test_a_loaders_own_words_are_quoted_as_they_are():
     assert message.endswith("Should have a 'model_type' key in its config.json")
     rendered = InputError(message).render(lambda p: "--" + p.replace("_", "-"))
     assert "--model-type" not in rendered and "'model_type'" in rendered
+
+
+def test_an_add_at_another_precision_than_the_index_is_refused_before_the_model_loads(
+        tmp_path, monkeypatch, fake_index):
+    from tapt.indexer.encoding.index_model import IndexModel
+
+    monkeypatch.setattr(encoder_module, "load_encoder", _no_load)
+    monkeypatch.setattr(Index, "load_encoder", _no_load)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "A new sentence."}\n')
+    with pytest.raises(InputError, match="embedded with the torch backend; rows embedded with "
+                                         "onnx-int8 differ") as refused:
+        tapt.Index.open(fake_index).add([corpus], backend="onnx-int8")
+    assert refused.value.param == "backend"
+
+    class Built(IndexModel):
+        def __init__(self, backend):
+            self.manifest = {"build": {"backend": backend}}
+
+    Built("torch").check_add_backend("cpu", "onnx")          # float and float: the same rows
+    Built("onnx").check_add_backend("cpu", "torch")
+    Built("onnx-int8").check_add_backend("cpu", "auto")      # the index's own
+    Built("onnx-int8").check_add_backend("cpu", "onnx-int8")
+    for backend in ("torch", "onnx"):
+        with pytest.raises(InputError, match="onnx-int8 backend.*on the CPU"):
+            Built("onnx-int8").check_add_backend("cpu", backend)
