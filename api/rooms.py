@@ -18,7 +18,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tapt.api.arguments import PathLike
 from tapt.errors import InputError, TaptError
@@ -164,6 +164,50 @@ def inside(root: Path | None, name: Any, what: str) -> Path:
     return resolved
 
 
+# entries of a task folder or pattern a request may make the server look through
+MAX_TASK_ENTRIES = 100_000
+
+
+def task_inside(root: Path | None, name: Any) -> Path:
+    """`inside` for a task name, which may also be a folder or a glob pattern (as the corpus
+    reader reads them): every file and folder it reaches, through links too, must stay in the
+    root.
+
+    Raises:
+        Refused: as `inside`; 403 when an entry it reaches leads out of the root; 413 when it
+            reaches more than MAX_TASK_ENTRIES entries.
+    """
+    import glob
+
+    resolved = inside(root, name, "task")
+    root = cast(Path, root)         # `inside` refuses a server without one
+    starts = ([Path(p) for p in glob.glob(str(root / name), recursive=True)]
+              if glob.has_magic(name) else [resolved])
+    seen = 0
+
+    def within(path: Path) -> None:
+        nonlocal seen
+        seen += 1
+        if seen > MAX_TASK_ENTRIES:
+            raise Refused(413, f"task: {name!r} reaches more than {MAX_TASK_ENTRIES:,} files "
+                               "and folders")
+        real = Path(os.path.realpath(path))
+        if real != root and root not in real.parents:
+            raise Refused(403, f"task: {name!r} leads out of the server's room")
+
+    for start in starts:
+        within(start)
+        if not start.is_dir():
+            continue
+        for folder, dirs, files in os.walk(start, followlinks=True):
+            for entry in (*dirs, *files):
+                within(Path(folder) / entry)
+            dirs[:] = [d for d in dirs if not Path(folder, d).is_symlink()
+                       or Path(os.path.realpath(Path(folder, d))) not in
+                       Path(os.path.realpath(folder)).parents]      # no walking round a loop
+    return resolved
+
+
 def checked(request: Any, served_rows: int, segment_size: int, rooms_: Rooms
             ) -> tuple[dict[str, Any], str | None]:
     """A request checked against the rooms and bounds, its paths made the server's own.
@@ -196,13 +240,12 @@ def checked(request: Any, served_rows: int, segment_size: int, rooms_: Rooms
             raise Refused(413, f"task: {chars:,} characters, at most "
                                f"{rooms_.max_task * 1000:,} a request here")
     elif isinstance(task, str):
-        request["task"] = str(inside(rooms_.task_root, task, "task"))
+        request["task"] = str(task_inside(rooms_.task_root, task))
     elif isinstance(task, dict) and isinstance(task.get("files"), list):
         files = task["files"]
         if len(files) > 64:
             raise Refused(413, "task: at most 64 files a request")
-        request["task"] = {"files": [str(inside(rooms_.task_root, f, "task"))
-                                     for f in files]}
+        request["task"] = {"files": [str(task_inside(rooms_.task_root, f)) for f in files]}
     budget = request.get("budget")
     if budget is None:
         raise Refused(400, "budget: required over HTTP (every answer is bounded)")

@@ -44,6 +44,13 @@ def setup(fake_index, tmp_path, monkeypatch):
     (outside / "secret.txt").write_text("Patient fever secret words.\n")
     (tasks / "leak.txt").symlink_to(outside / "secret.txt")
     (outs / "away").symlink_to(outside)
+    (tasks / "sub").mkdir()
+    (tasks / "sub" / "d").symlink_to(outside)              # a folder link leading out
+    (tasks / "files").mkdir()
+    (tasks / "files" / "leak.txt").symlink_to(outside / "secret.txt")
+    (tasks / "inner").mkdir()
+    (tasks / "inner" / "task.txt").write_text("\n".join(TASK) + "\n")
+    (tasks / "inner" / "again").symlink_to(tasks / "inner")    # a loop, inside
     return {"index": tapt.Index.open(fake_index), "dir": tmp_path, "tasks": tasks,
             "outs": outs, "outside": outside}
 
@@ -107,6 +114,11 @@ def test_the_settings_are_refused_before_anything_starts(setup, tmp_path):
     ({**ASK, "task": "leak.txt"}, 403, "leads out"),
     ({**ASK, "task": {"files": ["task.txt", "../outside/secret.txt"]}}, 403, "not a path"),
     ({**ASK, "task": "~/x"}, 403, "not a path inside"),
+    ({**ASK, "task": "sub/*/*"}, 403, "leads out"),
+    ({**ASK, "task": "sub"}, 403, "leads out"),
+    ({**ASK, "task": "files"}, 403, "leads out"),
+    ({**ASK, "task": "**/secret*"}, 403, "leads out"),
+    ({**ASK, "task": {"files": ["task.txt", "files"]}}, 403, "leads out"),
     ({**ASK, "out": "/tmp/sel.jsonl"}, 403, "not a path inside"),
     ({**ASK, "out": "../outside/sel.jsonl"}, 403, "not a path inside"),
     ({**ASK, "out": "away/sel.jsonl"}, 403, "leads out"),
@@ -127,6 +139,15 @@ def test_refusals_are_4xx_and_touch_nothing_outside(setup, request_, status, say
     assert "\n" not in answer["error"] and "secret words" not in json.dumps(answer)
     assert sorted(p.name for p in setup["outside"].iterdir()) == before
     assert sorted(p.name for p in setup["outs"].iterdir()) == ["away"]
+
+
+def test_a_task_folder_or_pattern_inside_the_room_is_let_through(setup):
+    from tapt.api.rooms import task_inside
+
+    root = setup["tasks"].resolve()
+    assert task_inside(root, "inner") == root / "inner"
+    assert task_inside(root, "inner/*.txt") == root / "inner" / "*.txt"
+    assert task_inside(root, "task.*") == root / "task.*"
 
 
 def test_bodies_are_bounded_however_they_come(setup):
