@@ -246,6 +246,13 @@ def checked(request: Any, served_rows: int, segment_size: int, rooms_: Rooms
         if len(files) > 64:
             raise Refused(413, "task: at most 64 files a request")
         request["task"] = {"files": [str(task_inside(rooms_.task_root, f)) for f in files]}
+    params = request.get("params")
+    if isinstance(params, dict):
+        # a model a method loads (tuned_model, lm_model, ...) is a folder in the task room,
+        # never a server path elsewhere nor a hub name to download
+        request["params"] = {k: (str(inside(rooms_.task_root, v, f"params.{k}"))
+                                 if k.endswith("_model") and v is not None else v)
+                             for k, v in params.items()}
     budget = request.get("budget")
     if budget is None:
         raise Refused(400, "budget: required over HTTP (every answer is bounded)")
