@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 
 def _stopped_while_starting(signum: int, frame: object) -> None:
@@ -189,6 +190,24 @@ def _internal(exc: BaseException) -> int:
                  "for the traceback)", 1)
 
 
+class _LineTracking:
+    """Standard error, noting whether what was written last left a line open (a progress
+    bar's `\r` redraws): the Error line then starts a line of its own where stderr is a file
+    or a pipe, so that a reader finds it at a line's start."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream, self.mid_line = stream, False
+
+    def write(self, text: str) -> int:
+        written = self._stream.write(text)
+        if text:
+            self.mid_line = not text.endswith("\n")
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def _fail(message: str, code: int) -> int:
     """Print the command's one Error line (once) and return its exit status; after a SIGTERM,
     whatever failed reports the termination (an import it broke is no missing package)."""
@@ -197,8 +216,17 @@ def _fail(message: str, code: int) -> int:
         message, code = "terminated (SIGTERM)", 143
     if not _STATE["reported"]:
         _STATE["reported"] = True
-        click.echo(f"Error: {message}", err=True)
+        stream = sys.stderr
+        opened = getattr(stream, "mid_line", False) is True and not _isatty(stream)
+        click.echo(f"{chr(10) if opened else ''}Error: {message}", err=True)
     return code
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _quiet_broken_pipe() -> int:
@@ -251,6 +279,8 @@ def main() -> None:
     _STATE.update(terminated=False, stopping=False, reported=False, code=None,
                   interrupted=False)
     _STATE.pop("deferred", None)
+    if sys.stderr is not None and not isinstance(sys.stderr, _LineTracking):
+        sys.stderr = _LineTracking(sys.stderr)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C: KeyboardInterrupt
         signal.signal(signal.SIGTERM, _on_sigterm)

@@ -150,3 +150,22 @@ def test_standard_output_full_or_closed_is_one_line():
     proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           close_fds=True, pass_fds=(), preexec_fn=lambda: os.close(1))
     assert proc.returncode == 0 and proc.stderr == ""
+
+
+@pytest.mark.parametrize("before,lines", [("\rscoring:  40%|####", ["\rscoring:  40%|####",
+                                                                    "Error: boom"]),
+                                           ("a log line\n", ["a log line", "Error: boom"])])
+def test_the_error_line_starts_a_line_of_its_own_after_a_bar(monkeypatch, before, lines):
+    import io
+
+    import tapt.cli as cli_module
+
+    written = io.StringIO()
+    tracked = cli_module._LineTracking(written)
+    monkeypatch.setattr(sys, "stderr", tracked)
+    for key, value in (("reported", False), ("terminated", False), ("stopping", False)):
+        monkeypatch.setitem(cli_module._STATE, key, value)
+    tracked.write(before)
+    assert tracked.mid_line == (not before.endswith("\n"))
+    assert cli_module._fail("boom", 1) == 1
+    assert written.getvalue().split("\n")[:-1] == lines
