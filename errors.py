@@ -75,6 +75,11 @@ class StorageError(TaptError):
     """The disk filled up or refused a write; committed work is kept for resuming."""
 
 
+class DeadlineExceeded(TaptError):
+    """The time given to a piece of work (a served request's) ran out: it stopped at its next
+    step (`tapt.util.progress.deadline`)."""
+
+
 class PluginError(TaptError):
     """A plugin (an entry point of the group `tapt.plugins`, or a module named in
     TAPT_PLUGINS) that failed to import."""

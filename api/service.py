@@ -19,6 +19,7 @@ from typing import Any
 from tapt.api.index import Index
 from tapt.api.rooms import Refused, Rooms, checked, inside
 from tapt.api.served import answer_line, answer_request
+from tapt.util.progress import deadline
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +105,18 @@ class SelectionService:
         if length is not None and (not length.isdigit() or int(length) > limit):
             raise Refused(413, f"request: a body of at most {limit:,} bytes")
         data = bytearray()
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > limit:
-                raise Refused(413, f"request: a body of at most {limit:,} bytes")
+
+        async def read() -> None:
+            async for chunk in request.stream():
+                data.extend(chunk)
+                if len(data) > limit:
+                    raise Refused(413, f"request: a body of at most {limit:,} bytes")
+
+        wait = self.rooms.request_timeout
+        try:           # a client that sends its body slowly holds a request's place
+            await asyncio.wait_for(read(), wait)
+        except asyncio.TimeoutError:
+            raise Refused(408, f"request: the body did not arrive within {wait:g} s") from None
         try:
             return json.loads(bytes(data).decode("utf-8"))
         except (ValueError, RecursionError) as exc:
@@ -148,7 +157,10 @@ class SelectionService:
                     "error": "busy: the selections before this one took the request's time"}
         try:
             watch = _Watch(self.index)
-            answer = answer_request(watch, order)
+            with deadline(self.rooms.request_timeout - (time.monotonic() - begun)):
+                answer = answer_request(watch, order)     # stops at a step past its time
+            if "error" in answer and time.monotonic() - begun >= self.rooms.request_timeout:
+                answer["status"] = 503
             if watch.unavailable:       # this request fails; the next finds the actors healed
                 self.failures += 1
                 answer["status"] = 503

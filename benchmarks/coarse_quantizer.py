@@ -70,6 +70,7 @@ from tapt.indexer.ann.faiss_index import (
     set_search_param,
     template_of,
     train_template,
+    write_faiss,
 )
 from tapt.indexer.ann.index_choice import (
     HNSW_EF_CONSTRUCTION,
@@ -183,8 +184,6 @@ def assignment_at(lists: int, sample: np.ndarray, rows: np.ndarray,
 def written_bytes(index, without_quantizer: bool = False) -> int:
     """The size of `index` written as tapt writes it (`write_faiss`), to a temporary file."""
     import tempfile
-
-    from tapt.indexer.ann.faiss_index import write_faiss  # internal: as a build writes a part
 
     with tempfile.TemporaryDirectory() as tmp:
         return write_faiss(index, Path(tmp) / "part.faiss", without_quantizer)

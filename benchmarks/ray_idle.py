@@ -82,6 +82,8 @@ def cell(mode: str, seconds: float, cpus: int) -> dict[str, Any]:
     from ray import cloudpickle
 
     from tapt.extend import Stage
+
+    # internal: the Ray executor's own wait is what is measured
     from tapt.indexer.building.executors.ray_executor import RayExecutor
 
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,

@@ -107,6 +107,7 @@ class Loop:
         import torch
         from tqdm.auto import tqdm
 
+        from tapt.util.progress import check_deadline
         from tapt.util.training import autocast
 
         model, schedule = self.model, self.schedule
@@ -115,6 +116,7 @@ class Loop:
         with tqdm(total=schedule.steps, initial=start, unit="step", desc=self.desc,
                   disable=not self.progress, dynamic_ncols=True, leave=self.leave) as bar:
             for step in range(start, schedule.steps):
+                check_deadline()                # a served request's time: stop between steps
                 with autocast(self.device):
                     loss = loss_of(step)
                 value = float(loss.detach())    # the step's one device sync, checked first

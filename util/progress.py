@@ -4,18 +4,51 @@ shard, no longer shows 0% until it ends). Elsewhere (a Ray worker) reporting doe
 
 Steps of a computation with no count known ahead (a selection method's fits and passes over
 the rows) are reported the same way (`report_step`); `showing_steps` shows them as a bar that
-moves with each step and names the last one."""
+moves with each step and names the last one.
+
+Both are also where long work can be stopped: within a `deadline` block, a report (or
+`check_deadline`) past the block's time raises `DeadlineExceeded`, so a served request's
+selection ends at its next step once the request's time is over instead of holding the
+server."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from contextvars import ContextVar
 from typing import Callable, Iterator
 
-__all__ = ["report_progress", "reporting_to", "report_step", "showing_steps"]
+from tapt.errors import DeadlineExceeded
+
+__all__ = ["report_progress", "reporting_to", "report_step", "showing_steps", "deadline",
+           "check_deadline"]
 
 _TICK: ContextVar[Callable[[int], None] | None] = ContextVar("tapt_task_progress", default=None)
 _STEP: ContextVar[Callable[[str], None] | None] = ContextVar("tapt_steps", default=None)
+_DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("tapt_deadline", default=None)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Within the block, work that reports its progress or steps (or calls `check_deadline`)
+    raises `DeadlineExceeded` at its first report after `seconds` from now.
+
+    Args:
+        seconds: The time the block's work has.
+    """
+    token = _DEADLINE.set((time.monotonic() + max(0.0, seconds), seconds))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def check_deadline() -> None:
+    """Raise `DeadlineExceeded` when the open `deadline` block's time is over; nothing
+    outside one."""
+    ends = _DEADLINE.get()
+    if ends is not None and time.monotonic() > ends[0]:
+        raise DeadlineExceeded(f"stopped: the work's time ({ends[1]:g} s) ran out")
 
 
 def report_progress(units: int) -> None:
@@ -24,6 +57,7 @@ def report_progress(units: int) -> None:
     Args:
         units: How many units were done since the last report.
     """
+    check_deadline()
     tick = _TICK.get()
     if tick is not None and units > 0:
         tick(units)
@@ -50,6 +84,7 @@ def report_step(what: str) -> None:
     Args:
         what: The step, e.g. "fit the classifier".
     """
+    check_deadline()
     step = _STEP.get()
     if step is not None:
         step(what)

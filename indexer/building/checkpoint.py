@@ -174,6 +174,35 @@ def commit_part(path: Path, record: dict[str, Any]) -> None:
     write_json_atomic(path, record)
 
 
+def kept_part(record_path: Path, record: dict[str, Any], path: Path, checksum: str,
+              dtype: Any, shape: tuple[int, ...]) -> Any:
+    """The array at `path` of an embedded part kept for resuming, as its record says it was
+    written (the SHA-256 under `checksum`, `record["rows"]` rows of `shape` and `dtype`). A part
+    that differs (changed, cut or deleted since) is removed with its record, so that running the
+    command again embeds it anew, and StorageError is raised."""
+    import io
+
+    import numpy as np
+
+    try:
+        try:
+            data = read_regular(path, limit=None)
+        except FileNotFoundError:
+            raise ValueError("it is missing") from None
+        want = record.get(checksum)
+        if want is not None and hashlib.sha256(data).hexdigest() != want:
+            raise ValueError("its bytes differ from those written")
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+        if array.shape != (int(record["rows"]), *shape) or array.dtype != np.dtype(dtype):
+            raise ValueError(f"it holds {array.shape} {array.dtype}, not {record['rows']} rows")
+    except ValueError as exc:
+        for stale in (record_path, path):
+            stale.unlink(missing_ok=True)
+        raise StorageError(f"{path}: an embedded part kept for resuming is damaged ({exc}); "
+                           "it is removed: run the same command again to embed it anew") from None
+    return array
+
+
 def committed_rows(work: Path) -> int:
     """Sentences whose embeddings this work directory's run committed (parts and whole shards;
     records another run wrote are not counted)."""

@@ -23,8 +23,6 @@ and every task is a frozen dataclass, so executors can pickle them.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
 import json
 import logging
 import os
@@ -36,7 +34,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from tapt.errors import InputError, StorageError
+from tapt.errors import InputError
 from tapt.indexer.ann.faiss_index import (
     build_part,
     ids_are_global,
@@ -404,7 +402,9 @@ def assemble_shard(task: AssembleTask) -> dict[str, Any]:
         try:
             with NpyAppender(temp, dtype, shape) as out:
                 for p, record in enumerate(records):
-                    out.append(_kept_part(task, p, prefix, record, dtype, shape))
+                    out.append(checkpoint.kept_part(
+                        part_record_path(task.work, task.shard, p), record,
+                        parts / f"{prefix}-{p:06d}.npy", f"{prefix}_sha256", dtype, shape))
                 out.sync()
             os.replace(temp, directory / name)
         finally:
@@ -416,31 +416,6 @@ def assemble_shard(task: AssembleTask) -> dict[str, Any]:
     fsync_path(directory)
     shutil.rmtree(parts, ignore_errors=True)
     return record
-
-
-def _kept_part(task: AssembleTask, part: int, prefix: str, record: dict[str, Any], dtype: Any,
-               shape: tuple[int, ...]) -> np.ndarray:
-    """One embedded part's array as its record says it was written (its bytes' SHA-256, its
-    rows); a part that differs (changed or cut on the disk since) is removed with its record,
-    so that running the command again embeds it anew, and the stage fails."""
-    path = part_record_path(task.work, task.shard, part).with_name(f"{prefix}-{part:06d}.npy")
-    want = record.get(f"{prefix}_sha256")
-    try:
-        try:
-            data = read_regular(path, limit=None)
-        except FileNotFoundError:
-            raise ValueError("it is missing") from None
-        if want is not None and hashlib.sha256(data).hexdigest() != want:
-            raise ValueError("its bytes differ from those written")
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-        if array.shape != (int(record["rows"]), *shape) or array.dtype != np.dtype(dtype):
-            raise ValueError(f"it holds {array.shape} {array.dtype}, not {record['rows']} rows")
-    except ValueError as exc:
-        for stale in (part_record_path(task.work, task.shard, part), path):
-            stale.unlink(missing_ok=True)
-        raise StorageError(f"{path}: an embedded part kept for resuming is damaged ({exc}); "
-                           "it is removed: run the same command again to embed it anew") from None
-    return array
 
 
 # ----------------------------------------------------------------------------- train

@@ -272,3 +272,33 @@ def test_the_cli_refuses_no_auth_off_loopback_in_one_line(fake_index, tmp_path):
     assert result.exit_code == 1 and "Error: --max-budget: only applies with --http" in \
         result.output
     assert not os.listdir(tmp_path)
+
+
+def test_a_selection_past_the_request_time_stops_and_frees_the_server(setup):
+    with running(service(setup, request_timeout=3)) as base:
+        begun = time.monotonic()
+        status, answer, _ = call(base, "POST", "/select", {
+            **ASK, "method": "fused", "params": {"rounds": 10 ** 9}}, token=TOKEN)
+        assert status == 503 and "did not finish within 3 s" in answer["error"], answer
+        # the work stops at its next step: the next request gets its turn at once
+        status, answer, _ = call(base, "POST", "/select", ASK, token=TOKEN)
+        assert status == 200 and len(answer["ids"]) == 4, answer
+        assert time.monotonic() - begun < 30
+
+
+def test_a_body_that_comes_too_slowly_is_refused_and_frees_its_place(setup):
+    import socket
+
+    with running(service(setup, request_timeout=2, max_concurrent=1)) as base:
+        host, port = base.rsplit("/", 1)[-1].split(":")
+        slow = socket.create_connection((host, int(port)), timeout=30)
+        slow.sendall(b"POST /select HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"method\":")
+        begun = time.monotonic()
+        reply = slow.recv(4096)
+        assert b" 408 " in reply.split(b"\r\n")[0] and b"did not arrive within 2 s" in reply
+        assert time.monotonic() - begun < 15
+        slow.close()
+        status, answer, _ = call(base, "POST", "/select", ASK, token=TOKEN)
+        assert status == 200, answer
