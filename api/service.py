@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import time
 from importlib import resources
@@ -143,11 +144,27 @@ class SelectionService:
         finally:
             self._in_flight -= 1
         if "error" in answer:
+            answer["error"] = self._without_server_paths(str(answer["error"]))
             return answer.pop("status", 400), answer
         if relative is not None:
             answer["out"] = relative
             answer["download"] = f"/files/{relative}"
         return 200, answer
+
+    def _without_server_paths(self, message: str) -> str:
+        """An error's words with the server's own folders left out: a path under a room as
+        the client names it (relative to the room), the index as "the served index"."""
+        places = []
+        for root in (self.rooms.task_root, self.rooms.out_root):
+            if root is not None:
+                places += [(f"{root}{os.sep}", ""), (str(root), ".")]
+        path = getattr(self.index, "path", None)
+        if path is not None:
+            places += [(os.path.realpath(path), "the served index"),
+                       (str(path), "the served index")]
+        for where, shown in sorted(places, key=lambda p: -len(p[0])):
+            message = message.replace(where, shown)
+        return message
 
     def _answer(self, order: dict[str, Any], begun: float) -> dict[str, Any]:
         """One selection, in its turn (a worker thread)."""

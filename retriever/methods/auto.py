@@ -40,6 +40,7 @@ from tapt.retriever.methods.base import (
 )
 from tapt.retriever.methods.fused_learned import task_data
 from tapt.retriever.methods.learned_scorers import TaskData, corpus_sample, learned_fusion
+from tapt.retriever.methods.params import MAX_ROUNDS
 from tapt.retriever.methods.registry import auto_candidates, get_method, register
 from tapt.retriever.scoring import arrays
 
@@ -54,7 +55,8 @@ SAMPLE = 4000
 @dataclass(frozen=True)
 class AutoParams(Params):
     m: int = param(10, "`m` of density when it is a candidate.", minimum=1)
-    rounds: int = param(2, "Self-training rounds of the classifier when it is chosen.", minimum=0)
+    rounds: int = param(2, "Self-training rounds of the classifier when it is chosen.",
+                        minimum=0, maximum=MAX_ROUNDS)
     over: str = param("embeddings", "Candidates: the embedding scorers (held-out F1), or all: "
                       "every scorer, fused and fused-learned (held-out AUC on cross-fitted "
                       "folds; needs the task's text).", choices=("embeddings", "all"))

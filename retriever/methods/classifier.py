@@ -18,6 +18,7 @@ from tapt.retriever.methods.base import (
     scan_rows,
     scans_codes,
 )
+from tapt.retriever.methods.params import MAX_ROUNDS
 from tapt.retriever.methods.registry import register
 from tapt.retriever.scoring import arrays
 
@@ -25,7 +26,7 @@ from tapt.retriever.scoring import arrays
 @dataclass(frozen=True)
 class ClassifierParams(ScanParams):
     rounds: int = param(2, "Self-training rounds (0 = positive only: trained on the task alone).",
-                        minimum=0)
+                        minimum=0, maximum=MAX_ROUNDS)
 
 
 @register

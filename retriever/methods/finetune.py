@@ -11,12 +11,14 @@ from tapt.retriever.learned.finetune_classifier import (
     parse_candidates,
 )
 from tapt.retriever.methods.base import Params, SentenceScored, param
+from tapt.retriever.methods.params import MAX_ROUNDS
 from tapt.retriever.methods.registry import get_method, register
 
 
 @dataclass(frozen=True)
 class FinetuneParams(Params):
-    rounds: int = param(2, "Self-training rounds of the pre-ranking's classifier.", minimum=0)
+    rounds: int = param(2, "Self-training rounds of the pre-ranking's classifier.",
+                        minimum=0, maximum=MAX_ROUNDS)
     finetune_model: str | None = param(None, "Encoder to fine-tune (default: the index's).")
     candidates: str = param("1.5x", "Rows rescored: a multiple of the budget, a count, or all.")
     steps: int = param(150, "Optimizer steps of the fine-tuning.", minimum=1)

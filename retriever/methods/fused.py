@@ -19,6 +19,7 @@ from tapt.retriever.methods.base import (
     scans_codes,
 )
 from tapt.retriever.methods.moore_lewis import lexical_held, lexical_scores
+from tapt.retriever.methods.params import MAX_ROUNDS
 from tapt.retriever.methods.registry import get_method, register
 from tapt.retriever.scoring import arrays
 from tapt.retriever.scoring.ngram_lm import general_sample_size
@@ -26,7 +27,8 @@ from tapt.retriever.scoring.ngram_lm import general_sample_size
 
 @dataclass(frozen=True)
 class FusedParams(ScanParams):
-    rounds: int = param(2, "Self-training rounds of the classifier half.", minimum=0)
+    rounds: int = param(2, "Self-training rounds of the classifier half.",
+                        minimum=0, maximum=MAX_ROUNDS)
     wording: str = param("lm+classifier", "The word scorers beside the meaning classifier: "
                          "Moore-Lewis alone (`lm`), or Moore-Lewis and a hashed n-gram "
                          "classifier fitted on the first two's pseudo-labels.",

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from tapt.retriever.learned.few_seeds import LexicalConfig, PoolText
 from tapt.retriever.methods.base import Params, SentenceScored, param
 from tapt.retriever.methods.learned_scorers import TaskData, learned_fusion
+from tapt.retriever.methods.params import MAX_ROUNDS
 from tapt.retriever.methods.registry import register
 
 
 @dataclass(frozen=True)
 class FusedLearnedParams(Params):
-    rounds: int = param(2, "Self-training rounds of the classifier.", minimum=0)
+    rounds: int = param(2, "Self-training rounds of the classifier.",
+                        minimum=0, maximum=MAX_ROUNDS)
     expand: float = param(0.5, "Share of the budget's top classifier rows added to the task "
                                "before Moore-Lewis's language models are fitted (0 = none).",
                           minimum=0.0)

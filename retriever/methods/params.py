@@ -26,6 +26,10 @@ class _Given:
 GIVEN: Any = _Given()
 
 
+# self-training rounds of a classifier: a few suffice; more only hold a selection for hours
+MAX_ROUNDS = 100
+
+
 def param(default: Any, help: str, *, choices: Sequence[str] | Callable[[], Sequence[str]] | None
           = None, minimum: float | None = None, maximum: float | None = None,
           short: str | None = None, requires: tuple[str, Any] | None = None) -> Any:
@@ -75,6 +79,8 @@ class Params:
             maximum = f.metadata.get("maximum")
             if maximum is not None and value is not None and value > maximum:
                 raise InputError(f"must be at most {maximum:g}, got {value!r}", param=f.name)
+            if f.name.endswith("_model") and isinstance(value, str):
+                _refuse_missing_model(f.name, value)    # before the index is read or scored
         self.validate()
 
     def validate(self) -> None:
@@ -82,6 +88,16 @@ class Params:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _refuse_missing_model(name: str, value: str) -> None:
+    """A model parameter (`tuned_model`, `lm_model`, ...) that can name no model, found from
+    the file system alone (`missing_model`), refused as that parameter's mistake."""
+    from tapt.indexer.encoding.models import missing_model
+
+    missing = missing_model(value)
+    if missing is not None:
+        raise InputError(missing, param=name)
 
 
 def param_choices(f: dataclasses.Field, hint: Any) -> tuple[Any, ...] | None:

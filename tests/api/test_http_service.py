@@ -274,11 +274,20 @@ def test_the_cli_refuses_no_auth_off_loopback_in_one_line(fake_index, tmp_path):
     assert not os.listdir(tmp_path)
 
 
-def test_a_selection_past_the_request_time_stops_and_frees_the_server(setup):
+def test_a_selection_past_the_request_time_stops_and_frees_the_server(setup, monkeypatch):
+    from tapt.retriever.methods.random import Random
+    from tapt.util.progress import report_step
+
+    def endless(self, ctx, params):        # a method that would run for hours, step by step
+        while True:
+            report_step("one more round")
+            time.sleep(0.05)
+
+    monkeypatch.setattr(Random, "rank", endless)
     with running(service(setup, request_timeout=3)) as base:
         begun = time.monotonic()
-        status, answer, _ = call(base, "POST", "/select", {
-            **ASK, "method": "fused", "params": {"rounds": 10 ** 9}}, token=TOKEN)
+        status, answer, _ = call(base, "POST", "/select", {**ASK, "method": "random"},
+                                 token=TOKEN)
         assert status == 503 and "did not finish within 3 s" in answer["error"], answer
         # the work stops at its next step: the next request gets its turn at once
         status, answer, _ = call(base, "POST", "/select", ASK, token=TOKEN)
@@ -302,3 +311,18 @@ def test_a_body_that_comes_too_slowly_is_refused_and_frees_its_place(setup):
         slow.close()
         status, answer, _ = call(base, "POST", "/select", ASK, token=TOKEN)
         assert status == 200, answer
+
+
+def test_an_error_answer_names_no_server_folder(setup):
+    with running(service(setup)) as base:
+        status, answer, _ = call(base, "POST", "/select", {**ASK, "task": "nothing/here.txt"},
+                                 token=TOKEN)
+        assert 400 <= status < 500 and "nothing/here.txt" in answer["error"], answer
+        status, other, _ = call(base, "POST", "/select", {**ASK, "params": {"scan": "codes"}},
+                                token=TOKEN)
+        assert 400 <= status < 500, other
+    index = str(setup["index"].path)
+    for said in (answer["error"], other["error"]):
+        assert str(setup["dir"]) not in said and os.path.realpath(setup["dir"]) not in said
+        assert index not in said and os.path.realpath(index) not in said
+    assert "the served index" in other["error"], other

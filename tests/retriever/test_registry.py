@@ -196,3 +196,29 @@ def test_sentence_scores_and_budget_dependence(fake_index, medical_task):
     assert get_method("centroid").scores_sentences and not get_method("iforest").scores_sentences
     scores, _ = get_method("knn").sentence_scores(ctx, get_method("knn").make_params({"k": 3}))
     assert np.isfinite(scores).sum() <= 3 * len(texts) and np.isneginf(scores).any()
+
+
+def test_rounds_are_bounded_and_a_model_parameter_that_names_no_model_is_refused_at_once(
+        tmp_path):
+    from tapt.errors import InputError
+    from tapt.retriever.methods.params import MAX_ROUNDS
+    from tapt.retriever.methods.registry import get_method
+
+    for name in ("fused", "classifier", "fused-learned", "auto", "finetune"):
+        params = get_method(name).Params
+        assert params(rounds=MAX_ROUNDS).rounds == MAX_ROUNDS
+        with pytest.raises(InputError, match=f"must be at most {MAX_ROUNDS}") as refused:
+            params(rounds=MAX_ROUNDS + 1)
+        assert refused.value.param == "rounds"
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    for name, field in (("centroid", "tuned_model"), ("perplexity", "lm_model"),
+                        ("finetune", "finetune_model"), ("task-model", "task_model")):
+        params = get_method(name).Params
+        with pytest.raises(InputError, match="does not exist") as refused:
+            params(**{field: str(tmp_path / "gone")})
+        assert refused.value.param == field
+        with pytest.raises(InputError, match="holds no model"):
+            params(**{field: str(tmp_path)})
+        assert getattr(params(**{field: str(tmp_path / "model")}), field) == str(
+            tmp_path / "model")
