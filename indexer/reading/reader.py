@@ -126,7 +126,11 @@ def _folder(root: Source, options: ReadOptions) -> list[InputFile]:
     skipped: list[str] = []
 
     def visit(folder: Source) -> None:
-        for name, kind in folder.entries():
+        entries = list(folder.entries())
+        if {"manifest.json", "shards"} <= {name for name, _ in entries}:
+            raise InputError(f"{folder.name}: is a tapt index, not corpus text; name the "
+                             "corpus files or folders instead")
+        for name, kind in entries:
             if name.startswith((".", "_")):   # hidden, and Hadoop/Spark's _SUCCESS, _logs...
                 continue
             child = folder.child(name)

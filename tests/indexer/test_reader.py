@@ -272,3 +272,14 @@ def test_nan_and_infinite_metadata_become_null_in_every_format(tmp_path):
              for d in iter_documents(scan_inputs([tmp_path / f])) for r in d.records]
     assert metas == [{"score": None}, {"score": 1.5}, {"s": None, "t": [1.0, None]}]
     json.dumps(metas, allow_nan=False)
+
+
+def test_a_corpus_folder_holding_an_index_is_refused_by_name(tmp_path):
+    corpus = tmp_path / "corpus"
+    (corpus / "old-index" / "shards").mkdir(parents=True)
+    (corpus / "old-index" / "manifest.json").write_text('{\n  "format": 1\n}\n')
+    (corpus / "a.txt").write_text("One sentence here.\n")
+    with pytest.raises(InputError, match="old-index: is a tapt index, not corpus text"):
+        expand_inputs([corpus])
+    (corpus / "old-index" / "manifest.json").unlink()     # a folder of other things: read on
+    assert [f.name for f in expand_inputs([corpus])] == [str(corpus / "a.txt")]
