@@ -30,7 +30,7 @@ class CountingEncoder(HashingEncoder):
 
 
 @pytest.fixture()
-def tuned(monkeypatch):
+def tuned(monkeypatch, tmp_path):
     made = []
 
     def load(spec, device):
@@ -38,6 +38,9 @@ def tuned(monkeypatch):
         return made[-1]
 
     monkeypatch.setattr(tuned_module, "load_tuned_encoder", load)
+    (tmp_path / "tuned").mkdir()            # a model folder by its files (loaded by `load`)
+    (tmp_path / "tuned" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
     return made
 
 
