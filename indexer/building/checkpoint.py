@@ -252,11 +252,11 @@ def _prepared(out: Path, work: Path, wanted: str, restart: bool, kind: str
         if plan is not None and plan.fingerprint == wanted and not restart:
             return work, plan
         if plan is not None and not restart:
+            job = "build" if kind == "building" else "add"
             raise InputError(
-                f"an interrupted {'build' if kind == 'building' else 'add'} of {out} with other "
-                f"inputs or settings is in {work} "
-                f"({committed_rows(work):,} sentences embedded): rerun that build to finish it, "
-                "or pass `restart` to discard it")
+                f"an interrupted {job} of {out} with other inputs or settings (or into an index "
+                f"replaced since) is in {work} ({committed_rows(work):,} sentences embedded): "
+                f"rerun that {job} to finish it, or pass `restart` to discard it")
         remove_work_dir(work)
         if plan is not None:
             log.info("discarded the interrupted build in %s (restart)", work)
