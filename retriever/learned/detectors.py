@@ -40,7 +40,12 @@ def _model(name: str, train: np.ndarray, seed: int):
         m = svm.OneClassSVM(nu=0.1, gamma="scale").fit(train)
         return lambda x: -m.score_samples(x)
     if name == "robust-cov":
-        m = covariance.MinCovDet(random_state=seed).fit(train)
+        try:
+            m = covariance.MinCovDet(random_state=seed).fit(train)
+        except ValueError as exc:      # no spread to fit (the same sentence many times)
+            raise InputError(f"robust-cov cannot fit these rows ({str(exc).split('.')[0]}): "
+                             "the task's sentences are (nearly) all alike; give more varied "
+                             "ones, or another `detector`", param="detector") from None
         return m.mahalanobis
     if name == "pca-recon":
         p = decomposition.PCA(n_components=max(1, min(16, len(train) - 1, train.shape[1] // 4)),

@@ -9,11 +9,14 @@ sentences of the task's own domain, which caps both numbers below 1 for every sc
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import numpy as np
 
 from tapt.errors import InputError
+
+log = logging.getLogger(__name__)
 
 Scorer = Callable[[np.ndarray], np.ndarray]
 Fit = Callable[[np.ndarray], Scorer]
@@ -62,7 +65,11 @@ def evaluate(fits: dict[str, Fit], task: np.ndarray, outliers: np.ndarray,
     is_task = np.concatenate([np.ones(len(test_idx), bool), np.zeros(len(outliers), bool)])
     rows = []
     for name, fit in fits.items():
-        scores = fit(task[train_idx])(test)
+        try:
+            scores = fit(task[train_idx])(test)
+        except InputError as exc:        # one that cannot fit these rows is not a candidate
+            log.info("%s left out: %s", name, exc.message)
+            continue
         rows.append({"name": name, "f1": round(break_even_f1(scores, is_task), 4),
                      "auc": round(auc(scores, is_task), 4)})
     return sorted(rows, key=lambda r: (-r["f1"], -r["auc"], r["name"]))

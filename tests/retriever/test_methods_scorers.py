@@ -167,6 +167,18 @@ def test_every_detector_ranks_the_task_blob_first(name):
     assert np.mean(inside[:, None] < a[labels != 0][None, :]) > 0.9
 
 
+def test_a_task_of_one_sentence_repeated_refuses_robust_cov_and_leaves_it_out_of_a_choice():
+    same = np.tile(np.random.default_rng(0).random((1, 16)).astype(np.float32), (40, 1))
+    with pytest.raises(InputError, match="robust-cov cannot fit these rows") as refused:
+        fit_detector("robust-cov", same)
+    assert refused.value.param == "detector"
+    outliers = np.random.default_rng(1).random((10, 16)).astype(np.float32)
+    fits = {name: (lambda name: lambda train: fit_detector(name, train))(name)
+            for name in ("robust-cov", "knn-dist")}
+    ranking = heldout.evaluate(fits, same, outliers)
+    assert [r["name"] for r in ranking] == ["knn-dist"]
+
+
 def test_unknown_detector_is_refused():
     with pytest.raises(InputError, match="unknown detector"):
         fit_detector("magic", np.eye(4, dtype=np.float32))
