@@ -18,7 +18,7 @@ class FusedLearnedParams(Params):
                         minimum=0, maximum=MAX_ROUNDS)
     expand: float = param(0.5, "Share of the budget's top classifier rows added to the task "
                                "before Moore-Lewis's language models are fitted (0 = none).",
-                          minimum=0.0)
+                          minimum=0.0, maximum=1.0)
     folds: int = param(5, "Held-out folds the weights are fitted on.", minimum=2)
     sample: int = param(4000, "Random corpus sentences scored against the held-out task.",
                         minimum=10)

@@ -222,3 +222,12 @@ def test_rounds_are_bounded_and_a_model_parameter_that_names_no_model_is_refused
             params(**{field: str(tmp_path)})
         assert getattr(params(**{field: str(tmp_path / "model")}), field) == str(
             tmp_path / "model")
+
+
+def test_fused_learned_expand_above_one_is_its_own_mistake():
+    from tapt.errors import InputError
+    from tapt.retriever.methods.registry import get_method
+
+    with pytest.raises(InputError, match="must be at most 1") as refused:
+        get_method("fused-learned").Params(expand=2)
+    assert refused.value.param == "expand"
