@@ -31,6 +31,10 @@ def evaluate_selections(paths: list[str], index: str | Index, label_field: str,
             index.check_selection(path, manifest.get("index"))
             parts = [np.arange(*seg.rows) for seg in segments]
         selected = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        if len(selected) and (selected.min() < 0 or selected.max() >= index.n_sentences):
+            # a manifest rewritten by hand to match edited rows: not rows of this index
+            raise InputError(f"selection {path} names rows outside the index's "
+                             f"{index.n_sentences:,} sentences (edited?); make it again")
         scores = selection_scores(selected, relevant)
         rows.append({"selection": path, "method": manifest["method"],
                      "segments": manifest["counts"]["segments"], **scores.to_json(),

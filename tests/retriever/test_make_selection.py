@@ -163,6 +163,24 @@ def test_eval_refuses_selection_from_another_index(fake_index, medical_task, tmp
         evaluate_selections([str(out)], str(fake_index), "domain", "medical")
 
 
+@pytest.mark.parametrize("rows", [[-3, 1], [10 ** 9, 10 ** 9 + 2]])
+def test_eval_refuses_rows_outside_the_index_even_with_a_matching_manifest(
+        fake_index, medical_task, tmp_path, rows):
+    import hashlib
+
+    out, _ = select(fake_index, medical_task, tmp_path, method="centroid", budget="3")
+    lines = out.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["rows"] = rows
+    out.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    mpath = manifest_path(out)
+    manifest = json.loads(mpath.read_text())
+    manifest["selection_sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()
+    mpath.write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="names rows outside the index"):
+        evaluate_selections([str(out)], str(fake_index), "domain", "medical")
+
+
 def test_indexes_declare_the_selection_protocol(fake_index):
     from tapt.api import ServedIndex
     from tapt.retriever.ranking.index_protocol import CutsOwnRows, SelectableIndex, own_cuts, window
