@@ -35,6 +35,10 @@ CONTEXT_AROUND = 10         # sentences either side of a segment, at most
 HEADERS = {"cache-control": "no-store", "x-content-type-options": "nosniff"}
 
 
+# a selection's manifest is small; a larger file of that name is served as it is
+MAX_MANIFEST = 16 << 20
+
+
 class SelectionService:
     """Answers HTTP requests for one index.
 
@@ -252,6 +256,14 @@ class SelectionService:
         path = inside(self.rooms.out_root, name, "file")
         if not path.is_file():
             raise Refused(404, f"file: {name!r} is not there")
+        if path.name.endswith(".manifest.json") and path.stat().st_size <= MAX_MANIFEST:
+            from starlette.responses import Response
+
+            # a selection's manifest records where the server read and wrote: not shown
+            text = self._without_server_paths(path.read_text(encoding="utf-8"))
+            return Response(text, headers={
+                **HEADERS, "Content-Disposition": f'attachment; filename="{path.name}"'},
+                media_type="application/json")
         return FileResponse(path, headers=HEADERS, media_type="application/x-ndjson",
                             filename=path.name)
 

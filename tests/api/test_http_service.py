@@ -326,3 +326,21 @@ def test_an_error_answer_names_no_server_folder(setup):
         assert str(setup["dir"]) not in said and os.path.realpath(setup["dir"]) not in said
         assert index not in said and os.path.realpath(index) not in said
     assert "the served index" in other["error"], other
+
+
+def test_a_downloaded_manifest_names_no_server_folder(setup):
+    with running(service(setup)) as base:
+        status, answer, _ = call(base, "POST", "/select",
+                                 {**ASK, "task": "task.txt", "out": "mine/m.jsonl"}, token=TOKEN)
+        assert status == 200, answer
+        stored = (setup["outs"] / "mine" / "m.jsonl.manifest.json").read_text()
+        status, data, headers = call(base, "GET", "/files/mine/m.jsonl.manifest.json",
+                                     token=TOKEN)
+    assert status == 200 and "m.jsonl.manifest.json" in headers["content-disposition"]
+    text = data.decode() if isinstance(data, bytes) else json.dumps(data)
+    json.loads(text)
+    index = str(setup["index"].path)
+    assert os.path.realpath(setup["dir"]) in stored or str(setup["dir"]) in stored
+    for server in (str(setup["dir"]), os.path.realpath(setup["dir"]), index,
+                   os.path.realpath(index)):
+        assert server not in text
