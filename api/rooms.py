@@ -181,8 +181,8 @@ def task_inside(root: Path | None, name: Any) -> Path:
 
     resolved = inside(root, name, "task")
     root = cast(Path, root)         # `inside` refuses a server without one
-    starts = ([Path(p) for p in glob.glob(str(root / name), recursive=True)]
-              if glob.has_magic(name) else [resolved])
+    starts = ((Path(p) for p in glob.iglob(str(root / name), recursive=True))
+              if glob.has_magic(name) else iter([resolved]))
     seen = 0
 
     def within(path: Path) -> None:
@@ -202,9 +202,10 @@ def task_inside(root: Path | None, name: Any) -> Path:
         for folder, dirs, files in os.walk(start, followlinks=True):
             for entry in (*dirs, *files):
                 within(Path(folder) / entry)
-            dirs[:] = [d for d in dirs if not Path(folder, d).is_symlink()
-                       or Path(os.path.realpath(Path(folder, d))) not in
-                       Path(os.path.realpath(folder)).parents]      # no walking round a loop
+            here = Path(os.path.realpath(folder))
+            dirs[:] = [d for d in dirs if not Path(folder, d).is_symlink()     # not round a loop
+                       or (Path(os.path.realpath(Path(folder, d))) != here
+                           and Path(os.path.realpath(Path(folder, d))) not in here.parents)]
     return resolved
 
 

@@ -152,6 +152,16 @@ def test_a_task_folder_or_pattern_inside_the_room_is_let_through(setup):
     assert task_inside(root, "inner") == root / "inner"
     assert task_inside(root, "inner/*.txt") == root / "inner" / "*.txt"
     assert task_inside(root, "task.*") == root / "task.*"
+    assert task_inside(root, "inner/**") == root / "inner" / "**"     # round its loop once
+
+
+def test_a_task_pattern_reaching_too_many_entries_is_refused(setup, monkeypatch):
+    from tapt.api import rooms as rooms_module
+
+    monkeypatch.setattr(rooms_module, "MAX_TASK_ENTRIES", 2)
+    with pytest.raises(rooms_module.Refused, match="reaches more than 2 files") as refused:
+        rooms_module.task_inside(setup["tasks"].resolve(), "inner")
+    assert refused.value.status == 413
 
 
 def test_bodies_are_bounded_however_they_come(setup):
