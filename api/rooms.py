@@ -159,7 +159,7 @@ def inside(root: Path | None, name: Any, what: str) -> Path:
         raise Refused(403, f"{what}: {name!r} is not a path inside the server's room "
                            "(a relative path without ..)")
     resolved = Path(os.path.realpath(root / relative))
-    if resolved != root and root not in resolved.parents:
+    if not _ancestor_or_self(root, resolved):
         raise Refused(403, f"{what}: {name!r} leads out of the server's room")
     return resolved
 
@@ -191,8 +191,7 @@ def task_inside(root: Path | None, name: Any) -> Path:
         if seen > MAX_TASK_ENTRIES:
             raise Refused(413, f"task: {name!r} reaches more than {MAX_TASK_ENTRIES:,} files "
                                "and folders")
-        real = Path(os.path.realpath(path))
-        if real != root and root not in real.parents:
+        if not _ancestor_or_self(root, Path(os.path.realpath(path))):
             raise Refused(403, f"task: {name!r} leads out of the server's room")
 
     for start in starts:
@@ -204,9 +203,12 @@ def task_inside(root: Path | None, name: Any) -> Path:
                 within(Path(folder) / entry)
             here = Path(os.path.realpath(folder))
             dirs[:] = [d for d in dirs if not Path(folder, d).is_symlink()     # not round a loop
-                       or (Path(os.path.realpath(Path(folder, d))) != here
-                           and Path(os.path.realpath(Path(folder, d))) not in here.parents)]
+                       or not _ancestor_or_self(Path(os.path.realpath(Path(folder, d))), here)]
     return resolved
+
+
+def _ancestor_or_self(folder: Path, of: Path) -> bool:
+    return folder == of or folder in of.parents
 
 
 def checked(request: Any, served_rows: int, segment_size: int, rooms_: Rooms

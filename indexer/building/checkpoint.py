@@ -86,6 +86,8 @@ class BuildLock:
     def __enter__(self) -> "BuildLock":
         for _ in range(_LOCK_TRIES):
             fd = self._open()
+            if fd is None:           # removed by its holder between two looks: again
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as exc:
@@ -101,9 +103,9 @@ class BuildLock:
             os.close(fd)             # released and removed by its holder meanwhile: again
         raise InputError(f"could not take the lock {self.path}: other builds keep taking it")
 
-    def _open(self) -> int:
+    def _open(self) -> int | None:
         """A descriptor of the lock file: made anew, or a stale one of tapt's (refused: any
-        other file there)."""
+        other file there); None when it went away as it was looked at."""
         flags = os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
             return os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
@@ -115,7 +117,7 @@ class BuildLock:
             fd = os.open(self.path, flags)
         except OSError as exc:       # a link or a folder there (ELOOP, EISDIR), or gone
             if exc.errno == errno.ENOENT:
-                return self._open()
+                return None
             raise self._in_the_way() from exc
         try:
             info = os.fstat(fd)

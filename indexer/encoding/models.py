@@ -52,8 +52,9 @@ def missing_model(spec: str | None) -> str | None:
     """Why a model argument cannot name any model, found from the file system alone (no
     import of sentence-transformers or torch: seconds earlier than a load fails): a local
     folder that is not there (an absolute or ./ path, or one with more parts than a hub name
-    has), a file, a folder without a model's configuration (`MODEL_FILES`), or, while the Hugging Face Hub is switched off (HF_HUB_OFFLINE), a hub name that is
-    neither a local folder nor in the Hugging Face cache. None when it may name a model.
+    has), a file, a folder without a model's configuration (`MODEL_FILES`), or, while the
+    Hugging Face Hub is switched off (HF_HUB_OFFLINE), a hub name that is neither a local
+    folder nor in the Hugging Face cache. None when it may name a model.
 
     Args:
         spec: The user's model argument (None: the packaged default).

@@ -38,6 +38,7 @@ from tapt.indexer.reading.formats.sources import (
 )
 from tapt.indexer.reading.splitter import SentenceSplitter
 from tapt.util.checks import path_text
+from tapt.util.safety import INDEX_MANIFEST, is_tapt_index
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ def _folder(root: Source, options: ReadOptions) -> list[InputFile]:
 
     def visit(folder: Source) -> None:
         entries = list(folder.entries())
-        if {"manifest.json", "shards"} <= {name for name, _ in entries}:
+        if folder.local is not None and any(name == INDEX_MANIFEST for name, _ in entries) \
+                and is_tapt_index(folder.local):
             raise InputError(f"{folder.name}: is a tapt index, not corpus text; name the "
                              "corpus files or folders instead")
         for name, kind in entries:

@@ -277,7 +277,7 @@ def test_nan_and_infinite_metadata_become_null_in_every_format(tmp_path):
 def test_a_corpus_folder_holding_an_index_is_refused_by_name(tmp_path):
     corpus = tmp_path / "corpus"
     (corpus / "old-index" / "shards").mkdir(parents=True)
-    (corpus / "old-index" / "manifest.json").write_text('{\n  "format": 1\n}\n')
+    (corpus / "old-index" / "manifest.json").write_text('{\n  "format": "tapt-index"\n}\n')
     (corpus / "a.txt").write_text("One sentence here.\n")
     with pytest.raises(InputError, match="old-index: is a tapt index, not corpus text"):
         expand_inputs([corpus])
